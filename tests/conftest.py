@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from tests import _aioresponses_compat
+
+_aioresponses_compat.install()

@@ -1,0 +1,99 @@
+"""videogen_async: the asyncio-first SDK for the video generation service.
+
+Start with :class:`AsyncVideoGen`; try everything offline against
+:class:`videogen_async.testing.SandboxServer`.
+"""
+
+from ._client import AsyncVideoGen
+from ._enums import (
+    AspectRatio,
+    FunctionMode,
+    Model,
+    ProjectMode,
+    ProjectStatus,
+    ProjectStep,
+    Ratio,
+    SpeechLanguage,
+    TaskStatus,
+)
+from ._exceptions import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ConfigurationError,
+    ConflictError,
+    InsufficientCreditsError,
+    InvalidRequestError,
+    MediaStorageError,
+    NotFoundError,
+    PermissionDeniedError,
+    ProjectFailedError,
+    RateLimitError,
+    ServerError,
+    TaskFailedError,
+    TaskPollError,
+    VideoGenError,
+    WaitTimeoutError,
+)
+from ._models import (
+    Billing,
+    CreatedProject,
+    CreatedTask,
+    CreditBalance,
+    Project,
+    ProjectTask,
+    Task,
+    TaskResult,
+    VideoBatch,
+)
+from ._retry import RetryPolicy
+from ._transport import Timeout
+from ._version import __version__
+
+__all__ = [
+    "APIConnectionError",
+    "APIResponseError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AspectRatio",
+    "AsyncVideoGen",
+    "AuthenticationError",
+    "BadRequestError",
+    "Billing",
+    "ConfigurationError",
+    "ConflictError",
+    "CreatedProject",
+    "CreatedTask",
+    "CreditBalance",
+    "FunctionMode",
+    "InsufficientCreditsError",
+    "InvalidRequestError",
+    "MediaStorageError",
+    "Model",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "Project",
+    "ProjectFailedError",
+    "ProjectMode",
+    "ProjectStatus",
+    "ProjectStep",
+    "ProjectTask",
+    "RateLimitError",
+    "Ratio",
+    "RetryPolicy",
+    "ServerError",
+    "SpeechLanguage",
+    "Task",
+    "TaskFailedError",
+    "TaskPollError",
+    "TaskResult",
+    "TaskStatus",
+    "Timeout",
+    "VideoBatch",
+    "VideoGenError",
+    "WaitTimeoutError",
+    "__version__",
+]

@@ -1,0 +1,252 @@
+"""``AsyncVideoGen``: the client."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ._credits import Credits
+from ._exceptions import ConfigurationError
+from ._logging import configure_from_env
+from ._projects import Projects
+from ._retry import RetryPolicy
+from ._tasks import Tasks
+from ._transport import DEFAULT_MAX_BODY, SessionOwner, Timeout, Transport
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from ._polling import PollPolicy
+
+__all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
+
+DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=None)
+DEFAULT_MAX_RETRIES = 2
+DEFAULT_CONNECTION_LIMIT = 100
+
+_NOT_GIVEN: Any = object()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
+    text = base_url.strip()
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:
+        raise ConfigurationError(f"base_url is not a URL: {text!r}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ConfigurationError(f"base_url must be an http(s) URL with a host, got {text!r}")
+    if parts.username or parts.password:
+        raise ConfigurationError("base_url must not carry credentials; pass api_key instead")
+    if parts.query or parts.fragment:
+        raise ConfigurationError(f"base_url must not have a query or fragment: {text!r}")
+    if parts.scheme == "http" and not allow_insecure_http and not _is_loopback(host):
+        raise ConfigurationError(
+            f"base_url {text!r} uses plain http to a host that is not loopback: the API key"
+            " would cross the network unencrypted. Use https, or pass"
+            " allow_insecure_http=True if you really mean it."
+        )
+    return text.rstrip("/")
+
+
+class AsyncVideoGen:
+    """The asyncio client of the video generation service.
+
+    One client serves any number of concurrent tasks of one event loop; its connection pool
+    is created lazily on first use and closed by :meth:`aclose` or ``async with``::
+
+        async with AsyncVideoGen() as client:
+            balance = await client.credits.get()
+
+    Args:
+        api_key: The API key; defaults to the ``VIDEOGEN_API_KEY`` environment variable.
+        base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``.
+        timeout: Per-request timeouts: a :class:`Timeout` or a number of seconds.
+        max_retries: Retries of a request after a transient failure (0 turns them off).
+            Creating calls are retried only when the request provably did not take effect.
+        session: An ``aiohttp.ClientSession`` of your own; it is used as it is and never
+            closed by the client.
+        connection_limit: The size of the client's own connection pool.
+        poll_policy: The default poll policy of the wait helpers and ``gather_until_done``.
+        default_headers: Extra headers sent with every request to the service.
+        allow_insecure_http: Allow a plain ``http://`` base URL to a host that is not
+            loopback.
+        max_body_size: The largest response body read, in bytes.
+
+    Raises:
+        ConfigurationError: The key or base URL is missing or invalid.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: Timeout | float | None = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        session: aiohttp.ClientSession | None = None,
+        connection_limit: int = DEFAULT_CONNECTION_LIMIT,
+        poll_policy: PollPolicy | None = None,
+        default_headers: dict[str, str] | None = None,
+        allow_insecure_http: bool = False,
+        max_body_size: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        configure_from_env()
+        key = api_key if api_key is not None else os.environ.get("VIDEOGEN_API_KEY")
+        if key is None or not key.strip():
+            raise ConfigurationError(
+                "no API key: pass api_key=... or set the VIDEOGEN_API_KEY environment variable"
+            )
+        if key != key.strip() or any(c in key for c in "\r\n\0"):
+            raise ConfigurationError("the API key must not contain spaces or line breaks")
+        url = base_url if base_url is not None else os.environ.get("VIDEOGEN_BASE_URL")
+        if url is None or not url.strip():
+            raise ConfigurationError(
+                "no base URL: pass base_url=... or set the VIDEOGEN_BASE_URL environment"
+                " variable (for a local sandbox: `videogen sandbox`)"
+            )
+        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+            raise ConfigurationError(
+                f"max_retries must be a whole number >= 0, got {max_retries!r}"
+            )
+        try:
+            timeouts = Timeout.of(timeout)
+            owner = SessionOwner(session=session, connection_limit=connection_limit)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        headers = dict(default_headers or {})
+        if any(k.lower() == "authorization" for k in headers):
+            raise ConfigurationError("default_headers must not set Authorization; use api_key")
+        self._transport = Transport(
+            api_key=key,
+            base_url=_check_base_url(url, allow_insecure_http=allow_insecure_http),
+            owner=owner,
+            timeout=timeouts,
+            retry=RetryPolicy(max_retries=max_retries),
+            default_headers=headers,
+            max_body_size=max_body_size,
+        )
+        self._owns_session = True
+        self._poll_policy = poll_policy
+        self.tasks = Tasks(self)
+        self.projects = Projects(self)
+        self.credits = Credits(self)
+
+    @classmethod
+    def _view(
+        cls, parent: AsyncVideoGen, transport: Transport, poll_policy: PollPolicy | None
+    ) -> AsyncVideoGen:
+        view = cls.__new__(cls)
+        view._transport = transport
+        view._owns_session = False
+        view._poll_policy = poll_policy
+        view.tasks = Tasks(view)
+        view.projects = Projects(view)
+        view.credits = Credits(view)
+        return view
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, timeout={self.timeout!r},"
+            f" max_retries={self.max_retries})"
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The service's base URL."""
+        return self._transport.base_url
+
+    @property
+    def timeout(self) -> Timeout:
+        """The per-request timeouts."""
+        return self._transport.timeout
+
+    @property
+    def max_retries(self) -> int:
+        """Retries of a request after a transient failure."""
+        return self._transport.retry.max_retries
+
+    @property
+    def poll_policy(self) -> PollPolicy:
+        """The default poll policy of the wait helpers and ``gather_until_done``."""
+        if self._poll_policy is None:
+            from ._polling import PollPolicy
+
+            self._poll_policy = PollPolicy()
+        return self._poll_policy
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`aclose` was called (on this client or the one it was made from)."""
+        return self._transport.owner.closed
+
+    def with_options(
+        self,
+        *,
+        timeout: Timeout | float | None = _NOT_GIVEN,
+        max_retries: int | None = None,
+        poll_policy: PollPolicy | None = None,
+    ) -> AsyncVideoGen:
+        """A view of this client with other options, sharing its connection pool.
+
+        ``client.with_options(max_retries=0).tasks.get(task_id)`` changes one call without
+        touching the client. The view is closed with the client it was made from; its own
+        :meth:`aclose` does nothing.
+
+        Args:
+            timeout: New per-request timeouts (a :class:`Timeout` or seconds).
+            max_retries: New number of retries.
+            poll_policy: New default poll policy.
+
+        Returns:
+            The view.
+
+        Raises:
+            ConfigurationError: An option is invalid.
+        """
+        retry = self._transport.retry
+        if max_retries is not None:
+            if isinstance(max_retries, bool) or max_retries < 0:
+                raise ConfigurationError(f"max_retries must be >= 0, got {max_retries!r}")
+            retry = RetryPolicy(
+                max_retries=max_retries,
+                initial_delay=retry.initial_delay,
+                max_delay=retry.max_delay,
+                max_retry_after=retry.max_retry_after,
+            )
+        new_timeout = None
+        if timeout is not _NOT_GIVEN:
+            try:
+                new_timeout = Timeout.of(timeout)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        transport = self._transport.copy(timeout=new_timeout, retry=retry)
+        return type(self)._view(self, transport, poll_policy or self._poll_policy)
+
+    async def aclose(self) -> None:
+        """Close the client's connection pool (not a session you passed in). Idempotent."""
+        if self._owns_session:
+            await self._transport.owner.aclose()
+
+    async def __aenter__(self) -> AsyncVideoGen:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,25 @@
+"""``client.credits``: the API credit balance."""
+
+from __future__ import annotations
+
+from ._models import CreditBalance
+from ._resource import Resource
+
+__all__ = ["Credits"]
+
+
+class Credits(Resource):
+    """The credit balance of the authenticated user."""
+
+    async def get(self) -> CreditBalance:
+        """Read the API credit balance (``GET /v1/credits``).
+
+        Returns:
+            The available and total API credits.
+
+        Raises:
+            APIStatusError: The service answered with a failure.
+            APIConnectionError: The service could not be reached.
+        """
+        response = await self._transport.request("GET", "/v1/credits")
+        return self._parse(response, CreditBalance)

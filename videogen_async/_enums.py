@@ -1,0 +1,139 @@
+"""String-valued enums of the service's fields.
+
+Every enum member *is* its string value (``TaskStatus.SUCCEEDED == "succeeded"``), so an
+argument accepts the member or the plain string, and a value the SDK does not know yet
+(a newer service) is kept as a plain string by the models rather than failing to parse.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "AspectRatio",
+    "FunctionMode",
+    "Model",
+    "ProjectMode",
+    "ProjectStatus",
+    "ProjectStep",
+    "Ratio",
+    "SpeechLanguage",
+    "TaskStatus",
+]
+
+
+class _StrEnum(str, enum.Enum):
+    """A ``str`` enum whose ``str()`` is its value on every supported Python."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """Return the documented values, in declaration order."""
+        return tuple(member.value for member in cls)
+
+
+class TaskStatus(_StrEnum):
+    """State of a video task. ``succeeded``, ``failed`` and ``error`` are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ERROR = "error"
+
+
+class ProjectStatus(_StrEnum):
+    """State of a viral ad clone project."""
+
+    DRAFT = "draft"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class ProjectStep(_StrEnum):
+    """The step a project is at (``current_step``)."""
+
+    PREPARING_MEDIA = "preparing_media"
+    ANALYZING = "analyzing"
+    GENERATING_SCRIPT = "generating_script"
+    SCRIPT_READY = "script_ready"
+    GENERATING_VIDEO = "generating_video"
+    FAILED = "failed"
+
+
+class ProjectMode(_StrEnum):
+    """``auto`` creates one video batch when the script is ready; ``manual`` waits for you."""
+
+    AUTO = "auto"
+    MANUAL = "manual"
+
+
+class Model(_StrEnum):
+    """Model variant of a direct video task."""
+
+    VIDEOMODEL_2_0 = "videomodel_2_0"
+    VIDEOMODEL_2_0_FAST = "videomodel_2_0_fast"
+
+
+class FunctionMode(_StrEnum):
+    """How a direct video task uses its reference media."""
+
+    FIRST_LAST_FRAMES = "first_last_frames"
+    OMNI_REFERENCE = "omni_reference"
+
+
+class Ratio(_StrEnum):
+    """Frame ratio of a direct video task."""
+
+    R21_9 = "21:9"
+    R16_9 = "16:9"
+    R4_3 = "4:3"
+    R1_1 = "1:1"
+    R3_4 = "3:4"
+    R9_16 = "9:16"
+
+
+class AspectRatio(_StrEnum):
+    """Aspect ratio of a project's videos."""
+
+    R9_16 = "9:16"
+    R1_1 = "1:1"
+    R16_9 = "16:9"
+
+
+class SpeechLanguage(_StrEnum):
+    """Language of generated speech in a project.
+
+    ``SAME_AS_REFERENCE`` (the empty string) follows the spoken language of the reference video.
+    """
+
+    SAME_AS_REFERENCE = ""
+    ENGLISH = "english"
+    SPANISH = "spanish"
+    PORTUGUESE = "portuguese"
+    FRENCH = "french"
+    GERMAN = "german"
+    ARABIC = "arabic"
+    CHINESE = "chinese"
+    JAPANESE = "japanese"
+    KOREAN = "korean"
+    VIETNAMESE = "vietnamese"
+    THAI = "thai"
+    INDONESIAN = "indonesian"
+    MALAY = "malay"
+    FILIPINO = "filipino"
+    HINDI = "hindi"
+
+
+TERMINAL_TASK_STATUSES: frozenset[str] = frozenset(
+    {TaskStatus.SUCCEEDED.value, TaskStatus.FAILED.value, TaskStatus.ERROR.value}
+)
+PENDING_TASK_STATUSES: frozenset[str] = frozenset(
+    {TaskStatus.QUEUED.value, TaskStatus.RUNNING.value}
+)
+TERMINAL_PROJECT_STATUSES: frozenset[str] = frozenset(
+    {ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value}
+)

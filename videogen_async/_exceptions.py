@@ -1,0 +1,319 @@
+"""Every error the SDK raises.
+
+The tree::
+
+    VideoGenError
+    ├── ConfigurationError            bad or missing client configuration (key, base URL)
+    ├── InvalidRequestError           a rule of the service broken, raised before any request
+    │                                 (also a ValueError)
+    ├── APIConnectionError            the service could not be reached or the connection broke
+    │   └── APITimeoutError           no answer in time (also a TimeoutError)
+    ├── APIStatusError                the service answered with a failure (HTTP status or
+    │                                 envelope code)
+    │   ├── BadRequestError           400
+    │   ├── AuthenticationError       401
+    │   ├── PermissionDeniedError     403
+    │   ├── NotFoundError             404
+    │   ├── ConflictError             409
+    │   │   ├── InsufficientCreditsError   code 300111
+    │   │   └── MediaStorageError          code 100099
+    │   ├── RateLimitError            429
+    │   └── ServerError               5xx
+    ├── APIResponseError              a body that is not the documented envelope
+    ├── TaskFailedError               a task ended failed/error, where a caller asked for it
+    ├── ProjectFailedError            a project failed while a caller waited on it
+    ├── WaitTimeoutError              a wait or gather ran out of time (also a TimeoutError)
+    └── TaskPollError                 one id of a gather could not be polled
+
+Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``None`` where they
+do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
+whose request may have reached the service: such a call may have created a task and charged
+credits, so it is never retried automatically. No error text ever contains the API key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._models import Project, Task
+
+__all__ = [
+    "APIConnectionError",
+    "APIResponseError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConfigurationError",
+    "ConflictError",
+    "InsufficientCreditsError",
+    "InvalidRequestError",
+    "MediaStorageError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "ProjectFailedError",
+    "RateLimitError",
+    "ServerError",
+    "TaskFailedError",
+    "TaskPollError",
+    "VideoGenError",
+    "WaitTimeoutError",
+]
+
+_MAY_HAVE_TAKEN_EFFECT = (
+    " The request may have taken effect (a task or project may have been created and"
+    " charged); it was not retried automatically."
+)
+
+
+class VideoGenError(Exception):
+    """Base class of every error raised by the SDK.
+
+    Attributes:
+        message: A human-readable description.
+        status_code: The HTTP status of the response, when there was one.
+        code: The envelope ``code`` of the response, when there was one.
+        trace_id: The envelope ``trace_id`` of the response, when there was one.
+        request_may_have_taken_effect: ``True`` when a creating call failed in a way that
+            leaves open whether the service acted on it.
+    """
+
+    status_code: int | None = None
+    code: int | None = None
+    trace_id: str | None = None
+    request_may_have_taken_effect: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.request_may_have_taken_effect and _MAY_HAVE_TAKEN_EFFECT.strip() not in text:
+            text += _MAY_HAVE_TAKEN_EFFECT
+        if self.trace_id:
+            text += f" (trace_id={self.trace_id})"
+        return text
+
+
+class ConfigurationError(VideoGenError):
+    """The client is missing its API key or base URL, or was given invalid options."""
+
+
+class InvalidRequestError(VideoGenError, ValueError):
+    """An argument breaks a rule of the service; raised before any request is sent.
+
+    Attributes:
+        field: The name of the offending field (as the service names it).
+        rule: The rule that was broken, in words.
+    """
+
+    def __init__(self, field: str, rule: str, *, value: Any = None, has_value: bool = False):
+        self.field = field
+        self.rule = rule
+        text = f"{field}: {rule}"
+        if has_value:
+            shown = repr(value)
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            text += f" (got {shown})"
+        super().__init__(text)
+
+
+class APIConnectionError(VideoGenError):
+    """The service could not be reached, or the connection broke before a full answer.
+
+    Attributes:
+        method: The HTTP method of the failed request.
+        path: The path of the failed request.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        request_may_have_taken_effect: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.method = method
+        self.path = path
+        self.request_may_have_taken_effect = request_may_have_taken_effect
+
+
+class APITimeoutError(APIConnectionError, TimeoutError):
+    """No answer arrived within the request timeout."""
+
+
+class APIStatusError(VideoGenError):
+    """The service answered with a failure: an HTTP error status or an envelope code != 200.
+
+    Attributes:
+        status_code: The HTTP status.
+        code: The envelope ``code`` (``None`` when the body was not an envelope).
+        trace_id: The envelope ``trace_id``.
+        body: The decoded body (``None`` when it was not JSON).
+        headers: The response headers.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        code: int | None = None,
+        trace_id: str | None = None,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        request_may_have_taken_effect: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code
+        self.trace_id = trace_id
+        self.body = body
+        self.headers = headers or {}
+        self.method = method
+        self.path = path
+        self.request_may_have_taken_effect = request_may_have_taken_effect
+
+
+class BadRequestError(APIStatusError):
+    """The service rejected the request (HTTP or envelope code 400)."""
+
+
+class AuthenticationError(APIStatusError):
+    """The API key is missing or invalid (401)."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """The API key may not do this (403)."""
+
+
+class NotFoundError(APIStatusError):
+    """No such task or project (404)."""
+
+
+class ConflictError(APIStatusError):
+    """The request conflicts with the account's or resource's state (409)."""
+
+
+class InsufficientCreditsError(ConflictError):
+    """Not enough API credits (409, code 300111). Nothing was created or charged."""
+
+
+class MediaStorageError(ConflictError):
+    """A media URL could not be stored (409, code 100099). Nothing was charged."""
+
+
+class RateLimitError(APIStatusError):
+    """Too many requests (429).
+
+    Attributes:
+        retry_after: Seconds the service asked us to wait, when it said so.
+    """
+
+    retry_after: float | None = None
+
+
+class ServerError(APIStatusError):
+    """The service failed (5xx)."""
+
+
+class APIResponseError(VideoGenError):
+    """The body of a response is not the documented envelope (e.g. an HTML page from a proxy).
+
+    Attributes:
+        status_code: The HTTP status.
+        body_excerpt: The first characters of the body.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body_excerpt: str = "",
+        trace_id: str | None = None,
+        request_may_have_taken_effect: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body_excerpt = body_excerpt
+        self.trace_id = trace_id
+        self.request_may_have_taken_effect = request_may_have_taken_effect
+
+
+class TaskFailedError(VideoGenError):
+    """A task ended ``failed`` or ``error``; raised only where a caller asked for it.
+
+    Attributes:
+        task: The task in its terminal state.
+    """
+
+    def __init__(self, task: Task) -> None:
+        reason = task.error_message or "no reason given"
+        super().__init__(f"task {task.task_id} ended {task.status}: {reason}")
+        self.task = task
+
+
+class ProjectFailedError(VideoGenError):
+    """A project failed while a caller waited on it.
+
+    Attributes:
+        project: The project as last seen.
+    """
+
+    def __init__(self, project: Project) -> None:
+        reason = project.error_message or "no reason given"
+        super().__init__(
+            f"project {project.project_id} failed at step {project.current_step}: {reason}"
+        )
+        self.project = project
+
+
+class WaitTimeoutError(VideoGenError, TimeoutError):
+    """A wait or a gather ran out of time.
+
+    Attributes:
+        last: The last state seen of the awaited object (a ``Task`` or ``Project``), if any.
+        pending: The ids still not terminal when time ran out.
+        timeout: The deadline in seconds.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        last: Any = None,
+        pending: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.last = last
+        self.pending = tuple(pending)
+        self.timeout = timeout
+
+
+class TaskPollError(VideoGenError):
+    """One id of a gather could not be polled; the cause is in ``__cause__``.
+
+    Attributes:
+        task_id: The id that could not be polled.
+    """
+
+    def __init__(self, task_id: str, cause: BaseException) -> None:
+        super().__init__(f"task {task_id} could not be polled: {type(cause).__name__}: {cause}")
+        self.task_id = task_id
+        self.__cause__ = cause
+        self.status_code = getattr(cause, "status_code", None)
+        self.code = getattr(cause, "code", None)
+        self.trace_id = getattr(cause, "trace_id", None)
+
+    def __str__(self) -> str:
+        return self.message  # the cause's text already names its trace id

@@ -1,0 +1,467 @@
+"""The service's payloads as frozen attrs classes, parsed by one private cattrs converter.
+
+Parsing is lenient where the service may grow and strict where it matters:
+
+* fields a later service version adds are ignored;
+* an enum value the SDK does not know yet is kept as its plain string;
+* dates are timezone-aware (``Z``, offsets, any number of fractional digits; a date without
+  an offset is taken as UTC), and ``null`` where the service may leave them out;
+* a missing identifier (``task_id``, ``project_id``) is a malformed response.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar, Union
+
+import attrs
+import cattrs
+
+from ._enums import (
+    TERMINAL_PROJECT_STATUSES,
+    TERMINAL_TASK_STATUSES,
+    FunctionMode,
+    Model,
+    ProjectMode,
+    ProjectStatus,
+    ProjectStep,
+    TaskStatus,
+)
+
+__all__ = [
+    "Billing",
+    "CreatedProject",
+    "CreatedTask",
+    "CreditBalance",
+    "Project",
+    "ProjectTask",
+    "Task",
+    "TaskResult",
+    "VideoBatch",
+]
+
+_T = TypeVar("_T")
+
+
+@attrs.frozen
+class CreditBalance:
+    """The API credit balance of the authenticated user.
+
+    Attributes:
+        api_available_credits: Credits that can still be spent.
+        api_total_credits: Credits bought in total.
+    """
+
+    api_available_credits: float
+    api_total_credits: float
+
+
+@attrs.frozen
+class CreatedTask:
+    """A direct video task as returned at creation.
+
+    Attributes:
+        task_id: The id to poll with ``client.tasks.get``.
+        status: ``running`` right after creation.
+        created_at: When the service created the task.
+        credits_cost: Credits charged for the task.
+    """
+
+    task_id: str
+    status: TaskStatus | str = TaskStatus.RUNNING
+    created_at: datetime | None = None
+    credits_cost: float = 0.0
+
+
+@attrs.frozen
+class TaskResult:
+    """The outcome of a finished task.
+
+    Attributes:
+        video_url: Location of the generated video once the task has succeeded.
+        error_message: Failure text when the task failed.
+        finished_at: When the task finished.
+    """
+
+    video_url: str | None = None
+    error_message: str | None = None
+    finished_at: datetime | None = None
+
+
+@attrs.frozen
+class Task:
+    """A video task as returned by the status query.
+
+    Attributes:
+        task_id: The task's id.
+        status: ``queued``, ``running``, ``succeeded``, ``failed``, ``error`` (or a newer value,
+            kept as a string).
+        model: The model the task was created with.
+        created_at: When the task was created.
+        updated_at: When the task last changed.
+        credits_cost: Credits charged; 0 when a failed task was refunded.
+        result: The outcome, ``None`` while the task is in progress.
+    """
+
+    task_id: str
+    status: TaskStatus | str
+    model: Model | str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    credits_cost: float = 0.0
+    result: TaskResult | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the task has finished (succeeded, failed or error).
+
+        A status this SDK does not know yet counts as finished once the result carries a
+        ``finished_at`` time.
+        """
+        return _task_is_terminal(self.status, self.result)
+
+    @property
+    def is_succeeded(self) -> bool:
+        """Whether the task succeeded."""
+        return self.status == TaskStatus.SUCCEEDED
+
+    @property
+    def is_failed(self) -> bool:
+        """Whether the task finished without a video (failed, error or an unknown end state)."""
+        return self.is_terminal and not self.is_succeeded
+
+    @property
+    def video_url(self) -> str | None:
+        """``result.video_url``, or ``None``."""
+        return self.result.video_url if self.result is not None else None
+
+    @property
+    def error_message(self) -> str | None:
+        """``result.error_message``, or ``None``."""
+        return self.result.error_message if self.result is not None else None
+
+    @property
+    def finished_at(self) -> datetime | None:
+        """``result.finished_at``, or ``None``."""
+        return self.result.finished_at if self.result is not None else None
+
+
+def _task_is_terminal(status: str | None, result: TaskResult | None) -> bool:
+    if status in TERMINAL_TASK_STATUSES:
+        return True
+    if status is None or isinstance(status, TaskStatus):
+        return False
+    return result is not None and result.finished_at is not None
+
+
+@attrs.frozen
+class ProjectTask:
+    """One video task as listed inside a project.
+
+    The service documents only ``credits_cost`` for these elements; the other fields are read
+    when present and ``None`` otherwise. Use ``client.tasks.get(task_id)`` for the full state.
+
+    Attributes:
+        credits_cost: Credits charged or reserved for the task.
+        task_id: The task's id, when listed.
+        status: The task's status, when listed.
+        model: The model, when listed.
+        created_at: When the task was created, when listed.
+        updated_at: When the task last changed, when listed.
+        result: The outcome, when listed.
+    """
+
+    credits_cost: float = 0.0
+    task_id: str | None = None
+    status: TaskStatus | str | None = None
+    model: Model | str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    result: TaskResult | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the listed status is terminal (``False`` when no status is listed)."""
+        return _task_is_terminal(self.status, self.result)
+
+
+@attrs.frozen
+class Billing:
+    """Credits a project has cost so far.
+
+    Attributes:
+        script_credits_cost: Credits charged for script generation.
+        video_credits_cost: Credits charged or reserved for its non-failed video tasks.
+        total_credits_cost: Script plus video.
+    """
+
+    script_credits_cost: float = 0.0
+    video_credits_cost: float = 0.0
+    total_credits_cost: float = 0.0
+
+
+@attrs.frozen
+class CreatedProject:
+    """A viral ad clone project as returned at creation.
+
+    Attributes:
+        project_id: The id to use with the other ``client.projects`` calls.
+        status: The project status (``draft`` right after creation).
+        current_step: The step (``preparing_media`` right after creation).
+        mode: ``auto`` or ``manual``.
+        credits_cost: Credits charged at creation (10, for the script).
+        created_at: When the project was created, if given.
+    """
+
+    project_id: str
+    status: ProjectStatus | str = ProjectStatus.DRAFT
+    current_step: ProjectStep | str = ProjectStep.PREPARING_MEDIA
+    mode: ProjectMode | str = ProjectMode.AUTO
+    credits_cost: float = 0.0
+    created_at: datetime | None = None
+
+
+@attrs.frozen
+class Project:
+    """A viral ad clone project.
+
+    Attributes:
+        project_id: The project's id.
+        status: ``draft``, ``running``, ``succeeded`` or ``failed``.
+        current_step: ``preparing_media``, ``analyzing``, ``generating_script``,
+            ``script_ready``, ``generating_video`` or ``failed``.
+        mode: ``auto`` or ``manual``.
+        error_message: Why the project failed, if it did.
+        view_script: The reviewable script, once generated (``None`` before).
+        billing: Credits charged so far.
+        task_ids: Ids of all video tasks of the project, every batch.
+        tasks: All video tasks of the project, every batch.
+        created_at: When the project was created.
+        updated_at: When the project last changed.
+    """
+
+    project_id: str
+    status: ProjectStatus | str
+    current_step: ProjectStep | str | None = None
+    mode: ProjectMode | str | None = None
+    error_message: str | None = None
+    view_script: str | None = None
+    billing: Billing = attrs.field(factory=Billing)
+    task_ids: tuple[str, ...] = ()
+    tasks: tuple[ProjectTask, ...] = ()
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def is_failed(self) -> bool:
+        """Whether the project failed."""
+        return self.status == ProjectStatus.FAILED or self.current_step == ProjectStep.FAILED
+
+    @property
+    def has_script(self) -> bool:
+        """Whether the reviewable script has been generated."""
+        return bool(self.view_script and self.view_script.strip())
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the project and every task it lists have finished.
+
+        A listed task with no status does not hold this up; ``client.projects.wait`` checks
+        those through the task status query.
+        """
+        if self.is_failed:
+            return True
+        if self.status not in TERMINAL_PROJECT_STATUSES:
+            return False
+        return all(t.is_terminal for t in self.tasks if t.status is not None)
+
+
+@attrs.frozen
+class VideoBatch:
+    """The answer to ``client.projects.create_videos``.
+
+    Attributes:
+        project_id: The project's id.
+        project_status: The project status after the call (``running``).
+        current_step: The project step after the call (``generating_video``).
+        task_ids: One id per task created by this call.
+    """
+
+    project_id: str
+    project_status: ProjectStatus | str | None = None
+    current_step: ProjectStep | str | None = None
+    task_ids: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# The converter
+# --------------------------------------------------------------------------------------------
+
+_FRACTION = re.compile(r"\.(\d+)")
+
+
+def parse_datetime(value: Any) -> datetime | None:
+    """Parse an ISO 8601 date-time (or epoch seconds) into an aware ``datetime``.
+
+    Args:
+        value: A string such as ``2026-01-02T03:04:05.123456789Z``, a number of seconds since
+            the epoch, a ``datetime``, or ``None``.
+
+    Returns:
+        The aware ``datetime`` (UTC when the text has no offset), or ``None`` for ``None`` or
+        an empty string.
+
+    Raises:
+        ValueError: The value is not a date-time.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text[-1:] in "zZ":
+            text = text[:-1] + "+00:00"
+        text = text.replace(" ", "T", 1) if "T" not in text and " " in text else text
+        # Python 3.10's fromisoformat takes exactly 3 or 6 fractional digits.
+        text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
+        parsed = datetime.fromisoformat(text)
+    else:
+        raise ValueError(f"not a date-time: {value!r}")  # noqa: TRY004  # cattrs wraps ValueError
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed
+
+
+def _format_datetime(value: datetime) -> str:
+    if value.utcoffset() == timedelta(0):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.isoformat()
+
+
+def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
+    def structure(value: Any, _type: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string for {enum_cls.__name__}, got {value!r}")  # noqa: TRY004
+        try:
+            return enum_cls(value)
+        except ValueError:
+            return value
+
+    return structure
+
+
+def _number(value: Any, _type: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
+    return float(value)
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=False)
+    converter.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
+    converter.register_unstructure_hook(datetime, _format_datetime)
+    converter.register_structure_hook(float, _number)
+    for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
+        hook = _enum_or_str(enum_cls)
+        converter.register_structure_hook(Union[enum_cls, str], hook)  # noqa: UP007
+        converter.register_structure_hook(Union[enum_cls, str, None], hook)  # noqa: UP007
+    return converter
+
+
+_converter = _make_converter()
+
+for _cls in (
+    CreditBalance,
+    CreatedTask,
+    TaskResult,
+    Task,
+    ProjectTask,
+    Billing,
+    CreatedProject,
+    Project,
+    VideoBatch,
+):
+    attrs.resolve_types(_cls)
+del _cls
+
+
+def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
+    """Parse a JSON object into a model.
+
+    Args:
+        data: The decoded ``data`` object of an envelope.
+        cls: The model class.
+
+    Returns:
+        The model instance.
+
+    Raises:
+        TypeError: ``data`` is not a JSON object.
+        cattrs.BaseValidationError: A required field is missing or has the wrong type.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"expected a JSON object for {cls.__name__}, got {type(data).__name__}")
+    # ``null`` for a list or an object the service documents as always present is read as
+    # empty, not as a parse failure.
+    cleaned = {k: v for k, v in data.items() if v is not None or k not in _EMPTY_WHEN_NULL}
+    return _converter.structure(cleaned, cls)
+
+
+def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
+    """Parse like :func:`structure`, but leave a field that does not parse at its default.
+
+    Used for answers that carry an identifier the caller must not lose (a created task's
+    ``task_id``): one unreadable date must not hide it.
+
+    Args:
+        data: The decoded ``data`` object of an envelope.
+        cls: The model class (an attrs class).
+
+    Returns:
+        The model and the names of the fields left at their default.
+
+    Raises:
+        TypeError: ``data`` is not a JSON object.
+        cattrs.BaseValidationError: A field with no default is missing or unreadable.
+    """
+    try:
+        return structure(data, cls), []
+    except cattrs.BaseValidationError as exc:
+        original = exc
+    dropped: list[str] = []
+    kept: dict[str, Any] = {}
+    for field in attrs.fields(cls):  # type: ignore[arg-type]
+        if field.name not in data:
+            continue
+        value = data[field.name]
+        if value is None and field.name in _EMPTY_WHEN_NULL:
+            continue
+        try:
+            _converter.structure(value, field.type)
+        except (cattrs.BaseValidationError, TypeError, ValueError, KeyError):
+            if field.default is attrs.NOTHING:
+                raise original from None
+            dropped.append(field.name)
+            continue
+        kept[field.name] = value
+    if any(f.default is attrs.NOTHING and f.name not in kept for f in attrs.fields(cls)):  # type: ignore[arg-type]
+        raise original
+    return _converter.structure(kept, cls), dropped
+
+
+def unstructure(value: Any) -> Any:
+    """Turn a model back into JSON-ready data (dates as ISO 8601 strings)."""
+    return _converter.unstructure(value)
+
+
+_EMPTY_WHEN_NULL = frozenset({"task_ids", "tasks", "billing"})

@@ -1,0 +1,256 @@
+"""``client.projects``: viral ad clone projects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from ._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
+from ._exceptions import ProjectFailedError, WaitTimeoutError
+from ._models import CreatedProject, Project, VideoBatch
+from ._resource import Resource
+from ._validation import check_id, validate_project_request, validate_videos_request
+
+if TYPE_CHECKING:
+    from ._polling import PollPolicy
+
+__all__ = ["Projects"]
+
+
+def _path(project_id: str, suffix: str = "") -> str:
+    pid = check_id("project_id", project_id)
+    return f"/v1/video/viral-ads-clone/{quote(pid, safe='')}{suffix}"
+
+
+class Projects(Resource):
+    """Viral ad clone projects: a reference ad and product images in, scripts and videos out."""
+
+    async def create(
+        self,
+        reference_video_url: str,
+        product_image_urls: Sequence[str],
+        *,
+        avatar_image_url: str | None = None,
+        prompt: str | None = None,
+        aspect_ratio: AspectRatio | str | None = None,
+        speech_language_option: SpeechLanguage | str | None = None,
+        duration: int | None = None,
+        resolution: int | str | None = None,
+        out_number: int | None = None,
+        mode: ProjectMode | str | None = None,
+    ) -> CreatedProject:
+        """Create a project (``POST /v1/video/viral-ads-clone``); charges 10 credits.
+
+        The service stores the media, then analyses the reference and writes a script in
+        the background. In ``auto`` mode it then creates one batch of ``out_number`` videos;
+        in ``manual`` mode it stops at the script and waits for :meth:`create_videos`.
+
+        Args:
+            reference_video_url: Public http(s) URL of the reference ad video.
+            product_image_urls: At least one public http(s) URL of a product image.
+            avatar_image_url: Public http(s) URL of a person or avatar image.
+            prompt: Free instructions: selling points, style, restrictions, language.
+            aspect_ratio: ``9:16`` (default), ``1:1`` or ``16:9``.
+            speech_language_option: Language of generated speech; ``""`` (default) follows
+                the reference video.
+            duration: Target duration in seconds (default 15).
+            resolution: Target resolution, e.g. 720 (default) or 1080.
+            out_number: 1 to 4 (default 1): videos of the automatic batch, or the default
+                batch size of :meth:`create_videos` in manual mode.
+            mode: ``auto`` (default) or ``manual``.
+
+        Returns:
+            The created project.
+
+        Raises:
+            InvalidRequestError: An argument breaks a rule; nothing was sent.
+            InsufficientCreditsError: Not enough credits (nothing was created).
+            MediaStorageError: A media URL could not be stored (nothing was charged).
+            APIConnectionError: The service could not be reached; check
+                ``request_may_have_taken_effect`` before creating again.
+        """
+        images = (
+            list(product_image_urls)
+            if product_image_urls is not None and not isinstance(product_image_urls, str)
+            else product_image_urls
+        )
+        body = validate_project_request(
+            {
+                "reference_video_url": reference_video_url,
+                "product_image_urls": images,
+                "avatar_image_url": avatar_image_url,
+                "prompt": prompt,
+                "aspect_ratio": aspect_ratio,
+                "speech_language_option": speech_language_option,
+                "duration": duration,
+                "resolution": resolution,
+                "out_number": out_number,
+                "mode": mode,
+            }
+        )
+        response = await self._transport.request(
+            "POST", "/v1/video/viral-ads-clone", json_body=body
+        )
+        return self._parse(response, CreatedProject, created=True)
+
+    async def get(self, project_id: str) -> Project:
+        """Read a project with its script, tasks and billing.
+
+        Args:
+            project_id: The id returned by :meth:`create`.
+
+        Returns:
+            The project.
+
+        Raises:
+            InvalidRequestError: ``project_id`` is empty.
+            NotFoundError: No such project.
+            APIStatusError: The service answered with another failure.
+            APIConnectionError: The service could not be reached.
+        """
+        response = await self._transport.request("GET", _path(project_id))
+        return self._parse(response, Project)
+
+    async def create_videos(
+        self,
+        project_id: str,
+        *,
+        script: str | None = None,
+        out_number: int | None = None,
+        resolution: int | str | None = None,
+        aspect_ratio: AspectRatio | str | None = None,
+    ) -> VideoBatch:
+        """Create a new batch of video tasks from a project whose script is ready.
+
+        May be called any number of times; each call creates (and charges) a new batch.
+        Omitted arguments take the project's defaults.
+
+        Args:
+            project_id: The project.
+            script: A script for this batch only (non-blank); the project's ``view_script``
+                is used when omitted and is never overwritten.
+            out_number: 1 to 4 videos.
+            resolution: Resolution of this batch.
+            aspect_ratio: ``9:16``, ``1:1`` or ``16:9``.
+
+        Returns:
+            The batch, with one task id per video.
+
+        Raises:
+            InvalidRequestError: An argument breaks a rule; nothing was sent.
+            ConflictError: The project's script is not ready yet.
+            NotFoundError: No such project.
+            APIConnectionError: The service could not be reached; check
+                ``request_may_have_taken_effect`` before creating again.
+        """
+        path = _path(project_id, "/videos")
+        body = validate_videos_request(
+            {
+                "script": script,
+                "out_number": out_number,
+                "resolution": resolution,
+                "aspect_ratio": aspect_ratio,
+            }
+        )
+        response = await self._transport.request("POST", path, json_body=body)
+        return self._parse(response, VideoBatch, created=True)
+
+    async def wait_for_script(
+        self,
+        project_id: str,
+        *,
+        timeout: float | None = None,
+        poll_policy: PollPolicy | None = None,
+    ) -> Project:
+        """Poll a project until its script is ready.
+
+        Args:
+            project_id: The project.
+            timeout: The deadline in seconds (``None``: no deadline).
+            poll_policy: Overrides the client's poll policy.
+
+        Returns:
+            The project, with ``view_script`` set.
+
+        Raises:
+            ProjectFailedError: The project failed.
+            WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
+            NotFoundError: No such project.
+        """
+        from ._polling import poll_until
+
+        check_id("project_id", project_id)
+
+        def ready(project: Project) -> bool:
+            if project.is_failed:
+                raise ProjectFailedError(project)
+            return project.has_script
+
+        return await poll_until(
+            lambda: self.get(project_id),
+            ready,
+            timeout=timeout,
+            poll_policy=poll_policy or self._client.poll_policy,
+            what=f"project {project_id}",
+        )
+
+    async def wait(
+        self,
+        project_id: str,
+        *,
+        timeout: float | None = None,
+        poll_policy: PollPolicy | None = None,
+    ) -> Project:
+        """Poll a project until it and every one of its video tasks are terminal.
+
+        A manual-mode project with no batch is done once its script is ready. A failed
+        project is returned, not raised: check ``project.is_failed``.
+
+        Args:
+            project_id: The project.
+            timeout: The deadline in seconds (``None``: no deadline).
+            poll_policy: Overrides the client's poll policy.
+
+        Returns:
+            The project in its final state.
+
+        Raises:
+            WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
+            NotFoundError: No such project.
+        """
+        from ._polling import poll_until
+
+        check_id("project_id", project_id)
+        settled: set[str] = set()
+
+        async def snapshot() -> tuple[Project, bool]:
+            project = await self.get(project_id)
+            if project.is_failed:
+                return project, True
+            if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
+                return project, False
+            # Tasks the project lists without a status are checked one by one.
+            listed = {t.task_id for t in project.tasks if t.task_id and t.status is not None}
+            for task_id in project.task_ids:
+                if task_id in listed or task_id in settled:
+                    continue
+                task = await self._client.tasks.get(task_id)
+                if not task.is_terminal:
+                    return project, False
+                settled.add(task_id)
+            return project, True
+
+        try:
+            project, _ = await poll_until(
+                snapshot,
+                lambda state: state[1],
+                timeout=timeout,
+                poll_policy=poll_policy or self._client.poll_policy,
+                what=f"project {project_id}",
+            )
+        except WaitTimeoutError as exc:
+            if isinstance(exc.last, tuple):
+                exc.last = exc.last[0]
+            raise
+        return project

@@ -1,0 +1,163 @@
+"""``client.tasks``: direct video tasks and their status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._enums import FunctionMode, Model, Ratio
+from ._models import CreatedTask, Task
+from ._resource import Resource
+from ._validation import check_id, validate_task_request
+
+if TYPE_CHECKING:
+    from ._gather import GatherResults
+    from ._polling import PollPolicy
+
+__all__ = ["Tasks"]
+
+
+def _url_list(value: Iterable[str] | None) -> list[str] | None:
+    if value is None or isinstance(value, (str, bytes)):
+        return value  # type: ignore[return-value]  # the validator names the mistake
+    return list(value)
+
+
+class Tasks(Resource):
+    """Direct video tasks: create, read, wait for one, wait for many."""
+
+    async def create(
+        self,
+        prompt: str,
+        *,
+        model: Model | str | None = None,
+        function_mode: FunctionMode | str | None = None,
+        ratio: Ratio | str | None = None,
+        duration: int | None = None,
+        image_urls: Sequence[str] | None = None,
+        audio_urls: Sequence[str] | None = None,
+        video_urls: Sequence[str] | None = None,
+    ) -> CreatedTask:
+        """Create a video generation task (``POST /v1/video/videomodel-2``).
+
+        Every argument is checked against the service's rules before anything is sent, so a
+        request that would be refused costs nothing. An omitted argument takes the service's
+        default (model ``videomodel_2_0``, function_mode ``omni_reference``, ratio ``16:9``,
+        duration 5 s).
+
+        A create is never retried after it may have reached the service (it charges
+        credits and the service has no idempotency key): only a connection that could not be
+        opened, or a 429, is retried.
+
+        Args:
+            prompt: The text prompt (required, non-blank).
+            model: ``videomodel_2_0`` or ``videomodel_2_0_fast``.
+            function_mode: ``omni_reference`` or ``first_last_frames``.
+            ratio: ``21:9``, ``16:9``, ``4:3``, ``1:1``, ``3:4`` or ``9:16``.
+            duration: Seconds, 4 to 15.
+            image_urls: Up to 9 image URLs (up to 2 with ``first_last_frames``).
+            audio_urls: Up to 3 audio URLs; with ``omni_reference`` they need an image or
+                a video beside them.
+            video_urls: Up to 3 video URLs.
+
+        Returns:
+            The created task (its ``task_id``, status ``running``, cost).
+
+        Raises:
+            InvalidRequestError: An argument breaks a rule; nothing was sent.
+            InsufficientCreditsError: Not enough credits.
+            APIStatusError: The service refused the request.
+            APIConnectionError: The service could not be reached; check
+                ``request_may_have_taken_effect`` before creating again.
+        """
+        body = validate_task_request(
+            {
+                "prompt": prompt,
+                "model": model,
+                "function_mode": function_mode,
+                "ratio": ratio,
+                "duration": duration,
+                "image_urls": _url_list(image_urls),
+                "audio_urls": _url_list(audio_urls),
+                "video_urls": _url_list(video_urls),
+            }
+        )
+        response = await self._transport.request("POST", "/v1/video/videomodel-2", json_body=body)
+        return self._parse(response, CreatedTask, created=True)
+
+    async def get(self, task_id: str) -> Task:
+        """Read a task's status and result (``GET /v1/tasks?task_id=``).
+
+        Args:
+            task_id: The id returned by :meth:`create` (or listed in a project).
+
+        Returns:
+            The task; ``result`` is ``None`` while it runs.
+
+        Raises:
+            InvalidRequestError: ``task_id`` is empty.
+            NotFoundError: No such task.
+            APIStatusError: The service answered with another failure.
+            APIConnectionError: The service could not be reached.
+        """
+        task_id = check_id("task_id", task_id)
+        response = await self._transport.request("GET", "/v1/tasks", params={"task_id": task_id})
+        return self._parse(response, Task)
+
+    async def wait(
+        self,
+        task_id: str,
+        *,
+        timeout: float | None = None,
+        raise_on_failure: bool = False,
+        poll_policy: PollPolicy | None = None,
+    ) -> Task:
+        """Poll one task until it is terminal (succeeded, failed or error).
+
+        Still running is not an error: the task is polled on the client's poll policy (a first
+        poll soon, then growing intervals with jitter, up to a cap). Transient failures of a
+        poll (connection errors, 429, 5xx) back off and go on.
+
+        Args:
+            task_id: The task to wait for.
+            timeout: The deadline in seconds for the whole wait (``None``: no deadline).
+            raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or
+                error, instead of returning it.
+            poll_policy: Overrides the client's poll policy for this wait.
+
+        Returns:
+            The task in a terminal state.
+
+        Raises:
+            WaitTimeoutError: The deadline passed; ``.last`` holds the last state seen.
+            TaskFailedError: The task failed and ``raise_on_failure`` was set.
+            NotFoundError: No such task.
+            AuthenticationError: The API key was refused.
+        """
+        from ._polling import wait_for_task
+
+        task_id = check_id("task_id", task_id)
+        return await wait_for_task(
+            self._client,
+            task_id,
+            timeout=timeout,
+            raise_on_failure=raise_on_failure,
+            poll_policy=poll_policy or self._client.poll_policy,
+        )
+
+    def gather_until_done(self, task_ids: Iterable[str], **options: Any) -> GatherResults:
+        """Wait for many tasks at once, yielding each as soon as it is terminal.
+
+        The same as :func:`videogen_async.gather_until_done` with this client; see it for
+        the options (``timeout``, ``max_concurrency``, ``return_exceptions``, ...).
+
+        Args:
+            task_ids: The ids to wait for (duplicates are polled and yielded once).
+            **options: Options of :func:`videogen_async.gather_until_done`.
+
+        Returns:
+            An async iterator of :class:`Task`, also usable as an async context manager.
+        """
+        from ._gather import gather_until_done
+
+        return gather_until_done(self._client, task_ids, **options)
