@@ -236,3 +236,39 @@ def test_log_env_switch_attaches_handler(monkeypatch: pytest.MonkeyPatch) -> Non
             if h not in before:
                 logger.removeHandler(h)
         logger.setLevel(logging.NOTSET)
+
+
+async def test_cancelled_create_still_reports_the_created_id(caplog: Any) -> None:
+    import asyncio
+
+    from .helpers import created_task
+
+    arrived = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_create(request: web.Request) -> web.Response:
+        arrived.set()
+        await release.wait()
+        return web.json_response(envelope(created_task("t-charged")))
+
+    app = web.Application()
+    app.router.add_post("/v1/video/videomodel-2", slow_create)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with AsyncVideoGen(KEY, url) as client:
+            job = asyncio.ensure_future(client.tasks.create("a cat"))
+            await asyncio.wait_for(arrived.wait(), 10)
+            job.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await job  # the caller's cancellation is not delayed
+            with caplog.at_level(logging.WARNING, logger="videogen_async"):
+                release.set()
+                # leaving the block waits for the in-flight create before closing the pool
+        assert "t-charged" in caplog.text
+        assert "cancelled while POST /v1/video/videomodel-2" in caplog.text
+    finally:
+        await runner.cleanup()

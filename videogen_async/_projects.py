@@ -89,10 +89,7 @@ class Projects(Resource):
                 "mode": mode,
             }
         )
-        response = await self._transport.request(
-            "POST", "/v1/video/viral-ads-clone", json_body=body
-        )
-        return self._parse(response, CreatedProject, created=True)
+        return await self._create("/v1/video/viral-ads-clone", body, CreatedProject)
 
     async def get(self, project_id: str) -> Project:
         """Read a project with its script, tasks and billing.
@@ -153,8 +150,7 @@ class Projects(Resource):
                 "aspect_ratio": aspect_ratio,
             }
         )
-        response = await self._transport.request("POST", path, json_body=body)
-        return self._parse(response, VideoBatch, created=True)
+        return await self._create(path, body, VideoBatch)
 
     async def wait_for_script(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,6 +32,28 @@ class Resource:
     @property
     def _transport(self) -> Transport:
         return self._client._transport
+
+    async def _create(self, path: str, body: dict[str, Any], cls: type[_T]) -> _T:
+        """Send a creating call so that a charged identifier is never dropped.
+
+        The request runs in its own task. If the caller is cancelled while it is in flight,
+        the cancellation goes on at once, but the request runs to its answer (bounded by the
+        request timeout; ``aclose()`` waits for it) and the id of what the service created
+        is logged at WARNING, so a charged task is never silently lost.
+        """
+
+        async def send() -> tuple[_T, Response]:
+            response = await self._transport.request("POST", path, json_body=body)
+            return self._parse(response, cls, created=True), response
+
+        job = asyncio.ensure_future(send())
+        self._transport.owner.track(job)
+        try:
+            created, _ = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(functools.partial(_report_orphan, path))
+            raise
+        return created
 
     def _parse(self, response: Response, cls: type[_T], *, created: bool = False) -> _T:
         """Parse ``response.data`` into ``cls``, never losing an identifier.
@@ -64,3 +88,23 @@ class Resource:
                 response.trace_id,
             )
         return value
+
+
+def _report_orphan(path: str, job: asyncio.Future[tuple[Any, Response]]) -> None:
+    """Log the outcome of a create whose caller was cancelled while it was in flight."""
+    if job.cancelled():
+        logger.warning(
+            "POST %s was cancelled in flight; it may have taken effect on the service", path
+        )
+        return
+    exc = job.exception()
+    if exc is not None:
+        logger.warning("POST %s (its caller was cancelled) failed: %s", path, exc)
+        return
+    created, response = job.result()
+    logger.warning(
+        "cancelled while POST %s was in flight; the service created %r (trace_id=%s)",
+        path,
+        created,
+        response.trace_id,
+    )

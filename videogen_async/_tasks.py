@@ -82,8 +82,7 @@ class Tasks(Resource):
                 "video_urls": _url_list(video_urls),
             }
         )
-        response = await self._transport.request("POST", "/v1/video/videomodel-2", json_body=body)
-        return self._parse(response, CreatedTask, created=True)
+        return await self._create("/v1/video/videomodel-2", body, CreatedTask)
 
     async def get(self, task_id: str) -> Task:
         """Read a task's status and result (``GET /v1/tasks?task_id=``).

@@ -58,6 +58,8 @@ CODE_MEDIA_STORAGE = 100099
 
 _EXCERPT = 200
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+#: How long ``aclose()`` waits for in-flight creates whose callers were cancelled.
+DRAIN_TIMEOUT = 30.0
 
 # aiohttp names its "could not open the connection" timeout differently across versions.
 _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
@@ -152,6 +154,12 @@ class SessionOwner:
         self._connection_limit = connection_limit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._in_flight: set[asyncio.Future[Any]] = set()
+
+    def track(self, job: asyncio.Future[Any]) -> None:
+        """Keep a creating request that must finish before the session closes."""
+        self._in_flight.add(job)
+        job.add_done_callback(self._in_flight.discard)
 
     @property
     def connection_limit(self) -> int:
@@ -205,6 +213,9 @@ class SessionOwner:
         """Close the session if this owner created it. Idempotent."""
         if self._closed:
             return
+        if self._in_flight:
+            # Creates whose callers were cancelled finish first, so their ids are logged.
+            await asyncio.wait(set(self._in_flight), timeout=DRAIN_TIMEOUT)
         self._closed = True
         session, self._session = self._session, None
         if self._owned and session is not None and not session.closed:
