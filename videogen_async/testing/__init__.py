@@ -1,0 +1,47 @@
+"""A faithful in-memory emulator of the video generation service, for tests, demos and benchmarks.
+
+:class:`SandboxServer` serves the whole service (tasks, projects, credits, the spec's
+validation and error codes) over real HTTP on loopback, with a clock tests can drive and
+fault injection. See ``docs/sandbox.md``::
+
+    from videogen_async.testing import SandboxServer
+
+    async with SandboxServer(manual_clock=True, seed=1) as server:
+        async with server.client() as client:
+            created = await client.tasks.create("a paper boat on a lake")
+            server.clock.advance(60)
+            task = await client.tasks.get(created.task_id)
+            assert task.status == "succeeded"
+
+Run it on a port with ``python -m videogen_async.testing`` (or ``videogen sandbox``); use it in
+pytest through the ``videogen_sandbox`` fixture.
+"""
+
+from ._cli import main, serve
+from ._clock import SandboxClock
+from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
+from ._faults import FAULT_KINDS, FaultDecision, FaultInjector, FaultRule
+from ._media import sample_mp4
+from ._openapi import build_openapi, openapi_json, write_openapi
+from ._server import RequestRecord, SandboxServer, SandboxStats
+
+__all__ = [
+    "DEFAULT_API_KEY",
+    "FAULT_KINDS",
+    "Duration",
+    "FaultDecision",
+    "FaultInjector",
+    "FaultRule",
+    "Pricing",
+    "ProjectTiming",
+    "RequestRecord",
+    "SandboxClock",
+    "SandboxServer",
+    "SandboxStats",
+    "build_openapi",
+    "main",
+    "openapi_json",
+    "sample_mp4",
+    "serve",
+    "write_openapi",
+]

@@ -1,0 +1,180 @@
+"""The sandbox's clock: simulated seconds that tests can speed up, pause and move forward.
+
+Every duration the sandbox simulates (a task's generation, a project's steps) is measured on
+this clock, in *simulated seconds*. The clock runs ``1 / time_scale`` times faster than real
+time (``time_scale=0.001`` turns a 90 s generation into 90 ms), it can be paused so that it
+moves only when told, and :meth:`SandboxClock.advance` jumps it forward so that a test never
+sleeps to wait for a state.
+
+Timestamps the sandbox reports (``created_at``, ``finished_at``, ...) are *real* times: the
+wall-clock moment at which the clock reached the simulated instant (:meth:`wall_time_of`). A
+client that compares them with its own clock (a task's age is ``now - created_at``) therefore
+sees consistent values at any time scale: at ``time_scale=0.01`` a 30 s generation shows
+``finished_at - created_at`` of 0.3 s, as the client lived it, and instants jumped over by
+:meth:`advance` carry the time of the jump.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+
+__all__ = ["SandboxClock"]
+
+_MAX_HISTORY = 65_536
+
+
+class SandboxClock:
+    """Simulated time of one sandbox.
+
+    Args:
+        time_scale: Real seconds per simulated second (must be > 0). ``1.0`` runs in real
+            time; ``0.01`` runs 100 times faster.
+        paused: Start paused: the clock then moves only through :meth:`advance` (or after
+            :meth:`resume`).
+        timer: The monotonic real-time source, in seconds (``time.monotonic`` unless a test
+            drives it).
+
+    Raises:
+        ValueError: ``time_scale`` is not a positive number.
+    """
+
+    __slots__ = (
+        "_base_mono",
+        "_base_sim",
+        "_epoch_unix",
+        "_history_mono",
+        "_history_running",
+        "_history_sim",
+        "_mono_at_epoch",
+        "_running",
+        "_time_scale",
+        "_timer",
+    )
+
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        paused: bool = False,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(time_scale, (int, float)) or not time_scale > 0:
+            raise ValueError(f"time_scale must be a positive number, got {time_scale!r}")
+        self._time_scale = float(time_scale)
+        self._timer = timer
+        self._mono_at_epoch = timer()
+        self._epoch_unix = time.time()
+        self._base_sim = 0.0
+        self._base_mono = self._mono_at_epoch
+        self._running = not paused
+        # Segments of the mapping simulated time -> real time, one per change (advance,
+        # pause, resume): where each starts, and whether the clock ran during it.
+        self._history_sim: list[float] = [0.0]
+        self._history_mono: list[float] = [self._mono_at_epoch]
+        self._history_running: list[bool] = [self._running]
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "paused"
+        return f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g} {state}>"
+
+    @property
+    def time_scale(self) -> float:
+        """Real seconds per simulated second."""
+        return self._time_scale
+
+    @property
+    def paused(self) -> bool:
+        """Whether the clock is paused (moves only through :meth:`advance`)."""
+        return not self._running
+
+    @property
+    def epoch(self) -> float:
+        """The Unix time of simulated second 0 (when the clock was created)."""
+        return self._epoch_unix
+
+    def now(self) -> float:
+        """Return the simulated seconds since the clock was created."""
+        if not self._running:
+            return self._base_sim
+        return self._base_sim + (self._timer() - self._base_mono) / self._time_scale
+
+    def advance(self, seconds: float) -> float:
+        """Move the clock forward at once.
+
+        Everything due in the skipped span (tasks finishing, project steps) is seen as done by
+        the next request, exactly as if that much time had passed.
+
+        Args:
+            seconds: Simulated seconds to skip (``>= 0``).
+
+        Returns:
+            The new simulated time.
+
+        Raises:
+            ValueError: ``seconds`` is negative or not a number.
+        """
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+            raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
+        self._rebase(self.now() + float(seconds), self._running)
+        return self._base_sim
+
+    def pause(self) -> None:
+        """Stop the clock; it then moves only through :meth:`advance`."""
+        if self._running:
+            self._rebase(self.now(), running=False)
+
+    def resume(self) -> None:
+        """Let the clock run again at its time scale."""
+        if not self._running:
+            self._rebase(self._base_sim, running=True)
+
+    def _rebase(self, sim: float, running: bool) -> None:
+        self._base_sim = sim
+        self._base_mono = self._timer()
+        self._running = running
+        self._history_sim.append(sim)
+        self._history_mono.append(self._base_mono)
+        self._history_running.append(running)
+        if len(self._history_sim) > _MAX_HISTORY:
+            drop = len(self._history_sim) - _MAX_HISTORY
+            del self._history_sim[:drop], self._history_mono[:drop], self._history_running[:drop]
+
+    def wall_now(self) -> float:
+        """Return the current real time (Unix seconds) as this clock's timer sees it."""
+        return self._mono_to_unix(self._timer())
+
+    def wall_time_of(self, sim: float) -> float | None:
+        """Return the real (wall-clock) Unix time at which the clock reaches ``sim``.
+
+        For a past instant this is when the clock actually passed it (the moment of the
+        :meth:`advance` that jumped over it, if one did). For a future instant it is a
+        forecast assuming the clock keeps running at its time scale.
+
+        Args:
+            sim: Simulated seconds.
+
+        Returns:
+            Unix seconds of real time, or ``None`` for a future instant while the clock is
+            paused (it will be reached only when someone advances or resumes the clock).
+        """
+        index = bisect.bisect_right(self._history_sim, sim) - 1
+        if index < 0:
+            return self._mono_to_unix(self._history_mono[0])
+        start_sim = self._history_sim[index]
+        start_mono = self._history_mono[index]
+        last = index == len(self._history_sim) - 1
+        if self._history_running[index]:
+            mono = start_mono + (sim - start_sim) * self._time_scale
+            if not last:
+                mono = min(mono, self._history_mono[index + 1])
+            return self._mono_to_unix(mono)
+        if sim <= start_sim:
+            return self._mono_to_unix(start_mono)
+        if last:
+            return None
+        return self._mono_to_unix(self._history_mono[index + 1])
+
+    def _mono_to_unix(self, mono: float) -> float:
+        return self._epoch_unix + (mono - self._mono_at_epoch)

@@ -1,0 +1,194 @@
+"""Configuration objects of the sandbox: durations, prices, project step timings."""
+
+from __future__ import annotations
+
+import math
+import random
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "DEFAULT_API_KEY",
+    "Duration",
+    "Pricing",
+    "ProjectTiming",
+    "check_duration",
+    "check_rate",
+    "sample_duration",
+]
+
+DEFAULT_API_KEY = "sandbox-key"
+"""The API key a sandbox accepts unless it is given another."""
+
+Duration = float | tuple[float, float] | Callable[[random.Random], float]
+"""A simulated duration in seconds: a fixed number, a ``(low, high)`` range drawn uniformly,
+or a callable that draws one from the sandbox's seeded ``random.Random``."""
+
+
+def check_duration(value: Any, name: str) -> Duration:
+    """Check a :data:`Duration` setting.
+
+    Args:
+        value: The setting.
+        name: Its name, for the error message.
+
+    Returns:
+        The setting, with a list range turned into a tuple.
+
+    Raises:
+        ValueError: The value is not a number ``>= 0``, an ordered ``(low, high)`` pair of
+            such numbers, or a callable.
+    """
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    if _is_number(value):
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+        return float(value)
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_number, value)):
+        low, high = float(value[0]), float(value[1])
+        if not 0 <= low <= high or not math.isfinite(high):
+            raise ValueError(f"{name} must be a (low, high) range with 0 <= low <= high")
+        return (low, high)
+    raise ValueError(
+        f"{name} must be seconds, a (low, high) range or a callable(rng), got {value!r}"
+    )
+
+
+def sample_duration(spec: Duration, rng: random.Random) -> float:
+    """Draw one duration from a :data:`Duration` setting.
+
+    Args:
+        spec: The setting (already checked).
+        rng: The sandbox's seeded random generator.
+
+    Returns:
+        Simulated seconds, never negative.
+    """
+    if isinstance(spec, tuple):
+        low, high = spec
+        return low if low == high else rng.uniform(low, high)
+    if callable(spec):
+        return max(0.0, float(spec(rng)))
+    return spec
+
+
+def check_rate(value: Any, name: str) -> float:
+    """Check a probability setting.
+
+    Args:
+        value: The setting.
+        name: Its name, for the error message.
+
+    Returns:
+        The rate as a float.
+
+    Raises:
+        ValueError: The value is not a number from 0 to 1.
+    """
+    if not _is_number(value) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
+    return float(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _frozen_map(value: Mapping[Any, Any]) -> Mapping[str, float]:
+    return types.MappingProxyType({str(k): float(v) for k, v in dict(value).items()})
+
+
+def _check_preparing_media(value: Any) -> Duration:
+    return check_duration(value, "preparing_media")
+
+
+def _check_analyzing(value: Any) -> Duration:
+    return check_duration(value, "analyzing")
+
+
+def _check_generating_script(value: Any) -> Duration:
+    return check_duration(value, "generating_script")
+
+
+def _default_per_second() -> Mapping[str, float]:
+    return _frozen_map({"videomodel_2_0": 2.0, "videomodel_2_0_fast": 1.0})
+
+
+def _default_resolution_factors() -> Mapping[str, float]:
+    return _frozen_map({"720": 1.0, "1080": 1.5})
+
+
+@attrs.frozen
+class Pricing:
+    """What the sandbox charges, in API credits.
+
+    The service documents only the script charge (10 credits per project); the price of a
+    video task is not published, so the sandbox uses a per-second rate by model.
+
+    Attributes:
+        script_credits: Charged when a project is created (refunded if the project fails before
+            its script is generated).
+        per_second: Credits per second of video of a direct task, by model.
+        default_per_second: Rate of a model missing from ``per_second``.
+        project_video_per_second: Credits per second of video of a project's video task
+            (the project's ``duration``, 15 s by default).
+        resolution_factors: Multiplier of a project video task's price by resolution (keys
+            are the resolution as text, ``"1080"``); a resolution not listed costs 1x.
+    """
+
+    script_credits: float = 10.0
+    per_second: Mapping[str, float] = attrs.field(
+        factory=_default_per_second, converter=_frozen_map, hash=False
+    )
+    default_per_second: float = 2.0
+    project_video_per_second: float = 2.0
+    resolution_factors: Mapping[str, float] = attrs.field(
+        factory=_default_resolution_factors, converter=_frozen_map, hash=False
+    )
+
+    def task_cost(self, model: str, duration: int) -> float:
+        """Price of a direct video task.
+
+        Args:
+            model: The model value.
+            duration: Seconds of video.
+
+        Returns:
+            Credits, rounded to 2 decimals.
+        """
+        rate = self.per_second.get(model, self.default_per_second)
+        return round(rate * duration, 2)
+
+    def project_video_cost(self, duration: int, resolution: int | str) -> float:
+        """Price of one video task of a project batch.
+
+        Args:
+            duration: The project's target duration in seconds.
+            resolution: The batch's resolution.
+
+        Returns:
+            Credits, rounded to 2 decimals.
+        """
+        factor = self.resolution_factors.get(str(resolution).strip().lower().rstrip("p"), 1.0)
+        return round(self.project_video_per_second * duration * factor, 2)
+
+
+@attrs.frozen
+class ProjectTiming:
+    """Simulated durations of a project's steps before its script is ready.
+
+    Attributes:
+        preparing_media: Storing the input media (status ``draft``).
+        analyzing: Analysing the reference video (status ``running``).
+        generating_script: Writing the script (status ``running``).
+    """
+
+    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_check_preparing_media)
+    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_check_analyzing)
+    generating_script: Duration = attrs.field(
+        default=(8.0, 15.0), converter=_check_generating_script
+    )

@@ -1,0 +1,358 @@
+"""Fault injection: make the sandbox misbehave like a real network and a real service.
+
+A :class:`FaultRule` says what can go wrong on a route, with a probability for each kind:
+
+* ``error``: an HTTP 5xx answer with a JSON error envelope (500, 502 or 503 by default);
+* ``html``: an nginx-style HTML error page (502 by default), as a proxy in front of the
+  service sends; it is not the envelope, so a client must cope with a body it cannot parse;
+* ``rate_limit``: 429 with a ``Retry-After`` header;
+* ``drop_before``: the connection is closed before the request takes effect (nothing is
+  created, nothing is charged);
+* ``drop_after``: the request takes full effect (a task is created and charged) but the
+  connection is closed instead of answering, so the client cannot know it worked;
+* ``latency``: real seconds (not simulated ones) added before the request is handled.
+
+The kinds are exclusive for one request (one draw of a seeded random generator picks at most
+one); latency adds to any of them. Rules are set per route at run time through
+:class:`FaultInjector` (``server.faults``), in code or over HTTP (``POST /_sandbox/faults``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ._config import Duration, check_duration, check_rate, sample_duration
+
+__all__ = ["FAULT_KINDS", "FaultDecision", "FaultInjector", "FaultRule"]
+
+FAULT_KINDS = ("drop_before", "rate_limit", "error", "html", "drop_after")
+"""The exclusive fault kinds, in the order in which one draw assigns them."""
+
+
+def _rate(name: str) -> Any:
+    return attrs.field(default=0.0, converter=lambda v: check_rate(v, name))
+
+
+def _statuses(value: Iterable[int]) -> tuple[int, ...]:
+    statuses = tuple(int(v) for v in value)
+    if not statuses or any(not 500 <= s <= 599 for s in statuses):
+        raise ValueError(f"error_statuses must be 5xx statuses, got {statuses!r}")
+    return statuses
+
+
+def _optional_duration(value: Any) -> Duration | None:
+    return None if value is None else check_duration(value, "latency")
+
+
+def _route(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"route must be a non-empty string, got {value!r}")
+    parts = value.split()
+    if len(parts) == 2:
+        return f"{parts[0].upper()} {parts[1]}"
+    return value.strip()
+
+
+@attrs.frozen
+class FaultRule:
+    """What can go wrong on one route (or on every route).
+
+    Args:
+        route: Which requests the rule applies to: ``"*"`` (every service route and the
+            media route), ``"METHOD /path"`` or ``"/path"`` (any method). The path is the
+            route's pattern as the spec writes it (``/v1/video/viral-ads-clone/{project_id}``)
+            or a concrete path; shell-style wildcards (``*``, ``?``) are allowed.
+        error_rate: Probability of a 5xx answer with an error envelope.
+        error_statuses: The statuses drawn from for ``error`` (uniformly).
+        html_rate: Probability of an HTML error page instead of the envelope.
+        html_status: The status of the HTML page.
+        rate_limit_rate: Probability of a 429 answer.
+        retry_after: Seconds sent in the 429's ``Retry-After`` header (``None``: no header).
+        drop_before_rate: Probability that the connection is closed before the request takes
+            effect.
+        drop_after_rate: Probability that the request takes effect and the connection is
+            closed instead of answering.
+        latency: Real seconds added before handling: a number, a ``(low, high)`` range or a
+            callable(rng); ``None`` for none.
+        times: Apply the rule to this many matching requests only, then drop it
+            (``None``: until cleared).
+
+    Raises:
+        ValueError: A rate outside 0..1, rates adding up to more than 1, a non-5xx error
+            status, a bad latency or a ``times`` below 1.
+    """
+
+    route: str = attrs.field(default="*", converter=_route)
+    error_rate: float = _rate("error_rate")
+    error_statuses: tuple[int, ...] = attrs.field(default=(500, 502, 503), converter=_statuses)
+    html_rate: float = _rate("html_rate")
+    html_status: int = 502
+    rate_limit_rate: float = _rate("rate_limit_rate")
+    retry_after: float | None = 1.0
+    drop_before_rate: float = _rate("drop_before_rate")
+    drop_after_rate: float = _rate("drop_after_rate")
+    latency: Duration | None = attrs.field(default=None, converter=_optional_duration)
+    times: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        total = sum(self.rates())
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"the fault rates of a rule add up to {total:g}, more than 1")
+        if self.times is not None and (not isinstance(self.times, int) or self.times < 1):
+            raise ValueError(f"times must be a positive integer or None, got {self.times!r}")
+        if not 400 <= self.html_status <= 599:
+            raise ValueError(f"html_status must be an error status, got {self.html_status!r}")
+        if self.retry_after is not None and not self.retry_after >= 0:
+            raise ValueError(f"retry_after must be >= 0 or None, got {self.retry_after!r}")
+
+    def rates(self) -> tuple[float, float, float, float, float]:
+        """The probabilities of the exclusive kinds, in :data:`FAULT_KINDS` order."""
+        return (
+            self.drop_before_rate,
+            self.rate_limit_rate,
+            self.error_rate,
+            self.html_rate,
+            self.drop_after_rate,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule as JSON-ready data (a callable latency is shown as ``"callable"``)."""
+        data = attrs.asdict(self)
+        data["error_statuses"] = list(self.error_statuses)
+        if callable(self.latency):
+            data["latency"] = "callable"
+        elif isinstance(self.latency, tuple):
+            data["latency"] = list(self.latency)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
+        """Build a rule from JSON data (as ``POST /_sandbox/faults`` receives it).
+
+        Args:
+            data: Field names and values; unknown names are an error.
+
+        Returns:
+            The rule.
+
+        Raises:
+            ValueError: An unknown field or a bad value.
+        """
+        names = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown fault rule field(s): {', '.join(unknown)}")
+        values = dict(data)
+        if isinstance(values.get("latency"), list):
+            values["latency"] = tuple(values["latency"])
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+
+
+@attrs.frozen
+class FaultDecision:
+    """What happens to one request.
+
+    Attributes:
+        kind: One of :data:`FAULT_KINDS`, or ``None`` for no exclusive fault.
+        latency: Real seconds to wait first.
+        status: The status of an ``error``, ``html`` or ``rate_limit`` answer.
+        retry_after: The ``Retry-After`` value of a ``rate_limit`` answer.
+    """
+
+    kind: str | None
+    latency: float = 0.0
+    status: int = 0
+    retry_after: float | None = None
+
+
+class _Active:
+    __slots__ = ("exact", "remaining", "rule", "serial")
+
+    def __init__(self, rule: FaultRule, serial: int) -> None:
+        self.rule = rule
+        self.serial = serial
+        self.remaining = rule.times
+        self.exact = rule.route != "*" and not any(c in rule.route for c in "*?[")
+
+
+class FaultInjector:
+    """The fault rules of one sandbox (``server.faults``), changeable at run time.
+
+    Each request uses the one rule that fits it best: a rule naming its route exactly, else
+    the most recently set wildcard rule that matches, else the ``"*"`` rule. Setting a rule
+    for a route replaces that route's previous rule.
+
+    Args:
+        seed: Seed of the fault draws (``None`` for entropy).
+        rules: Rules to start with.
+    """
+
+    def __init__(self, seed: int | str | None = None, rules: Iterable[FaultRule] = ()) -> None:
+        self._rng = random.Random(None if seed is None else f"{seed}:faults")
+        self._rules: dict[str, _Active] = {}
+        self._serial = 0
+        self.injected: dict[str, int] = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
+        for rule in rules:
+            self.add(rule)
+
+    def __repr__(self) -> str:
+        return f"<FaultInjector rules={list(self._rules)!r}>"
+
+    @property
+    def rules(self) -> tuple[FaultRule, ...]:
+        """The active rules, oldest first."""
+        return tuple(a.rule for a in self._rules.values())
+
+    def add(self, rule: FaultRule) -> FaultRule:
+        """Activate a rule, replacing any rule for the same route.
+
+        Args:
+            rule: The rule.
+
+        Returns:
+            The rule.
+        """
+        self._serial += 1
+        self._rules.pop(rule.route, None)
+        self._rules[rule.route] = _Active(rule, self._serial)
+        return rule
+
+    def set(
+        self,
+        route: str = "*",
+        *,
+        error_rate: float = 0.0,
+        error_statuses: Iterable[int] = (500, 502, 503),
+        html_rate: float = 0.0,
+        html_status: int = 502,
+        rate_limit_rate: float = 0.0,
+        retry_after: float | None = 1.0,
+        drop_before_rate: float = 0.0,
+        drop_after_rate: float = 0.0,
+        latency: Duration | None = None,
+        times: int | None = None,
+    ) -> FaultRule:
+        """Build a :class:`FaultRule` and activate it (see the rule for each argument).
+
+        Args:
+            route: ``"*"``, ``"METHOD /path"`` or ``"/path"``, wildcards allowed.
+            error_rate: Probability of a 5xx envelope.
+            error_statuses: Statuses drawn from for it.
+            html_rate: Probability of an HTML error page.
+            html_status: Its status.
+            rate_limit_rate: Probability of a 429.
+            retry_after: The 429's ``Retry-After`` seconds.
+            drop_before_rate: Probability of a connection closed before taking effect.
+            drop_after_rate: Probability of a connection closed after taking effect.
+            latency: Real seconds added.
+            times: Number of matching requests the rule lasts for.
+
+        Returns:
+            The active rule.
+
+        Raises:
+            ValueError: A bad value (see :class:`FaultRule`).
+        """
+        return self.add(
+            FaultRule(
+                route=route,
+                error_rate=error_rate,
+                error_statuses=tuple(error_statuses),
+                html_rate=html_rate,
+                html_status=html_status,
+                rate_limit_rate=rate_limit_rate,
+                retry_after=retry_after,
+                drop_before_rate=drop_before_rate,
+                drop_after_rate=drop_after_rate,
+                latency=latency,
+                times=times,
+            )
+        )
+
+    def clear(self, route: str | None = None) -> None:
+        """Remove the rule of one route, or every rule.
+
+        Args:
+            route: The route as the rule names it; ``None`` removes all rules.
+        """
+        if route is None:
+            self._rules.clear()
+        else:
+            self._rules.pop(_route(route), None)
+
+    def _match(self, method: str, pattern: str, path: str) -> _Active | None:
+        keys = (f"{method} {pattern}", f"{method} {path}", pattern, path)
+        best: _Active | None = None
+        for active in self._rules.values():
+            route = active.rule.route
+            if route == "*":
+                if best is None:
+                    best = active
+                continue
+            if active.exact:
+                if route in keys:
+                    return active
+                continue
+            if any(fnmatch.fnmatchcase(key, route) for key in keys) and (
+                best is None or best.rule.route == "*" or active.serial > best.serial
+            ):
+                best = active
+        return best
+
+    def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
+        """Draw the fate of one request.
+
+        Args:
+            method: The HTTP method.
+            pattern: The route's pattern (``/v1/video/viral-ads-clone/{project_id}``).
+            path: The concrete path.
+
+        Returns:
+            ``None`` when no rule applies, else the decision (whose ``kind`` may be ``None``
+            when the draw picked no fault).
+        """
+        if not self._rules:
+            return None
+        active = self._match(method, pattern, path)
+        if active is None:
+            return None
+        rule = active.rule
+        if active.remaining is not None:
+            active.remaining -= 1
+            if active.remaining <= 0:
+                self._rules.pop(rule.route, None)
+        rng = self._rng
+        latency = 0.0 if rule.latency is None else sample_duration(rule.latency, rng)
+        if latency > 0:
+            self.injected["latency"] += 1
+        draw = rng.random()
+        kind: str | None = None
+        edge = 0.0
+        for name, rate in zip(FAULT_KINDS, rule.rates(), strict=True):
+            edge += rate
+            if rate and draw < edge:
+                kind = name
+                break
+        status = 0
+        if kind == "error":
+            status = rng.choice(rule.error_statuses)
+        elif kind == "html":
+            status = rule.html_status
+        elif kind == "rate_limit":
+            status = 429
+        if kind is not None:
+            self.injected[kind] += 1
+        return FaultDecision(kind, latency, status, rule.retry_after)
+
+    def reset_counts(self) -> None:
+        """Set the injected-fault counters back to zero."""
+        for key in self.injected:
+            self.injected[key] = 0

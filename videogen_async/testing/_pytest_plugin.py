@@ -1,0 +1,107 @@
+"""pytest plugin: sandbox fixtures for your own test suite.
+
+Installed with ``videogen-async`` (entry point ``pytest11``), so the fixtures are available
+in any test suite without configuration. Importing this module only defines fixtures; nothing
+starts until a test asks for one. The async fixtures need pytest-asyncio; they work in both its
+``auto`` and ``strict`` modes (in strict mode mark your tests ``@pytest.mark.asyncio``).
+
+Fixtures:
+
+* ``videogen_sandbox``: a started :class:`~videogen_async.testing.SandboxServer`, closed after
+  the test. Built from ``videogen_sandbox_options``.
+* ``videogen_sandbox_options``: the keyword arguments of that server; by default
+  ``{"time_scale": 0.01, "seed": 0}`` (a 30 s generation takes 0.3 s). Override this fixture
+  in your ``conftest.py`` to change them for a directory.
+* ``videogen_sandbox_factory``: an async callable ``make(**options)`` returning a started
+  server built from ``videogen_sandbox_options`` updated with ``options``; every server it
+  made is closed after the test.
+
+Example::
+
+    async def test_generation(videogen_sandbox):
+        async with videogen_sandbox.client() as client:
+            created = await client.tasks.create("a lighthouse at dusk")
+            task = await client.tasks.wait(created.task_id, timeout=30)
+            assert task.status == "succeeded"
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from ._server import SandboxServer
+
+__all__ = [
+    "DEFAULT_FIXTURE_OPTIONS",
+    "videogen_sandbox",
+    "videogen_sandbox_factory",
+    "videogen_sandbox_options",
+]
+
+DEFAULT_FIXTURE_OPTIONS: dict[str, Any] = {"time_scale": 0.01, "seed": 0}
+"""Options of the ``videogen_sandbox`` fixture unless ``videogen_sandbox_options`` is
+overridden."""
+
+SandboxFactory = Callable[..., Awaitable["SandboxServer"]]
+
+
+@pytest.fixture
+def videogen_sandbox_options() -> dict[str, Any]:
+    """Keyword arguments of the ``videogen_sandbox`` server (override to customise)."""
+    return dict(DEFAULT_FIXTURE_OPTIONS)
+
+
+if importlib.util.find_spec("pytest_asyncio") is not None:
+    import pytest_asyncio
+
+    @pytest_asyncio.fixture
+    async def videogen_sandbox(
+        videogen_sandbox_options: dict[str, Any],
+    ) -> AsyncIterator[SandboxServer]:
+        """A started sandbox server, closed after the test."""
+        from ._server import SandboxServer
+
+        async with SandboxServer(**videogen_sandbox_options) as server:
+            yield server
+
+    @pytest_asyncio.fixture
+    async def videogen_sandbox_factory(
+        videogen_sandbox_options: dict[str, Any],
+    ) -> AsyncIterator[SandboxFactory]:
+        """An async callable ``make(**options)`` that starts a sandbox server."""
+        from ._server import SandboxServer
+
+        servers: list[SandboxServer] = []
+
+        async def make(**options: Any) -> SandboxServer:
+            server = SandboxServer(**{**videogen_sandbox_options, **options})
+            await server.start()
+            servers.append(server)
+            return server
+
+        try:
+            yield make
+        finally:
+            for server in reversed(servers):
+                await server.aclose()
+
+else:  # pragma: no cover - exercised only without pytest-asyncio
+
+    @pytest.fixture
+    def videogen_sandbox() -> None:
+        """Unavailable: needs pytest-asyncio."""
+        pytest.fail(
+            "the videogen_sandbox fixture needs pytest-asyncio (pip install pytest-asyncio)"
+        )
+
+    @pytest.fixture
+    def videogen_sandbox_factory() -> None:
+        """Unavailable: needs pytest-asyncio."""
+        pytest.fail(
+            "the videogen_sandbox_factory fixture needs pytest-asyncio (pip install pytest-asyncio)"
+        )
