@@ -12,7 +12,7 @@ FIXED_NAMES = {
     "APITimeoutError", "APIStatusError", "BadRequestError", "AuthenticationError",
     "PermissionDeniedError", "NotFoundError", "ConflictError", "InsufficientCreditsError",
     "MediaStorageError", "RateLimitError", "ServerError", "APIResponseError",
-    "TaskFailedError", "WaitTimeoutError", "TaskPollError",
+    "TaskFailedError", "WaitTimeoutError", "TaskPollError", "gather_until_done", "PollPolicy",
 }  # fmt: skip
 
 

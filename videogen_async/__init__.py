@@ -5,6 +5,7 @@ Start with :class:`AsyncVideoGen`; try everything offline against
 """
 
 from ._client import AsyncVideoGen
+from ._download import DownloadResult
 from ._enums import (
     AspectRatio,
     FunctionMode,
@@ -25,6 +26,7 @@ from ._exceptions import (
     BadRequestError,
     ConfigurationError,
     ConflictError,
+    DownloadError,
     InsufficientCreditsError,
     InvalidRequestError,
     MediaStorageError,
@@ -38,6 +40,7 @@ from ._exceptions import (
     VideoGenError,
     WaitTimeoutError,
 )
+from ._gather import GatherProgress, GatherResults, gather_until_done
 from ._models import (
     Billing,
     CreatedProject,
@@ -49,6 +52,7 @@ from ._models import (
     TaskResult,
     VideoBatch,
 )
+from ._polling import PollPolicy
 from ._retry import RetryPolicy
 from ._transport import Timeout
 from ._version import __version__
@@ -68,13 +72,18 @@ __all__ = [
     "CreatedProject",
     "CreatedTask",
     "CreditBalance",
+    "DownloadError",
+    "DownloadResult",
     "FunctionMode",
+    "GatherProgress",
+    "GatherResults",
     "InsufficientCreditsError",
     "InvalidRequestError",
     "MediaStorageError",
     "Model",
     "NotFoundError",
     "PermissionDeniedError",
+    "PollPolicy",
     "Project",
     "ProjectFailedError",
     "ProjectMode",
@@ -96,4 +105,5 @@ __all__ = [
     "VideoGenError",
     "WaitTimeoutError",
     "__version__",
+    "gather_until_done",
 ]

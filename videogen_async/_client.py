@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ._credits import Credits
+from ._download import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_CHUNK_SIZE,
+    DownloadResult,
+    DownloadSource,
+    ProgressCallback,
+    download,
+    download_many,
+)
 from ._exceptions import ConfigurationError
 from ._logging import configure_from_env
 from ._projects import Projects
@@ -30,6 +42,23 @@ DEFAULT_CONNECTION_LIMIT = 100
 _NOT_GIVEN: Any = object()
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _encodable(host: str) -> bool:
+    """Whether a host name can go on the wire (a non-ASCII name as IDNA, as aiohttp sends it)."""
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True
@@ -39,17 +68,35 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+# The authority of a base URL: a bracketed IPv6 address or a name without the characters that
+# parsers read differently (so the host checked here is the host aiohttp connects to), and an
+# optional port.
+_AUTHORITY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\[\]@:/\\?#%\s]+)(?::[0-9]{0,5})?")
+
+
 def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
     text = base_url.strip()
     try:
         parts = urlsplit(text)
         host = parts.hostname
+        _ = parts.port  # a port that is not a number from 0 to 65535 raises ValueError
     except ValueError:
         raise ConfigurationError(f"base_url is not a URL: {text!r}") from None
     if parts.scheme not in ("http", "https") or not host:
         raise ConfigurationError(f"base_url must be an http(s) URL with a host, got {text!r}")
-    if parts.username or parts.password:
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise ConfigurationError(
+            f"base_url must not contain spaces or control characters: {text!r}"
+        )
+    if parts.username or parts.password or "@" in parts.netloc:
         raise ConfigurationError("base_url must not carry credentials; pass api_key instead")
+    authority = _AUTHORITY.fullmatch(parts.netloc)
+    if (
+        authority is None
+        or (authority["host"].startswith("[") and not _is_ip(authority["host"][1:-1]))
+        or not _encodable(host)
+    ):
+        raise ConfigurationError(f"base_url has an invalid host or port: {text!r}")
     if parts.query or parts.fragment:
         raise ConfigurationError(f"base_url must not have a query or fragment: {text!r}")
     if parts.scheme == "http" and not allow_insecure_http and not _is_loopback(host):
@@ -234,6 +281,100 @@ class AsyncVideoGen:
                 raise ConfigurationError(str(exc)) from None
         transport = self._transport.copy(timeout=new_timeout, retry=retry)
         return type(self)._view(self, transport, poll_policy or self._poll_policy)
+
+    async def download(
+        self,
+        source: DownloadSource,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = True,
+        attempts: int = DEFAULT_ATTEMPTS,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        progress: ProgressCallback | None = None,
+    ) -> Path:
+        """Download a finished video to a file: streamed, atomic, resumed after a broken link.
+
+        The body is streamed in chunks into a temporary file beside ``path`` and renamed over
+        it only when complete and of the declared size, so ``path`` never holds a partial
+        video. A connection that breaks is resumed with a ``Range`` request (or started over
+        when the host ignores ranges). The API key is never sent to the video's host.
+        See ``docs/downloads.md``.
+
+        Args:
+            source: A succeeded :class:`Task`, a task id (the task is fetched and must have
+                succeeded), or the video's ``http(s)`` URL.
+            path: The file to write, or an existing directory (the file is then named
+                ``{task_id}.mp4``, or after the URL's last path segment).
+            overwrite: Replace an existing file; when ``False`` an existing file is an error.
+            attempts: Requests made in all for the file (resumes included).
+            chunk_size: Bytes read and written at a time.
+            progress: Called as ``progress(received, total)`` after each chunk.
+
+        Returns:
+            The path of the written file.
+
+        Raises:
+            DownloadError: The task has not succeeded, the host failed, the body was short,
+                or the file could not be written; nothing partial is left behind.
+            NotFoundError: No such task (for a task id).
+            APIConnectionError: The service could not be reached to read the task.
+            ValueError: ``attempts`` or ``chunk_size`` is below 1.
+        """
+        return await download(
+            self,
+            source,
+            path,
+            overwrite=overwrite,
+            attempts=attempts,
+            chunk_size=chunk_size,
+            progress=progress,
+        )
+
+    async def download_many(
+        self,
+        items: Iterable[DownloadSource],
+        directory: str | os.PathLike[str],
+        *,
+        max_concurrency: int = 4,
+        overwrite: bool = True,
+        attempts: int = DEFAULT_ATTEMPTS,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        on_result: Callable[[DownloadResult], None] | None = None,
+    ) -> list[DownloadResult]:
+        """Download many videos into a directory, at most ``max_concurrency`` at a time.
+
+        A failed item does not stop the others: every item gets a :class:`DownloadResult`, in
+        the order of ``items``, with either its ``path`` or its ``error``. Each file is named
+        ``{task_id}.mp4`` (or after its URL), made distinct when two items would collide.
+
+        Args:
+            items: Succeeded tasks, task ids or video URLs.
+            directory: Where to write the files (created if missing).
+            max_concurrency: Downloads in flight at once.
+            overwrite: Replace existing files; when ``False`` an existing file is that
+                item's error.
+            attempts: Requests made in all per file (resumes included).
+            chunk_size: Bytes read and written at a time.
+            on_result: Called with each result as soon as its item is done (e.g. to move a
+                progress bar); it must be quick and must not raise.
+
+        Returns:
+            One result per item, in the order of ``items``.
+
+        Raises:
+            ValueError: ``max_concurrency``, ``attempts`` or ``chunk_size`` is below 1.
+            TypeError: An item is not a ``Task``, a task id or a URL.
+        """
+        return await download_many(
+            self,
+            items,
+            directory,
+            max_concurrency=max_concurrency,
+            overwrite=overwrite,
+            attempts=attempts,
+            chunk_size=chunk_size,
+            on_result=on_result,
+        )
 
     async def aclose(self) -> None:
         """Close the client's connection pool (not a session you passed in). Idempotent."""

@@ -23,7 +23,8 @@ The tree::
     ├── TaskFailedError               a task ended failed/error, where a caller asked for it
     ├── ProjectFailedError            a project failed while a caller waited on it
     ├── WaitTimeoutError              a wait or gather ran out of time (also a TimeoutError)
-    └── TaskPollError                 one id of a gather could not be polled
+    ├── TaskPollError                 one id of a gather could not be polled
+    └── DownloadError                 a video could not be downloaded (nothing partial is left)
 
 Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``None`` where they
 do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
@@ -48,6 +49,7 @@ __all__ = [
     "BadRequestError",
     "ConfigurationError",
     "ConflictError",
+    "DownloadError",
     "InsufficientCreditsError",
     "InvalidRequestError",
     "MediaStorageError",
@@ -317,3 +319,41 @@ class TaskPollError(VideoGenError):
 
     def __str__(self) -> str:
         return self.message  # the cause's text already names its trace id
+
+
+class DownloadError(VideoGenError):
+    """A video could not be downloaded; no partial file was left at the destination.
+
+    Raised for a task that has not succeeded (or has no ``video_url``), an HTTP error of the
+    media host, a body shorter or longer than the host declared, a connection that kept
+    breaking after the resume attempts, or a file that could not be written. A network cause
+    is in ``__cause__``. Messages show the URL without its query (signed URLs keep their
+    signature there).
+
+    Attributes:
+        url: The video's URL, when known.
+        path: The destination file, when known.
+        task_id: The task the video belongs to, when known.
+        status_code: The media host's HTTP status, for an HTTP error.
+        bytes_received: Bytes received before the failure.
+        expected_size: The size the host declared, when it did.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        path: Any = None,
+        task_id: str | None = None,
+        status_code: int | None = None,
+        bytes_received: int = 0,
+        expected_size: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.path = path
+        self.task_id = task_id
+        self.status_code = status_code
+        self.bytes_received = bytes_received
+        self.expected_size = expected_size

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._enums import FunctionMode, Model, Ratio
@@ -18,7 +18,12 @@ __all__ = ["Tasks"]
 
 
 def _url_list(value: Iterable[str] | None) -> list[str] | None:
-    if value is None or isinstance(value, (str, bytes)):
+    """A list of the URLs of any iterable; anything else goes to the validator as it is.
+
+    A string, a mapping or a value that is not iterable at all is a mistake the validator
+    names (``InvalidRequestError``), rather than a ``TypeError`` or a list of a dict's keys.
+    """
+    if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         return value  # type: ignore[return-value]  # the validator names the mistake
     return list(value)
 

@@ -134,6 +134,21 @@ class Response:
     attempts: int = 1
 
 
+class _Secret(str):
+    """A string that never shows itself in a ``repr``.
+
+    The API key and the ``Authorization`` header are held as this, so that a traceback that
+    shows local variables (``pytest --showlocals``, rich's ``show_locals``, error trackers), a
+    debugger or a ``repr`` of the headers shows ``'<redacted>'``; on the wire (``str()``,
+    formatting, concatenation) it is the plain value.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'<redacted>'"
+
+
 class SessionOwner:
     """Holds the ``aiohttp.ClientSession`` shared by a client and its ``with_options`` views.
 
@@ -286,7 +301,7 @@ class Transport:
         max_body_size: int = DEFAULT_MAX_BODY,
         rng: random.Random | None = None,
     ) -> None:
-        self._api_key = api_key
+        self._api_key = _Secret(api_key)
         self.base_url = base_url.rstrip("/")
         self.owner = owner
         self.timeout = timeout
@@ -298,7 +313,7 @@ class Transport:
             "Accept": "application/json",
             "User-Agent": user_agent(),
             **self._default_headers,
-            "Authorization": f"Bearer {api_key}",
+            "Authorization": _Secret(f"Bearer {api_key}"),
         }
         self._aio_timeout = timeout.to_aiohttp()
 
@@ -455,8 +470,9 @@ class Transport:
                 status_code=resp.status,
                 request_may_have_taken_effect=method != "GET",
             )
-        if length is not None:
-            return await resp.read()
+        # Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate)
+        # may inflate a thousandfold: the decoded body is counted as it arrives, whatever the
+        # header said.
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_chunked(64 * 1024):
@@ -553,7 +569,8 @@ def _connection_error(
         and not isinstance(exc, aiohttp.ClientSSLError)
     )
     may = may_have_taken_effect and not not_opened
-    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+    # TimeoutError: the builtin, which asyncio.TimeoutError is only from Python 3.11 on.
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
         what = "connecting" if not_opened else "waiting for the answer"
         return APITimeoutError(
             f"{method} {path}: timed out {what}",

@@ -83,8 +83,24 @@ def _fail(field: str, rule: str, value: Any = None, *, show: bool = True) -> Inv
     return InvalidRequestError(field, rule, value=value, has_value=show)
 
 
+def _integer(value: Any) -> int | None:
+    """The integer a value stands for: an ``int`` (not a ``bool``) or an integral ``float``.
+
+    JSON has one number type: the sandbox, like most JSON services, reads ``4.0`` as 4, so
+    ``duration=4.0`` is not refused here either; it is sent as ``4`` (see :func:`_drop_none`),
+    which a stricter service takes too.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return _integer(value) is not None
 
 
 def _choice(body: Mapping[str, Any], field: str, allowed: Iterable[str]) -> None:
@@ -164,8 +180,26 @@ def _unknown_fields(body: Mapping[str, Any], known: frozenset[str]) -> None:
         raise _fail(unknown[0], "is not a field of this request", show=False)
 
 
+_INTEGER_FIELDS = frozenset({"duration", "out_number", "resolution"})
+
+
 def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, str) else v) for k, v in body.items() if v is not None}
+    """The body to send, once the rules have accepted it.
+
+    Omitted (``None``) fields are dropped, enum members become plain strings and integral
+    floats of integer fields become integers.
+    """
+    sent: dict[str, Any] = {}
+    for key, value in body.items():
+        if value is None:
+            continue
+        if isinstance(value, str):
+            sent[key] = str(value)
+        elif key in _INTEGER_FIELDS and isinstance(value, float):
+            sent[key] = _integer(value)
+        else:
+            sent[key] = value
+    return sent
 
 
 def check_id(field: str, value: Any) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import videogen_async as vg
 from videogen_async import AsyncVideoGen
 
@@ -45,3 +47,47 @@ async def main() -> None:
             trace: str | None = exc.trace_id
             print(status, trace)
         del available, done, url, billing, again
+
+
+async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
+    """The wait, gather and download helpers, with the types a user relies on."""
+    task: vg.Task = await client.tasks.wait(ids[0], timeout=60.0, raise_on_failure=True)
+    project: vg.Project = await client.projects.wait_for_script("p-1", timeout=600)
+    script: str | None = project.view_script
+    final: vg.Project = await client.projects.wait("p-1", timeout=None)
+    failed: bool = final.is_failed
+
+    async with client.tasks.gather_until_done(ids, timeout=900, max_concurrency=8) as results:
+        async for item in results:
+            if isinstance(item, vg.TaskPollError):
+                lost: str = item.task_id
+                print(lost)
+            else:
+                done: vg.Task = item
+                print(done.video_url)
+        progress = results.progress
+        counts: tuple[int, int, int] = (progress.total, progress.done, progress.pending)
+        print(counts)
+    async for item in client.tasks.gather_until_done(ids, return_exceptions=True):
+        print(item.task_id)
+
+    try:
+        await client.tasks.wait(ids[0], timeout=1)
+    except vg.WaitTimeoutError as exc:
+        pending: tuple[str, ...] = exc.pending
+        print(pending, exc.last)
+    except vg.TaskFailedError as exc:
+        failed_task: vg.Task = exc.task
+        print(failed_task.error_message)
+
+    path: Path = await client.download(task, Path("videos"), overwrite=False)
+    again: Path = await client.download(ids[0], "videos/one.mp4", progress=lambda n, total: None)
+    results_list: list[vg.DownloadResult] = await client.download_many(ids, "videos")
+    for result in results_list:
+        if result.ok:
+            written: Path | None = result.path
+            print(written, result.size)
+        else:
+            error: vg.VideoGenError | None = result.error
+            print(error)
+    del script, failed, path, again

@@ -444,11 +444,12 @@ def _operation(
 
 
 def _path_id(name: str) -> dict[str, Any]:
+    """A path parameter that must not be blank (the shared ``check_id`` rule: 400 if it is)."""
     return {
         "name": name,
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "minLength": 1},
+        "schema": {"type": "string", "pattern": _NON_BLANK},
     }
 
 
@@ -523,7 +524,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
                 "getProject",
                 "Get a project with its script, tasks and billing",
                 _ok("Project", "The project."),
-                {"404": not_found},
+                {"400": _error("project_id is blank."), "404": not_found},
                 parameters=[_path_id("project_id")],
                 tag="projects",
             )
@@ -550,7 +551,10 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
                 "security": [],
                 "parameters": [
                     {
-                        **_path_id("file_name"),
+                        "name": "file_name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1},
                         "description": "{task_id}.mp4 of a succeeded task.",
                     },
                 ],

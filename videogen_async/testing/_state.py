@@ -550,6 +550,52 @@ class SandboxState:
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
         return self._new_task(now, model, duration, cost, forced)
 
+    def create_tasks(
+        self,
+        body: Mapping[str, Any],
+        count: int,
+        *,
+        finish_in: Duration | None = None,
+        outcome: str | None = None,
+    ) -> list[Task]:
+        """Create ``count`` direct tasks from one validated body, each charged as usual.
+
+        Args:
+            body: The body, already checked by ``validate_task_request``.
+            count: How many tasks.
+            finish_in: When each ends, in simulated seconds from now (a number, a range
+                drawn per task, or a callable); the task duration setting when ``None``.
+            outcome: How each ends (``succeeded``, ``failed``, ``error``); drawn as usual
+                when ``None``.
+
+        Returns:
+            The new tasks, in creation order.
+
+        Raises:
+            SandboxError: 409 / 300111 when the balance does not cover them all (then none
+                is created).
+            ValueError: A bad ``outcome``.
+        """
+        if outcome is not None and outcome not in TASK_OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+        self.settle()
+        model = body.get("model") or DEFAULT_MODEL
+        price = self.pricing.task_cost(model, int(body.get("duration") or 5))
+        if price * count > self.available_credits:
+            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+        tasks = []
+        for _ in range(count):
+            task = self.create_task(body)
+            if finish_in is not None or outcome is not None:
+                seconds = (
+                    task.finished_at - task.created_at
+                    if finish_in is None
+                    else sample_duration(finish_in, self.rng)
+                )
+                self.schedule_task(task.task_id, finish_in=seconds, outcome=outcome)
+            tasks.append(task)
+        return tasks
+
     def get_task(self, task_id: str) -> Task:
         """Look a task up.
 

@@ -1,0 +1,210 @@
+"""An aiohttp.web app that shares one ``AsyncVideoGen`` client across all its requests.
+
+The client is created when the app starts and closed when it stops (``cleanup_ctx``), so
+every request reuses one connection pool. Two routes:
+
+* ``POST /videos`` with ``{"prompt": "...", "duration": 5, ...}`` creates a video task and
+  answers ``201`` with its id;
+* ``GET /videos/{task_id}`` answers the task's status, and its video URL once it has
+  succeeded; ``?wait=10`` waits up to 10 seconds for the task to finish first.
+
+Run it against the service (``VIDEOGEN_BASE_URL`` and ``VIDEOGEN_API_KEY`` set) or, without
+them, against a sandbox started inside the app::
+
+    python examples/web_app.py --port 8080
+    curl -s -X POST localhost:8080/videos -d '{"prompt": "a paper boat on a lake"}'
+    curl -s 'localhost:8080/videos/<task_id>?wait=30'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from videogen_async import (
+    APIConnectionError,
+    APIStatusError,
+    AsyncVideoGen,
+    InsufficientCreditsError,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitError,
+    Task,
+    VideoGenError,
+    WaitTimeoutError,
+)
+from videogen_async.testing import SandboxServer
+
+CLIENT = web.AppKey("videogen_client", AsyncVideoGen)
+SANDBOX = web.AppKey("videogen_sandbox", SandboxServer)
+
+# The fields of POST /videos passed on to client.tasks.create (the SDK checks their values).
+CREATE_FIELDS = frozenset(
+    {"model", "function_mode", "ratio", "duration", "image_urls", "audio_urls", "video_urls"}
+)
+MAX_WAIT = 30.0
+
+
+def sandbox_context(
+    **options: Any,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A ``cleanup_ctx`` step that runs a local sandbox for the app's lifetime."""
+
+    async def run_sandbox(app: web.Application) -> AsyncIterator[None]:
+        async with SandboxServer(**options) as server:
+            app[SANDBOX] = server
+            yield
+
+    return run_sandbox
+
+
+async def videogen_client(app: web.Application) -> AsyncIterator[None]:
+    """The ``cleanup_ctx`` step that owns the app's one client.
+
+    Everything before ``yield`` runs at startup, everything after it at shutdown: the client
+    (and its connection pool) lives exactly as long as the app.
+    """
+    sandbox = app.get(SANDBOX)
+    client = sandbox.client() if sandbox is not None else AsyncVideoGen()
+    async with client:
+        app[CLIENT] = client
+        yield
+
+
+def task_json(task: Task) -> dict[str, Any]:
+    """The JSON this app answers for a task."""
+    return {
+        "task_id": task.task_id,
+        "status": str(task.status),
+        "done": task.is_terminal,
+        "video_url": task.video_url,
+        "error_message": task.error_message,
+        "credits_cost": task.credits_cost,
+    }
+
+
+def error_json(status: int, message: str, **extra: Any) -> web.Response:
+    """An error answer of this app."""
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+@web.middleware
+async def service_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn the SDK's errors into answers of this app (never a bare 500)."""
+    try:
+        return await handler(request)
+    except InvalidRequestError as exc:  # a rule of the service broken: nothing was sent
+        return error_json(400, str(exc), field=exc.field)
+    except NotFoundError:
+        return error_json(404, "no such video")
+    except InsufficientCreditsError:
+        return error_json(402, "out of video credits")
+    except RateLimitError as exc:  # still rate limited after the client's own retries
+        retry_after = str(round(exc.retry_after or 1))
+        response = error_json(503, "the video service is busy, try again")
+        response.headers["Retry-After"] = retry_after
+        return response
+    except (APIConnectionError, APIStatusError) as exc:
+        # For a create, the task may exist even though we could not read the answer: say so
+        # rather than invite the user to click again and pay twice.
+        return error_json(
+            502,
+            "the video service failed",
+            may_have_been_created=exc.request_may_have_taken_effect,
+        )
+    except VideoGenError:
+        return error_json(502, "the video service answered something unexpected")
+
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/videos")
+async def create_video(request: web.Request) -> web.Response:
+    """Create a video task from the JSON body."""
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return error_json(400, "the body must be JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
+        return error_json(400, "a JSON object with a 'prompt' string is required")
+    unknown = set(body) - CREATE_FIELDS - {"prompt"}
+    if unknown:
+        return error_json(400, f"unknown fields: {', '.join(sorted(unknown))}")
+    options = {name: body[name] for name in CREATE_FIELDS & set(body)}
+    created = await request.app[CLIENT].tasks.create(body["prompt"], **options)
+    location = str(request.app.router["video"].url_for(task_id=created.task_id))
+    return web.json_response(
+        {
+            "task_id": created.task_id,
+            "status": str(created.status),
+            "credits_cost": created.credits_cost,
+            "url": location,
+        },
+        status=201,
+        headers={"Location": location},
+    )
+
+
+@routes.get("/videos/{task_id}", name="video")
+async def get_video(request: web.Request) -> web.Response:
+    """Answer a task's status; with ``?wait=SECONDS``, wait for it to finish first."""
+    client = request.app[CLIENT]
+    task_id = request.match_info["task_id"]
+    try:
+        wait = min(float(request.query.get("wait", 0)), MAX_WAIT)
+    except ValueError:
+        return error_json(400, "wait must be a number of seconds")
+    if wait <= 0:
+        return web.json_response(task_json(await client.tasks.get(task_id)))
+    try:
+        task = await client.tasks.wait(task_id, timeout=wait)
+    except WaitTimeoutError as exc:
+        # Not finished in time: answer the last state seen, as a plain status read would.
+        task = exc.last if isinstance(exc.last, Task) else await client.tasks.get(task_id)
+    return web.json_response(task_json(task))
+
+
+def make_app(*, sandbox: dict[str, Any] | None = None) -> web.Application:
+    """Build the app.
+
+    Args:
+        sandbox: Options of a local ``SandboxServer`` to run inside the app; ``None`` uses
+            the service named by ``VIDEOGEN_BASE_URL`` / ``VIDEOGEN_API_KEY``.
+
+    Returns:
+        The application.
+    """
+    app = web.Application(middlewares=[service_errors])
+    if sandbox is not None:
+        app.cleanup_ctx.append(sandbox_context(**sandbox))
+    app.cleanup_ctx.append(videogen_client)
+    app.add_routes(routes)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the app until Ctrl-C."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.1,
+        help="speed of the local sandbox when VIDEOGEN_BASE_URL is not set (0.1: 10x)",
+    )
+    args = parser.parse_args(argv)
+    sandbox = None if os.environ.get("VIDEOGEN_BASE_URL") else {"time_scale": args.time_scale}
+    web.run_app(make_app(sandbox=sandbox), host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The blocking-call detector of the test suite (see ``_no_blocking_calls`` in conftest)."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from blockbuster import BlockBuster, blockbuster_ctx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _source(name: str, path: Path) -> types.ModuleType:
+    """A stand-in module for code that is not a package: blockbuster scans by path."""
+    module = types.ModuleType(name)
+    if path.is_dir():
+        module.__path__ = [str(path)]
+    else:
+        module.__file__ = str(path)
+    return module
+
+
+# The code whose blocking calls fail a test: the package (client, sandbox, CLI), the
+# examples, and the programs of the docs (tests/test_docs.py compiles each under its page's
+# path). Test code itself is not scanned: a test may read a file it wrote.
+SCANNED = [
+    "videogen_async",
+    _source("examples", ROOT / "examples"),
+    _source("docs", ROOT / "docs"),
+    _source("readme", ROOT / "README.md"),
+]
+
+
+@contextmanager
+def no_blocking_calls() -> Iterator[BlockBuster]:
+    """Patch the blocking functions of the standard library to raise in a running loop.
+
+    Blockbuster raises ``BlockingError`` when a blocking function (file I/O, ``time.sleep``,
+    blocking sockets, locks...) is called from a thread that runs an event loop, with a frame
+    of the scanned code on the stack. Outside a running loop it does nothing.
+    """
+    with blockbuster_ctx(SCANNED) as detector:
+        for name in ("threading.Lock.acquire", "threading.Lock.acquire_lock"):
+            function = detector.functions[name]
+            # The import system's per-module lock: the first import of a module waits while
+            # another thread is importing it (the docs' programs run in parallel threads,
+            # each with its own loop). Blockbuster already lets imports read their files.
+            function.can_block_in(
+                "<frozen importlib._bootstrap>", {"_lock_unlock_module", "acquire"}
+            )
+            # coverage.py's collector, measuring several threads (concurrency = thread),
+            # takes a short lock around its data when a thread starts being traced.
+            function.can_block_in("coverage/collector.py", {"lock_data"})
+        yield detector

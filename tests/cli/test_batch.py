@@ -1,0 +1,415 @@
+"""``videogen batch``: the manifest, the journal, and the crash tests.
+
+The crash tests interrupt a batch of 30 lines after some creations, three ways: the sandbox
+drops the connection after a create took effect; an exception is raised inside the batch
+right after a create took effect and before its id is recorded; a real SIGINT is sent to a
+``videogen batch`` subprocess. Each time the batch is then run again with the same journal,
+and the sandbox's own records (its set of created tasks and its request log) must show every
+line created exactly once, while the manifest holds a result for every line.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from videogen_async._cli import _journal
+from videogen_async._cli._journal import Journal, JournalError
+from videogen_async.testing import sample_mp4
+
+from .conftest import (
+    CREATE_ROUTE,
+    KEY,
+    Run,
+    ThreadedSandbox,
+    read_manifest,
+    subprocess_env,
+    videogen,
+    wait_until,
+)
+
+MEDIA_ROUTE = "GET /media/{file_name}"
+
+
+def write_input(folder: Path, count: int, *extra: str) -> Path:
+    path = folder / "prompts.jsonl"
+    lines = [json.dumps({"prompt": f"line {i} of the batch", "duration": 4 + i % 3})
+             for i in range(1, count + 1)]  # fmt: skip
+    path.write_text("\n".join([*lines, *extra]) + "\n", encoding="utf-8")
+    return path
+
+
+def journal_states(path: Path) -> dict[int, tuple[str, str | None]]:
+    if not path.exists():
+        return {}
+    try:
+        with _journal.read_only(path) as conn:
+            rows = conn.execute("SELECT line_no, state, task_id FROM lines").fetchall()
+    except sqlite3.OperationalError:  # the batch is creating the file right now
+        return {}
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+def check_exactly_once(sandbox: ThreadedSandbox, manifest: list[dict[str, Any]], lines: int):
+    """Every line created once: as many creates and tasks as lines, ids one per line."""
+    assert len(manifest) == lines
+    assert [r["line"] for r in manifest] == list(range(1, lines + 1))
+    server_ids = set(sandbox.task_ids())
+    assert sandbox.routes(CREATE_ROUTE) == lines
+    assert len(server_ids) == lines
+    ids = [r["task_id"] for r in manifest if r["task_id"]]
+    assert len(ids) == len(set(ids))
+    assert set(ids) <= server_ids
+    return server_ids - set(ids)
+
+
+# -- the everyday path ----------------------------------------------------------------------------
+
+
+def test_batch_manifest_invalid_lines_downloads_and_idempotent_rerun(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    path = write_input(
+        tmp_path,
+        5,
+        "",
+        "# a comment",
+        "{not json",
+        json.dumps({"prompt": "x", "functionMode": "omni_reference"}),
+        json.dumps({"prompt": "y", "duration": 30}),
+    )
+    videos = tmp_path / "videos"
+    run = cli("--json", "batch", str(path), "--download", str(videos))
+    assert run.code == 1, run  # three lines were bad
+    summary = run.json()
+    assert summary["counts"] == {"succeeded": 5, "invalid": 3}
+    assert summary["resume"] is None
+    assert "line 8: skipped, not valid JSON" in run.err
+    assert "line 9: skipped, functionMode: is not a field" in run.err
+    assert "line 10: skipped, duration: must be an integer from 4 to 15" in run.err
+    assert sandbox.routes(CREATE_ROUTE) == 5  # bad lines cost nothing
+
+    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    assert [r["line"] for r in manifest] == [1, 2, 3, 4, 5, 8, 9, 10]
+    good = manifest[:5]
+    assert all(r["status"] == "succeeded" and r["video_url"] for r in good)
+    assert [r["input"]["prompt"] for r in good] == [f"line {i} of the batch" for i in range(1, 6)]
+    assert [r["credits"] for r in good] == [10, 12, 8, 10, 12]  # 2 credits per second
+    assert manifest[5] == {
+        "line": 8, "input": "{not json", "task_id": None, "status": "invalid",
+        "video_url": None, "error": manifest[5]["error"], "credits": None, "path": None,
+    }  # fmt: skip
+    for record in good:
+        assert Path(record["path"]).read_bytes() == sample_mp4()
+    assert len(list(videos.iterdir())) == 5
+
+    media_before = sandbox.routes(MEDIA_ROUTE)
+    again = cli("batch", str(path), "--download", str(videos))
+    assert again.code == 1
+    assert "resuming: 5 line(s) already created" in again.err
+    assert sandbox.routes(CREATE_ROUTE) == 5  # nothing created twice
+    assert sandbox.routes(MEDIA_ROUTE) == media_before  # complete files are not fetched again
+    assert read_manifest(tmp_path / "prompts.results.jsonl") == manifest
+
+
+def test_all_lines_succeeded_exits_0_with_human_summary(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    path = write_input(tmp_path, 3)
+    run = cli("batch", str(path), "--manifest", str(tmp_path / "out" / "m.jsonl"))
+    assert run.code == 0, run
+    assert "succeeded  3" in run.out
+    assert "creating: 3/3" in run.err
+    assert "waiting: 3/3" in run.err
+    assert len(read_manifest(tmp_path / "out" / "m.jsonl")) == 3
+
+
+def test_changed_input_or_other_service_is_refused(
+    sandbox: ThreadedSandbox,
+    make_sandbox: Callable[..., ThreadedSandbox],
+    cli: Callable[..., Run],
+    tmp_path: Path,
+) -> None:
+    path = write_input(tmp_path, 2)
+    assert cli("batch", str(path)).code == 0
+    other = make_sandbox()
+    moved = cli("--base-url", other.base_url, "batch", str(path))
+    assert moved.code == 2
+    assert "was made for" in moved.err
+    assert other.routes(CREATE_ROUTE) == 0
+    path.write_text(path.read_text().replace("line 2", "line two"))
+    changed = cli("batch", str(path))
+    assert changed.code == 2
+    assert "line 2 of the input differs" in changed.err
+    assert sandbox.routes(CREATE_ROUTE) == 2
+
+
+def test_a_journal_in_use_is_refused(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    fcntl = pytest.importorskip("fcntl")
+    path = write_input(tmp_path, 1)
+    with open(tmp_path / "prompts.journal.sqlite.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        run = cli("batch", str(path))
+    assert run.code == 2
+    assert "in use by another videogen batch" in run.err
+    assert sandbox.routes(CREATE_ROUTE) == 0
+
+
+def test_insufficient_credits_stops_creating_then_a_rerun_finishes(
+    make_sandbox: Callable[..., ThreadedSandbox],
+    cli: Callable[..., Run],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    box = make_sandbox(credits=25)
+    for name, value in box.env().items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(6)))
+    run = cli("batch", str(path), "--max-concurrency", "1")
+    assert run.code == 3, run  # an API error stopped the batch
+    assert "InsufficientCreditsError" in run.err
+    assert "creating no more tasks" in run.err
+    assert "to resume, run:" in run.err
+    assert box.routes(CREATE_ROUTE) == 3  # two created, the third refused, no more tried
+    manifest = read_manifest(tmp_path / "p.results.jsonl")
+    statuses = [r["status"] for r in manifest]
+    assert statuses == ["succeeded", "succeeded", "refused", *["not_created"] * 3]
+
+    box.call(lambda: box.srv.add_credits(100))
+    rerun = cli("batch", str(path), "--max-concurrency", "1")
+    assert rerun.code == 0, rerun
+    assert len(box.task_ids()) == 6
+    assert box.routes(CREATE_ROUTE) == 7  # the refused create was safe to send again
+
+
+def test_timeout_leaves_tasks_pending_and_a_rerun_resumes_waiting(
+    make_sandbox: Callable[..., ThreadedSandbox],
+    cli: Callable[..., Run],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    box = make_sandbox(time_scale=1.0, manual_clock=True)  # the clock moves only when told
+    for name, value in box.env().items():
+        monkeypatch.setenv(name, value)
+    path = write_input(tmp_path, 4)
+    run = cli("batch", str(path), "--timeout", "0.2")
+    assert run.code == 1, run
+    assert "to resume, run:" in run.err
+    assert [r["status"] for r in read_manifest(tmp_path / "prompts.results.jsonl")] == [
+        "pending"
+    ] * 4
+    box.call(lambda: box.srv.clock.advance(120))
+    rerun = cli("batch", str(path))
+    assert rerun.code == 0, rerun
+    assert box.routes(CREATE_ROUTE) == 4
+    assert [r["status"] for r in read_manifest(tmp_path / "prompts.results.jsonl")] == [
+        "succeeded"
+    ] * 4
+
+
+# -- the crash tests ------------------------------------------------------------------------------
+
+
+def test_crash_a_dropped_connection_after_the_create_took_effect(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from videogen_async._tasks import Tasks
+
+    real_create = Tasks.create
+    calls = 0
+
+    async def create(self: Tasks, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 10:  # from now on, the next create takes effect and its answer is lost
+            await sandbox.acall(
+                lambda: sandbox.srv.faults.set(CREATE_ROUTE, drop_after_rate=1.0, times=1)
+            )
+        return await real_create(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tasks, "create", create)
+    path = write_input(tmp_path, 30)
+    first = cli("batch", str(path), "--max-concurrency", "3")
+    assert first.code == 1, first
+    assert "create may have taken effect" in first.err
+    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    orphans = check_exactly_once(sandbox, manifest, 30)
+    assert len(orphans) == 1  # the dropped create made a task nobody knows the id of
+    [unknown] = [r for r in manifest if r["status"] == "unknown"]
+    assert unknown["task_id"] is None
+    assert sum(r["status"] == "succeeded" for r in manifest) == 29
+
+    monkeypatch.setattr(Tasks, "create", real_create)
+    second = cli("batch", str(path))
+    assert second.code == 1
+    assert f"line {unknown['line']}: unknown outcome of an earlier create; not sent again" in (
+        second.err
+    )
+    assert check_exactly_once(sandbox, read_manifest(tmp_path / "prompts.results.jsonl"), 30)
+    assert sandbox.routes(CREATE_ROUTE) == 30
+
+    third = cli("batch", str(path), "--retry-unknown")  # the user accepts a possible duplicate
+    assert third.code == 0, third
+    assert sandbox.routes(CREATE_ROUTE) == 31
+    final = read_manifest(tmp_path / "prompts.results.jsonl")
+    assert all(r["status"] == "succeeded" for r in final)
+
+
+def test_crash_an_exception_between_the_create_and_its_journal_entry(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = Journal.mark_created
+    calls = 0
+
+    async def crashing(self: Journal, line_no: int, task_id: str, credits: float | None) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 10:
+            raise RuntimeError("simulated crash after the create took effect")
+        await real(self, line_no, task_id, credits)
+
+    monkeypatch.setattr(Journal, "mark_created", crashing)
+    path = write_input(tmp_path, 30)
+    journal = tmp_path / "prompts.journal.sqlite"
+    first = cli("batch", str(path), "--max-concurrency", "3")
+    assert first.code == 1, first
+    assert "videogen: error: RuntimeError: simulated crash" in first.err
+    states = journal_states(journal)
+    attempted = [no for no, (state, _) in states.items() if state == "attempted"]
+    created = [no for no, (state, _) in states.items() if state == "created"]
+    assert len(attempted) == 1
+    assert 9 <= len(created) < 29
+    assert len(sandbox.task_ids()) == len(created) + 1  # the crashed line's task exists
+    assert "to resume, run:" in first.err
+
+    monkeypatch.setattr(Journal, "mark_created", real)
+    second = cli("batch", str(path), "--max-concurrency", "3")
+    assert second.code == 1, second  # one line's outcome stays unknown
+    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    orphans = check_exactly_once(sandbox, manifest, 30)
+    assert len(orphans) == 1
+    assert [r["line"] for r in manifest if r["status"] == "unknown"] == attempted
+    assert sum(r["status"] == "succeeded" for r in manifest) == 29
+
+
+def test_crash_sigint_to_a_batch_subprocess_then_resume(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    sandbox.call(lambda: sandbox.srv.faults.set(CREATE_ROUTE, latency=0.1))  # slow creates
+    path = write_input(tmp_path, 30)
+    journal = tmp_path / "run.sqlite"
+    proc = videogen(
+        "batch", str(path), "--journal", str(journal), "--max-concurrency", "2",
+        env=subprocess_env(sandbox.env()),
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: sum(s == "created" for s, _ in journal_states(journal).values()) >= 4,
+            what="four lines created",
+        )
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted: stopping cleanly" in err
+    states = journal_states(journal)
+    created = {task_id for state, task_id in states.values() if state == "created"}
+    assert 4 <= len(created) < 30
+    assert not [no for no, (state, _) in states.items() if state == "attempted"]  # clean stop
+    assert set(sandbox.task_ids()) == created  # every create in flight was recorded
+    assert sandbox.routes(CREATE_ROUTE) == len(created)
+    partial = read_manifest(tmp_path / "prompts.results.jsonl")
+    assert len(partial) == 30  # written even when interrupted
+    assert {r["task_id"] for r in partial if r["task_id"]} == created
+
+    resume = err.split("to resume, run:\n", 1)[1].splitlines()[0].strip()
+    argv = shlex.split(resume)
+    assert argv[:2] == ["videogen", "batch"]
+    assert KEY not in resume
+    sandbox.call(sandbox.srv.faults.clear)
+    rerun = cli(*argv[1:])  # the very command it printed
+    assert rerun.code == 0, rerun
+    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    assert check_exactly_once(sandbox, manifest, 30) == set()
+    assert all(r["status"] == "succeeded" for r in manifest)
+
+
+# -- the journal on its own -----------------------------------------------------------------------
+
+
+async def test_journal_never_lets_a_created_line_be_sent_again(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    journal = await Journal.open(path, base_url="http://svc")
+    try:
+        await journal.mark_attempted(1, {"prompt": "a"})
+        await journal.mark_created(1, "t-1", 10.0)
+        with pytest.raises(JournalError, match="already has a task id"):
+            await journal.mark_attempted(1, {"prompt": "a"})
+        await journal.mark_attempted(2, {"prompt": "b"})
+        await journal.mark_failed_create(2, unknown=True, error="dropped")
+        await journal.mark_done(1, status="succeeded", video_url="u", error=None, credits=10.0)
+        entries = await journal.entries()
+    finally:
+        await journal.close()
+    assert entries[1].state == "done"
+    assert entries[1].task_id == "t-1"
+    assert entries[2].state == "unknown"
+    assert entries[2].attempts == 1
+    reopened = await Journal.open(path, base_url="http://svc")
+    await reopened.close()
+    with pytest.raises(JournalError, match="was made for"):
+        await Journal.open(path, base_url="http://elsewhere")
+
+
+def test_sigint_while_waiting_stops_cleanly_and_a_rerun_waits_again(
+    make_sandbox: Callable[..., ThreadedSandbox], cli: Callable[..., Run], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    box = make_sandbox(time_scale=1.0, manual_clock=True)  # nothing finishes until told
+    path = write_input(tmp_path, 5)
+    journal = tmp_path / "prompts.journal.sqlite"
+    proc = videogen("batch", str(path), env=subprocess_env(box.env()))
+    try:
+        wait_until(
+            lambda: sum(s == "created" for s, _ in journal_states(journal).values()) == 5,
+            what="all five lines created",
+        )
+        wait_until(lambda: box.routes("GET /v1/tasks") >= 5, what="the first polls")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "to resume, run:" in err
+    assert [r["status"] for r in read_manifest(tmp_path / "prompts.results.jsonl")] == [
+        "pending"
+    ] * 5
+
+    for name, value in box.env().items():
+        monkeypatch.setenv(name, value)
+    box.call(lambda: box.srv.clock.advance(120))
+    rerun = cli("batch", str(path))
+    assert rerun.code == 0, rerun
+    assert box.routes(CREATE_ROUTE) == 5

@@ -1,0 +1,62 @@
+"""``videogen``: the command line of videogen-async.
+
+The parser is built with :mod:`argparse` from the standard library, not click or typer: the
+library keeps its four runtime dependencies (aiohttp, attrs, cattrs, anyio) and a command line
+that ships inside it must not add a fifth. rich, for tables and the live progress bar, is the
+optional ``cli`` extra (``pip install "videogen-async[cli]"``); without it every command
+prints plain text.
+
+Layout: :mod:`._parser` (commands, options, help), :mod:`._common` (exit codes, configuration,
+Ctrl-C, error lines), :mod:`._ui` (tables, JSON, progress), one module per area
+(:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` with :mod:`._journal`, :mod:`._demo`,
+:mod:`._sandbox`). See ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from ._common import EXIT_USAGE, Context, unwrap_group
+from ._ui import UI
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``videogen`` with the given arguments.
+
+    Args:
+        argv: The arguments without the program name (``sys.argv[1:]`` when ``None``).
+
+    Returns:
+        The exit code: 0 success, 1 some tasks failed, 2 usage error, 3 API or connection
+        error, 130 interrupted.
+    """
+    from ._parser import build_parser
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help, --version, or a usage error (argparse said why)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    debug = bool(getattr(args, "debug", False))
+    ui = UI(json_mode=bool(getattr(args, "json", False)), debug=debug)
+    ctx = Context(args, ui)
+    logger = logging.getLogger("videogen_async")
+    level = logger.level
+    handler: logging.Handler | None = None
+    if debug:
+        handler = logging.StreamHandler(ui.err)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        return ctx.run(args.func)
+    except Exception as exc:  # one clear line, a traceback only with --debug
+        return ctx.fail(unwrap_group(exc))
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(level)

@@ -1,0 +1,286 @@
+"""What every command shares: exit codes, configuration, the client, Ctrl-C, error lines."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._exceptions import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    ConfigurationError,
+    InvalidRequestError,
+    TaskPollError,
+    WaitTimeoutError,
+)
+from .._models import unstructure
+from ._ui import UI
+
+if TYPE_CHECKING:
+    from .._client import AsyncVideoGen
+    from .._models import Task
+
+__all__ = [
+    "EXIT_API_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_SOME_FAILED",
+    "EXIT_USAGE",
+    "Context",
+    "describe_error",
+    "exit_code_for",
+    "task_row",
+    "task_to_json",
+    "unwrap_group",
+]
+
+EXIT_OK = 0
+"""Success: everything asked for was done (every task succeeded)."""
+EXIT_SOME_FAILED = 1
+"""Some tasks failed (or could not be created, downloaded, or finished in time)."""
+EXIT_USAGE = 2
+"""A usage error: bad options, a bad input file, missing configuration."""
+EXIT_API_ERROR = 3
+"""The service could not be reached, refused the key, or answered with an error."""
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (128 + SIGINT)."""
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    success (every task asked about succeeded)
+  1    some tasks failed, could not be created or downloaded, or were not done in time
+  2    usage error: bad options, a bad input file, missing API key or base URL
+  3    API or connection error: the service was unreachable or answered with an error
+  130  interrupted (Ctrl-C); a batch prints the command that resumes it"""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line naming an error: its class, its message and (inside it) the trace id.
+
+    Args:
+        exc: The error.
+
+    Returns:
+        ``ClassName: message (trace_id=...)``.
+    """
+    text = " ".join(str(exc).split()) or repr(exc)
+    return f"{type(exc).__name__}: {text}"
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code of a command that ended with ``exc``.
+
+    Args:
+        exc: The error.
+
+    Returns:
+        2 for configuration and invalid requests, 3 for API and connection errors, 1 for
+        other SDK errors (a failed task, a timeout, a download).
+    """
+    if isinstance(exc, (ConfigurationError, InvalidRequestError)):
+        return EXIT_USAGE
+    if isinstance(exc, TaskPollError) and isinstance(exc.__cause__, WaitTimeoutError):
+        return EXIT_SOME_FAILED
+    if isinstance(exc, (APIConnectionError, APIStatusError, APIResponseError, TaskPollError)):
+        return EXIT_API_ERROR
+    return EXIT_SOME_FAILED
+
+
+def task_to_json(task: Task) -> dict[str, Any]:
+    """A task as JSON-ready data (dates as ISO 8601)."""
+    data: dict[str, Any] = unstructure(task)
+    return data
+
+
+def task_row(task: Task) -> list[Any]:
+    """The cells of a task in the status tables."""
+    outcome = task.video_url if task.is_succeeded else task.error_message
+    return [task.task_id, str(task.status), _credits(task.credits_cost), outcome]
+
+
+def _credits(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}"
+
+
+def fmt_credits(value: float | None) -> str:
+    """Credits as shown to a user (``12.5``, ``10``)."""
+    return _credits(value)
+
+
+class Context:
+    """One run of the command line: the parsed options, the output, and Ctrl-C.
+
+    Ctrl-C is handled like this: the first one cancels the *work* of the command (the cancel
+    scopes entered with :meth:`cancellable`), while the clean-up that follows (journal
+    writes, closing the client) still runs; the command then exits with 130. A second Ctrl-C
+    ends the process at once (the batch journal stays consistent: every write to it is one
+    SQLite transaction).
+    """
+
+    def __init__(self, args: argparse.Namespace, ui: UI) -> None:
+        self.args = args
+        self.ui = ui
+        self.interrupts = 0
+        self._scopes: list[anyio.CancelScope] = []
+        self._stoppers: list[Callable[[], object]] = []
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C interrupted the work (not a command for which it is the way out)."""
+        return self.interrupts > 0 and not self._stoppers
+
+    def stop_on_interrupt(self, callback: Callable[[], object]) -> None:
+        """Make Ctrl-C the normal way out: it calls ``callback`` and the exit code is kept.
+
+        Args:
+            callback: Called (in the event loop) at the first Ctrl-C.
+        """
+        self._stoppers.append(callback)
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``AsyncVideoGen`` from the options and the environment."""
+        args = self.args
+        options: dict[str, Any] = {
+            "api_key": getattr(args, "cfg_api_key", None) or os.environ.get("VIDEOGEN_API_KEY"),
+            "base_url": getattr(args, "cfg_base_url", None) or os.environ.get("VIDEOGEN_BASE_URL"),
+        }
+        timeout = getattr(args, "cfg_timeout", None)
+        if timeout is not None:
+            options["timeout"] = timeout
+        retries = getattr(args, "cfg_max_retries", None)
+        if retries is not None:
+            options["max_retries"] = retries
+        return options
+
+    def make_client(self) -> AsyncVideoGen:
+        """A client configured from the options, then the environment.
+
+        Raises:
+            ConfigurationError: No key or base URL, or an invalid one.
+        """
+        from .._client import AsyncVideoGen
+
+        return AsyncVideoGen(**self.client_options())
+
+    # -- Ctrl-C -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def cancellable(self) -> Iterator[anyio.CancelScope]:
+        """A cancel scope that the first Ctrl-C cancels.
+
+        Yields:
+            The scope (already cancelled if Ctrl-C came before it was entered).
+        """
+        with anyio.CancelScope() as scope:
+            if self.interrupts:
+                scope.cancel()
+            self._scopes.append(scope)
+            try:
+                yield scope
+            finally:
+                self._scopes.remove(scope)
+
+    def on_sigint(self) -> None:
+        """The SIGINT handler (runs in the event loop)."""
+        self.interrupts += 1
+        if self.interrupts == 1 and self._stoppers:
+            self.ui.note("\nstopping")
+            for callback in self._stoppers:
+                callback()
+            return
+        if self.interrupts == 1:
+            self.ui.note("\ninterrupted: stopping cleanly (press Ctrl-C again to abort at once)")
+            for scope in list(self._scopes):
+                scope.cancel()
+            return
+        self.ui.note("aborted")
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    def run(self, command: Callable[[Context], Awaitable[int]]) -> int:
+        """Run an async command in a fresh event loop, with Ctrl-C handled.
+
+        Args:
+            command: The command.
+
+        Returns:
+            Its exit code (130 when interrupted).
+        """
+
+        async def _main() -> int:
+            loop = asyncio.get_running_loop()
+            installed = False
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, self.on_sigint)
+                installed = True
+            try:
+                code = await command(self)
+            finally:
+                if installed:
+                    loop.remove_signal_handler(signal.SIGINT)
+            return EXIT_INTERRUPTED if self.interrupted else code
+
+        try:
+            return asyncio.run(_main())
+        except KeyboardInterrupt:  # no signal handler (not the main thread, Windows)
+            self.ui.note("interrupted")
+            return EXIT_INTERRUPTED
+
+    async def with_client(self, work: Callable[[AsyncVideoGen], Awaitable[int]]) -> int:
+        """Open the client, run ``work`` under Ctrl-C, close the client whatever happens.
+
+        Args:
+            work: The command's body.
+
+        Returns:
+            Its exit code (130 if it was interrupted).
+        """
+        async with self.make_client() as client:
+            code = EXIT_INTERRUPTED
+            with self.cancellable():
+                code = await work(client)
+        return EXIT_INTERRUPTED if self.interrupted else code
+
+    def fail(self, exc: BaseException) -> int:
+        """Report an error as one line (and a traceback with ``--debug``).
+
+        Args:
+            exc: The error.
+
+        Returns:
+            Its exit code.
+        """
+        if self.ui.debug:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
+        self.ui.error(describe_error(exc))
+        return exit_code_for(exc)
+
+
+def unwrap_group(exc: BaseException) -> BaseException:
+    """The one error inside (nested) exception groups of one error, else ``exc`` itself.
+
+    Task groups wrap what their tasks raise in an exception group; a user wants to see the
+    error, not the group.
+    """
+    while True:
+        inner = getattr(exc, "exceptions", None)
+        if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+            exc = inner[0]
+            continue
+        return exc

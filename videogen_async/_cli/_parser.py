@@ -1,0 +1,469 @@
+"""The argument parser of ``videogen``: every command, option, help text and example."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .._enums import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage
+from .._version import __version__
+from ._common import EXIT_CODES_HELP
+
+__all__ = ["build_parser"]
+
+_FMT = argparse.RawDescriptionHelpFormatter
+
+MAIN_EPILOG = f"""\
+configuration:
+  The API key and the service's base URL come from --api-key / --base-url, else from the
+  environment variables VIDEOGEN_API_KEY and VIDEOGEN_BASE_URL. Prefer the environment for
+  the key: a command line is visible to other users of the machine. The key is never printed.
+  The connection options go before the command; --json and --debug go anywhere.
+
+examples:
+  videogen demo                               # the whole service, offline, in seconds
+  videogen sandbox --port 8765                # a local service to try the commands on
+  export VIDEOGEN_BASE_URL=http://127.0.0.1:8765 VIDEOGEN_API_KEY=sandbox-key
+  videogen credits
+  videogen create "a red fox in the snow" --duration 6 --wait
+  videogen batch prompts.jsonl --download videos/
+  videogen --json status t_123 t_456
+
+{EXIT_CODES_HELP}
+
+Run "videogen COMMAND --help" for the options of a command. More: docs/cli.md."""
+
+CREATE_EPILOG = """\
+examples:
+  videogen create "a paper boat on a rainy street"
+  videogen create "a hummingbird at a flower" --model videomodel_2_0_fast --ratio 9:16 \\
+      --duration 8 --wait --timeout 600
+  videogen create "make this photo move" --function-mode first_last_frames \\
+      --image-url https://cdn.example.com/first.png --image-url https://cdn.example.com/last.png
+
+Every rule of the service is checked before anything is sent, so a refused request costs no
+credits. Without --wait the task id is printed at once; follow it with "videogen wait ID"."""
+
+BATCH_EPILOG = """\
+input (JSON lines): one direct-task request per line, with the fields of "create":
+  {"prompt": "a red fox in the snow", "duration": 6}
+  {"prompt": "a lighthouse in a storm", "model": "videomodel_2_0_fast", "ratio": "9:16"}
+  # blank lines and lines starting with # are ignored
+A bad line is reported with its number and skipped; it costs nothing.
+
+the journal (resuming):
+  Each line's progress is recorded in a SQLite journal (by default NAME.journal.sqlite beside
+  the input): "create attempted" before the request is sent, the task id the moment it comes
+  back, then the final status. Run the same command again after a crash or Ctrl-C and it
+  resumes: lines already created are waited for, never created again. A line whose create may
+  or may not have reached the service (a crash at that instant, a dropped connection, a
+  timeout) is reported as "unknown" and is not sent again unless you pass --retry-unknown,
+  because sending it again could pay for the same video twice.
+
+the manifest (NAME.results.jsonl unless --manifest): one JSON object per input line, in
+input order: line, input, task_id, status, video_url, error, credits, path.
+  status: succeeded | failed | error | invalid | unknown | refused | pending | not_created |
+          poll_error
+
+examples:
+  videogen batch prompts.jsonl
+  videogen batch prompts.jsonl --download videos/ --max-concurrency 8 --timeout 1800
+  videogen batch prompts.jsonl --journal runs/monday.sqlite --manifest runs/monday.jsonl
+  videogen batch prompts.jsonl --retry-unknown      # accept possible duplicates
+
+Ctrl-C stops cleanly (creates in flight are finished and recorded, the manifest is written)
+and prints the command that resumes. Exit code 0 only when every line succeeded."""
+
+PROJECT_EPILOG = """\
+A project turns a reference ad video and product images into a script, then into videos.
+In auto mode the first batch of videos is made as soon as the script is ready; in manual
+mode you review the script and make batches with "videogen project videos".
+
+examples:
+  videogen project create https://cdn.example.com/ad.mp4 \\
+      --product-image-url https://cdn.example.com/bottle.png --mode manual
+  videogen project script p_123                  # waits for the script, prints it
+  videogen project videos p_123 --out-number 2 --wait
+  videogen project videos p_123 --script-file my-script.txt --aspect-ratio 1:1
+  videogen project wait p_123
+  videogen project get p_123 --script"""
+
+DEMO_EPILOG = """\
+The demo starts the sandbox inside this process (nothing leaves the machine, no key is
+needed) with its clock sped up, and goes through the service as you would: the balance, a
+batch of direct tasks with a progress bar, a manual project with its script and two video
+batches, the downloads, and the final balance and billing.
+
+examples:
+  videogen demo
+  videogen demo --to ./demo-videos --tasks 12
+  videogen --json demo > demo.json"""
+
+DOWNLOAD_EPILOG = """\
+Each video is streamed into a temporary file beside its destination and renamed only when it
+is complete and of the size the host declared, so DIR never holds a partial video. A broken
+connection is resumed with a Range request. The API key is never sent to the video's host.
+
+examples:
+  videogen download t_123 t_456 --to videos/
+  videogen download https://cdn.example.com/v/abc.mp4 --to videos/"""
+
+WAIT_EPILOG = """\
+examples:
+  videogen wait t_123
+  videogen wait t_123 t_456 t_789 --timeout 900
+  videogen --json wait t_123 | jq -r .[0].result.video_url
+
+Exit code 0 when every task succeeded, 1 when one failed or was still running at --timeout,
+3 when one could not be read (e.g. an unknown id)."""
+
+SANDBOX_EPILOG = """\
+The sandbox is the whole service in memory (tasks, projects, credits, errors), for trying the
+commands and for tests. It prints the two environment variables that point videogen at it.
+
+examples:
+  videogen sandbox
+  videogen sandbox --port 0 --time-scale 0.01 --seed 1     # 100x faster, reproducible
+  videogen sandbox --failure-rate 0.1 --credits 500"""
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value
+
+
+def _resolution(text: str) -> int | str:
+    from ._projects import parse_resolution
+
+    return parse_resolution(text)
+
+
+def _output_options() -> argparse.ArgumentParser:
+    """``--json`` and ``--debug``, accepted before and after the command."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("output")
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print results as JSON on stdout (for scripts); notes stay on stderr",
+    )
+    group.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks with errors, and the SDK's debug log",
+    )
+    return parent
+
+
+def _wait_timeout(parser: argparse.ArgumentParser, what: str, extra: str = "") -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help=f"stop waiting for {what} after this long (default: no limit){extra}",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``videogen`` parser.
+
+    Returns:
+        The parser; each command's namespace carries ``func``, the command to run.
+    """
+    from ._batch import cmd_batch
+    from ._demo import cmd_demo
+    from ._projects import (
+        cmd_project_create,
+        cmd_project_get,
+        cmd_project_script,
+        cmd_project_videos,
+        cmd_project_wait,
+    )
+    from ._sandbox import cmd_sandbox
+    from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
+
+    output = _output_options()
+    parser = argparse.ArgumentParser(
+        prog="videogen",
+        description="videogen: the command line of the video generation service.\n"
+        "Create videos, follow them, download them, run resumable batches, or try\n"
+        "everything offline with the built-in sandbox (videogen demo).",
+        epilog=MAIN_EPILOG,
+        formatter_class=_FMT,
+        parents=[output],
+    )
+    parser.add_argument("--version", action="version", version=f"videogen-async {__version__}")
+    conn = parser.add_argument_group("connection (before the command)")
+    conn.add_argument(
+        "--api-key",
+        dest="cfg_api_key",
+        metavar="KEY",
+        help="the API key (default: $VIDEOGEN_API_KEY; the environment is safer)",
+    )
+    conn.add_argument(
+        "--base-url",
+        dest="cfg_base_url",
+        metavar="URL",
+        help="the service's base URL (default: $VIDEOGEN_BASE_URL)",
+    )
+    conn.add_argument(
+        "--timeout",
+        dest="cfg_timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="limit of each HTTP request (default: 10 s to connect, 60 s per read)",
+    )
+    conn.add_argument(
+        "--max-retries",
+        dest="cfg_max_retries",
+        type=_non_negative_int,
+        metavar="N",
+        help="retries of a request after a transient failure (default 2; creates are retried"
+        " only when they provably did not reach the service)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.required = True
+
+    def command(name: str, help_text: str, epilog: str | None = None, **kw: Any) -> Any:
+        return commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text[:1].upper() + help_text[1:] + ".",
+            epilog=epilog,
+            formatter_class=_FMT,
+            parents=[output],
+            **kw,
+        )
+
+    # credits
+    p = command(
+        "credits",
+        "show the API credit balance",
+        "examples:\n  videogen credits\n  videogen --json credits",
+    )
+    p.set_defaults(func=cmd_credits)
+
+    # create
+    p = command("create", "create a direct video task from a prompt", CREATE_EPILOG)
+    p.add_argument("prompt", help="the text prompt")
+    p.add_argument("--model", choices=Model.values(), help="default videomodel_2_0")
+    p.add_argument("--function-mode", choices=FunctionMode.values(), help="default omni_reference")
+    p.add_argument("--ratio", choices=Ratio.values(), help="aspect ratio (default 16:9)")
+    p.add_argument("--duration", type=int, metavar="SECONDS", help="4 to 15 seconds (default 5)")
+    p.add_argument(
+        "--image-url",
+        dest="image_urls",
+        action="append",
+        metavar="URL",
+        help="a reference image (repeat for more; up to 9, or 2 with first_last_frames)",
+    )
+    p.add_argument(
+        "--audio-url",
+        dest="audio_urls",
+        action="append",
+        metavar="URL",
+        help="a reference audio (repeat; up to 3; needs an image or video beside it)",
+    )
+    p.add_argument(
+        "--video-url",
+        dest="video_urls",
+        action="append",
+        metavar="URL",
+        help="a reference video (repeat; up to 3)",
+    )
+    p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
+    _wait_timeout(p, "the task (with --wait)")
+    p.set_defaults(func=cmd_create)
+
+    # status
+    p = command(
+        "status",
+        "show the current state of tasks",
+        "examples:\n  videogen status t_123\n  videogen --json status t_123 t_456",
+    )
+    p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
+    p.set_defaults(func=cmd_status)
+
+    # wait
+    p = command("wait", "wait until tasks finish, with a progress bar", WAIT_EPILOG)
+    p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
+    _wait_timeout(p, "the tasks")
+    p.set_defaults(func=cmd_wait)
+
+    # download
+    p = command("download", "download finished videos", DOWNLOAD_EPILOG)
+    p.add_argument("sources", nargs="+", metavar="TASK_ID_OR_URL", help="task ids (or video URLs)")
+    p.add_argument(
+        "--to", required=True, metavar="DIR", help="directory to save into (created if missing)"
+    )
+    p.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="downloads at once (default 4)",
+    )
+    p.add_argument(
+        "--no-overwrite",
+        action="store_true",
+        help="keep files that already exist (an existing file is always complete)",
+    )
+    p.set_defaults(func=cmd_download)
+
+    # batch
+    p = command("batch", "create, wait for and download many tasks, resumably", BATCH_EPILOG)
+    p.add_argument("file", metavar="FILE.jsonl", help="one request per line (JSON)")
+    p.add_argument(
+        "--journal",
+        metavar="PATH",
+        help="the SQLite journal that makes the batch resumable"
+        " (default: FILE's name + .journal.sqlite, beside it)",
+    )
+    p.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="keep no journal: a crash then loses the created ids (not recommended)",
+    )
+    p.add_argument(
+        "--manifest",
+        metavar="PATH",
+        help="where to write the results (default: FILE's name + .results.jsonl)",
+    )
+    p.add_argument("--download", metavar="DIR", help="download the finished videos into DIR")
+    p.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="creates (and downloads) in flight at once (default 4)",
+    )
+    _wait_timeout(p, "the tasks", "; a rerun waits for them again")
+    p.add_argument(
+        "--retry-unknown",
+        action="store_true",
+        help="send again the lines whose earlier create may have taken effect (may pay twice)",
+    )
+    p.set_defaults(func=cmd_batch)
+
+    # project
+    project = command("project", "viral ad clone projects: script, then videos", PROJECT_EPILOG)
+    actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    actions.required = True
+
+    def action(name: str, help_text: str) -> Any:
+        return actions.add_parser(
+            name,
+            help=help_text,
+            description=help_text[:1].upper() + help_text[1:] + ".",
+            epilog=PROJECT_EPILOG,
+            formatter_class=_FMT,
+            parents=[output],
+        )
+
+    p = action("create", "create a project (charges 10 credits for the script)")
+    p.add_argument("reference_video_url", metavar="REFERENCE_VIDEO_URL", help="the reference ad")
+    p.add_argument(
+        "--product-image-url",
+        dest="product_image_urls",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="a product image (required; repeat for more)",
+    )
+    p.add_argument("--avatar-image-url", metavar="URL", help="a person or avatar image")
+    p.add_argument("--prompt", help="selling points, style, restrictions, language preference")
+    p.add_argument("--aspect-ratio", choices=AspectRatio.values(), help="default 9:16")
+    p.add_argument(
+        "--speech-language",
+        choices=[v for v in SpeechLanguage.values() if v],
+        help="language of the generated speech (default: that of the reference video)",
+    )
+    p.add_argument("--duration", type=int, metavar="SECONDS", help="target duration (default 15)")
+    p.add_argument(
+        "--resolution", type=_resolution, metavar="RES", help="e.g. 720 (default) or 1080"
+    )
+    p.add_argument(
+        "--out-number", type=int, metavar="N", help="videos per batch, 1 to 4 (default 1)"
+    )
+    p.add_argument("--mode", choices=ProjectMode.values(), help="default auto")
+    p.add_argument("--wait", action="store_true", help="wait until the project is done")
+    _wait_timeout(p, "the project (with --wait)")
+    p.set_defaults(func=cmd_project_create)
+
+    p = action("get", "show a project: status, billing, tasks")
+    p.add_argument("project_id", metavar="PROJECT_ID")
+    p.add_argument("--script", action="store_true", help="also print the script")
+    p.set_defaults(func=cmd_project_get)
+
+    p = action("script", "wait for a project's script and print it")
+    p.add_argument("project_id", metavar="PROJECT_ID")
+    p.add_argument("--no-wait", action="store_true", help="fail at once if it is not ready")
+    _wait_timeout(p, "the script")
+    p.set_defaults(func=cmd_project_script)
+
+    p = action("videos", "create a new batch of videos from a project's script")
+    p.add_argument("project_id", metavar="PROJECT_ID")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--script", help="a script for this batch only (the project's is kept)")
+    source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
+    p.add_argument("--out-number", type=int, metavar="N", help="1 to 4 videos")
+    p.add_argument("--resolution", type=_resolution, metavar="RES", help="e.g. 720 or 1080")
+    p.add_argument("--aspect-ratio", choices=AspectRatio.values())
+    p.add_argument("--wait", action="store_true", help="wait for the videos")
+    _wait_timeout(p, "the videos (with --wait)")
+    p.set_defaults(func=cmd_project_videos)
+
+    p = action("wait", "wait until a project and all its videos are done")
+    p.add_argument("project_id", metavar="PROJECT_ID")
+    _wait_timeout(p, "the project")
+    p.set_defaults(func=cmd_project_wait)
+
+    # download, sandbox, demo
+    p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
+                SANDBOX_EPILOG)  # fmt: skip
+    from ..testing._cli import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_sandbox)
+
+    p = command("demo", "run the whole service end to end against a built-in sandbox",
+                DEMO_EPILOG)  # fmt: skip
+    p.add_argument("--to", metavar="DIR", help="save the videos here (default: a new temp dir)")
+    p.add_argument(
+        "--tasks", type=_positive_int, default=8, metavar="N", help="direct tasks (default 8)"
+    )
+    p.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        default=0.02,
+        metavar="X",
+        help="real seconds per simulated second (default 0.02: 50x faster)",
+    )
+    p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
+    p.set_defaults(func=cmd_demo)
+    return parser

@@ -1,0 +1,244 @@
+"""``project create | get | script | videos | wait``: viral ad clone projects."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._exceptions import WaitTimeoutError
+from .._models import Project, Task, unstructure
+from ._common import (
+    EXIT_OK,
+    EXIT_SOME_FAILED,
+    EXIT_USAGE,
+    Context,
+    describe_error,
+    fmt_credits,
+)
+from ._tasks import TASK_COLUMNS, wait_for_ids
+
+if TYPE_CHECKING:
+    from .._client import AsyncVideoGen
+
+__all__ = [
+    "cmd_project_create",
+    "cmd_project_get",
+    "cmd_project_script",
+    "cmd_project_videos",
+    "cmd_project_wait",
+    "parse_resolution",
+    "show_project",
+]
+
+
+def parse_resolution(text: str) -> int | str:
+    """``720`` as an integer, anything else (``"1080p"``) as the text."""
+    stripped = text.strip()
+    return int(stripped) if stripped.isdigit() else stripped
+
+
+def project_rows(project: Project) -> list[list[Any]]:
+    """The tasks a project lists, as table rows."""
+    rows: list[list[Any]] = []
+    listed = {t.task_id: t for t in project.tasks if t.task_id}
+    for task_id in project.task_ids:
+        task = listed.get(task_id)
+        status = str(task.status) if task is not None and task.status is not None else None
+        credits = fmt_credits(task.credits_cost) if task is not None else None
+        outcome = None
+        if task is not None and task.result is not None:
+            outcome = task.result.video_url or task.result.error_message
+        rows.append([task_id, status, credits, outcome])
+    return rows
+
+
+def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
+    """A project as a summary, its billing and its tasks (or as JSON)."""
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json(unstructure(project))
+        return
+    billing = project.billing
+    ctx.ui.table(
+        ("project id", "status", "step", "mode", "script", "videos", "total credits"),
+        [
+            [
+                project.project_id,
+                str(project.status),
+                str(project.current_step),
+                str(project.mode),
+                fmt_credits(billing.script_credits_cost),
+                fmt_credits(billing.video_credits_cost),
+                fmt_credits(billing.total_credits_cost),
+            ]
+        ],
+        title="Project",
+    )
+    if project.error_message:
+        ctx.ui.print(f"error: {project.error_message}")
+    if project.task_ids:
+        ctx.ui.table(TASK_COLUMNS, project_rows(project), title="Video tasks")
+    if script and project.view_script:
+        ctx.ui.heading("Script")
+        ctx.ui.print(project.view_script)
+
+
+async def cmd_project_create(ctx: Context) -> int:
+    """``videogen project create``: a new project (10 credits)."""
+    args = ctx.args
+
+    async def work(client: AsyncVideoGen) -> int:
+        created = await client.projects.create(
+            args.reference_video_url,
+            args.product_image_urls,
+            avatar_image_url=args.avatar_image_url,
+            prompt=args.prompt,
+            aspect_ratio=args.aspect_ratio,
+            speech_language_option=args.speech_language,
+            duration=args.duration,
+            resolution=args.resolution,
+            out_number=args.out_number,
+            mode=args.mode,
+        )
+        if not args.wait:
+            if ctx.ui.json_mode:
+                ctx.ui.emit_json(unstructure(created))
+            else:
+                ctx.ui.table(
+                    ("project id", "status", "step", "mode", "credits"),
+                    [
+                        [
+                            created.project_id,
+                            str(created.status),
+                            str(created.current_step),
+                            str(created.mode),
+                            fmt_credits(created.credits_cost),
+                        ]
+                    ],
+                    title="Created project",
+                )
+                ctx.ui.note(
+                    f"next: videogen project script {created.project_id}   (waits for the script)"
+                )
+            return EXIT_OK
+        ctx.ui.note(f"created project {created.project_id}; waiting for it to finish...")
+        return await _wait_and_show(ctx, client, created.project_id)
+
+    return await ctx.with_client(work)
+
+
+async def cmd_project_get(ctx: Context) -> int:
+    """``videogen project get ID``: the project as it is now."""
+
+    async def work(client: AsyncVideoGen) -> int:
+        project = await client.projects.get(ctx.args.project_id)
+        show_project(ctx, project, script=ctx.args.script)
+        return EXIT_OK
+
+    return await ctx.with_client(work)
+
+
+async def cmd_project_script(ctx: Context) -> int:
+    """``videogen project script ID``: wait for the script and print it."""
+    args = ctx.args
+
+    async def work(client: AsyncVideoGen) -> int:
+        if args.no_wait:
+            project = await client.projects.get(args.project_id)
+            if not project.has_script:
+                ctx.ui.error(
+                    f"the script of {project.project_id} is not ready (step {project.current_step})"
+                )
+                return EXIT_SOME_FAILED
+        else:
+            ctx.ui.note(f"waiting for the script of {args.project_id}...")
+            project = await client.projects.wait_for_script(args.project_id, timeout=args.timeout)
+        if ctx.ui.json_mode:
+            ctx.ui.emit_json({"project_id": project.project_id, "view_script": project.view_script})
+        else:
+            ctx.ui.print(project.view_script or "")
+        return EXIT_OK
+
+    return await ctx.with_client(work)
+
+
+async def cmd_project_videos(ctx: Context) -> int:
+    """``videogen project videos ID``: a new batch of videos from the script."""
+    args = ctx.args
+    script = args.script
+    if args.script_file is not None:
+        try:
+            script = await anyio.Path(args.script_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            ctx.ui.error(f"cannot read --script-file: {exc}")
+            return EXIT_USAGE
+
+    async def work(client: AsyncVideoGen) -> int:
+        batch = await client.projects.create_videos(
+            args.project_id,
+            script=script,
+            out_number=args.out_number,
+            resolution=args.resolution,
+            aspect_ratio=args.aspect_ratio,
+        )
+        if not args.wait:
+            if ctx.ui.json_mode:
+                ctx.ui.emit_json(unstructure(batch))
+            else:
+                ctx.ui.table(
+                    ("task id",), [[t] for t in batch.task_ids], title="Created video tasks"
+                )
+                ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
+            return EXIT_OK
+        results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
+        tasks = [r for r in results.values() if isinstance(r, Task)]
+        if ctx.ui.json_mode:
+            ctx.ui.emit_json(
+                {
+                    **unstructure(batch),
+                    "tasks": [unstructure(t) for t in tasks],
+                    "errors": {
+                        k: describe_error(v) for k, v in results.items() if not isinstance(v, Task)
+                    },
+                }
+            )
+        else:
+            rows = []
+            for task_id in batch.task_ids:
+                item = results.get(task_id)
+                if isinstance(item, Task):
+                    outcome = item.video_url if item.is_succeeded else item.error_message
+                    rows.append(
+                        [task_id, str(item.status), fmt_credits(item.credits_cost), outcome]
+                    )
+                else:
+                    rows.append([task_id, "pending", None, describe_error(item) if item else None])
+            ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
+        ok = len(tasks) == len(batch.task_ids) and all(t.is_succeeded for t in tasks)
+        return EXIT_OK if ok else EXIT_SOME_FAILED
+
+    return await ctx.with_client(work)
+
+
+async def _wait_and_show(ctx: Context, client: AsyncVideoGen, project_id: str) -> int:
+    try:
+        project = await client.projects.wait(project_id, timeout=ctx.args.timeout)
+    except WaitTimeoutError as exc:
+        ctx.ui.error(describe_error(exc))
+        if isinstance(exc.last, Project):
+            show_project(ctx, exc.last)
+        return EXIT_SOME_FAILED
+    show_project(ctx, project)
+    if project.is_failed:
+        return EXIT_SOME_FAILED
+    failed = [t for t in project.tasks if t.is_terminal and t.status != "succeeded"]
+    return EXIT_SOME_FAILED if failed else EXIT_OK
+
+
+async def cmd_project_wait(ctx: Context) -> int:
+    """``videogen project wait ID``: wait until the project and its videos are done."""
+
+    async def work(client: AsyncVideoGen) -> int:
+        return await _wait_and_show(ctx, client, ctx.args.project_id)
+
+    return await ctx.with_client(work)

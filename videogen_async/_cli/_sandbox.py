@@ -1,0 +1,55 @@
+"""``videogen sandbox``: serve the sandbox (the whole service, in memory) on a port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from ._common import EXIT_OK, Context
+
+__all__ = ["cmd_sandbox"]
+
+
+async def cmd_sandbox(ctx: Context) -> int:
+    """Serve until Ctrl-C or SIGTERM, through the sandbox's own ``serve`` function."""
+    from ..testing._cli import options_from_args, serve
+    from ..testing._config import DEFAULT_API_KEY
+
+    options: dict[str, Any] = options_from_args(ctx.args)
+    show_key = ctx.args.api_key is None or options.get("api_key") == DEFAULT_API_KEY
+    stop = asyncio.Event()
+    ctx.stop_on_interrupt(stop.set)
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    def ready(server: Any) -> None:
+        ctx.ui.print(f"videogen sandbox serving at {server.base_url} (Ctrl-C to stop)")
+        ctx.ui.print(f"VIDEOGEN_BASE_URL={server.base_url}")
+        if show_key:  # the sandbox's well-known default key is not a secret
+            ctx.ui.print(f"VIDEOGEN_API_KEY={server.api_key}")
+        else:
+            ctx.ui.print("# VIDEOGEN_API_KEY: the key given with --api-key")
+        ctx.ui.note("try: videogen credits   (with the two variables above exported)")
+
+    logger = logging.getLogger("videogen_async")
+    level = logger.level
+    handler: logging.Handler | None = None
+    wanted = getattr(ctx.args, "log_level", None)
+    if wanted and not ctx.ui.debug:  # --debug already logs everything to stderr
+        handler = logging.StreamHandler(ctx.ui.err)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(str(wanted).upper())
+    try:
+        await serve(ready=ready, stop=stop, **options)
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGTERM)
+    return EXIT_OK

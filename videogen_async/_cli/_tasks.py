@@ -1,0 +1,352 @@
+"""``credits``, ``create``, ``status``, ``wait`` and ``download``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._download import DownloadResult
+from .._exceptions import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    TaskPollError,
+    VideoGenError,
+    WaitTimeoutError,
+)
+from .._models import Task, unstructure
+from ._common import (
+    EXIT_API_ERROR,
+    EXIT_OK,
+    EXIT_SOME_FAILED,
+    Context,
+    describe_error,
+    fmt_credits,
+    task_row,
+    task_to_json,
+)
+
+if TYPE_CHECKING:
+    from .._client import AsyncVideoGen
+
+__all__ = ["cmd_create", "cmd_credits", "cmd_download", "cmd_status", "cmd_wait", "wait_for_ids"]
+
+TASK_COLUMNS = ("task id", "status", "credits", "video URL / error")
+
+
+async def cmd_credits(ctx: Context) -> int:
+    """``videogen credits``: the API credit balance."""
+
+    async def work(client: AsyncVideoGen) -> int:
+        balance = await client.credits.get()
+        if ctx.ui.json_mode:
+            ctx.ui.emit_json(unstructure(balance))
+        else:
+            ctx.ui.table(
+                ("available", "total"),
+                [
+                    [
+                        fmt_credits(balance.api_available_credits),
+                        fmt_credits(balance.api_total_credits),
+                    ]
+                ],
+                title="API credits",
+            )
+        return EXIT_OK
+
+    return await ctx.with_client(work)
+
+
+def task_request_from_args(args: Any) -> dict[str, Any]:
+    """The ``tasks.create`` keyword arguments given on the command line."""
+    return {
+        "prompt": args.prompt,
+        "model": args.model,
+        "function_mode": args.function_mode,
+        "ratio": args.ratio,
+        "duration": args.duration,
+        "image_urls": args.image_urls or None,
+        "audio_urls": args.audio_urls or None,
+        "video_urls": args.video_urls or None,
+    }
+
+
+async def cmd_create(ctx: Context) -> int:
+    """``videogen create``: one direct video task (``--wait`` waits for it)."""
+    args = ctx.args
+    request = task_request_from_args(args)
+
+    async def work(client: AsyncVideoGen) -> int:
+        created = await client.tasks.create(**request)
+        if not args.wait:
+            if ctx.ui.json_mode:
+                ctx.ui.emit_json(unstructure(created))
+            else:
+                ctx.ui.table(
+                    ("task id", "status", "credits", "created at"),
+                    [
+                        [
+                            created.task_id,
+                            str(created.status),
+                            fmt_credits(created.credits_cost),
+                            created.created_at.isoformat() if created.created_at else None,
+                        ]
+                    ],
+                    title="Created",
+                )
+                ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
+            return EXIT_OK
+        ctx.ui.note(f"created {created.task_id} ({fmt_credits(created.credits_cost)} credits);"
+                    " waiting for it...")  # fmt: skip
+        try:
+            task = await client.tasks.wait(created.task_id, timeout=args.timeout)
+        except WaitTimeoutError as exc:
+            ctx.ui.error(describe_error(exc))
+            ctx.ui.note(f"it is still running: videogen wait {created.task_id}")
+            if ctx.ui.json_mode:
+                ctx.ui.emit_json({"task_id": created.task_id, "status": "pending"})
+            return EXIT_SOME_FAILED
+        _show_tasks(ctx, [task])
+        return EXIT_OK if task.is_succeeded else EXIT_SOME_FAILED
+
+    return await ctx.with_client(work)
+
+
+def _show_tasks(ctx: Context, tasks: Sequence[Task], *, title: str | None = None) -> None:
+    if ctx.ui.json_mode:
+        data = [task_to_json(t) for t in tasks]
+        ctx.ui.emit_json(data[0] if len(data) == 1 else data)
+        return
+    ctx.ui.table(TASK_COLUMNS, [task_row(t) for t in tasks], title=title)
+
+
+async def cmd_status(ctx: Context) -> int:
+    """``videogen status ID...``: the current state of tasks."""
+    ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+
+    async def work(client: AsyncVideoGen) -> int:
+        found: dict[str, Task | VideoGenError] = {}
+        limiter = anyio.Semaphore(8)
+
+        async def one(task_id: str) -> None:
+            async with limiter:
+                try:
+                    found[task_id] = await client.tasks.get(task_id)
+                except VideoGenError as exc:
+                    found[task_id] = exc
+
+        async with anyio.create_task_group() as tg:
+            for task_id in ids:
+                tg.start_soon(one, task_id)
+        return _report(ctx, ids, found, failed_tasks_fail=False)
+
+    return await ctx.with_client(work)
+
+
+def _report(
+    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool
+) -> int:
+    """Show tasks and errors in the order of ``ids``; return the exit code."""
+    code = EXIT_OK
+    rows: list[list[Any]] = []
+    data: list[dict[str, Any]] = []
+    for task_id in ids:
+        item = found.get(task_id)
+        if isinstance(item, Task):
+            rows.append(task_row(item))
+            data.append(task_to_json(item))
+            if failed_tasks_fail and not item.is_succeeded:
+                code = max(code, EXIT_SOME_FAILED)
+        else:
+            error = item if isinstance(item, BaseException) else None
+            status = "pending" if _is_timeout(error) else "error"
+            text = describe_error(error) if error is not None else "no result"
+            rows.append([task_id, status, None, text])
+            data.append({"task_id": task_id, "status": status, "error": text})
+            code = max(code, EXIT_SOME_FAILED if _is_timeout(error) else EXIT_API_ERROR)
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json(data)
+    else:
+        ctx.ui.table(TASK_COLUMNS, rows)
+    return code
+
+
+def _is_timeout(error: BaseException | None) -> bool:
+    return isinstance(error, WaitTimeoutError) or (
+        isinstance(error, TaskPollError) and isinstance(error.__cause__, WaitTimeoutError)
+    )
+
+
+async def wait_for_ids(
+    ctx: Context,
+    client: AsyncVideoGen,
+    ids: Sequence[str],
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - handed to gather_until_done, which owns it
+    description: str = "waiting",
+    max_concurrency: int | None = None,
+    on_result: Callable[[str, Task | TaskPollError], Awaitable[None]] | None = None,
+) -> dict[str, Task | TaskPollError]:
+    """Wait for many tasks with a progress display; never raises for one id.
+
+    Args:
+        ctx: The run.
+        client: The client.
+        ids: The task ids.
+        timeout: The deadline in seconds (``None``: none).
+        description: The progress label.
+        max_concurrency: Polls in flight at most (the SDK's default when ``None``).
+        on_result: Awaited with each id and its result as soon as it is known (the batch
+            records it in its journal there).
+
+    Returns:
+        Each id's terminal :class:`Task`, or the :class:`TaskPollError` that stopped it (a
+        :class:`WaitTimeoutError` cause for an id still pending at the deadline).
+    """
+    results: dict[str, Task | TaskPollError] = {}
+    if not ids:
+        return results
+    options: dict[str, Any] = {"timeout": timeout, "return_exceptions": True}
+    if max_concurrency is not None:
+        options["max_concurrency"] = max_concurrency
+    succeeded = failed = 0
+    with ctx.ui.progress(description, len(set(ids))) as bar:
+        async with client.tasks.gather_until_done(ids, **options) as gathered:
+            async for item in gathered:
+                if isinstance(item, Task):
+                    results[item.task_id] = item
+                    if item.is_succeeded:
+                        succeeded += 1
+                    else:
+                        failed += 1
+                else:
+                    results[item.task_id] = item
+                    failed += 1
+                if on_result is not None:
+                    await on_result(item.task_id, item)
+                bar.advance(detail=f"{succeeded} succeeded, {failed} failed")
+    return results
+
+
+async def cmd_wait(ctx: Context) -> int:
+    """``videogen wait ID...``: wait until tasks finish."""
+    ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+
+    async def work(client: AsyncVideoGen) -> int:
+        results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
+        return _report(ctx, ids, dict(results), failed_tasks_fail=True)
+
+    return await ctx.with_client(work)
+
+
+def download_exit_code(results: Sequence[DownloadResult]) -> int:
+    """0 when every download worked, 3 when one failed on the service, else 1."""
+    code = EXIT_OK
+    for result in results:
+        error = result.error
+        if error is None:
+            continue
+        if isinstance(error, (APIStatusError, APIConnectionError, APIResponseError)):
+            code = max(code, EXIT_API_ERROR)
+        else:
+            code = max(code, EXIT_SOME_FAILED)
+    return code
+
+
+def show_downloads(ctx: Context, results: Sequence[DownloadResult]) -> None:
+    """The table (or JSON) of download results."""
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json(
+            [
+                {
+                    "source": r.source,
+                    "task_id": r.task_id,
+                    "path": str(r.path) if r.path else None,
+                    "size": r.size,
+                    "error": describe_error(r.error) if r.error else None,
+                }
+                for r in results
+            ]
+        )
+        return
+    folders = {r.path.parent for r in results if r.path is not None}
+    folder = next(iter(folders)) if len(folders) == 1 else None
+    ctx.ui.table(
+        ("source", "file", "bytes", "error"),
+        [
+            [
+                r.source,
+                (r.path.name if folder is not None else str(r.path)) if r.path else None,
+                r.size if r.ok else None,
+                describe_error(r.error) if r.error else None,
+            ]
+            for r in results
+        ],
+        title=f"Downloads (in {folder})" if folder is not None else "Downloads",
+    )
+
+
+async def download_with_progress(
+    ctx: Context,
+    client: AsyncVideoGen,
+    items: Sequence[Any],
+    directory: Path,
+    *,
+    max_concurrency: int,
+    overwrite: bool = True,
+) -> list[DownloadResult]:
+    """``download_many`` with a progress display.
+
+    Args:
+        ctx: The run.
+        client: The client.
+        items: Tasks, task ids or URLs.
+        directory: Where to write.
+        max_concurrency: Downloads at once.
+        overwrite: Replace existing files.
+
+    Returns:
+        One result per item, in order.
+    """
+    ok = 0
+    bad = 0
+    with ctx.ui.progress("downloading", len(items)) as bar:
+
+        def on_result(result: DownloadResult) -> None:
+            nonlocal ok, bad
+            if result.ok:
+                ok += 1
+            else:
+                bad += 1
+            bar.advance(detail=f"{ok} saved, {bad} failed")
+
+        return await client.download_many(
+            items,
+            directory,
+            max_concurrency=max_concurrency,
+            overwrite=overwrite,
+            on_result=on_result,
+        )
+
+
+async def cmd_download(ctx: Context) -> int:
+    """``videogen download ID... --to DIR``: save finished videos."""
+    args = ctx.args
+    items: list[str] = list(dict.fromkeys(args.sources))
+
+    async def work(client: AsyncVideoGen) -> int:
+        results = await download_with_progress(
+            ctx,
+            client,
+            items,
+            Path(args.to),
+            max_concurrency=args.max_concurrency,
+            overwrite=not args.no_overwrite,
+        )
+        show_downloads(ctx, results)
+        return download_exit_code(results)
+
+    return await ctx.with_client(work)

@@ -1,0 +1,293 @@
+"""Everything the command line shows: tables, notes, errors, JSON and progress.
+
+Results go to stdout; notes, progress and errors go to stderr, so that stdout can be piped.
+With ``--json`` stdout carries exactly one JSON document (or JSON lines for a stream) and
+nothing else.
+
+rich (the optional ``cli`` extra) draws the tables and the live progress bar when the stream
+is a terminal. Without rich, or when the stream is not a terminal (a pipe, a file, CI logs),
+tables are plain aligned text and progress is a plain line per step, throttled.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
+
+__all__ = ["UI", "Progress", "rich_available"]
+
+
+def rich_available() -> bool:
+    """Whether the optional ``rich`` package can be imported."""
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class UI:
+    """The command line's output.
+
+    Args:
+        json_mode: ``--json``: stdout carries JSON only.
+        debug: ``--debug``: tracebacks are shown with errors.
+        stdout: Where results go (``sys.stdout`` at the time of the call by default).
+        stderr: Where notes, progress and errors go.
+        use_rich: Use rich when it is installed (``False`` forces plain text).
+    """
+
+    def __init__(
+        self,
+        *,
+        json_mode: bool = False,
+        debug: bool = False,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+        use_rich: bool = True,
+    ) -> None:
+        self.json_mode = json_mode
+        self.debug = debug
+        self.out = stdout if stdout is not None else sys.stdout
+        self.err = stderr if stderr is not None else sys.stderr
+        self.rich = use_rich and rich_available()
+        self.out_tty = _is_tty(self.out)
+        self.err_tty = _is_tty(self.err)
+        self._err_console: Any = None
+        self._out_console: Any = None
+
+    # -- consoles ---------------------------------------------------------------------------
+
+    def _console(self, stream: IO[str], tty: bool) -> Any:
+        from rich.console import Console
+
+        return Console(file=stream, force_terminal=tty, highlight=False, soft_wrap=not tty)
+
+    @property
+    def fancy_out(self) -> bool:
+        """Whether results are drawn with rich (a terminal, rich installed, not ``--json``)."""
+        return self.rich and self.out_tty and not self.json_mode
+
+    @property
+    def fancy_err(self) -> bool:
+        """Whether progress is a live rich bar on stderr."""
+        return self.rich and self.err_tty
+
+    def out_console(self) -> Any:
+        """The rich console of stdout."""
+        if self._out_console is None:
+            self._out_console = self._console(self.out, self.out_tty)
+        return self._out_console
+
+    def err_console(self) -> Any:
+        """The rich console of stderr."""
+        if self._err_console is None:
+            self._err_console = self._console(self.err, self.err_tty)
+        return self._err_console
+
+    # -- text -------------------------------------------------------------------------------
+
+    def print(self, text: str = "") -> None:
+        """A line of human output on stdout (nothing in ``--json`` mode)."""
+        if self.json_mode:
+            return
+        if self.fancy_out:
+            self.out_console().print(text, markup=False)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def heading(self, text: str) -> None:
+        """A section title on stdout (human mode)."""
+        if self.json_mode:
+            return
+        if self.fancy_out:
+            from rich.rule import Rule
+
+            self.out_console().print(Rule(text, align="left"))
+        else:
+            print(f"\n== {text} ==", file=self.out, flush=True)
+
+    def note(self, text: str) -> None:
+        """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
+        if self.fancy_err:
+            self.err_console().print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.err, flush=True)
+
+    def warn(self, text: str) -> None:
+        """A warning on stderr."""
+        self.note(f"warning: {text}")
+
+    def error(self, text: str) -> None:
+        """An error line on stderr."""
+        print(f"videogen: error: {text}", file=self.err, flush=True)
+
+    def emit_json(self, data: Any) -> None:
+        """One JSON document on stdout."""
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str), file=self.out)
+        self.out.flush()
+
+    # -- tables -----------------------------------------------------------------------------
+
+    def table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        *,
+        title: str | None = None,
+    ) -> None:
+        """A table on stdout (human mode only).
+
+        Args:
+            columns: Column titles.
+            rows: The cells (``None`` is shown as ``-``).
+            title: A title above the table.
+        """
+        if self.json_mode:
+            return
+        cells = [["-" if c is None else str(c) for c in row] for row in rows]
+        if self.fancy_out:
+            from rich.table import Table
+            from rich.text import Text
+
+            table = Table(title=title, title_justify="left", show_lines=False)
+            for index, name in enumerate(columns):
+                # the first column holds ids: kept whole; the others fold when too long
+                table.add_column(name, overflow="fold", no_wrap=index == 0)
+            for row in cells:
+                table.add_row(*(Text(cell) for cell in row))  # text, never rich markup
+            self.out_console().print(table)
+            return
+        widths = [len(c) for c in columns]
+        for row in cells:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], len(cell))
+        lines = []
+        if title:
+            lines.append(title)
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(columns)).rstrip())
+        lines.append("  ".join("-" * w for w in widths))
+        for row in cells:
+            lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        print("\n".join(lines), file=self.out, flush=True)
+
+    # -- progress ---------------------------------------------------------------------------
+
+    @contextmanager
+    def progress(self, description: str, total: int) -> Iterator[Progress]:
+        """A progress display on stderr: a live bar on a terminal, plain lines otherwise.
+
+        Args:
+            description: What is counted ("creating", "waiting").
+            total: The number of steps.
+
+        Yields:
+            The :class:`Progress` to move.
+        """
+        bar = Progress(self, description, total)
+        bar.start()
+        try:
+            yield bar
+        finally:
+            bar.stop()
+
+
+class Progress:
+    """One progress display (see :meth:`UI.progress`)."""
+
+    #: Plain-text mode prints at most one line per this many seconds (plus the last one).
+    PLAIN_INTERVAL = 2.0
+
+    def __init__(self, ui: UI, description: str, total: int) -> None:
+        self._ui = ui
+        self.description = description
+        self.total = total
+        self.completed = 0
+        self.detail = ""
+        self._rich: Any = None
+        self._task: Any = None
+        self._last_print = 0.0
+        self._last_shown = -1
+
+    def start(self) -> None:
+        """Show the display."""
+        if self._ui.fancy_err:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self._rich = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[detail]}"),
+                console=self._ui.err_console(),
+                transient=False,
+            )
+            self._rich.start()
+            self._task = self._rich.add_task(self.description, total=self.total, detail="")
+        else:
+            self._plain(force=False)
+
+    def advance(self, steps: int = 1, *, detail: str | None = None) -> None:
+        """Move forward.
+
+        Args:
+            steps: Steps done.
+            detail: A short text shown after the counter.
+        """
+        self.update(self.completed + steps, detail=detail)
+
+    def update(self, completed: int, *, detail: str | None = None) -> None:
+        """Set the count.
+
+        Args:
+            completed: Steps done so far.
+            detail: A short text shown after the counter.
+        """
+        self.completed = completed
+        if detail is not None:
+            self.detail = detail
+        if self._rich is not None:
+            self._rich.update(self._task, completed=completed, detail=self.detail)
+        else:
+            self._plain(force=completed >= self.total)
+
+    def _plain(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if self.completed == self._last_shown:
+            return
+        if not force and self.completed and now - self._last_print < self.PLAIN_INTERVAL:
+            return
+        self._last_print = now
+        self._last_shown = self.completed
+        extra = f" ({self.detail})" if self.detail else ""
+        print(
+            f"{self.description}: {self.completed}/{self.total}{extra}",
+            file=self._ui.err,
+            flush=True,
+        )
+
+    def stop(self) -> None:
+        """Leave the display as it is (the bar stays on screen)."""
+        if self._rich is not None:
+            self._rich.stop()
+            self._rich = None
+        elif self.completed != self._last_shown:
+            self._plain(force=True)

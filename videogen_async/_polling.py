@@ -1,0 +1,607 @@
+"""The poll policy, its delay arithmetic, and the single-object wait helpers.
+
+Waiting is not retrying: a task that is still running is not a failure, so it is not backed
+off like one. Three kinds of gap are computed here, all by pure functions with no I/O (each
+takes its randomness as a number in ``[0, 1)`` so that it can be tested on its own):
+
+* :func:`growth_interval`: one object on its own (``tasks.wait``, ``projects.wait``): a first
+  poll soon, then gaps that grow with the object's age (a fixed fraction of it, so the expected
+  detection lag stays a fixed fraction of the run time), with jitter, up to a cap.
+* :func:`batch_delay`: one id of a batch (``gather_until_done``). Tasks of one batch take
+  similar times, so the coordinator learns the batch's *finish window* (:func:`estimate_window`)
+  from the durations (``finished_at - created_at``) of the tasks that finished, and polls the
+  others sparsely before that window and densely inside it. Before anything has finished, a
+  few ids (the *probes*, :func:`probe_count`) are polled densely to find the window's start,
+  while the rest grow their gaps.
+* :func:`error_delay` and :func:`rate_limit_pause`: after a transient failure of one id, and
+  after a 429 (which pauses every id; see :func:`aimd_decrease`, :func:`aimd_increase` and
+  :func:`recovered_rate` for how the allowed concurrency and rate come back).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import attrs
+
+from ._exceptions import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    RateLimitError,
+    ServerError,
+    TaskFailedError,
+    WaitTimeoutError,
+)
+from ._models import Task
+
+__all__ = [
+    "FinishWindow",
+    "PollPolicy",
+    "aimd_decrease",
+    "aimd_increase",
+    "batch_delay",
+    "dense_interval",
+    "error_delay",
+    "estimate_window",
+    "growth_interval",
+    "is_transient",
+    "poll_until",
+    "probe_count",
+    "rate_limit_pause",
+    "recovered_rate",
+    "wait_for_task",
+]
+
+logger = logging.getLogger("videogen_async")
+
+_T = TypeVar("_T")
+
+_ge0 = attrs.validators.ge(0.0)
+_gt0 = attrs.validators.gt(0.0)
+_optional_ge1: Any = attrs.validators.optional(attrs.validators.ge(1))
+
+
+def _fraction(upper: float) -> Any:
+    return attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(upper))
+
+
+@attrs.frozen
+class PollPolicy:
+    """How waiting helpers and ``gather_until_done`` space their polls.
+
+    The defaults were chosen by ``bench/gather.py`` (see ``docs/waiting.md``). All times are in
+    seconds.
+
+    Attributes:
+        first_delay: Wait before the first poll of an object (0: poll at once, which also
+            returns at once for an object that is already finished).
+        min_interval: The shortest gap of the growing schedule (single waits, and ids of a
+            batch whose finish window is not known yet).
+        growth: Gap of a single wait as a fraction of the object's age (time since its
+            ``created_at``, or since the wait began): ``0.1`` keeps the expected detection lag
+            near 5 % of the run time.
+        max_interval: The cap of every growing gap.
+        jitter: Relative jitter applied to gaps (``0.1``: +-10 %), so that ids do not march in
+            step.
+        adaptive: Learn the batch's finish window (``gather_until_done``); ``False`` polls every
+            id on the growing schedule of a single wait.
+        dense_interval: Gap inside the learned finish window, and of the probes.
+        relative_interval: Lower bound of the dense gap as a fraction of the task's age, so
+            that long tasks (minutes) are not polled every second: the dense gap is
+            ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
+        probes: Ids of a batch polled densely until the first one finishes (``None``: about
+            the square root of the batch size, between 4 and 64).
+        sparse_growth: Gap of a batch's other ids before the window is known, as a fraction of
+            their age (``1.0`` doubles the age at each poll), at least ``min_interval`` and at
+            most ``max_interval``.
+        sparse_cap: The longest gap before the learned window starts.
+        window_quantile: The window starts at this quantile of the finished durations (one
+            dense gap early), which keeps a rare fast outlier from widening it.
+        overdue_growth: Past the window's end, the gap grows by this fraction of the time
+            overdue (at least the dense gap, at most ``max_interval``).
+        max_consecutive_failures: Transient failures in a row after which one id is given up
+            (a permanent failure); ``None`` never gives up (the deadline still applies).
+        error_initial: Ceiling of the first backoff after a transient failure.
+        error_max: Cap of the backoff after transient failures.
+        rate_limit_initial: Pause after a 429 without ``Retry-After``, doubled for each 429 in
+            a row.
+        rate_limit_max: Cap of that pause.
+        rate_decrease: Factor applied to the allowed concurrency and request rate on a 429.
+        rate_recovery: After a 429, the allowed rate grows back by this fraction of the
+            reduced rate per second, until the rate limit is lifted.
+        coalesce: Polls of a batch due within this many seconds of each other are sent
+            together (a little early, never late), so that the event loop wakes once for
+            them; at most a fifth of ``dense_interval``.
+    """
+
+    first_delay: float = attrs.field(default=0.0, validator=_ge0)
+    min_interval: float = attrs.field(default=1.0, validator=_gt0)
+    growth: float = attrs.field(default=0.1, validator=_ge0)
+    max_interval: float = attrs.field(default=15.0, validator=_gt0)
+    jitter: float = attrs.field(default=0.1, validator=_fraction(0.5))
+    adaptive: bool = True
+    dense_interval: float = attrs.field(default=0.75, validator=_gt0)
+    relative_interval: float = attrs.field(default=0.02, validator=_ge0)
+    probes: int | None = attrs.field(default=None, validator=_optional_ge1)
+    sparse_growth: float = attrs.field(default=2.0, validator=_ge0)
+    sparse_cap: float = attrs.field(default=30.0, validator=_gt0)
+    window_quantile: float = attrs.field(default=0.02, validator=_fraction(0.5))
+    overdue_growth: float = attrs.field(default=0.5, validator=_ge0)
+    max_consecutive_failures: int | None = attrs.field(default=8, validator=_optional_ge1)
+    error_initial: float = attrs.field(default=1.0, validator=_gt0)
+    error_max: float = attrs.field(default=30.0, validator=_gt0)
+    rate_limit_initial: float = attrs.field(default=1.0, validator=_gt0)
+    rate_limit_max: float = attrs.field(default=60.0, validator=_gt0)
+    rate_decrease: float = attrs.field(
+        default=0.5, validator=attrs.validators.and_(attrs.validators.gt(0.0), _fraction(1.0))
+    )
+    rate_recovery: float = attrs.field(default=0.1, validator=_gt0)
+    coalesce: float = attrs.field(default=0.15, validator=_ge0)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_interval < self.min_interval:
+            raise ValueError(
+                f"max_interval ({self.max_interval}) must be >= min_interval ({self.min_interval})"
+            )
+
+
+DEFAULT_POLICY = PollPolicy()
+
+# ---------------------------------------------------------------------------------------------
+# Pure delay arithmetic
+# ---------------------------------------------------------------------------------------------
+
+
+def _jittered(value: float, jitter: float, rand: float) -> float:
+    """``value`` scaled by a factor in ``[1 - jitter, 1 + jitter)`` chosen by ``rand``."""
+    return value * (1.0 + jitter * (2.0 * rand - 1.0))
+
+
+def growth_interval(policy: PollPolicy, age: float, rand: float) -> float:
+    """The gap before the next poll of a lone object.
+
+    Args:
+        policy: The poll policy.
+        age: Seconds since the object was created (or since the wait began).
+        rand: A random number in ``[0, 1)``.
+
+    Returns:
+        ``clamp(age * growth, min_interval, max_interval)`` with jitter, never above
+        ``max_interval`` and never below ``min_interval * (1 - jitter)``.
+    """
+    base = min(policy.max_interval, max(policy.min_interval, max(age, 0.0) * policy.growth))
+    return min(policy.max_interval, _jittered(base, policy.jitter, rand))
+
+
+def dense_interval(policy: PollPolicy, age: float, rand: float) -> float:
+    """The gap inside a batch's finish window, and of the probes.
+
+    Args:
+        policy: The poll policy.
+        age: Seconds since the task was created.
+        rand: A random number in ``[0, 1)``.
+
+    Returns:
+        ``max(dense_interval, min(max_interval, age * relative_interval))`` with jitter.
+    """
+    base = max(
+        policy.dense_interval, min(policy.max_interval, max(age, 0.0) * policy.relative_interval)
+    )
+    return _jittered(base, policy.jitter, rand)
+
+
+def sparse_interval(policy: PollPolicy, age: float, rand: float) -> float:
+    """The gap of a batch's non-probe id while the finish window is not known yet.
+
+    Args:
+        policy: The poll policy.
+        age: Seconds since the task was created.
+        rand: A random number in ``[0, 1)``.
+
+    Returns:
+        ``clamp(age * sparse_growth, min_interval, max_interval)`` with jitter, at most
+        ``max_interval``.
+    """
+    base = min(policy.max_interval, max(policy.min_interval, max(age, 0.0) * policy.sparse_growth))
+    return min(policy.max_interval, _jittered(base, policy.jitter, rand))
+
+
+@attrs.frozen
+class FinishWindow:
+    """When, by age, the pending tasks of a batch are expected to finish.
+
+    Attributes:
+        start: Age (seconds since creation) at which dense polling begins.
+        end: Age after which the gaps grow again (``inf`` while too few tasks have finished
+            to tell).
+        samples: How many finished durations the estimate rests on.
+    """
+
+    start: float
+    end: float
+    samples: int
+
+
+def probe_count(policy: PollPolicy, total: int) -> int:
+    """How many ids of a batch are probes.
+
+    Args:
+        policy: The poll policy.
+        total: Distinct ids in the batch.
+
+    Returns:
+        ``policy.probes`` if set, otherwise ``ceil(sqrt(total))`` between 4 and 64; never more
+        than ``total``.
+    """
+    if not policy.adaptive:
+        return 0
+    wanted = policy.probes if policy.probes is not None else min(64, max(4, math.isqrt(total)))
+    return max(0, min(total, wanted))
+
+
+def estimate_window(
+    policy: PollPolicy, durations: Sequence[float], total: int
+) -> FinishWindow | None:
+    """Estimate a batch's finish window from the durations of its finished tasks.
+
+    Args:
+        policy: The poll policy.
+        durations: ``finished_at - created_at`` of the tasks that finished, sorted ascending.
+        total: Distinct ids in the batch.
+
+    Returns:
+        ``None`` when nothing has finished (or the policy is not adaptive). Otherwise the
+        window: it starts one dense gap before the ``window_quantile`` of the durations; its
+        end stays open (``inf``) until half the batch has finished, then lies past the longest
+        duration by the larger of the spread, a quarter of that duration, and two dense gaps.
+    """
+    count = len(durations)
+    if count == 0 or not policy.adaptive:
+        return None
+    low = durations[min(count - 1, int(count * policy.window_quantile))]
+    start = max(0.0, low - policy.dense_interval)
+    end = math.inf
+    if count >= max(3, math.ceil(total * 0.5)):
+        high = durations[-1]
+        end = high + max(high - low, 0.25 * high, 2.0 * policy.dense_interval)
+    return FinishWindow(start=start, end=end, samples=count)
+
+
+def batch_delay(
+    policy: PollPolicy,
+    *,
+    age: float,
+    elapsed: float,
+    window: FinishWindow | None,
+    probe: bool,
+    rand: float,
+) -> float:
+    """The gap before the next poll of one pending id of a batch.
+
+    Two ages are used. ``age`` comes from the service's timestamps (``created_at``, with the
+    clock skew removed) and places the task against the finish window, which is also measured
+    on the service's clock. The growing gaps use ``min(age, elapsed)``, where ``elapsed`` is
+    measured on the local clock: a service clock that runs at another rate (the sandbox with a
+    ``time_scale``) or far off can then only make the polls denser, never sparser.
+
+    Args:
+        policy: The poll policy.
+        age: Seconds since the task was created, on the service's clock.
+        elapsed: Local seconds since the gather began.
+        window: The batch's finish window, if known.
+        probe: Whether the id is a probe.
+        rand: A random number in ``[0, 1)``.
+
+    Returns:
+        Before the window is known: the dense gap for a probe, the sparse gap otherwise.
+        Before the window: the time until it starts (a little less, by up to ``jitter``),
+        at most the sparse gap and ``sparse_cap``. Inside it: the dense gap. Past its end: a
+        gap growing with the time overdue, between the dense gap and ``max_interval``.
+    """
+    local_age = max(0.0, min(age, elapsed))
+    if window is None:
+        if probe:
+            return dense_interval(policy, local_age, rand)
+        return sparse_interval(policy, local_age, rand)
+    if age < window.start:
+        wait = (window.start - age) * (1.0 - policy.jitter * rand)
+        cap = min(policy.sparse_cap, sparse_interval(policy, local_age, rand))
+        return max(0.0, min(cap, wait))
+    dense = dense_interval(policy, local_age, rand)
+    if age <= window.end:
+        return dense
+    overdue = min(age - window.end, elapsed)
+    return max(dense, min(policy.max_interval, overdue * policy.overdue_growth))
+
+
+def error_delay(
+    policy: PollPolicy, failures: int, rand: float, retry_after: float | None = None
+) -> float:
+    """The backoff of one id after transient failures.
+
+    Args:
+        policy: The poll policy.
+        failures: Transient failures in a row, from 1.
+        rand: A random number in ``[0, 1)``.
+        retry_after: The service's ``Retry-After``, if it sent one.
+
+    Returns:
+        A delay in ``[c / 2, c)`` with ``c = min(error_max, error_initial * 2 ** (failures -
+        1))``, or the ``Retry-After`` when that is longer.
+    """
+    exponent = min(max(failures - 1, 0), 62)
+    ceiling = min(policy.error_max, policy.error_initial * 2.0**exponent)
+    delay = ceiling * (0.5 + 0.5 * rand)
+    if retry_after is not None and retry_after > delay:
+        return retry_after
+    return delay
+
+
+def rate_limit_pause(
+    policy: PollPolicy, consecutive: int, rand: float, retry_after: float | None = None
+) -> float:
+    """How long every poll pauses after a 429.
+
+    Args:
+        policy: The poll policy.
+        consecutive: 429 events in a row, from 1.
+        rand: A random number in ``[0, 1)``.
+        retry_after: The service's ``Retry-After``, if it sent one.
+
+    Returns:
+        The ``Retry-After`` when given; otherwise a delay in ``[c / 2, c)`` with
+        ``c = min(rate_limit_max, rate_limit_initial * 2 ** (consecutive - 1))``.
+    """
+    if retry_after is not None:
+        return max(0.0, retry_after)
+    exponent = min(max(consecutive - 1, 0), 62)
+    ceiling = min(policy.rate_limit_max, policy.rate_limit_initial * 2.0**exponent)
+    return ceiling * (0.5 + 0.5 * rand)
+
+
+def aimd_decrease(limit: float, factor: float) -> float:
+    """Multiplicative decrease of an allowed concurrency (or rate) on a 429.
+
+    Args:
+        limit: The current limit.
+        factor: The decrease factor, in ``(0, 1]``.
+
+    Returns:
+        ``max(1, limit * factor)``.
+    """
+    return max(1.0, limit * factor)
+
+
+def aimd_increase(limit: float, maximum: float) -> float:
+    """Additive increase of an allowed concurrency after a successful poll.
+
+    One call per success adds ``1 / limit``, so the limit grows by about one per round of
+    ``limit`` successful requests.
+
+    Args:
+        limit: The current limit (at least 1).
+        maximum: The ceiling.
+
+    Returns:
+        ``min(maximum, limit + 1 / limit)``.
+    """
+    return min(maximum, limit + 1.0 / max(limit, 1.0))
+
+
+def recovered_rate(policy: PollPolicy, reduced: float, elapsed: float) -> float:
+    """The allowed request rate some time after a 429 cut it.
+
+    Args:
+        policy: The poll policy.
+        reduced: The rate (requests per second) set when the 429 arrived.
+        elapsed: Seconds since then (after the pause).
+
+    Returns:
+        ``reduced * (1 + rate_recovery * elapsed)``, or ``inf`` (no limit) once that is back
+        to the rate before the cut (``reduced / rate_decrease``).
+    """
+    rate = reduced * (1.0 + policy.rate_recovery * max(elapsed, 0.0))
+    if rate >= reduced / policy.rate_decrease:
+        return math.inf
+    return rate
+
+
+# ---------------------------------------------------------------------------------------------
+# Error classification
+# ---------------------------------------------------------------------------------------------
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed poll is worth repeating later.
+
+    Transient: connection errors and timeouts, 5xx, 429, 408, and a garbled body. Permanent:
+    everything else (404, 401, 403, 400, ...).
+
+    Args:
+        exc: The error a poll raised.
+
+    Returns:
+        ``True`` for a transient failure.
+    """
+    if isinstance(exc, (APIConnectionError, ServerError, RateLimitError, APIResponseError)):
+        return True
+    return isinstance(exc, APIStatusError) and exc.status_code == 408
+
+
+# ---------------------------------------------------------------------------------------------
+# Single-object waits
+# ---------------------------------------------------------------------------------------------
+
+
+class _TasksAPI(Protocol):
+    async def get(self, task_id: str) -> Task: ...
+
+
+class PollingClient(Protocol):
+    """What the wait helpers need of a client (``AsyncVideoGen`` has it)."""
+
+    @property
+    def tasks(self) -> _TasksAPI:
+        """The tasks namespace."""
+        ...
+
+    def with_options(self, *, max_retries: int | None = ...) -> PollingClient:
+        """A view of the client with other options, sharing its connection pool."""
+        ...
+
+
+def _policy_of(client: object, policy: PollPolicy | None) -> PollPolicy:
+    if policy is not None:
+        return policy
+    own = getattr(client, "poll_policy", None)
+    return own if isinstance(own, PollPolicy) else DEFAULT_POLICY
+
+
+async def _poll_loop(
+    fetch: Callable[[], Awaitable[_T]],
+    done: Callable[[_T], bool],
+    age_of: Callable[[_T, float], float],
+    *,
+    seconds: float | None,
+    policy: PollPolicy,
+    what: str,
+) -> _T:
+    rng = random.Random()
+    start = anyio.current_time()
+    last: _T | None = None
+    failures = 0
+    rate_limited = 0
+    timeout = seconds
+    with anyio.move_on_after(math.inf if timeout is None else timeout):
+        if policy.first_delay > 0:
+            await anyio.sleep(policy.first_delay)
+        while True:
+            try:
+                value = await fetch()
+            except RateLimitError as exc:
+                rate_limited += 1
+                delay = rate_limit_pause(policy, rate_limited, rng.random(), exc.retry_after)
+                logger.debug("%s: rate limited, pausing %.2fs", what, delay)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                limit = policy.max_consecutive_failures
+                if limit is not None and failures >= limit:
+                    logger.warning("%s: giving up after %d failures in a row", what, failures)
+                    raise
+                hint = getattr(exc, "retry_after", None)
+                hint = float(hint) if isinstance(hint, (int, float)) and hint >= 0 else None
+                delay = error_delay(policy, failures, rng.random(), hint)
+                logger.debug("%s: transient %s, retrying in %.2fs", what, exc, delay)
+            else:
+                failures = 0
+                rate_limited = 0
+                last = value
+                if done(value):
+                    return value
+                elapsed = anyio.current_time() - start
+                delay = growth_interval(policy, age_of(value, elapsed), rng.random())
+            await anyio.sleep(delay)
+    raise WaitTimeoutError(
+        f"{what} was not done after {timeout:g} s", last=last, pending=(what,), timeout=timeout
+    )
+
+
+async def poll_until(
+    fetch: Callable[[], Awaitable[_T]],
+    done: Callable[[_T], bool],
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
+    poll_policy: PollPolicy | None,
+    what: str,
+) -> _T:
+    """Poll one object until ``done`` says so.
+
+    The gaps grow with the time waited (see :func:`growth_interval`). A transient failure
+    (connection error, 5xx, 408, garbled body) backs off and goes on; a 429 pauses for its
+    ``Retry-After``; ``max_consecutive_failures`` transient failures in a row, or any other
+    error, are raised. An exception raised by ``done`` propagates as it is.
+
+    Args:
+        fetch: Reads the object once.
+        done: Whether the object read is final.
+        timeout: Deadline in seconds for the whole wait (``None``: none).
+        poll_policy: The poll policy (``None``: the defaults).
+        what: Names the object in errors and logs, e.g. ``"project p_123"``; also the one
+            entry of ``WaitTimeoutError.pending``.
+
+    Returns:
+        The first value for which ``done`` is true.
+
+    Raises:
+        WaitTimeoutError: The deadline passed; ``.last`` is the last value read (or ``None``).
+        VideoGenError: A permanent failure, or the last of too many transient ones.
+    """
+    policy = poll_policy or DEFAULT_POLICY
+    return await _poll_loop(
+        fetch, done, lambda _value, elapsed: elapsed, seconds=timeout, policy=policy, what=what
+    )
+
+
+async def wait_for_task(
+    client: PollingClient,
+    task_id: str,
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
+    raise_on_failure: bool,
+    poll_policy: PollPolicy | None,
+) -> Task:
+    """Poll one task until it is terminal.
+
+    Polls ``client.with_options(max_retries=0).tasks.get`` so that this loop alone owns the
+    backoff; gaps grow with the task's age (from its ``created_at``).
+
+    Args:
+        client: The client (``AsyncVideoGen``).
+        task_id: The task.
+        timeout: Deadline in seconds for the whole wait (``None``: none).
+        raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or error.
+        poll_policy: The poll policy (``None``: the client's).
+
+    Returns:
+        The task in a terminal state.
+
+    Raises:
+        WaitTimeoutError: The deadline passed; ``.last`` is the last ``Task`` seen (or
+            ``None``), ``.pending`` is ``(task_id,)``.
+        TaskFailedError: The task failed and ``raise_on_failure`` was set.
+        VideoGenError: A permanent failure (e.g. ``NotFoundError``), or the last of too many
+            transient ones.
+    """
+    policy = _policy_of(client, poll_policy)
+    get = client.with_options(max_retries=0).tasks.get
+
+    def age_of(task: Task, elapsed: float) -> float:
+        if task.created_at is None:
+            return elapsed
+        return max(elapsed, time.time() - task.created_at.timestamp())
+
+    try:
+        task = await _poll_loop(
+            lambda: get(task_id),
+            lambda t: t.is_terminal,
+            age_of,
+            seconds=timeout,
+            policy=policy,
+            what=task_id,
+        )
+    except WaitTimeoutError as exc:
+        exc.message = f"task {task_id} was not terminal after {timeout:g} s"
+        exc.args = (exc.message,)
+        raise
+    if raise_on_failure and task.is_failed:
+        raise TaskFailedError(task)
+    return task
