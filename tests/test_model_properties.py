@@ -181,3 +181,40 @@ def test_every_project_payload_parses(payload: dict[str, Any]) -> None:
 def test_every_batch_payload_parses(payload: dict[str, Any], extra: dict[str, Any]) -> None:
     batch = structure({**payload, **extra}, vg.VideoBatch)
     assert batch.task_ids == tuple(payload["task_ids"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(task_payloads(), st.sampled_from(["drop_created", "cost_str", "id_int", "none", "bool"]))
+def test_fast_task_parser_equals_the_converter(
+    case: tuple[dict[str, Any], dict[str, Any]], oddity: str
+) -> None:
+    import cattrs
+
+    from videogen_async._models import structure_task
+
+    payload, _ = case
+    for data in (payload, _odd(payload, oddity)):
+        try:
+            expected: Any = structure(data, vg.Task)
+        except (cattrs.BaseValidationError, TypeError) as exc:
+            expected = type(exc)
+        try:
+            got: Any = structure_task(data)
+        except (cattrs.BaseValidationError, TypeError) as exc:
+            got = type(exc)
+        assert got == expected
+
+
+def _odd(payload: dict[str, Any], oddity: str) -> dict[str, Any]:
+    data = dict(payload)
+    if oddity == "drop_created":
+        data.pop("created_at")
+    elif oddity == "cost_str":
+        data["credits_cost"] = "12"
+    elif oddity == "id_int":
+        data["task_id"] = 12
+    elif oddity == "none":
+        data["result"] = {"finished_at": None, "video_url": None}
+    elif oddity == "bool":
+        data["credits_cost"] = True
+    return data
