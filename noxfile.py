@@ -14,6 +14,7 @@ gate). The sessions need the Python versions they name on ``PATH`` (``python3.10
 * ``types``: ``mypy --strict`` on the package, on the examples, and on
   ``tests/typing/public_api.py``, which uses the public API as a user would (checked, not run).
 * ``docs``: the docs site, built offline with ``mkdocs build --strict``.
+* ``fuzz``: schemathesis against the sandbox, from ``docs/openapi.json`` (bounded in time).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "tests_oldest", "lint", "types", "docs"]
+nox.options.sessions = ["tests", "tests_oldest", "lint", "types", "docs", "fuzz"]
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 # The oldest versions of the runtime dependencies we claim to support: exactly the floors of
@@ -35,6 +36,7 @@ OLDEST = ["aiohttp==3.10.0", "attrs==23.1.0", "cattrs==23.2.0", "anyio==4.3.0"]
 # them on purpose.
 RUFF = "ruff==0.17.5"
 MYPY = "mypy==2.4.1"
+SCHEMATHESIS = "schemathesis==4.32.5"
 CI = bool(os.environ.get("CI"))
 # Every test session runs under asyncio's debug mode (slow callbacks, never-awaited
 # coroutines and unclosed resources are reported).
@@ -86,6 +88,16 @@ def docs(session: nox.Session) -> None:
     session.install("-e", ".[docs]")
     session.env["NO_MKDOCS_2_WARNING"] = "1"
     session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
+
+
+@nox.session(python=PYTHONS[-1])
+def fuzz(session: nox.Session) -> None:
+    """Fuzz the sandbox from docs/openapi.json with schemathesis (about a minute on 2 cores).
+
+    ``VIDEOGEN_FUZZ_EXAMPLES`` sets the examples per operation (250 by default).
+    """
+    session.install("-e", ".[test]", SCHEMATHESIS)
+    session.run("python", "-m", "pytest", "tests/fuzz", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session(python=PYTHONS[-1])

@@ -158,7 +158,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
-    asyncio.run(main_async(parser.parse_args()))
+    parser.add_argument("--quick", action="store_true", help="one round of 1,000 requests")
+    args = parser.parse_args()
+    if args.quick:
+        args.requests, args.rounds = min(args.requests, 1000), 1
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import attrs
+from anyio.abc import TaskGroup
 
 from videogen_async import AsyncVideoGen, Task, TaskPollError, VideoGenError
 from videogen_async.testing import SandboxServer
@@ -110,7 +111,7 @@ class VideoBot:
         self._owners[created.task_id] = message.user
         self._new_ids.put_nowait(created.task_id)
 
-    async def _watch_batches(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _watch_batches(self, tg: TaskGroup) -> None:
         """Collect new ids for ``batch_window`` seconds, then watch them as one batch."""
         while True:
             batch = [await self._new_ids.get()]

@@ -9,6 +9,7 @@ import pytest
 from blockbuster import BlockingError
 
 from tests._blocking import ROOT
+from videogen_async._polling import poll_until
 
 
 def blocking_function_at(path: Path) -> Callable[[], None]:
@@ -21,23 +22,44 @@ def blocking_function_at(path: Path) -> Callable[[], None]:
     return block
 
 
+async def library_code_calling(callback: Callable[[], None]) -> None:
+    """Have the package call ``callback`` from its own frames, inside the running loop.
+
+    ``poll_until`` calls its ``done`` predicate synchronously and lets what it raises
+    propagate, so a blocking predicate blocks in the middle of library code.
+    """
+
+    async def fetch() -> int:
+        return 1
+
+    def done(_value: int) -> bool:
+        callback()
+        return True
+
+    await poll_until(fetch, done, timeout=1, poll_policy=None, what="probe")
+
+
 SCANNED_PLACES = [
-    ROOT / "videogen_async" / "_probe.py",
-    ROOT / "videogen_async" / "testing" / "_probe.py",
     ROOT / "examples" / "probe.py",
     ROOT / "docs" / "probe.md",
     ROOT / "README.md",
 ]
+TEST_CODE = ROOT / "tests" / "probe.py"
+
+
+async def test_a_blocking_call_inside_the_package_fails() -> None:
+    with pytest.raises(BlockingError, match=r"time\.sleep"):
+        await library_code_calling(blocking_function_at(TEST_CODE))
 
 
 @pytest.mark.parametrize("path", SCANNED_PLACES, ids=lambda p: str(p.relative_to(ROOT)))
-async def test_a_blocking_call_in_scanned_code_fails(path: Path) -> None:
+async def test_a_blocking_call_in_examples_and_docs_fails(path: Path) -> None:
     with pytest.raises(BlockingError, match=r"time\.sleep"):
         blocking_function_at(path)()
 
 
 async def test_test_code_is_not_scanned() -> None:
-    blocking_function_at(ROOT / "tests" / "_probe.py")()
+    blocking_function_at(TEST_CODE)()
 
 
 def test_nothing_is_detected_outside_a_running_loop() -> None:
@@ -46,4 +68,4 @@ def test_nothing_is_detected_outside_a_running_loop() -> None:
 
 @pytest.mark.allow_blocking("the detector is off for this test")
 async def test_the_detector_can_be_turned_off_for_one_test() -> None:
-    blocking_function_at(SCANNED_PLACES[0])()
+    await library_code_calling(blocking_function_at(TEST_CODE))

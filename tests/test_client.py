@@ -272,3 +272,13 @@ async def test_cancelled_create_still_reports_the_created_id(caplog: Any) -> Non
         assert "cancelled while POST /v1/video/videomodel-2" in caplog.text
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("host", ["[::ffff:127.0.0.1]", "[::ffff:7f00:5]", "[0:0:0:0:0:0:0:1]"])
+def test_plain_http_to_loopback_in_ipv6_forms(host: str) -> None:
+    AsyncVideoGen(KEY, f"http://{host}:8080")
+
+
+def test_plain_http_to_mapped_public_address_refused() -> None:
+    with pytest.raises(ConfigurationError, match="plain http"):
+        AsyncVideoGen(KEY, "http://[::ffff:10.0.0.5]:8080")

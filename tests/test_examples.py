@@ -263,7 +263,10 @@ async def test_batch_job_reports_tasks_unfinished_at_the_deadline() -> None:
     async with SandboxServer(manual_clock=True) as server, server.client() as client:
         report = await batch_job.run_batch(client, rows, deadline=0.05)
     assert report["counts"] == {"unknown": 2}
-    assert all(row["task_id"] and "not" in row["error"] for row in report["rows"])
+    for row in report["rows"]:
+        assert row["task_id"]
+        assert "WaitTimeoutError" in row["error"]
+        assert "0.05 s" in row["error"]
 
 
 def test_batch_job_refuses_a_row_without_prompt(tmp_path: Path) -> None:

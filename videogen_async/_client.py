@@ -63,9 +63,13 @@ def _is_loopback(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # An IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged by its IPv4 address, as Python
+    # 3.13 does and earlier versions did not.
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
 
 
 # The authority of a base URL: a bracketed IPv6 address or a name without the characters that

@@ -71,6 +71,15 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
     async for item in client.tasks.gather_until_done(ids, return_exceptions=True):
         print(item.task_id)
 
+    policy = vg.PollPolicy(min_interval=0.5, max_interval=10.0)
+    fast = client.with_options(poll_policy=policy)
+    seen: list[vg.GatherProgress] = []
+    gather: vg.GatherResults = vg.gather_until_done(
+        fast, ids, timeout=60.0, poll_policy=policy, on_progress=seen.append
+    )
+    async for item in gather:
+        print(item.task_id, seen[-1].done if seen else 0)
+
     try:
         await client.tasks.wait(ids[0], timeout=1)
     except vg.WaitTimeoutError as exc:
