@@ -808,7 +808,7 @@ def gather_until_done(
 
         async with gather_until_done(client, ids, timeout=600) as results:
             async for task in results:
-                print(task.task_id, task.status, task.video_url)
+                await notify(task.task_id, task.status, task.video_url)
 
     A task that ended failed or error is a result (a :class:`Task`), not an exception.
     Transient failures of a poll (connection errors, 5xx, 429, a garbled body) slow that id
