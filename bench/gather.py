@@ -46,7 +46,6 @@ import json
 import os
 import random
 import resource
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -59,6 +58,7 @@ import aiohttp
 
 from videogen_async import AsyncVideoGen, Task, VideoGenError
 from videogen_async._gather import DEFAULT_MAX_CONCURRENCY, gather_until_done
+from videogen_async.testing import SandboxProcess
 
 TERMINAL = {"succeeded", "failed", "error"}
 ROUTE = "GET /v1/tasks"
@@ -77,39 +77,18 @@ class Sandbox:
     def __init__(self, *, seed: int, duration: tuple[float, float]) -> None:
         self.seed = seed
         self.duration = duration
-        self.proc: subprocess.Popen[str] | None = None
+        self.child: SandboxProcess | None = None
         self.base_url = ""
         self.api_key = ""
         self.session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Sandbox:
         low, high = self.duration
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "videogen_async.testing",
-                "--port",
-                "0",
-                "--seed",
-                str(self.seed),
-                "--task-duration",
-                f"{low:g}-{high:g}",
-                "--credits",
-                "1e12",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+        self.child = SandboxProcess(
+            "--seed", str(self.seed), "--task-duration", f"{low:g}-{high:g}", "--credits", "1e12"
         )
-        assert self.proc.stdout is not None
-        while not (self.base_url and self.api_key):
-            line = await asyncio.to_thread(self.proc.stdout.readline)
-            if not line:
-                raise RuntimeError("the sandbox process ended before it was ready")
-            if line.startswith("VIDEOGEN_BASE_URL="):
-                self.base_url = line.split("=", 1)[1].strip()
-            elif line.startswith("VIDEOGEN_API_KEY="):
-                self.api_key = line.split("=", 1)[1].strip()
+        await asyncio.to_thread(self.child.start)
+        self.base_url, self.api_key = self.child.base_url, self.child.api_key
         self.session = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {self.api_key}"},
             connector=aiohttp.TCPConnector(limit=64),
@@ -120,9 +99,8 @@ class Sandbox:
     async def __aexit__(self, *exc: object) -> None:
         if self.session is not None:
             await self.session.close()
-        if self.proc is not None:
-            self.proc.terminate()
-            await asyncio.to_thread(self.proc.wait, 10)
+        if self.child is not None:
+            await asyncio.to_thread(self.child.close)
 
     async def control(self, method: str, path: str, body: Any = None) -> Any:
         assert self.session is not None

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -25,29 +23,9 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from videogen_async import AsyncVideoGen
-from videogen_async.testing import SandboxServer
+from videogen_async.testing import SandboxProcess, SandboxServer
 
 KEY = "sandbox-key"
-
-
-def start_subprocess() -> tuple[subprocess.Popen[str], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "videogen_async.testing", "--port", "0", "--manual-clock"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if line.startswith("VIDEOGEN_BASE_URL="):
-            return process, line.strip().split("=", 1)[1]
-    process.kill()
-    raise SystemExit("the sandbox subprocess did not announce its URL")
 
 
 async def control(session: aiohttp.ClientSession, base: str, method: str, path: str) -> Any:
@@ -122,16 +100,15 @@ async def create_task(base: str) -> str:
 
 async def main_async(args: argparse.Namespace) -> None:
     results: list[tuple[str, list[dict[str, Any]]]] = []
-    process, base = start_subprocess()
+    child = SandboxProcess("--manual-clock", api_key=KEY)
+    await asyncio.to_thread(child.start)
     try:
+        base = child.base_url
         assert urlsplit(base).hostname == "127.0.0.1", base
         task_id = await create_task(base)
         results.append(("separate process", await measure(base, task_id, args)))
     finally:
-        process.terminate()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
+        await asyncio.to_thread(child.close)
     async with SandboxServer(manual_clock=True, api_key=KEY) as server:
         task_id = await create_task(server.base_url)
         results.append(("in-process", await measure(server.base_url, task_id, args)))

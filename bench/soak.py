@@ -30,8 +30,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +38,7 @@ import aiohttp
 
 from videogen_async import AsyncVideoGen, WaitTimeoutError
 from videogen_async._gather import gather_until_done
+from videogen_async.testing import SandboxProcess
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
@@ -89,38 +88,19 @@ class Sandbox:
     """The sandbox in a child process, and a control session to it."""
 
     def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "videogen_async.testing",
-                "--port",
-                "0",
-                "--seed",
-                "1",
-                "--credits",
-                "1e12",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        self.child = SandboxProcess("--seed", "1", "--credits", "1e12")
         self.base_url = ""
         self.api_key = ""
         self.session: aiohttp.ClientSession | None = None
 
+    @property
+    def pid(self) -> int:
+        assert self.child.process is not None
+        return self.child.process.pid
+
     async def start(self) -> Sandbox:
-        assert self.proc.stdout is not None
-        while not (self.base_url and self.api_key):
-            line = await asyncio.to_thread(self.proc.stdout.readline)
-            if not line:
-                raise SystemExit("the sandbox process ended before it was ready")
-            key, _, value = line.strip().partition("=")
-            if key == "VIDEOGEN_BASE_URL":
-                self.base_url = value
-            elif key == "VIDEOGEN_API_KEY":
-                self.api_key = value
+        await asyncio.to_thread(self.child.start)
+        self.base_url, self.api_key = self.child.base_url, self.child.api_key
         self.session = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {self.api_key}"},
             connector=aiohttp.TCPConnector(limit=1),
@@ -135,10 +115,7 @@ class Sandbox:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
-        self.proc.terminate()
-        await asyncio.to_thread(self.proc.wait, 10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        await asyncio.to_thread(self.child.close)
 
 
 async def soak(args: argparse.Namespace) -> int:
@@ -181,7 +158,7 @@ async def soak(args: argparse.Namespace) -> int:
                 sample = Sample(
                     t=time.monotonic() - started,
                     rss=rss_of(),
-                    sandbox_rss=rss_of(box.proc.pid),
+                    sandbox_rss=rss_of(box.pid),
                     pool=client._transport.owner.open_connections,
                     sockets=max(tcp_sockets() - 1, 0),  # minus the control connection
                     served=stats["requests"],

@@ -25,9 +25,6 @@ import collections
 import itertools
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,8 @@ requests = pytest.importorskip("requests")
 from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.core.parameters import ParameterLocation  # noqa: E402
 from schemathesis.generation.meta import CONTENT_TYPE_PROBES  # noqa: E402
+
+from videogen_async.testing import SandboxProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENT = ROOT / "docs" / "openapi.json"
@@ -72,39 +71,10 @@ schema = schemathesis.openapi.from_path(str(DOCUMENT), config=CONFIG)
 FIGURES: collections.Counter[tuple[str, str, str, int]] = collections.Counter()
 
 
-def _start_sandbox() -> tuple[subprocess.Popen[str], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "videogen_async.testing",
-            "--port",
-            "0",
-            "--seed",
-            "1",
-            "--credits",
-            "1e15",
-            # A paused clock: nothing changes by itself (no automatic batch appears while a
-            # case is checked), so the sandbox's counters move only with the requests sent.
-            "--manual-clock",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        if line.startswith("VIDEOGEN_BASE_URL="):
-            return process, line.strip().split("=", 1)[1]
-    process.kill()
-    process.wait()
-    pytest.fail("the sandbox process did not announce its URL")
+def _start_sandbox() -> SandboxProcess:
+    # A paused clock: nothing changes by itself (no automatic batch appears while a case is
+    # checked), so the sandbox's counters move only with the requests sent.
+    return SandboxProcess("--seed", "1", "--credits", "1e15", "--manual-clock").start()
 
 
 class Sandbox:
@@ -171,8 +141,8 @@ class Sandbox:
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    process, base_url = _start_sandbox()
-    box = Sandbox(base_url)
+    child = _start_sandbox()
+    box = Sandbox(child.base_url)
     try:
         box.seed()
         box.control("POST", "/reset-stats")
@@ -183,12 +153,7 @@ def sandbox() -> Iterator[Sandbox]:
         assert not [s for s in stats["by_status"] if s.startswith("5")], stats["by_status"]
     finally:
         box.http.close()
-        process.terminate()
-        try:
-            process.wait(10)
-        finally:
-            assert process.stdout is not None
-            process.stdout.close()
+        child.close()
 
 
 def _write_figures(stats: dict[str, Any]) -> None:

@@ -123,3 +123,32 @@ async def test_serve_in_process() -> None:
     assert len(seen) == 1
     assert not seen[0].started
     assert DEFAULT_PORT == 8765
+
+
+def test_sandbox_process_serves_and_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.request
+
+    from videogen_async.testing import SandboxProcess
+
+    # The caller's configuration of the real service does not reach the child.
+    monkeypatch.setenv("VIDEOGEN_API_KEY", "a-real-key")
+    with SandboxProcess("--seed", "3", "--credits", "77", api_key="child-key") as sandbox:
+        assert sandbox.api_key == "child-key"
+        assert sandbox.base_url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(  # noqa: S310 - an http URL on loopback
+            f"{sandbox.base_url}/v1/credits", headers={"Authorization": "Bearer child-key"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - loopback
+            body = json.load(answer)
+        assert body["data"]["api_available_credits"] == 77
+        process = sandbox.process
+        assert process is not None
+    assert process.poll() is not None  # stopped on exit
+    sandbox.close()  # idempotent
+
+
+def test_sandbox_process_that_cannot_start_says_so() -> None:
+    from videogen_async.testing import SandboxProcess
+
+    with pytest.raises(RuntimeError, match="before it announced its URL"):
+        SandboxProcess("--time-scale", "not-a-number").start()

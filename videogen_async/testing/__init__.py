@@ -13,8 +13,9 @@ fault injection. See ``docs/sandbox.md``::
             task = await client.tasks.get(created.task_id)
             assert task.status == "succeeded"
 
-Run it on a port with ``python -m videogen_async.testing`` (or ``videogen sandbox``); use it in
-pytest through the ``videogen_sandbox`` fixture.
+Run it on a port with ``python -m videogen_async.testing`` (or ``videogen sandbox``), or in a
+child process of your program with :class:`SandboxProcess`; use it in pytest through the
+``videogen_sandbox`` fixture.
 """
 
 from ._cli import main, serve
@@ -23,6 +24,7 @@ from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
 from ._faults import FAULT_KINDS, FaultDecision, FaultInjector, FaultRule
 from ._media import sample_mp4
 from ._openapi import build_openapi, openapi_json, write_openapi
+from ._process import SandboxProcess
 from ._server import RequestRecord, SandboxServer, SandboxStats
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "ProjectTiming",
     "RequestRecord",
     "SandboxClock",
+    "SandboxProcess",
     "SandboxServer",
     "SandboxStats",
     "build_openapi",

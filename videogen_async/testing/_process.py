@@ -1,0 +1,112 @@
+"""The sandbox in a child process (``python -m videogen_async.testing``), from any program.
+
+A benchmark that measures the client's CPU, a test of a command-line tool, or a program that
+should not share its event loop with the emulator runs the sandbox in its own process. This
+starts one on a free port and reads the base URL and key it announces.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from types import TracebackType
+
+from ._config import DEFAULT_API_KEY
+
+__all__ = ["SandboxProcess"]
+
+
+class SandboxProcess:
+    """``python -m videogen_async.testing --port 0 ARGS...`` in a child process.
+
+    ::
+
+        with SandboxProcess("--seed", "1", "--time-scale", "0.01") as sandbox:
+            client = AsyncVideoGen(api_key=sandbox.api_key, base_url=sandbox.base_url)
+
+    The child does not inherit ``VIDEOGEN_*`` variables, so the caller's configuration of the
+    real service never reaches it. Starting blocks until the child has announced its URL;
+    from async code call it through a thread (``await anyio.to_thread.run_sync(sandbox.start)``).
+
+    Args:
+        *args: Further options of ``python -m videogen_async.testing`` (``--seed``,
+            ``--time-scale``, ``--manual-clock``, ``--credits`` ...).
+        api_key: The key the sandbox accepts (its default key when ``None``).
+        startup_timeout: Seconds to wait for the child to announce itself.
+
+    Attributes:
+        base_url: The child's base URL, once started.
+        api_key: The key it accepts.
+        process: The child process, once started.
+    """
+
+    def __init__(
+        self, *args: str, api_key: str | None = None, startup_timeout: float = 30.0
+    ) -> None:
+        self._args = list(args)
+        if api_key is not None:
+            self._args += ["--api-key", api_key]
+        self.api_key = api_key or DEFAULT_API_KEY
+        self.startup_timeout = startup_timeout
+        self.base_url = ""
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> SandboxProcess:
+        """Start the child and wait for its announcement.
+
+        Returns:
+            This object, with ``base_url`` set.
+
+        Raises:
+            RuntimeError: The child ended, or said nothing in time, before announcing its URL.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
+        command = [sys.executable, "-m", "videogen_async.testing", "--port", "0", *self._args]
+        self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            command, stdout=subprocess.PIPE, text=True, env=env
+        )
+        stdout = self.process.stdout
+        if stdout is None:  # pragma: no cover - stdout=PIPE always gives one
+            raise RuntimeError("the sandbox process has no stdout")
+        # A child that hangs without printing must not hang the caller: a timer kills it,
+        # which ends the read below.
+        timer = threading.Timer(self.startup_timeout, self.process.kill)
+        timer.start()
+        try:
+            for line in stdout:
+                key, _, value = line.strip().partition("=")
+                if key == "VIDEOGEN_BASE_URL":
+                    self.base_url = value
+                    return self
+        finally:
+            timer.cancel()
+        self.close()
+        raise RuntimeError("the sandbox process ended before it announced its URL")
+
+    def close(self) -> None:
+        """Stop the child and wait for it. Idempotent."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+    def __enter__(self) -> SandboxProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
