@@ -322,7 +322,10 @@ def parse_datetime(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        try:
+            return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        except (OverflowError, OSError) as exc:  # beyond the dates a datetime holds
+            raise ValueError("not a date-time: a timestamp out of range") from exc
     elif isinstance(value, str):
         try:  # the common case on 3.11+ (which reads "Z" and any fraction), without a regex
             parsed = datetime.fromisoformat(value)
@@ -371,7 +374,10 @@ def _number(value: Any, _type: Any) -> float:
         return 0.0
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError as exc:  # an integer beyond the largest float
+        raise ValueError("expected a number, got one beyond the float range") from exc
 
 
 def _make_converter() -> cattrs.Converter:
@@ -483,7 +489,7 @@ def structure_task(data: Any) -> Task:
             float(cost),
             result,
         )
-    except (KeyError, ValueError, TypeError, AttributeError):
+    except (KeyError, ValueError, TypeError, AttributeError, OverflowError):
         return structure(data, Task)
 
 
