@@ -32,6 +32,9 @@ __all__ = [
 REDACTED = "<redacted>"
 #: How many distinct keys the registry remembers (the most recently registered win).
 MAX_SECRETS = 256
+#: Shorter values are not redacted: replacing every ``k`` of every message would make errors
+#: unreadable, and a real API key is far longer.
+MIN_SECRET_LENGTH = 8
 #: Separators a server may put inside an echoed key (folded header lines, wrapped text).
 _GAP = r"(?:\s|\\[nrt]){0,8}"
 
@@ -65,11 +68,11 @@ def register_secret(secret: str) -> None:
     """Remember a secret (an API key) so that it is redacted from now on.
 
     Args:
-        secret: The key. Empty or whitespace-only values are ignored.
+        secret: The key. Values shorter than :data:`MIN_SECRET_LENGTH` are ignored.
     """
     global _pattern  # noqa: PLW0603
     secret = str(secret)  # a ``_Secret`` str subclass becomes a plain str
-    if not secret.strip():
+    if len(secret.strip()) < MIN_SECRET_LENGTH:
         return
     with _lock:
         if secret in _secrets:

@@ -277,6 +277,7 @@ ECHOES = (
         "in-an-unparseable-field",
         200,
         _json({"code": 200, "data": _unreadable(KEY)}),
+        may_succeed=True,
     ),
     raw("in-a-huge-body", 500, "<p>" + "z" * 100_000 + KEY + "</p>"),
 )

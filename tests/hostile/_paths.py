@@ -21,7 +21,7 @@ FAST = PollPolicy(
     coalesce=0.001,
     max_consecutive_failures=1,
 )
-WAIT = 2.0  # a wait's deadline: hostile answers end a wait long before
+WAIT = 0.5  # a wait's deadline: hostile answers end a wait long before
 
 Call = Callable[[AsyncVideoGen, HostileServer, Path], Awaitable[Any]]
 
