@@ -96,11 +96,25 @@ def _deep(depth: int, open_: str = "[", close: str = "]") -> str:
 
 def _absurd_fields(value: Any) -> dict[str, Any]:
     """A ``data`` object whose every documented field holds ``value``."""
-    names = (
-        "task_id project_id status model created_at updated_at credits_cost result"
-        " api_available_credits task_ids tasks billing view_script current_step mode"
-        " error_message out_number"
-    ).split()
+    names = [
+        "task_id",
+        "project_id",
+        "status",
+        "model",
+        "created_at",
+        "updated_at",
+        "credits_cost",
+        "result",
+        "api_available_credits",
+        "task_ids",
+        "tasks",
+        "billing",
+        "view_script",
+        "current_step",
+        "mode",
+        "error_message",
+        "out_number",
+    ]
     return dict.fromkeys(names, value)
 
 
@@ -111,7 +125,8 @@ def _unreadable(value: Any) -> dict[str, Any]:
         "project_id": "p-1",
         "status": "running",
         **dict.fromkeys(
-            "created_at updated_at credits_cost api_available_credits out_number".split(), value
+            ["created_at", "updated_at", "credits_cost", "api_available_credits", "out_number"],
+            value,
         ),
     }
 

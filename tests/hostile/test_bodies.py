@@ -9,7 +9,6 @@ creating call answered 2xx or 5xx says the request may have taken effect.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
