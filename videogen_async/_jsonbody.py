@@ -152,19 +152,19 @@ def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
             piece = "{"
             entries: list[tuple[bool, Any]] = [(True, "}")]
             for i, (k, v) in enumerate(reversed(list(item.items())[:budget])):
+                if i:
+                    entries.append((True, ", "))
                 entries.append((False, v))
                 entries.append((True, ": "))
                 entries.append((False, k))
-                if i:
-                    entries.append((True, ", "))
             stack.extend(entries)
         elif isinstance(item, list):
             piece = "["
             entries = [(True, "]")]
             for i, v in enumerate(reversed(item[:budget])):
-                entries.append((False, v))
                 if i:
                     entries.append((True, ", "))
+                entries.append((False, v))
             stack.extend(entries)
         elif isinstance(item, str):
             piece = repr(item[:budget])

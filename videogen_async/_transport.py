@@ -281,7 +281,8 @@ class StreamResponse:
     async def read_excerpt(self) -> str:
         """The first characters of the body, for error messages."""
         try:
-            raw = await self._response.content.read(_EXCERPT)
+            # More than is shown, so that a key across the cut is redacted whole.
+            raw = await self._response.content.read(_EXCERPT + 4096)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return ""
         return _excerpt(raw)

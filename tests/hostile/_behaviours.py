@@ -38,6 +38,7 @@ KEY_FORMS = (
     u_escaped(KEY),
     entities(KEY),
     "SECRET",
+    KEY[:12],  # a key cut by an excerpt must not show its first characters either
     "56789abcdef",
 )
 
@@ -272,6 +273,7 @@ ECHOES = (
     raw("split-over-lines", 500, f"<p>Bearer {KEY[:20]}\r\n    {KEY[20:]}</p>"),
     raw("split-in-message", 500, _json({"code": 500, "message": f"{KEY[:15]}\n{KEY[15:]}"})),
     raw("across-the-excerpt-cut", 502, f"<p>{_PAD} {KEY}</p>", content_type="text/html"),
+    raw("across-the-excerpt-cut-early", 502, f"<p>{_PAD[:170]} {KEY}</p>"),
     raw("across-the-message-cut", 500, _json({"code": 500, "message": "m" * 990 + KEY})),
     raw("in-trace-id", 500, _json({"code": 500, "message": "x", "trace_id": f"Bearer {KEY}"})),
     raw("in-data", 500, _json({"code": 500, "data": {"headers": {"Authorization": KEY}}})),
