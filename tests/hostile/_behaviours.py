@@ -234,6 +234,13 @@ BODIES = (
     raw("empty-200", 200, b""),
     raw("html-says-json", 200, "<html><body>Service Unavailable</body></html>"),
     raw("json-says-html", 500, _json({"code": 500}), content_type="text/html"),
+    raw(
+        "redirect-to-another-host",
+        302,
+        "<a href='http://127.0.0.1:1/elsewhere'>moved</a>",
+        content_type="text/html",
+        headers={"Location": "http://127.0.0.1:1/elsewhere"},
+    ),
     raw("html-502", 502, "<html><h1>502 Bad Gateway</h1></html>", content_type="text/html"),
 )
 
