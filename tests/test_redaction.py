@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from videogen_async import APIStatusError, VideoGenError
+from videogen_async import APIResponseError, APIStatusError, VideoGenError
 from videogen_async._jsonbody import MAX_DEPTH, clip, decode_json, excerpt, short_repr
 from videogen_async._redact import (
     REDACTED,
@@ -150,3 +150,11 @@ def test_decode_bounds_and_redacts_a_server_message() -> None:
     assert len(info.value.message) < 1_100
     assert info.value.trace_id is None  # an object is not a trace id
     assert info.value.request_may_have_taken_effect
+
+
+def test_a_deep_body_is_named_as_such_and_a_create_may_have_taken_effect() -> None:
+    with pytest.raises(APIResponseError) as info:
+        _decode(200, b"[" * 100_000, {}, method="POST", path="/v1/tasks")
+    assert "nested too deeply" in str(info.value)
+    assert info.value.request_may_have_taken_effect
+    assert "may have taken effect" in str(info.value)

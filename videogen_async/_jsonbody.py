@@ -19,7 +19,7 @@ from typing import Any
 
 from ._redact import redact_text
 
-__all__ = ["MAX_DEPTH", "clip", "decode_json", "excerpt", "short_repr"]
+__all__ = ["MAX_DEPTH", "clip", "decode_json", "excerpt", "nested_too_deep", "short_repr"]
 
 #: The deepest nesting of arrays and objects accepted in a body.
 MAX_DEPTH = 64
@@ -50,7 +50,7 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
     if not raw:
         return None, False
     # A cheap bound first: a body with few brackets cannot be deep (the polling hot path).
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(raw):
+    if nested_too_deep(raw):
         return None, False
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
@@ -59,12 +59,15 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
     return value, True
 
 
-def _too_deep(raw: bytes) -> bool:
+def nested_too_deep(raw: bytes) -> bool:
     """Whether the brackets of ``raw`` nest deeper than :data:`MAX_DEPTH` (strings skipped).
 
     Scans the bytes without decoding: for UTF-16/32 bodies the count of brackets is the same,
-    as every bracket and quote is one code unit.
+    as every bracket and quote is one code unit. A body with few brackets is answered at
+    once (the polling hot path).
     """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
     depth = 0
     in_string = False
     escaped = False

@@ -45,7 +45,7 @@ from ._exceptions import (
     ServerError,
     VideoGenError,
 )
-from ._jsonbody import MESSAGE_CHARS, clip, decode_json
+from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep
 from ._jsonbody import excerpt as _body_excerpt
 from ._redact import register_secret, scrub_exception
 from ._retry import RetryPolicy, parse_retry_after, retry_delay
@@ -679,7 +679,12 @@ def _raise_not_envelope(
     is_json: bool,
 ) -> NoReturn:
     excerpt = _excerpt(raw) if raw else "<empty body>"
-    kind = "a JSON body that is not the service's envelope" if is_json else "a non-JSON body"
+    if is_json:
+        kind = "a JSON body that is not the service's envelope"
+    elif nested_too_deep(raw):
+        kind = "a body nested too deeply to read"
+    else:
+        kind = "a non-JSON body"
     text = f"{method} {path}: HTTP {status} with {kind}: {excerpt}"
     may = method != "GET"
     if status >= 400:
