@@ -37,6 +37,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every body: ``json.loads`` with an option builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def decode_json(raw: bytes) -> tuple[Any, bool]:
     """Decode a body.
 
@@ -53,7 +57,8 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
     if nested_too_deep(raw):
         return None, False
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
+        # As ``json.loads`` reads bytes: UTF-8, or UTF-16/32 told by a BOM or the zero bytes.
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, UnicodeError, RecursionError, MemoryError, TypeError):
         return None, False
     return value, True
