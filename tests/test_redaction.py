@@ -158,3 +158,12 @@ def test_a_deep_body_is_named_as_such_and_a_create_may_have_taken_effect() -> No
     assert "nested too deeply" in str(info.value)
     assert info.value.request_may_have_taken_effect
     assert "may have taken effect" in str(info.value)
+
+
+def test_redacting_a_huge_body_is_bounded() -> None:
+    near_miss = (KEY[:-1] + "!") * 200_000  # about 7 MB that the search must try everywhere
+    body = {"message": near_miss, "data": [near_miss, {"k": "v"}], "tail": KEY}
+    redacted = redact_value(body)
+    assert redacted["message"] == REDACTED  # beyond the search budget: not kept
+    assert "UNIT" not in repr(redacted)
+    assert list(redact_value({"small": "clean"}, max_chars=3).values()) == [REDACTED]

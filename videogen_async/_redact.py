@@ -107,16 +107,19 @@ def redact_text(text: str) -> str:
     return pattern.sub(REDACTED, text)
 
 
-def redact_value(value: Any, *, max_items: int = 100_000) -> Any:
+def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000_000) -> Any:
     """A copy of a decoded JSON value (or a mapping of headers) with every string redacted.
 
     The walk is iterative (a deeply nested value cannot exhaust the stack) and returns the
-    value itself when no string in it holds a secret. Past ``max_items`` strings, dicts and
-    lists, the rest is replaced by ``<redacted>`` rather than walked.
+    value itself when no string in it holds a secret. Its cost is bounded, so a hostile body
+    cannot stall the event loop: past ``max_items`` strings, dicts and lists, or once
+    ``max_chars`` characters have been searched, the rest is replaced by ``<redacted>``
+    rather than searched.
 
     Args:
         value: A JSON-like value: ``dict``, ``list``, ``str``, numbers, ``None``.
         max_items: The most containers and strings walked.
+        max_chars: The most characters searched.
 
     Returns:
         The redacted value.
@@ -125,48 +128,55 @@ def redact_value(value: Any, *, max_items: int = 100_000) -> Any:
     if pattern is None:
         return value
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(value) if len(value) <= max_chars else REDACTED
     if not isinstance(value, (dict, list)):
         return value
-    if not _holds_secret(value, pattern, max_items):
+    if not _holds_secret(value, pattern, max_items, max_chars):
         return value
     root: list[Any] = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
-    budget = max_items
+    items = max_items
+    chars = max_chars
     while stack:
         source, target, key = stack.pop()
-        budget -= 1
-        if budget < 0:
+        items -= 1
+        if items < 0:
             target[key] = REDACTED
         elif isinstance(source, str):
-            target[key] = pattern.sub(REDACTED, source)
+            chars -= len(source)
+            target[key] = pattern.sub(REDACTED, source) if chars >= 0 else REDACTED
         elif isinstance(source, dict):
             copy: dict[Any, Any] = {}
             target[key] = copy
             for k, v in source.items():
-                new_key = pattern.sub(REDACTED, k) if isinstance(k, str) else k
+                new_key = k
+                if isinstance(k, str):
+                    chars -= len(k)
+                    new_key = pattern.sub(REDACTED, k) if chars >= 0 else f"{REDACTED}{len(copy)}"
                 copy[new_key] = None
                 stack.append((v, copy, new_key))
         elif isinstance(source, list):
-            items: list[Any] = [None] * len(source)
-            target[key] = items
-            stack.extend((v, items, i) for i, v in enumerate(source))
+            elements: list[Any] = [None] * len(source)
+            target[key] = elements
+            stack.extend((v, elements, i) for i, v in enumerate(source))
         else:
             target[key] = source
     return root[0]
 
 
-def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int) -> bool:
+def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_chars: int) -> bool:
     stack = [value]
-    seen = 0
+    items = max_items
+    chars = max_chars
     while stack:
         current = stack.pop()
-        seen += 1
-        if seen > max_items:
+        items -= 1
+        if items < 0:
             return True  # too big to tell: redact (the walk replaces the rest)
         if isinstance(current, str):
-            if pattern.search(current):
+            chars -= len(current)
+            if chars < 0 or pattern.search(current):
                 return True
         elif isinstance(current, dict):
             stack.extend(k for k in current if isinstance(k, str))
