@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ._enums import (
     AspectRatio,
@@ -202,8 +202,36 @@ def _drop_none(body: Mapping[str, Any]) -> dict[str, Any]:
     return sent
 
 
+def _id_problem(value: str) -> str | None:
+    """Why an id cannot travel as exactly one path segment, or ``None`` when it can."""
+    if not value.strip():
+        return "must be a non-empty string"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return "must not contain white space or control characters"
+    decoded = value
+    for _ in range(3):  # what a proxy that decodes (even twice) would see
+        if decoded in (".", ".."):
+            return "must not be '.' or '..' (a path segment a proxy would collapse)"
+        if "/" in decoded or "\\" in decoded:
+            return (
+                "must not contain '/' or '\\' (also percent-encoded): it must be one path segment"
+            )
+        if "%" not in decoded:
+            break
+        decoded = unquote(decoded)
+    if decoded in (".", ".."):
+        return "must not be '.' or '..' (a path segment a proxy would collapse)"
+    if any(c.isspace() or not c.isprintable() for c in decoded):
+        return "must not contain white space or control characters (also percent-encoded)"
+    return None
+
+
 def check_id(field: str, value: Any) -> str:
     """Check a task or project id before it goes into a path or a query.
+
+    An id must reach the service as exactly one path segment, whatever a proxy on the way
+    does with the path: ``.`` and ``..``, a ``/`` or ``\\`` (raw or percent-encoded), white
+    space and control characters are refused before any request is sent.
 
     Args:
         field: ``task_id`` or ``project_id``.
@@ -213,10 +241,13 @@ def check_id(field: str, value: Any) -> str:
         The id as a plain string.
 
     Raises:
-        InvalidRequestError: The id is not a non-empty string.
+        InvalidRequestError: The id is not a non-empty string that is one path segment.
     """
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
         raise _fail(field, "must be a non-empty string", value)
+    problem = _id_problem(value)
+    if problem is not None:
+        raise _fail(field, problem, value)
     return str(value)
 
 
