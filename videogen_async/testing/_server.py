@@ -696,8 +696,8 @@ class SandboxServer:
         r.add_get("/v1/tasks", self._get_task)
         r.add_get("/v1/credits", self._get_credits)
         r.add_post("/v1/video/viral-ads-clone", self._create_project)
-        r.add_get("/v1/video/viral-ads-clone/{project_id}", self._get_project)
-        r.add_post("/v1/video/viral-ads-clone/{project_id}/videos", self._create_videos)
+        r.add_get("/v1/video/viral-ads-clone/{project_id:[^/]+}", self._get_project)
+        r.add_post("/v1/video/viral-ads-clone/{project_id:[^/]+}/videos", self._create_videos)
         r.add_get("/media/{file_name}", self._media)
         r.add_get("/openapi.json", self._openapi)
         c = "/_sandbox"
