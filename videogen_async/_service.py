@@ -251,7 +251,7 @@ _TASK_FIELDS = (
     _F("model", "string", required=True, doc="The model value used to create the task."),
     _F("created_at", "datetime", required=True, doc="When the task was created."),
     _F("updated_at", "datetime", required=True, doc="When the task last changed."),
-    _F("credits_cost", "number", required=True,
+    _F("credits_cost", "number", required=True, minimum=0,
        doc="Credits charged; 0 once a task failed and was refunded."),
     _F("result", "TaskResult", required=True, nullable=True),
 )
@@ -265,7 +265,8 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
         _F("task_id", "id", required=True),
         _F("status", "enum", required=True, choices=TaskStatus),
         _F("created_at", "datetime", required=True, doc="When the task was created."),
-        _F("credits_cost", "number", required=True, doc="Credits charged for the task."),
+        _F("credits_cost", "number", required=True, minimum=0,
+           doc="Credits charged for the task."),
     )),
     Shape("TaskResult", (
         _F("video_url", "url", required=True, nullable=True,
@@ -285,10 +286,12 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
         _F("resolution", "resolution", extra=True, doc="Of the batch."),
     )),
     Shape("Billing", (
-        _F("script_credits_cost", "number", required=True, doc="Charged for script generation."),
-        _F("video_credits_cost", "number", required=True,
+        _F("script_credits_cost", "number", required=True, minimum=0,
+           doc="Charged for script generation."),
+        _F("video_credits_cost", "number", required=True, minimum=0,
            doc="Charged for the non-failed video tasks."),
-        _F("total_credits_cost", "number", required=True, doc="Script plus video."),
+        _F("total_credits_cost", "number", required=True, minimum=0,
+           doc="Script plus video."),
     )),
     Shape("CreatedProject", (
         _F("project_id", "id", required=True),
@@ -296,7 +299,8 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
         _F("current_step", "enum", required=True, choices=ProjectStep,
            doc="preparing_media at creation."),
         _F("mode", "enum", required=True, choices=ProjectMode, doc="auto or manual."),
-        _F("credits_cost", "number", required=True, doc="Charged for script generation (10)."),
+        _F("credits_cost", "number", required=True, minimum=0,
+           doc="Charged for script generation (10)."),
         _F("created_at", "datetime", required=True, nullable=True),
     )),
     Shape("Project", (
