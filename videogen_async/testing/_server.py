@@ -94,7 +94,8 @@ from ._config import (
 from ._faults import FaultInjector, FaultRule
 from ._media import parse_range, sample_mp4
 from ._openapi import build_openapi
-from ._state import INSUFFICIENT_CREDITS, SUCCEEDED, SandboxError, SandboxState
+from ._simulation import INSUFFICIENT_CREDITS, SUCCEEDED, SandboxError
+from ._state import SandboxState
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
@@ -620,7 +621,7 @@ class SandboxServer:
 
     def credits(self) -> dict[str, float | int]:
         """Return the balance as ``GET /v1/credits`` shows it."""
-        return self._state.credits_data()
+        return self._credits_data()
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set the balance.
@@ -639,7 +640,7 @@ class SandboxServer:
         """
         state = self._state
         state.set_credits(
-            available=state.available_credits + amount, total=state.total_credits + amount
+            available=state.wallet.available + amount, total=state.wallet.total + amount
         )
 
     @property
@@ -720,6 +721,11 @@ class SandboxServer:
         r.add_get(f"{c}/faults", self._c_faults)
         r.add_post(f"{c}/faults", self._c_set_faults)
         r.add_delete(f"{c}/faults", self._c_clear_faults)
+
+    def _credits_data(self) -> dict[str, Any]:
+        state = self._state
+        state.settle()
+        return state.render.credits(state.wallet)
 
     def _reply(
         self,
@@ -925,24 +931,24 @@ class SandboxServer:
         self._authorize(request)
         body = validate_task_request(await self._body(request))
         task = self._state.create_task(body)
-        return self._reply(self._state.created_task_data(task, task.created_at))
+        return self._reply(self._state.render.created_task(task, task.created_at))
 
     async def _get_task(self, request: web.Request) -> web.StreamResponse:
         self._authorize(request)
         task_id = self._checked_id("task_id", request.query.get("task_id"))
         state = self._state
         now = state.settle()
-        return self._reply(state.task_data(state.get_task(task_id), now, self._origin(request)))
+        return self._reply(state.render.task(state.get_task(task_id), now, self._origin(request)))
 
     async def _get_credits(self, request: web.Request) -> web.StreamResponse:
         self._authorize(request)
-        return self._reply(self._state.credits_data())
+        return self._reply(self._credits_data())
 
     async def _create_project(self, request: web.Request) -> web.StreamResponse:
         self._authorize(request)
         body = validate_project_request(await self._body(request))
         project = self._state.create_project(body)
-        return self._reply(self._state.created_project_data(project, project.created_at))
+        return self._reply(self._state.render.created_project(project, project.created_at))
 
     async def _get_project(self, request: web.Request) -> web.StreamResponse:
         self._authorize(request)
@@ -950,22 +956,14 @@ class SandboxServer:
         state = self._state
         now = state.settle()
         project = state.get_project(project_id)
-        return self._reply(state.project_data(project, now, self._origin(request)))
+        return self._reply(state.render.project(project, now, self._origin(request)))
 
     async def _create_videos(self, request: web.Request) -> web.StreamResponse:
         self._authorize(request)
         project_id = self._checked_id("project_id", request.match_info["project_id"])
         body = validate_videos_request(await self._body(request))
         project, batch = self._state.create_videos(project_id, body)
-        status, step = project.phase(batch.created_at)
-        return self._reply(
-            {
-                "project_id": project.project_id,
-                "project_status": status,
-                "current_step": step,
-                "task_ids": list(batch.task_ids),
-            }
-        )
+        return self._reply(self._state.render.video_batch(project, batch))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file_name"]

@@ -1,8 +1,4 @@
-"""The sandbox's service state: credits ledger, tasks and projects, all on the sandbox clock.
-
-Nothing here runs in the background. A task or project stores the simulated instants at which
-it changes (start, finish, each project step) and its state is computed from the clock when it
-is read, so a hundred thousand pending tasks cost a few hundred bytes each and no timer.
+"""The sandbox's service state: tasks and projects on the sandbox clock, and their events.
 
 The few changes that have effects beyond the object itself happen through a time-ordered event
 heap that :meth:`SandboxState.settle` drains up to the current time before every read or write:
@@ -14,6 +10,9 @@ heap that :meth:`SandboxState.settle` drains up to the current time before every
 Each event runs exactly once (settling is synchronous, so concurrent requests of one event loop
 cannot interleave with it) and in time order, so the ledger is the same whether a test reads it
 after every simulated second or once after a jump of an hour.
+
+The objects themselves are in :mod:`._simulation`, the balance in :mod:`._billing` and the
+JSON answers in :mod:`._render`.
 """
 
 from __future__ import annotations
@@ -23,291 +22,41 @@ import itertools
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlsplit
 
-from .._enums import ProjectMode, ProjectStatus, ProjectStep, TaskStatus
+from .._enums import ProjectMode, ProjectStatus, ProjectStep
+from ._billing import Wallet
 from ._clock import SandboxClock
 from ._config import Duration, Pricing, ProjectTiming, sample_duration
+from ._render import Renderer
+from ._simulation import (
+    AUTO_BATCH_NO_CREDITS,
+    DEFAULT_MODEL,
+    ERROR,
+    FAILED,
+    INSUFFICIENT_CREDITS,
+    MEDIA_NOT_STORED,
+    PROJECT_FAILURES,
+    PROJECT_TASK_MODEL,
+    SUCCEEDED,
+    TASK_ERROR_MESSAGE,
+    TASK_FAILURE_MESSAGES,
+    TASK_OUTCOMES,
+    Batch,
+    Project,
+    SandboxError,
+    Task,
+    host_is_invalid,
+    make_script,
+    shorten,
+)
 
 __all__ = ["SandboxError", "SandboxState"]
 
-QUEUED = TaskStatus.QUEUED.value
-RUNNING = TaskStatus.RUNNING.value
-SUCCEEDED = TaskStatus.SUCCEEDED.value
-FAILED = TaskStatus.FAILED.value
-ERROR = TaskStatus.ERROR.value
-TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
-
-DEFAULT_MODEL = "videomodel_2_0"
-PROJECT_TASK_MODEL = "videomodel_2_0"
-
-INSUFFICIENT_CREDITS = "Insufficient API credits"
-MEDIA_NOT_STORED = "Failed to store media from URL"
-
-_TASK_FAILURE_MESSAGES = (
-    "The prompt was rejected by the content policy.",
-    "The reference media could not be used for generation.",
-    "Video generation failed; no credits were charged.",
-)
-_TASK_ERROR_MESSAGE = "Internal error during video generation; no credits were charged."
-_PROJECT_FAILURES = {
-    ProjectStep.ANALYZING.value: "Analysis failed: the reference video could not be analysed.",
-    ProjectStep.GENERATING_SCRIPT.value: (
-        "Script generation failed; the script charge was refunded."
-    ),
-}
-_AUTO_BATCH_NO_CREDITS = (
-    "Insufficient API credits to create the automatic video batch; add credits and create"
-    " videos with the videos endpoint."
-)
 
 _EV_TASK_REFUND = 0
 _EV_PROJECT_FAIL = 1
 _EV_PROJECT_SCRIPT = 2
-
-_SCRIPT_BEATS = (
-    "Hook: close-up of {product} in hand, bold on-screen headline, fast push-in.",
-    "Problem: the everyday frustration the product solves, quick cuts, relatable framing.",
-    "Reveal: {product} shown clearly on a clean background, brand colours.",
-    "Demonstration: {avatar} uses {product}, showing the key selling point.",
-    "Proof: close-ups of results and a short testimonial line on screen.",
-    "Offer: {product} with price tag and benefits as animated captions.",
-    "Call to action: {avatar} looks into the camera, 'Tap to shop now', logo end card.",
-)
-
-
-class SandboxError(Exception):
-    """A failure the sandbox answers with the service's error envelope.
-
-    Attributes:
-        status: The HTTP status.
-        code: The envelope ``code``.
-        message: The envelope ``message``.
-        headers: Extra HTTP headers of the answer.
-    """
-
-    def __init__(
-        self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = dict(headers or {})
-
-
-def iso(unix: float) -> str:
-    """Format a Unix time as ISO 8601 UTC with milliseconds and a ``Z``."""
-    text = datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
-
-
-def num(value: float) -> float | int:
-    """Render a credit amount: an integral value as an ``int``."""
-    return int(value) if float(value).is_integer() else value
-
-
-def host_is_invalid(url: str) -> bool:
-    """Whether a URL's host is under the reserved ``.invalid`` top-level domain (RFC 2606)."""
-    try:
-        host = (urlsplit(url).hostname or "").rstrip(".").lower()
-    except ValueError:
-        return False
-    return host == "invalid" or host.endswith(".invalid")
-
-
-class Task:
-    """One video task: the instants at which it changes, and what it ends as."""
-
-    __slots__ = (
-        "aspect_ratio",
-        "batch",
-        "cost",
-        "created_at",
-        "created_wall",
-        "duration",
-        "error_message",
-        "finished_at",
-        "model",
-        "outcome",
-        "project_id",
-        "refunded",
-        "resolution",
-        "started_at",
-        "task_id",
-        "version",
-    )
-
-    def __init__(
-        self,
-        task_id: str,
-        model: str,
-        duration: int,
-        cost: float,
-        created_at: float,
-        started_at: float,
-        finished_at: float,
-        outcome: str,
-        error_message: str | None,
-        created_wall: float,
-    ) -> None:
-        self.task_id = task_id
-        self.model = model
-        self.duration = duration
-        self.cost = cost
-        self.created_at = created_at
-        self.started_at = started_at
-        self.finished_at = finished_at
-        self.outcome = outcome
-        self.error_message = error_message
-        self.created_wall = created_wall
-        self.project_id: str | None = None
-        self.batch = 0
-        self.aspect_ratio: str | None = None
-        self.resolution: int | str | None = None
-        self.refunded = False
-        self.version = 0
-
-    def status(self, now: float) -> str:
-        """The status at simulated time ``now``."""
-        if now >= self.finished_at:
-            return self.outcome
-        if now >= self.started_at:
-            return RUNNING
-        return QUEUED
-
-    def credits_cost(self, now: float) -> float:
-        """Credits charged at ``now``: 0 once the task has ended failed or error."""
-        if self.outcome != SUCCEEDED and now >= self.finished_at:
-            return 0.0
-        return self.cost
-
-    def updated_at(self, now: float) -> float:
-        """The simulated time of the last change at or before ``now``."""
-        if now >= self.finished_at:
-            return self.finished_at
-        if now >= self.started_at:
-            return self.started_at
-        return self.created_at
-
-
-class Batch:
-    """One batch of a project's video tasks."""
-
-    __slots__ = (
-        "aspect_ratio",
-        "automatic",
-        "created_at",
-        "index",
-        "out_number",
-        "resolution",
-        "script",
-        "task_ids",
-    )
-
-    def __init__(
-        self,
-        index: int,
-        created_at: float,
-        out_number: int,
-        resolution: int | str,
-        aspect_ratio: str,
-        script: str | None,
-        automatic: bool,
-    ) -> None:
-        self.index = index
-        self.created_at = created_at
-        self.out_number = out_number
-        self.resolution = resolution
-        self.aspect_ratio = aspect_ratio
-        self.script = script
-        self.automatic = automatic
-        self.task_ids: list[str] = []
-
-
-class Project:
-    """One viral ad clone project: its inputs, its timeline and its batches."""
-
-    __slots__ = (
-        "analysis_done_at",
-        "batches",
-        "created_at",
-        "created_wall",
-        "fail_at",
-        "fail_message",
-        "fails_before_script",
-        "inputs",
-        "media_done_at",
-        "mode",
-        "project_id",
-        "script",
-        "script_cost",
-        "script_ready_at",
-        "tasks",
-        "version",
-    )
-
-    def __init__(
-        self,
-        project_id: str,
-        inputs: dict[str, Any],
-        created_at: float,
-        created_wall: float,
-        script: str,
-    ) -> None:
-        self.project_id = project_id
-        self.inputs = inputs
-        self.mode: str = inputs["mode"]
-        self.created_at = created_at
-        self.created_wall = created_wall
-        self.media_done_at = created_at
-        self.analysis_done_at = created_at
-        self.script_ready_at = created_at
-        self.fail_at: float | None = None
-        self.fail_message: str | None = None
-        self.fails_before_script = False
-        self.script = script
-        self.script_cost = 0.0
-        self.batches: list[Batch] = []
-        self.tasks: list[Task] = []
-        self.version = 0
-
-    def failed(self, now: float) -> bool:
-        """Whether the project has failed by ``now``."""
-        return self.fail_at is not None and now >= self.fail_at
-
-    def script_ready(self, now: float) -> bool:
-        """Whether the script has been generated by ``now``."""
-        return now >= self.script_ready_at and not self.fails_before_script
-
-    def phase(self, now: float) -> tuple[str, str]:
-        """``(status, current_step)`` at ``now``."""
-        if self.failed(now):
-            return ProjectStatus.FAILED.value, ProjectStep.FAILED.value
-        if now < self.media_done_at:
-            return ProjectStatus.DRAFT.value, ProjectStep.PREPARING_MEDIA.value
-        if now < self.analysis_done_at:
-            return ProjectStatus.RUNNING.value, ProjectStep.ANALYZING.value
-        if now < self.script_ready_at:
-            return ProjectStatus.RUNNING.value, ProjectStep.GENERATING_SCRIPT.value
-        if any(now < t.finished_at for t in self.tasks):
-            return ProjectStatus.RUNNING.value, ProjectStep.GENERATING_VIDEO.value
-        return ProjectStatus.SUCCEEDED.value, ProjectStep.SCRIPT_READY.value
-
-    def updated_at(self, now: float) -> float:
-        """The simulated time of the last change at or before ``now``."""
-        latest = self.created_at
-        limit = self.fail_at if self.failed(now) else None
-        for boundary in (self.media_done_at, self.analysis_done_at, self.script_ready_at):
-            if boundary <= now and (limit is None or boundary <= limit):
-                latest = max(latest, boundary)
-        if limit is not None:
-            latest = max(latest, limit)
-        for task in self.tasks:
-            latest = max(latest, task.updated_at(now))
-        return latest
 
 
 class SandboxState:
@@ -358,8 +107,8 @@ class SandboxState:
         self.media_rejects = media_rejects
         self.rng = random.Random(None if seed is None else f"{seed}:behaviour")
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
-        self.total_credits = float(credits)
-        self.available_credits = float(credits)
+        self.wallet = Wallet(credits)
+        self.render = Renderer(clock)
         self.tasks: dict[str, Task] = {}
         self.projects: dict[str, Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
@@ -395,11 +144,11 @@ class SandboxState:
     def _refund_task(self, task: Task) -> None:
         if not task.refunded:
             task.refunded = True
-            self.available_credits = round(self.available_credits + task.cost, 2)
+            self.wallet.refund(task.cost)
 
     def _refund_script(self, project: Project) -> None:
         if project.fails_before_script and project.script_cost:
-            self.available_credits = round(self.available_credits + project.script_cost, 2)
+            self.wallet.refund(project.script_cost)
             project.script_cost = 0.0
 
     def _script_ready(self, project: Project, at: float) -> None:
@@ -409,9 +158,9 @@ class SandboxState:
         out_number = int(project.inputs["out_number"])
         resolution = project.inputs["resolution"]
         cost = out_number * self.pricing.project_video_cost(project.inputs["duration"], resolution)
-        if cost > self.available_credits:
+        if not self.wallet.can_pay(cost):
             project.fail_at = at
-            project.fail_message = _AUTO_BATCH_NO_CREDITS
+            project.fail_message = AUTO_BATCH_NO_CREDITS
             return
         self._create_batch(
             project,
@@ -427,27 +176,10 @@ class SandboxState:
     # Credits
     # ----------------------------------------------------------------------------------------
 
-    def _charge(self, amount: float) -> None:
-        if amount > self.available_credits:
-            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
-        self.available_credits = round(self.available_credits - amount, 2)
-
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set the balance (``total`` defaults to ``max(total, available)``)."""
         self.settle()
-        if available is not None:
-            self.available_credits = float(available)
-        if total is not None:
-            self.total_credits = float(total)
-        self.total_credits = max(self.total_credits, self.available_credits)
-
-    def credits_data(self) -> dict[str, Any]:
-        """The ``data`` of ``GET /v1/credits``."""
-        self.settle()
-        return {
-            "api_available_credits": num(self.available_credits),
-            "api_total_credits": num(self.total_credits),
-        }
+        self.wallet.set(available=available, total=total)
 
     # ----------------------------------------------------------------------------------------
     # Tasks
@@ -464,9 +196,9 @@ class SandboxState:
         if forced_failure is not None:
             return FAILED, forced_failure
         if draw < self.failure_rate:
-            return FAILED, self.rng.choice(_TASK_FAILURE_MESSAGES)
+            return FAILED, self.rng.choice(TASK_FAILURE_MESSAGES)
         if draw < self.failure_rate + self.error_rate:
-            return ERROR, _TASK_ERROR_MESSAGE
+            return ERROR, TASK_ERROR_MESSAGE
         return SUCCEEDED, None
 
     def wall_of(self, sim: float, floor: float = 0.0) -> float:
@@ -479,11 +211,6 @@ class SandboxState:
         if wall is None:
             wall = self.clock.wall_now()
         return max(wall, floor)
-
-    def stamp(self, sim: float, floor: float) -> str:
-        """Format the real time of a past simulated instant, as the sandbox reports it."""
-        wall = self.clock.wall_time_of(sim)
-        return iso(floor if wall is None or wall < floor else wall)
 
     def _new_task(
         self,
@@ -536,7 +263,7 @@ class SandboxState:
         model = body.get("model") or DEFAULT_MODEL
         duration = int(body.get("duration") or 5)
         cost = self.pricing.task_cost(model, duration)
-        self._charge(cost)
+        self.wallet.charge(cost)
         forced: str | None = None
         media = [
             *body.get("image_urls", ()),
@@ -581,7 +308,7 @@ class SandboxState:
         self.settle()
         model = body.get("model") or DEFAULT_MODEL
         price = self.pricing.task_cost(model, int(body.get("duration") or 5))
-        if price * count > self.available_credits:
+        if not self.wallet.can_pay(price * count):
             raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
         tasks = []
         for _ in range(count):
@@ -604,47 +331,8 @@ class SandboxState:
         """
         task = self.tasks.get(task_id)
         if task is None:
-            raise SandboxError(404, 404, f"Task not found: {_shorten(task_id)}")
+            raise SandboxError(404, 404, f"Task not found: {shorten(task_id)}")
         return task
-
-    def created_task_data(self, task: Task, now: float) -> dict[str, Any]:
-        """The ``data`` of a task creation answer."""
-        return {
-            "task_id": task.task_id,
-            "status": task.status(now),
-            "created_at": iso(task.created_wall),
-            "credits_cost": num(task.cost),
-        }
-
-    def task_data(self, task: Task, now: float, origin: str) -> dict[str, Any]:
-        """The ``data`` of ``GET /v1/tasks``.
-
-        Args:
-            task: The task.
-            now: The simulated time (after :meth:`settle`).
-            origin: ``scheme://host:port`` the video URL is built on.
-
-        Returns:
-            The JSON object.
-        """
-        status = task.status(now)
-        result: dict[str, Any] | None = None
-        if status in TASK_OUTCOMES:
-            result = {
-                "video_url": f"{origin}/media/{task.task_id}.mp4" if status == SUCCEEDED else None,
-                "error_message": task.error_message if status != SUCCEEDED else None,
-                "finished_at": self.stamp(task.finished_at, task.created_wall),
-                "status": status,
-            }
-        return {
-            "task_id": task.task_id,
-            "status": status,
-            "model": task.model,
-            "created_at": iso(task.created_wall),
-            "updated_at": self.stamp(task.updated_at(now), task.created_wall),
-            "credits_cost": num(task.credits_cost(now)),
-            "result": result,
-        }
 
     def schedule_task(
         self,
@@ -686,7 +374,7 @@ class SandboxState:
         if task.outcome == SUCCEEDED:
             task.error_message = None
         else:
-            default = _TASK_ERROR_MESSAGE if task.outcome == ERROR else _TASK_FAILURE_MESSAGES[2]
+            default = TASK_ERROR_MESSAGE if task.outcome == ERROR else TASK_FAILURE_MESSAGES[2]
             task.error_message = error_message or task.error_message or default
             self._push(task.finished_at, _EV_TASK_REFUND, task)
         self.settle()
@@ -695,24 +383,7 @@ class SandboxState:
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
         now = self.settle()
-        task = self.get_task(task_id)
-        wall = self.clock.wall_time_of(task.finished_at)
-        return {
-            **self.task_data(task, now, origin),
-            "project_id": task.project_id,
-            "batch": task.batch or None,
-            "charged": num(task.cost),
-            "refunded": task.refunded,
-            "now": now,
-            "schedule": {
-                "created_at": task.created_at,
-                "started_at": task.started_at,
-                "finish_at": task.finished_at,
-                "finish_at_wall": wall,
-                "outcome": task.outcome,
-                "error_message": task.error_message,
-            },
-        }
+        return self.render.describe_task(self.get_task(task_id), now, origin)
 
     # ----------------------------------------------------------------------------------------
     # Projects
@@ -757,9 +428,9 @@ class SandboxState:
             urls.append(inputs["avatar_image_url"])
         if any(self._media_rejected(u) for u in urls):
             raise SandboxError(409, 100099, MEDIA_NOT_STORED)
-        self._charge(self.pricing.script_credits)
+        self.wallet.charge(self.pricing.script_credits)
         project = Project(
-            self._new_id(self.projects), inputs, now, self.clock.wall_now(), _make_script(inputs)
+            self._new_id(self.projects), inputs, now, self.clock.wall_now(), make_script(inputs)
         )
         project.script_cost = self.pricing.script_credits
         timing = self.project_timing
@@ -790,7 +461,7 @@ class SandboxState:
                 if at <= project.analysis_done_at
                 else ProjectStep.GENERATING_SCRIPT.value
             )
-            message = _PROJECT_FAILURES[step]
+            message = PROJECT_FAILURES[step]
         project.fail_message = message
         self._push(at, _EV_PROJECT_FAIL, project)
 
@@ -802,51 +473,8 @@ class SandboxState:
         """
         project = self.projects.get(project_id)
         if project is None:
-            raise SandboxError(404, 404, f"Project not found: {_shorten(project_id)}")
+            raise SandboxError(404, 404, f"Project not found: {shorten(project_id)}")
         return project
-
-    def created_project_data(self, project: Project, now: float) -> dict[str, Any]:
-        """The ``data`` of a project creation answer."""
-        status, step = project.phase(now)
-        return {
-            "project_id": project.project_id,
-            "status": status,
-            "current_step": step,
-            "mode": project.mode,
-            "credits_cost": num(project.script_cost),
-            "created_at": iso(project.created_wall),
-        }
-
-    def project_data(self, project: Project, now: float, origin: str) -> dict[str, Any]:
-        """The ``data`` of ``GET /v1/video/viral-ads-clone/{project_id}``."""
-        status, step = project.phase(now)
-        tasks = []
-        video_cost = 0.0
-        for task in project.tasks:
-            data = self.task_data(task, now, origin)
-            data["batch"] = task.batch
-            data["aspect_ratio"] = task.aspect_ratio
-            data["resolution"] = task.resolution
-            video_cost += task.credits_cost(now)
-            tasks.append(data)
-        video_cost = round(video_cost, 2)
-        return {
-            "project_id": project.project_id,
-            "status": status,
-            "current_step": step,
-            "mode": project.mode,
-            "error_message": project.fail_message if project.failed(now) else None,
-            "view_script": project.script if project.script_ready(now) else None,
-            "billing": {
-                "script_credits_cost": num(project.script_cost),
-                "video_credits_cost": num(video_cost),
-                "total_credits_cost": num(round(project.script_cost + video_cost, 2)),
-            },
-            "task_ids": [t.task_id for t in project.tasks],
-            "tasks": tasks,
-            "created_at": iso(project.created_wall),
-            "updated_at": self.stamp(project.updated_at(now), project.created_wall),
-        }
 
     def _create_batch(
         self,
@@ -860,7 +488,7 @@ class SandboxState:
         automatic: bool,
     ) -> Batch:
         cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
-        self._charge(cost * out_number)
+        self.wallet.charge(cost * out_number)
         batch = Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
         )
@@ -988,68 +616,4 @@ class SandboxState:
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         now = self.settle()
-        project = self.get_project(project_id)
-        clock = self.clock
-        return {
-            **self.project_data(project, now, origin),
-            "inputs": dict(project.inputs),
-            "script": project.script,
-            "batches": [
-                {
-                    "batch": b.index,
-                    "automatic": b.automatic,
-                    "created_at": b.created_at,
-                    "out_number": b.out_number,
-                    "resolution": b.resolution,
-                    "aspect_ratio": b.aspect_ratio,
-                    "script": b.script,
-                    "task_ids": list(b.task_ids),
-                }
-                for b in project.batches
-            ],
-            "now": now,
-            "schedule": {
-                "created_at": project.created_at,
-                "media_ready_at": project.media_done_at,
-                "analysis_done_at": project.analysis_done_at,
-                "script_ready_at": None if project.fails_before_script else project.script_ready_at,
-                "script_ready_at_wall": None
-                if project.fails_before_script
-                else clock.wall_time_of(project.script_ready_at),
-                "fail_at": project.fail_at,
-                "fail_at_wall": None
-                if project.fail_at is None
-                else clock.wall_time_of(project.fail_at),
-            },
-        }
-
-
-def _shorten(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _make_script(inputs: Mapping[str, Any]) -> str:
-    """The reviewable script of a project: one line per time range."""
-    total = int(inputs["duration"])
-    count = len(inputs["product_image_urls"])
-    product = "the product" if count == 1 else f"the {count} products"
-    avatar = "the presenter" if inputs.get("avatar_image_url") else "a presenter"
-    language = inputs.get("speech_language_option") or "the reference video's language"
-    step = 3 if total >= 6 else 1
-    lines = []
-    start = 0
-    beat = 0
-    while start < total:
-        end = min(total, start + step)
-        if end == total or beat == len(_SCRIPT_BEATS) - 1:
-            end = total
-            text = _SCRIPT_BEATS[-1]
-        else:
-            text = _SCRIPT_BEATS[beat]
-        lines.append(f"{start}-{end}s: " + text.format(product=product, avatar=avatar))
-        start = end
-        beat += 1
-    lines.append(f"Voiceover: {language}; aspect ratio {inputs['aspect_ratio']}.")
-    if inputs.get("prompt"):
-        lines.append(f"Brief: {str(inputs['prompt']).strip()[:200]}")
-    return "\n".join(lines)
+        return self.render.describe_project(self.get_project(project_id), now, origin)
