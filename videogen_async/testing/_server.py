@@ -59,29 +59,15 @@ statistics, and are described in ``docs/sandbox.md``.
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import hmac
-import http
-import json
 import logging
-import re
-import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import attrs
 from aiohttp import web
 
 from .._exceptions import InvalidRequestError
-from .._validation import (
-    check_id,
-    validate_project_request,
-    validate_task_request,
-    validate_videos_request,
-)
+from .._validation import validate_task_request
 from ._clock import SandboxClock
 from ._config import (
     DEFAULT_API_KEY,
@@ -91,11 +77,14 @@ from ._config import (
     check_duration,
     check_rate,
 )
+from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule
-from ._media import parse_range, sample_mp4
+from ._middleware import service_middleware
 from ._openapi import build_openapi
-from ._simulation import INSUFFICIENT_CREDITS, SUCCEEDED, SandboxError
+from ._routes import ServiceRoutes
+from ._simulation import SandboxError
 from ._state import SandboxState
+from ._stats import RequestRecord, RequestStats, SandboxStats
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
@@ -105,103 +94,7 @@ __all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 logger = logging.getLogger("videogen_async.testing")
 
 _T = TypeVar("_T")
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-_HTML_PAGE = (
-    "<html>\r\n<head><title>{status} {reason}</title></head>\r\n<body>\r\n"
-    "<center><h1>{status} {reason}</h1></center>\r\n<hr><center>nginx</center>\r\n"
-    "</body>\r\n</html>\r\n"
-)
-_HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
-_MEDIA_ETAG = '"videogen-sandbox-sample"'
 _BULK_MAX = 1_000_000
-
-
-@attrs.frozen
-class RequestRecord:
-    """One request as the sandbox saw it.
-
-    Attributes:
-        method: The HTTP method.
-        path: The path (without the query).
-        route: ``METHOD /route/{pattern}`` (``<unmatched>`` for an unknown path).
-        status: The status sent, or ``None`` when the connection was dropped.
-        started_at: When the request arrived (Unix seconds, real time).
-        duration: Seconds spent handling it (real time, including injected latency).
-        fault: The injected fault kind, if any (``latency`` when only latency was added).
-        trace_id: The ``trace_id`` of the answer, if it had one.
-    """
-
-    method: str
-    path: str
-    route: str
-    status: int | None
-    started_at: float
-    duration: float
-    fault: str | None = None
-    trace_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data."""
-        return attrs.asdict(self)
-
-
-@attrs.frozen
-class SandboxStats:
-    """Counters of the requests a sandbox has served since its last statistics reset.
-
-    Attributes:
-        requests: Requests received (control endpoints excluded).
-        by_route: Requests per ``METHOD /route``.
-        by_status: Requests per status sent (``"dropped"`` for a closed connection).
-        in_flight: Requests being handled now.
-        peak_in_flight: The most requests handled at once.
-        peak_in_flight_by_route: The same, per route.
-        tasks_created: Video tasks created (direct and project batches).
-        projects_created: Projects created.
-        faults: Injected faults per kind.
-        since: When the counters started (Unix seconds, real time).
-    """
-
-    requests: int
-    by_route: Mapping[str, int]
-    by_status: Mapping[str, int]
-    in_flight: int
-    peak_in_flight: int
-    peak_in_flight_by_route: Mapping[str, int]
-    tasks_created: int
-    projects_created: int
-    faults: Mapping[str, int]
-    since: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """The statistics as JSON-ready data."""
-        return {
-            "requests": self.requests,
-            "by_route": dict(self.by_route),
-            "by_status": dict(self.by_status),
-            "in_flight": self.in_flight,
-            "peak_in_flight": self.peak_in_flight,
-            "peak_in_flight_by_route": dict(self.peak_in_flight_by_route),
-            "tasks_created": self.tasks_created,
-            "projects_created": self.projects_created,
-            "faults": dict(self.faults),
-            "since": self.since,
-        }
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _number(text: str) -> float | int:
-    """Decode a JSON number with a fraction or exponent: ``4.0`` is the integer 4.
-
-    JSON has one number type; like most JSON services the sandbox takes an integral value
-    written ``4.0`` or ``4e0`` where an integer is expected.
-    """
-    value = float(text)
-    return int(value) if value.is_integer() else value
 
 
 def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]:
@@ -295,7 +188,6 @@ class SandboxServer:
         self._host = host
         self._port = port
         self._api_key = api_key
-        self._key_bytes = api_key.encode()
         self.clock = SandboxClock(time_scale=time_scale, paused=manual_clock)
         self.faults = FaultInjector(seed, _as_rules(faults))
         self._state = SandboxState(
@@ -315,10 +207,14 @@ class SandboxServer:
         self._runner: web.AppRunner | None = None
         self._bound_port: int | None = None
         self._closed = False
-        self._log: collections.deque[RequestRecord] = collections.deque(maxlen=request_log_size)
-        self._in_flight_by_route: dict[str, int] = {}
-        self._peak_by_route: dict[str, int] = {}
-        self._reset_counters()
+        state = self._state
+        self._stats = RequestStats(
+            request_log_size,
+            lambda: (len(state.tasks), len(state.projects)),
+            lambda: self.faults.injected,
+        )
+        self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
+        self._control = ControlAPI(self, state, self._routes)
 
     def __repr__(self) -> str:
         where = self._base_url_or_none() or "not started"
@@ -340,9 +236,9 @@ class SandboxServer:
         """
         if self._runner is not None or self._closed:
             raise RuntimeError("a SandboxServer can be started once")
-        app = web.Application(middlewares=[self._middleware])
-        self._add_routes(app)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        runner = web.AppRunner(
+            self._build_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, self._host, self._port)
@@ -621,7 +517,7 @@ class SandboxServer:
 
     def credits(self) -> dict[str, float | int]:
         """Return the balance as ``GET /v1/credits`` shows it."""
-        return self._credits_data()
+        return self._state.credits_data()
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set the balance.
@@ -646,552 +542,30 @@ class SandboxServer:
     @property
     def request_log(self) -> tuple[RequestRecord, ...]:
         """The recent requests (control endpoints excluded), oldest first."""
-        return tuple(self._log)
+        return tuple(self._stats.log)
 
     def stats(self) -> SandboxStats:
         """Return the counters since the last :meth:`reset_stats`."""
-        return SandboxStats(
-            requests=self._requests,
-            by_route=dict(self._by_route),
-            by_status=dict(self._by_status),
-            in_flight=self._in_flight,
-            peak_in_flight=self._peak,
-            peak_in_flight_by_route=dict(self._peak_by_route),
-            tasks_created=len(self._state.tasks) - self._tasks_base,
-            projects_created=len(self._state.projects) - self._projects_base,
-            faults=dict(self.faults.injected),
-            since=self._since,
-        )
+        return self._stats.snapshot()
 
     def reset_stats(self) -> None:
         """Zero the counters, the peaks and the request log (tasks and projects stay)."""
-        self._reset_counters()
+        self._stats.clear()
         self.faults.reset_counts()
-        self._log.clear()
-
-    def _reset_counters(self) -> None:
-        self._requests = 0
-        self._by_route: collections.Counter[str] = collections.Counter()
-        self._by_status: collections.Counter[str] = collections.Counter()
-        # Requests in flight now stay counted (they will leave), and seed the new peaks.
-        in_flight = {k: v for k, v in self._in_flight_by_route.items() if v}
-        self._in_flight_by_route = in_flight
-        self._in_flight = sum(in_flight.values())
-        self._peak = self._in_flight
-        self._peak_by_route = dict(in_flight)
-        self._tasks_base = len(self._state.tasks)
-        self._projects_base = len(self._state.projects)
-        self._since = time.time()
 
     def openapi(self) -> dict[str, Any]:
         """Return the OpenAPI 3.1 document of the service, with this server's URL."""
         return build_openapi(self._base_url_or_none())
 
     # ----------------------------------------------------------------------------------------
-    # HTTP plumbing
+    # The application: every route is registered here
     # ----------------------------------------------------------------------------------------
 
-    def _add_routes(self, app: web.Application) -> None:
-        r = app.router
-        r.add_post("/v1/video/videomodel-2", self._create_task)
-        r.add_get("/v1/tasks", self._get_task)
-        r.add_get("/v1/credits", self._get_credits)
-        r.add_post("/v1/video/viral-ads-clone", self._create_project)
-        r.add_get("/v1/video/viral-ads-clone/{project_id:[^/]+}", self._get_project)
-        r.add_post("/v1/video/viral-ads-clone/{project_id:[^/]+}/videos", self._create_videos)
-        r.add_get("/media/{file_name}", self._media)
-        r.add_get("/openapi.json", self._openapi)
-        c = "/_sandbox"
-        r.add_get(f"{c}/stats", self._c_stats)
-        r.add_post(f"{c}/reset-stats", self._c_reset_stats)
-        r.add_get(f"{c}/requests", self._c_requests)
-        r.add_get(f"{c}/clock", self._c_clock)
-        r.add_post(f"{c}/clock/advance", self._c_clock_advance)
-        r.add_post(f"{c}/clock/pause", self._c_clock_pause)
-        r.add_post(f"{c}/clock/resume", self._c_clock_resume)
-        r.add_get(f"{c}/credits", self._c_credits)
-        r.add_post(f"{c}/credits", self._c_set_credits)
-        r.add_get(f"{c}/tasks", self._c_tasks)
-        r.add_post(f"{c}/tasks/bulk", self._c_bulk_tasks)
-        r.add_get(f"{c}/tasks/{{task_id}}", self._c_task)
-        r.add_post(f"{c}/tasks/{{task_id}}/schedule", self._c_schedule_task)
-        r.add_get(f"{c}/projects", self._c_projects)
-        r.add_get(f"{c}/projects/{{project_id}}", self._c_project)
-        r.add_post(f"{c}/projects/{{project_id}}/schedule", self._c_schedule_project)
-        r.add_get(f"{c}/faults", self._c_faults)
-        r.add_post(f"{c}/faults", self._c_set_faults)
-        r.add_delete(f"{c}/faults", self._c_clear_faults)
+    def _build_app(self) -> web.Application:
+        app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
+        self._routes.register(app.router)
+        self._control.register(app.router)
+        return app
 
-    def _credits_data(self) -> dict[str, Any]:
-        state = self._state
-        state.settle()
-        return state.render.credits(state.wallet)
-
-    def _reply(
-        self,
-        data: Any,
-        *,
-        status: int = 200,
-        code: int = 200,
-        message: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> web.Response:
-        trace_id = uuid.uuid4().hex
-        body = json.dumps(
-            {"code": code, "trace_id": trace_id, "message": message, "data": data},
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
-        all_headers = {"X-Trace-Id": trace_id}
-        if headers:
-            all_headers.update(headers)
-        return web.Response(
-            text=body, status=status, content_type="application/json", headers=all_headers
-        )
-
-    def _error(
-        self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
-    ) -> web.Response:
-        return self._reply(None, status=status, code=code, message=message, headers=headers)
-
-    @web.middleware
-    async def _middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        path = request.path
-        if path.startswith("/_sandbox/"):
-            return await self._guarded(request, handler)
-        method = request.method
-        resource = request.match_info.route.resource
-        pattern = resource.canonical if resource is not None else "<unmatched>"
-        route = f"{method} {pattern}"
-        self._enter(route)
-        started = time.time()
-        t0 = time.perf_counter()
-        status: int | None = None
-        fault: str | None = None
-        trace_id: str | None = None
-        try:
-            decision = None
-            if path != "/openapi.json":
-                decision = self.faults.decide(method, pattern, path)
-            response: web.StreamResponse | None = None
-            if decision is not None:
-                if decision.latency > 0:
-                    fault = "latency"
-                    await asyncio.sleep(decision.latency)
-                if decision.kind is not None:
-                    fault = decision.kind
-                if decision.kind == "drop_before":
-                    self._drop(request)
-                    return web.Response(status=503)
-                response = self._fault_response(decision.kind, decision.status, decision)
-            if response is None:
-                # Yield once, as a real service waiting on its database would: requests that
-                # arrived together are then in flight together, and the peak shows a client's
-                # concurrency rather than the sandbox's speed.
-                await asyncio.sleep(0)
-                response = await self._guarded(request, handler)
-                if fault == "drop_after":
-                    self._drop(request)
-                    return response
-            status = response.status
-            trace_id = response.headers.get("X-Trace-Id")
-            return response
-        finally:
-            self._leave(route)
-            self._requests += 1
-            self._by_route[route] += 1
-            self._by_status["dropped" if status is None else str(status)] += 1
-            if self._log.maxlen:
-                self._log.append(
-                    RequestRecord(
-                        method,
-                        path,
-                        route,
-                        status,
-                        started,
-                        time.perf_counter() - t0,
-                        fault,
-                        trace_id,
-                    )
-                )
-
-    def _fault_response(
-        self, kind: str | None, status: int, decision: Any
-    ) -> web.StreamResponse | None:
-        if kind == "rate_limit":
-            headers = {}
-            if decision.retry_after is not None:
-                headers["Retry-After"] = f"{decision.retry_after:g}"
-            return self._error(
-                429, 429, "Too many requests (sandbox fault injection)", headers=headers
-            )
-        if kind == "error":
-            reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Server Error"
-            return self._error(status, status, f"{reason} (sandbox fault injection)")
-        if kind == "html":
-            reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Error"
-            return web.Response(
-                text=_HTML_PAGE.format(status=status, reason=reason),
-                status=status,
-                content_type="text/html",
-                headers={"Server": "nginx"},
-            )
-        return None
-
-    @staticmethod
-    def _drop(request: web.Request) -> None:
-        transport = request.transport
-        if transport is not None:
-            transport.close()
-
-    def _enter(self, route: str) -> None:
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
-        count = self._in_flight_by_route.get(route, 0) + 1
-        self._in_flight_by_route[route] = count
-        if count > self._peak_by_route.get(route, 0):
-            self._peak_by_route[route] = count
-
-    def _leave(self, route: str) -> None:
-        self._in_flight -= 1
-        self._in_flight_by_route[route] -= 1
-
-    async def _guarded(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except SandboxError as exc:
-            return self._error(exc.status, exc.code, exc.message, exc.headers)
-        except InvalidRequestError as exc:
-            return self._error(400, 400, str(exc))
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-            if exc.status == 404:
-                text = f"No such endpoint: {request.method} {request.path}"
-            elif exc.status == 405:
-                text = f"Method {request.method} is not allowed on {request.path}"
-            else:
-                text = exc.reason
-            return self._error(exc.status, exc.status, text, headers)
-        except Exception:
-            logger.exception("sandbox handler failed on %s %s", request.method, request.path)
-            return self._error(500, 500, "Internal sandbox error")
-
-    def _authorize(self, request: web.Request) -> None:
-        header = request.headers.get("Authorization")
-        challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
-        if not header or not header.strip():
-            raise SandboxError(
-                401,
-                401,
-                "Missing API key: send the header 'Authorization: Bearer <API_KEY>'",
-                challenge,
-            )
-        scheme, _, token = header.strip().partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode("utf-8", "surrogateescape"), self._key_bytes
-        ):
-            raise SandboxError(401, 401, "Invalid API key", challenge)
-
-    @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        if not raw.strip():
-            return {}
-        try:
-            body = json.loads(raw, parse_constant=_reject_constant, parse_float=_number)
-        except (ValueError, RecursionError):
-            raise SandboxError(400, 400, "Request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise SandboxError(400, 400, "Request body must be a JSON object")
-        return body
-
-    def _origin(self, request: web.Request | None = None) -> str:
-        if request is not None:
-            host = request.host
-            if host and _HOST_HEADER.match(host):
-                return f"{request.scheme}://{host}"
-        return self._base_url_or_none() or "http://127.0.0.1"
-
-    @staticmethod
-    def _checked_id(field: str, value: str | None) -> str:
-        if value is None:
-            raise SandboxError(400, 400, f"{field}: is required (query parameter)")
-        try:
-            return check_id(field, value)
-        except InvalidRequestError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
-
-    # ----------------------------------------------------------------------------------------
-    # Service endpoints
-    # ----------------------------------------------------------------------------------------
-
-    async def _create_task(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        body = validate_task_request(await self._body(request))
-        task = self._state.create_task(body)
-        return self._reply(self._state.render.created_task(task, task.created_at))
-
-    async def _get_task(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        task_id = self._checked_id("task_id", request.query.get("task_id"))
-        state = self._state
-        now = state.settle()
-        return self._reply(state.render.task(state.get_task(task_id), now, self._origin(request)))
-
-    async def _get_credits(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        return self._reply(self._credits_data())
-
-    async def _create_project(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        body = validate_project_request(await self._body(request))
-        project = self._state.create_project(body)
-        return self._reply(self._state.render.created_project(project, project.created_at))
-
-    async def _get_project(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        project_id = self._checked_id("project_id", request.match_info["project_id"])
-        state = self._state
-        now = state.settle()
-        project = state.get_project(project_id)
-        return self._reply(state.render.project(project, now, self._origin(request)))
-
-    async def _create_videos(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        project_id = self._checked_id("project_id", request.match_info["project_id"])
-        body = validate_videos_request(await self._body(request))
-        project, batch = self._state.create_videos(project_id, body)
-        return self._reply(self._state.render.video_batch(project, batch))
-
-    async def _media(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["file_name"]
-        state = self._state
-        now = state.settle()
-        task = state.tasks.get(name[:-4]) if name.endswith(".mp4") else None
-        if task is None or task.status(now) != SUCCEEDED:
-            raise SandboxError(404, 404, f"No video at /media/{name[:80]}")
-        data = sample_mp4()
-        size = len(data)
-        headers = {
-            "Accept-Ranges": "bytes",
-            "Cache-Control": "public, max-age=86400",
-            "ETag": _MEDIA_ETAG,
-        }
-        wanted = parse_range(request.headers.get("Range"), size)
-        if wanted is False:
-            return web.Response(status=416, headers={**headers, "Content-Range": f"bytes */{size}"})
-        if wanted is None:
-            return web.Response(body=data, content_type="video/mp4", headers=headers)
-        headers["Content-Range"] = f"bytes {wanted.start}-{wanted.end}/{size}"
-        return web.Response(
-            body=data[wanted.start : wanted.end + 1],
-            status=206,
-            content_type="video/mp4",
-            headers=headers,
-        )
-
-    async def _openapi(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(build_openapi(self._origin(request)))
-
-    # ----------------------------------------------------------------------------------------
-    # Control endpoints (/_sandbox/)
-    # ----------------------------------------------------------------------------------------
-
-    async def _control_body(self, request: web.Request) -> dict[str, Any]:
-        self._authorize(request)
-        return await self._body(request)
-
-    @staticmethod
-    def _number(body: Mapping[str, Any], name: str, *, required: bool = True) -> float | None:
-        value = body.get(name)
-        if value is None and not required:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SandboxError(400, 400, f"{name}: must be a number")
-        return float(value)
-
-    def _clock_data(self) -> dict[str, Any]:
-        clock = self.clock
-        now = self._state.settle()
-        return {
-            "now": now,
-            "wall": clock.wall_now(),
-            "time_scale": clock.time_scale,
-            "paused": clock.paused,
-        }
-
-    async def _c_stats(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        return self._reply(self.stats().to_dict())
-
-    async def _c_reset_stats(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        self.reset_stats()
-        return self._reply(self.stats().to_dict())
-
-    async def _c_requests(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        limit = _query_int(request, "limit", 1000)
-        records = list(self._log)[-limit:] if limit else []
-        return self._reply({"count": len(self._log), "requests": [r.to_dict() for r in records]})
-
-    async def _c_clock(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        return self._reply(self._clock_data())
-
-    async def _c_clock_advance(self, request: web.Request) -> web.StreamResponse:
-        body = await self._control_body(request)
-        seconds = self._number(body, "seconds")
-        try:
-            self.clock.advance(seconds or 0.0)
-        except ValueError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
-        return self._reply(self._clock_data())
-
-    async def _c_clock_pause(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        self.clock.pause()
-        return self._reply(self._clock_data())
-
-    async def _c_clock_resume(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        self.clock.resume()
-        return self._reply(self._clock_data())
-
-    async def _c_credits(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        return self._reply(self.credits())
-
-    async def _c_set_credits(self, request: web.Request) -> web.StreamResponse:
-        body = await self._control_body(request)
-        add = self._number(body, "add", required=False)
-        available = self._number(body, "available", required=False)
-        total = self._number(body, "total", required=False)
-        if add is not None:
-            self.add_credits(add)
-        if available is not None or total is not None:
-            self.set_credits(available=available, total=total)
-        return self._reply(self.credits())
-
-    async def _c_tasks(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        offset = _query_int(request, "offset", 0)
-        limit = _query_int(request, "limit", 1000)
-        ids = self.task_ids
-        return self._reply({"count": len(ids), "task_ids": list(ids[offset : offset + limit])})
-
-    async def _c_task(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        task_id = request.match_info["task_id"]
-        return self._reply(self._state.describe_task(task_id, self._origin(request)))
-
-    async def _c_schedule_task(self, request: web.Request) -> web.StreamResponse:
-        body = await self._control_body(request)
-        task_id = request.match_info["task_id"]
-        try:
-            self._state.schedule_task(
-                task_id,
-                finish_in=self._number(body, "finish_in") or 0.0,
-                outcome=body.get("outcome"),
-                error_message=body.get("error_message"),
-            )
-        except ValueError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
-        return self._reply(self._state.describe_task(task_id, self._origin(request)))
-
-    async def _c_bulk_tasks(self, request: web.Request) -> web.StreamResponse:
-        body = await self._control_body(request)
-        unknown = sorted(
-            set(body) - {"count", "prompt", "model", "duration", "finish_in", "outcome"}
-        )
-        if unknown:
-            raise SandboxError(400, 400, f"{unknown[0]}: is not a field of this request")
-        finish_in = body.get("finish_in")
-        if isinstance(finish_in, list):
-            finish_in = tuple(finish_in)
-        options = {k: body[k] for k in ("prompt", "model", "duration") if body.get(k) is not None}
-        try:
-            ids = self.create_tasks(
-                body.get("count"),  # type: ignore[arg-type]  # checked there
-                finish_in=finish_in,
-                outcome=body.get("outcome"),
-                **options,
-            )
-        except ValueError as exc:
-            if str(exc) == INSUFFICIENT_CREDITS:
-                raise SandboxError(409, 300111, INSUFFICIENT_CREDITS) from None
-            raise SandboxError(400, 400, str(exc)) from None
-        return self._reply({"count": len(ids), "task_ids": ids})
-
-    async def _c_projects(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        ids = self.project_ids
-        return self._reply({"count": len(ids), "project_ids": list(ids)})
-
-    async def _c_project(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        project_id = request.match_info["project_id"]
-        return self._reply(self._state.describe_project(project_id, self._origin(request)))
-
-    async def _c_schedule_project(self, request: web.Request) -> web.StreamResponse:
-        body = await self._control_body(request)
-        project_id = request.match_info["project_id"]
-        try:
-            self._state.schedule_project(
-                project_id,
-                script_ready_in=self._number(body, "script_ready_in") or 0.0,
-                outcome=body.get("outcome") or "succeeded",
-                error_message=body.get("error_message"),
-            )
-        except ValueError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
-        return self._reply(self._state.describe_project(project_id, self._origin(request)))
-
-    def _faults_data(self) -> dict[str, Any]:
-        return {
-            "rules": [r.to_dict() for r in self.faults.rules],
-            "injected": dict(self.faults.injected),
-        }
-
-    async def _c_faults(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        return self._reply(self._faults_data())
-
-    async def _c_set_faults(self, request: web.Request) -> web.StreamResponse:
-        body = await self._control_body(request)
-        replace = bool(body.pop("replace", False))
-        rules = body.get("rules", [body])
-        if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
-            raise SandboxError(400, 400, "rules: must be a list of objects")
-        try:
-            built = [FaultRule.from_dict(r) for r in rules]
-        except ValueError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
-        if replace:
-            self.faults.clear()
-        for rule in built:
-            self.faults.add(rule)
-        return self._reply(self._faults_data())
-
-    async def _c_clear_faults(self, request: web.Request) -> web.StreamResponse:
-        self._authorize(request)
-        self.faults.clear(request.query.get("route"))
-        return self._reply(self._faults_data())
-
-
-_STATUSES = frozenset(s.value for s in http.HTTPStatus)
-
-
-def _query_int(request: web.Request, name: str, default: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SandboxError(400, 400, f"{name}: must be an integer") from None
-    if value < 0:
-        raise SandboxError(400, 400, f"{name}: must be >= 0")
-    return value
+    def _origin(self) -> str:
+        return self._routes.origin()

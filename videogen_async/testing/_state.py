@@ -176,6 +176,11 @@ class SandboxState:
     # Credits
     # ----------------------------------------------------------------------------------------
 
+    def credits_data(self) -> dict[str, Any]:
+        """The ``data`` of ``GET /v1/credits``, after settling."""
+        self.settle()
+        return self.render.credits(self.wallet)
+
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set the balance (``total`` defaults to ``max(total, available)``)."""
         self.settle()
