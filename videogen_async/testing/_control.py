@@ -162,7 +162,7 @@ class ControlAPI:
         body = await self._control_body(request)
         task_id = request.match_info["task_id"]
         try:
-            self._state.schedule_task(
+            self._state.schedule.schedule_task(
                 task_id,
                 finish_in=_number(body, "finish_in") or 0.0,
                 outcome=body.get("outcome"),
@@ -212,7 +212,7 @@ class ControlAPI:
         body = await self._control_body(request)
         project_id = request.match_info["project_id"]
         try:
-            self._state.schedule_project(
+            self._state.schedule.schedule_project(
                 project_id,
                 script_ready_in=_number(body, "script_ready_in") or 0.0,
                 outcome=body.get("outcome") or "succeeded",

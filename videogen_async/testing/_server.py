@@ -419,7 +419,7 @@ class SandboxServer:
             ValueError: The task has already ended, or a bad argument.
         """
         self._wrap_lookup(
-            lambda: self._state.schedule_task(
+            lambda: self._state.schedule.schedule_task(
                 task_id, finish_in=finish_in, outcome=outcome, error_message=error_message
             )
         )
@@ -468,7 +468,7 @@ class SandboxServer:
         except InvalidRequestError as exc:
             raise ValueError(str(exc)) from None
         tasks = self._wrap_lookup(
-            lambda: self._state.create_tasks(body, count, finish_in=spec, outcome=outcome)
+            lambda: self._state.schedule.create_tasks(body, count, finish_in=spec, outcome=outcome)
         )
         return [task.task_id for task in tasks]
 
@@ -497,7 +497,7 @@ class SandboxServer:
             ValueError: The script is already ready or the project failed; a bad argument.
         """
         self._wrap_lookup(
-            lambda: self._state.schedule_project(
+            lambda: self._state.schedule.schedule_project(
                 project_id,
                 script_ready_in=script_ready_in,
                 outcome=outcome,

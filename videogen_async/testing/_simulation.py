@@ -27,6 +27,11 @@ TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
 DEFAULT_MODEL = "videomodel_2_0"
 PROJECT_TASK_MODEL = "videomodel_2_0"
 
+# Kinds of the events of SandboxState's heap.
+EV_TASK_REFUND = 0
+EV_PROJECT_FAIL = 1
+EV_PROJECT_SCRIPT = 2
+
 INSUFFICIENT_CREDITS = "Insufficient API credits"
 MEDIA_NOT_STORED = "Failed to store media from URL"
 

@@ -24,24 +24,26 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._enums import ProjectMode, ProjectStatus, ProjectStep
+from .._enums import ProjectMode, ProjectStep
 from ._billing import Wallet
 from ._clock import SandboxClock
 from ._config import Duration, Pricing, ProjectTiming, sample_duration
 from ._render import Renderer
+from ._scheduling import Scheduler
 from ._simulation import (
     AUTO_BATCH_NO_CREDITS,
     DEFAULT_MODEL,
     ERROR,
+    EV_PROJECT_FAIL,
+    EV_PROJECT_SCRIPT,
+    EV_TASK_REFUND,
     FAILED,
-    INSUFFICIENT_CREDITS,
     MEDIA_NOT_STORED,
     PROJECT_FAILURES,
     PROJECT_TASK_MODEL,
     SUCCEEDED,
     TASK_ERROR_MESSAGE,
     TASK_FAILURE_MESSAGES,
-    TASK_OUTCOMES,
     Batch,
     Project,
     SandboxError,
@@ -52,11 +54,6 @@ from ._simulation import (
 )
 
 __all__ = ["SandboxError", "SandboxState"]
-
-
-_EV_TASK_REFUND = 0
-_EV_PROJECT_FAIL = 1
-_EV_PROJECT_SCRIPT = 2
 
 
 class SandboxState:
@@ -109,6 +106,7 @@ class SandboxState:
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
         self.wallet = Wallet(credits)
         self.render = Renderer(clock)
+        self.schedule = Scheduler(self)
         self.tasks: dict[str, Task] = {}
         self.projects: dict[str, Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
@@ -130,15 +128,15 @@ class SandboxState:
             at, _seq, kind, obj, version = heapq.heappop(events)
             if obj.version != version:
                 continue  # rescheduled since
-            if kind == _EV_TASK_REFUND:
+            if kind == EV_TASK_REFUND:
                 self._refund_task(obj)
-            elif kind == _EV_PROJECT_FAIL:
+            elif kind == EV_PROJECT_FAIL:
                 self._refund_script(obj)
             else:
                 self._script_ready(obj, at)
         return now
 
-    def _push(self, at: float, kind: int, obj: Task | Project) -> None:
+    def push(self, at: float, kind: int, obj: Task | Project) -> None:
         heapq.heappush(self._events, (at, next(self._seq), kind, obj, obj.version))
 
     def _refund_task(self, task: Task) -> None:
@@ -243,7 +241,7 @@ class SandboxState:
         )
         self.tasks[task.task_id] = task
         if outcome != SUCCEEDED:
-            self._push(task.finished_at, _EV_TASK_REFUND, task)
+            self.push(task.finished_at, EV_TASK_REFUND, task)
         return task
 
     def _marked(self, text: Any) -> bool:
@@ -282,52 +280,6 @@ class SandboxState:
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
         return self._new_task(now, model, duration, cost, forced)
 
-    def create_tasks(
-        self,
-        body: Mapping[str, Any],
-        count: int,
-        *,
-        finish_in: Duration | None = None,
-        outcome: str | None = None,
-    ) -> list[Task]:
-        """Create ``count`` direct tasks from one validated body, each charged as usual.
-
-        Args:
-            body: The body, already checked by ``validate_task_request``.
-            count: How many tasks.
-            finish_in: When each ends, in simulated seconds from now (a number, a range
-                drawn per task, or a callable); the task duration setting when ``None``.
-            outcome: How each ends (``succeeded``, ``failed``, ``error``); drawn as usual
-                when ``None``.
-
-        Returns:
-            The new tasks, in creation order.
-
-        Raises:
-            SandboxError: 409 / 300111 when the balance does not cover them all (then none
-                is created).
-            ValueError: A bad ``outcome``.
-        """
-        if outcome is not None and outcome not in TASK_OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
-        self.settle()
-        model = body.get("model") or DEFAULT_MODEL
-        price = self.pricing.task_cost(model, int(body.get("duration") or 5))
-        if not self.wallet.can_pay(price * count):
-            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
-        tasks = []
-        for _ in range(count):
-            task = self.create_task(body)
-            if finish_in is not None or outcome is not None:
-                seconds = (
-                    task.finished_at - task.created_at
-                    if finish_in is None
-                    else sample_duration(finish_in, self.rng)
-                )
-                self.schedule_task(task.task_id, finish_in=seconds, outcome=outcome)
-            tasks.append(task)
-        return tasks
-
     def get_task(self, task_id: str) -> Task:
         """Look a task up.
 
@@ -337,52 +289,6 @@ class SandboxState:
         task = self.tasks.get(task_id)
         if task is None:
             raise SandboxError(404, 404, f"Task not found: {shorten(task_id)}")
-        return task
-
-    def schedule_task(
-        self,
-        task_id: str,
-        *,
-        finish_in: float,
-        outcome: str | None = None,
-        error_message: str | None = None,
-    ) -> Task:
-        """Set exactly when and how a pending task ends.
-
-        Args:
-            task_id: The task.
-            finish_in: Simulated seconds from now until it ends (``0`` ends it now).
-            outcome: ``succeeded``, ``failed`` or ``error``; unchanged when omitted.
-            error_message: The failure text of a ``failed`` / ``error`` outcome (a default
-                text when omitted).
-
-        Returns:
-            The task.
-
-        Raises:
-            SandboxError: 404 for an unknown task, 409 for one that has already ended.
-            ValueError: A bad ``finish_in`` or ``outcome``.
-        """
-        now = self.settle()
-        task = self.get_task(task_id)
-        if now >= task.finished_at:
-            raise SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
-        if not isinstance(finish_in, (int, float)) or isinstance(finish_in, bool) or finish_in < 0:
-            raise ValueError(f"finish_in must be a number >= 0, got {finish_in!r}")
-        if outcome is not None and outcome not in TASK_OUTCOMES:
-            raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
-        task.version += 1
-        task.finished_at = now + float(finish_in)
-        task.started_at = min(task.started_at, task.finished_at)
-        if outcome is not None:
-            task.outcome = outcome
-        if task.outcome == SUCCEEDED:
-            task.error_message = None
-        else:
-            default = TASK_ERROR_MESSAGE if task.outcome == ERROR else TASK_FAILURE_MESSAGES[2]
-            task.error_message = error_message or task.error_message or default
-            self._push(task.finished_at, _EV_TASK_REFUND, task)
-        self.settle()
         return task
 
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
@@ -448,16 +354,16 @@ class SandboxState:
         )
         draw = self.rng.random()
         if self._marked(inputs["reference_video_url"]):
-            self._fail_before_script(project, project.analysis_done_at, None)
+            self.fail_before_script(project, project.analysis_done_at, None)
         elif draw < self.project_failure_rate:
             failing_step = self.rng.choice((project.analysis_done_at, project.script_ready_at))
-            self._fail_before_script(project, failing_step, None)
+            self.fail_before_script(project, failing_step, None)
         else:
-            self._push(project.script_ready_at, _EV_PROJECT_SCRIPT, project)
+            self.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
         self.projects[project.project_id] = project
         return project
 
-    def _fail_before_script(self, project: Project, at: float, message: str | None) -> None:
+    def fail_before_script(self, project: Project, at: float, message: str | None) -> None:
         project.fails_before_script = True
         project.fail_at = at
         if message is None:
@@ -468,7 +374,7 @@ class SandboxState:
             )
             message = PROJECT_FAILURES[step]
         project.fail_message = message
-        self._push(at, _EV_PROJECT_FAIL, project)
+        self.push(at, EV_PROJECT_FAIL, project)
 
     def get_project(self, project_id: str) -> Project:
         """Look a project up.
@@ -559,64 +465,6 @@ class SandboxState:
             automatic=False,
         )
         return project, batch
-
-    def schedule_project(
-        self,
-        project_id: str,
-        *,
-        script_ready_in: float,
-        outcome: str = "succeeded",
-        error_message: str | None = None,
-    ) -> Project:
-        """Set exactly when a project's script is ready, or when it fails instead.
-
-        The steps still ahead are squeezed or stretched into the new span in proportion.
-
-        Args:
-            project_id: The project.
-            script_ready_in: Simulated seconds from now until the script is ready (or, with
-                ``outcome="failed"``, until the project fails).
-            outcome: ``succeeded`` (the script gets ready) or ``failed``.
-            error_message: The failure text (a default text when omitted).
-
-        Returns:
-            The project.
-
-        Raises:
-            SandboxError: 404 for an unknown project; 409 once its script is ready or it has
-                failed.
-            ValueError: A bad ``script_ready_in`` or ``outcome``.
-        """
-        now = self.settle()
-        project = self.get_project(project_id)
-        if project.failed(now) or now >= project.script_ready_at:
-            raise SandboxError(
-                409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
-            )
-        span = script_ready_in
-        if not isinstance(span, (int, float)) or isinstance(span, bool) or span < 0:
-            raise ValueError(f"script_ready_in must be a number >= 0, got {span!r}")
-        if outcome not in (ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value):
-            raise ValueError(f"outcome must be 'succeeded' or 'failed', got {outcome!r}")
-        old_span = project.script_ready_at - now
-        ratio = float(span) / old_span if old_span > 0 else 0.0
-
-        def rescale(boundary: float) -> float:
-            return boundary if boundary <= now else now + (boundary - now) * ratio
-
-        project.media_done_at = rescale(project.media_done_at)
-        project.analysis_done_at = rescale(project.analysis_done_at)
-        project.script_ready_at = now + float(span)
-        project.version += 1
-        project.fail_at = None
-        project.fail_message = None
-        project.fails_before_script = False
-        if outcome == ProjectStatus.FAILED.value:
-            self._fail_before_script(project, project.script_ready_at, error_message)
-        else:
-            self._push(project.script_ready_at, _EV_PROJECT_SCRIPT, project)
-        self.settle()
-        return project
 
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
