@@ -5,52 +5,9 @@ The sandbox answers every endpoint of the service spec with the spec's envelope
 ``X-Trace-Id`` header) and checks requests with the same rule functions the client uses
 (:mod:`videogen_async._validation`).
 
-Where the spec says "not shown", the sandbox does what a careful service would, as follows:
-
-* **Missing or invalid key**: HTTP 401, code 401, a ``WWW-Authenticate: Bearer`` header; the
-  key is never echoed. The ``Bearer`` scheme word is case-insensitive.
-* **Unknown task or project id**: HTTP 404, code 404. Blank id: 400.
-* **Omitted ``task_id`` query parameter**: HTTP 400, code 400, ``task_id: is required``.
-* **Bad JSON, a body that is not a JSON object**: HTTP 400, code 400. An empty body counts as
-  ``{}`` (so a missing required field is named). ``NaN``/``Infinity`` are not JSON. JSON has
-  one number type, so an integral number written ``4.0`` counts as the integer 4.
-* **Unknown body fields** (including the ``functionMode`` alias): HTTP 400 naming the field:
-  the shared rules accept the documented names only.
-* **Videos requested before the script is ready**, or for a failed project: HTTP 409,
-  code 409, with the current step in the message. 409 because the request is valid but
-  conflicts with the project's present state; repeating it later succeeds.
-* **Unknown route / wrong method**: 404 / 405 with the error envelope.
-* **Task statuses**: ``queued`` (only with a ``queue_delay``), ``running``, then ``succeeded``,
-  ``failed`` or ``error``. A direct task is ``running`` right after creation (no queue delay
-  by default). ``result`` is ``null`` until the task ends; then it carries ``video_url``
-  (succeeded), ``error_message`` (failed/error), ``finished_at`` and, like one example of the
-  spec, ``status``.
-* **Task prices** (not published): a per-second rate by model (2 credits/s for
-  ``videomodel_2_0``, 1 for ``videomodel_2_0_fast``; a 5 s task costs 10 or 5), charged at
-  creation; a project video task costs 2 credits per second of the project's duration (x1.5 at
-  1080), charged per task when its batch is created. See :class:`Pricing`.
-* **Refunds**: a task that ends ``failed`` or ``error`` is refunded at that moment and shows
-  ``credits_cost`` 0. A project that fails before its script is generated is refunded its 10
-  credits. A project's ``billing`` is always script + the non-failed video tasks.
-* **Insufficient credits** on a direct task or a videos batch: HTTP 409 / 300111
-  ``Insufficient API credits``, as on project creation; nothing is created.
-* **Project status**: ``draft`` while ``preparing_media``; ``running`` while ``analyzing`` and
-  ``generating_script``; then auto mode creates its one batch (``running`` /
-  ``generating_video``) and manual mode is ``succeeded`` / ``script_ready``. While any task of
-  any batch is pending the project is ``running`` / ``generating_video``; once every task has
-  ended it is ``succeeded`` / ``script_ready`` (a failed video task does not fail the project,
-  which can still make more batches). ``view_script`` is ``null`` until generated.
-* **Project failure**: a ``reference_video_url`` containing the failure marker
-  (``sandbox-fail`` by default), a ``project_failure_rate`` draw, or
-  :meth:`SandboxServer.schedule_project` moves the project to ``failed`` / ``failed`` with an
-  ``error_message``. An auto project whose balance cannot pay for its automatic batch fails
-  the same way when its script gets ready (its script stays visible and paid for).
-* **Media**: a project media URL whose host is under ``.invalid`` (or rejected by
-  ``media_rejects``) cannot be stored: 409 / 100099, nothing charged. The sandbox never
-  fetches a URL. A *direct task* given such a URL is created but ends ``failed`` ("Failed to
-  fetch media from URL"); a prompt containing the failure marker ends ``failed`` too.
-* **Timestamps** are real times: the moment the sandbox clock reached the instant (see
-  :class:`SandboxClock`), so a client's own clock agrees with them at any time scale.
+The service's behaviour where the spec says "not shown" is described in
+:mod:`videogen_async.testing._routes`; the methods tests use to read and steer the
+simulation are in :class:`~videogen_async.testing._truth.ServerTruth` (the base class).
 
 Control endpoints for tests and benchmarks live under ``/_sandbox/`` (same Bearer key, JSON,
 same envelope); they are not part of the service, are left out of the request log and the
@@ -66,8 +23,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
-from .._exceptions import InvalidRequestError
-from .._validation import validate_task_request
 from ._clock import SandboxClock
 from ._config import (
     DEFAULT_API_KEY,
@@ -80,11 +35,10 @@ from ._config import (
 from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule
 from ._middleware import service_middleware
-from ._openapi import build_openapi
 from ._routes import ServiceRoutes
-from ._simulation import SandboxError
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
+from ._truth import ServerTruth
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
@@ -108,7 +62,7 @@ def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]
     return rules
 
 
-class SandboxServer:
+class SandboxServer(ServerTruth):
     """An in-memory emulator of the whole video generation service, served over HTTP.
 
     Use it as an async context manager (or call :meth:`start` and :meth:`aclose`)::
@@ -347,215 +301,6 @@ class SandboxServer:
         from .._client import AsyncVideoGen
 
         return AsyncVideoGen(api_key=self.api_key, base_url=self.base_url, **options)
-
-    # ----------------------------------------------------------------------------------------
-    # Server-side truth for tests
-    # ----------------------------------------------------------------------------------------
-
-    @property
-    def task_ids(self) -> tuple[str, ...]:
-        """Every task created (direct and project batches), in creation order."""
-        return tuple(self._state.tasks)
-
-    @property
-    def project_ids(self) -> tuple[str, ...]:
-        """Every project created, in creation order."""
-        return tuple(self._state.projects)
-
-    def describe_task(self, task_id: str) -> dict[str, Any]:
-        """Return what the status query would show, plus the sandbox's own view.
-
-        Args:
-            task_id: The task.
-
-        Returns:
-            The ``GET /v1/tasks`` data plus ``project_id``, ``batch``, ``charged``,
-            ``refunded``, ``now`` and ``schedule`` (``created_at``, ``started_at`` and
-            ``finish_at`` in simulated seconds; ``finish_at_wall``, the real Unix time at which
-            it ends or ended, ``None`` while a paused clock has not reached it; ``outcome``,
-            ``error_message``).
-
-        Raises:
-            KeyError: No such task.
-        """
-        return self._wrap_lookup(lambda: self._state.describe_task(task_id, self._origin()))
-
-    def describe_project(self, project_id: str) -> dict[str, Any]:
-        """Return what the project endpoint would show, plus inputs, batches and schedule.
-
-        Args:
-            project_id: The project.
-
-        Returns:
-            The project data plus ``inputs``, ``script``, ``batches``, ``now`` and
-            ``schedule``.
-
-        Raises:
-            KeyError: No such project.
-        """
-        return self._wrap_lookup(lambda: self._state.describe_project(project_id, self._origin()))
-
-    def schedule_task(
-        self,
-        task_id: str,
-        *,
-        finish_in: float,
-        outcome: str | None = None,
-        error_message: str | None = None,
-    ) -> dict[str, Any]:
-        """Set exactly when and how a pending task ends.
-
-        Args:
-            task_id: The task.
-            finish_in: Simulated seconds from now until it ends; ``0`` ends it now.
-            outcome: ``"succeeded"``, ``"failed"`` or ``"error"``; unchanged when omitted.
-            error_message: The failure text of a failed/error outcome.
-
-        Returns:
-            The task as :meth:`describe_task` shows it.
-
-        Raises:
-            KeyError: No such task.
-            ValueError: The task has already ended, or a bad argument.
-        """
-        self._wrap_lookup(
-            lambda: self._state.schedule.schedule_task(
-                task_id, finish_in=finish_in, outcome=outcome, error_message=error_message
-            )
-        )
-        return self.describe_task(task_id)
-
-    def create_tasks(
-        self,
-        count: int,
-        *,
-        prompt: str = "a sandbox bulk task",
-        model: str | None = None,
-        duration: int | None = None,
-        finish_in: Duration | None = None,
-        outcome: str | None = None,
-    ) -> list[str]:
-        """Create many direct tasks at once, each as if created through the service.
-
-        For benchmarks and soak runs that need many ids quickly (``POST
-        /_sandbox/tasks/bulk`` over HTTP). Each task is charged like a created task and
-        appears in :attr:`task_ids` and in the statistics' ``tasks_created``; no request is
-        logged.
-
-        Args:
-            count: How many tasks, 1 to 1,000,000.
-            prompt: Their prompt (the failure marker works as usual).
-            model: Their model (default ``videomodel_2_0``).
-            duration: Their duration in seconds, 4 to 15 (default 5).
-            finish_in: When each ends, in simulated seconds from now: a number, a
-                ``(low, high)`` range drawn per task, or a callable(rng); the sandbox's task
-                duration when ``None``. A very large value keeps them pending.
-            outcome: ``"succeeded"``, ``"failed"`` or ``"error"`` for all; drawn from the
-                failure rates when ``None``.
-
-        Returns:
-            The new ids, in creation order.
-
-        Raises:
-            ValueError: A bad argument, or a balance that does not cover them all (then
-                none is created).
-        """
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
-            raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
-        spec = None if finish_in is None else check_duration(finish_in, "finish_in")
-        try:
-            body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
-        except InvalidRequestError as exc:
-            raise ValueError(str(exc)) from None
-        tasks = self._wrap_lookup(
-            lambda: self._state.schedule.create_tasks(body, count, finish_in=spec, outcome=outcome)
-        )
-        return [task.task_id for task in tasks]
-
-    def schedule_project(
-        self,
-        project_id: str,
-        *,
-        script_ready_in: float,
-        outcome: str = "succeeded",
-        error_message: str | None = None,
-    ) -> dict[str, Any]:
-        """Set exactly when a project's script gets ready, or when it fails instead.
-
-        Args:
-            project_id: The project (its script must not be ready yet).
-            script_ready_in: Simulated seconds from now until the script is ready, or with
-                ``outcome="failed"`` until the project fails.
-            outcome: ``"succeeded"`` or ``"failed"``.
-            error_message: The project's ``error_message`` when it fails.
-
-        Returns:
-            The project as :meth:`describe_project` shows it.
-
-        Raises:
-            KeyError: No such project.
-            ValueError: The script is already ready or the project failed; a bad argument.
-        """
-        self._wrap_lookup(
-            lambda: self._state.schedule.schedule_project(
-                project_id,
-                script_ready_in=script_ready_in,
-                outcome=outcome,
-                error_message=error_message,
-            )
-        )
-        return self.describe_project(project_id)
-
-    @staticmethod
-    def _wrap_lookup(call: Callable[[], _T]) -> _T:
-        try:
-            return call()
-        except SandboxError as exc:
-            if exc.status == 404:
-                raise KeyError(exc.message) from None
-            raise ValueError(exc.message) from None
-
-    def credits(self) -> dict[str, float | int]:
-        """Return the balance as ``GET /v1/credits`` shows it."""
-        return self._state.credits_data()
-
-    def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
-        """Set the balance.
-
-        Args:
-            available: New ``api_available_credits``.
-            total: New ``api_total_credits`` (raised to ``available`` if lower).
-        """
-        self._state.set_credits(available=available, total=total)
-
-    def add_credits(self, amount: float) -> None:
-        """Top the balance up (both total and available).
-
-        Args:
-            amount: Credits to add.
-        """
-        state = self._state
-        state.set_credits(
-            available=state.wallet.available + amount, total=state.wallet.total + amount
-        )
-
-    @property
-    def request_log(self) -> tuple[RequestRecord, ...]:
-        """The recent requests (control endpoints excluded), oldest first."""
-        return tuple(self._stats.log)
-
-    def stats(self) -> SandboxStats:
-        """Return the counters since the last :meth:`reset_stats`."""
-        return self._stats.snapshot()
-
-    def reset_stats(self) -> None:
-        """Zero the counters, the peaks and the request log (tasks and projects stay)."""
-        self._stats.clear()
-        self.faults.reset_counts()
-
-    def openapi(self) -> dict[str, Any]:
-        """Return the OpenAPI 3.1 document of the service, with this server's URL."""
-        return build_openapi(self._base_url_or_none())
 
     # ----------------------------------------------------------------------------------------
     # The application: every route is registered here
