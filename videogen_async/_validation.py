@@ -13,7 +13,7 @@ passed on for the service to judge.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_VIDEO_URLS",
     "OUT_NUMBER_MAX",
     "OUT_NUMBER_MIN",
+    "as_url_list",
     "check_body",
     "check_id",
     "validate_project_request",
@@ -177,6 +178,18 @@ def _check_rules(spec: Body, body: Mapping[str, Any]) -> None:
                 f" {rule.equals} ({rule.reason})",
                 show=False,
             )
+
+
+def as_url_list(value: Iterable[str] | None) -> list[str] | None:
+    """The URLs of any iterable as a list; anything else goes to the rules as it is.
+
+    For the resources' list arguments. A string, a mapping or a value that is not iterable
+    at all is a mistake the rules name (``InvalidRequestError``) rather than a ``TypeError``
+    or a list of a dict's keys.
+    """
+    if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        return value  # type: ignore[return-value]  # the validator names the mistake
+    return list(value)
 
 
 def check_body(spec: Body, body: Mapping[str, Any]) -> dict[str, Any]:
