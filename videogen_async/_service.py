@@ -37,18 +37,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._enums import (
-    AspectRatio,
-    FunctionMode,
-    Model,
-    ProjectMode,
-    ProjectStatus,
-    ProjectStep,
-    Ratio,
-    SpeechLanguage,
-    TaskStatus,
-    _StrEnum,
-)
+from . import _enums as enums
 
 __all__ = [
     "BODIES",
@@ -63,7 +52,7 @@ __all__ = [
 ]
 
 
-_Choices: TypeAlias = "type[_StrEnum]"
+_Choices: TypeAlias = "type[enums._StrEnum]"
 
 
 @attrs.frozen
@@ -195,7 +184,7 @@ OUT_NUMBER_MIN = 1
 OUT_NUMBER_MAX = 4
 
 _F = Field
-_OMNI = FunctionMode.OMNI_REFERENCE.value
+_OMNI = enums.FunctionMode.OMNI_REFERENCE.value
 
 # --------------------------------------------------------------------------------------------
 # Request bodies
@@ -203,10 +192,10 @@ _OMNI = FunctionMode.OMNI_REFERENCE.value
 
 # fmt: off
 TASK_REQUEST = Body("CreateTaskRequest", (
-    _F("model", "enum", default="videomodel_2_0", choices=Model),
+    _F("model", "enum", default="videomodel_2_0", choices=enums.Model),
     _F("prompt", "text", required=True, doc="Text prompt."),
-    _F("function_mode", "enum", default=_OMNI, choices=FunctionMode),
-    _F("ratio", "enum", default="16:9", choices=Ratio),
+    _F("function_mode", "enum", default=_OMNI, choices=enums.FunctionMode),
+    _F("ratio", "enum", default="16:9", choices=enums.Ratio),
     _F("duration", "integer", default=5, minimum=DURATION_MIN, maximum=DURATION_MAX,
        unit="seconds"),
     _F("image_urls", "urls", max_items=MAX_IMAGE_URLS, doc="Reference images."),
@@ -214,7 +203,7 @@ TASK_REQUEST = Body("CreateTaskRequest", (
     _F("video_urls", "urls", max_items=MAX_VIDEO_URLS, doc="Reference videos."),
 ), rules=(
     MaxItemsWhen("image_urls", FIRST_LAST_FRAMES_MAX_IMAGES, "function_mode",
-                 FunctionMode.FIRST_LAST_FRAMES.value, "images"),
+                 enums.FunctionMode.FIRST_LAST_FRAMES.value, "images"),
     NeedsOneOfWhen("audio_urls", ("image_urls", "video_urls"), "function_mode", _OMNI,
                    "audio-only input is rejected"),
 ))
@@ -224,13 +213,13 @@ PROJECT_REQUEST = Body("CreateProjectRequest", (
     _F("product_image_urls", "urls", required=True, min_items=1, doc="Product images."),
     _F("avatar_image_url", "url", doc="A person, avatar or spokesperson image."),
     _F("prompt", "string", doc="Selling points, style, restrictions, language."),
-    _F("aspect_ratio", "enum", default="9:16", choices=AspectRatio),
-    _F("speech_language_option", "enum", default="", choices=SpeechLanguage,
+    _F("aspect_ratio", "enum", default="9:16", choices=enums.AspectRatio),
+    _F("speech_language_option", "enum", default="", choices=enums.SpeechLanguage,
        doc="Empty string follows the reference video's spoken language."),
     _F("duration", "integer", default=15, minimum=1, unit="seconds"),
     _F("resolution", "resolution", default=720),
     _F("out_number", "integer", default=1, minimum=OUT_NUMBER_MIN, maximum=OUT_NUMBER_MAX),
-    _F("mode", "enum", default="auto", choices=ProjectMode),
+    _F("mode", "enum", default="auto", choices=enums.ProjectMode),
 ))
 
 VIDEOS_REQUEST = Body("CreateVideosRequest", (
@@ -238,7 +227,7 @@ VIDEOS_REQUEST = Body("CreateVideosRequest", (
     _F("out_number", "integer", minimum=OUT_NUMBER_MIN, maximum=OUT_NUMBER_MAX,
        doc="Default: the project's."),
     _F("resolution", "resolution", doc="Default: the project's."),
-    _F("aspect_ratio", "enum", choices=AspectRatio, doc="Default: the project's."),
+    _F("aspect_ratio", "enum", choices=enums.AspectRatio, doc="Default: the project's."),
 ))
 
 # --------------------------------------------------------------------------------------------
@@ -247,7 +236,7 @@ VIDEOS_REQUEST = Body("CreateVideosRequest", (
 
 _TASK_FIELDS = (
     _F("task_id", "id", required=True),
-    _F("status", "enum", required=True, choices=TaskStatus),
+    _F("status", "enum", required=True, choices=enums.TaskStatus),
     _F("model", "string", required=True, doc="The model value used to create the task."),
     _F("created_at", "datetime", required=True, doc="When the task was created."),
     _F("updated_at", "datetime", required=True, doc="When the task last changed."),
@@ -263,7 +252,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     )),
     Shape("CreatedTask", (
         _F("task_id", "id", required=True),
-        _F("status", "enum", required=True, choices=TaskStatus),
+        _F("status", "enum", required=True, choices=enums.TaskStatus),
         _F("created_at", "datetime", required=True, doc="When the task was created."),
         _F("credits_cost", "number", required=True, minimum=0,
            doc="Credits charged for the task."),
@@ -273,7 +262,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
            doc="The generated video, once the task has succeeded."),
         _F("error_message", "string", required=True, nullable=True),
         _F("finished_at", "datetime", required=True, doc="When the task finished."),
-        _F("status", "enum", choices=TaskStatus, extra=True,
+        _F("status", "enum", choices=enums.TaskStatus, extra=True,
            doc="Shown by one example of the service; not to be relied on."),
     )),
     Shape("Task", _TASK_FIELDS),
@@ -281,7 +270,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
         *_TASK_FIELDS,
         _F("batch", "integer", required=True, minimum=1, extra=True,
            doc="1 for the first batch."),
-        _F("aspect_ratio", "enum", choices=AspectRatio, extra=True,
+        _F("aspect_ratio", "enum", choices=enums.AspectRatio, extra=True,
            doc="Aspect ratio of the batch."),
         _F("resolution", "resolution", extra=True, doc="Of the batch."),
     )),
@@ -295,19 +284,19 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     )),
     Shape("CreatedProject", (
         _F("project_id", "id", required=True),
-        _F("status", "enum", required=True, choices=ProjectStatus, doc="draft at creation."),
-        _F("current_step", "enum", required=True, choices=ProjectStep,
+        _F("status", "enum", required=True, choices=enums.ProjectStatus, doc="draft at creation."),
+        _F("current_step", "enum", required=True, choices=enums.ProjectStep,
            doc="preparing_media at creation."),
-        _F("mode", "enum", required=True, choices=ProjectMode, doc="auto or manual."),
+        _F("mode", "enum", required=True, choices=enums.ProjectMode, doc="auto or manual."),
         _F("credits_cost", "number", required=True, minimum=0,
            doc="Charged for script generation (10)."),
         _F("created_at", "datetime", required=True, nullable=True),
     )),
     Shape("Project", (
         _F("project_id", "id", required=True),
-        _F("status", "enum", required=True, choices=ProjectStatus, doc="Project status."),
-        _F("current_step", "enum", required=True, choices=ProjectStep, doc="Project step."),
-        _F("mode", "enum", required=True, choices=ProjectMode, doc="auto or manual."),
+        _F("status", "enum", required=True, choices=enums.ProjectStatus, doc="Project status."),
+        _F("current_step", "enum", required=True, choices=enums.ProjectStep, doc="Project step."),
+        _F("mode", "enum", required=True, choices=enums.ProjectMode, doc="auto or manual."),
         _F("error_message", "string", required=True, nullable=True),
         _F("view_script", "string", required=True, nullable=True,
            doc="The script, one line per time range; null until generated."),
@@ -319,9 +308,9 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     )),
     Shape("VideoBatch", (
         _F("project_id", "id", required=True),
-        _F("project_status", "enum", required=True, choices=ProjectStatus,
+        _F("project_status", "enum", required=True, choices=enums.ProjectStatus,
            doc="running after the call."),
-        _F("current_step", "enum", required=True, choices=ProjectStep,
+        _F("current_step", "enum", required=True, choices=enums.ProjectStep,
            doc="generating_video after the call."),
         _F("task_ids", "ids", required=True, min_items=1),
     )),

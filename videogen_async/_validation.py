@@ -294,45 +294,15 @@ def check_id(field: str, value: Any) -> str:
 
 
 def validate_task_request(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the body of ``POST /v1/video/videomodel-2``.
-
-    Args:
-        body: The JSON body; ``None`` values count as omitted.
-
-    Returns:
-        The body to send, without the omitted fields.
-
-    Raises:
-        InvalidRequestError: A rule is broken; the error names the field and the rule.
-    """
+    """:func:`check_body` for ``POST /v1/video/videomodel-2``."""
     return check_body(TASK_REQUEST, body)
 
 
 def validate_project_request(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the body of ``POST /v1/video/viral-ads-clone``.
-
-    Args:
-        body: The JSON body; ``None`` values count as omitted.
-
-    Returns:
-        The body to send, without the omitted fields.
-
-    Raises:
-        InvalidRequestError: A rule is broken; the error names the field and the rule.
-    """
+    """:func:`check_body` for ``POST /v1/video/viral-ads-clone``."""
     return check_body(PROJECT_REQUEST, body)
 
 
 def validate_videos_request(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the body of ``POST /v1/video/viral-ads-clone/{project_id}/videos``.
-
-    Args:
-        body: The JSON body; ``None`` values count as omitted.
-
-    Returns:
-        The body to send, without the omitted fields.
-
-    Raises:
-        InvalidRequestError: A rule is broken; the error names the field and the rule.
-    """
+    """:func:`check_body` for ``POST /v1/video/viral-ads-clone/{project_id}/videos``."""
     return check_body(VIDEOS_REQUEST, body)

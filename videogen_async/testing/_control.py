@@ -7,7 +7,8 @@ HTTP face of a public method of :class:`~videogen_async.testing.SandboxServer`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -31,6 +32,15 @@ def _number(body: Mapping[str, Any], name: str, *, required: bool = True) -> flo
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SandboxError(400, 400, f"{name}: must be a number")
     return float(value)
+
+
+@contextlib.contextmanager
+def _bad_argument() -> Iterator[None]:
+    """A ``ValueError`` of a steering call is the caller's mistake: 400."""
+    try:
+        yield
+    except ValueError as exc:
+        raise SandboxError(400, 400, str(exc)) from None
 
 
 class ControlAPI:
@@ -161,15 +171,13 @@ class ControlAPI:
     async def _schedule_task(self, request: web.Request) -> web.StreamResponse:
         body = await self._control_body(request)
         task_id = request.match_info["task_id"]
-        try:
+        with _bad_argument():
             self._state.schedule.schedule_task(
                 task_id,
                 finish_in=_number(body, "finish_in") or 0.0,
                 outcome=body.get("outcome"),
                 error_message=body.get("error_message"),
             )
-        except ValueError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
         return envelope_response(self._state.describe_task(task_id, self._routes.origin(request)))
 
     async def _bulk_tasks(self, request: web.Request) -> web.StreamResponse:
@@ -211,15 +219,13 @@ class ControlAPI:
     async def _schedule_project(self, request: web.Request) -> web.StreamResponse:
         body = await self._control_body(request)
         project_id = request.match_info["project_id"]
-        try:
+        with _bad_argument():
             self._state.schedule.schedule_project(
                 project_id,
                 script_ready_in=_number(body, "script_ready_in") or 0.0,
                 outcome=body.get("outcome") or "succeeded",
                 error_message=body.get("error_message"),
             )
-        except ValueError as exc:
-            raise SandboxError(400, 400, str(exc)) from None
         return envelope_response(
             self._state.describe_project(project_id, self._routes.origin(request))
         )

@@ -238,15 +238,11 @@ class ServiceRoutes:
         wanted = parse_range(request.headers.get("Range"), size)
         if wanted is False:
             return web.Response(status=416, headers={**headers, "Content-Range": f"bytes */{size}"})
-        if wanted is None:
-            return web.Response(body=data, content_type="video/mp4", headers=headers)
-        headers["Content-Range"] = f"bytes {wanted.start}-{wanted.end}/{size}"
-        return web.Response(
-            body=data[wanted.start : wanted.end + 1],
-            status=206,
-            content_type="video/mp4",
-            headers=headers,
-        )
+        status = 200
+        if wanted is not None:
+            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.end}/{size}"
+            data, status = data[wanted.start : wanted.end + 1], 206
+        return web.Response(body=data, status=status, content_type="video/mp4", headers=headers)
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(build_openapi(self.origin(request)))

@@ -46,22 +46,10 @@ class Scheduler:
         finish_in: Duration | None = None,
         outcome: str | None = None,
     ) -> list[Task]:
-        """Create ``count`` direct tasks from one validated body, each charged as usual.
-
-        Args:
-            body: The body, already checked by ``validate_task_request``.
-            count: How many tasks.
-            finish_in: When each ends, in simulated seconds from now (a number, a range
-                drawn per task, or a callable); the task duration setting when ``None``.
-            outcome: How each ends (``succeeded``, ``failed``, ``error``); drawn as usual
-                when ``None``.
-
-        Returns:
-            The new tasks, in creation order.
+        """Create ``count`` tasks from one checked body (see ``SandboxServer.create_tasks``).
 
         Raises:
-            SandboxError: 409 / 300111 when the balance does not cover them all (then none
-                is created).
+            SandboxError: 409 / 300111 when the balance does not cover them all.
             ValueError: A bad ``outcome``.
         """
         if outcome is not None and outcome not in TASK_OUTCOMES:
@@ -92,17 +80,7 @@ class Scheduler:
         outcome: str | None = None,
         error_message: str | None = None,
     ) -> Task:
-        """Set exactly when and how a pending task ends.
-
-        Args:
-            task_id: The task.
-            finish_in: Simulated seconds from now until it ends (``0`` ends it now).
-            outcome: ``succeeded``, ``failed`` or ``error``; unchanged when omitted.
-            error_message: The failure text of a ``failed`` / ``error`` outcome (a default
-                text when omitted).
-
-        Returns:
-            The task.
+        """Set when and how a pending task ends (see ``SandboxServer.schedule_task``).
 
         Raises:
             SandboxError: 404 for an unknown task, 409 for one that has already ended.
@@ -138,23 +116,13 @@ class Scheduler:
         outcome: str = "succeeded",
         error_message: str | None = None,
     ) -> Project:
-        """Set exactly when a project's script is ready, or when it fails instead.
+        """Set when a script is ready or the project fails (``SandboxServer.schedule_project``).
 
         The steps still ahead are squeezed or stretched into the new span in proportion.
 
-        Args:
-            project_id: The project.
-            script_ready_in: Simulated seconds from now until the script is ready (or, with
-                ``outcome="failed"``, until the project fails).
-            outcome: ``succeeded`` (the script gets ready) or ``failed``.
-            error_message: The failure text (a default text when omitted).
-
-        Returns:
-            The project.
-
         Raises:
-            SandboxError: 404 for an unknown project; 409 once its script is ready or it has
-                failed.
+            SandboxError: 404 for an unknown project; 409 once its script is ready or it
+                has failed.
             ValueError: A bad ``script_ready_in`` or ``outcome``.
         """
         now = self._state.settle()

@@ -22,7 +22,7 @@ import itertools
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .._enums import ProjectMode, ProjectStep
 from ._billing import Wallet
@@ -54,6 +54,16 @@ from ._simulation import (
 )
 
 __all__ = ["SandboxError", "SandboxState"]
+
+
+_V = TypeVar("_V")
+
+
+def _lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
+    found = table.get(key)
+    if found is None:
+        raise SandboxError(404, 404, f"{kind} not found: {shorten(key)}")
+    return found
 
 
 class SandboxState:
@@ -286,10 +296,7 @@ class SandboxState:
         Raises:
             SandboxError: 404 when there is no such task.
         """
-        task = self.tasks.get(task_id)
-        if task is None:
-            raise SandboxError(404, 404, f"Task not found: {shorten(task_id)}")
-        return task
+        return _lookup(self.tasks, "Task", task_id)
 
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
@@ -382,10 +389,7 @@ class SandboxState:
         Raises:
             SandboxError: 404 when there is no such project.
         """
-        project = self.projects.get(project_id)
-        if project is None:
-            raise SandboxError(404, 404, f"Project not found: {shorten(project_id)}")
-        return project
+        return _lookup(self.projects, "Project", project_id)
 
     def _create_batch(
         self,
