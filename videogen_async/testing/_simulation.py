@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
+
 from .._enums import ProjectStatus, ProjectStep, TaskStatus
 
 __all__ = ["Batch", "Project", "SandboxError", "Task", "iso", "make_script", "num", "shorten"]
@@ -103,57 +105,26 @@ def host_is_invalid(url: str) -> bool:
     return host == "invalid" or host.endswith(".invalid")
 
 
+@attrs.define(eq=False)
 class Task:
     """One video task: the instants at which it changes, and what it ends as."""
 
-    __slots__ = (
-        "aspect_ratio",
-        "batch",
-        "cost",
-        "created_at",
-        "created_wall",
-        "duration",
-        "error_message",
-        "finished_at",
-        "model",
-        "outcome",
-        "project_id",
-        "refunded",
-        "resolution",
-        "started_at",
-        "task_id",
-        "version",
-    )
-
-    def __init__(
-        self,
-        task_id: str,
-        model: str,
-        duration: int,
-        cost: float,
-        created_at: float,
-        started_at: float,
-        finished_at: float,
-        outcome: str,
-        error_message: str | None,
-        created_wall: float,
-    ) -> None:
-        self.task_id = task_id
-        self.model = model
-        self.duration = duration
-        self.cost = cost
-        self.created_at = created_at
-        self.started_at = started_at
-        self.finished_at = finished_at
-        self.outcome = outcome
-        self.error_message = error_message
-        self.created_wall = created_wall
-        self.project_id: str | None = None
-        self.batch = 0
-        self.aspect_ratio: str | None = None
-        self.resolution: int | str | None = None
-        self.refunded = False
-        self.version = 0
+    task_id: str
+    model: str
+    duration: int
+    cost: float
+    created_at: float
+    started_at: float
+    finished_at: float
+    outcome: str
+    error_message: str | None
+    created_wall: float
+    project_id: str | None = None
+    batch: int = 0
+    aspect_ratio: str | None = None
+    resolution: int | str | None = None
+    refunded: bool = False
+    version: int = 0
 
     def status(self, now: float) -> str:
         """The status at simulated time ``now``."""
@@ -178,86 +149,44 @@ class Task:
         return self.created_at
 
 
+@attrs.define(eq=False)
 class Batch:
     """One batch of a project's video tasks."""
 
-    __slots__ = (
-        "aspect_ratio",
-        "automatic",
-        "created_at",
-        "index",
-        "out_number",
-        "resolution",
-        "script",
-        "task_ids",
-    )
-
-    def __init__(
-        self,
-        index: int,
-        created_at: float,
-        out_number: int,
-        resolution: int | str,
-        aspect_ratio: str,
-        script: str | None,
-        automatic: bool,
-    ) -> None:
-        self.index = index
-        self.created_at = created_at
-        self.out_number = out_number
-        self.resolution = resolution
-        self.aspect_ratio = aspect_ratio
-        self.script = script
-        self.automatic = automatic
-        self.task_ids: list[str] = []
+    index: int
+    created_at: float
+    out_number: int
+    resolution: int | str
+    aspect_ratio: str
+    script: str | None
+    automatic: bool
+    task_ids: list[str] = attrs.field(factory=list)
 
 
+@attrs.define(eq=False)
 class Project:
     """One viral ad clone project: its inputs, its timeline and its batches."""
 
-    __slots__ = (
-        "analysis_done_at",
-        "batches",
-        "created_at",
-        "created_wall",
-        "fail_at",
-        "fail_message",
-        "fails_before_script",
-        "inputs",
-        "media_done_at",
-        "mode",
-        "project_id",
-        "script",
-        "script_cost",
-        "script_ready_at",
-        "tasks",
-        "version",
-    )
+    project_id: str
+    inputs: dict[str, Any]
+    created_at: float
+    created_wall: float
+    script: str
+    mode: str = attrs.field(init=False)
+    media_done_at: float = attrs.field(init=False)
+    analysis_done_at: float = attrs.field(init=False)
+    script_ready_at: float = attrs.field(init=False)
+    fail_at: float | None = attrs.field(init=False, default=None)
+    fail_message: str | None = attrs.field(init=False, default=None)
+    fails_before_script: bool = attrs.field(init=False, default=False)
+    script_cost: float = attrs.field(init=False, default=0.0)
+    batches: list[Batch] = attrs.field(init=False, factory=list)
+    tasks: list[Task] = attrs.field(init=False, factory=list)
+    version: int = attrs.field(init=False, default=0)
 
-    def __init__(
-        self,
-        project_id: str,
-        inputs: dict[str, Any],
-        created_at: float,
-        created_wall: float,
-        script: str,
-    ) -> None:
-        self.project_id = project_id
-        self.inputs = inputs
-        self.mode: str = inputs["mode"]
-        self.created_at = created_at
-        self.created_wall = created_wall
-        self.media_done_at = created_at
-        self.analysis_done_at = created_at
-        self.script_ready_at = created_at
-        self.fail_at: float | None = None
-        self.fail_message: str | None = None
-        self.fails_before_script = False
-        self.script = script
-        self.script_cost = 0.0
-        self.batches: list[Batch] = []
-        self.tasks: list[Task] = []
-        self.version = 0
+    def __attrs_post_init__(self) -> None:
+        self.mode = self.inputs["mode"]
+        self.media_done_at = self.analysis_done_at = self.script_ready_at = self.created_at
 
     def failed(self, now: float) -> bool:
         """Whether the project has failed by ``now``."""
