@@ -25,18 +25,25 @@ __all__ = ["Renderer", "envelope_response"]
 _Producer = Callable[[Any, Any], Any]
 
 
-def _table(shape: str, producers: Mapping[str, _Producer]) -> tuple[tuple[str, _Producer], ...]:
-    """The producers in the statement's order; refuses a table that does not fit the shape."""
+_Render = Callable[[Any, Any], dict[str, Any]]
+
+
+def _table(shape: str, producers: Mapping[str, _Producer]) -> _Render:
+    """A function building the shape's JSON object from its producers, in the statement's order.
+
+    Refuses a table that does not fit the shape. The function is compiled once, as one dict
+    display calling each producer: as fast as a hand-written literal.
+    """
     names = SHAPES[shape].names
     if set(names) != set(producers):
         missing = sorted(set(names) - set(producers))
         unknown = sorted(set(producers) - set(names))
         raise RuntimeError(f"{shape}: no producer for {missing}, not in the statement {unknown}")
-    return tuple((name, producers[name]) for name in names)
-
-
-def _render(table: tuple[tuple[str, _Producer], ...], obj: Any, ctx: Any) -> dict[str, Any]:
-    return {name: produce(obj, ctx) for name, produce in table}
+    items = ", ".join(f"{name!r}: p{i}(o, c)" for i, name in enumerate(names))
+    namespace: dict[str, Any] = {f"p{i}": producers[name] for i, name in enumerate(names)}
+    exec(f"def render(o, c):\n    return {{{items}}}", namespace)  # noqa: S102
+    render: _Render = namespace["render"]
+    return render
 
 
 def envelope_response(
@@ -77,7 +84,7 @@ class _TaskView:
 def _result(task: Task, view: _TaskView) -> dict[str, Any] | None:
     if view.status not in TASK_OUTCOMES:
         return None
-    return _render(_RESULT, task, view)
+    return _RESULT(task, view)
 
 
 _RESULT = _table(
@@ -177,7 +184,7 @@ _PROJECT = _table(
         "mode": lambda p, v: p.mode,
         "error_message": lambda p, v: p.fail_message if p.failed(v.now) else None,
         "view_script": lambda p, v: p.script if p.script_ready(v.now) else None,
-        "billing": lambda p, v: _render(_BILLING, p, v.video_cost),
+        "billing": lambda p, v: _BILLING(p, v.video_cost),
         "task_ids": lambda p, v: [t.task_id for t in p.tasks],
         "tasks": lambda p, v: v.tasks,
         "created_at": lambda p, v: iso(p.created_wall),
@@ -203,31 +210,31 @@ class Renderer:
 
     def credits(self, wallet: Wallet) -> dict[str, Any]:
         """``GET /v1/credits``."""
-        return _render(_CREDITS, wallet, None)
+        return _CREDITS(wallet, None)
 
     def created_task(self, task: Task, now: float) -> dict[str, Any]:
         """``POST /v1/video/videomodel-2``."""
-        return _render(_CREATED_TASK, task, now)
+        return _CREATED_TASK(task, now)
 
     def task(self, task: Task, now: float, origin: str) -> dict[str, Any]:
         """``GET /v1/tasks``: ``origin`` is the ``scheme://host:port`` of the video URL."""
-        return _render(_TASK, task, _TaskView(self, task.status(now), now, origin))
+        return _TASK(task, _TaskView(self, task.status(now), now, origin))
 
     def project_task(self, task: Task, now: float, origin: str) -> dict[str, Any]:
         """One element of a project's ``tasks``."""
-        return _render(_PROJECT_TASK, task, _TaskView(self, task.status(now), now, origin))
+        return _PROJECT_TASK(task, _TaskView(self, task.status(now), now, origin))
 
     def created_project(self, project: Project, now: float) -> dict[str, Any]:
         """``POST /v1/video/viral-ads-clone``."""
-        return _render(_CREATED_PROJECT, project, project.phase(now))
+        return _CREATED_PROJECT(project, project.phase(now))
 
     def project(self, project: Project, now: float, origin: str) -> dict[str, Any]:
         """``GET /v1/video/viral-ads-clone/{project_id}``."""
-        return _render(_PROJECT, project, _ProjectView(self, project, now, origin))
+        return _PROJECT(project, _ProjectView(self, project, now, origin))
 
     def video_batch(self, project: Project, batch: Batch) -> dict[str, Any]:
         """``POST /v1/video/viral-ads-clone/{project_id}/videos``."""
-        return _render(_VIDEO_BATCH, project, batch)
+        return _VIDEO_BATCH(project, batch)
 
     def describe_task(self, task: Task, now: float, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
