@@ -8,7 +8,8 @@ Where the spec says "not shown", the sandbox does what a careful service would, 
 
 * **Missing or invalid key**: HTTP 401, code 401, a ``WWW-Authenticate: Bearer`` header; the
   key is never echoed. The ``Bearer`` scheme word is case-insensitive.
-* **Unknown task or project id**: HTTP 404, code 404. Blank id: 400.
+* **Unknown task or project id**: HTTP 404, code 404. An id that is blank or not exactly one
+  path segment (``.``, ``..``, ``/``, raw or percent-encoded): 400, by the shared ``check_id``.
 * **Omitted ``task_id`` query parameter**: HTTP 400, code 400, ``task_id: is required``.
 * **Bad JSON, a body that is not a JSON object**: HTTP 400, code 400. An empty body counts as
   ``{}`` (so a missing required field is named). ``NaN``/``Infinity`` are not JSON. JSON has
