@@ -150,7 +150,7 @@ class Scheduler:
         project.fail_message = None
         project.fails_before_script = False
         if outcome == ProjectStatus.FAILED.value:
-            self._state.fail_before_script(project, project.script_ready_at, error_message)
+            self._state.desk.fail_before_script(project, project.script_ready_at, error_message)
         else:
             self._state.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
         self._state.settle()

@@ -24,10 +24,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from .._enums import ProjectMode, ProjectStep
+from .._enums import ProjectMode
 from ._billing import Wallet
 from ._clock import SandboxClock
 from ._config import Duration, Pricing, ProjectTiming, sample_duration
+from ._project_desk import ProjectDesk
 from ._render import Renderer
 from ._scheduling import Scheduler
 from ._simulation import (
@@ -35,12 +36,8 @@ from ._simulation import (
     DEFAULT_MODEL,
     ERROR,
     EV_PROJECT_FAIL,
-    EV_PROJECT_SCRIPT,
     EV_TASK_REFUND,
     FAILED,
-    MEDIA_NOT_STORED,
-    PROJECT_FAILURES,
-    PROJECT_TASK_MODEL,
     SUCCEEDED,
     TASK_ERROR_MESSAGE,
     TASK_FAILURE_MESSAGES,
@@ -49,7 +46,6 @@ from ._simulation import (
     SandboxError,
     Task,
     host_is_invalid,
-    make_script,
     shorten,
 )
 
@@ -117,6 +113,7 @@ class SandboxState:
         self.wallet = Wallet(credits)
         self.render = Renderer(clock)
         self.schedule = Scheduler(self)
+        self.desk = ProjectDesk(self)
         self.tasks: dict[str, Task] = {}
         self.projects: dict[str, Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
@@ -170,7 +167,7 @@ class SandboxState:
             project.fail_at = at
             project.fail_message = AUTO_BATCH_NO_CREDITS
             return
-        self._create_batch(
+        self.desk.create_batch(
             project,
             at,
             out_number=out_number,
@@ -198,7 +195,7 @@ class SandboxState:
     # Tasks
     # ----------------------------------------------------------------------------------------
 
-    def _new_id(self, taken: Mapping[str, Any]) -> str:
+    def new_id(self, taken: Mapping[str, Any]) -> str:
         while True:
             new = str(uuid.UUID(int=self._id_rng.getrandbits(128), version=4))
             if new not in taken:
@@ -225,7 +222,7 @@ class SandboxState:
             wall = self.clock.wall_now()
         return max(wall, floor)
 
-    def _new_task(
+    def new_task(
         self,
         at: float,
         model: str,
@@ -238,7 +235,7 @@ class SandboxState:
         running = sample_duration(self.task_duration, self.rng)
         outcome, message = self._draw_outcome(forced_failure)
         task = Task(
-            self._new_id(self.tasks),
+            self.new_id(self.tasks),
             model,
             duration,
             cost,
@@ -254,7 +251,7 @@ class SandboxState:
             self.push(task.finished_at, EV_TASK_REFUND, task)
         return task
 
-    def _marked(self, text: Any) -> bool:
+    def marked(self, text: Any) -> bool:
         marker = self.failure_marker
         if not marker or not isinstance(text, str):
             return False
@@ -286,9 +283,9 @@ class SandboxState:
         bad = next((u for u in media if host_is_invalid(u)), None)
         if bad is not None:
             forced = f"Failed to fetch media from URL: {bad}"
-        elif self._marked(body.get("prompt")):
+        elif self.marked(body.get("prompt")):
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
-        return self._new_task(now, model, duration, cost, forced)
+        return self.new_task(now, model, duration, cost, forced)
 
     def get_task(self, task_id: str) -> Task:
         """Look a task up.
@@ -307,81 +304,13 @@ class SandboxState:
     # Projects
     # ----------------------------------------------------------------------------------------
 
-    def _media_rejected(self, url: str) -> bool:
-        if host_is_invalid(url):
-            return True
-        return bool(self.media_rejects is not None and self.media_rejects(url))
-
     def create_project(self, body: Mapping[str, Any]) -> Project:
-        """Create a project from a validated request body.
+        """Create a project (see :meth:`ProjectDesk.create_project`)."""
+        return self.desk.create_project(body)
 
-        The order of work follows the service: store the media, create the project, charge
-        the script, start the background steps.
-
-        Args:
-            body: The body, already checked by ``validate_project_request``.
-
-        Returns:
-            The new project.
-
-        Raises:
-            SandboxError: 409 / 100099 when a media URL cannot be stored, 409 / 300111 when
-                the balance does not cover the script charge. Nothing is created or charged.
-        """
-        now = self.settle()
-        inputs: dict[str, Any] = {
-            "reference_video_url": body["reference_video_url"],
-            "product_image_urls": list(body["product_image_urls"]),
-            "avatar_image_url": body.get("avatar_image_url"),
-            "prompt": body.get("prompt"),
-            "aspect_ratio": body.get("aspect_ratio") or "9:16",
-            "speech_language_option": body.get("speech_language_option") or "",
-            "duration": int(body.get("duration") or 15),
-            "resolution": body.get("resolution") or 720,
-            "out_number": int(body.get("out_number") or 1),
-            "mode": body.get("mode") or ProjectMode.AUTO.value,
-        }
-        urls = [inputs["reference_video_url"], *inputs["product_image_urls"]]
-        if inputs["avatar_image_url"]:
-            urls.append(inputs["avatar_image_url"])
-        if any(self._media_rejected(u) for u in urls):
-            raise SandboxError(409, 100099, MEDIA_NOT_STORED)
-        self.wallet.charge(self.pricing.script_credits)
-        project = Project(
-            self._new_id(self.projects), inputs, now, self.clock.wall_now(), make_script(inputs)
-        )
-        project.script_cost = self.pricing.script_credits
-        timing = self.project_timing
-        project.media_done_at = now + sample_duration(timing.preparing_media, self.rng)
-        project.analysis_done_at = project.media_done_at + sample_duration(
-            timing.analyzing, self.rng
-        )
-        project.script_ready_at = project.analysis_done_at + sample_duration(
-            timing.generating_script, self.rng
-        )
-        draw = self.rng.random()
-        if self._marked(inputs["reference_video_url"]):
-            self.fail_before_script(project, project.analysis_done_at, None)
-        elif draw < self.project_failure_rate:
-            failing_step = self.rng.choice((project.analysis_done_at, project.script_ready_at))
-            self.fail_before_script(project, failing_step, None)
-        else:
-            self.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
-        self.projects[project.project_id] = project
-        return project
-
-    def fail_before_script(self, project: Project, at: float, message: str | None) -> None:
-        project.fails_before_script = True
-        project.fail_at = at
-        if message is None:
-            step = (
-                ProjectStep.ANALYZING.value
-                if at <= project.analysis_done_at
-                else ProjectStep.GENERATING_SCRIPT.value
-            )
-            message = PROJECT_FAILURES[step]
-        project.fail_message = message
-        self.push(at, EV_PROJECT_FAIL, project)
+    def create_videos(self, project_id: str, body: Mapping[str, Any]) -> tuple[Project, Batch]:
+        """Create a batch of a project's videos (see :meth:`ProjectDesk.create_videos`)."""
+        return self.desk.create_videos(project_id, body)
 
     def get_project(self, project_id: str) -> Project:
         """Look a project up.
@@ -390,85 +319,6 @@ class SandboxState:
             SandboxError: 404 when there is no such project.
         """
         return _lookup(self.projects, "Project", project_id)
-
-    def _create_batch(
-        self,
-        project: Project,
-        at: float,
-        *,
-        out_number: int,
-        resolution: int | str,
-        aspect_ratio: str,
-        script: str | None,
-        automatic: bool,
-    ) -> Batch:
-        cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
-        self.wallet.charge(cost * out_number)
-        batch = Batch(
-            len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
-        )
-        forced = (
-            "The batch script was rejected (sandbox failure marker)."
-            if self._marked(script)
-            else None
-        )
-        for _ in range(out_number):
-            task = self._new_task(
-                at,
-                PROJECT_TASK_MODEL,
-                project.inputs["duration"],
-                cost,
-                forced,
-                floor=project.created_wall,
-            )
-            task.project_id = project.project_id
-            task.batch = batch.index
-            task.aspect_ratio = aspect_ratio
-            task.resolution = resolution
-            batch.task_ids.append(task.task_id)
-            project.tasks.append(task)
-        project.batches.append(batch)
-        return batch
-
-    def create_videos(self, project_id: str, body: Mapping[str, Any]) -> tuple[Project, Batch]:
-        """Create a batch of video tasks from a project's script.
-
-        Args:
-            project_id: The project.
-            body: The body, already checked by ``validate_videos_request``.
-
-        Returns:
-            The project and the new batch.
-
-        Raises:
-            SandboxError: 404 for an unknown project; 409 / 409 when the project has failed or
-                its script is not generated yet; 409 / 300111 when the balance does not cover
-                the batch. Nothing is created or charged on failure.
-        """
-        now = self.settle()
-        project = self.get_project(project_id)
-        if project.failed(now):
-            raise SandboxError(
-                409, 409, f"Project {project_id} has failed; no video tasks can be created"
-            )
-        if not project.script_ready(now):
-            _status, step = project.phase(now)
-            raise SandboxError(
-                409,
-                409,
-                f"The script of project {project_id} is not ready yet (current_step: {step});"
-                " create videos once current_step is script_ready",
-            )
-        batch = self._create_batch(
-            project,
-            now,
-            out_number=int(body.get("out_number") or project.inputs["out_number"]),
-            resolution=body.get("resolution") or project.inputs["resolution"],
-            aspect_ratio=body.get("aspect_ratio") or project.inputs["aspect_ratio"],
-            script=body.get("script"),
-            automatic=False,
-        )
-        return project, batch
 
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
