@@ -204,7 +204,7 @@ class ServiceRoutes:
     async def _create_project(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         body = validate_project_request(await read_json_body(request))
-        project = self._state.create_project(body)
+        project = self._state.desk.create_project(body)
         return envelope_response(self._state.render.created_project(project, project.created_at))
 
     async def _get_project(self, request: web.Request) -> web.StreamResponse:
@@ -219,7 +219,7 @@ class ServiceRoutes:
         self.authorize(request)
         project_id = _checked_id("project_id", request.match_info["project_id"])
         body = validate_videos_request(await read_json_body(request))
-        project, batch = self._state.create_videos(project_id, body)
+        project, batch = self._state.desk.create_videos(project_id, body)
         return envelope_response(self._state.render.video_batch(project, batch))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:

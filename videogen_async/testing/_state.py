@@ -41,7 +41,6 @@ from ._simulation import (
     SUCCEEDED,
     TASK_ERROR_MESSAGE,
     TASK_FAILURE_MESSAGES,
-    Batch,
     Project,
     SandboxError,
     Task,
@@ -303,14 +302,6 @@ class SandboxState:
     # ----------------------------------------------------------------------------------------
     # Projects
     # ----------------------------------------------------------------------------------------
-
-    def create_project(self, body: Mapping[str, Any]) -> Project:
-        """Create a project (see :meth:`ProjectDesk.create_project`)."""
-        return self.desk.create_project(body)
-
-    def create_videos(self, project_id: str, body: Mapping[str, Any]) -> tuple[Project, Batch]:
-        """Create a batch of a project's videos (see :meth:`ProjectDesk.create_videos`)."""
-        return self.desk.create_videos(project_id, body)
 
     def get_project(self, project_id: str) -> Project:
         """Look a project up.
