@@ -10,8 +10,12 @@ from ._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechL
 from ._exceptions import ProjectFailedError, WaitTimeoutError
 from ._models import CreatedProject, Project, VideoBatch
 from ._resource import Resource
-from ._tasks import _url_list
-from ._validation import check_id, validate_project_request, validate_videos_request
+from ._validation import (
+    as_url_list,
+    check_id,
+    validate_project_request,
+    validate_videos_request,
+)
 
 if TYPE_CHECKING:
     from ._polling import PollPolicy
@@ -71,7 +75,7 @@ class Projects(Resource):
             APIConnectionError: The service could not be reached; check
                 ``request_may_have_taken_effect`` before creating again.
         """
-        images = _url_list(product_image_urls)
+        images = as_url_list(product_image_urls)
         body = validate_project_request(
             {
                 "reference_video_url": reference_video_url,
