@@ -91,6 +91,7 @@ from ._config import (
     check_duration,
     check_rate,
 )
+from ._console import add_console
 from ._faults import FaultInjector, FaultRule
 from ._media import parse_range, sample_mp4
 from ._openapi import build_openapi
@@ -720,6 +721,7 @@ class SandboxServer:
         r.add_get(f"{c}/faults", self._c_faults)
         r.add_post(f"{c}/faults", self._c_set_faults)
         r.add_delete(f"{c}/faults", self._c_clear_faults)
+        add_console(app, self)
 
     def _reply(
         self,
