@@ -5,7 +5,9 @@ The fence's info string says what a block is:
 * ``python``: a complete program. It runs as ``__main__`` in a fresh namespace, with
   ``VIDEOGEN_BASE_URL`` and ``VIDEOGEN_API_KEY`` naming a sandbox (fast clock) served from a
   background thread, as a reader's environment would name the service. It must finish
-  without an exception within ``PROGRAM_TIMEOUT`` seconds and print something. All programs
+  without an exception within ``PROGRAM_TIMEOUT`` seconds and print something. A block
+  with a top-level ``await`` is a notebook cell: it runs on an event loop of its own, as
+  Jupyter runs a cell. All programs
   run at once, each in a thread of its own, in one temporary working directory, under the
   blocking-call detector.
 * ``pytest``: a test module of a user's own suite. All of them are written to one temporary
@@ -20,7 +22,9 @@ The fence's info string says what a block is:
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import io
 import os
 import re
@@ -194,7 +198,12 @@ class ProgramRun:
             try:
                 # Padded so that a traceback's line numbers are the page's.
                 source = "\n" * self.block.line + self.block.code
-                exec(compile(source, str(self.block.page), "exec"), namespace)  # noqa: S102
+                flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+                code = compile(source, str(self.block.page), "exec", flags=flags)
+                if code.co_flags & inspect.CO_COROUTINE:  # a notebook cell
+                    asyncio.run(eval(code, namespace))  # noqa: S307
+                else:
+                    exec(code, namespace)  # noqa: S102
             except BaseException as exc:
                 self.error = exc
 
