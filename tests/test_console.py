@@ -91,7 +91,10 @@ async def test_shows_balance_task_state_cost_and_request(
 ) -> None:
     async with sandbox.client() as client:
         task = await client.tasks.create(prompt="a red kite", duration=10)
-    (created,) = sandbox.request_log
+        project = await client.projects.create(
+            "https://cdn.example.com/ad.mp4", ["https://cdn.example.com/p.png"], mode="manual"
+        )
+    created = sandbox.request_log[0]
     assert created.trace_id
 
     await page.goto(sandbox.url(CONSOLE))
@@ -103,6 +106,17 @@ async def test_shows_balance_task_state_cost_and_request(
     await expect(row.locator(".state")).to_have_text(task.status.value)
     await expect(row.locator("td").nth(2)).to_have_text(f"{task.credits_cost:g}")
     await expect(row.locator(".prompt")).to_have_text("a red kite")
+    project_row = page.locator("#projects tbody tr", has_text=project.project_id)
+    await expect(project_row.locator("td")).to_have_text(
+        [
+            project.project_id,
+            "manual",
+            project.status.value,
+            project.current_step.value,
+            f"{project.credits_cost:g}",
+            "0",
+        ]
+    )
     request = page.locator("#requests tbody tr", has_text=created.trace_id)
     await expect(request.locator("td")).to_have_text(
         [
