@@ -45,8 +45,18 @@ def _missing(what: str) -> None:
 
 
 @pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    """A page of a headless Chromium; a script error or a failed load on it fails the test."""
+async def sandbox() -> AsyncIterator[SandboxServer]:
+    async with SandboxServer(manual_clock=True, seed=5) as server:
+        yield server
+
+
+@pytest.fixture
+async def page(sandbox: SandboxServer) -> AsyncIterator[Page]:
+    """A page of a headless Chromium; a script error or a failed load on it fails the test.
+
+    It depends on ``sandbox`` so that the browser is closed before the sandbox is: a page
+    still refreshing from a closed sandbox would log failed loads.
+    """
     if async_playwright is None:
         _missing("playwright")
     executable = _chromium()
@@ -65,12 +75,6 @@ async def page() -> AsyncIterator[Page]:
         finally:
             await browser.close()
     assert not errors, errors
-
-
-@pytest.fixture
-async def sandbox() -> AsyncIterator[SandboxServer]:
-    async with SandboxServer(manual_clock=True, seed=5) as server:
-        yield server
 
 
 async def _finished_task(server: SandboxServer, prompt: str = "a lighthouse at dawn") -> str:
@@ -132,23 +136,23 @@ async def test_shows_balance_task_state_cost_and_request(
     )
 
 
-async def test_shows_the_faults_that_fired(page: Page) -> None:
-    rule = FaultRule(route="GET /v1/credits", error_rate=1.0, error_statuses=(503,), times=1)
-    async with SandboxServer(faults=rule, seed=5) as server:
-        async with aiohttp.ClientSession(
-            headers={"Authorization": f"Bearer {server.api_key}"}
-        ) as http:
-            async with http.get(server.url("/v1/credits")) as failed:
-                assert failed.status == 503
-        (record,) = server.request_log
+async def test_shows_the_faults_that_fired(page: Page, sandbox: SandboxServer) -> None:
+    sandbox.faults.add(
+        FaultRule(route="GET /v1/credits", error_rate=1.0, error_statuses=(503,), times=1)
+    )
+    headers = {"Authorization": f"Bearer {sandbox.api_key}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async with http.get(sandbox.url("/v1/credits")) as failed:
+            assert failed.status == 503
+    (record,) = sandbox.request_log
 
-        await page.goto(server.url(CONSOLE))
+    await page.goto(sandbox.url(CONSOLE))
 
-        await expect(page.locator("#faults tbody tr")).to_have_text([re.compile(r"^error\s*1$")])
-        row = page.locator("#requests tbody tr", has_text=str(record.trace_id))
-        await expect(row.locator("td").nth(3)).to_have_text("503")
-        await expect(row.locator("td").nth(4)).to_have_text("503")
-        await expect(row.locator(".fault")).to_have_text("error")
+    await expect(page.locator("#faults tbody tr")).to_have_text([re.compile(r"^error\s*1$")])
+    row = page.locator("#requests tbody tr", has_text=str(record.trace_id))
+    await expect(row.locator("td").nth(3)).to_have_text("503")
+    await expect(row.locator("td").nth(4)).to_have_text("503")
+    await expect(row.locator(".fault")).to_have_text("error")
 
 
 async def test_plays_a_finished_video(page: Page, sandbox: SandboxServer) -> None:
