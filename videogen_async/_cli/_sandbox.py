@@ -34,6 +34,7 @@ async def cmd_sandbox(ctx: Context) -> int:
         else:
             ctx.ui.print("# VIDEOGEN_API_KEY: the key given with --api-key")
         ctx.ui.note("try: videogen credits   (with the two variables above exported)")
+        ctx.ui.note(f"console: {server.url('/_sandbox/console')}   (open it in a browser)")
 
     logger = logging.getLogger("videogen_async")
     level = logger.level
