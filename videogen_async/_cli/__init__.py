@@ -52,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
+    else:
+        # The command line says what happened in its own words; without this, Python's
+        # last-resort handler would print the library's internal warnings on stderr.
+        handler = logging.NullHandler()
+        logger.addHandler(handler)
     try:
         return ctx.run(args.func)
     except Exception as exc:  # one clear line, a traceback only with --debug

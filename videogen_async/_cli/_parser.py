@@ -40,6 +40,8 @@ examples:
       --duration 8 --wait --timeout 600
   videogen create "make this photo move" --function-mode first_last_frames \\
       --image-url https://cdn.example.com/first.png --image-url https://cdn.example.com/last.png
+  videogen create "a koi pond at night" --download videos/     # create, wait, save
+  echo "a long prompt from a file or another program" | videogen create -
 
 Every rule of the service is checked before anything is sent, so a refused request costs no
 credits. Without --wait the task id is printed at once; follow it with "videogen wait ID"."""
@@ -85,7 +87,8 @@ examples:
   videogen project script p_123                  # waits for the script, prints it
   videogen project videos p_123 --out-number 2 --wait
   videogen project videos p_123 --script-file my-script.txt --aspect-ratio 1:1
-  videogen project wait p_123
+  videogen project wait p_123 --download videos/
+  videogen project download p_123 videos/
   videogen project get p_123 --script"""
 
 DEMO_EPILOG = """\
@@ -116,6 +119,15 @@ examples:
 
 Exit code 0 when every task succeeded, 1 when one failed or was still running at --timeout,
 3 when one could not be read (e.g. an unknown id)."""
+
+COMPLETION_EPILOG = """\
+The script is generated from this program's own commands and options.
+
+examples:
+  videogen completion bash > ~/.local/share/bash-completion/completions/videogen
+  videogen completion zsh > "${fpath[1]}/_videogen"
+  videogen completion fish > ~/.config/fish/completions/videogen.fish
+  eval "$(videogen completion bash)"            # this shell only"""
 
 SANDBOX_EPILOG = """\
 The sandbox is the whole service in memory (tasks, projects, credits, errors), for trying the
@@ -152,6 +164,33 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
     return value
+
+
+def _credits(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of credits, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _spending(parser: argparse.ArgumentParser) -> None:
+    """``--max-credits`` and ``--yes``: the spending guard of a creating command."""
+    group = parser.add_argument_group("spending (see docs/cli.md)")
+    group.add_argument(
+        "--max-credits",
+        type=_credits,
+        metavar="N",
+        help="refuse, before sending anything, a request estimated above N credits",
+    )
+    group.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="go ahead without asking when the estimate is beyond the usual",
+    )
 
 
 def _resolution(text: str) -> int | str:
@@ -196,9 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; each command's namespace carries ``func``, the command to run.
     """
     from ._batch import cmd_batch
+    from ._completion import cmd_completion
     from ._demo import cmd_demo
     from ._projects import (
         cmd_project_create,
+        cmd_project_download,
         cmd_project_get,
         cmd_project_script,
         cmd_project_videos,
@@ -230,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="cfg_base_url",
         metavar="URL",
         help="the service's base URL (default: $VIDEOGEN_BASE_URL)",
+    )
+    conn.add_argument(
+        "--allow-insecure-http",
+        dest="cfg_allow_insecure_http",
+        action="store_true",
+        help="allow a plain http:// base URL to a host that is not this machine (the key then"
+        " crosses the network unencrypted; default: $VIDEOGEN_ALLOW_INSECURE_HTTP=1)",
     )
     conn.add_argument(
         "--timeout",
@@ -270,7 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     # create
     p = command("create", "create a direct video task from a prompt", CREATE_EPILOG)
-    p.add_argument("prompt", help="the text prompt")
+    p.add_argument(
+        "prompt",
+        nargs="?",
+        help="the text prompt; - (or no prompt, with stdin a pipe or a file) reads it from stdin",
+    )
     p.add_argument("--model", choices=Model.values(), help="default videomodel_2_0")
     p.add_argument("--function-mode", choices=FunctionMode.values(), help="default omni_reference")
     p.add_argument("--ratio", choices=Ratio.values(), help="aspect ratio (default 16:9)")
@@ -298,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
     _wait_timeout(p, "the task (with --wait)")
+    p.add_argument(
+        "--download",
+        metavar="DIR",
+        help="wait for the task, then save its video into DIR (implies --wait)",
+    )
+    _spending(p)
     p.set_defaults(func=cmd_create)
 
     # status
@@ -368,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="send again the lines whose earlier create may have taken effect (may pay twice)",
     )
+    _spending(p)
     p.set_defaults(func=cmd_batch)
 
     # project
@@ -413,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=ProjectMode.values(), help="default auto")
     p.add_argument("--wait", action="store_true", help="wait until the project is done")
     _wait_timeout(p, "the project (with --wait)")
+    _spending(p)
     p.set_defaults(func=cmd_project_create)
 
     p = action("get", "show a project: status, billing, tasks")
@@ -436,12 +496,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aspect-ratio", choices=AspectRatio.values())
     p.add_argument("--wait", action="store_true", help="wait for the videos")
     _wait_timeout(p, "the videos (with --wait)")
+    _spending(p)
     p.set_defaults(func=cmd_project_videos)
 
     p = action("wait", "wait until a project and all its videos are done")
     p.add_argument("project_id", metavar="PROJECT_ID")
     _wait_timeout(p, "the project")
+    p.add_argument("--download", metavar="DIR", help="then save its finished videos into DIR")
     p.set_defaults(func=cmd_project_wait)
+
+    p = action("download", "save the finished videos of a project into a directory")
+    p.add_argument("project_id", metavar="PROJECT_ID")
+    p.add_argument("directory", metavar="DIR", help="where to save (created if missing)")
+    p.add_argument(
+        "--max-concurrency", type=_positive_int, default=4, metavar="N", help="default 4"
+    )
+    p.add_argument("--no-overwrite", action="store_true", help="keep files that already exist")
+    p.set_defaults(func=cmd_project_download)
 
     # download, sandbox, demo
     p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
@@ -466,4 +537,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
     p.set_defaults(func=cmd_demo)
+
+    p = command("completion", "print a shell completion script", COMPLETION_EPILOG)
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
+    p.set_defaults(func=cmd_completion)
     return parser
