@@ -618,7 +618,13 @@ async def cmd_batch(ctx: Context) -> int:
         ctx.ui.error(f"{path} holds no valid request line: nothing was sent")
         return EXIT_USAGE
     estimate = sum(task_estimate(line.request) for line in lines if line.request is not None)
-    await check_spend(ctx, f"this batch of {len(lines)} line(s)", estimate, USUAL_BATCH)
+    await check_spend(
+        ctx,
+        f"this batch of {len(lines)} line(s)",
+        estimate,
+        USUAL_BATCH,
+        limit_enforced_later=True,
+    )
     default_journal, default_manifest = default_paths(path)
     journal_path: Path | None = None if args.no_journal else Path(args.journal or default_journal)
     manifest = Path(args.manifest) if args.manifest else default_manifest

@@ -11,6 +11,8 @@ import argparse
 import shlex
 from typing import Any
 
+import anyio
+
 from ._common import EXIT_OK, Context
 
 __all__ = ["cmd_completion", "completion_script", "walk"]
@@ -157,6 +159,9 @@ async def cmd_completion(ctx: Context) -> int:
     """``videogen completion SHELL``: print the script on stdout."""
     from ._parser import build_parser
 
-    ctx.ui.out.write(completion_script(build_parser(), ctx.args.shell))
+    def render() -> str:  # off the event loop: building the parser imports modules
+        return completion_script(build_parser(), ctx.args.shell)
+
+    ctx.ui.out.write(await anyio.to_thread.run_sync(render))
     ctx.ui.out.flush()
     return EXIT_OK

@@ -92,7 +92,13 @@ def _interactive() -> bool:
 
 
 async def check_spend(
-    ctx: Context, what: str, estimate: float | None, usual: float, *, why_unknown: str = ""
+    ctx: Context,
+    what: str,
+    estimate: float | None,
+    usual: float,
+    *,
+    why_unknown: str = "",
+    limit_enforced_later: bool = False,
 ) -> None:
     """Let a create go ahead, or refuse it before anything is sent.
 
@@ -102,6 +108,8 @@ async def check_spend(
         estimate: Its estimated credits; ``None`` when no estimate is possible.
         usual: The estimate above which a confirmation is needed.
         why_unknown: Why no estimate is possible (shown when ``estimate`` is ``None``).
+        limit_enforced_later: The command keeps within ``--max-credits`` itself as it goes
+            (a batch stops creating lines), so an estimate above it is not refused here.
 
     Raises:
         UsageError: Over ``--max-credits``, or beyond the usual and not confirmed.
@@ -113,7 +121,7 @@ async def check_spend(
         if estimate is not None
         else f"the credits of {what} cannot be estimated ({why_unknown})"
     )
-    if limit is not None and estimate is not None and estimate > limit:
+    if limit is not None and estimate is not None and estimate > limit and not limit_enforced_later:
         raise UsageError(
             f"{said}, more than --max-credits {fmt_credits(limit)}: nothing was sent"
             " (raise --max-credits to go ahead)"
@@ -126,7 +134,7 @@ async def check_spend(
     if limit is not None and estimate is not None:
         return  # within the limit the user set
     usual_text = f"the usual is up to {fmt_credits(usual)}"
-    if _interactive():
+    if await anyio.to_thread.run_sync(_interactive):
         ctx.ui.note(f"{said} ({usual_text}; video prices are estimates, see docs/cli.md).")
         answer = await anyio.to_thread.run_sync(input, "go ahead? [y/N] ")
         if answer.strip().lower() in ("y", "yes"):

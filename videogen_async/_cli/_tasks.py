@@ -100,7 +100,7 @@ async def read_prompt(prompt: str | None) -> str:
     """
     if prompt is not None and prompt != "-":
         return prompt
-    if prompt is None and not _stdin_is_data():
+    if prompt is None and not await anyio.to_thread.run_sync(_stdin_is_data):
         raise UsageError(
             "a prompt is needed: videogen create PROMPT, or - to read it from stdin"
             " (or pipe it in: echo 'a red fox' | videogen create)"
