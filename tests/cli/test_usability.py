@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import select
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -347,3 +350,71 @@ def test_zsh_and_fish_completion(cli: Callable[..., Run], shell: str) -> None:
             input=run.out, capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["create", "x", "--audio-url", "https://cdn.example.com/a.mp3"], "--audio-url"),
+        (["create", "x", "--image-url", "ftp://x"], "--image-url"),
+        (["project", "create", REFERENCE, "--product-image-url", "x"], "--product-image-url"),
+        (
+            [
+                "project",
+                "create",
+                REFERENCE,
+                "--product-image-url",
+                PRODUCT,
+                "--avatar-image-url",
+                "nope",
+            ],
+            "--avatar-image-url",
+        ),
+        (
+            ["project", "create", REFERENCE, "--product-image-url", PRODUCT, "--out-number", "9"],
+            "--out-number",
+        ),
+        (["project", "videos", "", "--yes"], "PROJECT_ID"),
+    ],
+)
+def test_refused_requests_name_the_option_not_the_python_field(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], argv: list[str], flag: str
+) -> None:
+    run = cli(*argv)
+    assert run.code == 2, run
+    assert run.err.startswith("videogen: error: InvalidRequestError: "), run.err
+    assert flag in run.err
+    assert not re.search(r"\b[a-z]+_[a-z_]+\b", run.err.replace("omni_reference", "")), run.err
+    assert sandbox.routes(PROJECT_CREATE) + sandbox.routes(TASK_CREATE) == 0
+
+
+@pytest.mark.parametrize(("answer", "code"), [("y", 0), ("n", 2)])
+def test_a_terminal_is_asked_before_spending_beyond_the_usual(
+    sandbox: ThreadedSandbox, answer: str, code: int
+) -> None:
+    pty = pytest.importorskip("pty")
+    main_fd, child_fd = pty.openpty()
+    try:
+        argv = ["project", "create", REFERENCE, "--product-image-url", PRODUCT, "--duration", "500"]
+        proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+            [sys.executable, "-m", "videogen_async", *argv],
+            env=subprocess_env(sandbox.env()),
+            stdin=child_fd,
+            stdout=subprocess.PIPE,
+            stderr=child_fd,
+        )
+        seen = b""
+        while b"go ahead? [y/N]" not in seen:
+            readable, _, _ = select.select([main_fd], [], [], 60)
+            assert readable, seen
+            chunk = os.read(main_fd, 4096)
+            assert chunk, seen
+            seen += chunk
+        assert b"about 1010 credits" in seen
+        os.write(main_fd, answer.encode() + b"\n")
+        proc.communicate(timeout=60)
+    finally:
+        os.close(child_fd)
+        os.close(main_fd)
+    assert proc.returncode == code
+    assert sandbox.routes(PROJECT_CREATE) == (1 if answer == "y" else 0)

@@ -546,6 +546,10 @@ def _resume_command(ctx: Context, journal: Path | None, manifest: Path) -> str:
         parts += ["--max-concurrency", str(args.max_concurrency)]
     if args.timeout is not None:
         parts += ["--timeout", f"{args.timeout:g}"]
+    if getattr(args, "max_credits", None) is not None:
+        parts += ["--max-credits", f"{args.max_credits:g}"]
+    if getattr(args, "yes", False):
+        parts += ["--yes"]
     return shlex.join(parts)
 
 

@@ -119,11 +119,31 @@ def cli_advice(text: str) -> str:
     return text
 
 
-def describe_error(exc: BaseException) -> str:
+#: The library's request fields, as the options and arguments of the command line.
+_FIELDS = {
+    "image_urls": "--image-url",
+    "audio_urls": "--audio-url",
+    "video_urls": "--video-url",
+    "function_mode": "--function-mode",
+    "product_image_urls": "--product-image-url",
+    "avatar_image_url": "--avatar-image-url",
+    "aspect_ratio": "--aspect-ratio",
+    "speech_language_option": "--speech-language",
+    "out_number": "--out-number",
+    "reference_video_url": "REFERENCE_VIDEO_URL",
+    "project_id": "PROJECT_ID",
+    "task_id": "TASK_ID",
+}
+_FIELD = re.compile(r"\b(" + "|".join(_FIELDS) + r")\b")
+
+
+def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> str:
     """One line naming an error: its class, its message and (inside it) the trace id.
 
     Args:
         exc: The error.
+        command_line_fields: Name the fields of a refused request by their options
+            (``--image-url`` for ``image_urls``), for a request made from options.
 
     Returns:
         ``ClassName: message (trace_id=...)``.
@@ -131,16 +151,19 @@ def describe_error(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or repr(exc)
     if isinstance(exc, ConfigurationError):
         text = cli_advice(text)
+    elif isinstance(exc, InvalidRequestError) and command_line_fields:
+        text = _FIELD.sub(lambda m: _FIELDS[m.group(0)], text)
     if isinstance(exc, UsageError):
         return text
     return f"{type(exc).__name__}: {text}"
 
 
-def poll_failure(exc: BaseException | None) -> tuple[str, str]:
+def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[str, str]:
     """Why a task could not be read, in the user's terms (never a task status).
 
     Args:
         exc: What stopped the read (a :class:`TaskPollError` with its cause, or the error).
+        waiting: The read was part of a wait (the service was *lost* during it).
 
     Returns:
         The problem (:data:`NOT_FOUND`, :data:`UNREACHABLE`, :data:`TIMED_OUT` or
@@ -156,7 +179,9 @@ def poll_failure(exc: BaseException | None) -> tuple[str, str]:
         return NOT_FOUND, f"the service has no task with this id{trace}"
     if isinstance(cause, APIConnectionError):
         detail = " ".join(str(cause).split())
-        return UNREACHABLE, f"lost the connection to the service while waiting: {detail}"
+        if waiting:
+            return UNREACHABLE, f"lost the connection to the service while waiting: {detail}"
+        return UNREACHABLE, f"the service could not be reached: {detail}"
     if isinstance(cause, VideoGenError):
         return UNREADABLE, "the service could not report this task: " + describe_error(cause)
     return UNREADABLE, describe_error(cause)
@@ -370,7 +395,8 @@ class Context:
         """
         if self.ui.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
-        self.ui.error(describe_error(exc))
+        from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
+        self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)
 
 

@@ -9,6 +9,7 @@ import anyio
 
 from .._exceptions import APIConnectionError, APIResponseError, APIStatusError, WaitTimeoutError
 from .._models import Project, Task, unstructure
+from .._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
@@ -95,8 +96,25 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
 
 
 async def _guard_project(ctx: Context) -> None:
-    """The spending guard of ``project create``: the script, and in auto mode its videos."""
+    """The spending guard of ``project create``: the script, and in auto mode its videos.
+
+    The request is checked first, so a bad one is reported as such (and costs nothing).
+    """
     args = ctx.args
+    validate_project_request(
+        {
+            "reference_video_url": args.reference_video_url,
+            "product_image_urls": list(args.product_image_urls),
+            "avatar_image_url": args.avatar_image_url,
+            "prompt": args.prompt,
+            "aspect_ratio": args.aspect_ratio,
+            "speech_language_option": args.speech_language,
+            "duration": args.duration,
+            "resolution": args.resolution,
+            "out_number": args.out_number,
+            "mode": args.mode,
+        }
+    )
     if args.mode == "manual":
         await check_spend(ctx, "this project (its script)", SCRIPT_CREDITS, USUAL_PROJECT)
         return
@@ -204,6 +222,14 @@ async def cmd_project_videos(ctx: Context) -> int:
             return EXIT_USAGE
 
     async def work(client: AsyncVideoGen) -> int:
+        validate_videos_request(
+            {
+                "script": script,
+                "out_number": args.out_number,
+                "resolution": args.resolution,
+                "aspect_ratio": args.aspect_ratio,
+            }
+        )
         if args.max_credits is not None or not args.yes:
             # the real price of this project's videos, when it already has some
             project = await client.projects.get(args.project_id)

@@ -136,7 +136,9 @@ async def check_spend(
     usual_text = f"the usual is up to {fmt_credits(usual)}"
     if await anyio.to_thread.run_sync(_interactive):
         ctx.ui.note(f"{said} ({usual_text}; video prices are estimates, see docs/cli.md).")
-        answer = await anyio.to_thread.run_sync(input, "go ahead? [y/N] ")
+        ctx.ui.err.write("go ahead? [y/N] ")  # on stderr: stdout may be piped
+        ctx.ui.err.flush()
+        answer: str = await anyio.to_thread.run_sync(sys.stdin.readline)
         if answer.strip().lower() in ("y", "yes"):
             return
         raise UsageError("not confirmed: nothing was sent")

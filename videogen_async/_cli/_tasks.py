@@ -204,13 +204,18 @@ async def cmd_status(ctx: Context) -> int:
         async with anyio.create_task_group() as tg:
             for task_id in ids:
                 tg.start_soon(one, task_id)
-        return _report(ctx, ids, found, failed_tasks_fail=False)
+        return _report(ctx, ids, found, failed_tasks_fail=False, waiting=False)
 
     return await ctx.with_client(work)
 
 
 def _report(
-    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool
+    ctx: Context,
+    ids: Sequence[str],
+    found: dict[str, Any],
+    *,
+    failed_tasks_fail: bool,
+    waiting: bool = True,
 ) -> int:
     """Show tasks, and the ids that could not be read, in the order of ``ids``.
 
@@ -233,7 +238,8 @@ def _report(
             if failed_tasks_fail and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue
-        problem, text = poll_failure(item if isinstance(item, BaseException) else None)
+        error = item if isinstance(item, BaseException) else None
+        problem, text = poll_failure(error, waiting=waiting)
         rows.append([task_id, f"({problem})", None, text])
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
