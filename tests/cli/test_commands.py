@@ -18,7 +18,7 @@ from videogen_async.testing import sample_mp4
 from .conftest import KEY, Run, ThreadedSandbox, subprocess_env, videogen
 
 COMMANDS = ("credits", "create", "status", "wait", "download", "batch", "project", "sandbox",
-            "demo")  # fmt: skip
+            "demo", "completion")  # fmt: skip
 REFERENCE = "https://cdn.example.com/ads/ref.mp4"
 PRODUCT = "https://cdn.example.com/p/bottle.png"
 
@@ -41,7 +41,7 @@ def test_help_names_every_command_and_the_exit_codes(cli: Callable[..., Run]) ->
     "argv",
     [
         *([c] for c in COMMANDS),
-        *(["project", a] for a in ("create", "get", "script", "videos", "wait")),
+        *(["project", a] for a in ("create", "get", "script", "videos", "wait", "download")),
     ],
 )
 def test_every_command_has_help_with_examples(cli: Callable[..., Run], argv: list[str]) -> None:

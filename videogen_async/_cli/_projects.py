@@ -15,8 +15,8 @@ from ._common import (
     EXIT_OK,
     EXIT_SOME_FAILED,
     EXIT_USAGE,
+    TIMED_OUT,
     Context,
-    describe_error,
     fmt_credits,
     poll_failure,
 )
@@ -268,7 +268,7 @@ async def cmd_project_videos(ctx: Context) -> int:
                     **unstructure(batch),
                     "tasks": [unstructure(t) for t in tasks],
                     "errors": {
-                        k: describe_error(v) for k, v in results.items() if not isinstance(v, Task)
+                        k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)
                     },
                 }
             )
@@ -282,8 +282,12 @@ async def cmd_project_videos(ctx: Context) -> int:
                         [task_id, str(item.status), fmt_credits(item.credits_cost), outcome]
                     )
                 else:
-                    rows.append([task_id, "pending", None, describe_error(item) if item else None])
+                    problem, text = poll_failure(item)
+                    rows.append([task_id, f"({problem})", None, text])
             ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
+        unread = [poll_failure(v)[0] for v in results.values() if not isinstance(v, Task)]
+        if any(problem != TIMED_OUT for problem in unread):
+            return EXIT_API_ERROR
         ok = len(tasks) == len(batch.task_ids) and all(t.is_succeeded for t in tasks)
         return EXIT_OK if ok else EXIT_SOME_FAILED
 
@@ -374,6 +378,7 @@ async def cmd_project_download(ctx: Context) -> int:
                 f"{len(unfinished)} video(s) still running: videogen project wait"
                 f" {project.project_id} --download {args.directory}"
             )
-        return code
+        not_saved = [t for t in project.tasks if t.status != "succeeded"]
+        return max(code, EXIT_SOME_FAILED) if not_saved else code
 
     return await ctx.with_client(work)
