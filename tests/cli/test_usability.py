@@ -18,6 +18,7 @@ import pytest
 from videogen_async import PollPolicy
 from videogen_async._cli._common import Context
 from videogen_async._cli._parser import build_parser
+from videogen_async.testing import Pricing
 
 from .conftest import KEY, Run, ThreadedSandbox, read_manifest, subprocess_env, videogen, wait_until
 
@@ -418,3 +419,17 @@ def test_a_terminal_is_asked_before_spending_beyond_the_usual(
         os.close(main_fd)
     assert proc.returncode == code
     assert sandbox.routes(PROJECT_CREATE) == (1 if answer == "y" else 0)
+
+
+def test_a_charge_above_max_credits_is_reported(
+    make_sandbox: Callable[..., ThreadedSandbox],
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dear = make_sandbox(pricing=Pricing(per_second={"videomodel_2_0": 5.0}))
+    for name, value in dear.env().items():
+        monkeypatch.setenv(name, value)
+    run = cli("create", "a fox", "--max-credits", "12")  # estimated 10; charged 25
+    assert run.code == 0, run
+    assert "the service charged 25 credits" in run.err
+    assert "more than --max-credits 12" in run.err

@@ -122,6 +122,13 @@ async def cmd_create(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.tasks.create(**request)
+        charged = created.credits_cost
+        if args.max_credits is not None and charged is not None and charged > args.max_credits:
+            ctx.ui.warn(
+                f"the service charged {fmt_credits(charged)} credits for {created.task_id},"
+                f" more than --max-credits {fmt_credits(args.max_credits)}: its prices are"
+                " higher than the estimate (see docs/cli.md)"
+            )
         if not wait:
             if ctx.ui.json_mode:
                 ctx.ui.emit_json(unstructure(created))
