@@ -72,7 +72,8 @@ def test_support_stays_open_while_most_of_the_class_is_pending() -> None:
     model = ClassModel()
     model.add(30.0)
     support = model.support(pending=100)
-    assert support is not None and support.end == math.inf
+    assert support is not None
+    assert support.end == math.inf
     assert ClassModel().support(pending=5) is None
 
 
@@ -123,7 +124,8 @@ def test_memory_follows_a_service_that_gets_slower_or_faster(factor: float) -> N
             break
         assert seen < 40, f"still {median:.1f}s after {seen} observations at {new:g}s"
     support = ClassModel(prior=memory.load("k")).support(pending=300)
-    assert support is not None and support.end < math.inf  # a remembered class is closed
+    assert support is not None
+    assert support.end < math.inf
     assert support.start <= new <= support.end
 
 
@@ -141,7 +143,8 @@ def test_in_memory_store_is_bounded() -> None:
     stats = FinishTimeStats(bins=((1, 1.0),), count=1)
     for key in ("a", "b", "c"):
         memory.update(key, stats)
-    assert memory.load("a") is None and memory.load("c") == stats
+    assert memory.load("a") is None
+    assert memory.load("c") == stats
     assert len(memory) == 2
     with pytest.raises(ValueError, match="max_keys"):
         InMemoryFinishTimes(max_keys=0)
@@ -264,7 +267,8 @@ async def test_each_class_is_probed_and_learned_on_its_own() -> None:
         got = await collect(results)
     assert len(got) == 40
     fast_stats, slow_stats = memory.load("f"), memory.load("s")
-    assert fast_stats is not None and slow_stats is not None
+    assert fast_stats is not None
+    assert slow_stats is not None
     assert ClassModel(prior=fast_stats).sketch.quantile(0.5) < 0.1
     assert ClassModel(prior=slow_stats).sketch.quantile(0.5) > 0.3
     per_id = Counter(fake.calls)
