@@ -462,31 +462,17 @@ class ShapeRow:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _targets(shape: Shape, n: int, scale: float) -> list[tuple[float, str, str]]:
-    """(finish in, outcome, class key) per id, the same for every strategy."""
-    rng = random.Random(SEED)
-    out: list[tuple[float, str, str]] = []
+async def _create(sandbox: Sandbox, shape: Shape, n: int, scale: float) -> dict[str, str]:
+    """One copy of the batch, created at once with its finish times: ``{id: class key}``."""
+    out: dict[str, str] = {}
     for index, (share, low, high, outcome) in enumerate(shape.parts):
         count = round(n * share) if index < len(shape.parts) - 1 else n - len(out)
-        out += [(rng.uniform(low, high) * scale, outcome, f"k{index}") for _ in range(count)]
+        finish_in: Any = low * scale if low == high else [low * scale, high * scale]
+        data = await sandbox.control(
+            "POST", "/tasks/bulk", {"count": count, "finish_in": finish_in, "outcome": outcome}
+        )
+        out.update(dict.fromkeys(data["task_ids"], f"k{index}"))
     return out
-
-
-async def _bulk_pending(sandbox: Sandbox, n: int) -> list[str]:
-    data = await sandbox.control("POST", "/tasks/bulk", {"count": n, "finish_in": 1e9})
-    return list(data["task_ids"])
-
-
-async def _schedule(sandbox: Sandbox, plan: list[tuple[str, float, str]]) -> None:
-    sem = asyncio.Semaphore(32)
-
-    async def one(task_id: str, finish_in: float, outcome: str) -> None:
-        async with sem:
-            await sandbox.control(
-                "POST", f"/tasks/{task_id}/schedule", {"finish_in": finish_in, "outcome": outcome}
-            )
-
-    await asyncio.gather(*(one(*p) for p in plan))
 
 
 def _looping(interval: float) -> Callable[..., Awaitable[tuple[dict[str, float], int]]]:
@@ -526,8 +512,9 @@ async def _gathering(
     classes: dict[str, str] | None,
 ) -> tuple[dict[str, float], int]:
     seen: dict[str, float] = {}
+    options: dict[str, Any] = {} if classes is None else {"classes": classes}
     async with gather_until_done(
-        client, ids, max_concurrency=concurrency, poll_policy=policy, classes=classes
+        client, ids, max_concurrency=concurrency, poll_policy=policy, **options
     ) as results:
         async for task in results:
             seen[task.task_id] = time.time()  # type: ignore[union-attr]
@@ -545,35 +532,27 @@ async def measure_shape(
         "fixed-1s": _looping(1.0 * scale),
         "fixed-0.25s": _looping(0.25 * scale),
     }
-    targets = _targets(shape, n, scale)
     async with Sandbox(seed=SEED, duration=(30, 30)) as sandbox:
         client = AsyncVideoGen(api_key=sandbox.api_key, base_url=sandbox.base_url)
         async with client:
             if shape.second:  # the first batch of the kind, on the same client (not measured)
-                first = await _bulk_pending(sandbox, n)
-                classes = dict.fromkeys(first, "k0") if shape.keyed else None
-                await _schedule(
-                    sandbox, [(i, f, o) for i, (f, o, _) in zip(first, targets, strict=True)]
-                )
-                await _gathering(client, first, concurrency, policy=policy, classes=classes)
-            batches = {name: await _bulk_pending(sandbox, n) for name in strategies}
-            plan = [
-                (batches[name][k], targets[k][0], targets[k][1])
-                for k in range(n)
-                for name in strategies
-            ]
-            await _schedule(sandbox, plan)
+                first = await _create(sandbox, shape, n, scale)
+                keys = first if shape.keyed else None
+                await _gathering(client, list(first), concurrency, policy=policy, classes=keys)
+            # Each strategy's copy is created just before the runs start, all within ~0.1 s.
+            batches = {name: await _create(sandbox, shape, n, scale) for name in strategies}
             runs = []
             for name, loop in strategies.items():
-                ids = batches[name]
+                ids = list(batches[name])
                 if loop is None:
-                    keys = {i: targets[k][2] for k, i in enumerate(ids)} if shape.keyed else None
+                    keys = batches[name] if shape.keyed else None
                     runs.append(_gathering(client, ids, concurrency, policy=policy, classes=keys))
                 else:
                     runs.append(loop(client, ids, concurrency))
             results = await asyncio.gather(*runs)
             rows = {}
-            for (name, ids), (seen, sent) in zip(batches.items(), results, strict=True):
+            for (name, keyed), (seen, sent) in zip(batches.items(), results, strict=True):
+                ids = list(keyed)
                 finishes = await sandbox.finish_walls(ids)
                 rows[name] = ShapeRow(
                     name, n, requests=sent, lags=[seen[i] - finishes[i] for i in ids]

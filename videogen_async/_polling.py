@@ -99,8 +99,8 @@ class PollPolicy:
         relative_interval: Lower bound of the dense gap as a fraction of the task's age, so
             that long tasks (minutes) are not polled every second: the dense gap is
             ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
-        probes: Ids of a batch polled densely until the first one finishes (``None``: about
-            the square root of the batch size, between 4 and 64).
+        probes: Ids of each class of a batch polled densely until the first one finishes
+            (``None``: about the square root of the class's size, between 8 and 64).
         sparse_growth: Gap of a batch's other ids before the window is known, as a fraction of
             their age (``1.0`` doubles the age at each poll), at least ``min_interval`` and at
             most ``max_interval``.
@@ -137,7 +137,7 @@ class PollPolicy:
     max_interval: float = attrs.field(default=15.0, validator=_gt0)
     jitter: float = attrs.field(default=0.1, validator=_fraction(0.5))
     adaptive: bool = True
-    dense_interval: float = attrs.field(default=0.9, validator=_gt0)
+    dense_interval: float = attrs.field(default=1.0, validator=_gt0)
     relative_interval: float = attrs.field(default=0.02, validator=_ge0)
     probes: int | None = attrs.field(default=None, validator=_optional_ge1)
     sparse_growth: float = attrs.field(default=2.0, validator=_ge0)
@@ -249,12 +249,12 @@ def probe_count(policy: PollPolicy, total: int) -> int:
         total: Distinct ids in the batch.
 
     Returns:
-        ``policy.probes`` if set, otherwise ``ceil(sqrt(total))`` between 4 and 64; never more
+        ``policy.probes`` if set, otherwise ``isqrt(total)`` between 8 and 64; never more
         than ``total``.
     """
     if not policy.adaptive:
         return 0
-    wanted = policy.probes if policy.probes is not None else min(64, max(4, math.isqrt(total)))
+    wanted = policy.probes if policy.probes is not None else min(64, max(8, math.isqrt(total)))
     return max(0, min(total, wanted))
 
 
