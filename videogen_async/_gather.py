@@ -10,11 +10,12 @@ Design (see ``docs/waiting.md`` for the user's view):
   rate or the end of a 429 pause) and hands every id due before its next wake to an idle
   worker through a future: no task is created per poll, and the event loop wakes at most once
   per ``coalesce`` seconds for the dispatching, however many ids are due.
-* **The batch's finish window** is learned from the finished tasks (``_polling``), with a few
-  probe ids polled densely until the first one finishes. When the window first becomes known
-  (or its start moves earlier by half a dense gap) every waiting id whose window starts
-  sooner than its next poll is pulled forward: an O(n log n) pass, a handful of times per
-  batch, never per poll.
+* **Finish times per class** are learned from every terminal task (``_schedule``: a decaying
+  histogram per class key, with what the client remembers of the class as a prior), with a
+  few probe ids per class polled densely until the first one finishes. When a class's
+  support first becomes known, starts earlier or ends later, its waiting ids whose support
+  starts sooner than their next poll are pulled forward: an O(k log n) pass over the class,
+  a handful of times per class, never per poll.
 * **Overload.** A 429 pauses every poll until its ``Retry-After`` (or a backoff), halves the
   allowed concurrency and the request rate, which then recover additively (AIMD). Other
   transient failures back off only their id.
