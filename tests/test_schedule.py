@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from videogen_async import TaskPollError
 from videogen_async._gather import gather_until_done
 from videogen_async._polling import PollPolicy
 from videogen_async._schedule import (
@@ -278,3 +279,23 @@ async def test_each_class_is_probed_and_learned_on_its_own() -> None:
     assert ClassModel(prior=slow_stats).sketch.quantile(0.5) > 0.3
     per_id = Counter(fake.calls)
     assert max(per_id[i] for i in slow) < 60  # the slow class was not polled at the fast pace
+
+
+async def test_remembered_class_of_old_finished_ids_is_not_deferred() -> None:
+    """The memory says 3 s, so fresh ids would first be polled near 3 s of age; but these ids
+    finished long ago, which the probes show: the others are polled at once, well before."""
+    memory = InMemoryFinishTimes()
+    model = ClassModel()
+    for _ in range(50):
+        model.add(3.0)
+    memory.update(None, model.sketch.snapshot())
+    names = ids(40)
+    fake = FakeClient(dict.fromkeys(names, 3.0))
+    fake.start -= 60.0  # created a minute ago, finished at 3 s
+    policy = PollPolicy(min_interval=0.01, max_interval=0.1, dense_interval=0.01, sparse_cap=30)
+    async with gather_until_done(
+        fake, names, poll_policy=policy, finish_times=memory, timeout=1.5, return_exceptions=True
+    ) as results:
+        got = await collect(results)
+    assert all(not isinstance(t, TaskPollError) for t in got), got
+    assert fake.requests == 40

@@ -597,13 +597,7 @@ class _Coordinator:
         age = self._age(state, now)
         if not policy.adaptive:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
-        start_age = age - elapsed
-        if start_age > self._start_age + 0.5 * policy.dense_interval:
-            # The ids are older than assumed: the deferred first polls come forward.
-            self._start_age = start_age
-            for klass in self._classes.values():
-                if klass.support is not None:
-                    self._pull_forward(klass, now)
+        self._saw_age(age - elapsed, now)
         return next_delay(
             age=age,
             elapsed=elapsed,
@@ -619,6 +613,15 @@ class _Coordinator:
             overdue_growth=policy.overdue_growth,
             jitter=policy.jitter,
         )
+
+    def _saw_age(self, start_age: float, now: float) -> None:
+        """Note an id's age at the gather's start; ids older than assumed come forward."""
+        if start_age > self._start_age + 0.5 * self._policy.dense_interval:
+            # The deferred first polls of remembered classes assumed younger ids.
+            self._start_age = start_age
+            for klass in self._classes.values():
+                if klass.support is not None:
+                    self._pull_forward(klass, now)
 
     def _learn(self, state: _IdState, task: Task, now: float) -> None:
         """Learn the clock skew and the class's finish times from a terminal task.
@@ -646,6 +649,7 @@ class _Coordinator:
         model = klass.model
         if model is None:
             return
+        self._saw_age(self._age(state, now) - (now - self._started), now)
         model.add(finished_ts - task.created_at.timestamp())
         klass.learned += 1
         count = model.sketch.count
