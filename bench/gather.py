@@ -649,6 +649,10 @@ async def main() -> int:
         default=",".join(STRATEGIES),
         help="comma-separated strategies of the real-time workload",
     )
+    parser.add_argument("--rate-sizes", default="", help="comma-separated sizes of many ids")
+    parser.add_argument(
+        "--rate-strategies", default="gather,fixed-1s", help="strategies of many ids"
+    )
     parser.add_argument("--concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY)
     args = parser.parse_args()
     quick = args.quick
@@ -658,6 +662,8 @@ async def main() -> int:
     small, large, memory = (50, 1_000, 10_000) if quick else (300, 10_000, 100_000)
     scale, per_shape = (0.25, 100) if quick else (1.0, 300)
     rate_sizes = (2_000, 5_000) if quick else (10_000, 100_000)
+    if args.rate_sizes:
+        rate_sizes = tuple(int(size) for size in args.rate_sizes.split(","))
     concurrency = args.concurrency
     started = time.time()
     print(
@@ -679,7 +685,7 @@ async def main() -> int:
         print(f"\n## many ids: finishes 1-60 s (x{scale:g}) after creation\n")
         print(f"{'ids':>8} {'strategy':<10} {'lag p95 s':>10} {'req/s':>8}")
         for n in rate_sizes:
-            for name in ("gather", "fixed-1s"):
+            for name in args.rate_strategies.split(","):
                 p95, rate = await measure_rate(name, n, scale, concurrency)
                 print(f"{n:8d} {name:<10} {p95:10.2f} {rate:8.0f}", flush=True)
     if not args.skip_legacy and not quick:
