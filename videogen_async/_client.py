@@ -25,6 +25,7 @@ from ._exceptions import ConfigurationError
 from ._logging import configure_from_env
 from ._projects import Projects
 from ._retry import RetryPolicy
+from ._schedule import FinishTimeMemory, InMemoryFinishTimes
 from ._tasks import Tasks
 from ._transport import DEFAULT_MAX_BODY, SessionOwner, Timeout, Transport
 
@@ -138,6 +139,11 @@ class AsyncVideoGen:
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
+
+    Attributes:
+        finish_times: What ``gather_until_done`` learned of each class of tasks' finish
+            times, kept in memory for the client's next gathers (shared with its
+            ``with_options`` views).
     """
 
     def __init__(
@@ -191,6 +197,7 @@ class AsyncVideoGen:
         )
         self._owns_session = True
         self._poll_policy = poll_policy
+        self.finish_times: FinishTimeMemory = InMemoryFinishTimes()
         self.tasks = Tasks(self)
         self.projects = Projects(self)
         self.credits = Credits(self)
@@ -203,6 +210,7 @@ class AsyncVideoGen:
         view._transport = transport
         view._owns_session = False
         view._poll_policy = poll_policy
+        view.finish_times = parent.finish_times
         view.tasks = Tasks(view)
         view.projects = Projects(view)
         view.credits = Credits(view)
