@@ -44,26 +44,33 @@ from anyio.abc import TaskGroup
 from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from ._models import Task
 from ._polling import (
+    DEFAULT_POLICY,
     FinishWindow,
     PollingClient,
     PollPolicy,
+    TaskSource,
     _policy_of,
     aimd_decrease,
     aimd_increase,
     batch_delay,
-    error_delay,
     estimate_window,
     growth_interval,
-    is_transient,
     probe_count,
-    rate_limit_pause,
     recovered_rate,
+    source_of,
 )
+from ._retry import error_delay, is_transient, rate_limit_pause, retry_after_of
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["DEFAULT_MAX_CONCURRENCY", "GatherProgress", "GatherResults", "gather_until_done"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "GatherProgress",
+    "GatherResults",
+    "gather_from_source",
+    "gather_until_done",
+]
 
 logger = logging.getLogger("videogen_async")
 
@@ -140,12 +147,6 @@ class _IdState:
         self.done = False
 
 
-def _retry_after(exc: BaseException) -> float | None:
-    """A ``Retry-After`` the error carries (a 503 may send one too), if any."""
-    value = getattr(exc, "retry_after", None)
-    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
-
-
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -156,7 +157,7 @@ class _Coordinator:
 
     def __init__(
         self,
-        client: PollingClient,
+        source: TaskSource,
         ids: dict[str, _IdState],
         *,
         timeout: float | None,
@@ -166,7 +167,7 @@ class _Coordinator:
         on_progress: Callable[[GatherProgress], object] | None,
         progress_interval: float,
     ) -> None:
-        self._client = client
+        self._source = source
         self._states = ids
         self._timeout = timeout
         self._max_concurrency = max_concurrency
@@ -469,7 +470,7 @@ class _Coordinator:
             self._next_send = max(self._next_send, now) + 1.0 / self._rate
 
     async def _worker(self) -> None:
-        get = self._client.with_options(max_retries=0).tasks.get
+        get = self._source.fetch
         loop = asyncio.get_running_loop()
         idle = self._idle
         state: _IdState | None = None
@@ -630,6 +631,9 @@ class _Coordinator:
                     policy, self._rate_events, self._rng.random(), exc.retry_after
                 )
                 self._paused_until = max(self._paused_until, now + pause)
+                pacing = self._source.pacing
+                if pacing is not None:  # the client's pause (its clock is the loop's)
+                    self._paused_until = max(self._paused_until, pacing.paused_until)
                 logger.info(
                     "gather_until_done: 429, pausing %.2fs; concurrency %d, rate %.1f/s",
                     pause,
@@ -649,7 +653,7 @@ class _Coordinator:
             )
             self._give_up(state, exc)
             return
-        delay = error_delay(policy, state.failures, self._rng.random(), _retry_after(exc))
+        delay = error_delay(policy, state.failures, self._rng.random(), retry_after_of(exc))
         logger.debug("gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, delay)
         self._push(state, now + delay)
 
@@ -815,9 +819,9 @@ def gather_until_done(
     down (a 429 slows everyone) and never end the batch.
 
     Args:
-        client: The client (``AsyncVideoGen``); polls go through
-            ``client.with_options(max_retries=0).tasks.get`` so that the gather owns the
-            backoff.
+        client: The client (``AsyncVideoGen``); polls are single reads without retries of
+            their own, so that the gather owns the backoff, paced by the client's pacing
+            (a 429 seen here slows every request of the client, and the other way round).
         task_ids: The ids; duplicates are polled once and yielded once.
         timeout: Deadline in seconds for the whole gather (``None``: none).
         max_concurrency: Polls in flight at most (never exceeded).
@@ -843,6 +847,31 @@ def gather_until_done(
             ``progress_interval``.
         TypeError: An id is not a string.
     """
+    source = source_of(client)
+    return gather_from_source(
+        source,
+        task_ids,
+        timeout=timeout,
+        max_concurrency=max_concurrency,
+        return_exceptions=return_exceptions,
+        poll_policy=_policy_of(client, poll_policy) if source.poll_policy is None else poll_policy,
+        on_progress=on_progress,
+        progress_interval=progress_interval,
+    )
+
+
+def gather_from_source(
+    source: TaskSource,
+    task_ids: Iterable[str],
+    *,
+    timeout: float | None = None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    return_exceptions: bool = False,
+    poll_policy: PollPolicy | None = None,
+    on_progress: Callable[[GatherProgress], Any] | None = None,
+    progress_interval: float = 1.0,
+) -> GatherResults:
+    """:func:`gather_until_done` on a :class:`TaskSource` (the engine, below the client)."""
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
         raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
     if max_concurrency < 1:
@@ -860,12 +889,12 @@ def gather_until_done(
         if task_id not in states:
             states[task_id] = _IdState(task_id)
     coordinator = _Coordinator(
-        client,
+        source,
         states,
         timeout=timeout,
         max_concurrency=max_concurrency,
         return_exceptions=return_exceptions,
-        policy=_policy_of(client, poll_policy),
+        policy=poll_policy or source.poll_policy or DEFAULT_POLICY,
         on_progress=on_progress,
         progress_interval=progress_interval,
     )

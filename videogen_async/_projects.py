@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import quote
 
 from ._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
 from ._exceptions import ProjectFailedError, WaitTimeoutError
-from ._models import CreatedProject, Project, VideoBatch
+from ._models import CreatedProject, Project, Task, VideoBatch
+from ._polling import PollPolicy, poll_until
 from ._resource import Resource
 from ._tasks import _url_list
+from ._transport import Transport
 from ._validation import check_id, validate_project_request, validate_videos_request
-
-if TYPE_CHECKING:
-    from ._polling import PollPolicy
 
 __all__ = ["Projects"]
 
@@ -26,6 +24,15 @@ def _path(project_id: str, suffix: str = "") -> str:
 
 class Projects(Resource):
     """Viral ad clone projects: a reference ad and product images in, scripts and videos out."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        poll_policy: PollPolicy,
+        get_task: Callable[[str], Awaitable[Task]],
+    ) -> None:
+        super().__init__(transport, poll_policy)
+        self._get_task = get_task
 
     async def create(
         self,
@@ -171,8 +178,6 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        from ._polling import poll_until
-
         check_id("project_id", project_id)
 
         def ready(project: Project) -> bool:
@@ -184,7 +189,7 @@ class Projects(Resource):
             lambda: self.get(project_id),
             ready,
             timeout=timeout,
-            poll_policy=poll_policy or self._client.poll_policy,
+            poll_policy=poll_policy or self._poll_policy,
             what=f"project {project_id}",
         )
 
@@ -212,8 +217,6 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        from ._polling import poll_until
-
         check_id("project_id", project_id)
         settled: set[str] = set()
 
@@ -228,7 +231,7 @@ class Projects(Resource):
             for task_id in project.task_ids:
                 if task_id in listed or task_id in settled:
                     continue
-                task = await self._client.tasks.get(task_id)
+                task = await self._get_task(task_id)
                 if not task.is_terminal:
                     return project, False
                 settled.add(task_id)
@@ -239,7 +242,7 @@ class Projects(Resource):
                 snapshot,
                 lambda state: state[1],
                 timeout=timeout,
-                poll_policy=poll_policy or self._client.poll_policy,
+                poll_policy=poll_policy or self._poll_policy,
                 what=f"project {project_id}",
             )
         except WaitTimeoutError as exc:

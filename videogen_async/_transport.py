@@ -4,28 +4,37 @@ It owns (or borrows) the ``aiohttp.ClientSession``, sends one request with its r
 timeouts, decodes the service's envelope ``{code, trace_id, message, data}`` and maps every
 failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
 
-Retries follow one rule: a request is retried only when retrying cannot charge credits twice.
+Whether and when to retry is decided by ``_retry`` (one rule: a request is retried only when
+retrying cannot charge credits twice); every attempt takes a slot of the client's ``_pacing``
+first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (connect, each
+read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
+their waits included.
 
-* Reads (GET) are retried on connection errors, timeouts, garbled bodies, 408, 429 and 5xx.
-* Creating calls (POST) are retried only when the connection could not be opened or the
-  service answered 429; any other failure is raised at once and, when the request may have
-  reached the service, says so (``request_may_have_taken_effect``).
+Proxies: like requests and httpx (``trust_env=True``), the client's own session honours
+``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` from the environment, read when
+the client is made; ``trust_env=False`` turns that off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import platform
 import random
 import time
+import traceback
+import urllib.request
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import aiohttp
+import anyio
 import attrs
 from yarl import URL
 
@@ -45,22 +54,37 @@ from ._exceptions import (
     ServerError,
     VideoGenError,
 )
-from ._retry import RetryPolicy, parse_retry_after, retry_delay
+from ._pacing import Pacing
+from ._retry import (
+    DEFAULT_BACKOFF,
+    RETRYABLE_STATUSES,
+    RetryPolicy,
+    next_delay,
+    parse_retry_after,
+)
 from ._version import __version__
 
-__all__ = ["Response", "SessionOwner", "StreamResponse", "Timeout", "Transport"]
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "UNSET",
+    "Response",
+    "SessionOwner",
+    "StreamResponse",
+    "Timeout",
+    "Transport",
+    "proxy_for",
+]
 
 logger = logging.getLogger("videogen_async")
 
-#: HTTP statuses after which a read is retried.
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: Envelope codes of the service's business failures.
 CODE_INSUFFICIENT_CREDITS = 300111
 CODE_MEDIA_STORAGE = 100099
 
 _EXCERPT = 200
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-#: How long ``aclose()`` waits for in-flight creates whose callers were cancelled.
+#: How long ``aclose()`` waits for an in-flight create whose caller was cancelled, when the
+#: client's timeouts set no bound on the call at all (``timeout=None`` and no deadline).
 DRAIN_TIMEOUT = 30.0
 
 # aiohttp names its "could not open the connection" timeout differently across versions.
@@ -71,20 +95,25 @@ _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
 
 @attrs.frozen
 class Timeout:
-    """Per-request timeouts, in seconds (``None`` means no limit).
+    """Per-attempt timeouts of one HTTP request, in seconds (``None`` means no limit).
 
-    These bound one HTTP request. They are separate from the deadlines of the wait helpers
-    (``tasks.wait(timeout=...)``), which bound a whole poll.
+    ``total`` bounds the whole attempt, from asking for a connection to the last byte of the
+    answer, so a server that trickles its answer cannot hold a call: it is what users of
+    openai-python and httpx mean by "a 30 s timeout". ``connect`` and ``read`` bound the parts
+    (opening the connection; the gap between two reads of the answer). Retries each get a
+    fresh ``total``; the client's ``deadline`` bounds a call with all its retries. These are
+    separate from the deadlines of the wait helpers (``tasks.wait(timeout=...)``), which bound
+    a whole poll.
 
     Attributes:
         connect: Opening a connection (TCP and TLS).
         read: Waiting for each read of the response.
-        total: The whole request, one attempt.
+        total: The whole attempt, connect to last byte (120 s by default).
     """
 
     connect: float | None = 10.0
     read: float | None = 60.0
-    total: float | None = None
+    total: float | None = 120.0
 
     @classmethod
     def of(cls, value: Timeout | float | None) -> Timeout:
@@ -108,11 +137,54 @@ class Timeout:
             raise ValueError(f"timeout must be positive, got {value!r}")
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
-    def to_aiohttp(self) -> aiohttp.ClientTimeout:
-        """The equivalent ``aiohttp.ClientTimeout``."""
-        return aiohttp.ClientTimeout(
-            total=self.total, sock_connect=self.connect, sock_read=self.read
+    def to_aiohttp(self, *, total: float | None = None) -> aiohttp.ClientTimeout:
+        """The equivalent ``aiohttp.ClientTimeout``.
+
+        Args:
+            total: A shorter bound of the whole attempt (what is left of a deadline).
+        """
+        bound = (
+            self.total
+            if total is None or (self.total is not None and self.total < total)
+            else total
         )
+        return aiohttp.ClientTimeout(total=bound, sock_connect=self.connect, sock_read=self.read)
+
+    def streaming(self) -> Timeout:
+        """These timeouts without ``total``, for a download (a large body takes its time)."""
+        return Timeout(connect=self.connect, read=self.read, total=None)
+
+
+def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
+    """The proxy the environment sets for ``url``, as requests and httpx read it.
+
+    ``HTTPS_PROXY`` for an ``https`` URL, ``HTTP_PROXY`` for ``http``, else ``ALL_PROXY``
+    (any case); none when ``NO_PROXY`` names the host (or is ``*``). Only ``http(s)://``
+    proxies are used (aiohttp has no SOCKS support); another scheme is ignored and logged.
+
+    Args:
+        url: The URL to be requested.
+        trust_env: ``False`` always answers ``None``.
+
+    Returns:
+        The proxy URL, or ``None`` for a direct connection.
+    """
+    if not trust_env:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or not host:
+        return None
+    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+        return None
+    if "://" not in proxy:
+        proxy = "http://" + proxy
+    if not proxy.lower().startswith(("http://", "https://")):
+        logger.warning("ignored the proxy of the environment (only http(s) proxies are supported)")
+        return None
+    return proxy
 
 
 @attrs.frozen
@@ -134,6 +206,16 @@ class Response:
     message: str | None
     headers: Mapping[str, str]
     attempts: int = 1
+
+
+class _Unset:
+    """The type of "not given" for options where ``None`` is a value."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+UNSET: Any = _Unset()
 
 
 class _Secret(str):
@@ -163,6 +245,8 @@ class SessionOwner:
         *,
         session: aiohttp.ClientSession | None = None,
         connection_limit: int = 100,
+        pacing: Pacing | None = None,
+        created_at: traceback.StackSummary | None = None,
     ) -> None:
         if connection_limit < 1:
             raise ValueError("connection_limit must be at least 1")
@@ -171,12 +255,24 @@ class SessionOwner:
         self._connection_limit = connection_limit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        self._in_flight: set[asyncio.Future[Any]] = set()
+        self._in_flight: dict[asyncio.Future[Any], float] = {}
+        self.pacing = pacing or Pacing(DEFAULT_BACKOFF)
+        self._created_at = created_at
 
-    def track(self, job: asyncio.Future[Any]) -> None:
-        """Keep a creating request that must finish before the session closes."""
-        self._in_flight.add(job)
-        job.add_done_callback(self._in_flight.discard)
+    def track(self, job: asyncio.Future[Any], bound: float | None = None) -> None:
+        """Keep a creating request that must finish before the session closes.
+
+        Args:
+            job: The request's future.
+            bound: Seconds within which the call ends by the client's timeout settings
+                (``None``: they set no bound); ``aclose()`` waits at most that long for it.
+        """
+        end = math.inf if bound is None else time.monotonic() + bound
+        self._in_flight[job] = end
+        job.add_done_callback(self._untrack)
+
+    def _untrack(self, job: asyncio.Future[Any]) -> None:
+        self._in_flight.pop(job, None)
 
     @property
     def connection_limit(self) -> int:
@@ -201,6 +297,8 @@ class SessionOwner:
             connector = aiohttp.TCPConnector(
                 limit=self._connection_limit, limit_per_host=0, ttl_dns_cache=300
             )
+            # trust_env stays False: the proxy of the environment is read by the transport
+            # once (``proxy_for``), not per request, and no ~/.netrc credentials are sent.
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None),
@@ -227,16 +325,53 @@ class SessionOwner:
         return len(acquired)
 
     async def aclose(self) -> None:
-        """Close the session if this owner created it. Idempotent."""
+        """Close the session if this owner created it. Idempotent.
+
+        Creates whose callers were cancelled are waited for first, so that the id of what
+        they created is logged; each at most until the end of its own bound by the client's
+        timeout settings (its deadline, else its ``Timeout.total``; ``DRAIN_TIMEOUT`` when
+        neither is set). One still running then is cancelled and logged as possibly done.
+        """
         if self._closed:
             return
         if self._in_flight:
-            # Creates whose callers were cancelled finish first, so their ids are logged.
-            await asyncio.wait(set(self._in_flight), timeout=DRAIN_TIMEOUT)
+            end = max(self._in_flight.values())
+            wait = DRAIN_TIMEOUT if end == math.inf else max(0.0, end - time.monotonic())
+            jobs = set(self._in_flight)
+            _, pending = await asyncio.wait(jobs, timeout=wait)
+            for job in pending:
+                job.cancel()
+            if pending:
+                await asyncio.wait(pending)
         self._closed = True
         session, self._session = self._session, None
         if self._owned and session is not None and not session.closed:
             await session.close()
+
+    def __del__(self) -> None:
+        session = getattr(self, "_session", None)
+        if session is None or not getattr(self, "_owned", False) or session.closed:
+            return
+        # Close the pool's sockets here, so that aiohttp adds no warnings of its own, and
+        # say once, clearly, which client was not closed and where it was made.
+        connector = session.connector
+        if connector is not None:
+            closing = getattr(connector, "_close", None)
+            if callable(closing):
+                with contextlib.suppress(Exception):  # best effort, even at interpreter exit
+                    closing()
+        where = ""
+        if self._created_at:
+            where = "; it was created at (most recent call last):\n" + "".join(
+                self._created_at.format()
+            )
+        warnings.warn(
+            "an AsyncVideoGen client was not closed: call `await client.aclose()` or use"
+            " `async with AsyncVideoGen() as client`" + where,
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
 
 
 class StreamResponse:
@@ -288,7 +423,7 @@ class Transport:
     """Sends requests to the service and decodes its envelopes.
 
     A transport is cheap: :meth:`copy` makes one with other timeouts or retries that shares
-    the same :class:`SessionOwner` (and so the same connection pool).
+    the same :class:`SessionOwner` (and so the same connection pool and the same pacing).
     """
 
     def __init__(
@@ -302,13 +437,20 @@ class Transport:
         default_headers: Mapping[str, str] | None = None,
         max_body_size: int = DEFAULT_MAX_BODY,
         rng: random.Random | None = None,
+        deadline: float | None = None,
+        trust_env: bool = True,
+        proxy: str | _Unset | None = UNSET,
     ) -> None:
+        if deadline is not None and not deadline > 0:
+            raise ValueError(f"deadline must be positive seconds or None, got {deadline!r}")
         self._api_key = _Secret(api_key)
         self.base_url = base_url.rstrip("/")
         self._encoded_base = str(URL(self.base_url))
         self.owner = owner
         self.timeout = timeout
         self.retry = retry
+        self.deadline = deadline
+        self.trust_env = trust_env
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
@@ -319,18 +461,34 @@ class Transport:
             "Authorization": _Secret(f"Bearer {api_key}"),
         }
         self._aio_timeout = timeout.to_aiohttp()
+        self._stream_timeout = timeout.streaming().to_aiohttp()
+        # The proxy is read from the environment once, when the client is made (as httpx
+        # does), not per request.
+        self._proxy = (
+            proxy_for(self.base_url, trust_env=trust_env) if isinstance(proxy, _Unset) else proxy
+        )
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_url!r})"
 
+    @property
+    def pacing(self) -> Pacing:
+        """The pacing state shared by the client and its views."""
+        return self.owner.pacing
+
     def copy(
-        self, *, timeout: Timeout | None = None, retry: RetryPolicy | None = None
+        self,
+        *,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+        deadline: float | _Unset | None = UNSET,
     ) -> Transport:
-        """A transport sharing this one's session, with other timeouts or retries.
+        """A transport sharing this one's session and pacing, with other settings.
 
         Args:
-            timeout: The new per-request timeouts (unchanged when ``None``).
+            timeout: The new per-attempt timeouts (unchanged when ``None``).
             retry: The new retry policy (unchanged when ``None``).
+            deadline: The new deadline of a whole call (unchanged when not given).
 
         Returns:
             The new transport.
@@ -344,7 +502,21 @@ class Transport:
             default_headers=self._default_headers,
             max_body_size=self.max_body_size,
             rng=self._rng,
+            deadline=self.deadline if isinstance(deadline, _Unset) else deadline,
+            trust_env=self.trust_env,
+            proxy=self._proxy,
         )
+
+    def call_bound(self) -> float | None:
+        """Seconds within which one call ends by these settings (``None``: no bound)."""
+        if self.deadline is not None:
+            return self.deadline
+        total = self.timeout.total
+        if total is None:
+            return None
+        # A create is retried only when it was not sent (or after a 429): the first attempt's
+        # bound, plus a little for the answer to be logged.
+        return total + 1.0
 
     async def request(
         self,
@@ -353,6 +525,7 @@ class Transport:
         *,
         params: Mapping[str, str] | None = None,
         json_body: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Response:
         """Send a request, retrying what is safe to retry, and return the envelope.
 
@@ -361,17 +534,18 @@ class Transport:
             path: The path under the base URL, e.g. ``/v1/tasks``.
             params: Query parameters.
             json_body: The JSON body of a POST.
+            retry: Retry rules of this call (default: the transport's).
 
         Returns:
             The decoded successful envelope.
 
         Raises:
             APIConnectionError: The service could not be reached or the connection broke.
-            APITimeoutError: No answer within the timeout.
+            APITimeoutError: No answer within the timeout, or the call's deadline passed.
             APIStatusError: The service answered with a failure (a subclass per status).
             APIResponseError: The answer was not the documented envelope.
         """
-        is_read = method == "GET"
+        policy = retry or self.retry
         # The URL is built once, already encoded: aiohttp then skips re-parsing and re-quoting
         # it (a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
         query = "?" + urlencode(params, quote_via=quote) if params else ""
@@ -380,61 +554,63 @@ class Transport:
         headers = self._headers
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
+        pacing = self.owner.pacing
+        deadline = math.inf if self.deadline is None else time.monotonic() + self.deadline
         attempt = 0
         while True:
             attempt += 1
             started = time.monotonic()
             try:
-                response = await self._send_once(method, url, path, body, headers)
+                sent = await self._paced(pacing, method, path, deadline)
+                try:
+                    response = await self._send_once(method, url, path, body, headers, deadline)
+                finally:
+                    pacing.release()
             except VideoGenError as exc:
-                elapsed = time.monotonic() - started
-                delay = self._should_retry(exc, is_read=is_read, attempt=attempt)
+                now = time.monotonic()
+                if isinstance(exc, RateLimitError) and exc.status_code is not None:
+                    pacing.rate_limited(exc.retry_after, sent)
+                delay = next_delay(
+                    policy, exc, method=method, attempt=attempt, remaining=deadline - now,
+                    rng=self._rng,
+                )  # fmt: skip
                 if delay is None:
                     logger.debug(
                         "%s %s failed after %.1f ms (attempt %d): %s",
-                        method, path, elapsed * 1000, attempt, _describe(exc),
+                        method, path, (now - started) * 1000, attempt, _describe(exc),
                     )  # fmt: skip
                     raise
                 logger.debug(
                     "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-                    method, path, elapsed * 1000, attempt, self.retry.max_retries + 1,
+                    method, path, (now - started) * 1000, attempt, policy.max_retries + 1,
                     _describe(exc), delay,
                 )  # fmt: skip
                 await asyncio.sleep(delay)
                 continue
-            elapsed = time.monotonic() - started
+            pacing.succeeded()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                    method, path, response.status_code, elapsed * 1000, attempt,
-                    response.trace_id,
+                    method, path, response.status_code, (time.monotonic() - started) * 1000,
+                    attempt, response.trace_id,
                 )  # fmt: skip
             if attempt > 1:
                 response = attrs.evolve(response, attempts=attempt)
             return response
 
-    def _should_retry(self, exc: VideoGenError, *, is_read: bool, attempt: int) -> float | None:
-        if attempt > self.retry.max_retries:
-            return None
-        retry_after: float | None = None
-        if isinstance(exc, RateLimitError):
-            retry_after = exc.retry_after
-        elif is_read:
-            if isinstance(exc, APIStatusError):
-                status = (
-                    exc.code
-                    if exc.status_code is None or exc.status_code < 400
-                    else exc.status_code
-                )
-                if status not in RETRYABLE_STATUSES:
-                    return None
-                retry_after = _header_retry_after(exc.headers)
-            elif not isinstance(exc, (APIConnectionError, APIResponseError)):
-                return None
-        elif not (isinstance(exc, APIConnectionError) and not exc.request_may_have_taken_effect):
-            # A create is retried only when it provably did not reach the service.
-            return None
-        return retry_delay(self.retry, attempt, retry_after=retry_after, rng=self._rng)
+    async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
+        """Take a slot of the client's pacing, within the call's deadline."""
+        if deadline == math.inf:
+            return await pacing.acquire()
+        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            return await pacing.acquire()
+        raise APITimeoutError(
+            f"{method} {path}: the call's deadline of {self.deadline:g} s passed while the"
+            " client was paused by a 429",
+            method=method,
+            path=path,
+            request_may_have_taken_effect=False,
+        )
 
     async def _send_once(
         self,
@@ -443,17 +619,30 @@ class Transport:
         path: str,
         body: bytes | None,
         headers: Mapping[str, str],
+        deadline: float = math.inf,
     ) -> Response:
         is_read = method == "GET"
         session = self.owner.get()
+        timeout = self._aio_timeout
+        if deadline != math.inf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise APITimeoutError(
+                    f"{method} {path}: the call's deadline of {self.deadline:g} s passed",
+                    method=method,
+                    path=path,
+                    request_may_have_taken_effect=False,
+                )
+            timeout = self.timeout.to_aiohttp(total=left)
         try:
             async with session.request(
                 method,
                 url,
                 data=body,
                 headers=headers,
-                timeout=self._aio_timeout,
+                timeout=timeout,
                 allow_redirects=False,
+                proxy=self._proxy,
             ) as resp:
                 status = resp.status
                 raw = await self._read_bounded(resp, method, path)
@@ -517,8 +706,11 @@ class Transport:
         sent = {"User-Agent": self._headers["User-Agent"], **(headers or {})}
         sent.pop("Authorization", None)
         path = _url_path(url)
+        proxy = proxy_for(url, trust_env=self.trust_env)
         try:
-            async with session.get(url, headers=sent, timeout=self._aio_timeout) as resp:
+            async with session.get(
+                url, headers=sent, timeout=self._stream_timeout, proxy=proxy
+            ) as resp:
                 yield StreamResponse(resp, method="GET", path=path)
         except VideoGenError:
             raise
