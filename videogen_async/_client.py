@@ -207,7 +207,7 @@ class AsyncVideoGen:
                 pacing=Pacing(poll_policy or DEFAULT_POLICY),
                 # Where the client was made, named if it is dropped without aclose().
                 created_at=traceback.StackSummary.extract(
-                    traceback.walk_stack(sys._getframe(1)), limit=8
+                    traceback.walk_stack(sys._getframe(1)), limit=8, lookup_lines=False
                 ),
             )
         except ValueError as exc:

@@ -362,8 +362,9 @@ class SessionOwner:
                     closing()
         where = ""
         if self._created_at:
-            where = "; it was created at (most recent call last):\n" + "".join(
-                self._created_at.format()
+            # Most recent call first; no source lines (reading files here would block).
+            where = "; it was created at " + " <- ".join(
+                f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in self._created_at
             )
         warnings.warn(
             "an AsyncVideoGen client was not closed: call `await client.aclose()` or use"
