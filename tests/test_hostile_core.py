@@ -80,7 +80,8 @@ async def raw_server(
 def test_default_timeouts_bound_the_whole_attempt() -> None:
     assert Timeout().total is not None
     client = AsyncVideoGen(api_key=KEY, base_url="http://127.0.0.1:9")
-    assert client.timeout.total is not None and math.isfinite(client.timeout.total)
+    assert client.timeout.total is not None
+    assert math.isfinite(client.timeout.total)
     assert client.deadline is None
 
 
@@ -116,12 +117,9 @@ async def test_a_trickling_server_cannot_hold_a_call(method: str, misbehaviour: 
         async with AsyncVideoGen(
             api_key=KEY, base_url=base, timeout=timeout, max_retries=0
         ) as client:
-            with anyio.fail_after(10):
-                with pytest.raises(vg.APITimeoutError) as caught:
-                    if method == "get":
-                        await client.tasks.get("t1")
-                    else:
-                        await client.tasks.create(PROMPT)
+            call = client.tasks.get("t1") if method == "get" else client.tasks.create(PROMPT)
+            with anyio.fail_after(10), pytest.raises(vg.APITimeoutError) as caught:
+                await call
     assert served == 1
     # A create that timed out after it was sent may have taken effect: never retried.
     assert caught.value.request_may_have_taken_effect is (method == "create")
@@ -344,9 +342,11 @@ async def test_a_429_seen_by_a_gather_pauses_other_calls_of_the_client() -> None
                 balance = await client.credits.get()
                 credits_done.set()
                 got = [t async for t in results]
-    assert balance.api_available_credits == 1 and len(got) == 1
+    assert balance.api_available_credits == 1
+    assert len(got) == 1
     credits_at = [t for t, path in arrivals if path == "/v1/credits"]
-    assert credits_at and credits_at[0] >= limited_at[0] + 0.9
+    assert credits_at
+    assert credits_at[0] >= limited_at[0] + 0.9
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,7 +416,8 @@ async def test_https_proxy_gets_a_connect(clean_proxy_env: pytest.MonkeyPatch) -
         ) as client:
             with pytest.raises(vg.APIConnectionError):
                 await client.credits.get()
-    assert proxy.lines and proxy.lines[0].startswith("CONNECT api.service.invalid:443 ")
+    assert proxy.lines
+    assert proxy.lines[0].startswith("CONNECT api.service.invalid:443 ")
 
 
 @pytest.mark.parametrize("how", ["no_proxy", "trust_env_false"])
