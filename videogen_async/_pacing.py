@@ -72,6 +72,19 @@ class Pacing:
         """Whether a 429 currently limits the client (paused, or limits not yet lifted)."""
         return self.limit != math.inf or self.rate != math.inf or self.paused_until > _now()
 
+    def try_acquire(self) -> float | None:
+        """Take a slot at once when nothing limits the client (the common case), else ``None``.
+
+        Returns:
+            The time the slot was taken, or ``None`` when :meth:`acquire` must wait.
+        """
+        if self.limit == math.inf and self.rate == math.inf:
+            now = _now()
+            if now >= self.paused_until:
+                self._taken(now)
+                return now
+        return None
+
     async def acquire(self) -> float:
         """Wait for the client's pacing to allow one more request and take a slot.
 

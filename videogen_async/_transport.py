@@ -558,11 +558,15 @@ class Transport:
         pacing = self.owner.pacing
         deadline = math.inf if self.deadline is None else time.monotonic() + self.deadline
         attempt = 0
+        sent = -math.inf
         while True:
             attempt += 1
             started = time.monotonic()
             try:
-                sent = await self._paced(pacing, method, path, deadline)
+                slot = pacing.try_acquire()
+                sent = (
+                    slot if slot is not None else await self._paced(pacing, method, path, deadline)
+                )
                 try:
                     response = await self._send_once(method, url, path, body, headers, deadline)
                 finally:
