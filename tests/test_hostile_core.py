@@ -420,8 +420,8 @@ async def test_https_proxy_gets_a_connect(clean_proxy_env: pytest.MonkeyPatch) -
     assert proxy.lines[0].startswith("CONNECT api.service.invalid:443 ")
 
 
-@pytest.mark.parametrize("how", ["no_proxy", "trust_env_false"])
-async def test_proxy_is_skipped_by_no_proxy_or_trust_env(
+@pytest.mark.parametrize("how", ["no_proxy", "loopback"])
+async def test_proxy_is_skipped_by_no_proxy_or_for_loopback(
     how: str, clean_proxy_env: pytest.MonkeyPatch
 ) -> None:
     proxy = RecordingProxy()
@@ -433,10 +433,68 @@ async def test_proxy_is_skipped_by_no_proxy_or_trust_env(
     async with server, serve(handler) as base:
         clean_proxy_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         if how == "no_proxy":
-            clean_proxy_env.setenv("NO_PROXY", "localhost,127.0.0.1")
-        async with AsyncVideoGen(
-            api_key=KEY, base_url=base, trust_env=how != "trust_env_false"
-        ) as client:
+            clean_proxy_env.setenv("NO_PROXY", "example.com,127.0.0.1")
+        async with AsyncVideoGen(api_key=KEY, base_url=base) as client:
             balance = await client.credits.get()
     assert balance.api_available_credits == 3
     assert proxy.lines == []
+
+
+@pytest.mark.parametrize("method", ["get", "create"])
+async def test_a_silent_tls_handshake_is_bounded_and_a_create_never_sent(method: str) -> None:
+    """The TCP connection is accepted but the TLS handshake never answered."""
+    accepted = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        writers.append(writer)
+        try:
+            await reader.read()  # read the ClientHello and say nothing, until the client leaves
+        finally:
+            writer.close()
+
+    writers: list[asyncio.StreamWriter] = []
+    server, port = await raw_server(handle)
+    async with server:
+        timeout = Timeout(connect=0.3, read=5.0, total=3.0)
+        async with AsyncVideoGen(
+            api_key=KEY, base_url=f"https://127.0.0.1:{port}", timeout=timeout, max_retries=1
+        ) as client:
+            call = client.tasks.get("t1") if method == "get" else client.tasks.create(PROMPT)
+            with anyio.fail_after(15), pytest.raises(vg.APITimeoutError) as caught:
+                await call
+        for writer in writers:
+            writer.close()
+    assert accepted == 2  # retried once: the request never left
+    assert caught.value.request_may_have_taken_effect is False
+
+
+async def test_trust_env_false_never_uses_the_proxy(clean_proxy_env: pytest.MonkeyPatch) -> None:
+    proxy = RecordingProxy()
+    server, port = await raw_server(proxy.handle)
+    async with server:
+        clean_proxy_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        clean_proxy_env.setenv("ALL_PROXY", f"http://127.0.0.1:{port}")
+        async with AsyncVideoGen(
+            api_key=KEY, base_url="http://service.localhost:8123", max_retries=0, trust_env=False
+        ) as client:
+            with anyio.fail_after(30), pytest.raises(vg.APIConnectionError):
+                await client.credits.get()  # direct: the name does not resolve
+    assert proxy.lines == []
+
+
+async def test_a_socks_proxy_is_ignored_with_a_warning(
+    clean_proxy_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=envelope({"api_available_credits": 4, "api_total_credits": 4}))
+
+    async with serve(handler) as base:
+        clean_proxy_env.setenv("HTTP_PROXY", "socks5://127.0.0.1:1080")
+        # A name for loopback that is not "localhost" itself, so the proxy rule applies.
+        host_base = base.replace("127.0.0.1", "127.0.0.1.nip.invalid")
+        with caplog.at_level(logging.WARNING, logger="videogen_async"):
+            client = AsyncVideoGen(api_key=KEY, base_url=host_base, allow_insecure_http=True)
+        await client.aclose()
+    assert any("only http(s) proxies" in r.getMessage() for r in caplog.records)

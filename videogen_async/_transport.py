@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import math
@@ -155,11 +156,21 @@ class Timeout:
         return Timeout(connect=self.connect, read=self.read, total=None)
 
 
+def _is_loopback_address(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     """The proxy the environment sets for ``url``, as requests and httpx read it.
 
     ``HTTPS_PROXY`` for an ``https`` URL, ``HTTP_PROXY`` for ``http``, else ``ALL_PROXY``
-    (any case); none when ``NO_PROXY`` names the host (or is ``*``). Only ``http(s)://``
+    (any case); none when ``NO_PROXY`` names the host (or is ``*``), and none for
+    ``localhost`` and loopback addresses. Only ``http(s)://``
     proxies are used (aiohttp has no SOCKS support); another scheme is ignored and logged.
 
     Args:
@@ -177,6 +188,8 @@ def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or not host:
         return None
+    if _is_loopback_address(host):
+        return None  # as Go's ProxyFromEnvironment: a local sandbox is never proxied
     if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
         return None
     if "://" not in proxy:
