@@ -498,3 +498,40 @@ async def test_a_socks_proxy_is_ignored_with_a_warning(
             client = AsyncVideoGen(api_key=KEY, base_url=host_base, allow_insecure_http=True)
         await client.aclose()
     assert any("only http(s) proxies" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retry loops do not stack
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("what", ["task", "project", "script"])
+async def test_wait_loops_own_the_backoff_alone(what: str) -> None:
+    """Each poll of a wait is one request: the client's own retries do not multiply them."""
+    requests = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal requests
+        requests += 1
+        return web.Response(status=503, body=json.dumps({"code": 503, "message": "x"}).encode())
+
+    policy = PollPolicy(
+        min_interval=0.01,
+        max_interval=0.02,
+        error_initial=0.01,
+        error_max=0.02,
+        max_consecutive_failures=3,
+    )
+    async with serve(handler) as base:
+        async with AsyncVideoGen(
+            api_key=KEY, base_url=base, max_retries=2, poll_policy=policy
+        ) as client:
+            if what == "task":
+                call = client.tasks.wait("t1", timeout=20)
+            elif what == "project":
+                call = client.projects.wait("p1", timeout=20)
+            else:
+                call = client.projects.wait_for_script("p1", timeout=20)
+            with anyio.fail_after(20), pytest.raises(vg.ServerError):
+                await call
+    assert requests == 3

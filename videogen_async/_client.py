@@ -233,7 +233,7 @@ class AsyncVideoGen:
         self._poll_policy = poll_policy
         policy = poll_policy or DEFAULT_POLICY
         self.tasks = Tasks(transport, policy)
-        self.projects = Projects(transport, policy, self.tasks.get)
+        self.projects = Projects(transport, policy, self.tasks._fetch_once)
         self.credits = Credits(transport, policy)
 
     @classmethod

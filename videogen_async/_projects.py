@@ -10,6 +10,7 @@ from ._exceptions import ProjectFailedError, WaitTimeoutError
 from ._models import CreatedProject, Project, Task, VideoBatch
 from ._polling import PollPolicy, poll_until
 from ._resource import Resource
+from ._retry import NO_RETRY, RetryPolicy
 from ._tasks import _url_list
 from ._transport import Transport
 from ._validation import check_id, validate_project_request, validate_videos_request
@@ -31,6 +32,14 @@ class Projects(Resource):
         poll_policy: PollPolicy,
         get_task: Callable[[str], Awaitable[Task]],
     ) -> None:
+        """A namespace over ``transport``.
+
+        Args:
+            transport: The client's transport.
+            poll_policy: The client's default poll policy.
+            get_task: Reads one task once, without retries of its own (the wait loop owns
+                the backoff).
+        """
         super().__init__(transport, poll_policy)
         self._get_task = get_task
 
@@ -110,7 +119,10 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        response = await self._transport.request("GET", _path(project_id))
+        return await self._fetch(project_id, None)
+
+    async def _fetch(self, project_id: str, retry: RetryPolicy | None) -> Project:
+        response = await self._transport.request("GET", _path(project_id), retry=retry)
         return self._parse(response, Project)
 
     async def create_videos(
@@ -186,7 +198,7 @@ class Projects(Resource):
             return project.has_script
 
         return await poll_until(
-            lambda: self.get(project_id),
+            lambda: self._fetch(project_id, NO_RETRY),
             ready,
             timeout=timeout,
             poll_policy=poll_policy or self._poll_policy,
@@ -221,7 +233,7 @@ class Projects(Resource):
         settled: set[str] = set()
 
         async def snapshot() -> tuple[Project, bool]:
-            project = await self.get(project_id)
+            project = await self._fetch(project_id, NO_RETRY)
             if project.is_failed:
                 return project, True
             if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
