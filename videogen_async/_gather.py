@@ -44,7 +44,6 @@ from anyio.abc import TaskGroup
 from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from ._models import Task
 from ._polling import (
-    DEFAULT_POLICY,
     FinishWindow,
     PollingClient,
     PollPolicy,
@@ -68,7 +67,6 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
     "GatherProgress",
     "GatherResults",
-    "gather_from_source",
     "gather_until_done",
 ]
 
@@ -796,7 +794,7 @@ class GatherResults:
 
 
 def gather_until_done(
-    client: PollingClient,
+    client: PollingClient | TaskSource,
     task_ids: Iterable[str],
     *,
     timeout: float | None = None,
@@ -822,6 +820,7 @@ def gather_until_done(
         client: The client (``AsyncVideoGen``); polls are single reads without retries of
             their own, so that the gather owns the backoff, paced by the client's pacing
             (a 429 seen here slows every request of the client, and the other way round).
+            Below the client, a :class:`TaskSource` is taken as it is.
         task_ids: The ids; duplicates are polled once and yielded once.
         timeout: Deadline in seconds for the whole gather (``None``: none).
         max_concurrency: Polls in flight at most (never exceeded).
@@ -847,31 +846,6 @@ def gather_until_done(
             ``progress_interval``.
         TypeError: An id is not a string.
     """
-    source = source_of(client)
-    return gather_from_source(
-        source,
-        task_ids,
-        timeout=timeout,
-        max_concurrency=max_concurrency,
-        return_exceptions=return_exceptions,
-        poll_policy=_policy_of(client, poll_policy) if source.poll_policy is None else poll_policy,
-        on_progress=on_progress,
-        progress_interval=progress_interval,
-    )
-
-
-def gather_from_source(
-    source: TaskSource,
-    task_ids: Iterable[str],
-    *,
-    timeout: float | None = None,
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-    return_exceptions: bool = False,
-    poll_policy: PollPolicy | None = None,
-    on_progress: Callable[[GatherProgress], Any] | None = None,
-    progress_interval: float = 1.0,
-) -> GatherResults:
-    """:func:`gather_until_done` on a :class:`TaskSource` (the engine, below the client)."""
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
         raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
     if max_concurrency < 1:
@@ -888,13 +862,14 @@ def gather_from_source(
             raise TypeError(f"task ids must be strings, got {task_id!r}")
         if task_id not in states:
             states[task_id] = _IdState(task_id)
+    source = source_of(client)
     coordinator = _Coordinator(
         source,
         states,
         timeout=timeout,
         max_concurrency=max_concurrency,
         return_exceptions=return_exceptions,
-        policy=poll_policy or source.poll_policy or DEFAULT_POLICY,
+        policy=poll_policy or source.poll_policy or _policy_of(client, None),
         on_progress=on_progress,
         progress_interval=progress_interval,
     )

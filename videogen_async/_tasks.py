@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._enums import FunctionMode, Model, Ratio
-from ._gather import GatherResults, gather_from_source
+from ._gather import GatherResults, gather_until_done
 from ._models import CreatedTask, Task
 from ._polling import PollPolicy, TaskSource, wait_on_source
 from ._resource import Resource
@@ -177,4 +177,4 @@ class Tasks(Resource):
         Returns:
             An async iterator of :class:`Task`, also usable as an async context manager.
         """
-        return gather_from_source(self._source(), task_ids, **options)
+        return gather_until_done(self._source(), task_ids, **options)
