@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
+import attrs
 import pytest
 
 import videogen_async as vg
-from videogen_async._models import parse_datetime, structure, unstructure
+from videogen_async._models import parse_datetime, structure, structure_task, unstructure
+from videogen_async._service import SHAPES
 
 
 @pytest.mark.parametrize(
@@ -252,3 +255,57 @@ def test_enums_accept_strings_and_compare_equal() -> None:
     assert str(vg.AspectRatio.R9_16) == "9:16"
     assert vg.SpeechLanguage.SAME_AS_REFERENCE == ""
     assert "hindi" in vg.SpeechLanguage.values()
+
+
+# The statement of the service is the one place the response shapes are written: every model
+# reads exactly its shape's fields, and the fast Task parser (which builds Task and
+# TaskResult by position) follows the statement's order.
+MODEL_CLASSES = [
+    vg.CreditBalance,
+    vg.CreatedTask,
+    vg.TaskResult,
+    vg.Task,
+    vg.ProjectTask,
+    vg.Billing,
+    vg.CreatedProject,
+    vg.Project,
+    vg.VideoBatch,
+]
+
+
+def test_every_shape_has_its_model() -> None:
+    assert sorted(SHAPES) == sorted(cls.__name__ for cls in MODEL_CLASSES)
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda c: c.__name__)
+def test_models_follow_the_statement(cls: type[Any]) -> None:
+    shape = SHAPES[cls.__name__]
+    names = tuple(f.name for f in attrs.fields(cls))
+    assert set(names) == set(shape.model_names)
+    if cls in (vg.Task, vg.TaskResult):
+        assert names == shape.model_names  # the fast parser builds these by position
+    required = {f.name for f in attrs.fields(cls) if f.default is attrs.NOTHING}
+    id_fields = {f.name for f in shape.fields if f.type == "id"}
+    assert id_fields <= required | {"task_id"}  # a missing id is a malformed response
+
+
+def test_fast_task_parser_reads_every_statement_field() -> None:
+    full = {
+        "task_id": "t-1",
+        "status": "succeeded",
+        "model": "videomodel_2_0",
+        "created_at": "2026-01-02T03:04:05Z",
+        "updated_at": "2026-01-02T03:04:06Z",
+        "credits_cost": 10,
+        "result": {
+            "video_url": "https://cdn.example.com/v.mp4",
+            "error_message": None,
+            "finished_at": "2026-01-02T03:04:06Z",
+        },
+    }
+    assert tuple(full) == SHAPES["Task"].model_names
+    assert tuple(full["result"]) == SHAPES["TaskResult"].model_names
+    fast = structure_task(full)
+    assert fast == structure(full, vg.Task)
+    for name in SHAPES["Task"].model_names:
+        assert getattr(fast, name) is not None, name

@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._redact import redact_text, redact_value
+
 if TYPE_CHECKING:
     from ._models import Project, Task
 
@@ -88,6 +90,7 @@ class VideoGenError(Exception):
     request_may_have_taken_effect: bool = False
 
     def __init__(self, message: str) -> None:
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
 
@@ -97,7 +100,7 @@ class VideoGenError(Exception):
             text += _MAY_HAVE_TAKEN_EFFECT
         if self.trace_id:
             text += f" (trace_id={self.trace_id})"
-        return text
+        return redact_text(text)
 
 
 class ConfigurationError(VideoGenError):
@@ -177,9 +180,9 @@ class APIStatusError(VideoGenError):
         super().__init__(message)
         self.status_code = status_code
         self.code = code
-        self.trace_id = trace_id
-        self.body = body
-        self.headers = headers or {}
+        self.trace_id = redact_text(trace_id) if trace_id else trace_id
+        self.body = redact_value(body)
+        self.headers = redact_value(headers) if headers else {}
         self.method = method
         self.path = path
         self.request_may_have_taken_effect = request_may_have_taken_effect
@@ -246,8 +249,8 @@ class APIResponseError(VideoGenError):
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
-        self.body_excerpt = body_excerpt
-        self.trace_id = trace_id
+        self.body_excerpt = redact_text(body_excerpt)
+        self.trace_id = redact_text(trace_id) if trace_id else trace_id
         self.request_may_have_taken_effect = request_may_have_taken_effect
 
 
@@ -351,7 +354,7 @@ class DownloadError(VideoGenError):
         expected_size: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.url = url
+        self.url = redact_text(url) if url else url
         self.path = path
         self.task_id = task_id
         self.status_code = status_code

@@ -59,6 +59,7 @@ from ._polling import (
     source_of,
 )
 from ._retry import error_delay, is_transient, rate_limit_pause, retry_after_of
+from ._validation import check_id
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -860,6 +861,7 @@ def gather_until_done(
     for task_id in task_ids:
         if not isinstance(task_id, str):
             raise TypeError(f"task ids must be strings, got {task_id!r}")
+        check_id("task_id", task_id)
         if task_id not in states:
             states[task_id] = _IdState(task_id)
     source = source_of(client)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 import os
 
+from ._redact import RedactingFilter
+
 __all__ = ["configure_from_env", "logger"]
 
 logger = logging.getLogger("videogen_async")
+# The safety net: whatever a message quotes from the wire, no record of this logger holds a key.
+logger.addFilter(RedactingFilter())
 
 _configured = False
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -28,5 +32,6 @@ def configure_from_env() -> None:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
     logger.addHandler(handler)
     logger.setLevel(level)

@@ -12,14 +12,14 @@ Parsing is lenient where the service may grow and strict where it matters:
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any, TypeVar, Union
 
 import attrs
 import cattrs
 
+from ._dates import format_datetime, parse_datetime
 from ._enums import (
     TERMINAL_PROJECT_STATUSES,
     TERMINAL_TASK_STATUSES,
@@ -300,57 +300,6 @@ class VideoBatch:
 # The converter
 # --------------------------------------------------------------------------------------------
 
-_FRACTION = re.compile(r"\.(\d+)")
-
-
-def parse_datetime(value: Any) -> datetime | None:
-    """Parse an ISO 8601 date-time (or epoch seconds) into an aware ``datetime``.
-
-    Args:
-        value: A string such as ``2026-01-02T03:04:05.123456789Z``, a number of seconds since
-            the epoch, a ``datetime``, or ``None``.
-
-    Returns:
-        The aware ``datetime`` (UTC when the text has no offset), or ``None`` for ``None`` or
-        an empty string.
-
-    Raises:
-        ValueError: The value is not a date-time.
-    """
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(float(value), tz=timezone.utc)
-    elif isinstance(value, str):
-        try:  # the common case on 3.11+ (which reads "Z" and any fraction), without a regex
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            parsed = _parse_datetime_text(value)
-    else:
-        raise ValueError(f"not a date-time: {value!r}")  # noqa: TRY004  # cattrs wraps ValueError
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed
-
-
-def _parse_datetime_text(value: str) -> datetime:
-    """``fromisoformat`` after normalising what Python 3.10's version does not read."""
-    text = value.strip()
-    if text[-1:] in "zZ":
-        text = text[:-1] + "+00:00"
-    text = text.replace(" ", "T", 1) if "T" not in text and " " in text else text
-    # Python 3.10's fromisoformat takes exactly 3 or 6 fractional digits.
-    text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
-    return datetime.fromisoformat(text)
-
-
-def _format_datetime(value: datetime) -> str:
-    if value.utcoffset() == timedelta(0):
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-    return value.isoformat()
-
 
 def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
     def structure(value: Any, _type: Any) -> Any:
@@ -371,13 +320,16 @@ def _number(value: Any, _type: Any) -> float:
         return 0.0
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError as exc:  # an integer beyond the largest float
+        raise ValueError("expected a number, got one beyond the float range") from exc
 
 
 def _make_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=False)
     converter.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
-    converter.register_unstructure_hook(datetime, _format_datetime)
+    converter.register_unstructure_hook(datetime, format_datetime)
     converter.register_structure_hook(float, _number)
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
         hook = _enum_or_str(enum_cls)
@@ -441,7 +393,9 @@ def structure_task(data: Any) -> Task:
 
     A hand-written parser for the answer every poll decodes; it gives exactly what
     :func:`structure` gives (a property test holds them equal) and hands anything unusual
-    (a wrong type, an odd number) to it.
+    (a wrong type, an odd number) to it. It builds ``Task`` and ``TaskResult`` by position,
+    in the order of their shapes in :mod:`videogen_async._service` (``tests/test_models.py``
+    holds the models and this parser to the statement).
 
     Args:
         data: The decoded ``data`` object of a task status answer.
@@ -483,7 +437,7 @@ def structure_task(data: Any) -> Task:
             float(cost),
             result,
         )
-    except (KeyError, ValueError, TypeError, AttributeError):
+    except (KeyError, ValueError, TypeError, AttributeError, OverflowError):
         return structure(data, Task)
 
 

@@ -11,9 +11,13 @@ from ._models import CreatedProject, Project, Task, VideoBatch
 from ._polling import PollPolicy, poll_until
 from ._resource import Resource
 from ._retry import NO_RETRY, RetryPolicy
-from ._tasks import _url_list
 from ._transport import Transport
-from ._validation import check_id, validate_project_request, validate_videos_request
+from ._validation import (
+    as_url_list,
+    check_id,
+    validate_project_request,
+    validate_videos_request,
+)
 
 __all__ = ["Projects"]
 
@@ -87,7 +91,7 @@ class Projects(Resource):
             APIConnectionError: The service could not be reached; check
                 ``request_may_have_taken_effect`` before creating again.
         """
-        images = _url_list(product_image_urls)
+        images = as_url_list(product_image_urls)
         body = validate_project_request(
             {
                 "reference_video_url": reference_video_url,

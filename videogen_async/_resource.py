@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 import cattrs
 
 from ._exceptions import APIResponseError
+from ._jsonbody import clip, short_repr
 from ._models import structure_lenient
 from ._polling import PollPolicy
+from ._redact import scrub_exception
 from ._transport import Response, Transport
 
 __all__ = ["Resource"]
@@ -63,15 +65,10 @@ class Resource:
         data: Any = response.data
         try:
             value, dropped = structure_lenient(data, cls)
-        except (TypeError, ValueError, cattrs.BaseValidationError) as exc:
-            reason = (
-                "; ".join(cattrs.transform_error(exc, path=cls.__name__))
-                if isinstance(exc, cattrs.BaseValidationError)
-                else str(exc)
-            )
-            excerpt = repr(data)
-            if len(excerpt) > 200:
-                excerpt = excerpt[:197] + "..."
+        except Exception as exc:  # whatever the data does, it is the answer's fault
+            reason = _reason(exc, cls.__name__)
+            excerpt = short_repr(data)
+            scrub_exception(exc)
             raise APIResponseError(
                 f"the service's answer is not a valid {cls.__name__}: {reason}; data={excerpt}",
                 status_code=response.status_code,
@@ -87,6 +84,18 @@ class Resource:
                 response.trace_id,
             )
         return value
+
+
+def _reason(exc: Exception, name: str) -> str:
+    """Why the data did not parse, in words, bounded and redacted."""
+    try:
+        if isinstance(exc, cattrs.BaseValidationError):
+            text = "; ".join(cattrs.transform_error(exc, path=name))
+        else:
+            text = str(exc) or type(exc).__name__
+    except Exception:  # describing a hostile value must not fail in turn
+        text = type(exc).__name__
+    return clip(text, 500)
 
 
 def _report_orphan(path: str, job: asyncio.Future[tuple[Any, Response]]) -> None:

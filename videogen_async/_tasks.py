@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._enums import FunctionMode, Model, Ratio
@@ -11,20 +11,9 @@ from ._models import CreatedTask, Task
 from ._polling import PollPolicy, TaskSource, wait_on_source
 from ._resource import Resource
 from ._retry import NO_RETRY, RetryPolicy
-from ._validation import check_id, validate_task_request
+from ._validation import as_url_list, check_id, validate_task_request
 
 __all__ = ["Tasks"]
-
-
-def _url_list(value: Iterable[str] | None) -> list[str] | None:
-    """A list of the URLs of any iterable; anything else goes to the validator as it is.
-
-    A string, a mapping or a value that is not iterable at all is a mistake the validator
-    names (``InvalidRequestError``), rather than a ``TypeError`` or a list of a dict's keys.
-    """
-    if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        return value  # type: ignore[return-value]  # the validator names the mistake
-    return list(value)
 
 
 class Tasks(Resource):
@@ -81,9 +70,9 @@ class Tasks(Resource):
                 "function_mode": function_mode,
                 "ratio": ratio,
                 "duration": duration,
-                "image_urls": _url_list(image_urls),
-                "audio_urls": _url_list(audio_urls),
-                "video_urls": _url_list(video_urls),
+                "image_urls": as_url_list(image_urls),
+                "audio_urls": as_url_list(audio_urls),
+                "video_urls": as_url_list(video_urls),
             }
         )
         return await self._create("/v1/video/videomodel-2", body, CreatedTask)

@@ -50,7 +50,10 @@ from ._exceptions import (
     ServerError,
     VideoGenError,
 )
+from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep
+from ._jsonbody import excerpt as _body_excerpt
 from ._pacing import Pacing
+from ._redact import register_secret, scrub_exception
 from ._retry import (
     RETRYABLE_STATUSES,
     RetryPolicy,
@@ -160,7 +163,8 @@ class StreamResponse:
     async def read_excerpt(self) -> str:
         """The first characters of the body, for error messages."""
         try:
-            raw = await self._response.content.read(_EXCERPT)
+            # More than is shown, so that a key across the cut is redacted whole.
+            raw = await self._response.content.read(_EXCERPT + 4096)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return ""
         return _excerpt(raw)
@@ -191,6 +195,7 @@ class Transport:
         if deadline is not None and not deadline > 0:
             raise ValueError(f"deadline must be positive seconds or None, got {deadline!r}")
         self._api_key = _Secret(api_key)
+        register_secret(api_key)
         self.base_url = base_url.rstrip("/")
         self._encoded_base = str(URL(self.base_url))
         self.owner = owner
@@ -491,9 +496,7 @@ def _url_path(url: str) -> str:
 
 
 def _excerpt(raw: bytes) -> str:
-    text = raw[:_EXCERPT].decode("utf-8", errors="replace")
-    text = " ".join(text.split())
-    return text + ("..." if len(raw) > _EXCERPT else "")
+    return _body_excerpt(raw, _EXCERPT)
 
 
 def _describe(exc: BaseException) -> str:
@@ -519,6 +522,7 @@ def _connection_error(
         and not isinstance(exc, aiohttp.ClientSSLError)
     )
     may = may_have_taken_effect and not not_opened
+    scrub_exception(exc)  # aiohttp quotes bad header lines and payloads as it received them
     # TimeoutError: the builtin, which asyncio.TimeoutError is only from Python 3.11 on.
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
         what = "connecting" if not_opened else "waiting for the answer"
@@ -544,19 +548,13 @@ def _decode(
     path: str,
 ) -> Response:
     """Decode one answer into a :class:`Response` or raise the matching error."""
-    try:
-        body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
-        body = None
-        is_json = False
-    else:
-        is_json = raw != b""
-    envelope = body if isinstance(body, dict) and "code" in body else None
+    body, is_json = decode_json(raw)
+    # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
+    code = _as_int(body.get("code")) if isinstance(body, dict) else None
+    envelope = body if code is not None else None
     if envelope is None:
         _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
-    code = _as_int(envelope.get("code"))
-    trace_id = envelope.get("trace_id")
-    trace = str(trace_id) if trace_id is not None else None
+    trace = _trace_id(envelope.get("trace_id"))
     message = envelope.get("message")
     if 200 <= status < 300 and code == 200:
         return Response(
@@ -566,7 +564,11 @@ def _decode(
             message=message if isinstance(message, str) else None,
             headers=headers,
         )
-    text = message if isinstance(message, str) and message else f"HTTP {status}, code {code}"
+    text = (
+        clip(message, MESSAGE_CHARS)
+        if isinstance(message, str) and message
+        else f"HTTP {status}, code {_code_text(code)}"
+    )
     raise make_status_error(
         status,
         code,
@@ -577,6 +579,22 @@ def _decode(
         method=method,
         path=path,
     )
+
+
+def _trace_id(value: Any) -> str | None:
+    """The envelope's ``trace_id`` as a short text (a number is accepted; anything else not)."""
+    if isinstance(value, str):
+        return clip(value, 200) if value else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return clip(_code_text(value), 200)
+    return None
+
+
+def _code_text(code: int | None) -> str:
+    try:
+        return str(code)
+    except ValueError:  # an integer beyond the int-to-str digit limit
+        return "<a very large integer>"
 
 
 def _as_int(value: Any) -> int | None:
@@ -604,7 +622,12 @@ def _raise_not_envelope(
     is_json: bool,
 ) -> NoReturn:
     excerpt = _excerpt(raw) if raw else "<empty body>"
-    kind = "a JSON body that is not the service's envelope" if is_json else "a non-JSON body"
+    if is_json:
+        kind = "a JSON body that is not the service's envelope"
+    elif nested_too_deep(raw):
+        kind = "a body nested too deeply to read"
+    else:
+        kind = "a non-JSON body"
     text = f"{method} {path}: HTTP {status} with {kind}: {excerpt}"
     may = method != "GET"
     if status >= 400:

@@ -227,4 +227,5 @@ async def test_state_is_lazy_and_cheap_for_many_pending_tasks() -> None:
         state.settle()
     assert time.perf_counter() - t0 < 0.05  # O(1) when nothing is due, whatever the count
     server.clock.advance(40)
-    assert state.credits_data()["api_available_credits"] == 10**9 - 10 * 100_000
+    state.settle()
+    assert state.wallet.available == 10**9 - 10 * 100_000

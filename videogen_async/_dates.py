@@ -1,0 +1,64 @@
+"""ISO 8601 date-times as the service writes them, read on every supported Python."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+__all__ = ["format_datetime", "parse_datetime"]
+
+_FRACTION = re.compile(r"\.(\d+)")
+
+
+def parse_datetime(value: Any) -> datetime | None:
+    """Parse an ISO 8601 date-time (or epoch seconds) into an aware ``datetime``.
+
+    Args:
+        value: A string such as ``2026-01-02T03:04:05.123456789Z``, a number of seconds since
+            the epoch, a ``datetime``, or ``None``.
+
+    Returns:
+        The aware ``datetime`` (UTC when the text has no offset), or ``None`` for ``None`` or
+        an empty string.
+
+    Raises:
+        ValueError: The value is not a date-time.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        except (OverflowError, OSError) as exc:  # beyond the dates a datetime holds
+            raise ValueError("not a date-time: a timestamp out of range") from exc
+    elif isinstance(value, str):
+        try:  # the common case on 3.11+ (which reads "Z" and any fraction), without a regex
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = _parse_datetime_text(value)
+    else:
+        raise ValueError(f"not a date-time: {value!r}")  # noqa: TRY004  # cattrs wraps ValueError
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed
+
+
+def _parse_datetime_text(value: str) -> datetime:
+    """``fromisoformat`` after normalising what Python 3.10's version does not read."""
+    text = value.strip()
+    if text[-1:] in "zZ":
+        text = text[:-1] + "+00:00"
+    text = text.replace(" ", "T", 1) if "T" not in text and " " in text else text
+    # Python 3.10's fromisoformat takes exactly 3 or 6 fractional digits.
+    text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
+    return datetime.fromisoformat(text)
+
+
+def format_datetime(value: datetime) -> str:
+    """ISO 8601 text of an aware date-time (``Z`` for UTC)."""
+    if value.utcoffset() == timedelta(0):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.isoformat()

@@ -1,0 +1,192 @@
+"""Decoding a response body safely: whatever bytes arrive, the result is a value or "not JSON".
+
+``json.loads`` alone lets a hostile body escape the error tree: nesting a few thousand levels
+deep raises ``RecursionError`` (and a value nested just under the limit does so later, in a
+``repr``), a 5,000-digit integer raises ``ValueError`` from the int-to-str limit, and
+``NaN``/``Infinity`` are accepted though they are not JSON. Here:
+
+* Nesting is bounded (:data:`MAX_DEPTH`); a deeper body is "not the envelope".
+* ``NaN``, ``Infinity`` and ``-Infinity`` are refused, as JSON (RFC 8259) does.
+* Any failure of the decoder is "not JSON", never an exception.
+* Error texts quote at most a bounded, redacted excerpt (:func:`excerpt`, :func:`clip`,
+  :func:`short_repr`), computed without recursion.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._redact import redact_text
+
+__all__ = ["MAX_DEPTH", "clip", "decode_json", "excerpt", "nested_too_deep", "short_repr"]
+
+#: The deepest nesting of arrays and objects accepted in a body.
+MAX_DEPTH = 64
+#: Characters of a body quoted in an error message.
+EXCERPT_CHARS = 200
+#: Characters of a server's ``message`` kept in an error message.
+MESSAGE_CHARS = 1000
+# Room beyond an excerpt's end, so that a key crossing the cut is redacted whole before it.
+_WINDOW = 4096
+
+_NOT_JSON = object()
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# One decoder for every body: ``json.loads`` with an option builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def decode_json(raw: bytes) -> tuple[Any, bool]:
+    """Decode a body.
+
+    Args:
+        raw: The body's bytes (UTF-8, or UTF-16/32 with or without a BOM, as ``json`` reads).
+
+    Returns:
+        ``(value, True)`` for a JSON body within :data:`MAX_DEPTH`, else ``(None, False)``
+        (an empty body included).
+    """
+    if not raw:
+        return None, False
+    # A cheap bound first: a body with few brackets cannot be deep (the polling hot path).
+    if nested_too_deep(raw):
+        return None, False
+    try:
+        # As ``json.loads`` reads bytes: UTF-8, or UTF-16/32 told by a BOM or the zero bytes.
+        value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except (ValueError, UnicodeError, RecursionError, MemoryError, TypeError):
+        return None, False
+    return value, True
+
+
+def nested_too_deep(raw: bytes) -> bool:
+    """Whether the brackets of ``raw`` nest deeper than :data:`MAX_DEPTH` (strings skipped).
+
+    Scans the bytes without decoding: for UTF-16/32 bodies the count of brackets is the same,
+    as every bracket and quote is one code unit. A body with few brackets is answered at
+    once (the polling hot path).
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    depth = 0
+    in_string = False
+    escaped = False
+    text = raw.replace(b"\x00", b"")  # UTF-16/32: the brackets and quotes are ASCII
+    for byte in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
+
+
+def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """Redact ``text`` and cut it to at most ``limit`` characters (plus ``...``).
+
+    The redaction runs on a window larger than the cut, so a key that crosses the cut is
+    replaced whole rather than left half-visible.
+
+    Args:
+        text: A text from the wire.
+        limit: The most characters kept.
+
+    Returns:
+        The redacted, bounded text.
+    """
+    window = redact_text(text[: limit + _WINDOW])
+    if len(window) <= limit and len(text) <= limit + _WINDOW:
+        return window
+    return window[:limit] + "..."
+
+
+def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
+    """The first characters of a body for an error message: decoded, redacted, one line.
+
+    Args:
+        raw: The body.
+        limit: The most characters kept.
+
+    Returns:
+        The excerpt, ending in ``...`` when the body was longer.
+    """
+    head = raw[: (limit + _WINDOW) * 4]
+    text = head.decode("utf-8", errors="replace")
+    text = redact_text(text)
+    text = " ".join(text.split())
+    if len(text) <= limit and len(head) == len(raw):
+        return text
+    return text[:limit] + "..."
+
+
+def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """A ``repr``-like text of a decoded JSON value, bounded in length and depth, redacted.
+
+    Unlike ``repr``, it cannot exhaust the stack on a deeply nested value nor spend time on a
+    huge one: it stops after ``limit`` characters.
+
+    Args:
+        value: A decoded JSON value.
+        limit: The most characters produced.
+
+    Returns:
+        The text, ending in ``...`` when cut.
+    """
+    budget = limit + _WINDOW
+    parts: list[str] = []
+    size = 0
+    # Work items: a value to render, or a literal piece of punctuation.
+    stack: list[tuple[bool, Any]] = [(False, value)]
+    while stack and size < budget:
+        literal, item = stack.pop()
+        if literal:
+            piece = item
+        elif isinstance(item, dict):
+            piece = "{"
+            entries: list[tuple[bool, Any]] = [(True, "}")]
+            for i, (k, v) in enumerate(reversed(list(item.items())[:budget])):
+                if i:
+                    entries.append((True, ", "))
+                entries.append((False, v))
+                entries.append((True, ": "))
+                entries.append((False, k))
+            stack.extend(entries)
+        elif isinstance(item, list):
+            piece = "["
+            entries = [(True, "]")]
+            for i, v in enumerate(reversed(item[:budget])):
+                if i:
+                    entries.append((True, ", "))
+                entries.append((False, v))
+            stack.extend(entries)
+        elif isinstance(item, str):
+            piece = repr(item[:budget])
+        elif isinstance(item, int) and not isinstance(item, bool):
+            piece = _int_text(item)
+        else:
+            piece = repr(item)
+        parts.append(piece)
+        size += len(piece)
+    return clip("".join(parts), limit)
+
+
+def _int_text(value: int) -> str:
+    try:
+        return str(value)
+    except ValueError:  # beyond the int-to-str digit limit
+        return "<a very large integer>"

@@ -1,0 +1,249 @@
+"""Keeping the API key out of every exception text and log record, whatever a server sends.
+
+A server or a proxy may echo the request back: the ``Authorization`` header, the bare key,
+the key percent-encoded, JSON-escaped (unicode escapes), as HTML character references, or
+broken by whitespace or a line break. Every text that comes from the wire passes through
+:func:`redact_text` before it becomes part of an error or a log record; the logging filter
+installed on the ``videogen_async`` logger is the safety net for everything else.
+
+The secrets are the API keys of the clients created in this process (registered by the
+transport); the registry holds the most recent :data:`MAX_SECRETS` of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections import OrderedDict
+from typing import Any
+
+__all__ = [
+    "REDACTED",
+    "RedactingFilter",
+    "contains_secret",
+    "redact_text",
+    "redact_value",
+    "register_secret",
+    "scrub_exception",
+]
+
+REDACTED = "<redacted>"
+#: How many distinct keys the registry remembers (the most recently registered win).
+MAX_SECRETS = 256
+#: Shorter values are not redacted: replacing every ``k`` of every message would make errors
+#: unreadable, and a real API key is far longer.
+MIN_SECRET_LENGTH = 8
+#: Separators a server may put inside an echoed key (folded header lines, wrapped text).
+_GAP = r"(?:\s|\\[nrt]){0,8}"
+
+_lock = threading.Lock()
+_secrets: OrderedDict[str, None] = OrderedDict()
+_pattern: re.Pattern[str] | None = None
+
+
+def _char_forms(ch: str) -> str:
+    """A regex matching one character of a secret as itself or in an escaped form."""
+    code = ord(ch)
+    forms = [re.escape(ch)]
+    if code < 0x10000:
+        forms.append(rf"\\[uU](?i:{code:04x})")
+    if code < 0x100:
+        forms.append(f"%(?i:{code:02x})")
+        if ch == " ":
+            forms.append(r"\+")
+        if ch == "/":
+            forms.append(r"\\/")
+    forms.append(f"&#0*{code};")
+    forms.append(f"&#(?i:x)0*(?i:{code:x});")
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _secret_regex(secret: str) -> str:
+    return _GAP.join(_char_forms(ch) for ch in secret)
+
+
+def register_secret(secret: str) -> None:
+    """Remember a secret (an API key) so that it is redacted from now on.
+
+    Args:
+        secret: The key. Values shorter than :data:`MIN_SECRET_LENGTH` are ignored.
+    """
+    global _pattern  # noqa: PLW0603
+    secret = str(secret)  # a ``_Secret`` str subclass becomes a plain str
+    if len(secret.strip()) < MIN_SECRET_LENGTH:
+        return
+    with _lock:
+        if secret in _secrets:
+            _secrets.move_to_end(secret)
+            return
+        _secrets[secret] = None
+        while len(_secrets) > MAX_SECRETS:
+            _secrets.popitem(last=False)
+        # Longest first, so that a key that contains another is redacted whole.
+        ordered = sorted(_secrets, key=len, reverse=True)
+        _pattern = re.compile("|".join(_secret_regex(s) for s in ordered))
+
+
+def contains_secret(text: str) -> bool:
+    """Whether ``text`` holds a registered secret in any of the recognised forms."""
+    pattern = _pattern
+    return pattern is not None and pattern.search(text) is not None
+
+
+def redact_text(text: str) -> str:
+    """Replace every registered secret in ``text`` (in any recognised form) by ``<redacted>``.
+
+    Args:
+        text: Any text, typically from the wire.
+
+    Returns:
+        The text without secrets (the same object when there was nothing to replace).
+    """
+    pattern = _pattern
+    if pattern is None or not text:
+        return text
+    return pattern.sub(REDACTED, text)
+
+
+def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000_000) -> Any:
+    """A copy of a decoded JSON value (or a mapping of headers) with every string redacted.
+
+    The walk is iterative (a deeply nested value cannot exhaust the stack) and returns the
+    value itself when no string in it holds a secret. Its cost is bounded, so a hostile body
+    cannot stall the event loop: past ``max_items`` strings, dicts and lists, or once
+    ``max_chars`` characters have been searched, the rest is replaced by ``<redacted>``
+    rather than searched.
+
+    Args:
+        value: A JSON-like value: ``dict``, ``list``, ``str``, numbers, ``None``.
+        max_items: The most containers and strings walked.
+        max_chars: The most characters searched.
+
+    Returns:
+        The redacted value.
+    """
+    pattern = _pattern
+    if pattern is None:
+        return value
+    if isinstance(value, str):
+        return redact_text(value) if len(value) <= max_chars else REDACTED
+    if not isinstance(value, (dict, list)):
+        return value
+    if not _holds_secret(value, pattern, max_items, max_chars):
+        return value
+    root: list[Any] = [None]
+    # (source, target container, key in target)
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    items = max_items
+    chars = max_chars
+    while stack:
+        source, target, key = stack.pop()
+        items -= 1
+        if items < 0:
+            target[key] = REDACTED
+        elif isinstance(source, str):
+            chars -= len(source)
+            target[key] = pattern.sub(REDACTED, source) if chars >= 0 else REDACTED
+        elif isinstance(source, dict):
+            copy: dict[Any, Any] = {}
+            target[key] = copy
+            for k, v in source.items():
+                new_key = k
+                if isinstance(k, str):
+                    chars -= len(k)
+                    new_key = pattern.sub(REDACTED, k) if chars >= 0 else f"{REDACTED}{len(copy)}"
+                copy[new_key] = None
+                stack.append((v, copy, new_key))
+        elif isinstance(source, list):
+            elements: list[Any] = [None] * len(source)
+            target[key] = elements
+            stack.extend((v, elements, i) for i, v in enumerate(source))
+        else:
+            target[key] = source
+    return root[0]
+
+
+def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_chars: int) -> bool:
+    stack = [value]
+    items = max_items
+    chars = max_chars
+    while stack:
+        current = stack.pop()
+        items -= 1
+        if items < 0:
+            return True  # too big to tell: redact (the walk replaces the rest)
+        if isinstance(current, str):
+            chars -= len(current)
+            if chars < 0 or pattern.search(current):
+                return True
+        elif isinstance(current, dict):
+            stack.extend(k for k in current if isinstance(k, str))
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return False
+
+
+def scrub_exception(exc: BaseException | None) -> None:
+    """Redact, in place, the texts an exception chain holds (``args`` and string attributes).
+
+    Used on exceptions of other libraries (aiohttp, cattrs) that quote what a server sent
+    and become the ``__cause__`` of one of ours.
+
+    Args:
+        exc: The first exception of the chain, or ``None``.
+    """
+    if _pattern is None:
+        return
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc] if exc is not None else []
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        try:
+            current.args = tuple(redact_value(a) if isinstance(a, str) else a for a in current.args)
+            attributes = vars(current)
+        except (TypeError, AttributeError):  # pragma: no cover - exotic exception types
+            attributes = {}
+        for name, attr in list(attributes.items()):
+            if isinstance(attr, (str, dict, list)):
+                with contextlib.suppress(TypeError, AttributeError):  # a read-only attribute
+                    setattr(current, name, redact_value(attr))
+        notes = getattr(current, "__notes__", None)
+        if isinstance(notes, list):
+            notes[:] = [redact_text(n) if isinstance(n, str) else n for n in notes]
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        stack.extend(e for e in getattr(current, "exceptions", ()) if isinstance(e, BaseException))
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts registered secrets from a record's message and traceback.
+
+    Installed on the ``videogen_async`` logger (and on the handler that ``VIDEOGEN_LOG``
+    attaches): whatever a message quotes from the wire, the record that reaches a handler
+    holds no key.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact the record in place; never drops it."""
+        if _pattern is None:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string is the handler's to report
+            message = str(record.msg)
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg = redacted
+            record.args = None
+        if record.exc_info and record.exc_info[1] is not None:
+            scrub_exception(record.exc_info[1])
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
+        return True

@@ -1,0 +1,349 @@
+"""The service, stated once: endpoints, request fields and rules, response shapes.
+
+This module is the table to hold against the service interface document. Everything else is
+derived from it:
+
+* the client's request checks (:mod:`videogen_async._validation`), which the sandbox runs on
+  the bodies it receives;
+* the OpenAPI document (:mod:`videogen_async.testing._openapi`, kept as ``docs/openapi.json``);
+* the sandbox's JSON answers (:mod:`videogen_async.testing._render` takes its field names
+  from the shapes below);
+* the response models (:mod:`videogen_async._models`; a test holds every attrs class and the
+  fast ``Task`` parser to the shapes below).
+
+Adding an optional request field is one line in a ``Body`` below (and its test).
+
+Field types (``Field.type``):
+
+=============  ===============================================================================
+``text``       a string that is not blank once trimmed
+``string``     any string
+``integer``    an integer (an integral ``4.0`` counts as 4), within ``minimum``/``maximum``
+``number``     a number (credits: never negative)
+``url``        a public ``http``/``https`` URL without white space
+``urls``       a list of ``url``, ``min_items`` to ``max_items`` long
+``enum``       one of the values of ``choices``
+``resolution`` a positive integer or a non-blank string (720, 1080, "1080p", ...)
+``id``         an identifier: one path segment (see :func:`~videogen_async._validation.check_id`)
+``datetime``   an ISO 8601 date-time
+``ids``        a list of ``id``
+``<Shape>``    an object of that shape; ``[<Shape>]`` a list of them
+=============  ===============================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import attrs
+
+from . import _enums as enums
+
+__all__ = [
+    "BODIES",
+    "ENDPOINTS",
+    "SHAPES",
+    "Body",
+    "Endpoint",
+    "Field",
+    "MaxItemsWhen",
+    "NeedsOneOfWhen",
+    "Shape",
+]
+
+
+_Choices: TypeAlias = "type[enums._StrEnum]"
+
+
+@attrs.frozen
+class Field:
+    """One field of a request body or of a response shape.
+
+    Attributes:
+        name: The JSON name.
+        type: One of the types in the module docstring.
+        required: Request: must be present. Response: always present in the answer.
+        default: The service's default when omitted (``None``: none documented).
+        choices: The enum of an ``enum`` field.
+        minimum: Least value of an ``integer``.
+        maximum: Greatest value of an ``integer``.
+        min_items: Fewest items of a list.
+        max_items: Most items of a list (``None``: not documented).
+        nullable: Response: may be ``null``. (In a request ``null`` counts as omitted.)
+        unit: The unit named in error messages (``seconds``).
+        extra: Response: sent by the sandbox but not read by the SDK's models.
+        doc: One line for the OpenAPI document.
+    """
+
+    name: str
+    type: str
+    required: bool = False
+    default: Any = None
+    choices: _Choices | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    min_items: int = 0
+    max_items: int | None = None
+    nullable: bool = False
+    unit: str = ""
+    extra: bool = False
+    doc: str = ""
+
+
+@attrs.frozen
+class MaxItemsWhen:
+    """``field`` holds at most ``max_items`` when ``when`` is ``equals``."""
+
+    field: str
+    max_items: int
+    when: str
+    equals: str
+    noun: str
+
+
+@attrs.frozen
+class NeedsOneOfWhen:
+    """A non-empty ``field`` needs one of ``others`` non-empty when ``when`` is ``equals``."""
+
+    field: str
+    others: tuple[str, ...]
+    when: str
+    equals: str
+    reason: str
+
+
+Rule = MaxItemsWhen | NeedsOneOfWhen
+
+
+@attrs.frozen
+class Body:
+    """A request body: its fields and the rules that span fields."""
+
+    name: str
+    fields: tuple[Field, ...]
+    rules: tuple[Rule, ...] = ()
+    doc: str = ""
+
+    def field(self, name: str) -> Field:
+        """Return the field called ``name``."""
+        return next(f for f in self.fields if f.name == name)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The documented field names."""
+        return frozenset(f.name for f in self.fields)
+
+
+@attrs.frozen
+class Shape:
+    """A response object (the ``data`` of an envelope, or an object inside one)."""
+
+    name: str
+    fields: tuple[Field, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Field names in the order the sandbox writes them."""
+        return tuple(f.name for f in self.fields)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Field names the SDK's model reads (every field but the ``extra`` ones)."""
+        return tuple(f.name for f in self.fields if not f.extra)
+
+
+@attrs.frozen
+class Endpoint:
+    """One operation of the service."""
+
+    operation_id: str
+    method: str
+    path: str
+    summary: str
+    tag: str
+    response: str
+    ok: str
+    body: Body | None = None
+    body_required: bool = True
+    path_params: tuple[str, ...] = ()
+    query_params: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# Limits (named, as the interface document's "Limits" table)
+# --------------------------------------------------------------------------------------------
+
+DURATION_MIN = 4
+DURATION_MAX = 15
+MAX_IMAGE_URLS = 9
+MAX_AUDIO_URLS = 3
+MAX_VIDEO_URLS = 3
+FIRST_LAST_FRAMES_MAX_IMAGES = 2
+OUT_NUMBER_MIN = 1
+OUT_NUMBER_MAX = 4
+
+_F = Field
+_OMNI = enums.FunctionMode.OMNI_REFERENCE.value
+
+# --------------------------------------------------------------------------------------------
+# Request bodies
+# --------------------------------------------------------------------------------------------
+
+# fmt: off
+TASK_REQUEST = Body("CreateTaskRequest", (
+    _F("model", "enum", default="videomodel_2_0", choices=enums.Model),
+    _F("prompt", "text", required=True, doc="Text prompt."),
+    _F("function_mode", "enum", default=_OMNI, choices=enums.FunctionMode),
+    _F("ratio", "enum", default="16:9", choices=enums.Ratio),
+    _F("duration", "integer", default=5, minimum=DURATION_MIN, maximum=DURATION_MAX,
+       unit="seconds"),
+    _F("image_urls", "urls", max_items=MAX_IMAGE_URLS, doc="Reference images."),
+    _F("audio_urls", "urls", max_items=MAX_AUDIO_URLS, doc="Reference audio."),
+    _F("video_urls", "urls", max_items=MAX_VIDEO_URLS, doc="Reference videos."),
+), rules=(
+    MaxItemsWhen("image_urls", FIRST_LAST_FRAMES_MAX_IMAGES, "function_mode",
+                 enums.FunctionMode.FIRST_LAST_FRAMES.value, "images"),
+    NeedsOneOfWhen("audio_urls", ("image_urls", "video_urls"), "function_mode", _OMNI,
+                   "audio-only input is rejected"),
+))
+
+PROJECT_REQUEST = Body("CreateProjectRequest", (
+    _F("reference_video_url", "url", required=True, doc="The reference ad video."),
+    _F("product_image_urls", "urls", required=True, min_items=1, doc="Product images."),
+    _F("avatar_image_url", "url", doc="A person, avatar or spokesperson image."),
+    _F("prompt", "string", doc="Selling points, style, restrictions, language."),
+    _F("aspect_ratio", "enum", default="9:16", choices=enums.AspectRatio),
+    _F("speech_language_option", "enum", default="", choices=enums.SpeechLanguage,
+       doc="Empty string follows the reference video's spoken language."),
+    _F("duration", "integer", default=15, minimum=1, unit="seconds"),
+    _F("resolution", "resolution", default=720),
+    _F("out_number", "integer", default=1, minimum=OUT_NUMBER_MIN, maximum=OUT_NUMBER_MAX),
+    _F("mode", "enum", default="auto", choices=enums.ProjectMode),
+))
+
+VIDEOS_REQUEST = Body("CreateVideosRequest", (
+    _F("script", "text", doc="Script of this batch only; never overwrites the project's."),
+    _F("out_number", "integer", minimum=OUT_NUMBER_MIN, maximum=OUT_NUMBER_MAX,
+       doc="Default: the project's."),
+    _F("resolution", "resolution", doc="Default: the project's."),
+    _F("aspect_ratio", "enum", choices=enums.AspectRatio, doc="Default: the project's."),
+))
+
+# --------------------------------------------------------------------------------------------
+# Response shapes
+# --------------------------------------------------------------------------------------------
+
+_TASK_FIELDS = (
+    _F("task_id", "id", required=True),
+    _F("status", "enum", required=True, choices=enums.TaskStatus),
+    _F("model", "string", required=True, doc="The model value used to create the task."),
+    _F("created_at", "datetime", required=True, doc="When the task was created."),
+    _F("updated_at", "datetime", required=True, doc="When the task last changed."),
+    _F("credits_cost", "number", required=True, minimum=0,
+       doc="Credits charged; 0 once a task failed and was refunded."),
+    _F("result", "TaskResult", required=True, nullable=True),
+)
+
+SHAPES: dict[str, Shape] = {s.name: s for s in (
+    Shape("CreditBalance", (
+        _F("api_available_credits", "number", required=True),
+        _F("api_total_credits", "number", required=True),
+    )),
+    Shape("CreatedTask", (
+        _F("task_id", "id", required=True),
+        _F("status", "enum", required=True, choices=enums.TaskStatus),
+        _F("created_at", "datetime", required=True, doc="When the task was created."),
+        _F("credits_cost", "number", required=True, minimum=0,
+           doc="Credits charged for the task."),
+    )),
+    Shape("TaskResult", (
+        _F("video_url", "url", required=True, nullable=True,
+           doc="The generated video, once the task has succeeded."),
+        _F("error_message", "string", required=True, nullable=True),
+        _F("finished_at", "datetime", required=True, doc="When the task finished."),
+        _F("status", "enum", choices=enums.TaskStatus, extra=True,
+           doc="Shown by one example of the service; not to be relied on."),
+    )),
+    Shape("Task", _TASK_FIELDS),
+    Shape("ProjectTask", (
+        *_TASK_FIELDS,
+        _F("batch", "integer", required=True, minimum=1, extra=True,
+           doc="1 for the first batch."),
+        _F("aspect_ratio", "enum", choices=enums.AspectRatio, extra=True,
+           doc="Aspect ratio of the batch."),
+        _F("resolution", "resolution", extra=True, doc="Of the batch."),
+    )),
+    Shape("Billing", (
+        _F("script_credits_cost", "number", required=True, minimum=0,
+           doc="Charged for script generation."),
+        _F("video_credits_cost", "number", required=True, minimum=0,
+           doc="Charged for the non-failed video tasks."),
+        _F("total_credits_cost", "number", required=True, minimum=0,
+           doc="Script plus video."),
+    )),
+    Shape("CreatedProject", (
+        _F("project_id", "id", required=True),
+        _F("status", "enum", required=True, choices=enums.ProjectStatus, doc="draft at creation."),
+        _F("current_step", "enum", required=True, choices=enums.ProjectStep,
+           doc="preparing_media at creation."),
+        _F("mode", "enum", required=True, choices=enums.ProjectMode, doc="auto or manual."),
+        _F("credits_cost", "number", required=True, minimum=0,
+           doc="Charged for script generation (10)."),
+        _F("created_at", "datetime", required=True, nullable=True),
+    )),
+    Shape("Project", (
+        _F("project_id", "id", required=True),
+        _F("status", "enum", required=True, choices=enums.ProjectStatus, doc="Project status."),
+        _F("current_step", "enum", required=True, choices=enums.ProjectStep, doc="Project step."),
+        _F("mode", "enum", required=True, choices=enums.ProjectMode, doc="auto or manual."),
+        _F("error_message", "string", required=True, nullable=True),
+        _F("view_script", "string", required=True, nullable=True,
+           doc="The script, one line per time range; null until generated."),
+        _F("billing", "Billing", required=True),
+        _F("task_ids", "ids", required=True),
+        _F("tasks", "[ProjectTask]", required=True),
+        _F("created_at", "datetime", required=True, doc="When the project was created."),
+        _F("updated_at", "datetime", required=True, doc="When the project last changed."),
+    )),
+    Shape("VideoBatch", (
+        _F("project_id", "id", required=True),
+        _F("project_status", "enum", required=True, choices=enums.ProjectStatus,
+           doc="running after the call."),
+        _F("current_step", "enum", required=True, choices=enums.ProjectStep,
+           doc="generating_video after the call."),
+        _F("task_ids", "ids", required=True, min_items=1),
+    )),
+)}
+
+# --------------------------------------------------------------------------------------------
+# Endpoints
+# --------------------------------------------------------------------------------------------
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("createVideoTask", "POST", "/v1/video/videomodel-2",
+             "Create a direct video generation task", "tasks",
+             "CreatedTask", "The task was created and charged.",
+             body=TASK_REQUEST, errors=("400", "409", "413")),
+    Endpoint("getTask", "GET", "/v1/tasks",
+             "Query the status and result of a video task", "tasks",
+             "Task", "The task; result is null while it is in progress.",
+             query_params=("task_id",), errors=("400", "404")),
+    Endpoint("getCredits", "GET", "/v1/credits", "Query the API credit balance", "credits",
+             "CreditBalance", "The balance.", errors=("400",)),
+    Endpoint("createProject", "POST", "/v1/video/viral-ads-clone",
+             "Create a viral ad clone project", "projects",
+             "CreatedProject", "The project was created and 10 credits charged.",
+             body=PROJECT_REQUEST, errors=("400", "409", "413")),
+    Endpoint("getProject", "GET", "/v1/video/viral-ads-clone/{project_id}",
+             "Get a project with its script, tasks and billing", "projects",
+             "Project", "The project.", path_params=("project_id",), errors=("400", "404")),
+    Endpoint("createProjectVideos", "POST", "/v1/video/viral-ads-clone/{project_id}/videos",
+             "Create a new batch of video tasks from the project's script", "projects",
+             "VideoBatch", "The batch was created and charged.",
+             body=VIDEOS_REQUEST, body_required=False, path_params=("project_id",),
+             errors=("400", "404", "409", "413")),
+)
+# fmt: on
+
+BODIES: dict[str, Body] = {b.name: b for b in (TASK_REQUEST, PROJECT_REQUEST, VIDEOS_REQUEST)}

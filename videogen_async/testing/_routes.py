@@ -1,0 +1,249 @@
+"""The service's routes: each endpoint of the statement, answered from the sandbox's state.
+
+Requests are checked with the client's own rule functions (derived from the statement of the
+service), so the sandbox refuses exactly what the client refuses; answers are rendered from
+the statement's shapes (:mod:`._render`).
+
+Where the spec says "not shown", the sandbox does what a careful service would, as follows:
+
+* **Missing or invalid key**: HTTP 401, code 401, a ``WWW-Authenticate: Bearer`` header; the
+  key is never echoed. The ``Bearer`` scheme word is case-insensitive.
+* **Unknown task or project id**: HTTP 404, code 404. An id that is blank or not exactly one
+  path segment (``.``, ``..``, ``/``, raw or percent-encoded): 400, by the shared ``check_id``.
+* **Omitted ``task_id`` query parameter**: HTTP 400, code 400, ``task_id: is required``.
+* **Bad JSON, a body that is not a JSON object**: HTTP 400, code 400. An empty body counts as
+  ``{}`` (so a missing required field is named). ``NaN``/``Infinity`` are not JSON. JSON has
+  one number type, so an integral number written ``4.0`` counts as the integer 4.
+* **Unknown body fields** (including the ``functionMode`` alias): HTTP 400 naming the field:
+  the shared rules accept the documented names only.
+* **Videos requested before the script is ready**, or for a failed project: HTTP 409,
+  code 409, with the current step in the message. 409 because the request is valid but
+  conflicts with the project's present state; repeating it later succeeds.
+* **Unknown route / wrong method**: 404 / 405 with the error envelope.
+* **Task statuses**: ``queued`` (only with a ``queue_delay``), ``running``, then ``succeeded``,
+  ``failed`` or ``error``. A direct task is ``running`` right after creation (no queue delay
+  by default). ``result`` is ``null`` until the task ends; then it carries ``video_url``
+  (succeeded), ``error_message`` (failed/error), ``finished_at`` and, like one example of the
+  spec, ``status``.
+* **Task prices** (not published): a per-second rate by model (2 credits/s for
+  ``videomodel_2_0``, 1 for ``videomodel_2_0_fast``; a 5 s task costs 10 or 5), charged at
+  creation; a project video task costs 2 credits per second of the project's duration (x1.5 at
+  1080), charged per task when its batch is created. See :class:`Pricing`.
+* **Refunds**: a task that ends ``failed`` or ``error`` is refunded at that moment and shows
+  ``credits_cost`` 0. A project that fails before its script is generated is refunded its 10
+  credits. A project's ``billing`` is always script + the non-failed video tasks.
+* **Insufficient credits** on a direct task or a videos batch: HTTP 409 / 300111
+  ``Insufficient API credits``, as on project creation; nothing is created.
+* **Project status**: ``draft`` while ``preparing_media``; ``running`` while ``analyzing`` and
+  ``generating_script``; then auto mode creates its one batch (``running`` /
+  ``generating_video``) and manual mode is ``succeeded`` / ``script_ready``. While any task of
+  any batch is pending the project is ``running`` / ``generating_video``; once every task has
+  ended it is ``succeeded`` / ``script_ready`` (a failed video task does not fail the project,
+  which can still make more batches). ``view_script`` is ``null`` until generated.
+* **Project failure**: a ``reference_video_url`` containing the failure marker
+  (``sandbox-fail`` by default), a ``project_failure_rate`` draw, or
+  :meth:`SandboxServer.schedule_project` moves the project to ``failed`` / ``failed`` with an
+  ``error_message``. An auto project whose balance cannot pay for its automatic batch fails
+  the same way when its script gets ready (its script stays visible and paid for).
+* **Media**: a project media URL whose host is under ``.invalid`` (or rejected by
+  ``media_rejects``) cannot be stored: 409 / 100099, nothing charged. The sandbox never
+  fetches a URL. A *direct task* given such a URL is created but ends ``failed`` ("Failed to
+  fetch media from URL"); a prompt containing the failure marker ends ``failed`` too.
+* **Timestamps** are real times: the moment the sandbox clock reached the instant (see
+  :class:`SandboxClock`), so a client's own clock agrees with them at any time scale.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from .._exceptions import InvalidRequestError
+from .._validation import (
+    check_id,
+    validate_project_request,
+    validate_task_request,
+    validate_videos_request,
+)
+from ._media import parse_range, sample_mp4
+from ._openapi import build_openapi
+from ._render import envelope_response
+from ._simulation import SUCCEEDED, SandboxError
+from ._state import SandboxState
+
+__all__ = ["ServiceRoutes", "read_json_body"]
+
+_HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+_MEDIA_ETAG = '"videogen-sandbox-sample"'
+# An id segment is anything but "/" (aiohttp's default also refuses braces), so that every id
+# reaches the handler and is judged by the shared ``check_id`` rule.
+_ID = "[^/]+"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _number(text: str) -> float | int:
+    """Decode a JSON number with a fraction or exponent: ``4.0`` is the integer 4.
+
+    JSON has one number type; like most JSON services the sandbox takes an integral value
+    written ``4.0`` or ``4e0`` where an integer is expected.
+    """
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+async def read_json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body counts as ``{}``).
+
+    Raises:
+        SandboxError: 400 for bad JSON or a body that is not an object.
+    """
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_number)
+    except (ValueError, RecursionError):
+        raise SandboxError(400, 400, "Request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise SandboxError(400, 400, "Request body must be a JSON object")
+    return body
+
+
+def _checked_id(field: str, value: str | None) -> str:
+    if value is None:
+        raise SandboxError(400, 400, f"{field}: is required (query parameter)")
+    try:
+        return check_id(field, value)
+    except InvalidRequestError as exc:
+        raise SandboxError(400, 400, str(exc)) from None
+
+
+class ServiceRoutes:
+    """The service's endpoints, the media stand-in and ``/openapi.json``.
+
+    Args:
+        state: The simulated service.
+        api_key: The key requests must carry.
+        base_url: Returns the server's base URL (``None`` before it listens).
+    """
+
+    def __init__(
+        self, state: SandboxState, api_key: str, base_url: Callable[[], str | None]
+    ) -> None:
+        self._state = state
+        self._key_bytes = api_key.encode()
+        self._base_url = base_url
+
+    def register(self, router: web.UrlDispatcher) -> None:
+        """Add the routes to an application's router."""
+        r = router
+        r.add_post("/v1/video/videomodel-2", self._create_task)
+        r.add_get("/v1/tasks", self._get_task)
+        r.add_get("/v1/credits", self._get_credits)
+        r.add_post("/v1/video/viral-ads-clone", self._create_project)
+        r.add_get(f"/v1/video/viral-ads-clone/{{project_id:{_ID}}}", self._get_project)
+        r.add_post(f"/v1/video/viral-ads-clone/{{project_id:{_ID}}}/videos", self._create_videos)
+        r.add_get("/media/{file_name}", self._media)
+        r.add_get("/openapi.json", self._openapi)
+
+    def authorize(self, request: web.Request) -> None:
+        """Check the ``Authorization: Bearer`` header.
+
+        Raises:
+            SandboxError: 401 with a ``WWW-Authenticate`` challenge; the key is never echoed.
+        """
+        header = request.headers.get("Authorization")
+        challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
+        if not header or not header.strip():
+            raise SandboxError(
+                401,
+                401,
+                "Missing API key: send the header 'Authorization: Bearer <API_KEY>'",
+                challenge,
+            )
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode("utf-8", "surrogateescape"), self._key_bytes
+        ):
+            raise SandboxError(401, 401, "Invalid API key", challenge)
+
+    def origin(self, request: web.Request | None = None) -> str:
+        """``scheme://host:port`` as the request names the server (video URLs use it)."""
+        if request is not None:
+            host = request.host
+            if host and _HOST_HEADER.match(host):
+                return f"{request.scheme}://{host}"
+        return self._base_url() or "http://127.0.0.1"
+
+    async def _create_task(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        body = validate_task_request(await read_json_body(request))
+        task = self._state.create_task(body)
+        return envelope_response(self._state.render.created_task(task, task.created_at))
+
+    async def _get_task(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        task_id = _checked_id("task_id", request.query.get("task_id"))
+        state = self._state
+        now = state.settle()
+        task = state.get_task(task_id)
+        return envelope_response(state.render.task(task, now, self.origin(request)))
+
+    async def _get_credits(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        return envelope_response(self._state.credits_data())
+
+    async def _create_project(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        body = validate_project_request(await read_json_body(request))
+        project = self._state.desk.create_project(body)
+        return envelope_response(self._state.render.created_project(project, project.created_at))
+
+    async def _get_project(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        project_id = _checked_id("project_id", request.match_info["project_id"])
+        state = self._state
+        now = state.settle()
+        project = state.get_project(project_id)
+        return envelope_response(state.render.project(project, now, self.origin(request)))
+
+    async def _create_videos(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        project_id = _checked_id("project_id", request.match_info["project_id"])
+        body = validate_videos_request(await read_json_body(request))
+        project, batch = self._state.desk.create_videos(project_id, body)
+        return envelope_response(self._state.render.video_batch(project, batch))
+
+    async def _media(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["file_name"]
+        state = self._state
+        now = state.settle()
+        task = state.tasks.get(name[:-4]) if name.endswith(".mp4") else None
+        if task is None or task.status(now) != SUCCEEDED:
+            raise SandboxError(404, 404, f"No video at /media/{name[:80]}")
+        data = sample_mp4()
+        size = len(data)
+        headers = {
+            "Accept-Ranges": "bytes",
+            "Cache-Control": "public, max-age=86400",
+            "ETag": _MEDIA_ETAG,
+        }
+        wanted = parse_range(request.headers.get("Range"), size)
+        if wanted is False:
+            return web.Response(status=416, headers={**headers, "Content-Range": f"bytes */{size}"})
+        status = 200
+        if wanted is not None:
+            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.end}/{size}"
+            data, status = data[wanted.start : wanted.end + 1], 206
+        return web.Response(body=data, status=status, content_type="video/mp4", headers=headers)
+
+    async def _openapi(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(build_openapi(self.origin(request)))

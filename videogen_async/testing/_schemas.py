@@ -1,0 +1,234 @@
+"""JSON Schemas of the service's bodies and shapes, generated from its statement.
+
+Each field type of :mod:`videogen_async._service` has one schema here; the OpenAPI document
+(:mod:`videogen_async.testing._openapi`) assembles them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
+
+__all__ = ["ID_PATTERN", "NON_BLANK", "component_schemas", "ref"]
+
+_REF = "#/components/schemas/"
+
+# What Python's ``str.isspace`` calls white space, which ``str.strip`` removes: the shared
+# rules trim with it, so "non-blank" means "has one character outside this class".
+_SPACE = r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NON_BLANK = f"[^{_SPACE}]"
+# One path segment, as ``check_id`` takes it: no white space, control character, ``/`` or
+# ``\``, not a dot segment (raw or percent-encoded), no encoded ``/`` or ``\``.
+ID_PATTERN = (
+    r"^(?!(\.|%2[eE]|%252[eE]){1,2}$)(?!.*%(25)?(2[fF]|5[cC]))"
+    f"[^/\\\\{_SPACE}\\u0000-\\u001f\\u007f-\\u009f]+$"
+)
+
+
+def _ascii_class(excluded: str) -> str:
+    """A regex class of printable ASCII but ``excluded``, valid in Python and ECMA-262."""
+    codes = [c for c in range(0x21, 0x7F) if chr(c) not in excluded]
+    spans: list[list[int]] = []
+    for code in codes:
+        if spans and spans[-1][1] == code - 1:
+            spans[-1][1] = code
+        else:
+            spans.append([code, code])
+    parts = (f"\\x{a:02x}" if a == b else f"\\x{a:02x}-\\x{b:02x}" for a, b in spans)
+    return "[" + "".join(parts) + "]"
+
+
+# An http(s) URL as ``_validation._url`` accepts it: a host (after any ``user:pass@``, before
+# any ``:port``) that is not empty, no white space anywhere. The part before the path is
+# limited to printable ASCII without brackets (IDN and bracketed IPv6 hosts, which the rule
+# also accepts, are left out), so every URL that fits the schema is accepted.
+_URL_PATTERN = (
+    f"^[Hh][Tt][Tt][Pp][Ss]?://({_ascii_class('/?#@[]')}*@)?{_ascii_class('/?#@[]:')}+"
+    f"(:{_ascii_class('/?#@[]')}*)?([/?#][^{_SPACE}]*)?$"
+)
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": _REF + name}
+
+
+def _describe(field: Field) -> str:
+    parts = [field.doc] if field.doc else []
+    if field.type == "integer" and field.maximum is not None:
+        unit = f" {field.unit}" if field.unit else ""
+        parts.append(f"{field.minimum} to {field.maximum}{unit}.")
+    if field.default is not None:
+        parts.append(
+            f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
+        )
+    return " ".join(parts)
+
+
+def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in schema:
+        return {"anyOf": [schema, {"type": "null"}]}
+    if "oneOf" in schema:
+        return {**schema, "oneOf": [*schema["oneOf"], {"type": "null"}]}
+    kind = schema["type"]
+    nullable = {**schema, "type": [*(kind if isinstance(kind, list) else [kind]), "null"]}
+    if "enum" in schema:
+        nullable["enum"] = [*schema["enum"], None]
+    return nullable
+
+
+def _bounds(schema: dict[str, Any], field: Field) -> dict[str, Any]:
+    if field.minimum is not None:
+        schema["minimum"] = field.minimum
+    if field.maximum is not None:
+        schema["maximum"] = field.maximum
+    return schema
+
+
+def _items(schema: dict[str, Any], field: Field) -> dict[str, Any]:
+    if field.min_items:
+        schema["minItems"] = field.min_items
+    if field.max_items is not None:
+        schema["maxItems"] = field.max_items
+    return schema
+
+
+def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
+    """The JSON Schema of one field of the statement."""
+    kind = field.type
+    schema: dict[str, Any]
+    if kind == "enum":
+        assert field.choices is not None  # noqa: S101  # the statement gives every enum's values
+        schema = {"type": "string", "enum": list(field.choices.values())}
+    elif kind == "text":
+        schema = {"type": "string", "pattern": NON_BLANK}
+    elif kind == "string":
+        schema = {"type": "string"}
+    elif kind == "id":
+        schema = {"type": "string", "minLength": 1}
+    elif kind == "number":
+        schema = _bounds({"type": "number"}, field)
+    elif kind == "integer":
+        schema = _bounds({"type": "integer"}, field)
+    elif kind == "datetime":
+        schema = {"type": "string", "format": "date-time"}
+    elif kind == "resolution":
+        schema = (
+            {
+                "oneOf": [
+                    {"type": "integer", "minimum": 1},
+                    {"type": "string", "pattern": NON_BLANK},
+                ]
+            }
+            if request
+            else {"type": ["integer", "string"]}
+        )
+    elif kind == "url":
+        schema = ref("Url") if request else {"type": "string", "format": "uri"}
+    elif kind == "urls":
+        schema = _items({"type": "array", "items": ref("Url")}, field)
+    elif kind == "ids":
+        schema = _items({"type": "array", "items": {"type": "string"}}, field)
+    elif kind.startswith("["):
+        schema = {"type": "array", "items": ref(kind[1:-1])}
+    else:
+        schema = ref(kind)
+    description = _describe(field)
+    if description:
+        if "$ref" in schema:
+            schema = {"allOf": [schema], "description": description}
+        else:
+            schema["description"] = description
+    if (request and not field.required) or field.nullable:
+        schema = (
+            _with_null(schema) if "allOf" not in schema else {"anyOf": [schema, {"type": "null"}]}
+        )
+    return schema
+
+
+def _when(body: Body, rule: MaxItemsWhen | NeedsOneOfWhen) -> dict[str, Any]:
+    """The condition of a cross-field rule; an omitted field counts as its default."""
+    if body.field(rule.when).default == rule.equals:
+        return {"properties": {rule.when: {"enum": [rule.equals, None]}}}
+    return {"required": [rule.when], "properties": {rule.when: {"const": rule.equals}}}
+
+
+def _rule_schema(body: Body, rule: MaxItemsWhen | NeedsOneOfWhen) -> dict[str, Any]:
+    if isinstance(rule, MaxItemsWhen):
+        return {
+            "if": _when(body, rule),
+            "then": {
+                "properties": {rule.field: {"type": ["array", "null"], "maxItems": rule.max_items}}
+            },
+        }
+    alone = [
+        _when(body, rule),
+        {"required": [rule.field], "properties": {rule.field: {"type": "array", "minItems": 1}}},
+        *({"properties": {o: {"type": ["array", "null"], "maxItems": 0}}} for o in rule.others),
+    ]
+    return {"not": {"allOf": alone}}
+
+
+def _rule_text(rule: MaxItemsWhen | NeedsOneOfWhen) -> str:
+    if isinstance(rule, MaxItemsWhen):
+        when = f"{rule.when} is {rule.equals}"
+        return f"At most {rule.max_items} {rule.noun} in {rule.field} when {when}."
+    others = " or ".join(rule.others)
+    return f"When {rule.when} is {rule.equals}, {rule.field} needs {others} ({rule.reason})."
+
+
+def _body_schema(body: Body) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {f.name: _field_schema(f, request=True) for f in body.fields},
+    }
+    required = [f.name for f in body.fields if f.required]
+    if required:
+        schema["required"] = required
+    if body.rules:
+        schema["allOf"] = [_rule_schema(body, r) for r in body.rules]
+    texts = [_rule_text(r) for r in body.rules]
+    schema["description"] = " ".join([*texts, "A null value counts as omitted."])
+    return schema
+
+
+def _shape_schema(name: str) -> dict[str, Any]:
+    shape = SHAPES[name]
+    return {
+        "type": "object",
+        "required": [f.name for f in shape.fields if f.required],
+        "properties": {f.name: _field_schema(f, request=False) for f in shape.fields},
+    }
+
+
+def component_schemas() -> dict[str, Any]:
+    schemas: dict[str, Any] = {
+        "Url": {
+            "type": "string",
+            "pattern": _URL_PATTERN,
+            "description": "A public http or https URL (the sandbox also takes unencoded"
+            " non-ASCII characters in the path, query and fragment).",
+        },
+        "ErrorEnvelope": {
+            "type": "object",
+            "description": "A failure: data is null and message describes it.",
+            "required": ["code", "trace_id", "message", "data"],
+            "properties": {
+                "code": {
+                    "type": "integer",
+                    "description": "400, 401, 404, 409, 413, 429 or 5xx; 300111 (insufficient"
+                    " credits) or 100099 (media not stored) with HTTP 409.",
+                },
+                "trace_id": {"type": "string", "minLength": 1},
+                "message": {"type": "string", "minLength": 1},
+                "data": {"type": "null"},
+            },
+        },
+    }
+    for endpoint in ENDPOINTS:
+        if endpoint.body is not None:
+            schemas[endpoint.body.name] = _body_schema(endpoint.body)
+    for name in SHAPES:
+        schemas[name] = _shape_schema(name)
+    return schemas

@@ -1,0 +1,255 @@
+"""The simulation's objects: a video task, a batch and a project, as state machines on time.
+
+Nothing here runs in the background. A task or project stores the simulated instants at which
+it changes (start, finish, each project step) and its state is computed from the clock when it
+is read, so a hundred thousand pending tasks cost a few hundred bytes each and no timer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from .._enums import ProjectStatus, ProjectStep, TaskStatus
+
+__all__ = ["Batch", "Project", "SandboxError", "Task", "iso", "make_script", "num", "shorten"]
+
+
+QUEUED = TaskStatus.QUEUED.value
+RUNNING = TaskStatus.RUNNING.value
+SUCCEEDED = TaskStatus.SUCCEEDED.value
+FAILED = TaskStatus.FAILED.value
+ERROR = TaskStatus.ERROR.value
+TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
+
+DEFAULT_MODEL = "videomodel_2_0"
+PROJECT_TASK_MODEL = "videomodel_2_0"
+
+# Kinds of the events of SandboxState's heap.
+EV_TASK_REFUND = 0
+EV_PROJECT_FAIL = 1
+EV_PROJECT_SCRIPT = 2
+
+INSUFFICIENT_CREDITS = "Insufficient API credits"
+MEDIA_NOT_STORED = "Failed to store media from URL"
+
+TASK_FAILURE_MESSAGES = (
+    "The prompt was rejected by the content policy.",
+    "The reference media could not be used for generation.",
+    "Video generation failed; no credits were charged.",
+)
+TASK_ERROR_MESSAGE = "Internal error during video generation; no credits were charged."
+PROJECT_FAILURES = {
+    ProjectStep.ANALYZING.value: "Analysis failed: the reference video could not be analysed.",
+    ProjectStep.GENERATING_SCRIPT.value: (
+        "Script generation failed; the script charge was refunded."
+    ),
+}
+AUTO_BATCH_NO_CREDITS = (
+    "Insufficient API credits to create the automatic video batch; add credits and create"
+    " videos with the videos endpoint."
+)
+
+_SCRIPT_BEATS = (
+    "Hook: close-up of {product} in hand, bold on-screen headline, fast push-in.",
+    "Problem: the everyday frustration the product solves, quick cuts, relatable framing.",
+    "Reveal: {product} shown clearly on a clean background, brand colours.",
+    "Demonstration: {avatar} uses {product}, showing the key selling point.",
+    "Proof: close-ups of results and a short testimonial line on screen.",
+    "Offer: {product} with price tag and benefits as animated captions.",
+    "Call to action: {avatar} looks into the camera, 'Tap to shop now', logo end card.",
+)
+
+
+class SandboxError(Exception):
+    """A failure the sandbox answers with the service's error envelope.
+
+    Attributes:
+        status: The HTTP status.
+        code: The envelope ``code``.
+        message: The envelope ``message``.
+        headers: Extra HTTP headers of the answer.
+    """
+
+    def __init__(
+        self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def iso(unix: float) -> str:
+    """Format a Unix time as ISO 8601 UTC with milliseconds and a ``Z``."""
+    text = datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def num(value: float) -> float | int:
+    """Render a credit amount: an integral value as an ``int``."""
+    return int(value) if float(value).is_integer() else value
+
+
+def host_is_invalid(url: str) -> bool:
+    """Whether a URL's host is under the reserved ``.invalid`` top-level domain (RFC 2606)."""
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    except ValueError:
+        return False
+    return host == "invalid" or host.endswith(".invalid")
+
+
+@attrs.define(eq=False)
+class Task:
+    """One video task: the instants at which it changes, and what it ends as."""
+
+    task_id: str
+    model: str
+    duration: int
+    cost: float
+    created_at: float
+    started_at: float
+    finished_at: float
+    outcome: str
+    error_message: str | None
+    created_wall: float
+    project_id: str | None = None
+    batch: int = 0
+    aspect_ratio: str | None = None
+    resolution: int | str | None = None
+    refunded: bool = False
+    version: int = 0
+
+    def status(self, now: float) -> str:
+        """The status at simulated time ``now``."""
+        if now >= self.finished_at:
+            return self.outcome
+        if now >= self.started_at:
+            return RUNNING
+        return QUEUED
+
+    def credits_cost(self, now: float) -> float:
+        """Credits charged at ``now``: 0 once the task has ended failed or error."""
+        if self.outcome != SUCCEEDED and now >= self.finished_at:
+            return 0.0
+        return self.cost
+
+    def updated_at(self, now: float) -> float:
+        """The simulated time of the last change at or before ``now``."""
+        if now >= self.finished_at:
+            return self.finished_at
+        if now >= self.started_at:
+            return self.started_at
+        return self.created_at
+
+
+@attrs.define(eq=False)
+class Batch:
+    """One batch of a project's video tasks."""
+
+    index: int
+    created_at: float
+    out_number: int
+    resolution: int | str
+    aspect_ratio: str
+    script: str | None
+    automatic: bool
+    task_ids: list[str] = attrs.field(factory=list)
+
+
+@attrs.define(eq=False)
+class Project:
+    """One viral ad clone project: its inputs, its timeline and its batches."""
+
+    project_id: str
+    inputs: dict[str, Any]
+    created_at: float
+    created_wall: float
+    script: str
+    mode: str = attrs.field(init=False)
+    media_done_at: float = attrs.field(init=False)
+    analysis_done_at: float = attrs.field(init=False)
+    script_ready_at: float = attrs.field(init=False)
+    fail_at: float | None = attrs.field(init=False, default=None)
+    fail_message: str | None = attrs.field(init=False, default=None)
+    fails_before_script: bool = attrs.field(init=False, default=False)
+    script_cost: float = attrs.field(init=False, default=0.0)
+    batches: list[Batch] = attrs.field(init=False, factory=list)
+    tasks: list[Task] = attrs.field(init=False, factory=list)
+    version: int = attrs.field(init=False, default=0)
+
+    def __attrs_post_init__(self) -> None:
+        self.mode = self.inputs["mode"]
+        self.media_done_at = self.analysis_done_at = self.script_ready_at = self.created_at
+
+    def failed(self, now: float) -> bool:
+        """Whether the project has failed by ``now``."""
+        return self.fail_at is not None and now >= self.fail_at
+
+    def script_ready(self, now: float) -> bool:
+        """Whether the script has been generated by ``now``."""
+        return now >= self.script_ready_at and not self.fails_before_script
+
+    def phase(self, now: float) -> tuple[str, str]:
+        """``(status, current_step)`` at ``now``."""
+        if self.failed(now):
+            return ProjectStatus.FAILED.value, ProjectStep.FAILED.value
+        if now < self.media_done_at:
+            return ProjectStatus.DRAFT.value, ProjectStep.PREPARING_MEDIA.value
+        if now < self.analysis_done_at:
+            return ProjectStatus.RUNNING.value, ProjectStep.ANALYZING.value
+        if now < self.script_ready_at:
+            return ProjectStatus.RUNNING.value, ProjectStep.GENERATING_SCRIPT.value
+        if any(now < t.finished_at for t in self.tasks):
+            return ProjectStatus.RUNNING.value, ProjectStep.GENERATING_VIDEO.value
+        return ProjectStatus.SUCCEEDED.value, ProjectStep.SCRIPT_READY.value
+
+    def updated_at(self, now: float) -> float:
+        """The simulated time of the last change at or before ``now``."""
+        latest = self.created_at
+        limit = self.fail_at if self.failed(now) else None
+        for boundary in (self.media_done_at, self.analysis_done_at, self.script_ready_at):
+            if boundary <= now and (limit is None or boundary <= limit):
+                latest = max(latest, boundary)
+        if limit is not None:
+            latest = max(latest, limit)
+        for task in self.tasks:
+            latest = max(latest, task.updated_at(now))
+        return latest
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def make_script(inputs: Mapping[str, Any]) -> str:
+    """The reviewable script of a project: one line per time range."""
+    total = int(inputs["duration"])
+    count = len(inputs["product_image_urls"])
+    product = "the product" if count == 1 else f"the {count} products"
+    avatar = "the presenter" if inputs.get("avatar_image_url") else "a presenter"
+    language = inputs.get("speech_language_option") or "the reference video's language"
+    step = 3 if total >= 6 else 1
+    lines = []
+    start = 0
+    beat = 0
+    while start < total:
+        end = min(total, start + step)
+        if end == total or beat == len(_SCRIPT_BEATS) - 1:
+            end = total
+            text = _SCRIPT_BEATS[-1]
+        else:
+            text = _SCRIPT_BEATS[beat]
+        lines.append(f"{start}-{end}s: " + text.format(product=product, avatar=avatar))
+        start = end
+        beat += 1
+    lines.append(f"Voiceover: {language}; aspect ratio {inputs['aspect_ratio']}.")
+    if inputs.get("prompt"):
+        lines.append(f"Brief: {str(inputs['prompt']).strip()[:200]}")
+    return "\n".join(lines)

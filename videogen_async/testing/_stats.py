@@ -1,0 +1,163 @@
+"""What the sandbox counts: requests per route and status, in-flight peaks, the request log."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+__all__ = ["RequestRecord", "RequestStats", "SandboxStats"]
+
+
+@attrs.frozen
+class RequestRecord:
+    """One request as the sandbox saw it.
+
+    Attributes:
+        method: The HTTP method.
+        path: The path (without the query).
+        route: ``METHOD /route/{pattern}`` (``<unmatched>`` for an unknown path).
+        status: The status sent, or ``None`` when the connection was dropped.
+        started_at: When the request arrived (Unix seconds, real time).
+        duration: Seconds spent handling it (real time, including injected latency).
+        fault: The injected fault kind, if any (``latency`` when only latency was added).
+        trace_id: The ``trace_id`` of the answer, if it had one.
+    """
+
+    method: str
+    path: str
+    route: str
+    status: int | None
+    started_at: float
+    duration: float
+    fault: str | None = None
+    trace_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class SandboxStats:
+    """Counters of the requests a sandbox has served since its last statistics reset.
+
+    Attributes:
+        requests: Requests received (control endpoints excluded).
+        by_route: Requests per ``METHOD /route``.
+        by_status: Requests per status sent (``"dropped"`` for a closed connection).
+        in_flight: Requests being handled now.
+        peak_in_flight: The most requests handled at once.
+        peak_in_flight_by_route: The same, per route.
+        tasks_created: Video tasks created (direct and project batches).
+        projects_created: Projects created.
+        faults: Injected faults per kind.
+        since: When the counters started (Unix seconds, real time).
+    """
+
+    requests: int
+    by_route: Mapping[str, int]
+    by_status: Mapping[str, int]
+    in_flight: int
+    peak_in_flight: int
+    peak_in_flight_by_route: Mapping[str, int]
+    tasks_created: int
+    projects_created: int
+    faults: Mapping[str, int]
+    since: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The statistics as JSON-ready data."""
+        return {
+            "requests": self.requests,
+            "by_route": dict(self.by_route),
+            "by_status": dict(self.by_status),
+            "in_flight": self.in_flight,
+            "peak_in_flight": self.peak_in_flight,
+            "peak_in_flight_by_route": dict(self.peak_in_flight_by_route),
+            "tasks_created": self.tasks_created,
+            "projects_created": self.projects_created,
+            "faults": dict(self.faults),
+            "since": self.since,
+        }
+
+
+class RequestStats:
+    """The counters and the request log of one sandbox.
+
+    Args:
+        log_size: How many recent requests the log keeps.
+        created: Returns ``(tasks, projects)`` created so far, for the ``*_created`` counts.
+        faults_injected: Returns the injected faults per kind.
+    """
+
+    def __init__(
+        self,
+        log_size: int,
+        created: Callable[[], tuple[int, int]],
+        faults_injected: Callable[[], Mapping[str, int]],
+    ) -> None:
+        self.log: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
+        self._created = created
+        self._faults_injected = faults_injected
+        self._in_flight_by_route: dict[str, int] = {}
+        self._peak_by_route: dict[str, int] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero the counters and the peaks (the log is cleared by :meth:`clear`)."""
+        self._requests = 0
+        self._by_route: collections.Counter[str] = collections.Counter()
+        self._by_status: collections.Counter[str] = collections.Counter()
+        # Requests in flight now stay counted (they will leave), and seed the new peaks.
+        in_flight = {k: v for k, v in self._in_flight_by_route.items() if v}
+        self._in_flight_by_route = in_flight
+        self._in_flight = sum(in_flight.values())
+        self._peak = self._in_flight
+        self._peak_by_route = dict(in_flight)
+        self._tasks_base, self._projects_base = self._created()
+        self._since = time.time()
+
+    def clear(self) -> None:
+        """Zero the counters and clear the request log."""
+        self.reset()
+        self.log.clear()
+
+    def enter(self, route: str) -> None:
+        """A request of ``route`` arrived."""
+        self._in_flight += 1
+        self._peak = max(self._peak, self._in_flight)
+        count = self._in_flight_by_route.get(route, 0) + 1
+        self._in_flight_by_route[route] = count
+        if count > self._peak_by_route.get(route, 0):
+            self._peak_by_route[route] = count
+
+    def leave(self, record: RequestRecord) -> None:
+        """A request ended (``record.status`` is ``None`` for a dropped connection)."""
+        route = record.route
+        self._in_flight -= 1
+        self._in_flight_by_route[route] -= 1
+        self._requests += 1
+        self._by_route[route] += 1
+        self._by_status["dropped" if record.status is None else str(record.status)] += 1
+        if self.log.maxlen:
+            self.log.append(record)
+
+    def snapshot(self) -> SandboxStats:
+        """The counters now."""
+        tasks, projects = self._created()
+        return SandboxStats(
+            requests=self._requests,
+            by_route=dict(self._by_route),
+            by_status=dict(self._by_status),
+            in_flight=self._in_flight,
+            peak_in_flight=self._peak,
+            peak_in_flight_by_route=dict(self._peak_by_route),
+            tasks_created=tasks - self._tasks_base,
+            projects_created=projects - self._projects_base,
+            faults=dict(self._faults_injected()),
+            since=self._since,
+        )
