@@ -55,9 +55,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import aiohttp
+import attrs
 
 from videogen_async import AsyncVideoGen, Task, VideoGenError
 from videogen_async._gather import DEFAULT_MAX_CONCURRENCY, gather_until_done
+from videogen_async._polling import PollPolicy
 from videogen_async.testing import SandboxProcess
 
 TERMINAL = {"succeeded", "failed", "error"}
@@ -397,17 +399,259 @@ async def measure_memory(n: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Batch shapes: the defaults against a 1 s and a 0.25 s loop, side by side in one sandbox
+# ---------------------------------------------------------------------------------------------
+
+TIME_FIELDS = (
+    "first_delay",
+    "min_interval",
+    "max_interval",
+    "dense_interval",
+    "sparse_cap",
+    "coalesce",
+    "error_initial",
+    "error_max",
+    "rate_limit_initial",
+    "rate_limit_max",
+)
+
+
+def scaled_policy(scale: float) -> PollPolicy:
+    """The default policy with every duration multiplied by ``scale`` (``--quick``)."""
+    base = PollPolicy()
+    return attrs.evolve(base, **{name: getattr(base, name) * scale for name in TIME_FIELDS})
+
+
+@dataclass
+class Shape:
+    name: str
+    # (count share, low, high, outcome) per class of the batch, finish times in seconds
+    parts: list[tuple[float, float, float, str]]
+    keyed: bool = False  # pass class keys to the gather
+    second: bool = False  # a first batch of the same kind runs before, on the same client
+
+
+SHAPES = [
+    Shape("narrow 25-35 s", [(1.0, 25, 35, "succeeded")]),
+    Shape("wide 5-60 s", [(1.0, 5, 60, "succeeded")]),
+    Shape("very wide 2-120 s", [(1.0, 2, 120, "succeeded")]),
+    Shape(
+        "mixed 8-12/25-35/55-65 s, keyed",
+        [(1 / 3, 8, 12, "succeeded"), (1 / 3, 25, 35, "succeeded"), (1 / 3, 55, 65, "succeeded")],
+        keyed=True,
+    ),
+    Shape("all failing at 30 s", [(1.0, 30, 30, "failed")]),
+    Shape("all succeeding at 30 s", [(1.0, 30, 30, "succeeded")]),
+    Shape("second batch, 30 s", [(1.0, 30, 30, "succeeded")], second=True),
+]
+
+
+@dataclass
+class ShapeRow:
+    name: str
+    n: int
+    requests: int = 0
+    lags: list[float] = field(default_factory=list)
+
+    @property
+    def per_task(self) -> float:
+        return self.requests / self.n
+
+    def lag(self, q: float) -> float:
+        ordered = sorted(self.lags)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _create(sandbox: Sandbox, shape: Shape, n: int, scale: float) -> dict[str, str]:
+    """One copy of the batch, created at once with its finish times: ``{id: class key}``."""
+    out: dict[str, str] = {}
+    for index, (share, low, high, outcome) in enumerate(shape.parts):
+        count = round(n * share) if index < len(shape.parts) - 1 else n - len(out)
+        finish_in: Any = low * scale if low == high else [low * scale, high * scale]
+        data = await sandbox.control(
+            "POST", "/tasks/bulk", {"count": count, "finish_in": finish_in, "outcome": outcome}
+        )
+        out.update(dict.fromkeys(data["task_ids"], f"k{index}"))
+    return out
+
+
+def _looping(interval: float) -> Callable[..., Awaitable[tuple[dict[str, float], int]]]:
+    async def run(
+        client: AsyncVideoGen, ids: list[str], concurrency: int, **_: Any
+    ) -> tuple[dict[str, float], int]:
+        get = client.with_options(max_retries=0).tasks.get
+        sem = asyncio.Semaphore(concurrency)
+        seen: dict[str, float] = {}
+        sent = 0
+
+        async def one(task_id: str) -> None:
+            nonlocal sent
+            while True:
+                task: Task | None = None
+                async with sem:
+                    sent += 1
+                    with contextlib.suppress(VideoGenError):
+                        task = await get(task_id)
+                if task is not None and task.is_terminal:
+                    seen[task_id] = time.time()
+                    return
+                await asyncio.sleep(interval)
+
+        await asyncio.gather(*(one(i) for i in ids))
+        return seen, sent
+
+    return run
+
+
+async def _gathering(
+    client: AsyncVideoGen,
+    ids: list[str],
+    concurrency: int,
+    *,
+    policy: PollPolicy,
+    classes: dict[str, str] | None,
+) -> tuple[dict[str, float], int]:
+    seen: dict[str, float] = {}
+    options: dict[str, Any] = {} if classes is None else {"classes": classes}
+    async with gather_until_done(
+        client, ids, max_concurrency=concurrency, poll_policy=policy, **options
+    ) as results:
+        async for task in results:
+            seen[task.task_id] = time.time()  # type: ignore[union-attr]
+        sent = results.progress.requests
+    return seen, sent
+
+
+async def measure_shape(
+    shape: Shape, n: int, scale: float, concurrency: int, *, together: bool
+) -> dict[str, ShapeRow]:
+    """Every strategy on its own copy of the batch, in one sandbox process: side by side
+    (``together``) or one after the other (no strategy's load weighs on another's lags)."""
+    policy = scaled_policy(scale)
+    strategies = {
+        "gather": None,
+        "fixed-1s": _looping(1.0 * scale),
+        "fixed-0.25s": _looping(0.25 * scale),
+    }
+    async with Sandbox(seed=SEED, duration=(30, 30)) as sandbox:
+        client = AsyncVideoGen(api_key=sandbox.api_key, base_url=sandbox.base_url)
+        async with client:
+            if shape.second:  # the first batch of the kind, on the same client (not measured)
+                first = await _create(sandbox, shape, n, scale)
+                keys = first if shape.keyed else None
+                await _gathering(client, list(first), concurrency, policy=policy, classes=keys)
+            # Each strategy's copy is created just before its run starts (side by side: all
+            # within ~0.1 s, then run at once).
+            batches: dict[str, dict[str, str]] = {}
+            results = []
+            runs = []
+            for name, loop in strategies.items():
+                batches[name] = await _create(sandbox, shape, n, scale)
+                ids = list(batches[name])
+                if loop is None:
+                    keys = batches[name] if shape.keyed else None
+                    run = _gathering(client, ids, concurrency, policy=policy, classes=keys)
+                else:
+                    run = loop(client, ids, concurrency)
+                if together:
+                    runs.append(run)
+                else:
+                    results.append(await run)
+            results += await asyncio.gather(*runs)
+            rows = {}
+            for (name, keyed), (seen, sent) in zip(batches.items(), results, strict=True):
+                ids = list(keyed)
+                finishes = await sandbox.finish_walls(ids)
+                rows[name] = ShapeRow(
+                    name, n, requests=sent, lags=[seen[i] - finishes[i] for i in ids]
+                )
+    return rows
+
+
+def report_shapes(table: list[tuple[Shape, dict[str, ShapeRow]]], scale: float) -> list[str]:
+    print(f"\n## batch shapes (times x{scale:g}; lags in seconds; ratios to fixed-1s)\n")
+    head = (
+        f"{'shape':<32} {'strategy':<12} {'req/task':>8} {'lag p50':>8} {'lag p95':>8}"
+        f" {'req x1s':>8} {'p50 x1s':>8} {'p95 x1s':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    verdicts: list[str] = []
+    p95_of: dict[str, float] = {}
+    for shape, rows in table:
+        base = rows["fixed-1s"]
+        for name, r in rows.items():
+            print(
+                f"{shape.name:<32} {name:<12} {r.per_task:8.2f} {r.lag(0.5):8.3f}"
+                f" {r.lag(0.95):8.3f} {r.per_task / base.per_task:8.2f}"
+                f" {r.lag(0.5) / base.lag(0.5):8.2f} {r.lag(0.95) / base.lag(0.95):8.2f}"
+            )
+        g = rows["gather"]
+        req, p95 = g.per_task / base.per_task, g.lag(0.95) / base.lag(0.95)
+        p95_of[shape.name] = g.lag(0.95)
+        limit = 0.4 if shape.name.startswith(("narrow", "mixed")) else 1.0
+        limit = 0.25 if shape.second else limit
+        verdicts.append(
+            f"[{'PASS' if req <= limit else 'MISS'}] {shape.name}: requests {req:.2f}x <= {limit}x"
+        )
+        verdicts.append(
+            f"[{'PASS' if p95 <= 1.0 else 'MISS'}] {shape.name}: p95 lag {p95:.2f}x <= 1.0x"
+        )
+    failed, succeeded = p95_of.get("all failing at 30 s"), p95_of.get("all succeeding at 30 s")
+    if failed is not None and succeeded:
+        ok = abs(failed - succeeded) <= 0.1 * succeeded
+        verdicts.append(
+            f"[{'PASS' if ok else 'MISS'}] all-failed p95 lag {failed:.3f}s within 10% of"
+            f" all-succeeded {succeeded:.3f}s"
+        )
+    return verdicts
+
+
+async def measure_rate(name: str, n: int, scale: float, concurrency: int) -> tuple[float, float]:
+    """(p95 lag over a sample of 1,000 ids, requests per second) of a batch of ``n`` ids
+    finishing uniformly 1-60 s (x ``scale``) after creation."""
+    async with Sandbox(seed=SEED, duration=(30, 30)) as sandbox:
+        client = AsyncVideoGen(api_key=sandbox.api_key, base_url=sandbox.base_url)
+        async with client:
+            data = await sandbox.control(
+                "POST", "/tasks/bulk", {"count": n, "finish_in": [1 * scale, 60 * scale]}
+            )
+            ids = list(data["task_ids"])
+            started = time.time()
+            if name == "gather":
+                seen, sent = await _gathering(
+                    client, ids, concurrency, policy=scaled_policy(scale), classes=None
+                )
+            else:
+                seen, sent = await _looping(1.0 * scale)(client, ids, concurrency)
+            wall = time.time() - started
+            sample = random.Random(SEED).sample(ids, min(1000, n))
+            finishes = await sandbox.finish_walls(sample)
+    lags = sorted(seen[i] - finishes[i] for i in sample)
+    return lags[int(0.95 * (len(lags) - 1))], sent / wall
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="scaled-down sizes (CI smoke run)")
-    parser.add_argument("--skip-scale", action="store_true", help="skip the 10,000-id workload")
+    parser.add_argument("--quick", action="store_true", help="scaled-down sizes and times")
+    parser.add_argument("--skip-shapes", action="store_true", help="skip the batch shapes")
+    parser.add_argument("--skip-rate", action="store_true", help="skip the 10,000/100,000 ids")
+    parser.add_argument(
+        "--skip-legacy", action="store_true", help="skip the strategies and CPU tables"
+    )
     parser.add_argument("--skip-memory", action="store_true", help="skip the memory workload")
+    parser.add_argument("--shapes", default="", help="comma-separated prefixes of shape names")
     parser.add_argument(
         "--strategies",
         default=",".join(STRATEGIES),
         help="comma-separated strategies of the real-time workload",
+    )
+    parser.add_argument("--rate-sizes", default="", help="comma-separated sizes of many ids")
+    parser.add_argument(
+        "--rate-strategies", default="gather,fixed-1s", help="strategies of many ids"
     )
     parser.add_argument("--concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY)
     args = parser.parse_args()
@@ -416,20 +660,40 @@ async def main() -> int:
     QUICK = quick
     duration = (5.0, 7.0) if quick else (25.0, 35.0)
     small, large, memory = (50, 1_000, 10_000) if quick else (300, 10_000, 100_000)
+    scale, per_shape = (0.25, 100) if quick else (1.0, 300)
+    rate_sizes = (2_000, 5_000) if quick else (10_000, 100_000)
+    if args.rate_sizes:
+        rate_sizes = tuple(int(size) for size in args.rate_sizes.split(","))
     concurrency = args.concurrency
     started = time.time()
     print(
         f"# bench/gather.py {'--quick ' if quick else ''}(python {sys.version.split()[0]},"
-        f" {os.cpu_count()} CPUs); finishes uniform in {duration[0]:g}-{duration[1]:g} s after"
-        " creation, 10-30 ms latency per status query"
+        f" {os.cpu_count()} CPUs); 10-30 ms latency per status query"
     )
     verdicts: list[str] = []
-    rows = []
-    for name in args.strategies.split(","):
-        rows.append(await measure(name, small, duration, concurrency))
-        print(f"  ... {name}: done in {rows[-1].wall:.1f}s", file=sys.stderr, flush=True)
-    verdicts += report("real-time", rows, concurrency, lag_targets=True)
-    if not args.skip_scale:
+    if not args.skip_shapes:
+        wanted = [w for w in args.shapes.split(",") if w]
+        table = []
+        for shape in SHAPES:
+            if wanted and not shape.name.startswith(tuple(wanted)):
+                continue
+            rows = await measure_shape(shape, per_shape, scale, concurrency, together=quick)
+            table.append((shape, rows))
+            print(f"  ... {shape.name}: done", file=sys.stderr, flush=True)
+        verdicts += report_shapes(table, scale)
+    if not args.skip_rate:
+        print(f"\n## many ids: finishes 1-60 s (x{scale:g}) after creation\n")
+        print(f"{'ids':>8} {'strategy':<10} {'lag p95 s':>10} {'req/s':>8}")
+        for n in rate_sizes:
+            for name in args.rate_strategies.split(","):
+                p95, rate = await measure_rate(name, n, scale, concurrency)
+                print(f"{n:8d} {name:<10} {p95:10.2f} {rate:8.0f}", flush=True)
+    if not args.skip_legacy and not quick:
+        rows = []
+        for name in args.strategies.split(","):
+            rows.append(await measure(name, small, duration, concurrency))
+            print(f"  ... {name}: done in {rows[-1].wall:.1f}s", file=sys.stderr, flush=True)
+        verdicts += report("real-time", rows, concurrency, lag_targets=True)
         rows = []
         for name in SCALE_STRATEGIES:
             rows.append(await measure(name, large, duration, concurrency))

@@ -7,6 +7,10 @@ writes a JSON report with one entry per row::
 
     python examples/batch_job.py examples/prompts.csv --report report.json
 
+It exits 0 when every row succeeded, 1 otherwise. ``examples/prompts_with_errors.csv`` has
+two bad rows on purpose (a duration of 30 s, a ratio of 4:5): they are reported as
+``rejected``, cost nothing, and the other rows go on (exit 1).
+
 Without ``VIDEOGEN_BASE_URL`` / ``VIDEOGEN_API_KEY`` it runs against a local sandbox.
 """
 

@@ -5,24 +5,26 @@ The fence's info string says what a block is:
 * ``python``: a complete program. It runs as ``__main__`` in a fresh namespace, with
   ``VIDEOGEN_BASE_URL`` and ``VIDEOGEN_API_KEY`` naming a sandbox (fast clock) served from a
   background thread, as a reader's environment would name the service. It must finish
-  without an exception within ``PROGRAM_TIMEOUT`` seconds and print something. All programs
+  without an exception within ``PROGRAM_TIMEOUT`` seconds and print something. A block
+  with a top-level ``await`` is a notebook cell: it runs on an event loop of its own, as
+  Jupyter runs a cell. All programs
   run at once, each in a thread of its own, in one temporary working directory, under the
   blocking-call detector.
 * ``pytest``: a test module of a user's own suite. All of them are written to one temporary
   directory and run by pytest in a subprocess, with only the installed ``videogen_sandbox``
   plugin and ``asyncio_mode = auto``; every test in them must pass.
-* ``py-fragment``: a deliberately partial snippet (``...`` placeholders, code that needs an
-  account): not run. Each is listed as a skipped test with that reason.
 * A python-looking fence that includes a file (``--8<--``) shows an example from
   ``examples/``; ``tests/test_examples.py`` runs those.
-* Any other python-like info string (``py``, ``python3``, ``pycon``) is an error: each block
-  must say which of the above it is. Other languages (``bash``, ``text``, ``toml``...) are
-  not code to run.
+* Any other python-like info string (``py``, ``python3``, ``pycon``, ``py-fragment``) is an
+  error: each block must say which of the above it is, so every block of Python runs. Other
+  languages (``bash``, ``text``, ``toml``...) are not code to run.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import io
 import os
 import re
@@ -48,8 +50,7 @@ PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 PROGRAM_TIMEOUT = 60.0
 RUN = "python"
 TEST = "pytest"
-FRAGMENT = "py-fragment"
-PYTHON_LIKE = re.compile(r"^(py|python\d?|pycon|ipython|py3)$")
+PYTHON_LIKE = re.compile(r"^(i?py|python|pycon)")
 _FENCE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)(?P<rest>.*)$"
 )
@@ -111,11 +112,22 @@ def test_the_docs_have_code_to_run() -> None:
     assert _select(TEST)
 
 
+def _unclear(blocks: list[Block]) -> list[Block]:
+    """The python-looking blocks that would not run: neither ``python`` nor ``pytest``."""
+    return [b for b in blocks if PYTHON_LIKE.match(b.info) and b.info not in (RUN, TEST)]
+
+
 def test_every_python_block_says_what_it_is() -> None:
-    unclear = [
-        block.name for block in ALL_BLOCKS if PYTHON_LIKE.match(block.info) and block.info != RUN
-    ]
-    assert not unclear, f"use ```python, ```pytest or ```py-fragment, not: {unclear}"
+    unclear = [f"{block.name} ({block.info})" for block in _unclear(ALL_BLOCKS)]
+    assert not unclear, f"use ```python or ```pytest (blocks that run), not: {unclear}"
+
+
+def test_a_block_that_would_not_run_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    fences = ["py-fragment", "py", "python3", "pycon", "ipython", "python", "pytest", "bash"]
+    page.write_text("".join(f"```{info}\nx = 1\n```\n" for info in fences), encoding="utf-8")
+    refused = [block.info for block in _unclear(blocks_of(page))]
+    assert refused == ["py-fragment", "py", "python3", "pycon", "ipython"]
 
 
 def test_included_files_exist() -> None:
@@ -186,7 +198,12 @@ class ProgramRun:
             try:
                 # Padded so that a traceback's line numbers are the page's.
                 source = "\n" * self.block.line + self.block.code
-                exec(compile(source, str(self.block.page), "exec"), namespace)  # noqa: S102
+                flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+                code = compile(source, str(self.block.page), "exec", flags=flags)
+                if code.co_flags & inspect.CO_COROUTINE:  # a notebook cell
+                    asyncio.run(eval(code, namespace))  # noqa: S307
+                else:
+                    exec(code, namespace)  # noqa: S102
             except BaseException as exc:
                 self.error = exc
 
@@ -282,18 +299,3 @@ def test_user_test_modules_pass(docs_run: DocsRun) -> None:
     summary = (docs_run.pytest_output.strip().splitlines() or ["(no output)"])[-1]
     assert docs_run.pytest_status == 0, docs_run.pytest_output
     assert re.match(rf"{docs_run.expected_tests} passed in ", summary), summary
-
-
-# --------------------------------------------------------------------------------------------
-# ```py-fragment: shown, not run
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("block", _select(FRAGMENT))
-def test_fragment_is_valid_python(block: Block) -> None:
-    """A fragment is not run (it is partial by design) but must still be Python."""
-    source = block.code
-    if re.search(r"^\s*async (with|for) |^\s*await ", source, re.MULTILINE):
-        source = "async def _fragment():\n" + textwrap.indent(source, "    ")
-    compile(source, block.name, "exec")
-    pytest.skip(f"{block.name}: a py-fragment is shown, not run (partial by design)")

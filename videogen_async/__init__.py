@@ -54,6 +54,7 @@ from ._models import (
 )
 from ._polling import PollPolicy
 from ._retry import RetryPolicy
+from ._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 from ._transport import Timeout
 from ._version import __version__
 
@@ -74,9 +75,12 @@ __all__ = [
     "CreditBalance",
     "DownloadError",
     "DownloadResult",
+    "FinishTimeMemory",
+    "FinishTimeStats",
     "FunctionMode",
     "GatherProgress",
     "GatherResults",
+    "InMemoryFinishTimes",
     "InsufficientCreditsError",
     "InvalidRequestError",
     "MediaStorageError",

@@ -31,6 +31,7 @@ from ._pacing import Pacing
 from ._polling import DEFAULT_POLICY, PollPolicy, TaskSource
 from ._projects import Projects
 from ._retry import RetryPolicy
+from ._schedule import FinishTimeMemory, InMemoryFinishTimes
 from ._tasks import Tasks
 from ._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
 
@@ -158,6 +159,11 @@ class AsyncVideoGen:
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
+
+    Attributes:
+        finish_times: What ``gather_until_done`` learned of each class of tasks' finish
+            times, kept in memory for the client's next gathers (shared with its
+            ``with_options`` views).
     """
 
     def __init__(
@@ -226,20 +232,33 @@ class AsyncVideoGen:
         self._compose(transport, poll_policy, owns_session=True)
 
     def _compose(
-        self, transport: Transport, poll_policy: PollPolicy | None, *, owns_session: bool
+        self,
+        transport: Transport,
+        poll_policy: PollPolicy | None,
+        *,
+        owns_session: bool,
+        finish_times: FinishTimeMemory | None = None,
     ) -> None:
         self._transport = transport
         self._owns_session = owns_session
         self._poll_policy = poll_policy
         policy = poll_policy or DEFAULT_POLICY
-        self.tasks = Tasks(transport, policy)
+        self.finish_times: FinishTimeMemory = (
+            finish_times if finish_times is not None else InMemoryFinishTimes()
+        )
+        self.tasks = Tasks(transport, policy, self.finish_times)
         self.projects = Projects(transport, policy, self.tasks._fetch_once)
         self.credits = Credits(transport, policy)
 
     @classmethod
-    def _view(cls, transport: Transport, poll_policy: PollPolicy | None) -> AsyncVideoGen:
+    def _view(
+        cls,
+        transport: Transport,
+        poll_policy: PollPolicy | None,
+        finish_times: FinishTimeMemory,
+    ) -> AsyncVideoGen:
         view = cls.__new__(cls)
-        view._compose(transport, poll_policy, owns_session=False)
+        view._compose(transport, poll_policy, owns_session=False, finish_times=finish_times)
         return view
 
     def _task_source(self) -> TaskSource:
@@ -330,7 +349,7 @@ class AsyncVideoGen:
         transport = self._transport.copy(
             timeout=new_timeout, retry=retry, deadline=UNSET if deadline is _NOT_GIVEN else deadline
         )
-        return type(self)._view(transport, poll_policy or self._poll_policy)
+        return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 
     async def download(
         self,

@@ -10,11 +10,12 @@ Design (see ``docs/waiting.md`` for the user's view):
   rate or the end of a 429 pause) and hands every id due before its next wake to an idle
   worker through a future: no task is created per poll, and the event loop wakes at most once
   per ``coalesce`` seconds for the dispatching, however many ids are due.
-* **The batch's finish window** is learned from the finished tasks (``_polling``), with a few
-  probe ids polled densely until the first one finishes. When the window first becomes known
-  (or its start moves earlier by half a dense gap) every waiting id whose window starts
-  sooner than its next poll is pulled forward: an O(n log n) pass, a handful of times per
-  batch, never per poll.
+* **Finish times per class** are learned from every terminal task (``_schedule``: a decaying
+  histogram per class key, with what the client remembers of the class as a prior), with a
+  few probe ids per class polled densely until the first one finishes. When a class's
+  support first becomes known, starts earlier or ends later, its waiting ids whose support
+  starts sooner than their next poll are pulled forward: an O(k log n) pass over the class,
+  a handful of times per class, never per poll.
 * **Overload.** A 429 pauses every poll until its ``Retry-After`` (or a backoff), halves the
   allowed concurrency and the request rate, which then recover additively (AIMD). Other
   transient failures back off only their id.
@@ -27,13 +28,12 @@ Design (see ``docs/waiting.md`` for the user's view):
 from __future__ import annotations
 
 import asyncio
-import bisect
 import heapq
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -44,21 +44,19 @@ from anyio.abc import TaskGroup
 from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from ._models import Task
 from ._polling import (
-    FinishWindow,
     PollingClient,
     PollPolicy,
     TaskSource,
     _policy_of,
     aimd_decrease,
     aimd_increase,
-    batch_delay,
-    estimate_window,
     growth_interval,
     probe_count,
     recovered_rate,
     source_of,
 )
 from ._retry import error_delay, is_transient, rate_limit_pause, retry_after_of
+from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay
 from ._validation import check_id
 
 if TYPE_CHECKING:
@@ -130,13 +128,38 @@ class _Fatal:
 _Item = Task | TaskPollError | _Fatal
 
 
+class _Class:
+    """The scheduler's record of one class of ids (one per class key; ``None``: no key)."""
+
+    __slots__ = ("key", "learned", "model", "pending", "states", "support")
+
+    def __init__(self, key: object) -> None:
+        self.key = key
+        self.states: list[_IdState] = []
+        self.pending = 0
+        self.model: ClassModel | None = None
+        self.support: Support | None = None
+        self.learned = 0  # finishes since the memory was last updated
+
+
 class _IdState:
     """The scheduler's record of one distinct id."""
 
-    __slots__ = ("created", "done", "due", "entry", "failures", "probe", "sent", "task_id")
+    __slots__ = (
+        "created",
+        "done",
+        "due",
+        "entry",
+        "failures",
+        "klass",
+        "probe",
+        "sent",
+        "task_id",
+    )
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, klass: _Class) -> None:
         self.task_id = task_id
+        self.klass = klass
         self.created = math.nan  # server epoch seconds of created_at (nan: not seen yet)
         self.due = 0.0  # monotonic time of the next poll
         self.entry = -1  # counter of its live heap entry (-1: none, e.g. in flight)
@@ -165,9 +188,18 @@ class _Coordinator:
         policy: PollPolicy,
         on_progress: Callable[[GatherProgress], object] | None,
         progress_interval: float,
+        classes: dict[object, _Class] | None = None,
+        memory: FinishTimeMemory | None = None,
     ) -> None:
         self._source = source
         self._states = ids
+        if classes is None:
+            classes = {}
+            for state in ids.values():
+                classes.setdefault(state.klass.key, state.klass)
+        self._classes = classes
+        self._memory = memory
+        self._start_age = 0.0  # the oldest age at the start seen among the answered ids
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
@@ -188,8 +220,6 @@ class _Coordinator:
         self._idle: list[asyncio.Future[_IdState | None]] = []
         self._closing = False
         self._last_round = -math.inf  # when the dispatcher last sent polls
-        self._durations: list[float] = []
-        self._window: FinishWindow | None = None
         self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
         self._skew_high = math.inf
         self._skew = 0.0
@@ -355,11 +385,35 @@ class _Coordinator:
     # -- scheduling -----------------------------------------------------------------------------
 
     def _start_schedule(self, now: float) -> None:
-        first = now + self._policy.first_delay
-        probes = probe_count(self._policy, self._total)
-        for index, state in enumerate(self._states.values()):
-            state.probe = index < probes
-            self._push(state, first)
+        """Build each class's model (from the memory, if any) and push every id's first poll.
+
+        The probes of each class (see :func:`probe_count`) poll first. The other ids poll at
+        once too unless their class is remembered, in which case their first poll waits
+        for the class's support (assuming the ids were just created; a probe that shows them
+        older brings them forward, see :meth:`_next_delay`).
+        """
+        policy = self._policy
+        first = now + policy.first_delay
+        for klass in self._classes.values():
+            klass.pending = len(klass.states)
+            if policy.adaptive:
+                prior = self._memory.load(klass.key) if self._memory is not None else None
+                klass.model = ClassModel(
+                    half_life=policy.half_life,
+                    prior=prior,
+                    prior_weight=policy.prior_weight,
+                    low_quantile=policy.window_quantile,
+                    high_quantile=1.0 - policy.window_quantile,
+                )
+                klass.support = klass.model.support(klass.pending)
+            probes = probe_count(policy, len(klass.states))
+            later = first
+            if klass.support is not None:
+                wait = klass.support.start - policy.dense_interval
+                later = first + min(policy.sparse_cap, max(0.0, wait))
+            for index, state in enumerate(klass.states):
+                state.probe = index < probes
+                self._push(state, first if state.probe else later)
 
     def _push(self, state: _IdState, due: float) -> None:
         self._counter += 1
@@ -534,22 +588,50 @@ class _Coordinator:
             self._complete(state, task)
             return
         state.sent = sent + self._wall_offset
-        if self._policy.adaptive:
-            delay = batch_delay(
-                self._policy,
-                age=self._age(state, now),
-                elapsed=now - self._started,
-                window=self._window,
-                probe=state.probe,
-                rand=self._rng.random(),
-            )
-        else:
-            age = min(self._age(state, now), now - self._started)
-            delay = growth_interval(self._policy, age, self._rng.random())
-        self._push(state, now + delay)
+        self._push(state, now + self._next_delay(state, now))
+
+    def _next_delay(self, state: _IdState, now: float) -> float:
+        """The gap before the next poll of a pending id (see :func:`next_delay`)."""
+        policy = self._policy
+        elapsed = now - self._started
+        age = self._age(state, now)
+        if not policy.adaptive:
+            return growth_interval(policy, min(age, elapsed), self._rng.random())
+        self._saw_age(age - elapsed, now)
+        return next_delay(
+            age=age,
+            elapsed=elapsed,
+            support=state.klass.support,
+            probe=state.probe,
+            rand=self._rng.random(),
+            interval=policy.dense_interval,
+            probe_interval=policy.dense_interval,
+            min_interval=policy.min_interval,
+            sparse_growth=policy.sparse_growth,
+            sparse_cap=policy.sparse_cap,
+            max_interval=policy.max_interval,
+            overdue_growth=policy.overdue_growth,
+            jitter=policy.jitter,
+        )
+
+    def _saw_age(self, start_age: float, now: float) -> None:
+        """Note an id's age at the gather's start; ids older than assumed come forward."""
+        if start_age > self._start_age + 0.5 * self._policy.dense_interval:
+            # The deferred first polls of remembered classes assumed younger ids.
+            self._start_age = start_age
+            for klass in self._classes.values():
+                if klass.support is not None:
+                    self._pull_forward(klass, now)
 
     def _learn(self, state: _IdState, task: Task, now: float) -> None:
-        """Learn the clock skew and the batch's durations from a finished task."""
+        """Learn the clock skew and the class's finish times from a terminal task.
+
+        Every terminal state counts (failed and error tasks end on a schedule too). The
+        support is recomputed for each of a class's first 64 finishes, then after every
+        1/32 more (and at the class's last): a pass over a few hundred bins, never per poll.
+        """
+        klass = state.klass
+        klass.pending -= 1
         result = task.result
         finished = result.finished_at if result is not None else None
         if finished is None or task.created_at is None or not self._policy.adaptive:
@@ -564,31 +646,53 @@ class _Coordinator:
             self._skew_low = max(self._skew_low, low)
             self._skew_high = min(self._skew_high, high)
         self._skew = min(max(0.0, self._skew_low), self._skew_high)
-        if not task.is_succeeded:
+        model = klass.model
+        if model is None:
             return
-        bisect.insort(self._durations, finished_ts - task.created_at.timestamp())
-        old = self._window
-        new = estimate_window(self._policy, self._durations, self._total)
-        self._window = new
-        if new is not None and (
-            old is None or new.start < old.start - 0.5 * self._policy.dense_interval
-        ):
-            self._pull_forward(new, now)
+        self._saw_age(self._age(state, now) - (now - self._started), now)
+        model.add(finished_ts - task.created_at.timestamp())
+        klass.learned += 1
+        count = model.sketch.count
+        if count > 64 and klass.learned * 32 < count and klass.pending > 0:
+            return
+        klass.learned = 0
+        old = klass.support
+        new = model.support(klass.pending)
+        klass.support = new
+        if self._memory is not None:
+            self._memory.update(klass.key, model.sketch.snapshot())
+        if new is None:
+            return
+        half = 0.5 * self._policy.dense_interval
+        if old is None or new.start < old.start - half or new.end > old.end + half:
+            self._pull_forward(klass, now)
 
-    def _pull_forward(self, window: FinishWindow, now: float) -> None:
-        """Bring forward the ids whose window starts before their next poll."""
+    def _pull_forward(self, klass: _Class, now: float) -> None:
+        """Bring forward the ids of a class whose support starts before their next poll.
+
+        An O(k log n) pass over the class's k ids, done when its support is first known,
+        starts earlier or ends later: a handful of times per class, never per poll.
+        """
+        support = klass.support
+        if support is None:
+            return
         moved = 0
-        for state in self._states.values():
-            if state.done or state.entry < 0 or state.created != state.created:
+        assumed = self._start_age + now - self._started  # the age of an id not answered yet
+        lead = support.start - self._policy.dense_interval
+        for state in klass.states:
+            if state.done or state.entry < 0:
                 continue
-            due = max(now, now + window.start - self._age(state, now))
+            age = self._age(state, now) if state.created == state.created else assumed
+            due = now + max(0.0, lead - age)
             if due < state.due:
                 self._push(state, due)
                 moved += 1
         logger.debug(
-            "gather_until_done: finish window from %.2fs of age (%d samples); %d ids moved up",
-            window.start,
-            window.samples,
+            "gather_until_done: class %r finishes from %.2fs of age (%.0f samples); %d ids"
+            " moved up",
+            klass.key,
+            support.start,
+            support.samples,
             moved,
         )
 
@@ -804,6 +908,8 @@ def gather_until_done(
     poll_policy: PollPolicy | None = None,
     on_progress: Callable[[GatherProgress], Any] | None = None,
     progress_interval: float = 1.0,
+    classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None = None,
+    finish_times: FinishTimeMemory | None = None,
 ) -> GatherResults:
     """Wait for many tasks at once, yielding each as soon as it is terminal.
 
@@ -836,6 +942,13 @@ def gather_until_done(
             pauses, at the end and every ``progress_interval`` seconds. It must be quick and
             must not block; an exception it raises ends the gather with that exception.
         progress_interval: Seconds between periodic ``on_progress`` calls.
+        classes: The class of each id, for ids that take different times (e.g. ``(model,
+            duration)``): a mapping from id to a hashable key (ids not in it have no class),
+            or a callable returning the key of an id. Each class's finish times are learned
+            on their own, and remembered (see ``finish_times``) for the next gather.
+        finish_times: Where what is learned about each class is kept between gathers
+            (``None``: the client's ``finish_times``, an in-memory store, if it has one).
+            Ids without a class are kept under the key ``None``.
 
     Returns:
         A :class:`GatherResults`: an async iterator of :class:`Task` (and, with
@@ -845,7 +958,8 @@ def gather_until_done(
     Raises:
         ValueError: ``max_concurrency`` < 1, a negative ``timeout`` or a non-positive
             ``progress_interval``.
-        TypeError: An id is not a string.
+        TypeError: An id is not a string, ``classes`` is neither a mapping nor a callable,
+            or a class key is not hashable.
     """
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
         raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
@@ -857,14 +971,23 @@ def gather_until_done(
         raise ValueError(f"progress_interval must be > 0, got {progress_interval!r}")
     if isinstance(task_ids, str):
         raise TypeError("task_ids must be an iterable of ids, not a single string")
+    key_of = _class_keys(classes)
     states: dict[str, _IdState] = {}
+    by_key: dict[object, _Class] = {}
     for task_id in task_ids:
         if not isinstance(task_id, str):
             raise TypeError(f"task ids must be strings, got {task_id!r}")
         check_id("task_id", task_id)
         if task_id not in states:
-            states[task_id] = _IdState(task_id)
+            key = key_of(task_id)
+            klass = by_key.get(key)
+            if klass is None:
+                klass = by_key[key] = _Class(key)
+            state = _IdState(task_id, klass)
+            klass.states.append(state)
+            states[task_id] = state
     source = source_of(client)
+    memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
     coordinator = _Coordinator(
         source,
         states,
@@ -874,5 +997,42 @@ def gather_until_done(
         policy=poll_policy or source.poll_policy or _policy_of(client, None),
         on_progress=on_progress,
         progress_interval=progress_interval,
+        classes=by_key,
+        memory=memory,
     )
     return GatherResults(coordinator)
+
+
+def _class_keys(
+    classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None,
+) -> Callable[[str], object]:
+    """A checked ``id -> class key`` function for ``gather_until_done``'s ``classes``."""
+    if classes is None:
+        return lambda _task_id: None
+    if isinstance(classes, Mapping):
+        table = classes
+
+        def lookup(task_id: str) -> object:
+            return _checked_key(task_id, table.get(task_id))
+
+        return lookup
+    if callable(classes):
+        function = classes
+
+        def call(task_id: str) -> object:
+            return _checked_key(task_id, function(task_id))
+
+        return call
+    raise TypeError(
+        f"classes must be a mapping of id to class key or a callable, got {type(classes).__name__}"
+    )
+
+
+def _checked_key(task_id: str, key: object) -> object:
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(
+            f"classes: the class key of {task_id!r} must be hashable, got {key!r}"
+        ) from None
+    return key

@@ -47,6 +47,7 @@ from ._retry import (
     rate_limit_pause,
     recovered_rate,
 )
+from ._schedule import FinishTimeMemory
 
 __all__ = [
     "FinishWindow",
@@ -103,12 +104,15 @@ class PollPolicy:
             step.
         adaptive: Learn the batch's finish window (``gather_until_done``); ``False`` polls every
             id on the growing schedule of a single wait.
-        dense_interval: Gap inside the learned finish window, and of the probes.
+        dense_interval: The longest gap of a batch's id inside the ages at which its class is
+            seen to finish (from one gap before the ``window_quantile`` of the durations to a
+            margin past their ``1 - window_quantile``), and the gap of the probes: a batch is
+            never polled more sparsely there than a loop at this gap.
         relative_interval: Lower bound of the dense gap as a fraction of the task's age, so
             that long tasks (minutes) are not polled every second: the dense gap is
             ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
-        probes: Ids of a batch polled densely until the first one finishes (``None``: about
-            the square root of the batch size, between 4 and 64).
+        probes: Ids of each class of a batch polled densely until the first one finishes
+            (``None``: about the square root of the class's size, between 8 and 64).
         sparse_growth: Gap of a batch's other ids before the window is known, as a fraction of
             their age (``1.0`` doubles the age at each poll), at least ``min_interval`` and at
             most ``max_interval``.
@@ -130,6 +134,13 @@ class PollPolicy:
         coalesce: Polls of a batch due within this many seconds of each other are sent
             together (a little early, never late), so that the event loop wakes once for
             them; at most a fifth of ``dense_interval``.
+        half_life: Finished tasks after which an observed duration counts half as much as a
+            new one, so that the estimate follows a service that gets faster or slower.
+        prior_weight: The most finished tasks a remembered estimate (from an earlier gather
+            on the same client, see ``docs/waiting.md``) counts for.
+
+    ``relative_interval`` is no longer used by ``gather_until_done`` (its gaps inside the
+    observed finish times are at most ``dense_interval``); it is still accepted.
     """
 
     first_delay: float = attrs.field(default=0.0, validator=_ge0)
@@ -138,7 +149,7 @@ class PollPolicy:
     max_interval: float = attrs.field(default=15.0, validator=_gt0)
     jitter: float = attrs.field(default=0.1, validator=_fraction(0.5))
     adaptive: bool = True
-    dense_interval: float = attrs.field(default=0.75, validator=_gt0)
+    dense_interval: float = attrs.field(default=1.0, validator=_gt0)
     relative_interval: float = attrs.field(default=0.02, validator=_ge0)
     probes: int | None = attrs.field(default=None, validator=_optional_ge1)
     sparse_growth: float = attrs.field(default=2.0, validator=_ge0)
@@ -155,6 +166,8 @@ class PollPolicy:
     )
     rate_recovery: float = attrs.field(default=0.1, validator=_gt0)
     coalesce: float = attrs.field(default=0.15, validator=_ge0)
+    half_life: float = attrs.field(default=256.0, validator=_gt0)
+    prior_weight: float = attrs.field(default=16.0, validator=_ge0)
 
     def __attrs_post_init__(self) -> None:
         if self.max_interval < self.min_interval:
@@ -248,12 +261,12 @@ def probe_count(policy: PollPolicy, total: int) -> int:
         total: Distinct ids in the batch.
 
     Returns:
-        ``policy.probes`` if set, otherwise ``ceil(sqrt(total))`` between 4 and 64; never more
+        ``policy.probes`` if set, otherwise ``isqrt(total)`` between 8 and 64; never more
         than ``total``.
     """
     if not policy.adaptive:
         return 0
-    wanted = policy.probes if policy.probes is not None else min(64, max(4, math.isqrt(total)))
+    wanted = policy.probes if policy.probes is not None else min(64, max(8, math.isqrt(total)))
     return max(0, min(total, wanted))
 
 
@@ -364,11 +377,14 @@ class TaskSource:
         pacing: The client's pacing state, if it has one (the gather aligns its 429 pause
             with it).
         poll_policy: The client's default poll policy, if it has one.
+        finish_times: What the client remembers of finish times for its gathers (a
+            ``FinishTimeMemory``), if it has one.
     """
 
     fetch: Callable[[str], Awaitable[Task]]
     pacing: Pacing | None = None
     poll_policy: PollPolicy | None = None
+    finish_times: FinishTimeMemory | None = None
 
 
 def source_of(client: object) -> TaskSource:
@@ -394,7 +410,9 @@ def source_of(client: object) -> TaskSource:
     view = client.with_options(max_retries=0)  # type: ignore[attr-defined]
     policy = getattr(client, "poll_policy", None)
     return TaskSource(
-        fetch=view.tasks.get, poll_policy=policy if isinstance(policy, PollPolicy) else None
+        fetch=view.tasks.get,
+        poll_policy=policy if isinstance(policy, PollPolicy) else None,
+        finish_times=getattr(client, "finish_times", None),
     )
 
 

@@ -11,6 +11,8 @@ from ._models import CreatedTask, Task
 from ._polling import PollPolicy, TaskSource, wait_on_source
 from ._resource import Resource
 from ._retry import NO_RETRY, RetryPolicy
+from ._schedule import FinishTimeMemory
+from ._transport import Transport
 from ._validation import as_url_list, check_id, validate_task_request
 
 __all__ = ["Tasks"]
@@ -104,6 +106,22 @@ class Tasks(Resource):
     async def _fetch_once(self, task_id: str) -> Task:
         return await self._fetch(task_id, NO_RETRY)
 
+    def __init__(
+        self,
+        transport: Transport,
+        poll_policy: PollPolicy,
+        finish_times: FinishTimeMemory | None = None,
+    ) -> None:
+        """A namespace over ``transport``.
+
+        Args:
+            transport: The client's transport.
+            poll_policy: The client's default poll policy.
+            finish_times: What the client remembers of finish times, for its gathers.
+        """
+        super().__init__(transport, poll_policy)
+        self._finish_times = finish_times
+
     def _source(self) -> TaskSource:
         """The narrow interface the waiting engines poll through.
 
@@ -111,7 +129,10 @@ class Tasks(Resource):
         client.
         """
         return TaskSource(
-            fetch=self._fetch_once, pacing=self._transport.pacing, poll_policy=self._poll_policy
+            fetch=self._fetch_once,
+            pacing=self._transport.pacing,
+            poll_policy=self._poll_policy,
+            finish_times=self._finish_times,
         )
 
     async def wait(

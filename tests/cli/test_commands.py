@@ -18,7 +18,7 @@ from videogen_async.testing import sample_mp4
 from .conftest import KEY, Run, ThreadedSandbox, subprocess_env, videogen
 
 COMMANDS = ("credits", "create", "status", "wait", "download", "batch", "project", "sandbox",
-            "demo")  # fmt: skip
+            "demo", "completion")  # fmt: skip
 REFERENCE = "https://cdn.example.com/ads/ref.mp4"
 PRODUCT = "https://cdn.example.com/p/bottle.png"
 
@@ -41,7 +41,7 @@ def test_help_names_every_command_and_the_exit_codes(cli: Callable[..., Run]) ->
     "argv",
     [
         *([c] for c in COMMANDS),
-        *(["project", a] for a in ("create", "get", "script", "videos", "wait")),
+        *(["project", a] for a in ("create", "get", "script", "videos", "wait", "download")),
     ],
 )
 def test_every_command_has_help_with_examples(cli: Callable[..., Run], argv: list[str]) -> None:
@@ -53,7 +53,7 @@ def test_every_command_has_help_with_examples(cli: Callable[..., Run], argv: lis
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["frobnicate"], ["create"], ["create", "x", "--duration", "abc"], ["wait"],
+    [[], ["frobnicate"], ["create", "x", "--duration", "abc"], ["wait"],
      ["download", "t1"], ["project"], ["--max-retries", "-1", "credits"]],
 )  # fmt: skip
 def test_usage_errors_exit_2(cli: Callable[..., Run], argv: list[str]) -> None:
@@ -162,7 +162,12 @@ def test_wait_timeout_exits_1_and_reports_pending(
     run = cli("--json", "wait", task_id, "--timeout", "0.3")
     assert run.code == 1, run
     assert run.json() == [
-        {"task_id": task_id, "status": "pending", "error": run.json()[0]["error"]}
+        {
+            "task_id": task_id,
+            "status": None,
+            "problem": "timed out",
+            "error": "still running when the wait's --timeout ended",
+        }
     ]
 
 
@@ -171,7 +176,14 @@ def test_unknown_task_is_an_api_error_exit_3(
 ) -> None:
     run = cli("status", "no-such-task")
     assert run.code == 3
-    assert "NotFoundError" in run.out
+    assert "(not found)" in run.out
+    assert "the service has no task with this id" in run.out
+    data = cli("--json", "wait", "no-such-task")
+    assert data.code == 3
+    [item] = data.json()
+    assert item["status"] is None
+    assert item["problem"] == "not found"
+    assert "gather" not in data.err + data.out
 
 
 def test_api_error_is_one_line_with_trace_id_traceback_only_with_debug(

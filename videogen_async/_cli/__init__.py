@@ -6,9 +6,10 @@ that ships inside it must not add a fifth. rich, for tables and the live progres
 optional ``cli`` extra (``pip install "videogen-async[cli]"``); without it every command
 prints plain text.
 
-Layout: :mod:`._parser` (commands, options, help), :mod:`._common` (exit codes, configuration,
-Ctrl-C, error lines), :mod:`._ui` (tables, JSON, progress), one module per area
-(:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` with :mod:`._journal`, :mod:`._demo`,
+Layout: :mod:`._parser` (commands and options), :mod:`._help` (help texts), :mod:`._common`
+(exit codes, configuration, Ctrl-C, error lines), :mod:`._ui` (tables, JSON, progress), one
+module per area (:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` with :mod:`._journal`,
+:mod:`._spending` for estimates and ``--max-credits``, :mod:`._completion`, :mod:`._demo`,
 :mod:`._sandbox`). See ``docs/cli.md``.
 """
 
@@ -52,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
+    else:
+        # The command line says what happened in its own words; without this, Python's
+        # last-resort handler would print the library's internal warnings on stderr.
+        handler = logging.NullHandler()
+        logger.addHandler(handler)
     try:
         return ctx.run(args.func)
     except Exception as exc:  # one clear line, a traceback only with --debug

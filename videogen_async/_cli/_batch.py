@@ -51,6 +51,7 @@ from ._common import (
     Context,
     describe_error,
     fmt_credits,
+    poll_failure,
     unwrap_group,
 )
 from ._journal import (
@@ -64,6 +65,7 @@ from ._journal import (
     JournalError,
     request_hash,
 )
+from ._spending import USUAL_BATCH, check_spend, task_estimate
 from ._tasks import wait_for_ids
 
 if TYPE_CHECKING:
@@ -175,6 +177,10 @@ class BatchRun:
         self.unknown_in_a_row = 0
         self.download_failures = 0
         self.entries: dict[int, JournalEntry] = {}
+        self.max_credits: float | None = getattr(args, "max_credits", None)
+        self.charged = 0.0  # credits charged by the creates of this run
+        self.reserved = 0.0  # estimates of the creates in flight
+        self.over_budget = False
 
     # -- records ----------------------------------------------------------------------------
 
@@ -316,6 +322,27 @@ class BatchRun:
         request = line.request
         if request is None:  # pragma: no cover - filtered before
             return False
+        if self.max_credits is not None:
+            cost = task_estimate(request)
+            if self.charged + self.reserved + cost > self.max_credits:
+                if not self.stop_creating:
+                    self.ui.error(
+                        f"line {line.line_no} would take the batch past --max-credits"
+                        f" {fmt_credits(self.max_credits)} ({fmt_credits(self.charged)} charged"
+                        f" so far, about {fmt_credits(cost)} more): creating no more tasks"
+                    )
+                self.stop_creating = True
+                self.over_budget = True
+                return False
+            self.reserved += cost
+        else:
+            cost = 0.0
+        try:
+            return await self._send_create(line, request)
+        finally:
+            self.reserved -= cost
+
+    async def _send_create(self, line: InputLine, request: dict[str, Any]) -> bool:
         with anyio.CancelScope(shield=True):
             await self.journal.mark_attempted(line.line_no, request)
             try:
@@ -324,6 +351,7 @@ class BatchRun:
                 await self._create_failed(line, exc)
                 return False
             await self.journal.mark_created(line.line_no, created.task_id, created.credits_cost)
+        self.charged += float(created.credits_cost or 0)
         self.unknown_in_a_row = 0
         self._record(
             line,
@@ -405,7 +433,7 @@ class BatchRun:
         if isinstance(item.__cause__, WaitTimeoutError):
             self._record(line, status=PENDING, error="still running when --timeout ended")
         else:
-            self._record(line, status=POLL_ERROR, error=describe_error(item))
+            self._record(line, status=POLL_ERROR, error=poll_failure(item)[1])
 
     async def _download_all(self, directory: Path) -> None:
         wanted = [
@@ -518,6 +546,10 @@ def _resume_command(ctx: Context, journal: Path | None, manifest: Path) -> str:
         parts += ["--max-concurrency", str(args.max_concurrency)]
     if args.timeout is not None:
         parts += ["--timeout", f"{args.timeout:g}"]
+    if getattr(args, "max_credits", None) is not None:
+        parts += ["--max-credits", f"{args.max_credits:g}"]
+    if getattr(args, "yes", False):
+        parts += ["--yes"]
     return shlex.join(parts)
 
 
@@ -584,6 +616,19 @@ async def cmd_batch(ctx: Context) -> int:
     if not lines:
         ctx.ui.error(f"{path} holds no request lines")
         return EXIT_USAGE
+    if all(line.request is None for line in lines):
+        for line in lines:
+            ctx.ui.warn(f"line {line.line_no}: {line.problem}")
+        ctx.ui.error(f"{path} holds no valid request line: nothing was sent")
+        return EXIT_USAGE
+    estimate = sum(task_estimate(line.request) for line in lines if line.request is not None)
+    await check_spend(
+        ctx,
+        f"this batch of {len(lines)} line(s)",
+        estimate,
+        USUAL_BATCH,
+        limit_enforced_later=True,
+    )
     default_journal, default_manifest = default_paths(path)
     journal_path: Path | None = None if args.no_journal else Path(args.journal or default_journal)
     manifest = Path(args.manifest) if args.manifest else default_manifest

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import traceback
@@ -20,7 +21,9 @@ from .._exceptions import (
     APIStatusError,
     ConfigurationError,
     InvalidRequestError,
+    NotFoundError,
     TaskPollError,
+    VideoGenError,
     WaitTimeoutError,
 )
 from .._models import unstructure
@@ -36,9 +39,16 @@ __all__ = [
     "EXIT_OK",
     "EXIT_SOME_FAILED",
     "EXIT_USAGE",
+    "NOT_FOUND",
+    "TIMED_OUT",
+    "UNREACHABLE",
+    "UNREADABLE",
     "Context",
+    "UsageError",
+    "cli_advice",
     "describe_error",
     "exit_code_for",
+    "poll_failure",
     "task_row",
     "task_to_json",
     "unwrap_group",
@@ -59,22 +69,122 @@ EXIT_CODES_HELP = """\
 exit codes:
   0    success (every task asked about succeeded)
   1    some tasks failed, could not be created or downloaded, or were not done in time
-  2    usage error: bad options, a bad input file, missing API key or base URL
+  2    usage error: bad options, a bad input file, missing API key or base URL, a spend
+       not confirmed, a sandbox port already in use
   3    API or connection error: the service was unreachable or answered with an error
+       (an unknown id is "not found")
   130  interrupted (Ctrl-C); a batch prints the command that resumes it"""
 
+#: Why a task could not be read, as shown in the status column and in ``--json``
+#: (``"status": null, "problem": ...``); never a task status.
+NOT_FOUND = "not found"
+UNREACHABLE = "unreachable"
+TIMED_OUT = "timed out"
+UNREADABLE = "unreadable"
 
-def describe_error(exc: BaseException) -> str:
+ALLOW_INSECURE_HTTP_ENV = "VIDEOGEN_ALLOW_INSECURE_HTTP"
+
+
+class UsageError(Exception):
+    """A command line that cannot be run as given (exit 2); its text is advice for the user."""
+
+
+# Python names in the library's configuration messages, and what a command-line user types.
+_ADVICE = (
+    (re.compile(r"pass\s+allow_insecure_http=True"), "pass --allow-insecure-http (or set"
+     f" {ALLOW_INSECURE_HTTP_ENV}=1)"),
+    (re.compile(r"allow_insecure_http(=True)?"), "--allow-insecure-http"),
+    (re.compile(r"pass\s+api_key(=\.\.\.)?"), "give the key with --api-key or VIDEOGEN_API_KEY"),
+    (re.compile(r"pass\s+base_url(=\.\.\.)?"), "pass --base-url URL"),
+    (re.compile(r"\bapi_key\b"), "the API key (--api-key or VIDEOGEN_API_KEY)"),
+    (re.compile(r"\bbase_url\b"), "the base URL (--base-url or VIDEOGEN_BASE_URL)"),
+    (re.compile(r"\bmax_retries\b"), "--max-retries"),
+    (re.compile(r"\btimeout\b(?= must| should)"), "--timeout"),
+)  # fmt: skip
+
+
+def cli_advice(text: str) -> str:
+    """A library's configuration message in the command line's terms.
+
+    Its Python argument names become the flags and environment variables of ``videogen``.
+
+    Args:
+        text: The library's message.
+
+    Returns:
+        The message a command-line user can act on.
+    """
+    for pattern, replacement in _ADVICE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+#: The library's request fields, as the options and arguments of the command line.
+_FIELDS = {
+    "image_urls": "--image-url",
+    "audio_urls": "--audio-url",
+    "video_urls": "--video-url",
+    "function_mode": "--function-mode",
+    "product_image_urls": "--product-image-url",
+    "avatar_image_url": "--avatar-image-url",
+    "aspect_ratio": "--aspect-ratio",
+    "speech_language_option": "--speech-language",
+    "out_number": "--out-number",
+    "reference_video_url": "REFERENCE_VIDEO_URL",
+    "project_id": "PROJECT_ID",
+    "task_id": "TASK_ID",
+}
+_FIELD = re.compile(r"\b(" + "|".join(_FIELDS) + r")\b")
+
+
+def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> str:
     """One line naming an error: its class, its message and (inside it) the trace id.
 
     Args:
         exc: The error.
+        command_line_fields: Name the fields of a refused request by their options
+            (``--image-url`` for ``image_urls``), for a request made from options.
 
     Returns:
         ``ClassName: message (trace_id=...)``.
     """
     text = " ".join(str(exc).split()) or repr(exc)
+    if isinstance(exc, ConfigurationError):
+        text = cli_advice(text)
+    elif isinstance(exc, InvalidRequestError) and command_line_fields:
+        text = _FIELD.sub(lambda m: _FIELDS[m.group(0)], text)
+    if isinstance(exc, UsageError):
+        return text
     return f"{type(exc).__name__}: {text}"
+
+
+def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[str, str]:
+    """Why a task could not be read, in the user's terms (never a task status).
+
+    Args:
+        exc: What stopped the read (a :class:`TaskPollError` with its cause, or the error).
+        waiting: The read was part of a wait (the service was *lost* during it).
+
+    Returns:
+        The problem (:data:`NOT_FOUND`, :data:`UNREACHABLE`, :data:`TIMED_OUT` or
+        :data:`UNREADABLE`) and a sentence saying what happened.
+    """
+    cause = exc.__cause__ if isinstance(exc, TaskPollError) and exc.__cause__ else exc
+    if cause is None:
+        return UNREADABLE, "no answer about this task"
+    if isinstance(cause, WaitTimeoutError):
+        return TIMED_OUT, "still running when the wait's --timeout ended"
+    if isinstance(cause, NotFoundError):
+        trace = f" (trace_id={cause.trace_id})" if cause.trace_id else ""
+        return NOT_FOUND, f"the service has no task with this id{trace}"
+    if isinstance(cause, APIConnectionError):
+        detail = " ".join(str(cause).split())
+        if waiting:
+            return UNREACHABLE, f"lost the connection to the service while waiting: {detail}"
+        return UNREACHABLE, f"the service could not be reached: {detail}"
+    if isinstance(cause, VideoGenError):
+        return UNREADABLE, "the service could not report this task: " + describe_error(cause)
+    return UNREADABLE, describe_error(cause)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -87,7 +197,7 @@ def exit_code_for(exc: BaseException) -> int:
         2 for configuration and invalid requests, 3 for API and connection errors, 1 for
         other SDK errors (a failed task, a timeout, a download).
     """
-    if isinstance(exc, (ConfigurationError, InvalidRequestError)):
+    if isinstance(exc, (ConfigurationError, InvalidRequestError, UsageError)):
         return EXIT_USAGE
     if isinstance(exc, TaskPollError) and isinstance(exc.__cause__, WaitTimeoutError):
         return EXIT_SOME_FAILED
@@ -164,17 +274,34 @@ class Context:
         retries = getattr(args, "cfg_max_retries", None)
         if retries is not None:
             options["max_retries"] = retries
+        insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
+        if getattr(args, "cfg_allow_insecure_http", False) or insecure in ("1", "true", "yes"):
+            options["allow_insecure_http"] = True
         return options
 
     def make_client(self) -> AsyncVideoGen:
         """A client configured from the options, then the environment.
+
+        Missing settings are reported here, in the command line's terms (flags and
+        environment variables), before the library is asked.
 
         Raises:
             ConfigurationError: No key or base URL, or an invalid one.
         """
         from .._client import AsyncVideoGen
 
-        return AsyncVideoGen(**self.client_options())
+        options = self.client_options()
+        if not (options["api_key"] or "").strip():
+            raise ConfigurationError(
+                "no API key: give it with --api-key KEY (before the command) or, safer, in"
+                " the VIDEOGEN_API_KEY environment variable"
+            )
+        if not (options["base_url"] or "").strip():
+            raise ConfigurationError(
+                "no base URL: give it with --base-url URL (before the command) or in the"
+                " VIDEOGEN_BASE_URL environment variable (for a local sandbox: videogen sandbox)"
+            )
+        return AsyncVideoGen(**options)
 
     # -- Ctrl-C -----------------------------------------------------------------------------
 
@@ -268,7 +395,8 @@ class Context:
         """
         if self.ui.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
-        self.ui.error(describe_error(exc))
+        from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
+        self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)
 
 

@@ -88,6 +88,7 @@ async def cmd_demo(ctx: Context) -> int:
             f"sandbox at {server.base_url}; its clock runs {1 / args.time_scale:g}x faster than"
             f" real time (a 30 s generation takes {30 * args.time_scale:g} s here)"
         )
+        ui.print(f"console: {server.url('/_sandbox/console')} (open it while the demo runs)")
         policy = _demo_policy(args.time_scale)
         async with server.client(poll_policy=policy) as client:
             code = EXIT_OK

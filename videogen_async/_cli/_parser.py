@@ -7,124 +7,21 @@ from typing import Any
 
 from .._enums import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage
 from .._version import __version__
-from ._common import EXIT_CODES_HELP
+from ._help import (
+    BATCH_EPILOG,
+    COMPLETION_EPILOG,
+    CREATE_EPILOG,
+    DEMO_EPILOG,
+    DOWNLOAD_EPILOG,
+    MAIN_EPILOG,
+    PROJECT_EPILOG,
+    SANDBOX_EPILOG,
+    WAIT_EPILOG,
+)
 
 __all__ = ["build_parser"]
 
 _FMT = argparse.RawDescriptionHelpFormatter
-
-MAIN_EPILOG = f"""\
-configuration:
-  The API key and the service's base URL come from --api-key / --base-url, else from the
-  environment variables VIDEOGEN_API_KEY and VIDEOGEN_BASE_URL. Prefer the environment for
-  the key: a command line is visible to other users of the machine. The key is never printed.
-  The connection options go before the command; --json and --debug go anywhere.
-
-examples:
-  videogen demo                               # the whole service, offline, in seconds
-  videogen sandbox --port 8765                # a local service to try the commands on
-  export VIDEOGEN_BASE_URL=http://127.0.0.1:8765 VIDEOGEN_API_KEY=sandbox-key
-  videogen credits
-  videogen create "a red fox in the snow" --duration 6 --wait
-  videogen batch prompts.jsonl --download videos/
-  videogen --json status t_123 t_456
-
-{EXIT_CODES_HELP}
-
-Run "videogen COMMAND --help" for the options of a command. More: docs/cli.md."""
-
-CREATE_EPILOG = """\
-examples:
-  videogen create "a paper boat on a rainy street"
-  videogen create "a hummingbird at a flower" --model videomodel_2_0_fast --ratio 9:16 \\
-      --duration 8 --wait --timeout 600
-  videogen create "make this photo move" --function-mode first_last_frames \\
-      --image-url https://cdn.example.com/first.png --image-url https://cdn.example.com/last.png
-
-Every rule of the service is checked before anything is sent, so a refused request costs no
-credits. Without --wait the task id is printed at once; follow it with "videogen wait ID"."""
-
-BATCH_EPILOG = """\
-input (JSON lines): one direct-task request per line, with the fields of "create":
-  {"prompt": "a red fox in the snow", "duration": 6}
-  {"prompt": "a lighthouse in a storm", "model": "videomodel_2_0_fast", "ratio": "9:16"}
-  # blank lines and lines starting with # are ignored
-A bad line is reported with its number and skipped; it costs nothing.
-
-the journal (resuming):
-  Each line's progress is recorded in a SQLite journal (by default NAME.journal.sqlite beside
-  the input): "create attempted" before the request is sent, the task id the moment it comes
-  back, then the final status. Run the same command again after a crash or Ctrl-C and it
-  resumes: lines already created are waited for, never created again. A line whose create may
-  or may not have reached the service (a crash at that instant, a dropped connection, a
-  timeout) is reported as "unknown" and is not sent again unless you pass --retry-unknown,
-  because sending it again could pay for the same video twice.
-
-the manifest (NAME.results.jsonl unless --manifest): one JSON object per input line, in
-input order: line, input, task_id, status, video_url, error, credits, path.
-  status: succeeded | failed | error | invalid | unknown | refused | pending | not_created |
-          poll_error
-
-examples:
-  videogen batch prompts.jsonl
-  videogen batch prompts.jsonl --download videos/ --max-concurrency 8 --timeout 1800
-  videogen batch prompts.jsonl --journal runs/monday.sqlite --manifest runs/monday.jsonl
-  videogen batch prompts.jsonl --retry-unknown      # accept possible duplicates
-
-Ctrl-C stops cleanly (creates in flight are finished and recorded, the manifest is written)
-and prints the command that resumes. Exit code 0 only when every line succeeded."""
-
-PROJECT_EPILOG = """\
-A project turns a reference ad video and product images into a script, then into videos.
-In auto mode the first batch of videos is made as soon as the script is ready; in manual
-mode you review the script and make batches with "videogen project videos".
-
-examples:
-  videogen project create https://cdn.example.com/ad.mp4 \\
-      --product-image-url https://cdn.example.com/bottle.png --mode manual
-  videogen project script p_123                  # waits for the script, prints it
-  videogen project videos p_123 --out-number 2 --wait
-  videogen project videos p_123 --script-file my-script.txt --aspect-ratio 1:1
-  videogen project wait p_123
-  videogen project get p_123 --script"""
-
-DEMO_EPILOG = """\
-The demo starts the sandbox inside this process (nothing leaves the machine, no key is
-needed) with its clock sped up, and goes through the service as you would: the balance, a
-batch of direct tasks with a progress bar, a manual project with its script and two video
-batches, the downloads, and the final balance and billing.
-
-examples:
-  videogen demo
-  videogen demo --to ./demo-videos --tasks 12
-  videogen --json demo > demo.json"""
-
-DOWNLOAD_EPILOG = """\
-Each video is streamed into a temporary file beside its destination and renamed only when it
-is complete and of the size the host declared, so DIR never holds a partial video. A broken
-connection is resumed with a Range request. The API key is never sent to the video's host.
-
-examples:
-  videogen download t_123 t_456 --to videos/
-  videogen download https://cdn.example.com/v/abc.mp4 --to videos/"""
-
-WAIT_EPILOG = """\
-examples:
-  videogen wait t_123
-  videogen wait t_123 t_456 t_789 --timeout 900
-  videogen --json wait t_123 | jq -r .[0].result.video_url
-
-Exit code 0 when every task succeeded, 1 when one failed or was still running at --timeout,
-3 when one could not be read (e.g. an unknown id)."""
-
-SANDBOX_EPILOG = """\
-The sandbox is the whole service in memory (tasks, projects, credits, errors), for trying the
-commands and for tests. It prints the two environment variables that point videogen at it.
-
-examples:
-  videogen sandbox
-  videogen sandbox --port 0 --time-scale 0.01 --seed 1     # 100x faster, reproducible
-  videogen sandbox --failure-rate 0.1 --credits 500"""
 
 
 def _positive_float(text: str) -> float:
@@ -152,6 +49,33 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
     return value
+
+
+def _credits(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of credits, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _spending(parser: argparse.ArgumentParser) -> None:
+    """``--max-credits`` and ``--yes``: the spending guard of a creating command."""
+    group = parser.add_argument_group("spending (see docs/cli.md)")
+    group.add_argument(
+        "--max-credits",
+        type=_credits,
+        metavar="N",
+        help="refuse, before sending anything, a request estimated above N credits",
+    )
+    group.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="go ahead without asking when the estimate is beyond the usual",
+    )
 
 
 def _resolution(text: str) -> int | str:
@@ -196,9 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
         The parser; each command's namespace carries ``func``, the command to run.
     """
     from ._batch import cmd_batch
+    from ._completion import cmd_completion
     from ._demo import cmd_demo
     from ._projects import (
         cmd_project_create,
+        cmd_project_download,
         cmd_project_get,
         cmd_project_script,
         cmd_project_videos,
@@ -230,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="cfg_base_url",
         metavar="URL",
         help="the service's base URL (default: $VIDEOGEN_BASE_URL)",
+    )
+    conn.add_argument(
+        "--allow-insecure-http",
+        dest="cfg_allow_insecure_http",
+        action="store_true",
+        help="allow a plain http:// base URL to a host that is not this machine (the key then"
+        " crosses the network unencrypted; default: $VIDEOGEN_ALLOW_INSECURE_HTTP=1)",
     )
     conn.add_argument(
         "--timeout",
@@ -270,7 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     # create
     p = command("create", "create a direct video task from a prompt", CREATE_EPILOG)
-    p.add_argument("prompt", help="the text prompt")
+    p.add_argument(
+        "prompt",
+        nargs="?",
+        help="the text prompt; - (or no prompt, with stdin a pipe or a file) reads it from stdin",
+    )
     p.add_argument("--model", choices=Model.values(), help="default videomodel_2_0")
     p.add_argument("--function-mode", choices=FunctionMode.values(), help="default omni_reference")
     p.add_argument("--ratio", choices=Ratio.values(), help="aspect ratio (default 16:9)")
@@ -298,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
     _wait_timeout(p, "the task (with --wait)")
+    p.add_argument(
+        "--download",
+        metavar="DIR",
+        help="wait for the task, then save its video into DIR (implies --wait)",
+    )
+    _spending(p)
     p.set_defaults(func=cmd_create)
 
     # status
@@ -368,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="send again the lines whose earlier create may have taken effect (may pay twice)",
     )
+    _spending(p)
     p.set_defaults(func=cmd_batch)
 
     # project
@@ -413,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=ProjectMode.values(), help="default auto")
     p.add_argument("--wait", action="store_true", help="wait until the project is done")
     _wait_timeout(p, "the project (with --wait)")
+    _spending(p)
     p.set_defaults(func=cmd_project_create)
 
     p = action("get", "show a project: status, billing, tasks")
@@ -436,12 +381,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aspect-ratio", choices=AspectRatio.values())
     p.add_argument("--wait", action="store_true", help="wait for the videos")
     _wait_timeout(p, "the videos (with --wait)")
+    _spending(p)
     p.set_defaults(func=cmd_project_videos)
 
     p = action("wait", "wait until a project and all its videos are done")
     p.add_argument("project_id", metavar="PROJECT_ID")
     _wait_timeout(p, "the project")
+    p.add_argument("--download", metavar="DIR", help="then save its finished videos into DIR")
     p.set_defaults(func=cmd_project_wait)
+
+    p = action("download", "save the finished videos of a project into a directory")
+    p.add_argument("project_id", metavar="PROJECT_ID")
+    p.add_argument("directory", metavar="DIR", help="where to save (created if missing)")
+    p.add_argument(
+        "--max-concurrency", type=_positive_int, default=4, metavar="N", help="default 4"
+    )
+    p.add_argument("--no-overwrite", action="store_true", help="keep files that already exist")
+    p.set_defaults(func=cmd_project_download)
 
     # download, sandbox, demo
     p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
@@ -466,4 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
     p.set_defaults(func=cmd_demo)
+
+    p = command("completion", "print a shell completion script", COMPLETION_EPILOG)
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
+    p.set_defaults(func=cmd_completion)
     return parser

@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._exceptions import WaitTimeoutError
+from .._exceptions import APIConnectionError, APIResponseError, APIStatusError, WaitTimeoutError
 from .._models import Project, Task, unstructure
+from .._validation import validate_project_request, validate_videos_request
 from ._common import (
+    EXIT_API_ERROR,
     EXIT_OK,
     EXIT_SOME_FAILED,
     EXIT_USAGE,
+    TIMED_OUT,
     Context,
-    describe_error,
     fmt_credits,
+    poll_failure,
 )
-from ._tasks import TASK_COLUMNS, wait_for_ids
+from ._spending import SCRIPT_CREDITS, USUAL_PROJECT, check_spend, project_video_estimate
+from ._tasks import (
+    TASK_COLUMNS,
+    download_exit_code,
+    download_with_progress,
+    show_downloads,
+    wait_for_ids,
+)
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
 
 __all__ = [
     "cmd_project_create",
+    "cmd_project_download",
     "cmd_project_get",
     "cmd_project_script",
     "cmd_project_videos",
@@ -83,9 +95,45 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
         ctx.ui.print(project.view_script)
 
 
-async def cmd_project_create(ctx: Context) -> int:
-    """``videogen project create``: a new project (10 credits)."""
+async def _guard_project(ctx: Context) -> None:
+    """The spending guard of ``project create``: the script, and in auto mode its videos.
+
+    The request is checked first, so a bad one is reported as such (and costs nothing).
+    """
     args = ctx.args
+    validate_project_request(
+        {
+            "reference_video_url": args.reference_video_url,
+            "product_image_urls": list(args.product_image_urls),
+            "avatar_image_url": args.avatar_image_url,
+            "prompt": args.prompt,
+            "aspect_ratio": args.aspect_ratio,
+            "speech_language_option": args.speech_language,
+            "duration": args.duration,
+            "resolution": args.resolution,
+            "out_number": args.out_number,
+            "mode": args.mode,
+        }
+    )
+    if args.mode == "manual":
+        await check_spend(ctx, "this project (its script)", SCRIPT_CREDITS, USUAL_PROJECT)
+        return
+    video = project_video_estimate(args.duration, args.resolution)
+    count = args.out_number or 1
+    estimate = None if video is None else SCRIPT_CREDITS + count * video
+    await check_spend(
+        ctx,
+        f"this project (its script, then {count} video(s) made automatically)",
+        estimate,
+        USUAL_PROJECT,
+        why_unknown=f"no price is known for resolution {args.resolution!r}",
+    )
+
+
+async def cmd_project_create(ctx: Context) -> int:
+    """``videogen project create``: a new project (10 credits, then its videos in auto mode)."""
+    args = ctx.args
+    await _guard_project(ctx)
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.projects.create(
@@ -174,6 +222,28 @@ async def cmd_project_videos(ctx: Context) -> int:
             return EXIT_USAGE
 
     async def work(client: AsyncVideoGen) -> int:
+        validate_videos_request(
+            {
+                "script": script,
+                "out_number": args.out_number,
+                "resolution": args.resolution,
+                "aspect_ratio": args.aspect_ratio,
+            }
+        )
+        if args.max_credits is not None or not args.yes:
+            # the real price of this project's videos, when it already has some
+            project = await client.projects.get(args.project_id)
+            charged = [t.credits_cost for t in project.tasks if t.credits_cost]
+            per_video = max(charged) if charged else None
+            video = project_video_estimate(None, args.resolution, per_video)
+            count = args.out_number or 1
+            await check_spend(
+                ctx,
+                f"this batch of {count} video(s)",
+                None if video is None else count * video,
+                USUAL_PROJECT - SCRIPT_CREDITS,
+                why_unknown=f"no price is known for resolution {args.resolution!r}",
+            )
         batch = await client.projects.create_videos(
             args.project_id,
             script=script,
@@ -198,7 +268,7 @@ async def cmd_project_videos(ctx: Context) -> int:
                     **unstructure(batch),
                     "tasks": [unstructure(t) for t in tasks],
                     "errors": {
-                        k: describe_error(v) for k, v in results.items() if not isinstance(v, Task)
+                        k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)
                     },
                 }
             )
@@ -212,33 +282,103 @@ async def cmd_project_videos(ctx: Context) -> int:
                         [task_id, str(item.status), fmt_credits(item.credits_cost), outcome]
                     )
                 else:
-                    rows.append([task_id, "pending", None, describe_error(item) if item else None])
+                    problem, text = poll_failure(item)
+                    rows.append([task_id, f"({problem})", None, text])
             ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
+        unread = [poll_failure(v)[0] for v in results.values() if not isinstance(v, Task)]
+        if any(problem != TIMED_OUT for problem in unread):
+            return EXIT_API_ERROR
         ok = len(tasks) == len(batch.task_ids) and all(t.is_succeeded for t in tasks)
         return EXIT_OK if ok else EXIT_SOME_FAILED
 
     return await ctx.with_client(work)
 
 
-async def _wait_and_show(ctx: Context, client: AsyncVideoGen, project_id: str) -> int:
+async def _wait_and_show(
+    ctx: Context, client: AsyncVideoGen, project_id: str, *, download: str | None = None
+) -> int:
     try:
         project = await client.projects.wait(project_id, timeout=ctx.args.timeout)
     except WaitTimeoutError as exc:
-        ctx.ui.error(describe_error(exc))
+        ctx.ui.error(f"project {project_id} was not done when --timeout ended")
         if isinstance(exc.last, Project):
             show_project(ctx, exc.last)
         return EXIT_SOME_FAILED
-    show_project(ctx, project)
+    except (APIConnectionError, APIStatusError, APIResponseError) as exc:
+        _, text = poll_failure(exc)
+        ctx.ui.error(f"project {project_id}: {text}")
+        if isinstance(exc, APIConnectionError):
+            ctx.ui.note(f"it may still be running: videogen project wait {project_id}")
+        return EXIT_API_ERROR
+    if download is None or not ctx.ui.json_mode:
+        show_project(ctx, project)
+    code = EXIT_OK
     if project.is_failed:
-        return EXIT_SOME_FAILED
+        code = EXIT_SOME_FAILED
     failed = [t for t in project.tasks if t.is_terminal and t.status != "succeeded"]
-    return EXIT_SOME_FAILED if failed else EXIT_OK
+    if failed:
+        code = EXIT_SOME_FAILED
+    if download is not None:
+        code = max(code, await _download_project(ctx, client, project, download))
+    return code
+
+
+async def _download_project(
+    ctx: Context,
+    client: AsyncVideoGen,
+    project: Project,
+    directory: str,
+    *,
+    max_concurrency: int = 4,
+    overwrite: bool = True,
+) -> int:
+    """Save the succeeded videos of a project; the exit code of the downloads."""
+    done = [t for t in project.tasks if t.task_id and t.status == "succeeded"]
+    if not done:
+        ctx.ui.note(f"project {project.project_id} has no finished video to download yet")
+        if ctx.ui.json_mode:
+            ctx.ui.emit_json([])
+        return EXIT_SOME_FAILED if project.task_ids else EXIT_OK
+    skipped = len(project.task_ids) - len(done)
+    if skipped:
+        ctx.ui.note(f"{skipped} video(s) of the project are not finished or failed: not saved")
+    results = await download_with_progress(
+        ctx, client, done, Path(directory), max_concurrency=max_concurrency, overwrite=overwrite
+    )
+    show_downloads(ctx, results)
+    return download_exit_code(results)
 
 
 async def cmd_project_wait(ctx: Context) -> int:
     """``videogen project wait ID``: wait until the project and its videos are done."""
 
     async def work(client: AsyncVideoGen) -> int:
-        return await _wait_and_show(ctx, client, ctx.args.project_id)
+        return await _wait_and_show(ctx, client, ctx.args.project_id, download=ctx.args.download)
+
+    return await ctx.with_client(work)
+
+
+async def cmd_project_download(ctx: Context) -> int:
+    """``videogen project download ID DIR``: save the project's finished videos."""
+    args = ctx.args
+
+    async def work(client: AsyncVideoGen) -> int:
+        project = await client.projects.get(args.project_id)
+        code = await _download_project(
+            ctx,
+            client,
+            project,
+            args.directory,
+            max_concurrency=args.max_concurrency,
+            overwrite=not args.no_overwrite,
+        )
+        unfinished = [t for t in project.tasks if not t.is_terminal]
+        if unfinished:
+            ctx.ui.note(
+                f"{len(unfinished)} video(s) still running: videogen project wait"
+                f" {project.project_id} --download {args.directory}"
+            )
+        not_saved = [t for t in project.tasks if t.status != "succeeded"]
+        return max(code, EXIT_SOME_FAILED) if not_saved else code
 
     return await ctx.with_client(work)

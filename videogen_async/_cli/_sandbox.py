@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 from typing import Any
 
-from ._common import EXIT_OK, Context
+from ._common import EXIT_OK, Context, UsageError
 
 __all__ = ["cmd_sandbox"]
 
@@ -18,7 +19,17 @@ async def cmd_sandbox(ctx: Context) -> int:
     from ..testing._cli import options_from_args, serve
     from ..testing._config import DEFAULT_API_KEY
 
-    options: dict[str, Any] = options_from_args(ctx.args)
+    if not ctx.args.time_scale > 0:
+        raise UsageError(
+            f"--time-scale must be a positive number of real seconds per simulated second,"
+            f" got {ctx.args.time_scale:g} (0.01 runs 100x faster)"
+        )
+    if not 0 <= ctx.args.port <= 65535:
+        raise UsageError(f"--port must be from 0 to 65535, got {ctx.args.port}")
+    try:
+        options: dict[str, Any] = options_from_args(ctx.args)
+    except ValueError as exc:
+        raise UsageError(f"bad sandbox option: {exc}") from None
     show_key = ctx.args.api_key is None or options.get("api_key") == DEFAULT_API_KEY
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
@@ -34,6 +45,7 @@ async def cmd_sandbox(ctx: Context) -> int:
         else:
             ctx.ui.print("# VIDEOGEN_API_KEY: the key given with --api-key")
         ctx.ui.note("try: videogen credits   (with the two variables above exported)")
+        ctx.ui.note(f"console: {server.url('/_sandbox/console')}   (open it in a browser)")
 
     logger = logging.getLogger("videogen_async")
     level = logger.level
@@ -46,6 +58,15 @@ async def cmd_sandbox(ctx: Context) -> int:
         logger.setLevel(str(wanted).upper())
     try:
         await serve(ready=ready, stop=stop, **options)
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise UsageError(
+                f"cannot listen on {ctx.args.host}:{ctx.args.port}: {exc.strerror or exc}."
+                " Choose another --port (--port 0 picks a free one)"
+            ) from None
+        raise
+    except ValueError as exc:
+        raise UsageError(f"bad sandbox option: {exc}") from None
     finally:
         if handler is not None:
             logger.removeHandler(handler)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,16 +21,22 @@ from .._exceptions import (
     WaitTimeoutError,
 )
 from .._models import Task, unstructure
+from .._validation import validate_task_request
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
     EXIT_SOME_FAILED,
+    TIMED_OUT,
+    UNREACHABLE,
     Context,
+    UsageError,
     describe_error,
     fmt_credits,
+    poll_failure,
     task_row,
     task_to_json,
 )
+from ._spending import check_spend, task_estimate
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
@@ -74,14 +83,53 @@ def task_request_from_args(args: Any) -> dict[str, Any]:
     }
 
 
+def _stdin_is_data() -> bool:
+    """Whether stdin is a pipe or a file (not a terminal, not closed)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+async def read_prompt(prompt: str | None) -> str:
+    """The prompt as given, or read from stdin for ``-`` (or none, with stdin a pipe).
+
+    Raises:
+        UsageError: No prompt, or an empty one on stdin.
+    """
+    if prompt is not None and prompt != "-":
+        return prompt
+    if prompt is None and not await anyio.to_thread.run_sync(_stdin_is_data):
+        raise UsageError(
+            "a prompt is needed: videogen create PROMPT, or - to read it from stdin"
+            " (or pipe it in: echo 'a red fox' | videogen create)"
+        )
+    text: str = await anyio.to_thread.run_sync(sys.stdin.read)
+    if not text.strip():
+        raise UsageError("the prompt read from stdin is empty")
+    return text.strip()
+
+
 async def cmd_create(ctx: Context) -> int:
-    """``videogen create``: one direct video task (``--wait`` waits for it)."""
+    """``videogen create``: one direct video task (``--wait`` waits, ``--download`` saves)."""
     args = ctx.args
+    args.prompt = await read_prompt(args.prompt)
     request = task_request_from_args(args)
+    validate_task_request({k: v for k, v in request.items() if v is not None})
+    await check_spend(ctx, "this task", task_estimate(request), task_estimate(request))
+    wait = bool(args.wait or args.download)
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.tasks.create(**request)
-        if not args.wait:
+        charged = created.credits_cost
+        if args.max_credits is not None and charged is not None and charged > args.max_credits:
+            ctx.ui.warn(
+                f"the service charged {fmt_credits(charged)} credits for {created.task_id},"
+                f" more than --max-credits {fmt_credits(args.max_credits)}: its prices are"
+                " higher than the estimate (see docs/cli.md)"
+            )
+        if not wait:
             if ctx.ui.json_mode:
                 ctx.ui.emit_json(unstructure(created))
             else:
@@ -103,14 +151,36 @@ async def cmd_create(ctx: Context) -> int:
                     " waiting for it...")  # fmt: skip
         try:
             task = await client.tasks.wait(created.task_id, timeout=args.timeout)
-        except WaitTimeoutError as exc:
-            ctx.ui.error(describe_error(exc))
+        except WaitTimeoutError:
+            ctx.ui.error(f"task {created.task_id} was still running when --timeout ended")
             ctx.ui.note(f"it is still running: videogen wait {created.task_id}")
             if ctx.ui.json_mode:
-                ctx.ui.emit_json({"task_id": created.task_id, "status": "pending"})
+                ctx.ui.emit_json({"task_id": created.task_id, "status": None, "problem": TIMED_OUT})
             return EXIT_SOME_FAILED
-        _show_tasks(ctx, [task])
-        return EXIT_OK if task.is_succeeded else EXIT_SOME_FAILED
+        except (APIConnectionError, APIStatusError, APIResponseError) as exc:
+            problem, text = poll_failure(exc)
+            ctx.ui.error(f"task {created.task_id} was created, then {text}")
+            ctx.ui.note(f"it may still be running: videogen wait {created.task_id}")
+            if ctx.ui.json_mode:
+                ctx.ui.emit_json(
+                    {"task_id": created.task_id, "status": None, "problem": problem, "error": text}
+                )
+            return EXIT_API_ERROR
+        if args.download is None or not task.is_succeeded:
+            _show_tasks(ctx, [task])
+            return EXIT_OK if task.is_succeeded else EXIT_SOME_FAILED
+        if not ctx.ui.json_mode:
+            _show_tasks(ctx, [task])
+        results = await download_with_progress(
+            ctx, client, [task], Path(args.download), max_concurrency=1
+        )
+        if ctx.ui.json_mode:
+            ctx.ui.emit_json(
+                {**task_to_json(task), "path": str(results[0].path) if results[0].ok else None}
+            )
+        else:
+            show_downloads(ctx, results)
+        return download_exit_code(results)
 
     return await ctx.with_client(work)
 
@@ -141,15 +211,29 @@ async def cmd_status(ctx: Context) -> int:
         async with anyio.create_task_group() as tg:
             for task_id in ids:
                 tg.start_soon(one, task_id)
-        return _report(ctx, ids, found, failed_tasks_fail=False)
+        return _report(ctx, ids, found, failed_tasks_fail=False, waiting=False)
 
     return await ctx.with_client(work)
 
 
 def _report(
-    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool
+    ctx: Context,
+    ids: Sequence[str],
+    found: dict[str, Any],
+    *,
+    failed_tasks_fail: bool,
+    waiting: bool = True,
 ) -> int:
-    """Show tasks and errors in the order of ``ids``; return the exit code."""
+    """Show tasks, and the ids that could not be read, in the order of ``ids``.
+
+    A task's ``status`` is always a real task status; an id that could not be read has
+    ``status`` ``None`` and a ``problem`` (``not found``, ``unreachable``, ``timed out``,
+    ``unreadable``), shown in parentheses in the table.
+
+    Returns:
+        The exit code: 1 for a failed task or one still running at the deadline, 3 when
+        an id is unknown to the service or the service could not be read.
+    """
     code = EXIT_OK
     rows: list[list[Any]] = []
     data: list[dict[str, Any]] = []
@@ -160,24 +244,23 @@ def _report(
             data.append(task_to_json(item))
             if failed_tasks_fail and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
-        else:
-            error = item if isinstance(item, BaseException) else None
-            status = "pending" if _is_timeout(error) else "error"
-            text = describe_error(error) if error is not None else "no result"
-            rows.append([task_id, status, None, text])
-            data.append({"task_id": task_id, "status": status, "error": text})
-            code = max(code, EXIT_SOME_FAILED if _is_timeout(error) else EXIT_API_ERROR)
+            continue
+        error = item if isinstance(item, BaseException) else None
+        problem, text = poll_failure(error, waiting=waiting)
+        rows.append([task_id, f"({problem})", None, text])
+        data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
+        code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
     if ctx.ui.json_mode:
         ctx.ui.emit_json(data)
     else:
         ctx.ui.table(TASK_COLUMNS, rows)
+    lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
+    if lost:
+        ctx.ui.note(
+            f"the service could not be reached for {len(lost)} task(s); they may still be"
+            f" running: videogen wait {' '.join(lost)}"
+        )
     return code
-
-
-def _is_timeout(error: BaseException | None) -> bool:
-    return isinstance(error, WaitTimeoutError) or (
-        isinstance(error, TaskPollError) and isinstance(error.__cause__, WaitTimeoutError)
-    )
 
 
 async def wait_for_ids(
@@ -212,7 +295,7 @@ async def wait_for_ids(
     options: dict[str, Any] = {"timeout": timeout, "return_exceptions": True}
     if max_concurrency is not None:
         options["max_concurrency"] = max_concurrency
-    succeeded = failed = 0
+    succeeded = failed = unread = 0
     with ctx.ui.progress(description, len(set(ids))) as bar:
         async with client.tasks.gather_until_done(ids, **options) as gathered:
             async for item in gathered:
@@ -224,10 +307,11 @@ async def wait_for_ids(
                         failed += 1
                 else:
                     results[item.task_id] = item
-                    failed += 1
+                    unread += 1
                 if on_result is not None:
                     await on_result(item.task_id, item)
-                bar.advance(detail=f"{succeeded} succeeded, {failed} failed")
+                detail = f"{succeeded} succeeded, {failed} failed"
+                bar.advance(detail=detail + (f", {unread} could not be read" if unread else ""))
     return results
 
 
@@ -242,12 +326,17 @@ async def cmd_wait(ctx: Context) -> int:
     return await ctx.with_client(work)
 
 
+def kept_existing(result: DownloadResult) -> bool:
+    """Whether a download was skipped because its file exists (``--no-overwrite``)."""
+    return result.error is not None and isinstance(result.error.__cause__, FileExistsError)
+
+
 def download_exit_code(results: Sequence[DownloadResult]) -> int:
-    """0 when every download worked, 3 when one failed on the service, else 1."""
+    """0 when every download worked or kept its file, 3 when the service failed, else 1."""
     code = EXIT_OK
     for result in results:
         error = result.error
-        if error is None:
+        if error is None or kept_existing(result):
             continue
         if isinstance(error, (APIStatusError, APIConnectionError, APIResponseError)):
             code = max(code, EXIT_API_ERROR)
@@ -256,34 +345,47 @@ def download_exit_code(results: Sequence[DownloadResult]) -> int:
     return code
 
 
+def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | None]:
+    """``saved``, ``skipped`` (the file exists) or ``failed``; the file; why it failed."""
+    if result.error is None:
+        return "saved", result.path, None
+    if kept_existing(result):
+        path = getattr(result.error, "path", None)
+        return "skipped", Path(path) if path is not None else None, None
+    return "failed", None, describe_error(result.error)
+
+
 def show_downloads(ctx: Context, results: Sequence[DownloadResult]) -> None:
-    """The table (or JSON) of download results."""
+    """The table (or JSON) of download results; a kept existing file is ``skipped``."""
+    outcomes = [_download_outcome(r) for r in results]
     if ctx.ui.json_mode:
         ctx.ui.emit_json(
             [
                 {
                     "source": r.source,
                     "task_id": r.task_id,
-                    "path": str(r.path) if r.path else None,
+                    "outcome": outcome,
+                    "path": str(path) if path else None,
                     "size": r.size,
-                    "error": describe_error(r.error) if r.error else None,
+                    "error": error,
                 }
-                for r in results
+                for r, (outcome, path, error) in zip(results, outcomes, strict=True)
             ]
         )
         return
-    folders = {r.path.parent for r in results if r.path is not None}
+    folders = {path.parent for _, path, _ in outcomes if path is not None}
     folder = next(iter(folders)) if len(folders) == 1 else None
     ctx.ui.table(
-        ("source", "file", "bytes", "error"),
+        ("source", "outcome", "file", "bytes", "error"),
         [
             [
                 r.source,
-                (r.path.name if folder is not None else str(r.path)) if r.path else None,
+                outcome if outcome != "skipped" else "skipped (file exists)",
+                (path.name if folder is not None else str(path)) if path else None,
                 r.size if r.ok else None,
-                describe_error(r.error) if r.error else None,
+                error,
             ]
-            for r in results
+            for r, (outcome, path, error) in zip(results, outcomes, strict=True)
         ],
         title=f"Downloads (in {folder})" if folder is not None else "Downloads",
     )
@@ -311,17 +413,19 @@ async def download_with_progress(
     Returns:
         One result per item, in order.
     """
-    ok = 0
-    bad = 0
+    ok = kept = bad = 0
     with ctx.ui.progress("downloading", len(items)) as bar:
 
         def on_result(result: DownloadResult) -> None:
-            nonlocal ok, bad
+            nonlocal ok, kept, bad
             if result.ok:
                 ok += 1
+            elif kept_existing(result):
+                kept += 1
             else:
                 bad += 1
-            bar.advance(detail=f"{ok} saved, {bad} failed")
+            skipped = f", {kept} skipped (file exists)" if kept else ""
+            bar.advance(detail=f"{ok} saved{skipped}, {bad} failed")
 
         return await client.download_many(
             items,

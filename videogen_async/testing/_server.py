@@ -32,6 +32,7 @@ from ._config import (
     check_duration,
     check_rate,
 )
+from ._console import add_console
 from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule
 from ._middleware import service_middleware
@@ -310,6 +311,7 @@ class SandboxServer(ServerTruth):
         app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
         self._routes.register(app.router)
         self._control.register(app.router)
+        add_console(app, self)
         return app
 
     def _origin(self) -> str:

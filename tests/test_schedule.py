@@ -1,0 +1,301 @@
+"""The finish-time models of ``gather_until_done`` (``_schedule``) and their wiring."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from videogen_async import TaskPollError
+from videogen_async._gather import gather_until_done
+from videogen_async._polling import PollPolicy
+from videogen_async._schedule import (
+    ClassModel,
+    FinishSketch,
+    FinishTimeStats,
+    InMemoryFinishTimes,
+    Support,
+    next_delay,
+)
+
+from .test_gather import FakeClient, collect, ids
+
+durations_st = st.lists(
+    st.floats(min_value=0.1, max_value=10_000, allow_nan=False), min_size=1, max_size=200
+)
+
+GAPS = {
+    "interval": 1.0,
+    "probe_interval": 0.75,
+    "min_interval": 1.0,
+    "sparse_growth": 2.0,
+    "sparse_cap": 30.0,
+    "max_interval": 15.0,
+    "overdue_growth": 0.5,
+    "jitter": 0.1,
+}
+
+
+# -- the sketch ---------------------------------------------------------------------------------
+
+
+@given(durations_st, st.floats(min_value=0.0, max_value=1.0))
+def test_sketch_quantile_is_within_one_bin_of_the_exact_one(
+    durations: list[float], q: float
+) -> None:
+    sketch = FinishSketch(half_life=1e12)  # no decay: the exact quantiles apply
+    for d in durations:
+        sketch.add(d)
+    ordered = sorted(durations)
+    exact_low = ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    got = sketch.quantile(q)
+    assert ordered[0] / 1.021 <= got <= ordered[-1] * 1.021
+    assert got == pytest.approx(exact_low, rel=0.05) or ordered[0] < got < ordered[-1] * 1.021
+
+
+@given(durations_st)
+def test_support_spans_every_observation_once_closed(durations: list[float]) -> None:
+    model = ClassModel(half_life=1e12)
+    for d in durations:
+        model.add(d)
+    support = model.support(pending=0)
+    assert support is not None
+    assert support.start <= min(durations)
+    assert support.end >= max(durations)
+    assert support.samples == pytest.approx(len(durations))
+
+
+def test_support_stays_open_while_most_of_the_class_is_pending() -> None:
+    model = ClassModel()
+    model.add(30.0)
+    support = model.support(pending=100)
+    assert support is not None
+    assert support.end == math.inf
+    assert ClassModel().support(pending=5) is None
+
+
+@given(durations_st)
+def test_snapshot_round_trip_keeps_the_quantiles(durations: list[float]) -> None:
+    sketch = FinishSketch(half_life=1e12)
+    for d in durations:
+        sketch.add(d)
+    stats = sketch.snapshot()
+    assert stats.count == len(durations)
+    again = FinishSketch(half_life=1e12, prior=stats, prior_weight=math.inf)
+    for q in (0.02, 0.5, 0.98):
+        assert again.quantile(q) == pytest.approx(sketch.quantile(q))
+
+
+def test_prior_counts_for_at_most_prior_weight_observations() -> None:
+    old = FinishSketch()
+    for _ in range(1000):
+        old.add(30.0)
+    sketch = FinishSketch(prior=old.snapshot(), prior_weight=16)
+    assert sketch.weight == pytest.approx(16, rel=0.01)
+    assert sketch.count == 0
+    assert FinishTimeStats(bins=(), count=0).count == 0
+    with pytest.raises(ValueError, match="count"):
+        FinishTimeStats(bins=(), count=-1)
+
+
+@pytest.mark.parametrize("factor", [2.0, 0.5])
+def test_memory_follows_a_service_that_gets_slower_or_faster(factor: float) -> None:
+    """After many runs at 30 s, the service takes ``factor`` times as long: the remembered
+    median follows within 20 observations of the new kind, across gathers too."""
+    memory = InMemoryFinishTimes()
+    for _ in range(5):  # five earlier gathers of 300 tasks at 30 s
+        model = ClassModel(prior=memory.load("k"))
+        for _ in range(300):
+            model.add(30.0)
+        memory.update("k", model.sketch.snapshot())
+    new = 30.0 * factor
+    seen = 0
+    while True:  # gathers of 10 tasks each, each starting from the memory
+        model = ClassModel(prior=memory.load("k"))
+        for _ in range(10):
+            model.add(new)
+            seen += 1
+        memory.update("k", model.sketch.snapshot())
+        median = ClassModel(prior=memory.load("k")).sketch.quantile(0.5)
+        if median == pytest.approx(new, rel=0.03):
+            break
+        assert seen < 40, f"still {median:.1f}s after {seen} observations at {new:g}s"
+    support = ClassModel(prior=memory.load("k")).support(pending=300)
+    assert support is not None
+    assert support.end < math.inf
+    assert support.start <= new <= support.end
+
+
+def test_decay_follows_a_change_within_one_run() -> None:
+    model = ClassModel(half_life=32)
+    for _ in range(500):
+        model.add(10.0)
+    for _ in range(40):
+        model.add(20.0)
+    assert model.sketch.quantile(0.5) == pytest.approx(20.0, rel=0.03)
+
+
+def test_in_memory_store_is_bounded() -> None:
+    memory = InMemoryFinishTimes(max_keys=2)
+    stats = FinishTimeStats(bins=((1, 1.0),), count=1)
+    for key in ("a", "b", "c"):
+        memory.update(key, stats)
+    assert memory.load("a") is None
+    assert memory.load("c") == stats
+    assert len(memory) == 2
+    with pytest.raises(ValueError, match="max_keys"):
+        InMemoryFinishTimes(max_keys=0)
+
+
+# -- the next poll ------------------------------------------------------------------------------
+
+supports = st.builds(
+    lambda start, width, closed: Support(
+        start=start, end=start + width if closed else math.inf, samples=10
+    ),
+    st.floats(min_value=0.0, max_value=500),
+    st.floats(min_value=0.0, max_value=500),
+    st.booleans(),
+)
+
+
+@given(
+    st.one_of(st.none(), supports),
+    st.floats(min_value=0.0, max_value=2000),
+    st.floats(min_value=0.0, max_value=2000),
+    st.booleans(),
+    st.floats(min_value=0.0, max_value=0.999),
+)
+@settings(max_examples=300)
+def test_next_delay_bounds(
+    support: Support | None, age: float, elapsed: float, probe: bool, rand: float
+) -> None:
+    delay = next_delay(age=age, elapsed=elapsed, support=support, probe=probe, rand=rand, **GAPS)
+    assert 0.0 <= delay <= max(GAPS["sparse_cap"], GAPS["max_interval"]) * 1.1
+    if support is None:
+        return
+    if support.start - GAPS["interval"] <= age <= support.end:
+        # Inside the observed finish times: never sparser than a loop at `interval`.
+        assert delay <= GAPS["interval"]
+    if age < support.start - GAPS["interval"]:
+        # Before them: never past the start.
+        assert age + delay <= support.start
+
+
+def test_next_delay_spends_nothing_before_a_known_support() -> None:
+    support = Support(start=30.0, end=32.0, samples=300)
+    delay = next_delay(age=0.5, elapsed=0.5, support=support, probe=False, rand=0.0, **GAPS)
+    assert delay == pytest.approx(28.5)
+    probe = next_delay(age=0.5, elapsed=0.5, support=support, probe=True, rand=0.0, **GAPS)
+    assert probe == pytest.approx(1.0)  # a probe keeps looking on the growing schedule
+    late = next_delay(age=200.0, elapsed=200.0, support=support, probe=False, rand=0.0, **GAPS)
+    assert late == GAPS["max_interval"]  # long overdue: the gaps grew
+
+
+# -- wiring into gather_until_done ------------------------------------------------------------
+
+SLOW_START = PollPolicy(
+    min_interval=0.01,
+    max_interval=0.1,
+    dense_interval=0.01,
+    sparse_cap=1.0,
+    error_initial=0.002,
+    error_max=0.01,
+)
+
+
+async def test_classes_are_validated_before_any_request() -> None:
+    fake = FakeClient({"a": 0.0})
+    with pytest.raises(TypeError, match="hashable"):
+        gather_until_done(fake, ["a"], classes={"a": ["unhashable"]})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="classes must be a mapping"):
+        gather_until_done(fake, ["a"], classes=42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hashable"):
+        gather_until_done(fake, ["a"], classes=lambda _i: {})
+    assert fake.requests == 0
+
+
+async def test_a_failed_batch_is_learned_like_a_succeeded_one() -> None:
+    """All tasks end `failed` at the same time: the first failure pulls every id forward."""
+    names = ids(30)
+    fake = FakeClient(dict.fromkeys(names, 0.3), statuses=dict.fromkeys(names, "failed"))
+    policy = PollPolicy(min_interval=0.01, max_interval=5.0, dense_interval=0.01, sparse_cap=5.0)
+    started = time.time()
+    async with gather_until_done(fake, names, poll_policy=policy) as results:
+        got = await collect(results)
+    seen_all = time.time()
+    assert {t.status for t in got} == {"failed"}  # type: ignore[union-attr]
+    # Without learning from failures the non-probes would sleep on gaps growing toward 5 s.
+    assert seen_all - started < 2.0
+
+
+async def test_second_batch_of_a_known_class_starts_from_memory() -> None:
+    memory = InMemoryFinishTimes()
+    requests = []
+    for _ in range(2):
+        names = ids(40)
+        fake = FakeClient(dict.fromkeys(names, 0.5))
+        async with gather_until_done(
+            fake,
+            names,
+            poll_policy=SLOW_START,
+            classes=dict.fromkeys(names, ("model-a", 5)),
+            finish_times=memory,
+        ) as results:
+            got = await collect(results)
+        assert len(got) == 40
+        requests.append(fake.requests)
+        calls = fake.calls
+    assert memory.load(("model-a", 5)) is not None
+    assert requests[1] < requests[0], requests
+    # The second time, the ids other than the probes (the first 8) wait for the remembered
+    # finish times instead of probing: a first poll just before 0.5 s, then a few 0.01 s gaps
+    # (without the memory: polls at 0, 0.01, 0.03, 0.09, 0.19, 0.29, ... of age).
+    assert max(calls[i] for i in names[8:]) <= 5, calls
+
+
+async def test_each_class_is_probed_and_learned_on_its_own() -> None:
+    fast, slow = ids(20, "f"), ids(20, "s")
+    durations = {**dict.fromkeys(fast, 0.05), **dict.fromkeys(slow, 0.4)}
+    fake = FakeClient(durations)
+    memory = InMemoryFinishTimes()
+    async with gather_until_done(
+        fake,
+        fast + slow,
+        poll_policy=SLOW_START,
+        classes=lambda i: i[0],
+        finish_times=memory,
+    ) as results:
+        got = await collect(results)
+    assert len(got) == 40
+    fast_stats, slow_stats = memory.load("f"), memory.load("s")
+    assert fast_stats is not None
+    assert slow_stats is not None
+    assert ClassModel(prior=fast_stats).sketch.quantile(0.5) < 0.1
+    assert ClassModel(prior=slow_stats).sketch.quantile(0.5) > 0.3
+    per_id = Counter(fake.calls)
+    assert max(per_id[i] for i in slow) < 60  # the slow class was not polled at the fast pace
+
+
+async def test_remembered_class_of_old_finished_ids_is_not_deferred() -> None:
+    """The memory says 3 s, so fresh ids would first be polled near 3 s of age; but these ids
+    finished long ago, which the probes show: the others are polled at once, well before."""
+    memory = InMemoryFinishTimes()
+    model = ClassModel()
+    for _ in range(50):
+        model.add(3.0)
+    memory.update(None, model.sketch.snapshot())
+    names = ids(40)
+    fake = FakeClient(dict.fromkeys(names, 3.0))
+    fake.start -= 60.0  # created a minute ago, finished at 3 s
+    policy = PollPolicy(min_interval=0.01, max_interval=0.1, dense_interval=0.01, sparse_cap=30)
+    async with gather_until_done(
+        fake, names, poll_policy=policy, finish_times=memory, timeout=1.5, return_exceptions=True
+    ) as results:
+        got = await collect(results)
+    assert all(not isinstance(t, TaskPollError) for t in got), got
+    assert fake.requests == 40

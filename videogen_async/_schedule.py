@@ -1,0 +1,344 @@
+"""Finish-time models for ``gather_until_done``: what is known of when tasks end, per class.
+
+Pure data structures and arithmetic, no I/O:
+
+* :class:`FinishSketch`: a compact histogram of durations (``finished_at - created_at``) on
+  log-spaced bins (2 % wide), in which each new observation weighs a little more than the one
+  before (exponential decay by a half-life counted in observations), so that the estimate
+  follows a service that gets faster or slower. Quantiles cost one pass over the occupied bins
+  (a few hundred at most) and are cached between observations.
+* :class:`FinishTimeStats`: an immutable snapshot of a sketch, what a
+  :class:`FinishTimeMemory` keeps between gathers.
+* :class:`FinishTimeMemory`: the protocol of a store of snapshots per class key;
+  :class:`InMemoryFinishTimes` is the one each client holds.
+* :class:`ClassModel`: one class's estimate: its own observations, with the remembered
+  snapshot (if any) as a prior of bounded weight; :meth:`ClassModel.support` gives the
+  :class:`Support` (the ages between which finishes are expected).
+* :func:`next_delay`: the gap before the next poll of one pending id.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import attrs
+
+__all__ = [
+    "ClassModel",
+    "FinishSketch",
+    "FinishTimeMemory",
+    "FinishTimeStats",
+    "InMemoryFinishTimes",
+    "Support",
+    "next_delay",
+]
+
+_RATIO = 1.02
+_LOG_RATIO = math.log(_RATIO)
+_FLOOR = 0.05  # durations below this share the first bin
+_RENORMALIZE = 1e150
+
+
+def _bin(duration: float) -> int:
+    return math.floor(math.log(max(duration, _FLOOR)) / _LOG_RATIO)
+
+
+def _lower(index: int) -> float:
+    return float(_RATIO**index)
+
+
+def _upper(index: int) -> float:
+    return float(_RATIO ** (index + 1))
+
+
+@attrs.frozen
+class FinishTimeStats:
+    """An immutable summary of the durations of one class of tasks.
+
+    Attributes:
+        bins: ``(bin, weight)`` pairs: bin ``i`` holds durations in ``[1.02**i, 1.02**(i+1))``
+            seconds; weights are relative (their sum is what counts).
+        count: Observations the summary rests on (before decay).
+    """
+
+    bins: tuple[tuple[int, float], ...]
+    count: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.count < 0:
+            raise ValueError(f"count must be >= 0, got {self.count}")
+
+
+class FinishTimeMemory(Protocol):
+    """A store of what was learned about each class of tasks, kept between gathers.
+
+    ``gather_until_done`` loads the entry of each class key it is given before its first poll
+    and updates it as tasks finish. Implementations must be quick and must not block (an
+    in-memory map, or a write-behind to a durable store).
+    """
+
+    def load(self, key: object) -> FinishTimeStats | None:
+        """The stats last stored for ``key``, or ``None``."""
+        ...
+
+    def update(self, key: object, stats: FinishTimeStats) -> None:
+        """Store ``stats`` for ``key`` (it already includes what ``load`` returned)."""
+        ...
+
+
+class InMemoryFinishTimes:
+    """A :class:`FinishTimeMemory` in a dict, bounded to ``max_keys`` classes (oldest out)."""
+
+    def __init__(self, max_keys: int = 1024) -> None:
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be >= 1, got {max_keys}")
+        self._max = max_keys
+        self._data: dict[object, FinishTimeStats] = {}
+
+    def load(self, key: object) -> FinishTimeStats | None:
+        """The stats last stored for ``key``, or ``None``."""
+        return self._data.get(key)
+
+    def update(self, key: object, stats: FinishTimeStats) -> None:
+        """Store ``stats`` for ``key``."""
+        self._data.pop(key, None)
+        self._data[key] = stats
+        while len(self._data) > self._max:
+            del self._data[next(iter(self._data))]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class FinishSketch:
+    """A decaying histogram of durations on log-spaced bins.
+
+    Args:
+        half_life: Observations after which an observation weighs half as much as a new one.
+        prior: A remembered summary to start from.
+        prior_weight: The most observations the prior counts for (its weights are scaled down
+            to that total), so that new observations outweigh it soon.
+    """
+
+    __slots__ = ("_bins", "_cache", "_growth", "_step", "_total", "count", "high", "low")
+
+    def __init__(
+        self,
+        *,
+        half_life: float = 256.0,
+        prior: FinishTimeStats | None = None,
+        prior_weight: float = 16.0,
+    ) -> None:
+        if not half_life > 0:
+            raise ValueError(f"half_life must be > 0, got {half_life!r}")
+        self._growth = 2.0 ** (1.0 / half_life)
+        self._step = 1.0  # the weight of the next observation
+        self._bins: dict[int, float] = {}
+        self._total = 0.0
+        self._cache: list[tuple[int, float]] | None = None
+        self.count = 0  # own observations
+        self.low = math.inf  # the shortest and longest own observations
+        self.high = -math.inf
+        if prior is not None and prior.bins:
+            mass = sum(w for _, w in prior.bins)
+            if mass > 0:
+                scale = min(float(prior.count), prior_weight) / mass
+                for index, weight in prior.bins:
+                    if weight > 0:
+                        self._bins[index] = self._bins.get(index, 0.0) + weight * scale
+                self._total = sum(self._bins.values())
+
+    @property
+    def weight(self) -> float:
+        """The total weight, in units of the newest observation."""
+        return self._total / self._step
+
+    def add(self, duration: float) -> None:
+        """Record one finished task's duration (seconds)."""
+        if math.isnan(duration):
+            return
+        index = _bin(duration)
+        self._bins[index] = self._bins.get(index, 0.0) + self._step
+        self._total += self._step
+        self._step *= self._growth
+        self.count += 1
+        self.low = min(self.low, duration)
+        self.high = max(self.high, duration)
+        self._cache = None
+        if self._step > _RENORMALIZE:
+            scale = 1.0 / self._step
+            self._bins = {i: w * scale for i, w in self._bins.items() if w * scale > 1e-12}
+            self._total = sum(self._bins.values())
+            self._step = 1.0
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile (``0 <= q <= 1``); ``nan`` when empty.
+
+        The lower edge of its bin for ``q < 0.5``, the upper edge otherwise, so that the
+        support errs wide.
+        """
+        if self._total <= 0:
+            return math.nan
+        cumulative = self._cache
+        if cumulative is None:
+            running = 0.0
+            cumulative = []
+            for index in sorted(self._bins):
+                running += self._bins[index]
+                cumulative.append((index, running))
+            self._cache = cumulative
+        target = min(max(q, 0.0), 1.0) * self._total
+        for index, running in cumulative:
+            if running >= target:
+                return _lower(index) if q < 0.5 else _upper(index)
+        return _upper(cumulative[-1][0])
+
+    def snapshot(self) -> FinishTimeStats:
+        """An immutable summary (weights relative to the newest observation)."""
+        scale = 1.0 / self._step
+        bins = tuple(sorted((i, w * scale) for i, w in self._bins.items() if w * scale > 1e-9))
+        prior_count = round(self.weight) - self.count
+        return FinishTimeStats(bins=bins, count=self.count + max(prior_count, 0))
+
+
+@attrs.frozen
+class Support:
+    """The ages (seconds since creation) between which a class's tasks are expected to end.
+
+    Attributes:
+        start: Where frequent polling begins.
+        end: Where it ends (``inf`` while too little is known to close it).
+        samples: Observations (own and remembered) the estimate rests on.
+    """
+
+    start: float
+    end: float
+    samples: float
+
+
+class ClassModel:
+    """What is known of one class's finish times: its own observations and a prior.
+
+    Args:
+        half_life: See :class:`FinishSketch`.
+        prior: The remembered summary of the class, if any.
+        prior_weight: See :class:`FinishSketch`.
+        low_quantile: The support starts at this quantile.
+        high_quantile: The support ends at this quantile (once closed).
+    """
+
+    __slots__ = ("_dirty", "_high_q", "_low_q", "_support", "remembered", "sketch")
+
+    def __init__(
+        self,
+        *,
+        half_life: float = 256.0,
+        prior: FinishTimeStats | None = None,
+        prior_weight: float = 16.0,
+        low_quantile: float = 0.02,
+        high_quantile: float = 0.98,
+    ) -> None:
+        self.sketch = FinishSketch(half_life=half_life, prior=prior, prior_weight=prior_weight)
+        self.remembered = prior is not None and prior.count > 0
+        self._low_q = low_quantile
+        self._high_q = high_quantile
+        self._support: Support | None = None
+        self._dirty = True
+
+    def add(self, duration: float) -> None:
+        """Record one finished task's duration."""
+        self.sketch.add(duration)
+        self._dirty = True
+
+    def support(self, pending: int) -> Support | None:
+        """The support, or ``None`` when nothing is known.
+
+        Args:
+            pending: Ids of the class still pending in this gather: the end stays open
+                while they outnumber the observations (a batch that is half done shows
+                its spread), unless a prior was remembered.
+        """
+        if not self._dirty:
+            return self._support
+        sketch = self.sketch
+        if sketch.weight <= 0:
+            self._support = None
+        else:
+            start = sketch.quantile(self._low_q)
+            start = min(start, sketch.low)
+            end = math.inf
+            known = self.remembered or sketch.count >= max(3, pending)
+            if known:
+                end = max(sketch.quantile(self._high_q), sketch.high)
+            self._support = Support(start=start, end=end, samples=sketch.weight)
+        self._dirty = False
+        return self._support
+
+
+def _jitter_down(value: float, jitter: float, rand: float) -> float:
+    return value * (1.0 - jitter * rand)
+
+
+def next_delay(
+    *,
+    age: float,
+    elapsed: float,
+    support: Support | None,
+    probe: bool,
+    rand: float,
+    interval: float,
+    probe_interval: float,
+    min_interval: float,
+    sparse_growth: float,
+    sparse_cap: float,
+    max_interval: float,
+    overdue_growth: float,
+    jitter: float,
+) -> float:
+    """The gap before the next poll of one pending id.
+
+    Inside the support (from one gap before its start to a margin past its end) the gap is
+    ``interval`` at most (jittered down only): never sparser there than a fixed loop at that
+    gap. Before the support the id waits for its start (at most ``sparse_cap``; a probe at
+    most its growing gap, so that a service that got faster is noticed); past its end
+    the gap grows with the time overdue. With nothing known a probe polls every
+    ``probe_interval`` and the others grow their gaps with their age.
+
+    Args:
+        age: Seconds since the task was created, on the service's clock.
+        elapsed: Local seconds since the gather began: the growing gaps use
+            ``min(age, elapsed)``, so that an odd service clock can only make them denser.
+        support: The class's support, if known.
+        probe: Whether the id is a probe of its class.
+        rand: A random number in ``[0, 1)``.
+        interval: The longest gap inside the support.
+        probe_interval: The gap of a probe while nothing is known.
+        min_interval: The shortest growing gap.
+        sparse_growth: Growing gaps as a fraction of the age.
+        sparse_cap: The longest wait before the support.
+        max_interval: The longest gap.
+        overdue_growth: Past the support, the gap as a fraction of the time overdue.
+        jitter: Relative jitter (downwards inside the support).
+
+    Returns:
+        Seconds, at least 0.
+    """
+    local_age = max(0.0, min(age, elapsed))
+    if support is None:
+        if probe:
+            return _jitter_down(probe_interval, jitter, rand)
+        grown = min(max_interval, max(min_interval, local_age * sparse_growth))
+        return min(max_interval, grown * (1.0 + jitter * (2.0 * rand - 1.0)))
+    start = support.start - interval
+    if age < start:
+        wait = min(sparse_cap, (start - age) * (1.0 - jitter * rand))
+        if probe:  # a probe keeps looking on the growing schedule: the service may be faster
+            wait = min(wait, max(min_interval, local_age * sparse_growth))
+        return max(0.0, wait)
+    margin = max(2.0 * interval, 0.1 * support.end, 0.25 * (support.end - support.start))
+    gap = _jitter_down(interval, jitter, rand)
+    if age <= support.end + margin:
+        return gap
+    overdue = min(age - support.end - margin, elapsed)
+    return max(gap, min(max_interval, overdue * overdue_growth))

@@ -1,0 +1,342 @@
+"""The sandbox console: a read-only web page of what the sandbox has seen.
+
+``GET /_sandbox/console`` serves one self-contained HTML page (no external asset, no script
+from elsewhere, works offline): the credit balance, the tasks and projects with their states
+and costs, the request log (method, path, status, the answer's ``code`` and ``trace_id``), the
+faults that fired, and the latest finished video playing in a ``<video>`` element that reads
+the sandbox's own media URL. A small inline script reloads the live part of the page every
+second (``GET /_sandbox/console?part=live``); without scripts, a meta refresh reloads the page.
+
+Every value is HTML-escaped: prompts, paths and project inputs come from users' requests. The
+page also forbids any script but its own (a ``Content-Security-Policy`` with a nonce).
+
+The page is read-only and asks for no key (a browser cannot send the Bearer header): it shows
+no secret, only what was sent to this sandbox.
+
+The console reads the sandbox through :class:`ConsoleSource` (public members of
+``SandboxServer``), and records two things the request log does not keep through a middleware:
+the ``code`` of each JSON answer (by its ``trace_id``) and the prompt of each created task.
+"""
+
+from __future__ import annotations
+
+import collections
+import html
+import json
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+__all__ = ["CONSOLE_PATH", "ConsoleSource", "add_console"]
+
+CONSOLE_PATH = "/_sandbox/console"
+_CREATE_TASK_PATH = "/v1/video/videomodel-2"
+_SHOWN_TASKS = 200
+_SHOWN_PROJECTS = 100
+_SHOWN_REQUESTS = 100
+_REMEMBERED = 10_000
+_PROMPT_LIMIT = 300
+_CODE = re.compile(rb'\{"code":(-?\d{1,9}),')
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _Record(Protocol):
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def fault(self) -> str | None: ...
+    @property
+    def trace_id(self) -> str | None: ...
+
+
+class _Stats(Protocol):
+    @property
+    def faults(self) -> Mapping[str, int]: ...
+
+
+class _Rule(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class _Faults(Protocol):
+    @property
+    def rules(self) -> tuple[_Rule, ...]: ...
+
+
+class ConsoleSource(Protocol):
+    """What the console reads from a sandbox (all public members of ``SandboxServer``)."""
+
+    @property
+    def task_ids(self) -> tuple[str, ...]: ...
+    @property
+    def project_ids(self) -> tuple[str, ...]: ...
+    def describe_task(self, task_id: str) -> dict[str, Any]: ...
+    def describe_project(self, project_id: str) -> dict[str, Any]: ...
+    def credits(self) -> dict[str, float | int]: ...
+    @property
+    def request_log(self) -> tuple[_Record, ...]: ...
+    def stats(self) -> _Stats: ...
+    @property
+    def faults(self) -> _Faults: ...
+
+
+class _Memory:
+    """What the console remembers that the sandbox does not keep: codes and prompts."""
+
+    def __init__(self) -> None:
+        self.codes: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.prompts: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+    @staticmethod
+    def _keep(store: collections.OrderedDict[str, Any], key: str, value: Any) -> None:
+        store[key] = value
+        if len(store) > _REMEMBERED:
+            store.popitem(last=False)
+
+    async def middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if request.path.startswith("/_sandbox/") or not isinstance(response, web.Response):
+            return response
+        body = response.body
+        trace_id = response.headers.get("X-Trace-Id")
+        if trace_id is None or not isinstance(body, bytes):
+            return response
+        found = _CODE.match(body)
+        if found is not None:
+            self._keep(self.codes, trace_id, int(found[1]))
+        if response.status == 200 and request.path == _CREATE_TASK_PATH:
+            await self._remember_prompt(request, body)
+        return response
+
+    async def _remember_prompt(self, request: web.Request, body: bytes) -> None:
+        try:
+            sent = json.loads(await request.read())
+            task_id = json.loads(body)["data"]["task_id"]
+        except (ValueError, KeyError, TypeError):
+            return
+        prompt = sent.get("prompt") if isinstance(sent, dict) else None
+        if isinstance(task_id, str) and isinstance(prompt, str):
+            self._keep(self.prompts, task_id, prompt[:_PROMPT_LIMIT])
+
+
+def add_console(app: web.Application, source: ConsoleSource) -> None:
+    """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``.
+
+    Call it before the application starts (its middleware list freezes then).
+
+    Args:
+        app: The sandbox's application.
+        source: The sandbox whose state the page shows.
+    """
+    memory = _Memory()
+
+    @web.middleware
+    async def remember(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        return await memory.middleware(request, handler)
+
+    app.middlewares.insert(0, remember)
+
+    async def console(request: web.Request) -> web.StreamResponse:
+        nonce = secrets.token_urlsafe(12)
+        live = _live(source, memory)
+        text = live if request.query.get("part") == "live" else _page(live, nonce)
+        return web.Response(
+            text=text,
+            content_type="text/html",
+            headers={
+                "Cache-Control": "no-store",
+                "Content-Security-Policy": (
+                    f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}';"
+                    " media-src 'self'; connect-src 'self'; img-src 'self' data:"
+                ),
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
+
+    app.router.add_get(CONSOLE_PATH, console)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _e(value: Any) -> str:
+    return "—" if value is None else html.escape(str(value), quote=True)
+
+
+def _table(caption: str, headers: Iterable[str], rows: list[list[str]], empty: str) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    if not rows:
+        return f"<h2>{_e(caption)}</h2><p class='empty'>{_e(empty)}</p>"
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return (
+        f"<h2>{_e(caption)}</h2><table id='{_e(caption.lower().split()[0])}'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def _state(value: Any) -> str:
+    return f"<span class='state {_e(value)}'>{_e(value)}</span>"
+
+
+def _media_path(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    return parts.path if parts.path.startswith("/media/") else None
+
+
+def _live(source: ConsoleSource, memory: _Memory) -> str:
+    balance = source.credits()
+    tasks = [source.describe_task(task_id) for task_id in source.task_ids[-_SHOWN_TASKS:]]
+    projects = [source.describe_project(pid) for pid in source.project_ids[-_SHOWN_PROJECTS:]]
+    log = source.request_log[-_SHOWN_REQUESTS:]
+
+    video = None
+    task_rows = []
+    for task in reversed(tasks):
+        media = _media_path((task.get("result") or {}).get("video_url"))
+        if media is not None and video is None:
+            video = (task["task_id"], media)
+        cost = _e(task.get("credits_cost"))
+        if task.get("refunded"):
+            cost += " <small>(refunded)</small>"
+        link = f"<a href='{_e(media)}'>video</a>" if media else ""
+        task_rows.append(
+            [
+                f"<code>{_e(task['task_id'])}</code>",
+                _state(task.get("status")),
+                cost,
+                f"<span class='prompt'>{_e(memory.prompts.get(task['task_id']))}</span>",
+                _e(task.get("project_id")),
+                link,
+            ]
+        )
+    project_rows = [
+        [
+            f"<code>{_e(p['project_id'])}</code>",
+            _e(p.get("mode")),
+            _state(p.get("status")),
+            _e(p.get("current_step")),
+            _e((p.get("billing") or {}).get("total_credits_cost")),
+            _e(len(p.get("task_ids") or ())),
+        ]
+        for p in reversed(projects)
+    ]
+    request_rows = [
+        [
+            _e(time.strftime("%H:%M:%S", time.localtime(r.started_at))),
+            _e(r.method),
+            f"<code>{_e(r.path)}</code>",
+            _e("dropped" if r.status is None else r.status),
+            _e(memory.codes.get(r.trace_id) if r.trace_id else None),
+            f"<code>{_e(r.trace_id)}</code>",
+            f"<span class='fault'>{_e(r.fault)}</span>" if r.fault else "",
+            _e(f"{r.duration * 1000:.1f}"),
+        ]
+        for r in reversed(log)
+    ]
+    fired = {kind: count for kind, count in source.stats().faults.items() if count}
+    fault_rows = [[_e(kind), _e(count)] for kind, count in sorted(fired.items())]
+    rules = [json.dumps(rule.to_dict(), sort_keys=True) for rule in source.faults.rules]
+
+    available = balance.get("api_available_credits")
+    total = balance.get("api_total_credits")
+    parts = [
+        f"<p id='balance' class='balance'>Credits: <strong>{_e(available)}</strong>"
+        f" available of {_e(total)}</p>",
+        f"<p class='meta'>{len(source.task_ids)} tasks, {len(source.project_ids)} projects;"
+        f" updated {_e(time.strftime('%H:%M:%S'))}</p>",
+        _table(
+            "Tasks",
+            ["task id", "state", "cost", "prompt", "project", ""],
+            task_rows,
+            "No task yet.",
+        ),
+        _table(
+            "Projects",
+            ["project id", "mode", "state", "step", "cost", "tasks"],
+            project_rows,
+            "No project yet.",
+        ),
+        _table(
+            "Requests (newest first)",
+            ["time", "method", "path", "status", "code", "trace id", "fault", "ms"],
+            request_rows,
+            "No request yet.",
+        ),
+        _table("Faults fired", ["kind", "count"], fault_rows, "No fault fired."),
+    ]
+    if rules:
+        parts.append(
+            "<p class='meta'>Fault rules: "
+            + "; ".join(f"<code>{_e(rule)}</code>" for rule in rules)
+            + "</p>"
+        )
+    video_attr = f"{_e(video[1])}|{_e(video[0])}" if video else ""
+    parts.append(f"<div id='latest-video' hidden data-video='{video_attr}'></div>")
+    return "<div id='live'>" + "".join(parts) + "</div>"
+
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1b1b1f;background:#fafafa}
+h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.2em 0 .3em}
+table{border-collapse:collapse;width:100%;background:#fff}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#eef}code{font-size:.9em}.meta,.empty{color:#666}
+.balance{font-size:1.2em}.prompt{white-space:pre-wrap;word-break:break-word}
+.state{padding:0 4px;border-radius:3px;background:#eee}
+.succeeded,.completed{background:#d6f5d6}.failed{background:#f8d0d0}
+.running,.queued,.pending{background:#fff1c2}.fault{color:#a00}
+header{display:flex;justify-content:space-between;align-items:flex-start;gap:1em}
+#player{text-align:center}
+video{width:160px;height:160px;background:#000}
+"""
+
+_SCRIPT = """
+(function(){
+  var player=document.getElementById('video'),label=document.getElementById('video-label');
+  function show(){
+    var tag=document.getElementById('latest-video'),v=tag?tag.dataset.video:'';
+    if(!v||player.dataset.current===v)return;
+    var at=v.indexOf('|');player.dataset.current=v;player.src=v.slice(0,at);
+    label.textContent='latest finished task: '+v.slice(at+1);
+  }
+  function refresh(){
+    fetch('?part=live',{cache:'no-store'}).then(function(r){return r.ok?r.text():null})
+      .then(function(t){if(t!==null){document.getElementById('live').outerHTML=t;show();}})
+      .catch(function(){}).then(function(){setTimeout(refresh,1000);});
+  }
+  show();setTimeout(refresh,1000);
+})();
+"""
+
+
+def _page(live: str, nonce: str) -> str:
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        "<title>videogen sandbox console</title><link rel='icon' href='data:,'>"
+        "<noscript><meta http-equiv='refresh' content='5'></noscript>"
+        f"<style nonce='{nonce}'>{_STYLE}</style></head><body>"
+        "<header><div><h1>videogen sandbox console</h1>"
+        "<p class='meta'>Read-only; refreshes itself every second.</p></div>"
+        "<div id='player'><video id='video' controls muted loop autoplay playsinline"
+        " preload='metadata'></video><div id='video-label' class='meta'>no finished video"
+        " yet</div></div></header>"
+        f"{live}<script nonce='{nonce}'>{_SCRIPT}</script></body></html>"
+    )
