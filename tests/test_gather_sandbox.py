@@ -136,7 +136,7 @@ async def test_sandbox_429_pauses_then_recovers(
     # before the 429 arrived may land after it on the server; none may *start* in the pause.
     starts: list[float] = []
     limited_at: list[float] = []
-    real_get = Tasks.get
+    real_get = Tasks._fetch_once
 
     async def spy_get(self: Tasks, task_id: str) -> Task:
         starts.append(time.monotonic())
@@ -151,7 +151,7 @@ async def test_sandbox_429_pauses_then_recovers(
         fast_server.faults.add(
             FaultRule(route=TASKS_ROUTE, rate_limit_rate=1.0, retry_after=0.2, times=1)
         )
-        monkeypatch.setattr(Tasks, "get", spy_get)
+        monkeypatch.setattr(Tasks, "_fetch_once", spy_get)
         async with gather_until_done(client, names, poll_policy=FAST) as results:
             got = [t async for t in results]
     assert len(got) == 20

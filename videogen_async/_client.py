@@ -5,11 +5,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
+import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
+
+import aiohttp
 
 from ._credits import Credits
 from ._download import (
@@ -23,20 +27,17 @@ from ._download import (
 )
 from ._exceptions import ConfigurationError
 from ._logging import configure_from_env
+from ._pacing import Pacing
+from ._polling import DEFAULT_POLICY, PollPolicy, TaskSource
 from ._projects import Projects
 from ._retry import RetryPolicy
 from ._schedule import FinishTimeMemory, InMemoryFinishTimes
 from ._tasks import Tasks
-from ._transport import DEFAULT_MAX_BODY, SessionOwner, Timeout, Transport
-
-if TYPE_CHECKING:
-    import aiohttp
-
-    from ._polling import PollPolicy
+from ._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
 
 __all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
 
-DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=None)
+DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_CONNECTION_LIMIT = 100
 
@@ -113,6 +114,17 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
     return text.rstrip("/")
 
 
+def _check_deadline(deadline: object) -> None:
+    if deadline is None:
+        return
+    if (
+        isinstance(deadline, bool)
+        or not isinstance(deadline, (int, float))
+        or not float(deadline) > 0
+    ):
+        raise ConfigurationError(f"deadline must be positive seconds or None, got {deadline!r}")
+
+
 class AsyncVideoGen:
     """The asyncio client of the video generation service.
 
@@ -125,9 +137,13 @@ class AsyncVideoGen:
     Args:
         api_key: The API key; defaults to the ``VIDEOGEN_API_KEY`` environment variable.
         base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``.
-        timeout: Per-request timeouts: a :class:`Timeout` or a number of seconds.
+        timeout: Per-attempt timeouts: a :class:`Timeout`, or a number of seconds that bounds
+            each attempt as a whole (connect to last byte); ``None`` for no limit. By
+            default 10 s to connect, 60 s between reads and 120 s for the whole attempt.
         max_retries: Retries of a request after a transient failure (0 turns them off).
             Creating calls are retried only when the request provably did not take effect.
+        deadline: Seconds for a whole call, all its attempts and the waits between them
+            included (``None``: only ``timeout`` bounds each attempt).
         session: An ``aiohttp.ClientSession`` of your own; it is used as it is and never
             closed by the client.
         connection_limit: The size of the client's own connection pool.
@@ -136,6 +152,10 @@ class AsyncVideoGen:
         allow_insecure_http: Allow a plain ``http://`` base URL to a host that is not
             loopback.
         max_body_size: The largest response body read, in bytes.
+        trust_env: Use the proxy the environment names (``HTTPS_PROXY``, ``HTTP_PROXY``,
+            ``ALL_PROXY``, minus ``NO_PROXY``), read when the client is made, as requests
+            and httpx do; ``False`` always connects directly. A ``session`` of your own
+            is given the proxy the same way.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
@@ -159,6 +179,8 @@ class AsyncVideoGen:
         default_headers: dict[str, str] | None = None,
         allow_insecure_http: bool = False,
         max_body_size: int = DEFAULT_MAX_BODY,
+        deadline: float | None = None,
+        trust_env: bool = True,
     ) -> None:
         configure_from_env()
         key = api_key if api_key is not None else os.environ.get("VIDEOGEN_API_KEY")
@@ -178,43 +200,70 @@ class AsyncVideoGen:
             raise ConfigurationError(
                 f"max_retries must be a whole number >= 0, got {max_retries!r}"
             )
-        try:
-            timeouts = Timeout.of(timeout)
-            owner = SessionOwner(session=session, connection_limit=connection_limit)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        _check_deadline(deadline)
         headers = dict(default_headers or {})
         if any(k.lower() == "authorization" for k in headers):
             raise ConfigurationError("default_headers must not set Authorization; use api_key")
-        self._transport = Transport(
+        base = _check_base_url(url, allow_insecure_http=allow_insecure_http)
+        try:
+            timeouts = Timeout.of(timeout)
+            owner = SessionOwner(
+                session=session,
+                connection_limit=connection_limit,
+                pacing=Pacing(poll_policy or DEFAULT_POLICY),
+                # Where the client was made, named if it is dropped without aclose().
+                created_at=traceback.StackSummary.extract(
+                    traceback.walk_stack(sys._getframe(1)), limit=8, lookup_lines=False
+                ),
+            )
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        transport = Transport(
             api_key=key,
-            base_url=_check_base_url(url, allow_insecure_http=allow_insecure_http),
+            base_url=base,
             owner=owner,
             timeout=timeouts,
             retry=RetryPolicy(max_retries=max_retries),
             default_headers=headers,
             max_body_size=max_body_size,
+            deadline=deadline,
+            trust_env=trust_env,
         )
-        self._owns_session = True
+        self._compose(transport, poll_policy, owns_session=True)
+
+    def _compose(
+        self,
+        transport: Transport,
+        poll_policy: PollPolicy | None,
+        *,
+        owns_session: bool,
+        finish_times: FinishTimeMemory | None = None,
+    ) -> None:
+        self._transport = transport
+        self._owns_session = owns_session
         self._poll_policy = poll_policy
-        self.finish_times: FinishTimeMemory = InMemoryFinishTimes()
-        self.tasks = Tasks(self)
-        self.projects = Projects(self)
-        self.credits = Credits(self)
+        policy = poll_policy or DEFAULT_POLICY
+        self.finish_times: FinishTimeMemory = (
+            finish_times if finish_times is not None else InMemoryFinishTimes()
+        )
+        self.tasks = Tasks(transport, policy, self.finish_times)
+        self.projects = Projects(transport, policy, self.tasks._fetch_once)
+        self.credits = Credits(transport, policy)
 
     @classmethod
     def _view(
-        cls, parent: AsyncVideoGen, transport: Transport, poll_policy: PollPolicy | None
+        cls,
+        transport: Transport,
+        poll_policy: PollPolicy | None,
+        finish_times: FinishTimeMemory,
     ) -> AsyncVideoGen:
         view = cls.__new__(cls)
-        view._transport = transport
-        view._owns_session = False
-        view._poll_policy = poll_policy
-        view.finish_times = parent.finish_times
-        view.tasks = Tasks(view)
-        view.projects = Projects(view)
-        view.credits = Credits(view)
+        view._compose(transport, poll_policy, owns_session=False, finish_times=finish_times)
         return view
+
+    def _task_source(self) -> TaskSource:
+        """The narrow interface the waiting engines poll this client through."""
+        return self.tasks._source()
 
     def __repr__(self) -> str:
         return (
@@ -229,8 +278,13 @@ class AsyncVideoGen:
 
     @property
     def timeout(self) -> Timeout:
-        """The per-request timeouts."""
+        """The per-attempt timeouts."""
         return self._transport.timeout
+
+    @property
+    def deadline(self) -> float | None:
+        """Seconds for a whole call with all its retries (``None``: no such bound)."""
+        return self._transport.deadline
 
     @property
     def max_retries(self) -> int:
@@ -240,11 +294,7 @@ class AsyncVideoGen:
     @property
     def poll_policy(self) -> PollPolicy:
         """The default poll policy of the wait helpers and ``gather_until_done``."""
-        if self._poll_policy is None:
-            from ._polling import PollPolicy
-
-            self._poll_policy = PollPolicy()
-        return self._poll_policy
+        return self._poll_policy or DEFAULT_POLICY
 
     @property
     def is_closed(self) -> bool:
@@ -257,17 +307,20 @@ class AsyncVideoGen:
         timeout: Timeout | float | None = _NOT_GIVEN,
         max_retries: int | None = None,
         poll_policy: PollPolicy | None = None,
+        deadline: float | None = _NOT_GIVEN,
     ) -> AsyncVideoGen:
-        """A view of this client with other options, sharing its connection pool.
+        """A view of this client with other options, sharing its connection pool and pacing.
 
         ``client.with_options(max_retries=0).tasks.get(task_id)`` changes one call without
         touching the client. The view is closed with the client it was made from; its own
-        :meth:`aclose` does nothing.
+        :meth:`aclose` does nothing. A 429 seen through a view slows the client and all its
+        views alike.
 
         Args:
-            timeout: New per-request timeouts (a :class:`Timeout` or seconds).
+            timeout: New per-attempt timeouts (a :class:`Timeout` or seconds).
             max_retries: New number of retries.
             poll_policy: New default poll policy.
+            deadline: New deadline of a whole call with its retries (``None``: none).
 
         Returns:
             The view.
@@ -291,8 +344,12 @@ class AsyncVideoGen:
                 new_timeout = Timeout.of(timeout)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        transport = self._transport.copy(timeout=new_timeout, retry=retry)
-        return type(self)._view(self, transport, poll_policy or self._poll_policy)
+        if deadline is not _NOT_GIVEN:
+            _check_deadline(deadline)
+        transport = self._transport.copy(
+            timeout=new_timeout, retry=retry, deadline=UNSET if deadline is _NOT_GIVEN else deadline
+        )
+        return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 
     async def download(
         self,
@@ -333,7 +390,8 @@ class AsyncVideoGen:
             ValueError: ``attempts`` or ``chunk_size`` is below 1.
         """
         return await download(
-            self,
+            self._transport,
+            self.tasks.get,
             source,
             path,
             overwrite=overwrite,
@@ -378,7 +436,8 @@ class AsyncVideoGen:
             TypeError: An item is not a ``Task``, a task id or a URL.
         """
         return await download_many(
-            self,
+            self._transport,
+            self.tasks.get,
             items,
             directory,
             max_concurrency=max_concurrency,

@@ -31,9 +31,9 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio
@@ -41,11 +41,11 @@ import attrs
 
 from ._exceptions import APIConnectionError, DownloadError, VideoGenError
 from ._models import ProjectTask, Task
-from ._retry import backoff_delay
+from ._retry import RESUME_POLICY, retry_delay
+from ._transport import Transport
 
-if TYPE_CHECKING:
-    from ._client import AsyncVideoGen
-    from ._transport import Transport
+#: Reads one task by id (the client's ``tasks.get``).
+GetTask = Callable[[str], Awaitable[Task]]
 
 __all__ = [
     "DEFAULT_ATTEMPTS",
@@ -401,7 +401,7 @@ async def download_url(
                         bytes_received=state.received,
                         expected_size=state.total,
                     ) from retry.__cause__
-                delay = backoff_delay(attempt, initial=0.25, cap=4.0, rng=rng)
+                delay = retry_delay(RESUME_POLICY, attempt, rng=rng) or 0.0
                 logger.info(
                     "download of %s: %s; %s in %.2fs (attempt %d of %d)",
                     what,
@@ -553,11 +553,11 @@ def _source_name(source: DownloadSource) -> str:
     return str(source)
 
 
-async def resolve_source(client: AsyncVideoGen, source: DownloadSource) -> tuple[str, str | None]:
+async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str, str | None]:
     """Find the URL of a source: ``(url, task_id)``.
 
     Args:
-        client: The client (used to fetch a task given by id).
+        get_task: Reads a task given by id (the client's ``tasks.get``).
         source: A :class:`Task`, a task listed in a project, a task id, or a URL.
 
     Returns:
@@ -571,15 +571,15 @@ async def resolve_source(client: AsyncVideoGen, source: DownloadSource) -> tuple
     """
     task: Task | None
     if isinstance(source, Task):
-        task = source if source.is_terminal else await client.tasks.get(source.task_id)
+        task = source if source.is_terminal else await get_task(source.task_id)
     elif isinstance(source, ProjectTask):
         if not source.task_id:
             raise DownloadError("this project task carries no task_id")
-        task = await client.tasks.get(source.task_id)
+        task = await get_task(source.task_id)
     elif isinstance(source, str):
         if is_url(source):
             return _check_url(source), None
-        task = await client.tasks.get(source)
+        task = await get_task(source)
     else:
         raise TypeError(f"cannot download a {type(source).__name__}: pass a Task, id or URL")
     if not task.is_succeeded:
@@ -598,7 +598,8 @@ async def resolve_source(client: AsyncVideoGen, source: DownloadSource) -> tuple
 
 
 async def download(
-    client: AsyncVideoGen,
+    transport: Transport,
+    get_task: GetTask,
     source: DownloadSource,
     path: str | os.PathLike[str],
     *,
@@ -608,12 +609,12 @@ async def download(
     progress: ProgressCallback | None = None,
 ) -> Path:
     """Download one video; see :meth:`AsyncVideoGen.download`."""
-    url, task_id = await resolve_source(client, source)
+    url, task_id = await resolve_source(get_task, source)
     dest = Path(path)
     if await anyio.to_thread.run_sync(dest.is_dir) or str(path).endswith(("/", os.sep)):
         dest = dest / default_filename(url=url, task_id=task_id)
     await download_url(
-        client._transport,
+        transport,
         url,
         dest,
         overwrite=overwrite,
@@ -648,7 +649,8 @@ def _planned_names(items: Sequence[DownloadSource]) -> list[str]:
 
 
 async def download_many(
-    client: AsyncVideoGen,
+    transport: Transport,
+    get_task: GetTask,
     items: Iterable[DownloadSource],
     directory: str | os.PathLike[str],
     *,
@@ -679,10 +681,10 @@ async def download_many(
         task_id: str | None = None
         async with limiter:
             try:
-                url, task_id = await resolve_source(client, source)
+                url, task_id = await resolve_source(get_task, source)
                 dest = folder / names[index]
                 size = await download_url(
-                    client._transport,
+                    transport,
                     url,
                     dest,
                     overwrite=overwrite,

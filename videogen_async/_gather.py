@@ -46,23 +46,28 @@ from ._models import Task
 from ._polling import (
     PollingClient,
     PollPolicy,
+    TaskSource,
     _policy_of,
     aimd_decrease,
     aimd_increase,
-    error_delay,
     growth_interval,
-    is_transient,
     probe_count,
-    rate_limit_pause,
     recovered_rate,
+    source_of,
 )
+from ._retry import error_delay, is_transient, rate_limit_pause, retry_after_of
 from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay
 from ._validation import check_id
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["DEFAULT_MAX_CONCURRENCY", "GatherProgress", "GatherResults", "gather_until_done"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "GatherProgress",
+    "GatherResults",
+    "gather_until_done",
+]
 
 logger = logging.getLogger("videogen_async")
 
@@ -164,12 +169,6 @@ class _IdState:
         self.done = False
 
 
-def _retry_after(exc: BaseException) -> float | None:
-    """A ``Retry-After`` the error carries (a 503 may send one too), if any."""
-    value = getattr(exc, "retry_after", None)
-    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
-
-
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -180,7 +179,7 @@ class _Coordinator:
 
     def __init__(
         self,
-        client: PollingClient,
+        source: TaskSource,
         ids: dict[str, _IdState],
         *,
         timeout: float | None,
@@ -192,7 +191,7 @@ class _Coordinator:
         classes: dict[object, _Class] | None = None,
         memory: FinishTimeMemory | None = None,
     ) -> None:
-        self._client = client
+        self._source = source
         self._states = ids
         if classes is None:
             classes = {}
@@ -524,7 +523,7 @@ class _Coordinator:
             self._next_send = max(self._next_send, now) + 1.0 / self._rate
 
     async def _worker(self) -> None:
-        get = self._client.with_options(max_retries=0).tasks.get
+        get = self._source.fetch
         loop = asyncio.get_running_loop()
         idle = self._idle
         state: _IdState | None = None
@@ -735,6 +734,9 @@ class _Coordinator:
                     policy, self._rate_events, self._rng.random(), exc.retry_after
                 )
                 self._paused_until = max(self._paused_until, now + pause)
+                pacing = self._source.pacing
+                if pacing is not None:  # the client's pause (its clock is the loop's)
+                    self._paused_until = max(self._paused_until, pacing.paused_until)
                 logger.info(
                     "gather_until_done: 429, pausing %.2fs; concurrency %d, rate %.1f/s",
                     pause,
@@ -754,7 +756,7 @@ class _Coordinator:
             )
             self._give_up(state, exc)
             return
-        delay = error_delay(policy, state.failures, self._rng.random(), _retry_after(exc))
+        delay = error_delay(policy, state.failures, self._rng.random(), retry_after_of(exc))
         logger.debug("gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, delay)
         self._push(state, now + delay)
 
@@ -897,7 +899,7 @@ class GatherResults:
 
 
 def gather_until_done(
-    client: PollingClient,
+    client: PollingClient | TaskSource,
     task_ids: Iterable[str],
     *,
     timeout: float | None = None,
@@ -922,9 +924,10 @@ def gather_until_done(
     down (a 429 slows everyone) and never end the batch.
 
     Args:
-        client: The client (``AsyncVideoGen``); polls go through
-            ``client.with_options(max_retries=0).tasks.get`` so that the gather owns the
-            backoff.
+        client: The client (``AsyncVideoGen``); polls are single reads without retries of
+            their own, so that the gather owns the backoff, paced by the client's pacing
+            (a 429 seen here slows every request of the client, and the other way round).
+            Below the client, a :class:`TaskSource` is taken as it is.
         task_ids: The ids; duplicates are polled once and yielded once.
         timeout: Deadline in seconds for the whole gather (``None``: none).
         max_concurrency: Polls in flight at most (never exceeded).
@@ -983,14 +986,15 @@ def gather_until_done(
             state = _IdState(task_id, klass)
             klass.states.append(state)
             states[task_id] = state
-    memory = finish_times if finish_times is not None else getattr(client, "finish_times", None)
+    source = source_of(client)
+    memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
     coordinator = _Coordinator(
-        client,
+        source,
         states,
         timeout=timeout,
         max_concurrency=max_concurrency,
         return_exceptions=return_exceptions,
-        policy=_policy_of(client, poll_policy),
+        policy=poll_policy or source.poll_policy or _policy_of(client, None),
         on_progress=on_progress,
         progress_interval=progress_interval,
         classes=by_key,

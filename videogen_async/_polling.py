@@ -13,9 +13,12 @@ takes its randomness as a number in ``[0, 1)`` so that it can be tested on its o
   others sparsely before that window and densely inside it. Before anything has finished, a
   few ids (the *probes*, :func:`probe_count`) are polled densely to find the window's start,
   while the rest grow their gaps.
-* :func:`error_delay` and :func:`rate_limit_pause`: after a transient failure of one id, and
-  after a 429 (which pauses every id; see :func:`aimd_decrease`, :func:`aimd_increase` and
-  :func:`recovered_rate` for how the allowed concurrency and rate come back).
+* After a transient failure or a 429 the loops ask the one retry engine (``_retry``:
+  :func:`error_delay`, :func:`rate_limit_pause`, the AIMD arithmetic), and every request
+  is paced by the client's ``_pacing`` state, so a 429 slows the whole client.
+
+The waiting engines never see the client: they poll through a :class:`TaskSource` (one read
+of one task, with no retries of its own, and the client's pacing).
 """
 
 from __future__ import annotations
@@ -30,20 +33,27 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import attrs
 
-from ._exceptions import (
-    APIConnectionError,
-    APIResponseError,
-    APIStatusError,
-    RateLimitError,
-    ServerError,
-    TaskFailedError,
-    WaitTimeoutError,
-)
+from ._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
 from ._models import Task
+from ._pacing import Pacing
+
+# The backoff and AIMD arithmetic live in the one retry engine; they are re-exported here for
+# the scheduler and for code that imported them from this module.
+from ._retry import (
+    aimd_decrease,
+    aimd_increase,
+    error_delay,
+    is_transient,
+    rate_limit_pause,
+    recovered_rate,
+)
+from ._schedule import FinishTimeMemory
 
 __all__ = [
     "FinishWindow",
     "PollPolicy",
+    "PollingClient",
+    "TaskSource",
     "aimd_decrease",
     "aimd_increase",
     "batch_delay",
@@ -56,7 +66,9 @@ __all__ = [
     "probe_count",
     "rate_limit_pause",
     "recovered_rate",
+    "source_of",
     "wait_for_task",
+    "wait_on_source",
 ]
 
 logger = logging.getLogger("videogen_async")
@@ -333,120 +345,6 @@ def batch_delay(
     return max(dense, min(policy.max_interval, overdue * policy.overdue_growth))
 
 
-def error_delay(
-    policy: PollPolicy, failures: int, rand: float, retry_after: float | None = None
-) -> float:
-    """The backoff of one id after transient failures.
-
-    Args:
-        policy: The poll policy.
-        failures: Transient failures in a row, from 1.
-        rand: A random number in ``[0, 1)``.
-        retry_after: The service's ``Retry-After``, if it sent one.
-
-    Returns:
-        A delay in ``[c / 2, c)`` with ``c = min(error_max, error_initial * 2 ** (failures -
-        1))``, or the ``Retry-After`` when that is longer.
-    """
-    exponent = min(max(failures - 1, 0), 62)
-    ceiling = min(policy.error_max, policy.error_initial * 2.0**exponent)
-    delay = ceiling * (0.5 + 0.5 * rand)
-    if retry_after is not None and retry_after > delay:
-        return retry_after
-    return delay
-
-
-def rate_limit_pause(
-    policy: PollPolicy, consecutive: int, rand: float, retry_after: float | None = None
-) -> float:
-    """How long every poll pauses after a 429.
-
-    Args:
-        policy: The poll policy.
-        consecutive: 429 events in a row, from 1.
-        rand: A random number in ``[0, 1)``.
-        retry_after: The service's ``Retry-After``, if it sent one.
-
-    Returns:
-        The ``Retry-After`` when given; otherwise a delay in ``[c / 2, c)`` with
-        ``c = min(rate_limit_max, rate_limit_initial * 2 ** (consecutive - 1))``.
-    """
-    if retry_after is not None:
-        return max(0.0, retry_after)
-    exponent = min(max(consecutive - 1, 0), 62)
-    ceiling = min(policy.rate_limit_max, policy.rate_limit_initial * 2.0**exponent)
-    return ceiling * (0.5 + 0.5 * rand)
-
-
-def aimd_decrease(limit: float, factor: float) -> float:
-    """Multiplicative decrease of an allowed concurrency (or rate) on a 429.
-
-    Args:
-        limit: The current limit.
-        factor: The decrease factor, in ``(0, 1]``.
-
-    Returns:
-        ``max(1, limit * factor)``.
-    """
-    return max(1.0, limit * factor)
-
-
-def aimd_increase(limit: float, maximum: float) -> float:
-    """Additive increase of an allowed concurrency after a successful poll.
-
-    One call per success adds ``1 / limit``, so the limit grows by about one per round of
-    ``limit`` successful requests.
-
-    Args:
-        limit: The current limit (at least 1).
-        maximum: The ceiling.
-
-    Returns:
-        ``min(maximum, limit + 1 / limit)``.
-    """
-    return min(maximum, limit + 1.0 / max(limit, 1.0))
-
-
-def recovered_rate(policy: PollPolicy, reduced: float, elapsed: float) -> float:
-    """The allowed request rate some time after a 429 cut it.
-
-    Args:
-        policy: The poll policy.
-        reduced: The rate (requests per second) set when the 429 arrived.
-        elapsed: Seconds since then (after the pause).
-
-    Returns:
-        ``reduced * (1 + rate_recovery * elapsed)``, or ``inf`` (no limit) once that is back
-        to the rate before the cut (``reduced / rate_decrease``).
-    """
-    rate = reduced * (1.0 + policy.rate_recovery * max(elapsed, 0.0))
-    if rate >= reduced / policy.rate_decrease:
-        return math.inf
-    return rate
-
-
-# ---------------------------------------------------------------------------------------------
-# Error classification
-# ---------------------------------------------------------------------------------------------
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a failed poll is worth repeating later.
-
-    Transient: connection errors and timeouts, 5xx, 429, 408, and a garbled body. Permanent:
-    everything else (404, 401, 403, 400, ...).
-
-    Args:
-        exc: The error a poll raised.
-
-    Returns:
-        ``True`` for a transient failure.
-    """
-    if isinstance(exc, (APIConnectionError, ServerError, RateLimitError, APIResponseError)):
-        return True
-    return isinstance(exc, APIStatusError) and exc.status_code == 408
-
-
 # ---------------------------------------------------------------------------------------------
 # Single-object waits
 # ---------------------------------------------------------------------------------------------
@@ -467,6 +365,55 @@ class PollingClient(Protocol):
     def with_options(self, *, max_retries: int | None = ...) -> PollingClient:
         """A view of the client with other options, sharing its connection pool."""
         ...
+
+
+@attrs.frozen
+class TaskSource:
+    """What the waiting engines poll through: the narrow interface to a client.
+
+    Attributes:
+        fetch: Reads one task once, with no retries of its own (the engine's loop owns the
+            backoff); a failure is raised as the ``VideoGenError`` it is.
+        pacing: The client's pacing state, if it has one (the gather aligns its 429 pause
+            with it).
+        poll_policy: The client's default poll policy, if it has one.
+        finish_times: What the client remembers of finish times for its gathers (a
+            ``FinishTimeMemory``), if it has one.
+    """
+
+    fetch: Callable[[str], Awaitable[Task]]
+    pacing: Pacing | None = None
+    poll_policy: PollPolicy | None = None
+    finish_times: FinishTimeMemory | None = None
+
+
+def source_of(client: object) -> TaskSource:
+    """The :class:`TaskSource` of a client (the top layer's one look at the client).
+
+    ``AsyncVideoGen`` hands out its own; any other object with ``with_options`` and
+    ``tasks.get`` (a :class:`PollingClient`) is read through
+    ``with_options(max_retries=0).tasks.get``.
+
+    Args:
+        client: The client.
+
+    Returns:
+        Its task source.
+    """
+    if isinstance(client, TaskSource):
+        return client
+    own = getattr(client, "_task_source", None)
+    if callable(own):
+        source = own()
+        if isinstance(source, TaskSource):
+            return source
+    view = client.with_options(max_retries=0)  # type: ignore[attr-defined]
+    policy = getattr(client, "poll_policy", None)
+    return TaskSource(
+        fetch=view.tasks.get,
+        poll_policy=policy if isinstance(policy, PollPolicy) else None,
+        finish_times=getattr(client, "finish_times", None),
+    )
 
 
 def _policy_of(client: object, policy: PollPolicy | None) -> PollPolicy:
@@ -571,17 +518,44 @@ async def wait_for_task(
     raise_on_failure: bool,
     poll_policy: PollPolicy | None,
 ) -> Task:
-    """Poll one task until it is terminal.
-
-    Polls ``client.with_options(max_retries=0).tasks.get`` so that this loop alone owns the
-    backoff; gaps grow with the task's age (from its ``created_at``).
+    """Poll one task of ``client`` until it is terminal (see :func:`wait_on_source`).
 
     Args:
-        client: The client (``AsyncVideoGen``).
+        client: The client (``AsyncVideoGen``, or any :class:`PollingClient`).
         task_id: The task.
         timeout: Deadline in seconds for the whole wait (``None``: none).
         raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or error.
         poll_policy: The poll policy (``None``: the client's).
+
+    Returns:
+        The task in a terminal state.
+    """
+    source = source_of(client)
+    policy = poll_policy or source.poll_policy or _policy_of(client, None)
+    return await wait_on_source(
+        source, task_id, timeout=timeout, raise_on_failure=raise_on_failure, poll_policy=policy
+    )
+
+
+async def wait_on_source(
+    source: TaskSource,
+    task_id: str,
+    *,
+    timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
+    raise_on_failure: bool,
+    poll_policy: PollPolicy | None,
+) -> Task:
+    """Poll one task until it is terminal.
+
+    Polls ``source.fetch`` (one read, no retries of its own) so that this loop alone owns the
+    backoff; gaps grow with the task's age (from its ``created_at``).
+
+    Args:
+        source: Where the task is read.
+        task_id: The task.
+        timeout: Deadline in seconds for the whole wait (``None``: none).
+        raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or error.
+        poll_policy: The poll policy (``None``: the source's, else the defaults).
 
     Returns:
         The task in a terminal state.
@@ -593,8 +567,8 @@ async def wait_for_task(
         VideoGenError: A permanent failure (e.g. ``NotFoundError``), or the last of too many
             transient ones.
     """
-    policy = _policy_of(client, poll_policy)
-    get = client.with_options(max_retries=0).tasks.get
+    policy = poll_policy or source.poll_policy or DEFAULT_POLICY
+    get = source.fetch
 
     def age_of(task: Task, elapsed: float) -> float:
         if task.created_at is None:

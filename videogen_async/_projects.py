@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import quote
 
 from ._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
 from ._exceptions import ProjectFailedError, WaitTimeoutError
-from ._models import CreatedProject, Project, VideoBatch
+from ._models import CreatedProject, Project, Task, VideoBatch
+from ._polling import PollPolicy, poll_until
 from ._resource import Resource
+from ._retry import NO_RETRY, RetryPolicy
+from ._transport import Transport
 from ._validation import (
     as_url_list,
     check_id,
     validate_project_request,
     validate_videos_request,
 )
-
-if TYPE_CHECKING:
-    from ._polling import PollPolicy
 
 __all__ = ["Projects"]
 
@@ -30,6 +29,23 @@ def _path(project_id: str, suffix: str = "") -> str:
 
 class Projects(Resource):
     """Viral ad clone projects: a reference ad and product images in, scripts and videos out."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        poll_policy: PollPolicy,
+        get_task: Callable[[str], Awaitable[Task]],
+    ) -> None:
+        """A namespace over ``transport``.
+
+        Args:
+            transport: The client's transport.
+            poll_policy: The client's default poll policy.
+            get_task: Reads one task once, without retries of its own (the wait loop owns
+                the backoff).
+        """
+        super().__init__(transport, poll_policy)
+        self._get_task = get_task
 
     async def create(
         self,
@@ -107,7 +123,10 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        response = await self._transport.request("GET", _path(project_id))
+        return await self._fetch(project_id, None)
+
+    async def _fetch(self, project_id: str, retry: RetryPolicy | None) -> Project:
+        response = await self._transport.request("GET", _path(project_id), retry=retry)
         return self._parse(response, Project)
 
     async def create_videos(
@@ -175,8 +194,6 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        from ._polling import poll_until
-
         check_id("project_id", project_id)
 
         def ready(project: Project) -> bool:
@@ -185,10 +202,10 @@ class Projects(Resource):
             return project.has_script
 
         return await poll_until(
-            lambda: self.get(project_id),
+            lambda: self._fetch(project_id, NO_RETRY),
             ready,
             timeout=timeout,
-            poll_policy=poll_policy or self._client.poll_policy,
+            poll_policy=poll_policy or self._poll_policy,
             what=f"project {project_id}",
         )
 
@@ -216,13 +233,11 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        from ._polling import poll_until
-
         check_id("project_id", project_id)
         settled: set[str] = set()
 
         async def snapshot() -> tuple[Project, bool]:
-            project = await self.get(project_id)
+            project = await self._fetch(project_id, NO_RETRY)
             if project.is_failed:
                 return project, True
             if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
@@ -232,7 +247,7 @@ class Projects(Resource):
             for task_id in project.task_ids:
                 if task_id in listed or task_id in settled:
                     continue
-                task = await self._client.tasks.get(task_id)
+                task = await self._get_task(task_id)
                 if not task.is_terminal:
                     return project, False
                 settled.add(task_id)
@@ -243,7 +258,7 @@ class Projects(Resource):
                 snapshot,
                 lambda state: state[1],
                 timeout=timeout,
-                poll_policy=poll_policy or self._client.poll_policy,
+                poll_policy=poll_policy or self._poll_policy,
                 what=f"project {project_id}",
             )
         except WaitTimeoutError as exc:

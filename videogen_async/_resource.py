@@ -1,23 +1,24 @@
-"""What every resource namespace shares: the client it belongs to and response parsing."""
+"""What every resource namespace shares: the transport it sends through and response parsing.
+
+A resource depends on the transport and on its poll policy only, never on the client that
+composes it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import cattrs
 
 from ._exceptions import APIResponseError
 from ._jsonbody import clip, short_repr
 from ._models import structure_lenient
+from ._polling import PollPolicy
 from ._redact import scrub_exception
-from ._transport import Response
-
-if TYPE_CHECKING:
-    from ._client import AsyncVideoGen
-    from ._transport import Transport
+from ._transport import Response, Transport
 
 __all__ = ["Resource"]
 
@@ -28,20 +29,18 @@ logger = logging.getLogger("videogen_async")
 class Resource:
     """Base of the namespaces ``client.tasks``, ``client.projects`` and ``client.credits``."""
 
-    def __init__(self, client: AsyncVideoGen) -> None:
-        self._client = client
-
-    @property
-    def _transport(self) -> Transport:
-        return self._client._transport
+    def __init__(self, transport: Transport, poll_policy: PollPolicy) -> None:
+        self._transport = transport
+        self._poll_policy = poll_policy
 
     async def _create(self, path: str, body: dict[str, Any], cls: type[_T]) -> _T:
         """Send a creating call so that a charged identifier is never dropped.
 
         The request runs in its own task. If the caller is cancelled while it is in flight,
         the cancellation goes on at once, but the request runs to its answer (bounded by the
-        request timeout; ``aclose()`` waits for it) and the id of what the service created
-        is logged at WARNING, so a charged task is never silently lost.
+        client's timeout settings; ``aclose()`` waits for it as long as they allow) and the id
+        of what the service created is logged at WARNING, so a charged task is never silently
+        lost.
         """
 
         async def send() -> tuple[_T, Response]:
@@ -49,7 +48,7 @@ class Resource:
             return self._parse(response, cls, created=True), response
 
         job = asyncio.ensure_future(send())
-        self._transport.owner.track(job)
+        self._transport.owner.track(job, self._transport.call_bound())
         try:
             created, _ = await asyncio.shield(job)
         except asyncio.CancelledError:

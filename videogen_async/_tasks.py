@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._enums import FunctionMode, Model, Ratio
+from ._gather import GatherResults, gather_until_done
 from ._models import CreatedTask, Task
+from ._polling import PollPolicy, TaskSource, wait_on_source
 from ._resource import Resource
+from ._retry import NO_RETRY, RetryPolicy
+from ._schedule import FinishTimeMemory
+from ._transport import Transport
 from ._validation import as_url_list, check_id, validate_task_request
-
-if TYPE_CHECKING:
-    from ._gather import GatherResults
-    from ._polling import PollPolicy
 
 __all__ = ["Tasks"]
 
@@ -93,9 +94,46 @@ class Tasks(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
+        return await self._fetch(task_id, None)
+
+    async def _fetch(self, task_id: str, retry: RetryPolicy | None) -> Task:
         task_id = check_id("task_id", task_id)
-        response = await self._transport.request("GET", "/v1/tasks", params={"task_id": task_id})
+        response = await self._transport.request(
+            "GET", "/v1/tasks", params={"task_id": task_id}, retry=retry
+        )
         return self._parse(response, Task)
+
+    async def _fetch_once(self, task_id: str) -> Task:
+        return await self._fetch(task_id, NO_RETRY)
+
+    def __init__(
+        self,
+        transport: Transport,
+        poll_policy: PollPolicy,
+        finish_times: FinishTimeMemory | None = None,
+    ) -> None:
+        """A namespace over ``transport``.
+
+        Args:
+            transport: The client's transport.
+            poll_policy: The client's default poll policy.
+            finish_times: What the client remembers of finish times, for its gathers.
+        """
+        super().__init__(transport, poll_policy)
+        self._finish_times = finish_times
+
+    def _source(self) -> TaskSource:
+        """The narrow interface the waiting engines poll through.
+
+        One read, no retries of its own (the engine's loop owns the backoff), paced by the
+        client.
+        """
+        return TaskSource(
+            fetch=self._fetch_once,
+            pacing=self._transport.pacing,
+            poll_policy=self._poll_policy,
+            finish_times=self._finish_times,
+        )
 
     async def wait(
         self,
@@ -127,15 +165,13 @@ class Tasks(Resource):
             NotFoundError: No such task.
             AuthenticationError: The API key was refused.
         """
-        from ._polling import wait_for_task
-
         task_id = check_id("task_id", task_id)
-        return await wait_for_task(
-            self._client,
+        return await wait_on_source(
+            self._source(),
             task_id,
             timeout=timeout,
             raise_on_failure=raise_on_failure,
-            poll_policy=poll_policy or self._client.poll_policy,
+            poll_policy=poll_policy or self._poll_policy,
         )
 
     def gather_until_done(self, task_ids: Iterable[str], **options: Any) -> GatherResults:
@@ -151,6 +187,4 @@ class Tasks(Resource):
         Returns:
             An async iterator of :class:`Task`, also usable as an async context manager.
         """
-        from ._gather import gather_until_done
-
-        return gather_until_done(self._client, task_ids, **options)
+        return gather_until_done(self._source(), task_ids, **options)

@@ -1,15 +1,18 @@
-"""The HTTP transport: the only module of the client that imports aiohttp.
+"""The HTTP transport: with ``_session``, the only module of the client that imports aiohttp.
 
 It owns (or borrows) the ``aiohttp.ClientSession``, sends one request with its retries and
 timeouts, decodes the service's envelope ``{code, trace_id, message, data}`` and maps every
 failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
 
-Retries follow one rule: a request is retried only when retrying cannot charge credits twice.
+Whether and when to retry is decided by ``_retry`` (one rule: a request is retried only when
+retrying cannot charge credits twice); every attempt takes a slot of the client's ``_pacing``
+first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (connect, each
+read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
+their waits included.
 
-* Reads (GET) are retried on connection errors, timeouts, garbled bodies, 408, 429 and 5xx.
-* Creating calls (POST) are retried only when the connection could not be opened or the
-  service answered 429; any other failure is raised at once and, when the request may have
-  reached the service, says so (``request_may_have_taken_effect``).
+Proxies: like requests and httpx (``trust_env=True``), the client's own session honours
+``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` from the environment, read when
+the client is made; ``trust_env=False`` turns that off.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import platform
 import random
 import time
@@ -26,6 +30,7 @@ from typing import Any, NoReturn
 from urllib.parse import quote, urlencode
 
 import aiohttp
+import anyio
 import attrs
 from yarl import URL
 
@@ -47,75 +52,40 @@ from ._exceptions import (
 )
 from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep
 from ._jsonbody import excerpt as _body_excerpt
+from ._pacing import Pacing
 from ._redact import register_secret, scrub_exception
-from ._retry import RetryPolicy, parse_retry_after, retry_delay
+from ._retry import (
+    RETRYABLE_STATUSES,
+    RetryPolicy,
+    next_delay,
+    parse_retry_after,
+)
+from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 from ._version import __version__
 
-__all__ = ["Response", "SessionOwner", "StreamResponse", "Timeout", "Transport"]
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "UNSET",
+    "Response",
+    "SessionOwner",
+    "StreamResponse",
+    "Timeout",
+    "Transport",
+    "proxy_for",
+]
 
 logger = logging.getLogger("videogen_async")
 
-#: HTTP statuses after which a read is retried.
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: Envelope codes of the service's business failures.
 CODE_INSUFFICIENT_CREDITS = 300111
 CODE_MEDIA_STORAGE = 100099
 
 _EXCERPT = 200
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-#: How long ``aclose()`` waits for in-flight creates whose callers were cancelled.
-DRAIN_TIMEOUT = 30.0
-
 # aiohttp names its "could not open the connection" timeout differently across versions.
 _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
 )
-
-
-@attrs.frozen
-class Timeout:
-    """Per-request timeouts, in seconds (``None`` means no limit).
-
-    These bound one HTTP request. They are separate from the deadlines of the wait helpers
-    (``tasks.wait(timeout=...)``), which bound a whole poll.
-
-    Attributes:
-        connect: Opening a connection (TCP and TLS).
-        read: Waiting for each read of the response.
-        total: The whole request, one attempt.
-    """
-
-    connect: float | None = 10.0
-    read: float | None = 60.0
-    total: float | None = None
-
-    @classmethod
-    def of(cls, value: Timeout | float | None) -> Timeout:
-        """Build a ``Timeout`` from a number of seconds (an overall limit) or keep one.
-
-        Args:
-            value: A ``Timeout``, a number of seconds, or ``None`` for no limit at all.
-
-        Returns:
-            The ``Timeout``.
-
-        Raises:
-            ValueError: The number is not positive.
-        """
-        if isinstance(value, Timeout):
-            return value
-        if value is None:
-            return cls(connect=None, read=None, total=None)
-        seconds = float(value)
-        if not seconds > 0:
-            raise ValueError(f"timeout must be positive, got {value!r}")
-        return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
-
-    def to_aiohttp(self) -> aiohttp.ClientTimeout:
-        """The equivalent ``aiohttp.ClientTimeout``."""
-        return aiohttp.ClientTimeout(
-            total=self.total, sock_connect=self.connect, sock_read=self.read
-        )
 
 
 @attrs.frozen
@@ -152,94 +122,6 @@ class _Secret(str):
 
     def __repr__(self) -> str:
         return "'<redacted>'"
-
-
-class SessionOwner:
-    """Holds the ``aiohttp.ClientSession`` shared by a client and its ``with_options`` views.
-
-    The session is created lazily inside the running event loop on first use and closed by
-    :meth:`aclose`, unless the caller passed their own, which is used and never closed.
-    """
-
-    def __init__(
-        self,
-        *,
-        session: aiohttp.ClientSession | None = None,
-        connection_limit: int = 100,
-    ) -> None:
-        if connection_limit < 1:
-            raise ValueError("connection_limit must be at least 1")
-        self._session = session
-        self._owned = session is None
-        self._connection_limit = connection_limit
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False
-        self._in_flight: set[asyncio.Future[Any]] = set()
-
-    def track(self, job: asyncio.Future[Any]) -> None:
-        """Keep a creating request that must finish before the session closes."""
-        self._in_flight.add(job)
-        job.add_done_callback(self._in_flight.discard)
-
-    @property
-    def connection_limit(self) -> int:
-        """The most connections the client's own pool opens at once."""
-        return self._connection_limit
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
-        return self._closed
-
-    def get(self) -> aiohttp.ClientSession:
-        """Return the session, creating it in the running loop on first use.
-
-        Raises:
-            RuntimeError: The client was closed, or it is used from a second event loop.
-        """
-        if self._closed:
-            raise RuntimeError("this AsyncVideoGen client is closed")
-        loop = asyncio.get_running_loop()
-        if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self._connection_limit, limit_per_host=0, ttl_dns_cache=300
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None),
-                raise_for_status=False,
-            )
-            self._loop = loop
-        elif self._owned and self._loop is not loop:
-            raise RuntimeError(
-                "this AsyncVideoGen client was first used in another event loop; "
-                "create one client per event loop"
-            )
-        return self._session
-
-    @property
-    def open_connections(self) -> int:
-        """Connections currently checked out of the pool (for tests and diagnostics)."""
-        session = self._session
-        if session is None or session.closed:
-            return 0
-        connector = session.connector
-        if connector is None:  # pragma: no cover - a session always has one here
-            return 0
-        acquired = getattr(connector, "_acquired", ())
-        return len(acquired)
-
-    async def aclose(self) -> None:
-        """Close the session if this owner created it. Idempotent."""
-        if self._closed:
-            return
-        if self._in_flight:
-            # Creates whose callers were cancelled finish first, so their ids are logged.
-            await asyncio.wait(set(self._in_flight), timeout=DRAIN_TIMEOUT)
-        self._closed = True
-        session, self._session = self._session, None
-        if self._owned and session is not None and not session.closed:
-            await session.close()
 
 
 class StreamResponse:
@@ -292,7 +174,7 @@ class Transport:
     """Sends requests to the service and decodes its envelopes.
 
     A transport is cheap: :meth:`copy` makes one with other timeouts or retries that shares
-    the same :class:`SessionOwner` (and so the same connection pool).
+    the same :class:`SessionOwner` (and so the same connection pool and the same pacing).
     """
 
     def __init__(
@@ -306,7 +188,12 @@ class Transport:
         default_headers: Mapping[str, str] | None = None,
         max_body_size: int = DEFAULT_MAX_BODY,
         rng: random.Random | None = None,
+        deadline: float | None = None,
+        trust_env: bool = True,
+        proxy: str | _Unset | None = UNSET,
     ) -> None:
+        if deadline is not None and not deadline > 0:
+            raise ValueError(f"deadline must be positive seconds or None, got {deadline!r}")
         self._api_key = _Secret(api_key)
         register_secret(api_key)
         self.base_url = base_url.rstrip("/")
@@ -314,6 +201,8 @@ class Transport:
         self.owner = owner
         self.timeout = timeout
         self.retry = retry
+        self.deadline = deadline
+        self.trust_env = trust_env
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
@@ -324,18 +213,34 @@ class Transport:
             "Authorization": _Secret(f"Bearer {api_key}"),
         }
         self._aio_timeout = timeout.to_aiohttp()
+        self._stream_timeout = timeout.streaming().to_aiohttp()
+        # The proxy is read from the environment once, when the client is made (as httpx
+        # does), not per request.
+        self._proxy = (
+            proxy_for(self.base_url, trust_env=trust_env) if isinstance(proxy, _Unset) else proxy
+        )
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_url!r})"
 
+    @property
+    def pacing(self) -> Pacing:
+        """The pacing state shared by the client and its views."""
+        return self.owner.pacing
+
     def copy(
-        self, *, timeout: Timeout | None = None, retry: RetryPolicy | None = None
+        self,
+        *,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+        deadline: float | _Unset | None = UNSET,
     ) -> Transport:
-        """A transport sharing this one's session, with other timeouts or retries.
+        """A transport sharing this one's session and pacing, with other settings.
 
         Args:
-            timeout: The new per-request timeouts (unchanged when ``None``).
+            timeout: The new per-attempt timeouts (unchanged when ``None``).
             retry: The new retry policy (unchanged when ``None``).
+            deadline: The new deadline of a whole call (unchanged when not given).
 
         Returns:
             The new transport.
@@ -349,7 +254,21 @@ class Transport:
             default_headers=self._default_headers,
             max_body_size=self.max_body_size,
             rng=self._rng,
+            deadline=self.deadline if isinstance(deadline, _Unset) else deadline,
+            trust_env=self.trust_env,
+            proxy=self._proxy,
         )
+
+    def call_bound(self) -> float | None:
+        """Seconds within which one call ends by these settings (``None``: no bound)."""
+        if self.deadline is not None:
+            return self.deadline
+        total = self.timeout.total
+        if total is None:
+            return None
+        # A create is retried only when it was not sent (or after a 429): the first attempt's
+        # bound, plus a little for the answer to be logged.
+        return total + 1.0
 
     async def request(
         self,
@@ -358,6 +277,7 @@ class Transport:
         *,
         params: Mapping[str, str] | None = None,
         json_body: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Response:
         """Send a request, retrying what is safe to retry, and return the envelope.
 
@@ -366,17 +286,18 @@ class Transport:
             path: The path under the base URL, e.g. ``/v1/tasks``.
             params: Query parameters.
             json_body: The JSON body of a POST.
+            retry: Retry rules of this call (default: the transport's).
 
         Returns:
             The decoded successful envelope.
 
         Raises:
             APIConnectionError: The service could not be reached or the connection broke.
-            APITimeoutError: No answer within the timeout.
+            APITimeoutError: No answer within the timeout, or the call's deadline passed.
             APIStatusError: The service answered with a failure (a subclass per status).
             APIResponseError: The answer was not the documented envelope.
         """
-        is_read = method == "GET"
+        policy = retry or self.retry
         # The URL is built once, already encoded: aiohttp then skips re-parsing and re-quoting
         # it (a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
         query = "?" + urlencode(params, quote_via=quote) if params else ""
@@ -385,61 +306,67 @@ class Transport:
         headers = self._headers
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
+        pacing = self.owner.pacing
+        deadline = math.inf if self.deadline is None else time.monotonic() + self.deadline
         attempt = 0
+        sent = -math.inf
         while True:
             attempt += 1
             started = time.monotonic()
             try:
-                response = await self._send_once(method, url, path, body, headers)
+                slot = pacing.try_acquire()
+                sent = (
+                    slot if slot is not None else await self._paced(pacing, method, path, deadline)
+                )
+                try:
+                    response = await self._send_once(method, url, path, body, headers, deadline)
+                finally:
+                    pacing.release()
             except VideoGenError as exc:
-                elapsed = time.monotonic() - started
-                delay = self._should_retry(exc, is_read=is_read, attempt=attempt)
+                now = time.monotonic()
+                if isinstance(exc, RateLimitError) and exc.status_code is not None:
+                    pacing.rate_limited(exc.retry_after, sent)
+                delay = next_delay(
+                    policy, exc, method=method, attempt=attempt, remaining=deadline - now,
+                    rng=self._rng,
+                )  # fmt: skip
                 if delay is None:
                     logger.debug(
                         "%s %s failed after %.1f ms (attempt %d): %s",
-                        method, path, elapsed * 1000, attempt, _describe(exc),
+                        method, path, (now - started) * 1000, attempt, _describe(exc),
                     )  # fmt: skip
                     raise
                 logger.debug(
                     "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-                    method, path, elapsed * 1000, attempt, self.retry.max_retries + 1,
+                    method, path, (now - started) * 1000, attempt, policy.max_retries + 1,
                     _describe(exc), delay,
                 )  # fmt: skip
                 await asyncio.sleep(delay)
                 continue
-            elapsed = time.monotonic() - started
+            pacing.succeeded()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                    method, path, response.status_code, elapsed * 1000, attempt,
-                    response.trace_id,
+                    method, path, response.status_code, (time.monotonic() - started) * 1000,
+                    attempt, response.trace_id,
                 )  # fmt: skip
             if attempt > 1:
                 response = attrs.evolve(response, attempts=attempt)
             return response
 
-    def _should_retry(self, exc: VideoGenError, *, is_read: bool, attempt: int) -> float | None:
-        if attempt > self.retry.max_retries:
-            return None
-        retry_after: float | None = None
-        if isinstance(exc, RateLimitError):
-            retry_after = exc.retry_after
-        elif is_read:
-            if isinstance(exc, APIStatusError):
-                status = (
-                    exc.code
-                    if exc.status_code is None or exc.status_code < 400
-                    else exc.status_code
-                )
-                if status not in RETRYABLE_STATUSES:
-                    return None
-                retry_after = _header_retry_after(exc.headers)
-            elif not isinstance(exc, (APIConnectionError, APIResponseError)):
-                return None
-        elif not (isinstance(exc, APIConnectionError) and not exc.request_may_have_taken_effect):
-            # A create is retried only when it provably did not reach the service.
-            return None
-        return retry_delay(self.retry, attempt, retry_after=retry_after, rng=self._rng)
+    async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
+        """Take a slot of the client's pacing, within the call's deadline."""
+        if deadline == math.inf:
+            return await pacing.acquire()
+        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            return await pacing.acquire()
+        raise APITimeoutError(
+            f"{method} {path}: the call's deadline of {self.deadline:g} s passed while the"
+            " client was paused by a 429",
+            method=method,
+            path=path,
+            request_may_have_taken_effect=False,
+        )
 
     async def _send_once(
         self,
@@ -448,17 +375,30 @@ class Transport:
         path: str,
         body: bytes | None,
         headers: Mapping[str, str],
+        deadline: float = math.inf,
     ) -> Response:
         is_read = method == "GET"
         session = self.owner.get()
+        timeout = self._aio_timeout
+        if deadline != math.inf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise APITimeoutError(
+                    f"{method} {path}: the call's deadline of {self.deadline:g} s passed",
+                    method=method,
+                    path=path,
+                    request_may_have_taken_effect=False,
+                )
+            timeout = self.timeout.to_aiohttp(total=left)
         try:
             async with session.request(
                 method,
                 url,
                 data=body,
                 headers=headers,
-                timeout=self._aio_timeout,
+                timeout=timeout,
                 allow_redirects=False,
+                proxy=self._proxy,
             ) as resp:
                 status = resp.status
                 raw = await self._read_bounded(resp, method, path)
@@ -522,8 +462,11 @@ class Transport:
         sent = {"User-Agent": self._headers["User-Agent"], **(headers or {})}
         sent.pop("Authorization", None)
         path = _url_path(url)
+        proxy = proxy_for(url, trust_env=self.trust_env)
         try:
-            async with session.get(url, headers=sent, timeout=self._aio_timeout) as resp:
+            async with session.get(
+                url, headers=sent, timeout=self._stream_timeout, proxy=proxy
+            ) as resp:
                 yield StreamResponse(resp, method="GET", path=path)
         except VideoGenError:
             raise

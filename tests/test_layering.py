@@ -1,0 +1,256 @@
+"""The package's dependencies point down: checked by walking every import with ``ast``.
+
+* No import circle between the package's modules. In the runtime (everything below the
+  client) type-only imports count too: ``if TYPE_CHECKING:`` is how a circle used to hide.
+* Nothing below the client imports ``_client`` or ``AsyncVideoGen``: resources and engines
+  depend on the transport and on narrow interfaces.
+* No import hidden inside a function in the runtime (a lazy import is how a circle hides).
+
+Each failure names the offending edge as ``importer -> imported (file:line)``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import attrs
+
+PACKAGE = Path(__file__).resolve().parent.parent / "videogen_async"
+ROOT = "videogen_async"
+
+#: Modules that sit above the client and may use it: the package's face, the CLI, the sandbox.
+ABOVE_CLIENT = ("videogen_async", "videogen_async.__main__", "videogen_async._client")
+ABOVE_CLIENT_PACKAGES = ("videogen_async._cli", "videogen_async.testing")
+
+#: Imports inside functions that are not circles being dodged: optional or platform-only
+#: third-party modules, and the command line's and sandbox's lazy loading of their own
+#: commands (so that ``videogen --help`` stays quick). The runtime has none.
+ALLOWED_FUNCTION_IMPORTS = {
+    ("videogen_async._cli", "videogen_async._cli._parser"),
+    ("videogen_async._cli._batch", "videogen_async._cli._tasks"),
+    ("videogen_async._cli._common", "videogen_async._client"),
+    ("videogen_async._cli._demo", "videogen_async.testing"),
+    ("videogen_async._cli._journal", "fcntl"),
+    ("videogen_async._cli._parser", "videogen_async._cli._projects"),
+    ("videogen_async._cli._parser", "videogen_async._cli._batch"),
+    ("videogen_async._cli._parser", "videogen_async._cli._demo"),
+    ("videogen_async._cli._parser", "videogen_async._cli._sandbox"),
+    ("videogen_async._cli._parser", "videogen_async._cli._tasks"),
+    ("videogen_async._cli._parser", "videogen_async.testing._cli"),
+    ("videogen_async._cli._sandbox", "videogen_async.testing._cli"),
+    ("videogen_async._cli._sandbox", "videogen_async.testing._config"),
+    ("videogen_async._cli._ui", "rich"),
+    ("videogen_async._cli._ui", "rich.console"),
+    ("videogen_async._cli._ui", "rich.rule"),
+    ("videogen_async._cli._ui", "rich.table"),
+    ("videogen_async._cli._ui", "rich.text"),
+    ("videogen_async._cli._ui", "rich.progress"),
+    ("videogen_async._cli._parser", "videogen_async._cli._completion"),
+    ("videogen_async._cli._completion", "videogen_async._cli._parser"),
+    ("videogen_async.testing._pytest_plugin", "videogen_async.testing._server"),
+    ("videogen_async.testing._server", "videogen_async._client"),
+}
+
+
+@attrs.frozen
+class Edge:
+    importer: str
+    imported: str
+    names: tuple[str, ...]
+    where: str
+    in_function: bool
+    type_only: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.importer} -> {self.imported} ({self.where})"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for _ in range(node.level - 1):
+        package = package.rsplit(".", 1)[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, module: str, path: Path, known: set[str]) -> None:
+        self.module = module
+        self.path = path
+        self.known = known
+        self.depth = 0
+        self.type_only = 0
+        self.edges: list[Edge] = []
+
+    def visit_If(self, node: ast.If) -> None:
+        test = ast.unparse(node.test)
+        if test in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            self.type_only += 1
+            for child in node.body:
+                self.visit(child)
+            self.type_only -= 1
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def _function(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+    visit_Lambda = _function
+
+    def _add(self, imported: str, names: tuple[str, ...], line: int) -> None:
+        where = f"{self.path.relative_to(PACKAGE.parent)}:{line}"
+        self.edges.append(
+            Edge(self.module, imported, names, where, self.depth > 0, self.type_only > 0)
+        )
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, (), node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = _resolve(self.module, self.path, node)
+        names = tuple(a.name for a in node.names)
+        submodules = [n for n in names if f"{base}.{n}" in self.known]
+        for name in submodules:
+            self._add(f"{base}.{name}", (), node.lineno)
+        rest = tuple(n for n in names if n not in submodules)
+        if rest or not submodules:
+            self._add(base, rest, node.lineno)
+
+
+def _edges() -> list[Edge]:
+    modules = _modules()
+    known = set(modules)
+    edges: list[Edge] = []
+    for module, path in modules.items():
+        collector = _Collector(module, path, known)
+        collector.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        edges.extend(collector.edges)
+    return edges
+
+
+def _below_client(module: str) -> bool:
+    if module in ABOVE_CLIENT:
+        return False
+    return not any(module == p or module.startswith(p + ".") for p in ABOVE_CLIENT_PACKAGES)
+
+
+def _cycle(graph: dict[str, list[Edge]]) -> list[Edge] | None:
+    """One import circle as its edges, or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[Edge] = []
+
+    def visit(node: str) -> list[Edge] | None:
+        state[node] = 1
+        for edge in graph.get(node, []):
+            target = edge.imported
+            if state.get(target) == 1:
+                start = (
+                    next(i for i, e in enumerate(stack) if e.importer == target)
+                    if any(e.importer == target for e in stack)
+                    else len(stack)
+                )
+                return [*stack[start:], edge]
+            if target not in state:
+                stack.append(edge)
+                found = visit(target)
+                if found:
+                    return found
+                stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_walk_sees_the_package() -> None:
+    edges = _edges()
+    importers = {e.importer for e in edges}
+    assert {"videogen_async._client", "videogen_async._transport"} <= importers
+    assert any(e.imported == "videogen_async._transport" for e in edges)
+
+
+def test_no_import_circle() -> None:
+    known = set(_modules())
+    graph: dict[str, list[Edge]] = {}
+    for edge in _edges():
+        if edge.imported in known and edge.imported != edge.importer:
+            # Importing a package runs its __init__, which is not a circle through a child.
+            if edge.importer.startswith(edge.imported + "."):
+                continue
+            # Above the client (sandbox, CLI) only the imports that run at import time make a
+            # circle; the lazy imports listed above are allowed there and left out.
+            if not _below_client(edge.importer) and (
+                edge.type_only
+                or (edge.in_function and (edge.importer, edge.imported) in ALLOWED_FUNCTION_IMPORTS)
+            ):
+                continue
+            graph.setdefault(edge.importer, []).append(edge)
+    cycle = _cycle(graph)
+    assert cycle is None, "import circle: " + " ; ".join(str(e) for e in cycle or [])
+
+
+def test_nothing_below_the_client_imports_it() -> None:
+    offending = [
+        str(edge)
+        for edge in _edges()
+        if _below_client(edge.importer)
+        and (
+            edge.imported == "videogen_async._client"
+            or ("AsyncVideoGen" in edge.names and edge.imported.startswith(ROOT))
+        )
+    ]
+    assert offending == [], "imports of the client from below it: " + "; ".join(offending)
+
+
+def test_no_import_inside_a_function() -> None:
+    offending = [
+        str(edge)
+        for edge in _edges()
+        if edge.in_function and (edge.importer, edge.imported) not in ALLOWED_FUNCTION_IMPORTS
+    ]
+    assert offending == [], "imports inside functions: " + "; ".join(offending)
+
+
+def test_the_runtime_has_no_import_inside_a_function_at_all() -> None:
+    runtime = [
+        str(edge)
+        for edge in _edges()
+        if edge.in_function
+        and _below_client(edge.importer)
+        and not edge.importer.startswith(f"{ROOT}.testing")
+    ]
+    assert runtime == []
+
+
+def test_the_checker_names_a_circle() -> None:
+    a = Edge("pkg.a", "pkg.b", (), "pkg/a.py:1", in_function=False)
+    b = Edge("pkg.b", "pkg.a", (), "pkg/b.py:3", in_function=False)
+    cycle = _cycle({"pkg.a": [a], "pkg.b": [b]})
+    assert cycle is not None
+    assert [str(e) for e in cycle] == ["pkg.a -> pkg.b (pkg/a.py:1)", "pkg.b -> pkg.a (pkg/b.py:3)"]
+    assert _cycle({"pkg.a": [a]}) is None

@@ -1,0 +1,205 @@
+"""The one retry engine's decision table and the client's pacing state, tested on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import videogen_async as vg
+from videogen_async._pacing import Pacing
+from videogen_async._retry import (
+    DEFAULT_BACKOFF,
+    NO_RETRY,
+    RetryPolicy,
+    is_transient,
+    may_retry,
+    next_delay,
+    retry_after_of,
+)
+from videogen_async._transport import make_status_error
+
+
+def status_error(status: int, method: str = "GET", **headers: str) -> vg.APIStatusError:
+    return make_status_error(
+        status, status, f"HTTP {status}", headers=dict(headers), method=method, path="/x"
+    )
+
+
+def connection_error(*, sent: bool) -> vg.APIConnectionError:
+    return vg.APIConnectionError("broke", request_may_have_taken_effect=sent)
+
+
+def timeout_error(*, sent: bool) -> vg.APITimeoutError:
+    return vg.APITimeoutError("slow", request_may_have_taken_effect=sent)
+
+
+# The decision table, row by row: (error, may a GET retry, may a POST retry, transient).
+TABLE = [
+    (lambda: status_error(429), True, True, True),
+    (lambda: status_error(500), True, False, True),
+    (lambda: status_error(502), True, False, True),
+    (lambda: status_error(503), True, False, True),
+    (lambda: status_error(504), True, False, True),
+    (lambda: status_error(408), True, False, True),
+    (lambda: status_error(400), False, False, False),
+    (lambda: status_error(401), False, False, False),
+    (lambda: status_error(403), False, False, False),
+    (lambda: status_error(404), False, False, False),
+    (lambda: status_error(409), False, False, False),
+    (lambda: connection_error(sent=False), True, True, True),
+    (lambda: connection_error(sent=True), True, False, True),
+    (lambda: timeout_error(sent=False), True, True, True),
+    (lambda: timeout_error(sent=True), True, False, True),
+    (lambda: vg.APIResponseError("garbled"), True, False, True),
+    (lambda: ValueError("a bug"), False, False, False),
+]
+
+
+@pytest.mark.parametrize(("make", "get_ok", "post_ok", "transient"), TABLE)
+def test_decision_table(make: object, get_ok: bool, post_ok: bool, transient: bool) -> None:
+    exc = make()  # type: ignore[operator]
+    assert may_retry(exc, method="GET") is get_ok
+    assert may_retry(exc, method="POST") is post_ok
+    assert is_transient(exc) is transient
+
+
+def test_envelope_code_under_http_200_decides() -> None:
+    exc = make_status_error(200, 503, "busy", method="GET", path="/x")
+    assert may_retry(exc, method="GET")
+    exc = make_status_error(200, 404, "gone", method="GET", path="/x")
+    assert not may_retry(exc, method="GET")
+
+
+@given(
+    seconds=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    attempt=st.integers(min_value=1, max_value=50),
+    remaining=st.floats(min_value=0, max_value=1e7, allow_nan=False),
+)
+def test_next_delay_honours_retry_after_and_the_deadline(
+    seconds: float, attempt: int, remaining: float
+) -> None:
+    policy = RetryPolicy(max_retries=100)
+    exc = status_error(429, **{"Retry-After": repr(seconds)})
+    assert retry_after_of(exc) == pytest.approx(seconds)
+    delay = next_delay(policy, exc, method="POST", attempt=attempt, remaining=remaining)
+    if seconds > policy.max_retry_after or seconds >= remaining:
+        assert delay is None
+    else:
+        assert delay == pytest.approx(seconds)
+
+
+@given(
+    attempt=st.integers(min_value=1, max_value=200),
+    retries=st.integers(min_value=0, max_value=20),
+    seed=st.integers(),
+)
+def test_next_delay_backs_off_with_full_jitter_under_a_cap(
+    attempt: int, retries: int, seed: int
+) -> None:
+    policy = RetryPolicy(max_retries=retries, initial_delay=0.5, max_delay=8.0)
+    delay = next_delay(
+        policy, status_error(503), method="GET", attempt=attempt, rng=random.Random(seed)
+    )
+    if attempt > retries:
+        assert delay is None
+    else:
+        assert delay is not None
+        assert 0 <= delay <= min(8.0, 0.5 * 2 ** (attempt - 1))
+
+
+def test_no_retry_policy_never_retries() -> None:
+    assert next_delay(NO_RETRY, status_error(503), method="GET", attempt=1) is None
+
+
+def test_retry_after_of_an_http_date_on_a_503() -> None:
+    exc = status_error(503, **{"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    assert retry_after_of(exc) == 0.0  # in the past: at once
+    assert retry_after_of(ValueError()) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The pacing state
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_pacing_costs_nothing_when_never_limited() -> None:
+    pacing = Pacing(DEFAULT_BACKOFF)
+    sent = [await pacing.acquire() for _ in range(50)]
+    assert pacing.in_flight == 50
+    for _ in sent:
+        pacing.release()
+        pacing.succeeded()
+    assert pacing.in_flight == 0
+    assert not pacing.throttled
+
+
+async def test_a_429_pauses_halves_and_recovers_additively() -> None:
+    pacing = Pacing(DEFAULT_BACKOFF)
+    sents = [await pacing.acquire() for _ in range(8)]
+    pause = pacing.rate_limited(0.05, sents[0])
+    assert 0 < pause <= 0.05 + 1e-9
+    assert pacing.limit == 4  # 8 in flight, halved
+    # An answer to a request sent before the cut does not cut again.
+    pacing.rate_limited(0.05, sents[1])
+    assert pacing.limit == 4
+    for _ in sents:
+        pacing.release()
+    started = anyio.current_time()
+    await pacing.acquire()
+    assert anyio.current_time() >= started  # waited for the pause (no sooner than its end)
+    assert anyio.current_time() >= pacing.paused_until
+    pacing.release()
+    limits = []
+    for _ in range(100):
+        pacing.succeeded()
+        limits.append(pacing.limit)
+    assert limits[0] > 4
+    assert all(b >= a for a, b in itertools.pairwise(limits) if b != math.inf)
+    assert limits[-1] == math.inf  # back to the concurrency before the cut: lifted
+
+
+async def test_the_allowed_concurrency_holds_requests_back() -> None:
+    pacing = Pacing(DEFAULT_BACKOFF)
+    sents = [await pacing.acquire() for _ in range(4)]
+    pacing.rate_limited(0.0, sents[0])
+    assert pacing.limit == 2
+    pacing.rate = math.inf  # look at the concurrency alone
+    pacing._reduced_rate = math.inf
+    for _ in range(3):
+        pacing.release()
+    assert pacing.in_flight == 1
+    first = await pacing.acquire()
+    assert first >= 0
+    assert pacing.in_flight == 2
+    blocked = asyncio.ensure_future(pacing.acquire())
+    await asyncio.sleep(0.01)
+    assert not blocked.done()
+    pacing.release()
+    with anyio.fail_after(5):
+        await blocked
+    assert pacing.in_flight == 2
+
+
+async def test_a_cancelled_waiter_passes_its_wake_up_on() -> None:
+    pacing = Pacing(DEFAULT_BACKOFF)
+    sents = [await pacing.acquire() for _ in range(2)]
+    pacing.rate_limited(0.0, sents[0])
+    pacing.rate = math.inf
+    pacing._reduced_rate = math.inf
+    assert pacing.limit == 1
+    pacing.release()  # one in flight: the limit is reached
+    first = asyncio.ensure_future(pacing.acquire())
+    second = asyncio.ensure_future(pacing.acquire())
+    await asyncio.sleep(0.01)
+    pacing.release()  # wakes `first`...
+    first.cancel()  # ...which is cancelled before it runs
+    with anyio.fail_after(5):
+        await second
+    assert first.cancelled()

@@ -1,0 +1,211 @@
+"""One pacing state per client: a 429 slows every request of the client, then AIMD recovery.
+
+A client and every view made with ``with_options`` share one :class:`Pacing` (it lives on the
+shared ``SessionOwner``). Every request of the transport takes a slot from it before it is
+sent and gives it back when the answer (or the failure) is in, so the single-object waits,
+the gather's workers, reads, create retries and any loop built on the transport are all paced
+by the same state:
+
+* A 429 pauses *every* request of the client until its ``Retry-After`` (or a backoff that
+  doubles per 429 in a row), capped by ``rate_limit_max``.
+* The same 429 halves the allowed concurrency and the allowed request rate (multiplicative
+  decrease); each success then adds about one request of concurrency per round, and the rate
+  grows back linearly (additive increase), until the limits are lifted.
+* One cut per 429 *event*: answers to requests sent before the last cut do not cut again.
+
+Nothing is paid when the service never answers 429: taking a slot is then a counter
+increment, without a suspension.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+import random
+
+import anyio
+
+from ._retry import BackoffPolicy, aimd_decrease, aimd_increase, rate_limit_pause, recovered_rate
+
+__all__ = ["Pacing"]
+
+logger = logging.getLogger("videogen_async")
+
+
+class Pacing:
+    """The pacing state shared by a client and its views (see the module docstring).
+
+    Args:
+        policy: The backoff settings (``rate_limit_initial``, ``rate_limit_max``,
+            ``rate_decrease``, ``rate_recovery``); a ``PollPolicy`` has them.
+        rng: The random source of the pause's jitter.
+    """
+
+    def __init__(self, policy: BackoffPolicy, *, rng: random.Random | None = None) -> None:
+        self.policy = policy
+        self._rng = rng or random.Random()
+        self.paused_until = -math.inf
+        self.limit = math.inf  # allowed requests in flight (inf: no limit)
+        self._ceiling = math.inf  # the concurrency before the first cut
+        self.in_flight = 0
+        self.rate = math.inf  # allowed requests per second (inf: no limit)
+        self._reduced_rate = math.inf
+        self._last_cut = -math.inf
+        self._next_send = -math.inf
+        self._events = 0  # 429 events in a row
+        self._window_start = -math.inf
+        self._window_sent = 0
+        self._measured_rate = 0.0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.limited_answers = 0  # 429 answers seen (diagnostics)
+
+    def __repr__(self) -> str:
+        return (
+            f"Pacing(in_flight={self.in_flight}, limit={self.limit}, rate={self.rate},"
+            f" paused_until={self.paused_until})"
+        )
+
+    @property
+    def throttled(self) -> bool:
+        """Whether a 429 currently limits the client (paused, or limits not yet lifted)."""
+        return self.limit != math.inf or self.rate != math.inf or self.paused_until > _now()
+
+    def try_acquire(self) -> float | None:
+        """Take a slot at once when nothing limits the client (the common case), else ``None``.
+
+        Returns:
+            The time the slot was taken, or ``None`` when :meth:`acquire` must wait.
+        """
+        if self.limit == math.inf and self.rate == math.inf:
+            now = _now()
+            if now >= self.paused_until:
+                self._taken(now)
+                return now
+        return None
+
+    async def acquire(self) -> float:
+        """Wait for the client's pacing to allow one more request and take a slot.
+
+        Returns:
+            The time the slot was taken (``anyio.current_time()``), to hand back to
+            :meth:`rate_limited`.
+        """
+        now = _now()
+        if self.limit == math.inf and self.rate == math.inf and now >= self.paused_until:
+            self._taken(now)
+            return now
+        while True:
+            now = _now()
+            if now < self.paused_until:
+                await anyio.sleep(self.paused_until - now)
+                continue
+            if self.limit != math.inf and self.in_flight >= max(1, int(self.limit)):
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                try:
+                    await waiter
+                except BaseException:
+                    if waiter.done() and not waiter.cancelled():
+                        self._wake_one()  # pass the wake-up on to the next waiter
+                    else:
+                        waiter.cancel()
+                    raise
+                continue
+            if self.rate != math.inf:
+                self._refresh_rate(now)
+                if self.rate != math.inf and now < self._next_send:
+                    await anyio.sleep(self._next_send - now)
+                    continue
+            self._taken(now)
+            return now
+
+    def release(self) -> None:
+        """Give a slot back (the request's answer or failure is in)."""
+        self.in_flight -= 1
+        if self._waiters:
+            self._wake_one()
+
+    def succeeded(self) -> None:
+        """Record a successful answer: the additive increase of the allowed concurrency."""
+        self._events = 0
+        if self.limit != math.inf:
+            self.limit = aimd_increase(self.limit, self._ceiling)
+            if self.limit >= self._ceiling:
+                self.limit = math.inf
+                if self.rate == math.inf:
+                    self._ceiling = math.inf
+                self._wake_all()
+
+    def rate_limited(self, retry_after: float | None, sent: float) -> float:
+        """Record a 429: pause every request of the client and cut the allowed load.
+
+        Args:
+            retry_after: The answer's ``Retry-After`` in seconds, if any.
+            sent: When the limited request took its slot (from :meth:`acquire`).
+
+        Returns:
+            Seconds until the client's pause ends (0 when it is over).
+        """
+        now = _now()
+        self.limited_answers += 1
+        policy = self.policy
+        if sent >= self._last_cut:  # one cut per 429 event, not per answer
+            self._events += 1
+            self._last_cut = now
+            current = self.in_flight if self.limit == math.inf else self.limit
+            if self._ceiling == math.inf:
+                self._ceiling = max(2.0, float(self.in_flight))
+            self.limit = aimd_decrease(current, policy.rate_decrease)
+            partial = self._window_sent / max(now - self._window_start, 0.1)
+            measured = max(self._measured_rate, partial, 1.0)
+            base = measured if self.rate == math.inf else min(self.rate, measured)
+            self._reduced_rate = max(1.0, base * policy.rate_decrease)
+            self.rate = self._reduced_rate
+            pause = rate_limit_pause(policy, self._events, self._rng.random(), retry_after)
+            pause = min(pause, policy.rate_limit_max)
+            self.paused_until = max(self.paused_until, now + pause)
+            logger.info(
+                "rate limited (429): every request of the client pauses %.2fs; concurrency %.0f,"
+                " rate %.1f/s",
+                pause,
+                self.limit,
+                self.rate,
+            )
+        return max(0.0, self.paused_until - now)
+
+    def _taken(self, now: float) -> None:
+        self.in_flight += 1
+        if now - self._window_start >= 1.0:
+            if self._window_start != -math.inf:
+                self._measured_rate = self._window_sent / (now - self._window_start)
+            self._window_start = now
+            self._window_sent = 0
+        self._window_sent += 1
+        if self.rate != math.inf:
+            self._next_send = max(self._next_send, now) + 1.0 / self.rate
+
+    def _refresh_rate(self, now: float) -> None:
+        self.rate = recovered_rate(
+            self.policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
+        )
+        if self.rate == math.inf and self.limit == math.inf:
+            self._ceiling = math.inf
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _wake_all(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+def _now() -> float:
+    return anyio.current_time()

@@ -1,0 +1,293 @@
+"""The connection pool a client and its views share, its timeouts and its proxy.
+
+``SessionOwner`` creates the ``aiohttp.ClientSession`` lazily in the running loop (or borrows
+the caller's), holds the client's one ``Pacing`` state and the creates still in flight, and
+closes them within the bound the client's timeout settings give. ``Timeout`` says what bounds
+one attempt; ``proxy_for`` reads the environment's proxy as requests and httpx do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import math
+import time
+import traceback
+import urllib.request
+import warnings
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import attrs
+
+from ._pacing import Pacing
+from ._retry import DEFAULT_BACKOFF
+
+__all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "proxy_for"]
+
+logger = logging.getLogger("videogen_async")
+
+#: How long ``aclose()`` waits for an in-flight create whose caller was cancelled, when the
+#: client's timeouts set no bound on the call at all (``timeout=None`` and no deadline).
+DRAIN_TIMEOUT = 30.0
+
+
+@attrs.frozen
+class Timeout:
+    """Per-attempt timeouts of one HTTP request, in seconds (``None`` means no limit).
+
+    ``total`` bounds the whole attempt, from asking for a connection to the last byte of the
+    answer, so a server that trickles its answer cannot hold a call: it is what users of
+    openai-python and httpx mean by "a 30 s timeout". ``connect`` and ``read`` bound the parts
+    (opening the connection; the gap between two reads of the answer). Retries each get a
+    fresh ``total``; the client's ``deadline`` bounds a call with all its retries. These are
+    separate from the deadlines of the wait helpers (``tasks.wait(timeout=...)``), which bound
+    a whole poll.
+
+    Attributes:
+        connect: Opening a connection (TCP and TLS).
+        read: Waiting for each read of the response.
+        total: The whole attempt, connect to last byte (120 s by default).
+    """
+
+    connect: float | None = 10.0
+    read: float | None = 60.0
+    total: float | None = 120.0
+
+    @classmethod
+    def of(cls, value: Timeout | float | None) -> Timeout:
+        """Build a ``Timeout`` from a number of seconds (an overall limit) or keep one.
+
+        Args:
+            value: A ``Timeout``, a number of seconds, or ``None`` for no limit at all.
+
+        Returns:
+            The ``Timeout``.
+
+        Raises:
+            ValueError: The number is not positive.
+        """
+        if isinstance(value, Timeout):
+            return value
+        if value is None:
+            return cls(connect=None, read=None, total=None)
+        seconds = float(value)
+        if not seconds > 0:
+            raise ValueError(f"timeout must be positive, got {value!r}")
+        return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
+
+    def to_aiohttp(self, *, total: float | None = None) -> aiohttp.ClientTimeout:
+        """The equivalent ``aiohttp.ClientTimeout``.
+
+        Args:
+            total: A shorter bound of the whole attempt (what is left of a deadline).
+        """
+        bound = (
+            self.total
+            if total is None or (self.total is not None and self.total < total)
+            else total
+        )
+        return aiohttp.ClientTimeout(total=bound, sock_connect=self.connect, sock_read=self.read)
+
+    def streaming(self) -> Timeout:
+        """These timeouts without ``total``, for a download (a large body takes its time)."""
+        return Timeout(connect=self.connect, read=self.read, total=None)
+
+
+def _is_loopback_address(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
+    """The proxy the environment sets for ``url``, as requests and httpx read it.
+
+    ``HTTPS_PROXY`` for an ``https`` URL, ``HTTP_PROXY`` for ``http``, else ``ALL_PROXY``
+    (any case); none when ``NO_PROXY`` names the host (or is ``*``), and none for
+    ``localhost`` and loopback addresses. Only ``http(s)://``
+    proxies are used (aiohttp has no SOCKS support); another scheme is ignored and logged.
+
+    Args:
+        url: The URL to be requested.
+        trust_env: ``False`` always answers ``None``.
+
+    Returns:
+        The proxy URL, or ``None`` for a direct connection.
+    """
+    if not trust_env:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or not host:
+        return None
+    if _is_loopback_address(host):
+        return None  # as Go's ProxyFromEnvironment: a local sandbox is never proxied
+    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+        return None
+    if "://" not in proxy:
+        proxy = "http://" + proxy
+    if not proxy.lower().startswith(("http://", "https://")):
+        logger.warning("ignored the proxy of the environment (only http(s) proxies are supported)")
+        return None
+    return proxy
+
+
+class _Unset:
+    """The type of "not given" for options where ``None`` is a value."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+UNSET: Any = _Unset()
+
+
+class SessionOwner:
+    """Holds the ``aiohttp.ClientSession`` shared by a client and its ``with_options`` views.
+
+    The session is created lazily inside the running event loop on first use and closed by
+    :meth:`aclose`, unless the caller passed their own, which is used and never closed.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        connection_limit: int = 100,
+        pacing: Pacing | None = None,
+        created_at: traceback.StackSummary | None = None,
+    ) -> None:
+        if connection_limit < 1:
+            raise ValueError("connection_limit must be at least 1")
+        self._session = session
+        self._owned = session is None
+        self._connection_limit = connection_limit
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._in_flight: dict[asyncio.Future[Any], float] = {}
+        self.pacing = pacing or Pacing(DEFAULT_BACKOFF)
+        self._created_at = created_at
+
+    def track(self, job: asyncio.Future[Any], bound: float | None = None) -> None:
+        """Keep a creating request that must finish before the session closes.
+
+        Args:
+            job: The request's future.
+            bound: Seconds within which the call ends by the client's timeout settings
+                (``None``: they set no bound); ``aclose()`` waits at most that long for it.
+        """
+        end = math.inf if bound is None else time.monotonic() + bound
+        self._in_flight[job] = end
+        job.add_done_callback(self._untrack)
+
+    def _untrack(self, job: asyncio.Future[Any]) -> None:
+        self._in_flight.pop(job, None)
+
+    @property
+    def connection_limit(self) -> int:
+        """The most connections the client's own pool opens at once."""
+        return self._connection_limit
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    def get(self) -> aiohttp.ClientSession:
+        """Return the session, creating it in the running loop on first use.
+
+        Raises:
+            RuntimeError: The client was closed, or it is used from a second event loop.
+        """
+        if self._closed:
+            raise RuntimeError("this AsyncVideoGen client is closed")
+        loop = asyncio.get_running_loop()
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._connection_limit, limit_per_host=0, ttl_dns_cache=300
+            )
+            # trust_env stays False: the proxy of the environment is read by the transport
+            # once (``proxy_for``), not per request, and no ~/.netrc credentials are sent.
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None),
+                raise_for_status=False,
+            )
+            self._loop = loop
+        elif self._owned and self._loop is not loop:
+            raise RuntimeError(
+                "this AsyncVideoGen client was first used in another event loop; "
+                "create one client per event loop"
+            )
+        return self._session
+
+    @property
+    def open_connections(self) -> int:
+        """Connections currently checked out of the pool (for tests and diagnostics)."""
+        session = self._session
+        if session is None or session.closed:
+            return 0
+        connector = session.connector
+        if connector is None:  # pragma: no cover - a session always has one here
+            return 0
+        acquired = getattr(connector, "_acquired", ())
+        return len(acquired)
+
+    async def aclose(self) -> None:
+        """Close the session if this owner created it. Idempotent.
+
+        Creates whose callers were cancelled are waited for first, so that the id of what
+        they created is logged; each at most until the end of its own bound by the client's
+        timeout settings (its deadline, else its ``Timeout.total``; ``DRAIN_TIMEOUT`` when
+        neither is set). One still running then is cancelled and logged as possibly done.
+        """
+        if self._closed:
+            return
+        if self._in_flight:
+            end = max(self._in_flight.values())
+            wait = DRAIN_TIMEOUT if end == math.inf else max(0.0, end - time.monotonic())
+            jobs = set(self._in_flight)
+            _, pending = await asyncio.wait(jobs, timeout=wait)
+            for job in pending:
+                job.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        self._closed = True
+        session, self._session = self._session, None
+        if self._owned and session is not None and not session.closed:
+            await session.close()
+
+    def __del__(self) -> None:
+        session = getattr(self, "_session", None)
+        if session is None or not getattr(self, "_owned", False) or session.closed:
+            return
+        # Close the pool's sockets here, so that aiohttp adds no warnings of its own, and
+        # say once, clearly, which client was not closed and where it was made.
+        connector = session.connector
+        if connector is not None:
+            closing = getattr(connector, "_close", None)
+            if callable(closing):
+                with contextlib.suppress(Exception):  # best effort, even at interpreter exit
+                    closing()
+        where = ""
+        if self._created_at:
+            # Most recent call first; no source lines (reading files here would block).
+            where = "; it was created at " + " <- ".join(
+                f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in self._created_at
+            )
+        warnings.warn(
+            "an AsyncVideoGen client was not closed: call `await client.aclose()` or use"
+            " `async with AsyncVideoGen() as client`" + where,
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
