@@ -419,11 +419,13 @@ class SQLiteStore(Store):
 
         return await self._run(read)
 
-    async def has_open(self) -> bool:
+    async def has_open(self, owner: str = "") -> bool:
         def read() -> bool:
             row = self.conn.execute(
                 f"SELECT 1 FROM {_E} WHERE state IN ('creating', 'pending') OR"
-                " (state IN ('succeeded', 'failed', 'error') AND delivered = 0) LIMIT 1"
+                " (state IN ('succeeded', 'failed', 'error') AND delivered = 0"
+                " AND (owner IS NULL OR owner != ?)) LIMIT 1",
+                (owner,),
             ).fetchone()
             return row is not None
 

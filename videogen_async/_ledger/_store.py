@@ -178,8 +178,11 @@ class Store(abc.ABC):
         """Release every entry held by ``owner``."""
 
     @abc.abstractmethod
-    async def has_open(self) -> bool:
-        """Whether any entry is ``creating``, ``pending`` or terminal and undelivered."""
+    async def has_open(self, owner: str = "") -> bool:
+        """Whether any entry is ``creating``, ``pending`` or terminal and undelivered.
+
+        Terminal entries held by ``owner`` (on their way to its consumer) do not count.
+        """
 
     @abc.abstractmethod
     async def pause_remaining(self) -> float:

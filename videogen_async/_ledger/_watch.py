@@ -193,7 +193,7 @@ class Watch:
                     self._stop_when_idle
                     and not claimed_any
                     and not self._gathers
-                    and not await store.has_open()
+                    and not await store.has_open(self.owner)
                 ):
                     tg.cancel_scope.cancel()
                     return
