@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiohttp import web
 
 from videogen_async import (
     AmbiguousCreateError,
+    AsyncVideoGen,
     BudgetExceededError,
     InsufficientCreditsError,
     InvalidRequestError,
@@ -172,15 +174,37 @@ async def test_unknown_create_counts_as_spent(ledger_url: str) -> None:
 
 
 async def test_cancelled_create_becomes_unknown(ledger_url: str) -> None:
-    rule = FaultRule(route=POST, latency=30.0)  # the request is on the wire when cancelled
-    async with SandboxServer(manual_clock=True, faults=rule) as server:
-        async with server.client() as client, Ledger.open(ledger_url) as ledger:
+    # A service that takes the request and never answers: the create is on the wire when it
+    # is cancelled, so it may have taken effect.
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        arrived.set()
+        await release.wait()
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/video/videomodel-2", hang)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with AsyncVideoGen(
+            api_key="k", base_url=f"http://127.0.0.1:{port}"
+        ) as client, Ledger.open(ledger_url) as ledger:
             task = asyncio.ensure_future(ledger.create_task(client, "slow", key="slow"))
-            while not server.request_log and server.stats().in_flight == 0:
-                await asyncio.sleep(0.01)
+            await arrived.wait()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             entry = await ledger.get("slow")
             assert entry is not None
             assert entry.state == "unknown"
+            with pytest.raises(AmbiguousCreateError):
+                await ledger.create_task(client, "slow", key="slow")
+            release.set()  # the client finishes the abandoned create before it closes
+    finally:
+        release.set()
+        await runner.cleanup()
