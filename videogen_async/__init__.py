@@ -18,11 +18,11 @@ from ._enums import (
     TaskStatus,
 )
 from ._exceptions import (
+    AmbiguousCreateError,
     APIConnectionError,
     APIResponseError,
     APIStatusError,
     APITimeoutError,
-    AmbiguousCreateError,
     AuthenticationError,
     BadRequestError,
     BudgetExceededError,

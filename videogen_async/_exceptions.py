@@ -369,8 +369,11 @@ class DownloadError(VideoGenError):
 
 
 class LedgerError(VideoGenError):
-    """A ledger cannot be opened or used: a malformed URL, an unreachable database, a schema
-    of a newer version, a file that is not a ledger, a missing driver. Nothing was written."""
+    """A ledger cannot be opened or used; nothing was written.
+
+    Raised for a malformed URL, an unreachable database, a schema of a newer version, a file
+    that is not a ledger, or a missing driver (``videogen-async[postgres]``).
+    """
 
 
 class AmbiguousCreateError(VideoGenError):

@@ -13,9 +13,12 @@ from videogen_async import AsyncVideoGen, Ledger
 
 
 async def main(url: str, base_url: str, api_key: str, name: str, count: int, lease: float) -> None:
-    async with AsyncVideoGen(
-        api_key=api_key, base_url=base_url, default_headers={"User-Agent": name}
-    ) as client, Ledger.open(url) as ledger:
+    async with (
+        AsyncVideoGen(
+            api_key=api_key, base_url=base_url, default_headers={"User-Agent": name}
+        ) as client,
+        Ledger.open(url) as ledger,
+    ):
         sem = asyncio.Semaphore(8)
 
         async def create(i: int) -> None:

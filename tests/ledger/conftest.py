@@ -74,8 +74,15 @@ class Cluster:
             " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         self._run(
-            "pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"),
-            "-w", "start",
+            "pg_ctl",
+            "-D",
+            self.data,
+            "-o",
+            options,
+            "-l",
+            os.path.join(self.root, "log"),
+            "-w",
+            "start",
         )
 
     def stop(self) -> None:

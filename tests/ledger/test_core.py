@@ -161,9 +161,10 @@ async def test_unpriced_create_holds_the_rest_of_the_budget(ledger_url: str) -> 
 async def test_unknown_create_counts_as_spent(ledger_url: str) -> None:
     rule = FaultRule(route=POST, drop_after_rate=1.0, times=1)
     async with SandboxServer(manual_clock=True, faults=rule) as server:
-        async with server.client() as client, Ledger.open(
-            ledger_url, max_credits=15, price_estimate=lambda m, d: 2.0 * d
-        ) as ledger:
+        async with (
+            server.client() as client,
+            Ledger.open(ledger_url, max_credits=15, price_estimate=lambda m, d: 2.0 * d) as ledger,
+        ):
             with pytest.raises(AmbiguousCreateError):
                 await ledger.create_task(client, "a", key="a", duration=5)
             summary = await ledger.summary()
@@ -191,9 +192,10 @@ async def test_cancelled_create_becomes_unknown(ledger_url: str) -> None:
     await site.start()
     port = runner.addresses[0][1]
     try:
-        async with AsyncVideoGen(
-            api_key="k", base_url=f"http://127.0.0.1:{port}"
-        ) as client, Ledger.open(ledger_url) as ledger:
+        async with (
+            AsyncVideoGen(api_key="k", base_url=f"http://127.0.0.1:{port}") as client,
+            Ledger.open(ledger_url) as ledger,
+        ):
             task = asyncio.ensure_future(ledger.create_task(client, "slow", key="slow"))
             await arrived.wait()
             task.cancel()

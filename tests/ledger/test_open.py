@@ -78,7 +78,9 @@ async def _bump_version(url: str) -> None:
             await conn.close()
     else:
         with sqlite3.connect(url) as conn:
-            conn.execute("UPDATE videogen_ledger_meta SET value = '99' WHERE name = 'schema_version'")
+            conn.execute(
+                "UPDATE videogen_ledger_meta SET value = '99' WHERE name = 'schema_version'"
+            )
         conn.close()
 
 

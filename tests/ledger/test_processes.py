@@ -7,6 +7,7 @@ was created once, and the status queries of each id came from one worker at a ti
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -64,7 +65,7 @@ async def test_sigkilled_watcher_leaves_its_ids_to_the_others(ledger_url: str) -
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
-                for name, proc in zip(names, procs):
+                for name, proc in zip(names, procs, strict=True):
                     tg.start_soon(read, name, proc)
                 await victim_yielded.wait()
                 procs[0].send_signal(signal.SIGKILL)
@@ -80,7 +81,10 @@ async def test_sigkilled_watcher_leaves_its_ids_to_the_others(ledger_url: str) -
         assert len(server.task_ids) == COUNT
         # Every key reached its terminal state and was yielded by some watcher.
         yielded = {
-            line.split()[1] for lines in outputs.values() for line in lines if line.startswith("yield")
+            line.split()[1]
+            for lines in outputs.values()
+            for line in lines
+            if line.startswith("yield")
         }
         assert yielded == {f"line-{i:03d}" for i in range(COUNT)}
         async with Ledger.open(ledger_url) as ledger:
@@ -97,7 +101,7 @@ async def test_sigkilled_watcher_leaves_its_ids_to_the_others(ledger_url: str) -
                 low, high = spans.get(agent, (started, started))
                 spans[agent] = (min(low, started), max(high, started))
             ordered = sorted(spans.values())
-            for (_, end), (start, _) in zip(ordered, ordered[1:]):
+            for (_, end), (start, _) in itertools.pairwise(ordered):
                 assert end < start, (task_id, spans)
             if "worker-0" in spans and len(spans) > 1:
                 taken_over += 1

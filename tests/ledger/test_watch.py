@@ -29,9 +29,11 @@ def polls_by_id(server: SandboxServer) -> dict[str, list[tuple[float, str | None
 
 
 async def test_watch_records_and_yields_every_terminal_entry(ledger_url: str) -> None:
-    async with SandboxServer(
-        time_scale=0.002, seed=5, task_duration=(20, 60), failure_rate=0.2
-    ) as server, server.client() as client, Ledger.open(ledger_url) as ledger:
+    async with (
+        SandboxServer(time_scale=0.002, seed=5, task_duration=(20, 60), failure_rate=0.2) as server,
+        server.client() as client,
+        Ledger.open(ledger_url) as ledger,
+    ):
         for i in range(8):
             await ledger.create_task(client, f"clip {i}", key=f"early-{i}")
         seen: list[LedgerEntry] = []
@@ -101,9 +103,7 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
             # Once both watchers are polling, the next status query is answered 429.
             while len({r.user_agent for r in server.request_log if r.route == GET}) < 2:
                 await asyncio.sleep(0.01)
-            server.faults.add(
-                FaultRule(route=GET, rate_limit_rate=1.0, retry_after=pause, times=1)
-            )
+            server.faults.add(FaultRule(route=GET, rate_limit_rate=1.0, retry_after=pause, times=1))
             first_429.set()
 
         await asyncio.gather(watcher("watcher-a"), watcher("watcher-b"), inject())

@@ -174,10 +174,16 @@ class Ledger:
             duration=duration,
         )
         estimate = await self._estimate(model, duration)
-        start = await self._begin(lambda: self._store.begin_create(
-            new, owner=self._owner, lease=self._create_lease, cap=self.max_credits,
-            estimate=estimate,
-        ), key)
+        start = await self._begin(
+            lambda: self._store.begin_create(
+                new,
+                owner=self._owner,
+                lease=self._create_lease,
+                cap=self.max_credits,
+                estimate=estimate,
+            ),
+            key,
+        )
         if start.outcome == "existing":
             return await self._existing(key, start)
         return await self._send(key, lambda: client.tasks.create(body["prompt"], **fields))
@@ -211,10 +217,16 @@ class Ledger:
         body = json.loads(row["request"])
         fields = {name: value for name, value in body.items() if name != "prompt"}
         estimate = await self._estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 5)
-        start = await self._begin(lambda: self._store.restart_unknown(
-            key, owner=self._owner, lease=self._create_lease, cap=self.max_credits,
-            estimate=estimate,
-        ), key)
+        start = await self._begin(
+            lambda: self._store.restart_unknown(
+                key,
+                owner=self._owner,
+                lease=self._create_lease,
+                cap=self.max_credits,
+                estimate=estimate,
+            ),
+            key,
+        )
         if start.outcome == "existing":
             raise LedgerError(f"ledger key {key!r}: was resent by another process meanwhile")
         return await self._send(key, lambda: client.tasks.create(body["prompt"], **fields))
@@ -359,10 +371,16 @@ class Ledger:
             model=None,
             duration=project_fields.get("duration"),
         )
-        start = await self._begin(lambda: self._store.begin_create(
-            new, owner=self._owner, lease=self._create_lease, cap=self.max_credits,
-            estimate=script_credits,
-        ), key)
+        start = await self._begin(
+            lambda: self._store.begin_create(
+                new,
+                owner=self._owner,
+                lease=self._create_lease,
+                cap=self.max_credits,
+                estimate=script_credits,
+            ),
+            key,
+        )
         if start.outcome == "existing":
             return await self._existing(key, start)
         return await self._send(

@@ -59,7 +59,7 @@ class SharedPause:
 
     async def wait(self) -> None:
         """Wait out the pause, if any."""
-        while (left := self.until - time.monotonic()) > 0:
+        while (left := self.until - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline
             await anyio.sleep(left)
 
 

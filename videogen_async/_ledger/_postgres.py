@@ -6,6 +6,9 @@ UPDATE SKIP LOCKED)``, so concurrent watchers never wait on nor take each other'
 theirs. The budget row is locked (``SELECT ... FOR UPDATE``) for the reservation.
 """
 
+# ruff: noqa: S608 - the SQL interpolates only this module's constant names and fragments;
+# every value is a bound parameter.
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +36,7 @@ _CLAIMABLE = (
 )
 
 
-class _Abort(Exception):  # noqa: N818 - not an error: rolls a transaction back
+class _Abort(Exception):
     def __init__(self, result: CreateStart) -> None:
         self.result = result
 
@@ -77,7 +80,8 @@ class PostgresStore(Store):
         where = self.url_for_errors
         if asyncpg is None:
             raise LedgerError(
-                f"ledger {where!r}: PostgreSQL needs asyncpg: pip install 'videogen-async[postgres]'"
+                f"ledger {where!r}: PostgreSQL needs asyncpg:"
+                " pip install 'videogen-async[postgres]'"
             )
         try:
             self._pool = await asyncpg.create_pool(
@@ -98,9 +102,10 @@ class PostgresStore(Store):
     async def _meta(self, conn: Any) -> dict[str, str] | None:
         if await conn.fetchval("SELECT to_regclass('videogen_ledger_meta')") is None:
             return None
-        return {r["name"]: r["value"] for r in await conn.fetch(
-            "SELECT name, value FROM videogen_ledger_meta"
-        )}
+        return {
+            r["name"]: r["value"]
+            for r in await conn.fetch("SELECT name, value FROM videogen_ledger_meta")
+        }
 
     async def _check_and_create(self) -> None:
         async with self._pool.acquire() as conn:
@@ -135,9 +140,7 @@ class PostgresStore(Store):
     async def _reserve(
         self, conn: Any, key: str, cap: float | None, estimate: float | None
     ) -> CreateStart | None:
-        budget = await conn.fetchrow(
-            "SELECT * FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE"
-        )
+        budget = await conn.fetchrow("SELECT * FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
         outcome, amount = decide_budget(
             cap=cap,
             spent=budget["spent"],
@@ -202,7 +205,7 @@ class PostgresStore(Store):
                     return CreateStart("existing", row=await self._row(conn, new.key))
                 refused = await self._reserve(conn, new.key, cap, estimate)
                 if refused is not None:
-                    raise _Abort(refused)
+                    raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
                 return CreateStart("new", row=await self._row(conn, new.key))
         except _Abort as abort:
             return abort.result
@@ -224,7 +227,7 @@ class PostgresStore(Store):
                     return CreateStart("existing", row=await self._row(conn, key))
                 refused = await self._reserve(conn, key, cap, estimate)
                 if refused is not None:
-                    raise _Abort(refused)
+                    raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
                 return CreateStart("new", row=await self._row(conn, key))
         except _Abort as abort:
             return abort.result

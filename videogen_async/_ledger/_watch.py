@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 import uuid
-import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -161,7 +161,8 @@ class Watch:
 
     async def _guarded_run(self) -> None:
         send = self._send
-        assert send is not None
+        if send is None:  # pragma: no cover - set by __aenter__
+            raise RuntimeError("the watch is not entered")
         try:
             await self._run()
         except Exception as exc:  # handed to the consumer, who raises it
@@ -207,7 +208,7 @@ class Watch:
         self._pause.learn(await self._store.pause_remaining())
 
     async def _sleep(self) -> None:
-        created = self._ledger._created  # noqa: SLF001 - this process's creates wake it
+        created = self._ledger._created
         changed = self._pause.changed
         gather_done = self._gather_done
         with anyio.move_on_after(min(self._interval, self._lease / 3)):
@@ -222,7 +223,8 @@ class Watch:
 
     def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
         send = self._send
-        assert send is not None
+        if send is None:  # pragma: no cover - set by __aenter__
+            raise RuntimeError("the watch is not entered")
         self.claimed += len(rows)
         batch: dict[str, str] = {}
         for row in rows:
@@ -236,14 +238,16 @@ class Watch:
 
     async def _redeliver(self, key: str) -> None:
         send = self._send
-        assert send is not None
+        if send is None:  # pragma: no cover - set by __aenter__
+            raise RuntimeError("the watch is not entered")
         row = await self._store.get(key)
         if row is not None and row["owner"] == self.owner:
             await send.send(entry_from_row(row))
 
     async def _gather(self, batch: dict[str, str]) -> None:
         send = self._send
-        assert send is not None
+        if send is None:  # pragma: no cover - set by __aenter__
+            raise RuntimeError("the watch is not entered")
         store = self._store
         try:
             client = paced(self._client, self._pause)
