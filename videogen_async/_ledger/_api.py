@@ -405,11 +405,12 @@ class Ledger:
         Returns:
             The entries of these ids.
         """
-        if not task_ids:
-            return []
-        rows = await self._store.add_batch_tasks(
-            key, project_id, list(task_ids), json.dumps({"project_id": project_id})
-        )
+        rows: list[Any] = []
+        ids = list(task_ids)
+        request = json.dumps({"project_id": project_id})
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            rows += await self._store.add_batch_tasks(key, project_id, chunk, request)
         return [entry_from_row(row) for row in rows]
 
     async def create_videos(
@@ -486,6 +487,7 @@ class Ledger:
         max_concurrency: int | None = None,
         poll_policy: PollPolicy | None = None,
         stop_when_idle: bool = False,
+        max_held: int | None = None,
     ) -> Watch:
         """Wait on the ledger's pending entries with other watchers; yield each terminal one.
 
@@ -506,6 +508,8 @@ class Ledger:
             poll_policy: The poll policy (``None``: the client's).
             stop_when_idle: End the iteration once the ledger holds nothing open (no entry
                 ``creating``, ``pending``, or terminal and not yet delivered).
+            max_held: Entries this watcher holds at most at once (``None``: no limit; claims
+                are greedy, so set it to spread a large backlog over several watchers).
 
         Returns:
             A :class:`Watch`: an async context manager whose value is an async iterator of
@@ -523,6 +527,7 @@ class Ledger:
             max_concurrency=max_concurrency,
             poll_policy=poll_policy,
             stop_when_idle=stop_when_idle,
+            max_held=max_held,
         )
 
     @property

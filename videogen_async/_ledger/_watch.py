@@ -68,6 +68,7 @@ class Watch:
         max_concurrency: int | None,
         poll_policy: PollPolicy | None,
         stop_when_idle: bool,
+        max_held: int | None = None,
     ) -> None:
         if not lease > 0 or not math.isfinite(lease):
             raise ValueError(f"lease must be > 0 seconds, got {lease!r}")
@@ -87,6 +88,8 @@ class Watch:
         if poll_policy is not None:
             self._gather_options["poll_policy"] = poll_policy
         self._stop_when_idle = stop_when_idle
+        self._max_held = max_held
+        self._held = 0
         self.owner = f"watcher:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._pause = SharedPause()
         self._tg: TaskGroup | None = None
@@ -178,13 +181,16 @@ class Watch:
                 await self._pacing()
                 await self._pause.wait()
                 claimed_any = False
-                while True:
-                    rows = await store.claim(self.owner, self._lease, self._claim_size)
+                while self._max_held is None or self._held < self._max_held:
+                    size = self._claim_size
+                    if self._max_held is not None:
+                        size = min(size, self._max_held - self._held)
+                    rows = await store.claim(self.owner, self._lease, size)
                     if rows:
                         renewed = time.monotonic()
                         claimed_any = True
                         self._start(tg, rows)
-                    if len(rows) < self._claim_size:
+                    if len(rows) < size:
                         break
                 now = time.monotonic()
                 if self._gathers and now - renewed >= self._lease / 3:
@@ -226,6 +232,7 @@ class Watch:
         if send is None:  # pragma: no cover - set by __aenter__
             raise RuntimeError("the watch is not entered")
         self.claimed += len(rows)
+        self._held += len(rows)
         batch: dict[str, str] = {}
         for row in rows:
             if row["state"] in TERMINAL_STATES:
@@ -241,6 +248,7 @@ class Watch:
         if send is None:  # pragma: no cover - set by __aenter__
             raise RuntimeError("the watch is not entered")
         row = await self._store.get(key)
+        self._held -= 1
         if row is not None and row["owner"] == self.owner:
             await send.send(entry_from_row(row))
 
@@ -253,6 +261,7 @@ class Watch:
             client = paced(self._client, self._pause)
             async with gather_until_done(client, list(batch), **self._gather_options) as results:
                 async for item in results:
+                    self._held -= 1
                     if isinstance(item, TaskPollError):
                         key = batch[item.task_id]
                         logger.warning("ledger key %r: %s", key, item)
