@@ -28,7 +28,12 @@ async def main(url: str, base_url: str, api_key: str, name: str, count: int, lea
         await asyncio.gather(*(create(i) for i in range(count)))
         print("created", flush=True)
         watch = ledger.watch(
-            client, lease=lease, claim_size=4, claim_interval=0.05, stop_when_idle=True
+            client,
+            lease=lease,
+            claim_size=4,
+            claim_interval=0.05,
+            stop_when_idle=True,
+            max_held=count // 3 + 1,
         )
         async with watch as finished:
             async for entry in finished:

@@ -30,9 +30,12 @@ async def test_project_and_its_batch_are_recorded_and_watched(ledger_url: str) -
             assert all(t.kind == "project_task" and t.state == "pending" for t in tasks)
             assert all(t.project_id == project.project_id for t in tasks)
             # Recording the same ids again keeps them as they are.
-            assert await ledger.record_project_tasks(
-                "ad-1", project.project_id, [t.task_id for t in tasks]
-            ) == tasks
+            assert (
+                await ledger.record_project_tasks(
+                    "ad-1", project.project_id, [t.task_id for t in tasks]
+                )
+                == tasks
+            )
 
             async with ledger.watch(client, claim_interval=0.05) as finished:
                 done = []

@@ -6,6 +6,8 @@ import asyncio
 import collections
 from urllib.parse import parse_qs
 
+import anyio
+
 from videogen_async import AsyncVideoGen, Ledger, LedgerEntry
 from videogen_async.testing import FaultRule, SandboxServer
 
@@ -71,7 +73,9 @@ async def test_two_watchers_share_the_work_without_double_polling(ledger_url: st
 
         async def watcher(name: str) -> list[str]:
             async with _client(server, name) as client, Ledger.open(ledger_url) as own:
-                watch = own.watch(client, claim_size=5, claim_interval=0.05, stop_when_idle=True)
+                watch = own.watch(
+                    client, claim_size=5, claim_interval=0.05, stop_when_idle=True, max_held=20
+                )
                 async with watch as finished:
                     return [entry.key async for entry in finished]
 
@@ -94,15 +98,18 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
 
         async def watcher(name: str) -> None:
             async with _client(server, name) as client, Ledger.open(ledger_url) as own:
-                watch = own.watch(client, claim_size=10, claim_interval=0.05, stop_when_idle=True)
+                watch = own.watch(
+                    client, claim_size=10, claim_interval=0.05, stop_when_idle=True, max_held=10
+                )
                 async with watch as finished:
                     async for _ in finished:
                         pass
 
         async def inject() -> None:
             # Once both watchers are polling, the next status query is answered 429.
-            while len({r.user_agent for r in server.request_log if r.route == GET}) < 2:
-                await asyncio.sleep(0.01)
+            with anyio.fail_after(20):
+                while len({r.user_agent for r in server.request_log if r.route == GET}) < 2:
+                    await asyncio.sleep(0.01)
             server.faults.add(FaultRule(route=GET, rate_limit_rate=1.0, retry_after=pause, times=1))
             first_429.set()
 
