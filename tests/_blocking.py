@@ -53,4 +53,8 @@ def no_blocking_calls() -> Iterator[BlockBuster]:
             # coverage.py's collector, measuring several threads (concurrency = thread),
             # takes a short lock around its data when a thread starts being traced.
             function.can_block_in("coverage/collector.py", {"lock_data"})
+        # asyncpg reads its connection settings (~/.pgpass, ~/.postgresql/ certificates: a
+        # few stats and small reads) once per new connection.
+        for function in detector.functions.values():
+            function.can_block_in("asyncpg/connect_utils.py", {"_parse_connect_dsn_and_args"})
         yield detector

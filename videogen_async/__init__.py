@@ -18,17 +18,20 @@ from ._enums import (
     TaskStatus,
 )
 from ._exceptions import (
+    AmbiguousCreateError,
     APIConnectionError,
     APIResponseError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
+    BudgetExceededError,
     ConfigurationError,
     ConflictError,
     DownloadError,
     InsufficientCreditsError,
     InvalidRequestError,
+    LedgerError,
     MediaStorageError,
     NotFoundError,
     PermissionDeniedError,
@@ -41,6 +44,7 @@ from ._exceptions import (
     WaitTimeoutError,
 )
 from ._gather import GatherProgress, GatherResults, gather_until_done
+from ._ledger import Ledger, LedgerEntry
 from ._models import (
     Billing,
     CreatedProject,
@@ -63,11 +67,13 @@ __all__ = [
     "APIResponseError",
     "APIStatusError",
     "APITimeoutError",
+    "AmbiguousCreateError",
     "AspectRatio",
     "AsyncVideoGen",
     "AuthenticationError",
     "BadRequestError",
     "Billing",
+    "BudgetExceededError",
     "ConfigurationError",
     "ConflictError",
     "CreatedProject",
@@ -83,6 +89,9 @@ __all__ = [
     "InMemoryFinishTimes",
     "InsufficientCreditsError",
     "InvalidRequestError",
+    "Ledger",
+    "LedgerEntry",
+    "LedgerError",
     "MediaStorageError",
     "Model",
     "NotFoundError",

@@ -24,7 +24,13 @@ The tree::
     ├── ProjectFailedError            a project failed while a caller waited on it
     ├── WaitTimeoutError              a wait or gather ran out of time (also a TimeoutError)
     ├── TaskPollError                 one id of a gather could not be polled
-    └── DownloadError                 a video could not be downloaded (nothing partial is left)
+    ├── DownloadError                 a video could not be downloaded (nothing partial is left)
+    ├── LedgerError                   a ledger that cannot be opened or used (bad URL, unreachable
+    │                                 database, newer schema, a file that is not a ledger)
+    ├── AmbiguousCreateError          a ledger key whose earlier create may have taken effect,
+    │                                 its id unknown (nothing was sent)
+    └── BudgetExceededError           a ledger create refused, before sending, because it could
+                                      pass ``max_credits``
 
 Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``None`` where they
 do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
@@ -47,13 +53,16 @@ __all__ = [
     "APIResponseError",
     "APIStatusError",
     "APITimeoutError",
+    "AmbiguousCreateError",
     "AuthenticationError",
     "BadRequestError",
+    "BudgetExceededError",
     "ConfigurationError",
     "ConflictError",
     "DownloadError",
     "InsufficientCreditsError",
     "InvalidRequestError",
+    "LedgerError",
     "MediaStorageError",
     "NotFoundError",
     "PermissionDeniedError",
@@ -360,3 +369,60 @@ class DownloadError(VideoGenError):
         self.status_code = status_code
         self.bytes_received = bytes_received
         self.expected_size = expected_size
+
+
+class LedgerError(VideoGenError):
+    """A ledger cannot be opened or used; nothing was written.
+
+    Raised for a malformed URL, an unreachable database, a schema of a newer version, a file
+    that is not a ledger, or a missing driver (``videogen-async[postgres]``).
+    """
+
+
+class AmbiguousCreateError(VideoGenError):
+    """A ledger key whose earlier create may have taken effect, its task id unknown.
+
+    Nothing was sent. Check the account (or the service's dashboard) and, to accept the risk
+    of paying twice, resend it explicitly with :meth:`Ledger.resend`.
+
+    Attributes:
+        key: The ledger key.
+        entry: The entry as the ledger holds it (state ``unknown``).
+    """
+
+    def __init__(self, key: str, entry: Any = None, detail: str | None = None) -> None:
+        text = (
+            f"ledger key {key!r}: an earlier create may have taken effect and its task id is "
+            "unknown; nothing was sent (resend it explicitly with Ledger.resend to accept the "
+            "risk of paying twice)"
+        )
+        if detail:
+            text += f"; the earlier attempt failed with: {detail}"
+        super().__init__(text)
+        self.key = key
+        self.entry = entry
+
+
+class BudgetExceededError(VideoGenError):
+    """A ledger create refused, before anything was sent, because it could pass ``max_credits``.
+
+    Attributes:
+        key: The ledger key.
+        estimate: The credits reserved for the create (its worst-case price).
+        spent: Credits charged through the ledger so far (every process).
+        reserved: Credits reserved by creates in flight (every process).
+        max_credits: The cap.
+    """
+
+    def __init__(
+        self, key: str, *, estimate: float, spent: float, reserved: float, max_credits: float
+    ) -> None:
+        super().__init__(
+            f"ledger key {key!r}: refused before sending: reserving {estimate:g} credits on top "
+            f"of {spent:g} spent and {reserved:g} reserved could pass max_credits={max_credits:g}"
+        )
+        self.key = key
+        self.estimate = estimate
+        self.spent = spent
+        self.reserved = reserved
+        self.max_credits = max_credits

@@ -152,6 +152,8 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
                     time.perf_counter() - t0,
                     fault,
                     trace_id,
+                    request.query_string,
+                    request.headers.get("User-Agent"),
                 )
             )
 

@@ -1,0 +1,312 @@
+"""Benchmark: waiting through the ledger against waiting in memory, on a sandbox process.
+
+Run it with ``nox -s bench`` or directly::
+
+    python bench/ledger.py            # 20,000 tasks finishing over 60 s
+    python bench/ledger.py --quick    # 2,000 tasks finishing over 20 s
+
+Each strategy gets a fresh sandbox *process* (same seed): ``N`` tasks created at once through
+the sandbox's bulk endpoint, finishing uniformly over the next ``D`` seconds (real time). Then:
+
+* ``gather``: one in-memory ``gather_until_done`` over the ids (the baseline, "a");
+* ``sqlite x1``: one ``Ledger.watch`` on a SQLite file, in this process;
+* ``pg xK``: K watcher processes (K = 1, 2, 4) on one PostgreSQL ledger (a throwaway cluster
+  started by the benchmark: ``initdb``/``pg_ctl`` must be on PATH or under
+  /usr/lib/postgresql/*/bin).
+
+The ids are put in the ledger as pending entries (``Ledger.record_project_tasks``, one
+transaction) before the watch starts. Columns: status queries per task (as the sandbox counted
+them), detection lag p50/p95 (yield time minus the scheduled finish), ledger write
+transactions per task, client CPU per task (this process, or the sum of the watcher processes),
+and the ratios to ``gather``. Last, the overhead of ``Ledger.create_task`` over
+``client.tasks.create`` on SQLite, per create.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from videogen_async import AsyncVideoGen, Ledger, gather_until_done
+from videogen_async.testing import SandboxProcess
+
+ROUTE = "GET /v1/tasks"
+SEED = 20261123
+
+
+@dataclass
+class Result:
+    name: str
+    n: int
+    requests: int = 0
+    writes: int = 0
+    cpu: float = 0.0
+    lags: list[float] = field(default_factory=list)
+
+    def lag(self, q: float) -> float:
+        ordered = sorted(self.lags)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Sandbox:
+    def __init__(self) -> None:
+        self.child = SandboxProcess("--seed", str(SEED), "--credits", "1e12")
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Sandbox:
+        await asyncio.to_thread(self.child.start)
+        self.session = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {self.child.api_key}"},
+            connector=aiohttp.TCPConnector(limit=64),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        await asyncio.to_thread(self.child.close)
+
+    async def control(self, method: str, path: str, body: Any = None) -> Any:
+        assert self.session is not None
+        url = f"{self.child.base_url}/_sandbox{path}"
+        async with self.session.request(method, url, json=body) as resp:
+            payload = await resp.json()
+        if payload.get("code") != 200:
+            raise RuntimeError(f"sandbox control {path}: {payload}")
+        return payload["data"]
+
+    async def bulk(self, n: int, spread: float) -> list[str]:
+        ids: list[str] = []
+        while len(ids) < n:
+            count = min(5000, n - len(ids))
+            data = await self.control(
+                "POST", "/tasks/bulk", {"count": count, "finish_in": [1.0, spread]}
+            )
+            ids += data["task_ids"]
+        return ids
+
+    async def finish_walls(self, ids: list[str]) -> dict[str, float]:
+        sem = asyncio.Semaphore(32)
+
+        async def one(task_id: str) -> tuple[str, float]:
+            async with sem:
+                data = await self.control("GET", f"/tasks/{task_id}")
+            return task_id, float(data["schedule"]["finish_at_wall"])
+
+        return dict(await asyncio.gather(*(one(i) for i in ids)))
+
+
+# ---------------------------------------------------------------------------------------------
+# A throwaway PostgreSQL cluster
+# ---------------------------------------------------------------------------------------------
+
+
+class Cluster:
+    def __init__(self) -> None:
+        found = shutil.which("pg_ctl")
+        candidates = [os.path.dirname(os.path.realpath(found))] if found else []
+        candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+        bins = [c for c in candidates if os.path.exists(os.path.join(c, "initdb"))]
+        if not bins:
+            raise SystemExit("PostgreSQL server binaries (initdb, pg_ctl) not found")
+        self.bin = bins[0]
+        self.root = tempfile.mkdtemp(prefix="videogen-bench-pg-")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.root_user = os.geteuid() == 0
+
+    def run(self, *args: str) -> None:
+        command = [os.path.join(self.bin, args[0]), *args[1:]]
+        if self.root_user:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True)
+
+    def __enter__(self) -> Cluster:
+        if self.root_user:
+            shutil.chown(self.root, "postgres", "postgres")
+        data = os.path.join(self.root, "data")
+        self.run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-N")
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self.run("pg_ctl", "-D", data, "-o", options, "-l", f"{self.root}/log", "-w", "start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.run("pg_ctl", "-D", os.path.join(self.root, "data"), "-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def database(self, name: str) -> str:
+        self.run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+# ---------------------------------------------------------------------------------------------
+
+
+async def warm_up(client: AsyncVideoGen, task_id: str) -> None:
+    await client.tasks.get(task_id)
+
+
+async def watch_ledger(
+    url: str, base_url: str, api_key: str, max_held: int | None = None
+) -> tuple[dict[str, float], int, float]:
+    """One watcher until the ledger is idle: ``({task_id: wall time seen}, writes, CPU s)``."""
+    seen: dict[str, float] = {}
+    async with (
+        AsyncVideoGen(api_key=api_key, base_url=base_url) as client,
+        Ledger.open(url) as ledger,
+    ):
+        cpu0 = time.process_time()
+        watch = ledger.watch(client, stop_when_idle=True, max_held=max_held)
+        async with watch as finished:
+            async for entry in finished:
+                seen[entry.task_id or ""] = time.time()
+        return seen, ledger.store.writes, time.process_time() - cpu0
+
+
+async def measure(name: str, n: int, spread: float, cluster: Cluster | None) -> Result:
+    result = Result(name, n)
+    async with Sandbox() as sandbox:
+        base_url, api_key = sandbox.child.base_url, sandbox.child.api_key
+        ids = await sandbox.bulk(n, spread)
+        async with AsyncVideoGen(api_key=api_key, base_url=base_url) as client:
+            await warm_up(client, ids[0])
+        url = ""
+        if name == "gather":
+            pass
+        elif name.startswith("sqlite"):
+            url = os.path.join(tempfile.mkdtemp(), "ledger.db")
+        else:
+            assert cluster is not None
+            url = cluster.database(name.replace(" ", "_"))
+        if url:
+            async with Ledger.open(url) as ledger:
+                await ledger.record_project_tasks("bench", "bench", ids)
+        await sandbox.control("POST", "/reset-stats")
+        seen: dict[str, float] = {}
+        if name == "gather":
+            cpu0 = time.process_time()
+            async with (
+                AsyncVideoGen(api_key=api_key, base_url=base_url) as client,
+                gather_until_done(client, ids) as results,
+            ):
+                async for task in results:
+                    seen[task.task_id] = time.time()  # type: ignore[union-attr]
+            result.cpu = time.process_time() - cpu0
+        elif name.startswith("sqlite"):
+            seen, result.writes, result.cpu = await watch_ledger(url, base_url, api_key)
+        else:
+            k = int(name.split("x")[1])
+            procs = [
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    url,
+                    base_url,
+                    api_key,
+                    str(-(-n // k)),
+                    stdout=asyncio.subprocess.PIPE,
+                )
+                for _ in range(k)
+            ]
+            for proc in procs:
+                out, _ = await proc.communicate()
+                data = json.loads(out)
+                seen.update(data["seen"])
+                result.writes += data["writes"]
+                result.cpu += data["cpu"]
+        stats = await sandbox.control("GET", "/stats")
+        result.requests = int(stats["by_route"].get(ROUTE, 0))
+        finishes = await sandbox.finish_walls(ids)
+    missing = [i for i in ids if i not in seen]
+    if missing:
+        raise RuntimeError(f"{name}: {len(missing)} ids never yielded")
+    result.lags = [seen[i] - finishes[i] for i in ids]
+    return result
+
+
+async def create_overhead(count: int) -> tuple[float, float]:
+    """Mean seconds per create: direct, and through a SQLite ledger."""
+    async with Sandbox() as sandbox:
+        base_url, api_key = sandbox.child.base_url, sandbox.child.api_key
+        async with AsyncVideoGen(api_key=api_key, base_url=base_url) as client:
+            await client.tasks.create("warm up")
+            t0 = time.perf_counter()
+            for i in range(count):
+                await client.tasks.create(f"direct {i}")
+            direct = (time.perf_counter() - t0) / count
+            url = os.path.join(tempfile.mkdtemp(), "ledger.db")
+            async with Ledger.open(url) as ledger:
+                await ledger.create_task(client, "warm up", key="warm")
+                t0 = time.perf_counter()
+                for i in range(count):
+                    await ledger.create_task(client, f"ledger {i}", key=f"k{i}")
+                through = (time.perf_counter() - t0) / count
+    return direct, through
+
+
+def report(rows: list[Result]) -> None:
+    base = rows[0]
+    head = (
+        f"{'strategy':<10} {'req/task':>8} {'lag p50':>8} {'lag p95':>8} {'writes/task':>11}"
+        f" {'CPU ms/task':>11} {'req x(a)':>8} {'p95 x(a)':>8} {'CPU x(a)':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r.name:<10} {r.requests / r.n:>8.2f} {statistics.median(r.lags):>8.2f}"
+            f" {r.lag(0.95):>8.2f} {r.writes / r.n:>11.2f} {r.cpu / r.n * 1000:>11.3f}"
+            f" {r.requests / max(base.requests, 1):>8.2f}"
+            f" {r.lag(0.95) / max(base.lag(0.95), 1e-9):>8.2f}"
+            f" {r.cpu / max(base.cpu, 1e-9):>8.2f}"
+        )
+
+
+async def main(quick: bool) -> None:
+    n, spread = (2_000, 20.0) if quick else (20_000, 60.0)
+    print(f"# ledger benchmark: {n} tasks finishing over {spread:g} s\n")
+    rows: list[Result] = []
+    with Cluster() as cluster:
+        for name in ("gather", "sqlite x1", "pg x1", "pg x2", "pg x4"):
+            rows.append(await measure(name, n, spread, cluster))
+            print(f"  {name}: done", file=sys.stderr)
+    report(rows)
+    direct, through = await create_overhead(200 if quick else 1000)
+    print(
+        f"\ncreate on SQLite: {direct * 1000:.2f} ms direct, {through * 1000:.2f} ms through"
+        f" the ledger: overhead {(through - direct) * 1000:.2f} ms per create"
+    )
+
+
+def child(url: str, base_url: str, api_key: str, max_held: str) -> None:
+    seen, writes, cpu = asyncio.run(watch_ledger(url, base_url, api_key, int(max_held)))
+    print(json.dumps({"seen": seen, "writes": writes, "cpu": cpu}))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 tasks over 20 s")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+    else:
+        asyncio.run(main(args.quick))

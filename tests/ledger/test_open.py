@@ -1,0 +1,110 @@
+"""Bad input when opening a ledger: each a clear LedgerError, nothing written, nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from videogen_async import InvalidRequestError, Ledger, LedgerError, VideoGenError
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "must be a file path"),
+        ("mysql://u:p@host/db", "unknown scheme 'mysql'"),
+        ("sqlite://", "needs a file path"),
+        ("sqlite:///:memory:", "needs a file path"),
+        (":memory:", "cannot be shared"),
+        ("postgresql://u:secret@host:notaport/db", "port is not a number"),
+        ("postgresql:///db", "no host"),
+    ],
+)
+def test_malformed_url(url: str, message: str) -> None:
+    with pytest.raises(LedgerError, match=message) as caught:
+        Ledger.open(url)
+    assert "secret" not in str(caught.value)
+    assert isinstance(caught.value, VideoGenError)
+
+
+def test_bad_max_credits() -> None:
+    with pytest.raises(InvalidRequestError, match="max_credits"):
+        Ledger.open("x.db", max_credits=-1)
+
+
+async def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="does not exist"):
+        await Ledger.open(str(tmp_path / "no" / "such" / "ledger.db"))
+    assert not (tmp_path / "no").exists()
+
+
+async def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database\n" * 100)
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="not a ledger"):
+        await Ledger.open(str(path))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+async def test_a_database_that_is_not_a_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="not a ledger"):
+        await Ledger.open(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+
+
+async def _bump_version(url: str) -> None:
+    async with Ledger.open(url) as ledger:
+        await ledger.store.pause_for(0)  # the schema exists
+    if "://" in url and not url.startswith("sqlite"):
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                "UPDATE videogen_ledger_meta SET value = '99' WHERE name = 'schema_version'"
+            )
+        finally:
+            await conn.close()
+    else:
+        with sqlite3.connect(url) as conn:
+            conn.execute(
+                "UPDATE videogen_ledger_meta SET value = '99' WHERE name = 'schema_version'"
+            )
+        conn.close()
+
+
+@pytest.mark.allow_blocking("a direct sqlite3 edit of the schema version")
+async def test_a_newer_schema_is_refused(ledger_url: str) -> None:
+    await _bump_version(ledger_url)
+    with pytest.raises(LedgerError, match="schema version 99, newer"):
+        await Ledger.open(ledger_url)
+
+
+async def test_unreachable_database() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nobody listens there
+    pytest.importorskip("asyncpg")
+    url = f"postgresql://u:hunter2@127.0.0.1:{port}/db"
+    with pytest.raises(LedgerError, match="cannot connect") as caught:
+        await Ledger.open(url)
+    assert "hunter2" not in str(caught.value)
+
+
+async def test_schema_is_created_once_by_concurrent_openers(ledger_url: str) -> None:
+
+    ledgers = await asyncio.gather(*(Ledger.open(ledger_url) for _ in range(5)))
+    for ledger in ledgers:
+        assert await ledger.summary() == {"states": {}, "spent": 0.0, "reserved": 0.0}
+        await ledger.aclose()

@@ -1,0 +1,128 @@
+"""Watchers in one process: every terminal entry recorded and yielded; shared work and pacing."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from urllib.parse import parse_qs
+
+import anyio
+
+from videogen_async import AsyncVideoGen, Ledger, LedgerEntry
+from videogen_async.testing import FaultRule, SandboxServer
+
+GET = "GET /v1/tasks"
+
+
+def _client(server: SandboxServer, name: str) -> AsyncVideoGen:
+    return AsyncVideoGen(
+        api_key=server.api_key, base_url=server.base_url, default_headers={"User-Agent": name}
+    )
+
+
+def polls_by_id(server: SandboxServer) -> dict[str, list[tuple[float, str | None]]]:
+    """``task_id -> [(time, user agent)]`` of the status queries the sandbox served."""
+    polls: dict[str, list[tuple[float, str | None]]] = collections.defaultdict(list)
+    for record in server.request_log:
+        if record.route == GET:
+            task_id = parse_qs(record.query)["task_id"][0]
+            polls[task_id].append((record.started_at, record.user_agent))
+    return polls
+
+
+async def test_watch_records_and_yields_every_terminal_entry(ledger_url: str) -> None:
+    async with (
+        SandboxServer(time_scale=0.002, seed=5, task_duration=(20, 60), failure_rate=0.2) as server,
+        server.client() as client,
+        Ledger.open(ledger_url) as ledger,
+    ):
+        for i in range(8):
+            await ledger.create_task(client, f"clip {i}", key=f"early-{i}")
+        seen: list[LedgerEntry] = []
+        async with ledger.watch(client, claim_interval=0.05) as finished:
+            async for entry in finished:
+                seen.append(entry)
+                if len(seen) == 1:  # created after the watch started: picked up too
+                    for i in range(4):
+                        await ledger.create_task(client, f"late {i}", key=f"late-{i}")
+                if len(seen) == 12:
+                    break
+        assert sorted(e.key for e in seen) == sorted(
+            [f"early-{i}" for i in range(8)] + [f"late-{i}" for i in range(4)]
+        )
+        for entry in seen:
+            truth = server.describe_task(entry.task_id)
+            assert entry.state == truth["status"]
+            assert entry.task is not None
+            assert entry.task.status == truth["status"]
+            assert entry.credits_cost == truth["credits_cost"]
+            assert entry.finished_at is not None
+        stored = {e.key: e for e in [x async for x in ledger.entries()]}
+        assert all(stored[e.key].state == e.state for e in seen)
+        # Everything was delivered: a new watcher has nothing to yield.
+        async with ledger.watch(client, stop_when_idle=True) as finished:
+            assert [e async for e in finished] == []
+
+
+async def test_two_watchers_share_the_work_without_double_polling(ledger_url: str) -> None:
+    async with SandboxServer(time_scale=0.005, seed=6, task_duration=(20, 80)) as server:
+        async with server.client() as creator, Ledger.open(ledger_url) as ledger:
+            for i in range(40):
+                await ledger.create_task(creator, f"clip {i}", key=f"k{i:02d}")
+        server.reset_stats()
+
+        async def watcher(name: str) -> list[str]:
+            async with _client(server, name) as client, Ledger.open(ledger_url) as own:
+                watch = own.watch(
+                    client, claim_size=5, claim_interval=0.05, stop_when_idle=True, max_held=20
+                )
+                async with watch as finished:
+                    return [entry.key async for entry in finished]
+
+        a, b = await asyncio.gather(watcher("watcher-a"), watcher("watcher-b"))
+        assert sorted(a + b) == [f"k{i:02d}" for i in range(40)]
+        assert not set(a) & set(b)
+        assert a
+        assert b
+        for task_id, polls in polls_by_id(server).items():
+            assert len({agent for _, agent in polls}) == 1, task_id
+
+
+async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -> None:
+    pause = 1.0
+    async with SandboxServer(time_scale=0.01, seed=7, task_duration=(100, 200)) as server:
+        async with server.client() as creator, Ledger.open(ledger_url) as ledger:
+            for i in range(20):
+                await ledger.create_task(creator, f"clip {i}", key=f"k{i:02d}")
+        first_429 = asyncio.Event()
+
+        async def watcher(name: str) -> None:
+            async with _client(server, name) as client, Ledger.open(ledger_url) as own:
+                watch = own.watch(
+                    client, claim_size=10, claim_interval=0.05, stop_when_idle=True, max_held=10
+                )
+                async with watch as finished:
+                    async for _ in finished:
+                        pass
+
+        async def inject() -> None:
+            # Once both watchers are polling, the next status query is answered 429.
+            with anyio.fail_after(20):
+                while len({r.user_agent for r in server.request_log if r.route == GET}) < 2:
+                    await asyncio.sleep(0.01)
+            server.faults.add(FaultRule(route=GET, rate_limit_rate=1.0, retry_after=pause, times=1))
+            first_429.set()
+
+        await asyncio.gather(watcher("watcher-a"), watcher("watcher-b"), inject())
+        limited = [r for r in server.request_log if r.status == 429]
+        assert len(limited) == 1
+        seen_at, seen_by = limited[0].started_at, limited[0].user_agent
+        others = [
+            r.started_at
+            for r in server.request_log
+            if r.route == GET and r.user_agent != seen_by and r.started_at > seen_at
+        ]
+        assert others, "the other watcher polled again after the pause"
+        # It learns of the pause within a claim round (0.05 s) plus a database round trip;
+        # then it waits until the pause ends.
+        assert not [t for t in others if seen_at + 0.3 < t < seen_at + pause - 0.05]

@@ -1,0 +1,450 @@
+"""The PostgreSQL engine, through asyncpg: one ledger shared by processes on many machines.
+
+Every change is one transaction. Claims are one ``UPDATE ... WHERE key IN (SELECT ... FOR
+UPDATE SKIP LOCKED)``, so concurrent watchers never wait on nor take each other's rows. Times
+(leases, the shared pause) are the database server's clock, so machines need not agree on
+theirs. The budget row is locked (``SELECT ... FOR UPDATE``) for the reservation.
+"""
+
+# ruff: noqa: S608 - the SQL interpolates only this module's constant names and fragments;
+# every value is a bound parameter.
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from .._exceptions import LedgerError
+from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
+from ._store import CreateStart, NewEntry, Row, Store, decide_budget, redact
+
+try:
+    import asyncpg
+except ImportError:  # pragma: no cover - the extra is installed in the test environment
+    asyncpg = None
+
+__all__ = ["PostgresStore"]
+
+_E = "videogen_ledger_entries"
+_NOW = "extract(epoch from clock_timestamp())"
+_LOCK_ID = 0x7669646567656E  # the schema's advisory lock
+_TERMINAL = "('succeeded', 'failed', 'error')"
+_CLAIMABLE = (
+    f"(state = 'pending' OR (state IN {_TERMINAL} AND delivered = 0))"
+    f" AND (lease_until IS NULL OR lease_until < {_NOW})"
+)
+
+
+class _Abort(Exception):
+    def __init__(self, result: CreateStart) -> None:
+        self.result = result
+
+
+class PostgresStore(Store):
+    """A ledger in a PostgreSQL database."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.url_for_errors = redact(url)
+        self._pool: Any = None
+        self.writes = 0
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Any]:
+        if self._pool is None:
+            raise LedgerError(f"ledger {self.url_for_errors!r} is closed")
+        async with self._pool.acquire() as conn, conn.transaction():
+            yield conn
+        self.writes += 1
+
+    async def _fetch(self, query: str, *args: Any) -> list[Row]:
+        if self._pool is None:
+            raise LedgerError(f"ledger {self.url_for_errors!r} is closed")
+        return [dict(r) for r in await self._pool.fetch(query, *args)]
+
+    async def _fetchrow(self, query: str, *args: Any) -> Row | None:
+        rows = await self._fetch(query, *args)
+        return rows[0] if rows else None
+
+    @staticmethod
+    async def _row(conn: Any, key: str) -> Row | None:
+        row = await conn.fetchrow(f"SELECT * FROM {_E} WHERE key = $1", key)
+        return None if row is None else dict(row)
+
+    # -- open and close --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        where = self.url_for_errors
+        if asyncpg is None:
+            raise LedgerError(
+                f"ledger {where!r}: PostgreSQL needs asyncpg:"
+                " pip install 'videogen-async[postgres]'"
+            )
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=4, timeout=10, command_timeout=60
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            raise LedgerError(
+                f"ledger {where!r}: cannot connect: {type(exc).__name__}: {exc}"
+            ) from None
+        except ValueError as exc:  # a malformed DSN
+            raise LedgerError(f"ledger {where!r}: malformed URL: {exc}") from None
+        try:
+            await self._check_and_create()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _meta(self, conn: Any) -> dict[str, str] | None:
+        if await conn.fetchval("SELECT to_regclass('videogen_ledger_meta')") is None:
+            return None
+        return {
+            r["name"]: r["value"]
+            for r in await conn.fetch("SELECT name, value FROM videogen_ledger_meta")
+        }
+
+    async def _check_and_create(self) -> None:
+        async with self._pool.acquire() as conn:
+            meta = await self._meta(conn)
+            if meta is not None:
+                version = check_meta(self.url_for_errors, meta)
+                if version == SCHEMA_VERSION:
+                    return
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_ID)
+                meta = await self._meta(conn)
+                if meta is None:
+                    for statement in create_statements(real="DOUBLE PRECISION"):
+                        await conn.execute(statement)
+                    return
+                version = check_meta(self.url_for_errors, meta)
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS.get(target, ()):
+                        await conn.execute(statement)
+                await conn.execute(
+                    "UPDATE videogen_ledger_meta SET value = $1 WHERE name = 'schema_version'",
+                    str(SCHEMA_VERSION),
+                )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- creates ---------------------------------------------------------------------------
+
+    async def _reserve(
+        self, conn: Any, key: str, cap: float | None, estimate: float | None
+    ) -> CreateStart | None:
+        budget = await conn.fetchrow("SELECT * FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
+        outcome, amount = decide_budget(
+            cap=cap,
+            spent=budget["spent"],
+            reserved=budget["reserved"],
+            unpriced=budget["unpriced"],
+            estimate=estimate,
+        )
+        if outcome != "ok":
+            return CreateStart(
+                outcome, estimate=amount, spent=budget["spent"], reserved=budget["reserved"]
+            )
+        unpriced = 1 if (cap is not None and estimate is None) else 0
+        await conn.execute(
+            "UPDATE videogen_ledger_budget SET reserved = reserved + $1,"
+            " unpriced = unpriced + $2 WHERE id = 1",
+            amount,
+            unpriced,
+        )
+        await conn.execute(
+            f"UPDATE {_E} SET reserved = $1, unpriced = $2 WHERE key = $3", amount, unpriced, key
+        )
+        return None
+
+    async def begin_create(
+        self,
+        new: NewEntry,
+        *,
+        owner: str,
+        lease: float,
+        cap: float | None,
+        estimate: float | None,
+    ) -> CreateStart:
+        try:
+            async with self._tx() as conn:
+                taken = await conn.fetchval(
+                    f"INSERT INTO {_E} (key, kind, state, project_id, model, duration, request,"
+                    " owner, lease_until, created_at, updated_at)"
+                    f" VALUES ($1, $2, 'creating', $3, $4, $5, $6, $7, {_NOW} + $8, {_NOW},"
+                    f" {_NOW}) ON CONFLICT (key) DO NOTHING RETURNING key",
+                    new.key,
+                    new.kind,
+                    new.project_id,
+                    new.model,
+                    new.duration,
+                    new.request,
+                    owner,
+                    lease,
+                )
+                if taken is None:
+                    taken = await conn.fetchval(
+                        f"UPDATE {_E} SET state = 'creating', request = $1, model = $2,"
+                        f" duration = $3, owner = $4, lease_until = {_NOW} + $5, error = NULL,"
+                        f" updated_at = {_NOW} WHERE key = $6 AND state = 'refused' RETURNING key",
+                        new.request,
+                        new.model,
+                        new.duration,
+                        owner,
+                        lease,
+                        new.key,
+                    )
+                if taken is None:
+                    return CreateStart("existing", row=await self._row(conn, new.key))
+                refused = await self._reserve(conn, new.key, cap, estimate)
+                if refused is not None:
+                    raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
+                return CreateStart("new", row=await self._row(conn, new.key))
+        except _Abort as abort:
+            return abort.result
+
+    async def restart_unknown(
+        self, key: str, *, owner: str, lease: float, cap: float | None, estimate: float | None
+    ) -> CreateStart:
+        try:
+            async with self._tx() as conn:
+                taken = await conn.fetchval(
+                    f"UPDATE {_E} SET state = 'creating', owner = $1,"
+                    f" lease_until = {_NOW} + $2, updated_at = {_NOW}"
+                    " WHERE key = $3 AND state = 'unknown' RETURNING key",
+                    owner,
+                    lease,
+                    key,
+                )
+                if taken is None:
+                    return CreateStart("existing", row=await self._row(conn, key))
+                refused = await self._reserve(conn, key, cap, estimate)
+                if refused is not None:
+                    raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
+                return CreateStart("new", row=await self._row(conn, key))
+        except _Abort as abort:
+            return abort.result
+
+    async def settle_created(
+        self, key: str, *, task_id: str | None, project_id: str | None, cost: float
+    ) -> Row:
+        async with self._tx() as conn:
+            old = await self._row(conn, key)
+            assert old is not None  # noqa: S101 - written by this process before the send
+            await conn.execute(
+                "UPDATE videogen_ledger_budget SET reserved = GREATEST(0, reserved - $1),"
+                " unpriced = GREATEST(0, unpriced - $2), spent = spent + $3 WHERE id = 1",
+                old["reserved"],
+                old["unpriced"],
+                cost,
+            )
+            row = await conn.fetchrow(
+                f"UPDATE {_E} SET state = 'pending', task_id = $1, project_id = $2,"
+                " credits_cost = $3, reserved = 0, unpriced = 0, owner = NULL,"
+                f" lease_until = NULL, error = NULL, updated_at = {_NOW} WHERE key = $4"
+                " RETURNING *",
+                task_id,
+                project_id or old["project_id"],
+                cost,
+                key,
+            )
+            if old["kind"] == "task" and old["duration"] and cost > 0:
+                await conn.execute(
+                    "INSERT INTO videogen_ledger_rates (model, per_second) VALUES ($1, $2)"
+                    " ON CONFLICT (model) DO UPDATE SET per_second ="
+                    " GREATEST(videogen_ledger_rates.per_second, excluded.per_second)",
+                    old["model"] or "",
+                    cost / old["duration"],
+                )
+            return dict(row)
+
+    async def _fail_one(self, conn: Any, key: str, state: str, error: str) -> Row:
+        old = await self._row(conn, key)
+        assert old is not None  # noqa: S101 - the caller holds the row
+        spent = old["reserved"] if state == "unknown" else 0.0
+        await conn.execute(
+            "UPDATE videogen_ledger_budget SET reserved = GREATEST(0, reserved - $1),"
+            " unpriced = GREATEST(0, unpriced - $2), spent = spent + $3 WHERE id = 1",
+            old["reserved"],
+            old["unpriced"],
+            spent,
+        )
+        row = await conn.fetchrow(
+            f"UPDATE {_E} SET state = $1, error = $2, reserved = 0, unpriced = 0,"
+            f" credits_cost = $3, owner = NULL, lease_until = NULL, updated_at = {_NOW}"
+            " WHERE key = $4 RETURNING *",
+            state,
+            error,
+            spent if state == "unknown" else None,
+            key,
+        )
+        return dict(row)
+
+    async def settle_failed(self, key: str, *, state: str, error: str) -> Row:
+        async with self._tx() as conn:
+            return await self._fail_one(conn, key, state, error)
+
+    async def expire_creating(self, key: str | None = None) -> int:
+        query = f"SELECT key FROM {_E} WHERE state = 'creating' AND lease_until < {_NOW}"
+        args: tuple[Any, ...] = ()
+        if key is not None:
+            query += " AND key = $1"
+            args = (key,)
+        if not await self._fetch(query + " LIMIT 1", *args):
+            return 0
+        async with self._tx() as conn:
+            keys = [r["key"] for r in await conn.fetch(query + " FOR UPDATE SKIP LOCKED", *args)]
+            for found in keys:
+                await self._fail_one(
+                    conn, found, "unknown", "the creating process stopped before an answer"
+                )
+            return len(keys)
+
+    async def add_batch_tasks(
+        self, project_key: str, project_id: str, task_ids: Sequence[str], request: str
+    ) -> list[Row]:
+        async with self._tx() as conn:
+            await conn.executemany(
+                f"INSERT INTO {_E} (key, kind, state, task_id, project_id, request, created_at,"
+                f" updated_at) VALUES ($1, 'project_task', 'pending', $2, $3, $4, {_NOW}, {_NOW})"
+                " ON CONFLICT DO NOTHING",
+                [(f"{project_key}/{t}", t, project_id, request) for t in task_ids],
+            )
+            rows = await conn.fetch(
+                f"SELECT * FROM {_E} WHERE task_id = ANY($1::text[]) ORDER BY key", list(task_ids)
+            )
+            return [dict(r) for r in rows]
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get(self, key: str) -> Row | None:
+        return await self._fetchrow(f"SELECT * FROM {_E} WHERE key = $1", key)
+
+    async def page(self, after: str | None, limit: int) -> list[Row]:
+        if after is None:
+            return await self._fetch(f"SELECT * FROM {_E} ORDER BY key LIMIT $1", limit)
+        return await self._fetch(
+            f"SELECT * FROM {_E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
+        )
+
+    async def summary(self) -> dict[str, Any]:
+        counts = {
+            r["state"]: r["n"]
+            for r in await self._fetch(f"SELECT state, COUNT(*) AS n FROM {_E} GROUP BY state")
+        }
+        budget = await self._fetchrow("SELECT * FROM videogen_ledger_budget WHERE id = 1")
+        assert budget is not None  # noqa: S101 - created with the schema
+        return {"states": counts, "spent": budget["spent"], "reserved": budget["reserved"]}
+
+    async def has_open(self, owner: str = "") -> bool:
+        row = await self._fetchrow(
+            f"SELECT 1 AS one FROM {_E} WHERE state IN ('creating', 'pending') OR"
+            f" (state IN {_TERMINAL} AND delivered = 0 AND (owner IS NULL OR owner != $1))"
+            " LIMIT 1",
+            owner,
+        )
+        return row is not None
+
+    async def rate(self, model: str) -> float | None:
+        row = await self._fetchrow(
+            "SELECT per_second FROM videogen_ledger_rates WHERE model = $1", model
+        )
+        return None if row is None else float(row["per_second"])
+
+    # -- watchers --------------------------------------------------------------------------
+
+    async def claim(self, owner: str, lease: float, limit: int) -> list[Row]:
+        if not await self._fetch(f"SELECT 1 FROM {_E} WHERE {_CLAIMABLE} LIMIT 1"):
+            return []
+        async with self._tx() as conn:
+            rows = await conn.fetch(
+                f"UPDATE {_E} SET owner = $1, lease_until = {_NOW} + $2 WHERE key IN"
+                f" (SELECT key FROM {_E} WHERE {_CLAIMABLE} ORDER BY created_at LIMIT $3"
+                " FOR UPDATE SKIP LOCKED) RETURNING key, task_id, state",
+                owner,
+                lease,
+                limit,
+            )
+            return [dict(r) for r in rows]
+
+    async def renew(self, owner: str, lease: float) -> int:
+        async with self._tx() as conn:
+            status = await conn.execute(
+                f"UPDATE {_E} SET lease_until = {_NOW} + $1 WHERE owner = $2", lease, owner
+            )
+            return int(status.split()[-1])
+
+    async def finish(
+        self, key: str, owner: str, *, state: str, cost: float, task: str
+    ) -> Row | None:
+        async with self._tx() as conn:
+            old = await conn.fetchrow(
+                f"SELECT credits_cost FROM {_E} WHERE key = $1 AND owner = $2"
+                " AND state = 'pending' FOR UPDATE",
+                key,
+                owner,
+            )
+            if old is None:
+                return None
+            row = await conn.fetchrow(
+                f"UPDATE {_E} SET state = $1, credits_cost = $2, task = $3, delivered = 0,"
+                f" finished_at = {_NOW}, updated_at = {_NOW}, error = NULL WHERE key = $4"
+                " RETURNING *",
+                state,
+                cost,
+                task,
+                key,
+            )
+            delta = cost - (old["credits_cost"] or 0.0)
+            if delta:
+                await conn.execute(
+                    "UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta
+                )
+            return dict(row)
+
+    async def ack(self, key: str, owner: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
+                " WHERE key = $1 AND owner = $2",
+                key,
+                owner,
+            )
+
+    async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                f"UPDATE {_E} SET owner = NULL, lease_until = {_NOW} + $1, error = $2,"
+                f" updated_at = {_NOW} WHERE key = $3 AND owner = $4",
+                retry_in,
+                error,
+                key,
+                owner,
+            )
+
+    async def release(self, owner: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                f"UPDATE {_E} SET owner = NULL, lease_until = NULL WHERE owner = $1", owner
+            )
+
+    async def pause_remaining(self) -> float:
+        row = await self._fetchrow(
+            f"SELECT pause_until - {_NOW} AS left FROM videogen_ledger_pacing WHERE id = 1"
+        )
+        return 0.0 if row is None else max(0.0, float(row["left"]))
+
+    async def pause_for(self, seconds: float) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                "UPDATE videogen_ledger_pacing SET pause_until ="
+                f" GREATEST(pause_until, {_NOW} + $1) WHERE id = 1",
+                seconds,
+            )

@@ -1,0 +1,260 @@
+"""What the ledger needs of a database, and how a URL picks the engine.
+
+Both engines hold the same rules: every state change is one transaction, claims are decided
+in SQL (a row is claimed by an ``UPDATE`` whose condition is the claim rule), keys are
+idempotent by the primary key (``INSERT ... ON CONFLICT DO NOTHING``), and the budget is
+reserved while its row is locked for the transaction.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .._exceptions import LedgerError
+
+__all__ = ["CreateStart", "Store", "parse_url"]
+
+Row = Mapping[str, Any]
+
+
+@attrs.frozen
+class CreateStart:
+    """The outcome of writing an entry before its create is sent.
+
+    Attributes:
+        outcome: ``new`` (this caller sends the create), ``existing`` (the key is taken:
+            ``row`` holds it; nothing is sent), ``budget`` (the cap refuses it), ``wait``
+            (a create of unknown price holds the rest of the budget; try again soon).
+        row: The entry's row.
+        estimate: The credits reserved for the create.
+        spent: Credits spent through the ledger when decided.
+        reserved: Credits reserved when decided.
+    """
+
+    outcome: str
+    row: Row | None = None
+    estimate: float = 0.0
+    spent: float = 0.0
+    reserved: float = 0.0
+
+
+@attrs.frozen
+class NewEntry:
+    """The columns of an entry written before its create is sent."""
+
+    key: str
+    kind: str
+    request: str
+    model: str | None
+    duration: int | None
+    project_id: str | None = None
+
+
+def decide_budget(
+    *,
+    cap: float | None,
+    spent: float,
+    reserved: float,
+    unpriced: int,
+    estimate: float | None,
+) -> tuple[str, float]:
+    """Decide a reservation while the budget row is locked.
+
+    Args:
+        cap: ``max_credits`` (``None``: no cap, nothing is reserved).
+        spent: Credits spent.
+        reserved: Credits reserved.
+        unpriced: Creates in flight of unknown price.
+        estimate: The worst-case price, or ``None`` when it cannot be estimated.
+
+    Returns:
+        ``(outcome, credits to reserve)``; outcome ``ok``, ``budget`` or ``wait``.
+    """
+    if cap is None:
+        return "ok", 0.0
+    if estimate is None:
+        if unpriced:
+            return "wait", 0.0
+        rest = cap - spent - reserved
+        return ("ok", rest) if rest > 0 else ("budget", 0.0)
+    if spent + reserved + estimate <= cap + 1e-9:
+        return "ok", estimate
+    return ("wait" if unpriced else "budget"), estimate
+
+
+class Store(abc.ABC):
+    """One engine's connection to a ledger."""
+
+    url_for_errors: str = ""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect, check the database is a ledger of a known version, create the schema."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Disconnect."""
+
+    @abc.abstractmethod
+    async def begin_create(
+        self,
+        new: NewEntry,
+        *,
+        owner: str,
+        lease: float,
+        cap: float | None,
+        estimate: float | None,
+    ) -> CreateStart:
+        """Write a ``creating`` entry (or take back a ``refused`` one) and reserve its price."""
+
+    @abc.abstractmethod
+    async def restart_unknown(
+        self, key: str, *, owner: str, lease: float, cap: float | None, estimate: float | None
+    ) -> CreateStart:
+        """Move an ``unknown`` entry back to ``creating`` for an explicit resend."""
+
+    @abc.abstractmethod
+    async def settle_created(
+        self, key: str, *, task_id: str | None, project_id: str | None, cost: float
+    ) -> Row:
+        """Record the answer of a create: ``pending`` with its id; settle the budget."""
+
+    @abc.abstractmethod
+    async def settle_failed(self, key: str, *, state: str, error: str) -> Row:
+        """Record a create that failed: ``refused`` or ``unknown``; settle the budget."""
+
+    @abc.abstractmethod
+    async def expire_creating(self, key: str | None = None) -> int:
+        """Mark ``unknown`` the ``creating`` entries whose creator's lease ran out."""
+
+    @abc.abstractmethod
+    async def add_batch_tasks(
+        self, project_key: str, project_id: str, task_ids: Sequence[str], request: str
+    ) -> list[Row]:
+        """Record the task ids of a project's video batch as ``pending`` entries."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> Row | None:
+        """The row of a key."""
+
+    @abc.abstractmethod
+    async def page(self, after: str | None, limit: int) -> list[Row]:
+        """Rows in key order after ``after``."""
+
+    @abc.abstractmethod
+    async def summary(self) -> dict[str, Any]:
+        """Counts per state, credits spent and reserved."""
+
+    @abc.abstractmethod
+    async def claim(self, owner: str, lease: float, limit: int) -> list[Row]:
+        """Claim up to ``limit`` pending (or terminal, undelivered) entries whose lease is out."""
+
+    @abc.abstractmethod
+    async def renew(self, owner: str, lease: float) -> int:
+        """Extend every lease held by ``owner``."""
+
+    @abc.abstractmethod
+    async def finish(
+        self, key: str, owner: str, *, state: str, cost: float, task: str
+    ) -> Row | None:
+        """Record a terminal state of a pending entry held by ``owner``."""
+
+    @abc.abstractmethod
+    async def ack(self, key: str, owner: str) -> None:
+        """Mark a terminal entry delivered and release it."""
+
+    @abc.abstractmethod
+    async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
+        """Release an entry whose polls failed, not to be claimed for ``retry_in`` seconds."""
+
+    @abc.abstractmethod
+    async def release(self, owner: str) -> None:
+        """Release every entry held by ``owner``."""
+
+    @abc.abstractmethod
+    async def has_open(self, owner: str = "") -> bool:
+        """Whether any entry is ``creating``, ``pending`` or terminal and undelivered.
+
+        Terminal entries held by ``owner`` (on their way to its consumer) do not count.
+        """
+
+    @abc.abstractmethod
+    async def pause_remaining(self) -> float:
+        """Seconds left of the shared pause (0 when none)."""
+
+    @abc.abstractmethod
+    async def pause_for(self, seconds: float) -> None:
+        """Extend the shared pause to at least ``seconds`` from now."""
+
+    @abc.abstractmethod
+    async def rate(self, model: str) -> float | None:
+        """The highest price per second seen for a model."""
+
+    writes: int = 0
+    """Transactions that changed something (for the benchmark)."""
+
+
+def parse_url(url: str | os.PathLike[str]) -> tuple[str, str]:
+    """Tell the engine of a ledger URL.
+
+    Args:
+        url: A file path, ``sqlite:///PATH`` or ``postgresql://...``.
+
+    Returns:
+        ``("sqlite", path)`` or ``("postgresql", url)``.
+
+    Raises:
+        LedgerError: A URL that names neither.
+    """
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str) or not url.strip():
+        raise LedgerError(f"ledger url: must be a file path or a database URL, got {url!r}")
+    text = url.strip()
+    scheme, sep, _rest = text.partition("://")
+    if not sep:
+        if text == ":memory:":
+            raise LedgerError("ledger url: ':memory:' cannot be shared; give a file path")
+        return "sqlite", text
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        path = text[len("sqlite://") :]
+        if path.startswith("/") and not path.startswith("//"):
+            path = path[1:] or ""
+        if not path or path == ":memory:":
+            raise LedgerError(f"ledger url {_redact(text)!r}: sqlite:///PATH needs a file path")
+        return "sqlite", path
+    if scheme in {"postgresql", "postgres"}:
+        parsed = urllib.parse.urlsplit(text)
+        try:
+            parsed.port  # noqa: B018 - validates the port
+        except ValueError:
+            raise LedgerError(f"ledger url {_redact(text)!r}: the port is not a number") from None
+        if not parsed.hostname and "host=" not in parsed.query:
+            raise LedgerError(f"ledger url {_redact(text)!r}: no host")
+        return "postgresql", text
+    raise LedgerError(
+        f"ledger url {_redact(text)!r}: unknown scheme {scheme!r}"
+        " (use a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DBNAME)"
+    )
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<malformed url>"
+    if parsed.password is None:
+        return url
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+    return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+
+
+redact = _redact
