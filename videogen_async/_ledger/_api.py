@@ -8,7 +8,7 @@ import math
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +23,14 @@ from .._exceptions import (
 )
 from .._validation import validate_task_request
 from ._entry import LedgerEntry, entry_from_row
+from ._postgres import PostgresStore
+from ._protocol import LedgerClient
+from ._sqlite import SQLiteStore
 from ._store import CreateStart, NewEntry, Store, parse_url
+from ._watch import Signal, Watch
 
 if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
     from .._polling import PollPolicy
-    from ._watch import Watch
 
 __all__ = ["DEFAULT_CREATE_LEASE", "Ledger", "LedgerOpener"]
 
@@ -81,7 +83,7 @@ class Ledger:
         self._price_estimate = price_estimate
         self._create_lease = create_lease
         self._owner = _new_owner("creator")
-        self._created = anyio.Event()
+        self._created = Signal()
 
     @staticmethod
     def open(
@@ -133,7 +135,7 @@ class Ledger:
 
     async def create_task(
         self,
-        client: AsyncVideoGen,
+        client: LedgerClient,
         prompt: str,
         *,
         key: str | None = None,
@@ -188,7 +190,7 @@ class Ledger:
             return await self._existing(key, start)
         return await self._send(key, lambda: client.tasks.create(body["prompt"], **fields))
 
-    async def resend(self, client: AsyncVideoGen, key: str) -> LedgerEntry:
+    async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
         """Send again the create of an ``unknown`` key, accepting the risk of paying twice.
 
         Use it after checking (on the service's dashboard, or with the support) that the
@@ -320,15 +322,14 @@ class Ledger:
                 f"ledger key {key!r}: created {task_id or project_id} but the ledger could not"
                 f" record it: {exc}"
             ) from exc
-        self._created.set()
-        self._created = anyio.Event()
+        self._created.fire()
         return entry_from_row(row)
 
     # -- projects ----------------------------------------------------------------------------
 
     async def create_project(
         self,
-        client: AsyncVideoGen,
+        client: LedgerClient,
         reference_video_url: str,
         product_image_urls: Sequence[str],
         *,
@@ -414,7 +415,7 @@ class Ledger:
         return [entry_from_row(row) for row in rows]
 
     async def create_videos(
-        self, client: AsyncVideoGen, key: str, **batch_fields: Any
+        self, client: LedgerClient, key: str, **batch_fields: Any
     ) -> list[LedgerEntry]:
         """Create a video batch of a ledger project; record every task id of it at once.
 
@@ -479,7 +480,7 @@ class Ledger:
 
     def watch(
         self,
-        client: AsyncVideoGen,
+        client: LedgerClient,
         *,
         lease: float = 30.0,
         claim_size: int = 1000,
@@ -515,10 +516,8 @@ class Ledger:
             A :class:`Watch`: an async context manager whose value is an async iterator of
             terminal :class:`LedgerEntry`.
         """
-        from ._watch import Watch
-
         return Watch(
-            self,
+            self._created,
             self._store,
             client,
             lease=lease,
@@ -571,15 +570,9 @@ class LedgerOpener:
         self._ledger: Ledger | None = None
 
     async def _open(self) -> Ledger:
-        store: Store
-        if self._engine == "sqlite":
-            from ._sqlite import SQLiteStore
-
-            store = SQLiteStore(self._where)
-        else:
-            from ._postgres import PostgresStore
-
-            store = PostgresStore(self._where)
+        store: Store = (
+            SQLiteStore(self._where) if self._engine == "sqlite" else PostgresStore(self._where)
+        )
         await store.open()
         return Ledger(store, max_credits=self._max_credits, price_estimate=self._price_estimate)
 
@@ -600,6 +593,3 @@ class LedgerOpener:
         if ledger is not None:
             with anyio.CancelScope(shield=True):
                 await ledger.aclose()
-
-
-_ = Mapping

@@ -35,9 +35,8 @@ if TYPE_CHECKING:
 
     from .._models import Task
     from .._polling import PollPolicy
-    from ._api import Ledger
 
-__all__ = ["Watch"]
+__all__ = ["Signal", "Watch"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -45,6 +44,18 @@ logger = logging.getLogger("videogen_async")
 def _state_of(task: Task) -> str:
     status = task.status
     return str(getattr(status, "value", status))
+
+
+class Signal:
+    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def fire(self) -> None:
+        """Wake the waiters of the current event and start a new one."""
+        self.event.set()
+        self.event = anyio.Event()
 
 
 class Watch:
@@ -58,7 +69,7 @@ class Watch:
 
     def __init__(
         self,
-        ledger: Ledger,
+        created: Signal,
         store: Store,
         client: Any,
         *,
@@ -76,7 +87,7 @@ class Watch:
             raise ValueError(f"claim_interval must be > 0 seconds, got {claim_interval!r}")
         if isinstance(claim_size, bool) or not isinstance(claim_size, int) or claim_size < 1:
             raise ValueError(f"claim_size must be an int >= 1, got {claim_size!r}")
-        self._ledger = ledger
+        self._created = created
         self._store = store
         self._client = client
         self._lease = lease
@@ -214,7 +225,7 @@ class Watch:
         self._pause.learn(await self._store.pause_remaining())
 
     async def _sleep(self) -> None:
-        created = self._ledger._created
+        created = self._created.event
         changed = self._pause.changed
         gather_done = self._gather_done
         with anyio.move_on_after(min(self._interval, self._lease / 3)):
