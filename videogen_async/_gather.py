@@ -152,8 +152,10 @@ class _IdState:
         "entry",
         "failures",
         "klass",
+        "phase",
         "probe",
         "sent",
+        "shift",
         "task_id",
     )
 
@@ -167,6 +169,8 @@ class _IdState:
         self.sent = math.nan  # wall time of the last poll that found it pending
         self.probe = False
         self.done = False
+        self.phase = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
+        self.shift = False  # brought into the support with others: shift its next gap once
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -407,13 +411,16 @@ class _Coordinator:
                 )
                 klass.support = klass.model.support(klass.pending)
             probes = probe_count(policy, len(klass.states))
-            later = first
-            if klass.support is not None:
-                wait = klass.support.start - policy.dense_interval
-                later = first + min(policy.sparse_cap, max(0.0, wait))
+            support = klass.support
+            rand = self._rng.random
             for index, state in enumerate(klass.states):
                 state.probe = index < probes
-                self._push(state, first if state.probe else later)
+                state.phase = rand()
+                due = first
+                if support is not None and not state.probe:
+                    wait = support.start - state.phase * policy.dense_interval
+                    due = first + min(policy.sparse_cap, max(0.0, wait))
+                self._push(state, due)
 
     def _push(self, state: _IdState, due: float) -> None:
         self._counter += 1
@@ -598,7 +605,7 @@ class _Coordinator:
         if not policy.adaptive:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
         self._saw_age(age - elapsed, now)
-        return next_delay(
+        delay = next_delay(
             age=age,
             elapsed=elapsed,
             support=state.klass.support,
@@ -612,7 +619,14 @@ class _Coordinator:
             max_interval=policy.max_interval,
             overdue_growth=policy.overdue_growth,
             jitter=policy.jitter,
+            phase=state.phase,
         )
+        if state.shift:  # brought in with the rest of its class: out of step from now on
+            state.shift = False
+            delay *= 0.5 + state.phase
+        # The dispatcher sends a poll up to `early` seconds before it is due (half that on
+        # average): the mean gap from an answer to the next send stays `delay`.
+        return delay + 0.5 * self._early if delay > 0 else delay
 
     def _saw_age(self, start_age: float, now: float) -> None:
         """Note an id's age at the gather's start; ids older than assumed come forward."""
@@ -678,13 +692,16 @@ class _Coordinator:
             return
         moved = 0
         assumed = self._start_age + now - self._started  # the age of an id not answered yet
-        lead = support.start - self._policy.dense_interval
+        interval = self._policy.dense_interval
+        start = support.start
         for state in klass.states:
             if state.done or state.entry < 0:
                 continue
             age = self._age(state, now) if state.created == state.created else assumed
-            due = now + max(0.0, lead - age)
+            wait = start - state.phase * interval - age
+            due = now + max(0.0, wait)
             if due < state.due:
+                state.shift = wait <= 0.0
                 self._push(state, due)
                 moved += 1
         logger.debug(
