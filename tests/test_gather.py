@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from videogen_async._exceptions import (
@@ -369,8 +370,10 @@ async def test_rate_limit_pauses_everyone_then_recovers() -> None:
 
     fake.rate_limit = limiter
     snapshots: list[GatherProgress] = []
+    # One pacing per client: a Retry-After is honoured up to `rate_limit_max`.
+    policy = attrs.evolve(FAST, rate_limit_max=0.5)
     async with gather_until_done(
-        fake, names, poll_policy=FAST, max_concurrency=8, on_progress=snapshots.append
+        fake, names, poll_policy=policy, max_concurrency=8, on_progress=snapshots.append
     ) as results:
         got = await collect(results)
     assert len(got) == 40
