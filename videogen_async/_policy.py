@@ -62,18 +62,20 @@ class PollPolicy:
             step.
         adaptive: Learn the batch's finish window (``gather_until_done``); ``False`` polls every
             id on the growing schedule of a single wait.
-        dense_interval: The longest gap of a batch's id inside the ages at which its class is
-            seen to finish (from one gap before the ``window_quantile`` of the durations to a
+        dense_interval: The gap of a batch's id (from the previous answer, like a loop's
+            period) inside the ages at which its class is seen to finish (from up to one gap
+            before the ``window_quantile`` of the durations, by the id's random phase, to a
             margin past their ``1 - window_quantile``), and the gap of the probes: a batch is
-            never polled more sparsely there than a loop at this gap.
+            polled there exactly as densely as a loop at this gap.
         relative_interval: Lower bound of the dense gap as a fraction of the task's age, so
             that long tasks (minutes) are not polled every second: the dense gap is
             ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
         probes: Ids of each class of a batch polled densely until the first one finishes
             (``None``: about the square root of the class's size, between 8 and 64).
-        sparse_growth: Gap of a batch's other ids before the window is known, as a fraction of
-            their age (``1.0`` doubles the age at each poll), at least ``min_interval`` and at
-            most ``max_interval``.
+        sparse_growth: A probe's gap before its class's known finish times start, as a
+            fraction of its age (so that a service that got faster is noticed), at least
+            ``min_interval`` and at most ``max_interval``. While nothing is known of a class,
+            its ids other than the probes wait ``max_interval`` between polls.
         sparse_cap: The longest gap before the learned window starts.
         window_quantile: The window starts at this quantile of the finished durations (one
             dense gap early), which keeps a rare fast outlier from widening it.
