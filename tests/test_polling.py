@@ -275,8 +275,8 @@ def test_probe_count() -> None:
     policy = PollPolicy()
     assert probe_count(policy, 1) == 1
     assert probe_count(policy, 10) == 8
-    assert probe_count(policy, 300) == 34
-    assert probe_count(policy, 100_000) == 128
+    assert probe_count(policy, 300) == 17
+    assert probe_count(policy, 100_000) == 64
     assert probe_count(attrs.evolve(policy, probes=3), 100) == 3
     assert probe_count(attrs.evolve(policy, adaptive=False), 100) == 0
 

@@ -71,7 +71,7 @@ class PollPolicy:
             that long tasks (minutes) are not polled every second: the dense gap is
             ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
         probes: Ids of each class of a batch polled densely until the first one finishes
-            (``None``: about twice the square root of the class's size, between 8 and 128).
+            (``None``: about the square root of the class's size, between 8 and 64).
         sparse_growth: A probe's gap before its class's known finish times start, as a
             fraction of its age (so that a service that got faster is noticed), at least
             ``min_interval`` and at most ``max_interval``. While nothing is known of a class,
@@ -221,12 +221,12 @@ def probe_count(policy: PollPolicy, total: int) -> int:
         total: Distinct ids in the batch.
 
     Returns:
-        ``policy.probes`` if set, otherwise ``2 * isqrt(total)`` between 8 and 128; never more
+        ``policy.probes`` if set, otherwise ``isqrt(total)`` between 8 and 64; never more
         than ``total``.
     """
     if not policy.adaptive:
         return 0
-    wanted = policy.probes if policy.probes is not None else min(128, max(8, 2 * math.isqrt(total)))
+    wanted = policy.probes if policy.probes is not None else min(64, max(8, math.isqrt(total)))
     return max(0, min(total, wanted))
 
 
