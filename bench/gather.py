@@ -42,16 +42,19 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import importlib
 import json
 import os
 import random
 import resource
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -622,6 +625,11 @@ async def measure_rate(name: str, n: int, scale: float, concurrency: int) -> tup
                 seen, sent = await _gathering(
                     client, ids, concurrency, policy=scaled_policy(scale), classes=None
                 )
+            elif name == "gather-old":
+                seen, sent = await _gathering_old(client, ids, concurrency, scale=scale)
+            elif name.startswith("gather-") and name.endswith("p"):
+                processes = int(name[len("gather-") : -1])
+                seen, sent = await _gathering_split(sandbox, ids, processes, concurrency, scale)
             else:
                 seen, sent = await _looping(1.0 * scale)(client, ids, concurrency)
             wall = time.time() - started
@@ -629,6 +637,72 @@ async def measure_rate(name: str, n: int, scale: float, concurrency: int) -> tup
             finishes = await sandbox.finish_walls(sample)
     lags = sorted(seen[i] - finishes[i] for i in sample)
     return lags[int(0.95 * (len(lags) - 1))], sent / wall
+
+
+async def _gathering_old(
+    client: AsyncVideoGen, ids: list[str], concurrency: int, *, scale: float
+) -> tuple[dict[str, float], int]:
+    """The gather of an older tree, imported as ``videogen_async_old`` (see ``--old-gather``)."""
+    old = importlib.import_module("videogen_async_old")
+    base = old.PollPolicy()
+    fields = [f for f in TIME_FIELDS if hasattr(base, f)]
+    policy = attrs.evolve(base, **{f: getattr(base, f) * scale for f in fields})
+    seen: dict[str, float] = {}
+    async with old.gather_until_done(
+        client, ids, max_concurrency=concurrency, poll_policy=policy
+    ) as results:
+        async for task in results:
+            seen[task.task_id] = time.time()
+        sent = results.progress.requests
+    return seen, int(sent)
+
+
+async def _gathering_split(
+    sandbox: Sandbox, ids: list[str], processes: int, concurrency: int, scale: float
+) -> tuple[dict[str, float], int]:
+    """The ids split over ``processes`` child processes, each with its own client and gather."""
+    with tempfile.TemporaryDirectory() as tmp:
+        children = []
+        for index in range(processes):
+            job = Path(tmp, f"job{index}.json")
+            job.write_text(
+                json.dumps(
+                    {
+                        "base_url": sandbox.base_url,
+                        "api_key": sandbox.api_key,
+                        "ids": ids[index::processes],
+                        "concurrency": concurrency,
+                        "scale": scale,
+                        "out": str(Path(tmp, f"out{index}.json")),
+                    }
+                )
+            )
+            children.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, __file__, "--rate-worker", str(job)
+                )
+            )
+        for child in children:
+            if await child.wait() != 0:
+                raise RuntimeError("a --rate-worker process failed")
+        seen: dict[str, float] = {}
+        sent = 0
+        for index in range(processes):
+            out = json.loads(Path(tmp, f"out{index}.json").read_text())
+            seen.update(out["seen"])
+            sent += out["sent"]
+    return seen, sent
+
+
+async def rate_worker(job_file: str) -> int:
+    """One process of ``_gathering_split``: gather its share of the ids, write what it saw."""
+    job = json.loads(Path(job_file).read_text())
+    async with AsyncVideoGen(api_key=job["api_key"], base_url=job["base_url"]) as client:
+        seen, sent = await _gathering(
+            client, job["ids"], job["concurrency"], policy=scaled_policy(job["scale"]), classes=None
+        )
+    Path(job["out"]).write_text(json.dumps({"seen": seen, "sent": sent}))
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -651,10 +725,25 @@ async def main() -> int:
     )
     parser.add_argument("--rate-sizes", default="", help="comma-separated sizes of many ids")
     parser.add_argument(
-        "--rate-strategies", default="gather,fixed-1s", help="strategies of many ids"
+        "--rate-strategies",
+        default="gather,fixed-1s",
+        help="strategies of many ids: gather, fixed-1s, gather-Np (the ids split over N"
+        " processes), gather-old (the gather of --old-gather)",
     )
+    parser.add_argument(
+        "--old-gather",
+        default="",
+        help="a directory holding an older tree's package renamed videogen_async_old, e.g."
+        " `git archive 2818ba5 videogen_async | tar -x -C DIR` then `mv DIR/videogen_async"
+        " DIR/videogen_async_old`",
+    )
+    parser.add_argument("--rate-worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_MAX_CONCURRENCY)
     args = parser.parse_args()
+    if args.rate_worker:
+        return await rate_worker(args.rate_worker)
+    if args.old_gather:
+        sys.path.insert(0, args.old_gather)
     quick = args.quick
     global QUICK  # noqa: PLW0603 - a flag of this script
     QUICK = quick

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from videogen_async._exceptions import (
@@ -32,7 +33,8 @@ from videogen_async._exceptions import (
 )
 from videogen_async._gather import GatherProgress, GatherResults, gather_until_done
 from videogen_async._models import Task, TaskResult
-from videogen_async._polling import PollPolicy
+from videogen_async._pacing import Pacing, paced
+from videogen_async._polling import PollPolicy, TaskSource
 
 FAST = PollPolicy(
     min_interval=0.005,
@@ -369,8 +371,10 @@ async def test_rate_limit_pauses_everyone_then_recovers() -> None:
 
     fake.rate_limit = limiter
     snapshots: list[GatherProgress] = []
+    # One pacing per client: a Retry-After is honoured up to `rate_limit_max`.
+    policy = attrs.evolve(FAST, rate_limit_max=0.5)
     async with gather_until_done(
-        fake, names, poll_policy=FAST, max_concurrency=8, on_progress=snapshots.append
+        fake, names, poll_policy=policy, max_concurrency=8, on_progress=snapshots.append
     ) as results:
         got = await collect(results)
     assert len(got) == 40
@@ -687,3 +691,33 @@ async def test_a_bug_in_the_coordinator_reaches_the_consumer() -> None:
     fake.tasks.get = get  # type: ignore[method-assign]
     with pytest.raises(Exception, match=r"unhandled errors|boom"):
         await collect(gather_until_done(fake, ["a"], poll_policy=FAST))
+
+
+async def test_a_429_cuts_the_one_pacing_of_the_client_once() -> None:
+    # A source with a pacing (as a client's, whose transport takes a slot per request and
+    # records each 429 in it): the gather keeps no overload state of its own, its concurrency
+    # limit is the pacing's, and one 429 event is one cut.
+    names = ids(40)
+    fake = FakeClient(dict.fromkeys(names, 0.15), latency=0.002)
+    start = time.monotonic()
+    window = (start + 0.03, start + 0.05)
+    fake.rate_limit = lambda now: 0.05 if window[0] <= now < window[1] else None
+    policy = attrs.evolve(FAST, rate_limit_max=0.5)
+    pacing = Pacing(policy)
+    source = TaskSource(fetch=paced(fake.get, pacing), pacing=pacing)
+    seen: list[tuple[int, float]] = []
+    async with gather_until_done(
+        source,
+        names,
+        poll_policy=policy,
+        max_concurrency=8,
+        on_progress=lambda p: seen.append((p.concurrency_limit, pacing.limit)),
+    ) as results:
+        got = await collect(results)
+    assert len(got) == 40
+    assert fake.rate_limited_at
+    throttled = [(mine, theirs) for mine, theirs in seen if theirs != math.inf]
+    assert throttled
+    for mine, theirs in seen:
+        assert mine == (8 if theirs == math.inf else max(1, min(8, int(theirs))))
+    assert results.progress.concurrency_limit == 8  # recovered

@@ -24,14 +24,19 @@ import collections
 import logging
 import math
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 
+from ._exceptions import RateLimitError
 from ._retry import BackoffPolicy, aimd_decrease, aimd_increase, rate_limit_pause, recovered_rate
 
-__all__ = ["Pacing"]
+__all__ = ["Pacing", "paced"]
 
 logger = logging.getLogger("videogen_async")
+
+_T = TypeVar("_T")
 
 
 class Pacing:
@@ -209,3 +214,29 @@ class Pacing:
 
 def _now() -> float:
     return anyio.current_time()
+
+
+def paced(fetch: Callable[[str], Awaitable[_T]], pacing: Pacing) -> Callable[[str], Awaitable[_T]]:
+    """``fetch`` taking a slot of ``pacing`` per call, for a reader below no transport.
+
+    A 429 (:class:`RateLimitError`) is recorded in ``pacing`` as the transport records it.
+    """
+
+    async def call(key: str) -> _T:
+        sent = pacing.try_acquire()
+        if sent is None:
+            sent = await pacing.acquire()
+        try:
+            value = await fetch(key)
+        except RateLimitError as exc:
+            pacing.release()
+            pacing.rate_limited(exc.retry_after, sent)
+            raise
+        except BaseException:
+            pacing.release()
+            raise
+        pacing.release()
+        pacing.succeeded()
+        return value
+
+    return call

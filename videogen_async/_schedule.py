@@ -276,10 +276,6 @@ class ClassModel:
         return self._support
 
 
-def _jitter_down(value: float, jitter: float, rand: float) -> float:
-    return value * (1.0 - jitter * rand)
-
-
 def next_delay(
     *,
     age: float,
@@ -295,15 +291,19 @@ def next_delay(
     max_interval: float,
     overdue_growth: float,
     jitter: float,
+    phase: float = 1.0,
 ) -> float:
     """The gap before the next poll of one pending id.
 
-    Inside the support (from one gap before its start to a margin past its end) the gap is
-    ``interval`` at most (jittered down only): never sparser there than a fixed loop at that
-    gap. Before the support the id waits for its start (at most ``sparse_cap``; a probe at
-    most its growing gap, so that a service that got faster is noticed); past its end
-    the gap grows with the time overdue. With nothing known a probe polls every
-    ``probe_interval`` and the others grow their gaps with their age.
+    Inside the support (from ``phase`` gaps before its start to a margin past its end) the
+    gap is ``interval``, measured from the previous answer like a loop's period: never sparser
+    there than a fixed loop at that gap, and no denser. Ids are kept out of step by their
+    ``phase`` (a random number drawn once per id: where in its first gap an id enters the
+    support), not by shrinking every gap. Before the support the id waits for its start (at
+    most ``sparse_cap``; a probe at most its growing gap, so that a service that got faster is
+    noticed); past its end the gap grows with the time overdue. With nothing known a probe
+    polls every ``probe_interval`` and the others every ``max_interval`` (the probes' first
+    finish brings them forward).
 
     Args:
         age: Seconds since the task was created, on the service's clock.
@@ -312,14 +312,15 @@ def next_delay(
         support: The class's support, if known.
         probe: Whether the id is a probe of its class.
         rand: A random number in ``[0, 1)``.
-        interval: The longest gap inside the support.
+        interval: The gap inside the support.
         probe_interval: The gap of a probe while nothing is known.
         min_interval: The shortest growing gap.
-        sparse_growth: Growing gaps as a fraction of the age.
+        sparse_growth: A probe's growing gap before a known support, as a fraction of its age.
         sparse_cap: The longest wait before the support.
         max_interval: The longest gap.
         overdue_growth: Past the support, the gap as a fraction of the time overdue.
-        jitter: Relative jitter (downwards inside the support).
+        jitter: Relative jitter of the gaps outside the support.
+        phase: The id's phase in ``[0, 1]``: it enters the support ``phase`` gaps early.
 
     Returns:
         Seconds, at least 0.
@@ -327,18 +328,16 @@ def next_delay(
     local_age = max(0.0, min(age, elapsed))
     if support is None:
         if probe:
-            return _jitter_down(probe_interval, jitter, rand)
-        grown = min(max_interval, max(min_interval, local_age * sparse_growth))
-        return min(max_interval, grown * (1.0 + jitter * (2.0 * rand - 1.0)))
-    start = support.start - interval
+            return probe_interval * (1.0 - jitter * rand)
+        return max_interval * (1.0 - jitter * rand)
+    start = support.start - phase * interval
     if age < start:
-        wait = min(sparse_cap, (start - age) * (1.0 - jitter * rand))
+        wait = min(sparse_cap, start - age)
         if probe:  # a probe keeps looking on the growing schedule: the service may be faster
             wait = min(wait, max(min_interval, local_age * sparse_growth))
         return max(0.0, wait)
     margin = max(2.0 * interval, 0.1 * support.end, 0.25 * (support.end - support.start))
-    gap = _jitter_down(interval, jitter, rand)
     if age <= support.end + margin:
-        return gap
+        return interval
     overdue = min(age - support.end - margin, elapsed)
-    return max(gap, min(max_interval, overdue * overdue_growth))
+    return max(interval, min(max_interval, overdue * overdue_growth))

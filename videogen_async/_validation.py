@@ -12,6 +12,7 @@ passed on for the service to judge.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -237,6 +238,10 @@ def check_body(spec: Body, body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _CONTROL = frozenset({"Cc", "Cf", "Cs"})
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_~.-]+")
+"""Ids made only of these characters (every id the service hands out) are one path segment
+unless they are ``.`` or ``..``: the per-character checks are skipped for them (a poll checks
+its id each time)."""
 
 
 def _unsafe(char: str) -> bool:
@@ -287,6 +292,8 @@ def check_id(field: str, value: Any) -> str:
     """
     if not isinstance(value, str):
         raise _fail(field, "must be a non-empty string", value)
+    if _PLAIN_ID.fullmatch(value) and value not in (".", ".."):
+        return str(value)
     problem = _id_problem(value)
     if problem is not None:
         raise _fail(field, problem, value)

@@ -1,0 +1,274 @@
+"""The class state of ``gather_until_done``: ids, classes, the clock skew, and the learning.
+
+:class:`BatchSchedule` knows, for every pending id of one gather, which class it belongs to and
+when the service created it; it learns each class's finish times from the terminal tasks
+(``_schedule.ClassModel``, with what a ``FinishTimeMemory`` remembers as a prior) and says
+when each id is polled next. It does no I/O and holds no heap: it hands due times to the
+coordinator's ``push`` callable.
+
+Two clocks meet here. Ages (``now - created_at``) are on the service's clock, with the skew
+bracketed from each finished task (it finished after the last poll that saw it running and
+before the poll that saw it finished); growing gaps are capped by the *local* time waited, so
+a service clock that is off, or runs at another rate, can only make polls denser.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable
+
+from ._models import Task
+from ._policy import PollPolicy, growth_interval, probe_count
+from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay
+
+__all__ = ["BatchSchedule", "ClassState", "IdState"]
+
+logger = logging.getLogger("videogen_async")
+
+
+class ClassState:
+    """The scheduler's record of one class of ids (one per class key; ``None``: no key)."""
+
+    __slots__ = ("key", "learned", "model", "pending", "states", "support")
+
+    def __init__(self, key: object) -> None:
+        self.key = key
+        self.states: list[IdState] = []
+        self.pending = 0
+        self.model: ClassModel | None = None
+        self.support: Support | None = None
+        self.learned = 0  # finishes since the memory was last updated
+
+
+class IdState:
+    """The scheduler's record of one distinct id."""
+
+    __slots__ = (
+        "created",
+        "done",
+        "due",
+        "entry",
+        "failures",
+        "klass",
+        "phase",
+        "probe",
+        "sent",
+        "shift",
+        "task_id",
+    )
+
+    def __init__(self, task_id: str, klass: ClassState) -> None:
+        self.task_id = task_id
+        self.klass = klass
+        self.created = math.nan  # server epoch seconds of created_at (nan: not seen yet)
+        self.due = 0.0  # monotonic time of the next poll
+        self.entry = -1  # counter of its live heap entry (-1: none, e.g. in flight)
+        self.failures = 0  # transient failures in a row
+        self.sent = math.nan  # wall time of the last poll that found it pending
+        self.probe = False
+        self.done = False
+        self.phase = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
+        self.shift = False  # brought into the support with others: shift its next gap once
+
+
+class BatchSchedule:
+    """What one gather knows of its classes, and when each pending id is polled next.
+
+    Args:
+        classes: The classes of the gather, by key.
+        policy: The poll policy.
+        memory: Where each class's estimate is remembered between gathers, if anywhere.
+        push: Schedules an id's next poll at a monotonic time (the coordinator's heap).
+        rng: The random source of phases and jitter.
+    """
+
+    def __init__(
+        self,
+        classes: dict[object, ClassState],
+        *,
+        policy: PollPolicy,
+        memory: FinishTimeMemory | None,
+        push: Callable[[IdState, float], None],
+        rng: random.Random,
+        early: float,
+    ) -> None:
+        self.classes = classes
+        self._policy = policy
+        self._memory = memory
+        self._push = push
+        self._rng = rng
+        self._early = early  # how early the dispatcher may send a poll
+        self._start_age = 0.0  # the oldest age at the start seen among the answered ids
+        self._started = 0.0
+        self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
+        self._skew_high = math.inf
+        self._skew = 0.0
+        self.wall_offset = 0.0  # wall clock - monotonic clock
+
+    def start(self, now: float, wall_offset: float) -> None:
+        """Build each class's model (from the memory, if any) and push every id's first poll.
+
+        The probes of each class (see :func:`probe_count`) poll first. The other ids poll at
+        once too unless their class is remembered, in which case their first poll waits
+        for the class's support (assuming the ids were just created; a probe that shows them
+        older brings them forward, see :meth:`next_delay`).
+        """
+        self._started = now
+        self.wall_offset = wall_offset
+        policy = self._policy
+        first = now + policy.first_delay
+        rand = self._rng.random
+        for klass in self.classes.values():
+            klass.pending = len(klass.states)
+            if policy.adaptive:
+                prior = self._memory.load(klass.key) if self._memory is not None else None
+                klass.model = ClassModel(
+                    half_life=policy.half_life,
+                    prior=prior,
+                    prior_weight=policy.prior_weight,
+                    low_quantile=policy.window_quantile,
+                    high_quantile=1.0 - policy.window_quantile,
+                )
+                klass.support = klass.model.support(klass.pending)
+            probes = probe_count(policy, len(klass.states))
+            support = klass.support
+            for index, state in enumerate(klass.states):
+                state.probe = index < probes
+                state.phase = rand()
+                due = first
+                if support is not None and not state.probe:
+                    wait = support.start - state.phase * policy.dense_interval
+                    due = first + min(policy.sparse_cap, max(0.0, wait))
+                self._push(state, due)
+
+    def age(self, state: IdState, now: float) -> float:
+        """The id's age (seconds since its creation, on the service's clock) at ``now``."""
+        return (now + self.wall_offset - self._skew) - state.created
+
+    def answered(self, state: IdState, task: Task, sent: float) -> None:
+        """Note what an answer shows of the id: its creation time (first answer)."""
+        if state.created != state.created:
+            created = task.created_at
+            state.created = created.timestamp() if created is not None else sent + self.wall_offset
+        if not task.is_terminal:
+            state.sent = sent + self.wall_offset
+
+    def next_delay(self, state: IdState, now: float) -> float:
+        """The gap before the next poll of a pending id (see :func:`next_delay`)."""
+        policy = self._policy
+        elapsed = now - self._started
+        age = self.age(state, now)
+        if not policy.adaptive:
+            return growth_interval(policy, min(age, elapsed), self._rng.random())
+        self._saw_age(age - elapsed, now)
+        delay = next_delay(
+            age=age,
+            elapsed=elapsed,
+            support=state.klass.support,
+            probe=state.probe,
+            rand=self._rng.random(),
+            interval=policy.dense_interval,
+            probe_interval=policy.dense_interval,
+            min_interval=policy.min_interval,
+            sparse_growth=policy.sparse_growth,
+            sparse_cap=policy.sparse_cap,
+            max_interval=policy.max_interval,
+            overdue_growth=policy.overdue_growth,
+            jitter=policy.jitter,
+            phase=state.phase,
+        )
+        if state.shift:  # brought in with the rest of its class: out of step from now on
+            state.shift = False
+            delay *= 0.5 + state.phase
+        # The dispatcher sends a poll up to `early` seconds before it is due (half that on
+        # average): the mean gap from an answer to the next send stays `delay`.
+        return delay + 0.5 * self._early if delay > 0 else delay
+
+    def _saw_age(self, start_age: float, now: float) -> None:
+        """Note an id's age at the gather's start; ids older than assumed come forward."""
+        if start_age > self._start_age + 0.5 * self._policy.dense_interval:
+            # The deferred first polls of remembered classes assumed younger ids.
+            self._start_age = start_age
+            for klass in self.classes.values():
+                if klass.support is not None:
+                    self._pull_forward(klass, now)
+
+    def learn(self, state: IdState, task: Task, now: float) -> None:
+        """Learn the clock skew and the class's finish times from a terminal task.
+
+        Every terminal state counts (failed and error tasks end on a schedule too). The
+        support is recomputed for each of a class's first 64 finishes, then after every
+        1/32 more (and at the class's last): a pass over a few hundred bins, never per poll.
+        """
+        klass = state.klass
+        klass.pending -= 1
+        result = task.result
+        finished = result.finished_at if result is not None else None
+        if finished is None or task.created_at is None or not self._policy.adaptive:
+            return
+        finished_ts = finished.timestamp()
+        # Bracket (local wall - server) between the last pending poll and this answer.
+        high = now + self.wall_offset - finished_ts
+        low = state.sent - finished_ts if state.sent == state.sent else -math.inf
+        if high < self._skew_low or low > self._skew_high:  # a clock jumped: start over
+            self._skew_low, self._skew_high = low, high
+        else:
+            self._skew_low = max(self._skew_low, low)
+            self._skew_high = min(self._skew_high, high)
+        self._skew = min(max(0.0, self._skew_low), self._skew_high)
+        model = klass.model
+        if model is None:
+            return
+        self._saw_age(self.age(state, now) - (now - self._started), now)
+        model.add(finished_ts - task.created_at.timestamp())
+        klass.learned += 1
+        count = model.sketch.count
+        if count > 64 and klass.learned * 32 < count and klass.pending > 0:
+            return
+        klass.learned = 0
+        old = klass.support
+        new = model.support(klass.pending)
+        klass.support = new
+        if self._memory is not None:
+            self._memory.update(klass.key, model.sketch.snapshot())
+        if new is None:
+            return
+        half = 0.5 * self._policy.dense_interval
+        if old is None or new.start < old.start - half or new.end > old.end + half:
+            self._pull_forward(klass, now)
+
+    def _pull_forward(self, klass: ClassState, now: float) -> None:
+        """Bring forward the ids of a class whose support starts before their next poll.
+
+        An O(k log n) pass over the class's k ids, done when its support is first known,
+        starts earlier or ends later: a handful of times per class, never per poll. Ids
+        already inside the support are polled at once (lag first), and their next gap is
+        shifted by their phase so that they do not go on in step.
+        """
+        support = klass.support
+        if support is None:
+            return
+        moved = 0
+        assumed = self._start_age + now - self._started  # the age of an id not answered yet
+        interval = self._policy.dense_interval
+        start = support.start
+        for state in klass.states:
+            if state.done or state.entry < 0:
+                continue
+            age = self.age(state, now) if state.created == state.created else assumed
+            wait = start - state.phase * interval - age
+            due = now + max(0.0, wait)
+            if due < state.due:
+                state.shift = wait <= 0.0
+                self._push(state, due)
+                moved += 1
+        logger.debug(
+            "gather_until_done: class %r finishes from %.2fs of age (%.0f samples); %d ids"
+            " moved up",
+            klass.key,
+            support.start,
+            support.samples,
+            moved,
+        )

@@ -1,0 +1,487 @@
+"""The polling engine of ``gather_until_done``: one dispatcher, a heap, a pool of workers.
+
+* **One scheduler.** The next poll of every pending id is an entry of one heap (``heapq``),
+  so scheduling a poll costs O(log n) and nothing scans all ids per tick. Entries made stale
+  by a rescheduling are skipped when they reach the top (lazy deletion). When each id is due
+  is decided by the class state (``_classes.BatchSchedule``).
+* **Bounded concurrency.** ``max_concurrency`` worker tasks poll. One dispatcher waits for
+  the next due id (and for an idle worker, the allowed concurrency or the end of a 429 pause)
+  and hands every id due before its next wake to an idle worker through a future: no task is
+  created per poll, and the event loop wakes at most once per ``coalesce`` seconds for the
+  dispatching, however many ids are due.
+* **Overload.** One pacing per client (``_pacing.Pacing``): a 429 pauses every request of
+  the client until its ``Retry-After`` (or a backoff), halves the allowed concurrency and the
+  request rate, which then recover additively (AIMD). The gather reads the client's pacing
+  (its pause and its lowered concurrency) and keeps no second copy of that state; a source
+  without a pacing gets one of its own. Other transient failures back off only their id.
+* **No cancel scope across a yield.** The polling runs in a task group owned by the caller
+  (``_gather.GatherResults``); results leave through an anyio memory object stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from ._classes import BatchSchedule, ClassState, IdState
+from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
+from ._models import Task
+from ._pacing import Pacing, paced
+from ._policy import PollPolicy
+from ._polling import TaskSource
+from ._progress import GatherProgress
+from ._retry import error_delay, is_transient, retry_after_of
+from ._schedule import FinishTimeMemory
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+__all__ = ["GatherProgress"]  # re-exported for `_gather`
+
+logger = logging.getLogger("videogen_async")
+
+
+@attrs.frozen
+class _Fatal:
+    """The item that ends the stream with an error (``return_exceptions=False``)."""
+
+    error: BaseException
+
+
+_Item = Task | TaskPollError | _Fatal
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Coordinator:
+    """The polling engine of one gather. Holds no reference to the consumer's object."""
+
+    def __init__(
+        self,
+        source: TaskSource,
+        ids: dict[str, IdState],
+        *,
+        timeout: float | None,
+        max_concurrency: int,
+        return_exceptions: bool,
+        policy: PollPolicy,
+        on_progress: Callable[[GatherProgress], object] | None,
+        progress_interval: float,
+        classes: dict[object, ClassState] | None = None,
+        memory: FinishTimeMemory | None = None,
+    ) -> None:
+        self._source = source
+        self._fetch = source.fetch
+        # One pacing per client: the client's, which its transport already keeps (a 429 cuts
+        # it once, for every request of the client); a bare source gets one of its own here.
+        pacing = source.pacing
+        if pacing is None:
+            pacing = Pacing(policy)
+            self._fetch = paced(source.fetch, pacing)
+        self._pacing: Pacing = pacing
+        self._states = ids
+        if classes is None:
+            classes = {}
+            for state in ids.values():
+                classes.setdefault(state.klass.key, state.klass)
+        self._timeout = timeout
+        self._max_concurrency = max_concurrency
+        self._return_exceptions = return_exceptions
+        self._policy = policy
+        self._on_progress = on_progress
+        self._progress_interval = progress_interval
+        self._rng = random.Random()
+        self._total = len(ids)
+        self._remaining = len(ids)
+        # Scheduling.
+        self._heap: list[tuple[float, int, IdState]] = []
+        self._counter = 0
+        self._now: Callable[[], float] = time.monotonic
+        self._early = min(policy.coalesce, 0.2 * policy.dense_interval)
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_at = -math.inf  # when the dispatcher wakes by itself (inf: on an event)
+        self._need_worker = False  # the dispatcher waits for an idle worker
+        self._idle: list[asyncio.Future[IdState | None]] = []
+        self._closing = False
+        self._last_round = -math.inf  # when the dispatcher last sent polls
+        self._last_pause = -math.inf  # the end of the last 429 pause reported
+        self.schedule = BatchSchedule(
+            classes, policy=policy, memory=memory, push=self._push, rng=self._rng, early=self._early
+        )
+        # Counters.
+        self._succeeded = 0
+        self._failed = 0
+        self._errors = 0
+        self._requests = 0
+        self._transient = 0
+        self._rate_limited = 0
+        self._in_flight = 0
+        self._peak = 0
+        self._started = math.nan
+        # Life cycle.
+        self._send: MemoryObjectSendStream[_Item] | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._fatal: BaseException | None = None
+        self._stopped = False
+        self.finished = anyio.Event()
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def open_stream(self) -> MemoryObjectReceiveStream[_Item]:
+        send, receive = anyio.create_memory_object_stream[_Item](math.inf)
+        self._send = send
+        return receive
+
+    def stop(self) -> None:
+        """Stop polling (the consumer went away or closed the gather); synchronous."""
+        self._stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._send is not None:
+            self._send.close()
+
+    async def run(self) -> None:
+        """Poll until every id is finished, the deadline passes or a fatal error."""
+        send = self._send
+        if send is None:
+            raise RuntimeError("open_stream() was not called")
+        try:
+            with send:
+                loop = asyncio.get_running_loop()
+                self._now = loop.time
+                now = loop.time()
+                self._started = now
+                deadline = math.inf if self._timeout is None else now + self._timeout
+                self.schedule.start(now, time.time() - now)
+                try:
+                    with anyio.CancelScope(deadline=deadline) as scope:
+                        self._scope = scope
+                        if self._stopped:
+                            scope.cancel()
+                        async with anyio.create_task_group() as tg:
+                            if self._on_progress is not None:
+                                tg.start_soon(self._ticker)
+                            async with anyio.create_task_group() as workers:
+                                for _ in range(min(self._max_concurrency, self._remaining)):
+                                    workers.start_soon(self._worker)
+                                await self._dispatch(loop)
+                            tg.cancel_scope.cancel()
+                except Exception as exc:  # a bug: end the consumer's loop with it, not silently
+                    logger.exception("gather_until_done: the coordinator failed")
+                    self._fatal = exc
+                    self._finish(send, timed_out=False)
+                    return
+                self._scope = None
+                self._finish(send, timed_out=scope.cancelled_caught)
+        finally:
+            self._scope = None
+            self.finished.set()
+
+    def _finish(self, send: MemoryObjectSendStream[_Item], *, timed_out: bool) -> None:
+        if self._stopped:
+            return
+        try:
+            if self._fatal is None and timed_out and self._remaining > 0:
+                self._on_timeout(send)
+            if self._fatal is None:
+                self._report_progress()  # the last call; it may still fail the gather
+            if self._fatal is not None:
+                send.send_nowait(_Fatal(self._fatal))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return
+
+    def _on_timeout(self, send: MemoryObjectSendStream[_Item]) -> None:
+        pending = tuple(s.task_id for s in self._states.values() if not s.done)
+        logger.info(
+            "gather_until_done: %d ids still pending after %ss", len(pending), self._timeout
+        )
+        if not self._return_exceptions:
+            self._fatal = WaitTimeoutError(
+                f"{len(pending)} of {self._total} tasks were not terminal after"
+                f" {self._timeout:g} s",
+                pending=pending,
+                timeout=self._timeout,
+            )
+            return
+        for task_id in pending:
+            cause = WaitTimeoutError(
+                f"task {task_id} was not terminal after {self._timeout:g} s",
+                pending=(task_id,),
+                timeout=self._timeout,
+            )
+            self._errors += 1
+            self._remaining -= 1
+            send.send_nowait(TaskPollError(task_id, cause))
+
+    def _fail(self, error: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = error
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # -- progress -------------------------------------------------------------------------------
+
+    def snapshot(self) -> GatherProgress:
+        started = self._started
+        now = self._now() if not math.isnan(started) else math.nan
+        return GatherProgress(
+            total=self._total,
+            succeeded=self._succeeded,
+            failed=self._failed,
+            errors=self._errors,
+            pending=self._remaining,
+            requests=self._requests,
+            transient_errors=self._transient,
+            rate_limited=self._rate_limited,
+            in_flight=self._in_flight,
+            peak_in_flight=self._peak,
+            concurrency_limit=self._limit(),
+            paused=now < self._pacing.paused_until,
+            elapsed=0.0 if math.isnan(now) else now - started,
+        )
+
+    def _report_progress(self) -> None:
+        if self._on_progress is None:
+            return
+        try:
+            self._on_progress(self.snapshot())
+        except Exception as exc:
+            logger.exception("gather_until_done: on_progress raised")
+            self._fail(exc)
+
+    async def _ticker(self) -> None:
+        while True:
+            await anyio.sleep(self._progress_interval)
+            self._report_progress()
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def _push(self, state: IdState, due: float) -> None:
+        self._counter += 1
+        state.due = due
+        state.entry = self._counter
+        heapq.heappush(self._heap, (due, self._counter, state))
+        if due < self._wake_at:
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _limit(self) -> int:
+        """Polls allowed in flight now: ``max_concurrency``, lowered by the client's pacing."""
+        limit = self._pacing.limit
+        if limit == math.inf:
+            return self._max_concurrency
+        return max(1, min(self._max_concurrency, int(limit)))
+
+    def _ready_in(self, now: float) -> float:
+        """Seconds until a poll may be sent (0: now); ``inf`` when waiting for an event.
+
+        The client's pacing (a 429's pause and its lowered concurrency) holds the dispatch
+        back; its lowered request rate is kept by the pacing itself, where each poll takes its
+        slot.
+        """
+        paused_until = self._pacing.paused_until
+        if now < paused_until:
+            return paused_until - now
+        if not self._idle or self._in_flight >= self._limit():
+            self._need_worker = True
+            return math.inf
+        heap = self._heap
+        while heap and heap[0][2].entry != heap[0][1]:
+            heapq.heappop(heap)
+        if not heap:
+            return math.inf
+        due = heap[0][0]
+        if due > now:
+            # Wake at most once per `early` seconds, sending everything due before the next
+            # wake: a poll leaves up to `early` seconds before its time. An overdue id (a
+            # backlog) is sent at once.
+            wait = max(due - self._early, self._last_round + self._early) - now
+            if wait > 0:
+                return wait
+        return 0.0
+
+    async def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand due ids to idle workers until every id is finished (the scheduler's loop).
+
+        Ids due within ``early`` seconds are sent together, a little early, so that the loop
+        wakes once for them rather than once each.
+        """
+        while self._remaining > 0 and self._fatal is None and not self._stopped:
+            now = loop.time()
+            wait = self._ready_in(now)
+            if wait <= 0:
+                self._send_due(now)
+                continue
+            waiter = loop.create_future()
+            self._waiter = waiter
+            self._wake_at = now + wait
+            handle = None if wait == math.inf else loop.call_at(now + wait, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                self._wake_at = -math.inf
+                self._need_worker = False
+                if handle is not None:
+                    handle.cancel()
+        self._closing = True
+        for idle in self._idle:
+            if not idle.done():
+                idle.set_result(None)
+        self._idle.clear()
+
+    def _send_due(self, now: float) -> None:
+        heap, idle = self._heap, self._idle
+        horizon = now + self._early
+        limit = self._limit()
+        while heap and idle and self._in_flight < limit:
+            due, entry, state = heap[0]
+            if state.entry != entry:
+                heapq.heappop(heap)
+                continue
+            if due > horizon:
+                break
+            worker = idle.pop()
+            if worker.done():  # its worker was cancelled (the gather is ending)
+                continue
+            heapq.heappop(heap)
+            state.entry = -1
+            self._dispatched(now)
+            self._last_round = now
+            worker.set_result(state)
+
+    def _dispatched(self, now: float) -> None:
+        self._requests += 1
+        self._in_flight += 1
+        self._peak = max(self._peak, self._in_flight)
+
+    async def _worker(self) -> None:
+        get = self._fetch
+        loop = asyncio.get_running_loop()
+        idle = self._idle
+        state: IdState | None = None
+        while not self._closing:
+            if state is None:
+                assigned: asyncio.Future[IdState | None] = loop.create_future()
+                idle.append(assigned)
+                if self._need_worker:
+                    self._wake()
+                state = await assigned
+                if state is None:
+                    return
+            sent = loop.time()
+            try:
+                task = await get(state.task_id)
+            except Exception as exc:
+                self._in_flight -= 1
+                self._on_error(state, exc, sent)
+            else:
+                self._in_flight -= 1
+                self._on_task(state, task, sent)
+            if self._remaining <= 0 or self._fatal is not None:
+                self._wake()
+                state = None
+            else:
+                state = self._take_overdue(loop.time())
+
+    def _take_overdue(self, now: float) -> IdState | None:
+        """The overdue id a worker that just finished may poll at once (a backlog), if any."""
+        heap = self._heap
+        if now < self._pacing.paused_until or self._in_flight >= self._limit():
+            return None
+        while heap and heap[0][2].entry != heap[0][1]:
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > now:
+            return None
+        state = heapq.heappop(heap)[2]
+        state.entry = -1
+        self._dispatched(now)
+        return state
+
+    # -- results --------------------------------------------------------------------------------
+
+    def _on_task(self, state: IdState, task: Task, sent: float) -> None:
+        now = self._now()
+        state.failures = 0
+        schedule = self.schedule
+        schedule.answered(state, task, sent)
+        if task.is_terminal:
+            schedule.learn(state, task, now)
+            self._complete(state, task)
+            return
+        self._push(state, now + schedule.next_delay(state, now))
+
+    def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
+        state.done = True
+        self._remaining -= 1
+        if isinstance(item, TaskPollError):
+            self._errors += 1
+        elif item.is_succeeded:
+            self._succeeded += 1
+        else:
+            self._failed += 1
+        try:
+            self._send.send_nowait(item)  # type: ignore[union-attr]
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self.stop()
+            return
+        self._report_progress()
+
+    def _on_error(self, state: IdState, exc: Exception, sent: float) -> None:
+        now = self._now()
+        policy = self._policy
+        if not is_transient(exc):
+            self._give_up(state, exc)
+            return
+        self._transient += 1
+        if isinstance(exc, RateLimitError):
+            # The pacing already counted it (the client's transport, or `_paced` for a bare
+            # source): one cut per 429 event, for every request of the client.
+            self._rate_limited += 1
+            paused_until = self._pacing.paused_until
+            if paused_until > now and paused_until != self._last_pause:
+                self._last_pause = paused_until
+                logger.info(
+                    "gather_until_done: 429, pausing %.2fs; concurrency %d",
+                    paused_until - now,
+                    self._limit(),
+                )
+                self._report_progress()
+            self._push(state, max(now, paused_until))
+            return
+        state.failures += 1
+        limit = policy.max_consecutive_failures
+        if limit is not None and state.failures >= limit:
+            logger.warning(
+                "gather_until_done: giving up on %s after %d failures in a row",
+                state.task_id,
+                state.failures,
+            )
+            self._give_up(state, exc)
+            return
+        delay = error_delay(policy, state.failures, self._rng.random(), retry_after_of(exc))
+        logger.debug("gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, delay)
+        self._push(state, now + delay)
+
+    def _give_up(self, state: IdState, exc: Exception) -> None:
+        if self._return_exceptions:
+            self._complete(state, TaskPollError(state.task_id, exc))
+        else:
+            state.done = True
+            self._fail(exc)
