@@ -3,9 +3,10 @@
 ``--journal URL`` names a ledger (a file path, ``sqlite:///PATH`` or ``postgresql://...``).
 Each input line has a ledger key: the line's own ``key`` field when it has one, else
 ``batch:NAME:LINE:HASH`` (``NAME`` the input file's name, ``HASH`` the start of the SHA-256
-of the validated request and the service's base URL). The ledger decides in the database that a key is created once, so a
-rerun, or several processes running the same batch on one PostgreSQL URL, create each line
-once; they wait on the lines with the ledger's shared watchers.
+of the validated request and the service's base URL). The ledger decides in the database
+that a key is created once, so a rerun, or several processes running the same batch on one
+PostgreSQL URL, create each line once; they wait on the lines with the ledger's shared
+watchers.
 
 A SQLite journal written by earlier versions (tables ``meta`` and ``lines``) keeps working: it
 is detected by its tables and used as before, with one process at a time (:mod:`._journal`).
