@@ -20,9 +20,6 @@ end of every run, including an interrupted or failed one.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +40,7 @@ from .._exceptions import (
     WaitTimeoutError,
 )
 from .._models import Task
+from ._batch_download import download_all, write_manifest
 from ._batch_input import InputLine, default_paths, read_input
 from ._batch_report import print_summary, redact_url
 from ._batch_store import LineStore, line_key, open_store
@@ -380,51 +378,7 @@ class BatchRun:
             self._record(line, status=POLL_ERROR, error=poll_failure(item)[1])
 
     async def _download_all(self, directory: Path) -> None:
-        wanted = [
-            record
-            for _, record in sorted(self.records.items())
-            if record["status"] == "succeeded" and record["task_id"]
-        ]
-        if not wanted:
-            return
-
-        def _existing() -> set[str]:
-            found: set[str] = set()
-            for record in wanted:
-                path = directory / f"{record['task_id']}.mp4"
-                if path.is_file():  # files appear only complete (atomic rename)
-                    found.add(record["task_id"])
-            return found
-
-        present = await anyio.to_thread.run_sync(_existing)
-        for record in wanted:
-            if record["task_id"] in present:
-                path = str(directory / f"{record['task_id']}.mp4")
-                if record.get("path") != path:
-                    record["path"] = path
-                    await self.store.downloaded(record["line"], path)
-        todo = [r for r in wanted if r["task_id"] not in present]
-        if present:
-            self.ui.note(f"{len(present)} video(s) already downloaded to {directory}")
-        if not todo:
-            return
-        from ._tasks import download_with_progress
-
-        results = await download_with_progress(
-            self.ctx,
-            self.client,
-            [r["task_id"] for r in todo],
-            directory,
-            max_concurrency=self.max_concurrency,
-        )
-        for record, result in zip(todo, results, strict=True):
-            if result.ok and result.path is not None:
-                record["path"] = str(result.path)
-                await self.store.downloaded(record["line"], str(result.path))
-            else:
-                self.download_failures += 1
-                record["download_error"] = describe_error(result.error) if result.error else None
-                self.ui.warn(f"line {record['line']}: download failed: {record['download_error']}")
+        await download_all(self, directory)
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -434,25 +388,7 @@ class BatchRun:
 
     async def write_manifest(self) -> None:
         """Write the manifest atomically (temporary file, then rename), off the event loop."""
-        records = self.ordered_records()
-        target = self.manifest
-
-        def _write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    for record in records:
-                        handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(name, target)
-            except BaseException:
-                Path(name).unlink(missing_ok=True)
-                raise
-
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_write)
+        await write_manifest(self.manifest, self.ordered_records())
 
     def counts(self) -> Counter[str]:
         """Lines per manifest status."""
