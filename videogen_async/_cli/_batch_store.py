@@ -153,8 +153,6 @@ class JournalLines:
         try:
             created = await client.tasks.create(**request)
         except VideoGenError as exc:
-            from ._common import describe_error
-
             await self.journal.mark_failed_create(
                 line_no, unknown=exc.request_may_have_taken_effect, error=describe_error(exc)
             )
