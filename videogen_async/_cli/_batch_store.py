@@ -25,6 +25,7 @@ import anyio
 
 from .._exceptions import AmbiguousCreateError, VideoGenError
 from .._ledger import Ledger, LedgerEntry
+from ._common import describe_error
 from ._journal import (
     CREATED,
     DONE,
