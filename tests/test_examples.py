@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from videogen_async import Ledger
 from videogen_async.testing import FaultRule, SandboxServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -310,8 +311,9 @@ def test_batch_job_refuses_a_row_without_prompt(tmp_path: Path) -> None:
 
 
 async def test_bot_serves_many_users_at_once(
-    no_service_env: None, capsys: pytest.CaptureFixture[str]
+    no_service_env: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("VIDEOGEN_LEDGER", raising=False)
     args = await parse_args(bot, ["--users", "6", "--videos", "2", "--time-scale", str(FAST)])
     status = await bot.main(args)
     assert status == 0
@@ -321,9 +323,13 @@ async def test_bot_serves_many_users_at_once(
         assert sum(line.startswith(f"user{n:03d}: your video is ready") for line in out) == 2
 
 
-async def test_bot_routes_each_outcome_to_its_own_user() -> None:
-    async with SandboxServer(time_scale=FAST, seed=2) as server, server.client() as client:
-        video_bot = bot.VideoBot(client, batch_window=0.01)
+async def test_bot_routes_each_outcome_to_its_own_user(tmp_path: Path) -> None:
+    async with (
+        SandboxServer(time_scale=FAST, seed=2) as server,
+        server.client() as client,
+        Ledger.open(tmp_path / "bot.db") as ledger,
+    ):
+        video_bot = bot.VideoBot(client, ledger)
         async with _running(video_bot):
             replies = {
                 "alice": await bot.simulated_user(video_bot, "alice", ["a sandbox-fail clip"]),
@@ -343,14 +349,46 @@ async def test_bot_routes_each_outcome_to_its_own_user() -> None:
     assert "/video" in help_reply.text
 
 
-async def test_bot_apologises_when_a_create_fails() -> None:
-    async with SandboxServer(time_scale=FAST, credits=0) as server, server.client() as client:
-        video_bot = bot.VideoBot(client)
+async def test_bot_apologises_when_a_create_fails(tmp_path: Path) -> None:
+    async with (
+        SandboxServer(time_scale=FAST, credits=0) as server,
+        server.client() as client,
+        Ledger.open(tmp_path / "bot.db") as ledger,
+    ):
+        video_bot = bot.VideoBot(client, ledger)
         async with _running(video_bot):
             replies = await bot.simulated_user(video_bot, "dave", ["a cat"])
     assert replies[-1].final
     assert "sorry" in replies[-1].text
     assert "credits" in replies[-1].text.lower()
+
+
+async def test_a_restarted_bot_tells_the_owners_of_tasks_created_before(tmp_path: Path) -> None:
+    where = tmp_path / "bot.db"
+    async with (
+        SandboxServer(time_scale=1.0, manual_clock=True, seed=4) as server,
+        server.client() as client,
+    ):
+        async with Ledger.open(where) as ledger:  # the first life of the bot
+            first = bot.VideoBot(client, ledger)
+            async with _running(first):
+                first.inbox.put_nowait(bot.Message("erin", "/video a lighthouse", "m-1"))
+                started = await first.outbox("erin").get()
+        assert started.text.startswith("on it")
+        assert started.task_id is not None
+        assert not first.outbox("erin").qsize()  # stopped before the task finished
+        server.clock.advance(600)  # the task finishes while no bot runs
+        async with Ledger.open(where) as ledger:  # the bot restarted
+            second = bot.VideoBot(client, ledger)
+            async with _running(second):
+                told = await second.outbox("erin").get()
+                second.inbox.put_nowait(bot.Message("erin", "/video a lighthouse", "m-1"))
+                again = await second.outbox("erin").get()  # the same request, delivered twice
+        assert told.final
+        assert told.task_id == started.task_id
+        assert told.video_url is not None
+        assert again.task_id == started.task_id
+        assert server.task_ids == (started.task_id,)  # created once
 
 
 @asynccontextmanager
