@@ -90,19 +90,19 @@ async def test_web_app_creates_and_serves_status_with_one_client() -> None:
         created = await http.post("/videos", json={"prompt": "a paper boat", "duration": 6})
         assert created.status == 201
         body = await created.json()
-        task_id = body["task_id"]
+        task_id, video_id = body["task_id"], body["id"]
         assert body["status"] == "running"
-        assert created.headers["Location"] == body["url"] == f"/videos/{task_id}"
+        assert created.headers["Location"] == body["url"] == f"/videos/{video_id}"
 
         second = await http.post("/videos", json={"prompt": "a red fox"})
         assert second.status == 201
 
-        status = await http.get(f"/videos/{task_id}")
+        status = await http.get(f"/videos/{video_id}")
         assert status.status == 200
         assert (await status.json())["done"] is False
 
         sandbox.clock.advance(60)
-        finished = await (await http.get(f"/videos/{task_id}")).json()
+        finished = await (await http.get(f"/videos/{video_id}")).json()
         assert finished["status"] == "succeeded"
         assert finished["video_url"].endswith(".mp4")
         assert finished["done"] is True
@@ -119,7 +119,7 @@ async def test_web_app_wait_returns_when_done_or_at_the_deadline() -> None:
     async with app_client() as http:
         assert http.app is not None
         sandbox = http.app[web_app.SANDBOX]
-        task_id = (await (await http.post("/videos", json={"prompt": "a kite"})).json())["task_id"]
+        task_id = (await (await http.post("/videos", json={"prompt": "a kite"})).json())["id"]
 
         # Still running at the deadline: the last state seen is answered.
         pending = await http.get(f"/videos/{task_id}", params={"wait": "0.05"})
@@ -197,10 +197,37 @@ def test_web_app_main_uses_a_local_sandbox_without_configuration(
     asyncio.run(check())
 
 
-async def test_web_app_uses_the_service_from_the_environment(
-    service_env: SandboxServer,
+async def test_web_app_restarted_serves_the_result_of_a_task_created_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with TestClient(TestServer(web_app.make_app())) as http:
+    where = tmp_path / "web.db"
+    async with SandboxServer(time_scale=1.0, manual_clock=True, seed=6) as server:
+        monkeypatch.setenv("VIDEOGEN_BASE_URL", server.base_url)
+        monkeypatch.setenv("VIDEOGEN_API_KEY", server.api_key)
+        async with TestClient(TestServer(web_app.make_app(ledger=where))) as http:
+            body = {"prompt": "a paper boat", "request_id": "r-1"}
+            created = await (await http.post("/videos", json=body)).json()
+            again = await (await http.post("/videos", json=body)).json()  # a client's retry
+            assert again["task_id"] == created["task_id"]
+        # stopped before the task finished; it finishes while no worker runs
+        server.clock.advance(600)
+        async with TestClient(TestServer(web_app.make_app(ledger=where))) as http:
+            served = await http.get("/videos/r-1", params={"wait": "30"})
+            answer = await served.json()
+        assert answer["status"] == "succeeded"
+        assert answer["recorded"] is True  # the restarted worker's watcher recorded it
+        assert answer["task_id"] == created["task_id"]
+        assert server.task_ids == (created["task_id"],)  # created once
+    async with Ledger.open(where) as ledger:
+        entry = await ledger.get("web/r-1")
+    assert entry is not None
+    assert entry.state == "succeeded"
+
+
+async def test_web_app_uses_the_service_from_the_environment(
+    service_env: SandboxServer, tmp_path: Path
+) -> None:
+    async with TestClient(TestServer(web_app.make_app(ledger=tmp_path / "w.db"))) as http:
         assert http.app is not None
         assert web_app.SANDBOX not in http.app
         response = await http.post("/videos", json={"prompt": "a cat"})
