@@ -293,9 +293,13 @@ class LedgerLines:
             async def look(tg: Any) -> None:
                 # Lines finished by the watchers of other processes.
                 while remaining:
-                    for key in list(remaining):
-                        entry = await self.ledger.get(key)
-                        if entry is not None and entry.is_terminal:
+                    if len(remaining) > 200:  # one paged scan rather than a query per line
+                        found = [e async for e in self.ledger.entries() if e.key in remaining]
+                    else:
+                        keys = list(remaining)
+                        found = [e for e in [await self.ledger.get(k) for k in keys] if e]
+                    for entry in found:
+                        if entry.is_terminal:
                             await settle(entry)
                     if not remaining:
                         break
