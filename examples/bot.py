@@ -3,19 +3,26 @@
 Users send messages (``/video <prompt>``) to the bot's inbox; the bot answers each user on
 their own queue. One ``AsyncVideoGen`` client serves everyone:
 
-* a request is answered at once ("on it"), and its task is created with the other
-  requests in flight (at most ``max_creates`` at a time);
-* instead of one polling loop per video, the bot collects the new task ids for a short
-  moment and waits for each such batch with ``gather_until_done``, which polls all of them
-  on one schedule and yields each task as soon as it is finished;
-* each finished task is routed back to the user who asked for it.
+* each request's task is created through a ledger (``videogen_async.Ledger``), keyed by the
+  user and the request's id: the task id and its owner are written to the ledger before the
+  user hears "on it", and a request delivered twice is created once;
+* a watcher of the ledger waits on every pending task (one poll schedule for all of them,
+  ``gather_until_done``) and each finished task is routed back to its owner, read from the
+  entry's key.
+
+A restart loses nothing: the owners live in the ledger, not in memory, so the watcher of the
+restarted bot picks up the tasks created before and tells their owners. Several bot
+processes can share one ledger (``--ledger postgresql://...``); each task is then polled by
+one of them.
 
 Here the users are simulated (``--users``, ``--videos``); in a real bot ``inbox`` is fed by
 the chat platform's webhook or socket and ``reply`` posts to it::
 
-    python examples/bot.py --users 20 --videos 2
+    python examples/bot.py --users 20 --videos 2 --ledger bot.ledger.db
 
-Without ``VIDEOGEN_BASE_URL`` / ``VIDEOGEN_API_KEY`` it runs against a local sandbox.
+The ledger is ``--ledger``, else ``$VIDEOGEN_LEDGER`` (a file path or a PostgreSQL URL), else
+``bot.ledger.db``. Without ``VIDEOGEN_BASE_URL`` / ``VIDEOGEN_API_KEY`` it runs against a
+local sandbox.
 """
 
 from __future__ import annotations
@@ -23,16 +30,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
+import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 import attrs
-from anyio.abc import TaskGroup
 
-from videogen_async import AsyncVideoGen, Task, TaskPollError, VideoGenError
+from videogen_async import (
+    AmbiguousCreateError,
+    AsyncVideoGen,
+    Ledger,
+    LedgerEntry,
+    VideoGenError,
+)
 from videogen_async.testing import SandboxServer
+
+KEY_PREFIX = "bot/"
+"""The ledger keys of the bot: ``bot/USER/REQUEST_ID``."""
 
 
 @attrs.frozen
@@ -41,6 +59,14 @@ class Message:
 
     user: str
     text: str
+    request_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+
+
+def owner_of(key: str) -> str | None:
+    """The user of a bot's ledger key (``None``: not a key of the bot)."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    return key[len(KEY_PREFIX) :].rpartition("/")[0] or None
 
 
 @attrs.frozen
@@ -54,31 +80,20 @@ class Reply:
 
 
 class VideoBot:
-    """Serves ``/video`` requests of many users with one client.
+    """Serves ``/video`` requests of many users with one client and one ledger.
 
     Args:
         client: The client, shared by every user.
+        ledger: Where the task ids and their owners live (shared with other bot processes).
         max_creates: Creates in flight at most.
-        batch_window: Seconds during which new task ids are collected into one batch.
-        timeout: Seconds a video may take before its user is told to give up on it.
     """
 
-    def __init__(
-        self,
-        client: AsyncVideoGen,
-        *,
-        max_creates: int = 8,
-        batch_window: float = 0.2,
-        timeout: float = 900.0,
-    ) -> None:
+    def __init__(self, client: AsyncVideoGen, ledger: Ledger, *, max_creates: int = 8) -> None:
         self.client = client
+        self.ledger = ledger
         self.inbox: asyncio.Queue[Message] = asyncio.Queue()
         self.outboxes: dict[str, asyncio.Queue[Reply]] = {}
-        self._owners: dict[str, str] = {}  # task id -> user
-        self._new_ids: asyncio.Queue[str] = asyncio.Queue()
         self._creates = anyio.CapacityLimiter(max_creates)
-        self._batch_window = batch_window
-        self._timeout = timeout
 
     def outbox(self, user: str) -> asyncio.Queue[Reply]:
         """The queue of the bot's replies to ``user``."""
@@ -89,9 +104,9 @@ class VideoBot:
         self.outbox(user).put_nowait(reply)
 
     async def run(self) -> None:
-        """Serve until cancelled."""
+        """Serve until cancelled: answer the inbox, and tell owners of finished tasks."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_batches, tg)
+            tg.start_soon(self._watch)
             while True:
                 message = await self.inbox.get()
                 tg.start_soon(self._handle, message)
@@ -101,52 +116,44 @@ class VideoBot:
         if command != "/video" or not prompt.strip():
             self.reply(message.user, Reply("send /video <what you want to see>", final=True))
             return
-        self.reply(message.user, Reply(f"on it: {prompt.strip()!r}"))
+        key = f"{KEY_PREFIX}{message.user}/{message.request_id}"
         try:
             async with self._creates:
-                created = await self.client.tasks.create(prompt)
+                entry = await self.ledger.create_task(self.client, prompt, key=key)
+        except AmbiguousCreateError:
+            text = "I could not tell whether your video was started; please ask again later"
+            self.reply(message.user, Reply(text, final=True))
+            return
         except VideoGenError as exc:
             self.reply(message.user, Reply(f"sorry, that did not work: {exc}", final=True))
             return
-        self._owners[created.task_id] = message.user
-        self._new_ids.put_nowait(created.task_id)
+        self.reply(message.user, Reply(f"on it: {prompt.strip()!r}", task_id=entry.task_id))
 
-    async def _watch_batches(self, tg: TaskGroup) -> None:
-        """Collect new ids for ``batch_window`` seconds, then watch them as one batch."""
-        while True:
-            batch = [await self._new_ids.get()]
-            with anyio.move_on_after(self._batch_window):
-                while True:
-                    batch.append(await self._new_ids.get())
-            tg.start_soon(self._watch, batch)
+    async def _watch(self) -> None:
+        """Wait on every pending task of the ledger (with the other bots); tell the owners."""
+        async with self.ledger.watch(self.client) as finished:
+            async for entry in finished:
+                self._notify(entry)
 
-    async def _watch(self, task_ids: list[str]) -> None:
-        gather = self.client.tasks.gather_until_done(
-            task_ids, timeout=self._timeout, return_exceptions=True
-        )
-        async with gather as results:
-            async for item in results:
-                self._notify(item)
-
-    def _notify(self, item: Task | TaskPollError) -> None:
-        user = self._owners.pop(item.task_id)
-        if isinstance(item, TaskPollError):
-            text = f"I lost track of your video {item.task_id}, sorry"
-            self.reply(user, Reply(text, task_id=item.task_id, final=True))
-        elif item.is_succeeded:
+    def _notify(self, entry: LedgerEntry) -> None:
+        user = owner_of(entry.key)
+        task = entry.task
+        if user is None or task is None:
+            return  # not one of the bot's entries
+        if task.is_succeeded:
             self.reply(
                 user,
                 Reply(
-                    f"your video is ready: {item.video_url}",
-                    task_id=item.task_id,
-                    video_url=item.video_url,
+                    f"your video is ready: {task.video_url}",
+                    task_id=task.task_id,
+                    video_url=task.video_url,
                     final=True,
                 ),
             )
         else:
-            reason = item.error_message or str(item.status)
+            reason = task.error_message or str(task.status)
             self.reply(
-                user, Reply(f"your video failed: {reason}", task_id=item.task_id, final=True)
+                user, Reply(f"your video failed: {reason}", task_id=task.task_id, final=True)
             )
 
 
@@ -175,9 +182,11 @@ async def open_client(time_scale: float) -> AsyncIterator[AsyncVideoGen]:
         yield client
 
 
-async def simulate(client: AsyncVideoGen, users: int, videos: int) -> dict[str, list[Reply]]:
+async def simulate(
+    client: AsyncVideoGen, ledger: Ledger, users: int, videos: int
+) -> dict[str, list[Reply]]:
     """Run the bot for ``users`` simulated users asking ``videos`` videos each."""
-    bot = VideoBot(client)
+    bot = VideoBot(client, ledger)
     conversations: dict[str, list[Reply]] = {}
 
     async def converse(user: str) -> None:
@@ -199,13 +208,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--videos", type=int, default=2, help="videos per user")
     parser.add_argument("--time-scale", type=float, default=0.05, help="local sandbox speed")
+    parser.add_argument(
+        "--ledger",
+        default=os.environ.get("VIDEOGEN_LEDGER"),
+        help="a file path or postgresql:// URL (default: $VIDEOGEN_LEDGER, else bot.ledger.db;"
+        " a temporary one with the local sandbox)",
+    )
     return parser.parse_args(argv)
 
 
 async def main(args: argparse.Namespace) -> int:
     """Simulate the users and print each final reply."""
-    async with open_client(args.time_scale) as client:
-        conversations = await simulate(client, args.users, args.videos)
+    scratch = await anyio.to_thread.run_sync(tempfile.mkdtemp)
+    try:
+        where = args.ledger or (
+            "bot.ledger.db"
+            if os.environ.get("VIDEOGEN_BASE_URL")
+            else os.path.join(scratch, "bot.ledger.db")  # the sandbox's tasks end with it
+        )
+        async with open_client(args.time_scale) as client, Ledger.open(where) as ledger:
+            conversations = await simulate(client, ledger, args.users, args.videos)
+    finally:
+        await anyio.to_thread.run_sync(shutil.rmtree, scratch)
     ready = 0
     for user, replies in sorted(conversations.items()):
         for reply in replies:

@@ -1,47 +1,66 @@
 """An aiohttp.web app that shares one ``AsyncVideoGen`` client across all its requests.
 
 The client is created when the app starts and closed when it stops (``cleanup_ctx``), so
-every request reuses one connection pool. Two routes:
+every request reuses one connection pool. The task ids live in a ledger
+(``videogen_async.Ledger``), so a restart or a deploy loses none: tasks are created through
+it, and a background watcher (one per worker process; the workers of one ledger share the
+work) waits on every pending task and records its result. Two routes:
 
 * ``POST /videos`` with ``{"prompt": "...", "duration": 5, ...}`` creates a video task and
-  answers ``201`` with its id;
-* ``GET /videos/{task_id}`` answers the task's status, and its video URL once it has
-  succeeded; ``?wait=10`` waits up to 10 seconds for the task to finish first.
+  answers ``201`` with its ``id`` (a ``request_id`` field in the body makes the create
+  idempotent: a client that retries after a timeout gets the same video, not a second one);
+* ``GET /videos/{id}`` answers the task's status, and its video URL once it has succeeded;
+  ``?wait=10`` waits up to 10 seconds for the watcher to record its result first.
+
+The ledger is ``$VIDEOGEN_LEDGER`` (a file path, or ``postgresql://...`` for workers on many
+machines), else ``web_app.ledger.db``; with the local sandbox, a temporary file.
 
 Run it against the service (``VIDEOGEN_BASE_URL`` and ``VIDEOGEN_API_KEY`` set) or, without
 them, against a sandbox started inside the app::
 
     python examples/web_app.py --port 8080
     curl -s -X POST localhost:8080/videos -d '{"prompt": "a paper boat on a lake"}'
-    curl -s 'localhost:8080/videos/<task_id>?wait=30'
+    curl -s 'localhost:8080/videos/<id>?wait=30'
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 from aiohttp import web
 
 from videogen_async import (
+    AmbiguousCreateError,
     APIConnectionError,
     APIStatusError,
     AsyncVideoGen,
     InsufficientCreditsError,
     InvalidRequestError,
+    Ledger,
+    LedgerEntry,
     NotFoundError,
     RateLimitError,
     Task,
     VideoGenError,
-    WaitTimeoutError,
 )
 from videogen_async.testing import SandboxServer
 
 CLIENT = web.AppKey("videogen_client", AsyncVideoGen)
 SANDBOX = web.AppKey("videogen_sandbox", SandboxServer)
+LEDGER = web.AppKey("videogen_ledger", Ledger)
+LEDGER_URL = web.AppKey("videogen_ledger_url", str)
+RECORDED = web.AppKey("videogen_recorded", dict)  # {"event": an asyncio.Event set per result}
+KEY_PREFIX = "web/"
 
 # The fields of POST /videos passed on to client.tasks.create (the SDK checks their values).
 CREATE_FIELDS = frozenset(
@@ -74,6 +93,35 @@ async def videogen_client(app: web.Application) -> AsyncIterator[None]:
     async with client:
         app[CLIENT] = client
         yield
+
+
+async def videogen_ledger(app: web.Application) -> AsyncIterator[None]:
+    """The ``cleanup_ctx`` step that opens the ledger and runs this worker's watcher."""
+    scratch = None
+    where = app.get(LEDGER_URL) or os.environ.get("VIDEOGEN_LEDGER")
+    if where is None and SANDBOX in app:  # the sandbox's tasks end with it: a scratch file
+        scratch = await anyio.to_thread.run_sync(tempfile.mkdtemp)
+        where = os.path.join(scratch, "web_app.ledger.db")
+    recorded: dict[str, asyncio.Event] = {"event": asyncio.Event()}
+    app[RECORDED] = recorded
+    try:
+        async with Ledger.open(where or "web_app.ledger.db") as ledger:
+            app[LEDGER] = ledger
+
+            async def watch() -> None:
+                async with ledger.watch(app[CLIENT]) as finished:
+                    async for _ in finished:  # the watcher wrote the result to the ledger
+                        recorded["event"].set()
+                        recorded["event"] = asyncio.Event()
+
+            watcher = asyncio.create_task(watch())
+            yield
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+    finally:
+        if scratch is not None:
+            await anyio.to_thread.run_sync(shutil.rmtree, scratch)
 
 
 def task_json(task: Task) -> dict[str, Any]:
@@ -111,6 +159,8 @@ async def service_errors(
         response = error_json(503, "the video service is busy, try again")
         response.headers["Retry-After"] = retry_after
         return response
+    except AmbiguousCreateError:  # this request id's earlier create may have taken effect
+        return error_json(502, "the video service failed", may_have_been_created=True)
     except (APIConnectionError, APIStatusError) as exc:
         # For a create, the task may exist even though we could not read the answer: say so
         # rather than invite the user to click again and pay twice.
@@ -135,17 +185,23 @@ async def create_video(request: web.Request) -> web.Response:
         return error_json(400, "the body must be JSON")
     if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
         return error_json(400, "a JSON object with a 'prompt' string is required")
-    unknown = set(body) - CREATE_FIELDS - {"prompt"}
+    unknown = set(body) - CREATE_FIELDS - {"prompt", "request_id"}
     if unknown:
         return error_json(400, f"unknown fields: {', '.join(sorted(unknown))}")
+    request_id = body.get("request_id") or uuid.uuid4().hex
+    if not isinstance(request_id, str) or "/" in request_id or len(request_id) > 200:
+        return error_json(400, "request_id must be a string without '/'")
     options = {name: body[name] for name in CREATE_FIELDS & set(body)}
-    created = await request.app[CLIENT].tasks.create(body["prompt"], **options)
-    location = str(request.app.router["video"].url_for(task_id=created.task_id))
+    entry = await request.app[LEDGER].create_task(
+        request.app[CLIENT], body["prompt"], key=KEY_PREFIX + request_id, **options
+    )
+    location = str(request.app.router["video"].url_for(video_id=request_id))
     return web.json_response(
         {
-            "task_id": created.task_id,
-            "status": str(created.status),
-            "credits_cost": created.credits_cost,
+            "id": request_id,
+            "task_id": entry.task_id,
+            "status": str(entry.task.status) if entry.task is not None else "running",
+            "credits_cost": entry.credits_cost,
             "url": location,
         },
         status=201,
@@ -153,39 +209,53 @@ async def create_video(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/videos/{task_id}", name="video")
+@routes.get("/videos/{video_id}", name="video")
 async def get_video(request: web.Request) -> web.Response:
-    """Answer a task's status; with ``?wait=SECONDS``, wait for it to finish first."""
-    client = request.app[CLIENT]
-    task_id = request.match_info["task_id"]
+    """Answer a task's status; with ``?wait=SECONDS``, wait for its result first."""
+    app = request.app
+    key = KEY_PREFIX + request.match_info["video_id"]
     try:
         wait = min(float(request.query.get("wait", 0)), MAX_WAIT)
     except ValueError:
         return error_json(400, "wait must be a number of seconds")
-    if wait <= 0:
-        return web.json_response(task_json(await client.tasks.get(task_id)))
-    try:
-        task = await client.tasks.wait(task_id, timeout=wait)
-    except WaitTimeoutError as exc:
-        # Not finished in time: answer the last state seen, as a plain status read would.
-        task = exc.last if isinstance(exc.last, Task) else await client.tasks.get(task_id)
-    return web.json_response(task_json(task))
+    entry = await app[LEDGER].get(key)
+    if entry is None or entry.task_id is None:
+        return error_json(404, "no such video")
+    with anyio.move_on_after(max(wait, 0.0)):
+        while not entry.is_terminal:  # the watcher records the result; wake up when it does
+            await app[RECORDED]["event"].wait()
+            entry = await app[LEDGER].get(key) or entry
+    return web.json_response(await entry_json(app, entry))
 
 
-def make_app(*, sandbox: dict[str, Any] | None = None) -> web.Application:
+async def entry_json(app: web.Application, entry: LedgerEntry) -> dict[str, Any]:
+    """A ledger entry as this app answers it: its recorded result, else the task as it is."""
+    if entry.is_terminal and entry.task is not None:
+        return {**task_json(entry.task), "recorded": True}
+    return {**task_json(await app[CLIENT].tasks.get(str(entry.task_id))), "recorded": False}
+
+
+def make_app(
+    *, sandbox: dict[str, Any] | None = None, ledger: str | os.PathLike[str] | None = None
+) -> web.Application:
     """Build the app.
 
     Args:
         sandbox: Options of a local ``SandboxServer`` to run inside the app; ``None`` uses
             the service named by ``VIDEOGEN_BASE_URL`` / ``VIDEOGEN_API_KEY``.
+        ledger: The ledger's file path or URL (``None``: ``$VIDEOGEN_LEDGER``, else
+            ``web_app.ledger.db``; a temporary file with the local sandbox).
 
     Returns:
         The application.
     """
     app = web.Application(middlewares=[service_errors])
+    if ledger is not None:
+        app[LEDGER_URL] = os.fspath(ledger)
     if sandbox is not None:
         app.cleanup_ctx.append(sandbox_context(**sandbox))
     app.cleanup_ctx.append(videogen_client)
+    app.cleanup_ctx.append(videogen_ledger)
     app.add_routes(routes)
     return app
 

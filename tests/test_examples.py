@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from videogen_async import Ledger
 from videogen_async.testing import FaultRule, SandboxServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -89,19 +90,19 @@ async def test_web_app_creates_and_serves_status_with_one_client() -> None:
         created = await http.post("/videos", json={"prompt": "a paper boat", "duration": 6})
         assert created.status == 201
         body = await created.json()
-        task_id = body["task_id"]
+        task_id, video_id = body["task_id"], body["id"]
         assert body["status"] == "running"
-        assert created.headers["Location"] == body["url"] == f"/videos/{task_id}"
+        assert created.headers["Location"] == body["url"] == f"/videos/{video_id}"
 
         second = await http.post("/videos", json={"prompt": "a red fox"})
         assert second.status == 201
 
-        status = await http.get(f"/videos/{task_id}")
+        status = await http.get(f"/videos/{video_id}")
         assert status.status == 200
         assert (await status.json())["done"] is False
 
         sandbox.clock.advance(60)
-        finished = await (await http.get(f"/videos/{task_id}")).json()
+        finished = await (await http.get(f"/videos/{video_id}")).json()
         assert finished["status"] == "succeeded"
         assert finished["video_url"].endswith(".mp4")
         assert finished["done"] is True
@@ -118,7 +119,7 @@ async def test_web_app_wait_returns_when_done_or_at_the_deadline() -> None:
     async with app_client() as http:
         assert http.app is not None
         sandbox = http.app[web_app.SANDBOX]
-        task_id = (await (await http.post("/videos", json={"prompt": "a kite"})).json())["task_id"]
+        task_id = (await (await http.post("/videos", json={"prompt": "a kite"})).json())["id"]
 
         # Still running at the deadline: the last state seen is answered.
         pending = await http.get(f"/videos/{task_id}", params={"wait": "0.05"})
@@ -196,10 +197,37 @@ def test_web_app_main_uses_a_local_sandbox_without_configuration(
     asyncio.run(check())
 
 
-async def test_web_app_uses_the_service_from_the_environment(
-    service_env: SandboxServer,
+async def test_web_app_restarted_serves_the_result_of_a_task_created_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with TestClient(TestServer(web_app.make_app())) as http:
+    where = tmp_path / "web.db"
+    async with SandboxServer(time_scale=1.0, manual_clock=True, seed=6) as server:
+        monkeypatch.setenv("VIDEOGEN_BASE_URL", server.base_url)
+        monkeypatch.setenv("VIDEOGEN_API_KEY", server.api_key)
+        async with TestClient(TestServer(web_app.make_app(ledger=where))) as http:
+            body = {"prompt": "a paper boat", "request_id": "r-1"}
+            created = await (await http.post("/videos", json=body)).json()
+            again = await (await http.post("/videos", json=body)).json()  # a client's retry
+            assert again["task_id"] == created["task_id"]
+        # stopped before the task finished; it finishes while no worker runs
+        server.clock.advance(600)
+        async with TestClient(TestServer(web_app.make_app(ledger=where))) as http:
+            served = await http.get("/videos/r-1", params={"wait": "30"})
+            answer = await served.json()
+        assert answer["status"] == "succeeded"
+        assert answer["recorded"] is True  # the restarted worker's watcher recorded it
+        assert answer["task_id"] == created["task_id"]
+        assert server.task_ids == (created["task_id"],)  # created once
+    async with Ledger.open(where) as ledger:
+        entry = await ledger.get("web/r-1")
+    assert entry is not None
+    assert entry.state == "succeeded"
+
+
+async def test_web_app_uses_the_service_from_the_environment(
+    service_env: SandboxServer, tmp_path: Path
+) -> None:
+    async with TestClient(TestServer(web_app.make_app(ledger=tmp_path / "w.db"))) as http:
         assert http.app is not None
         assert web_app.SANDBOX not in http.app
         response = await http.post("/videos", json={"prompt": "a cat"})
@@ -310,8 +338,9 @@ def test_batch_job_refuses_a_row_without_prompt(tmp_path: Path) -> None:
 
 
 async def test_bot_serves_many_users_at_once(
-    no_service_env: None, capsys: pytest.CaptureFixture[str]
+    no_service_env: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("VIDEOGEN_LEDGER", raising=False)
     args = await parse_args(bot, ["--users", "6", "--videos", "2", "--time-scale", str(FAST)])
     status = await bot.main(args)
     assert status == 0
@@ -321,9 +350,13 @@ async def test_bot_serves_many_users_at_once(
         assert sum(line.startswith(f"user{n:03d}: your video is ready") for line in out) == 2
 
 
-async def test_bot_routes_each_outcome_to_its_own_user() -> None:
-    async with SandboxServer(time_scale=FAST, seed=2) as server, server.client() as client:
-        video_bot = bot.VideoBot(client, batch_window=0.01)
+async def test_bot_routes_each_outcome_to_its_own_user(tmp_path: Path) -> None:
+    async with (
+        SandboxServer(time_scale=FAST, seed=2) as server,
+        server.client() as client,
+        Ledger.open(tmp_path / "bot.db") as ledger,
+    ):
+        video_bot = bot.VideoBot(client, ledger)
         async with _running(video_bot):
             replies = {
                 "alice": await bot.simulated_user(video_bot, "alice", ["a sandbox-fail clip"]),
@@ -343,14 +376,46 @@ async def test_bot_routes_each_outcome_to_its_own_user() -> None:
     assert "/video" in help_reply.text
 
 
-async def test_bot_apologises_when_a_create_fails() -> None:
-    async with SandboxServer(time_scale=FAST, credits=0) as server, server.client() as client:
-        video_bot = bot.VideoBot(client)
+async def test_bot_apologises_when_a_create_fails(tmp_path: Path) -> None:
+    async with (
+        SandboxServer(time_scale=FAST, credits=0) as server,
+        server.client() as client,
+        Ledger.open(tmp_path / "bot.db") as ledger,
+    ):
+        video_bot = bot.VideoBot(client, ledger)
         async with _running(video_bot):
             replies = await bot.simulated_user(video_bot, "dave", ["a cat"])
     assert replies[-1].final
     assert "sorry" in replies[-1].text
     assert "credits" in replies[-1].text.lower()
+
+
+async def test_a_restarted_bot_tells_the_owners_of_tasks_created_before(tmp_path: Path) -> None:
+    where = tmp_path / "bot.db"
+    async with (
+        SandboxServer(time_scale=1.0, manual_clock=True, seed=4) as server,
+        server.client() as client,
+    ):
+        async with Ledger.open(where) as ledger:  # the first life of the bot
+            first = bot.VideoBot(client, ledger)
+            async with _running(first):
+                first.inbox.put_nowait(bot.Message("erin", "/video a lighthouse", "m-1"))
+                started = await first.outbox("erin").get()
+        assert started.text.startswith("on it")
+        assert started.task_id is not None
+        assert not first.outbox("erin").qsize()  # stopped before the task finished
+        server.clock.advance(600)  # the task finishes while no bot runs
+        async with Ledger.open(where) as ledger:  # the bot restarted
+            second = bot.VideoBot(client, ledger)
+            async with _running(second):
+                told = await second.outbox("erin").get()
+                second.inbox.put_nowait(bot.Message("erin", "/video a lighthouse", "m-1"))
+                again = await second.outbox("erin").get()  # the same request, delivered twice
+        assert told.final
+        assert told.task_id == started.task_id
+        assert told.video_url is not None
+        assert again.task_id == started.task_id
+        assert server.task_ids == (started.task_id,)  # created once
 
 
 @asynccontextmanager

@@ -34,6 +34,7 @@ ALLOWED_FUNCTION_IMPORTS = {
     ("videogen_async._cli._journal", "fcntl"),
     ("videogen_async._cli._parser", "videogen_async._cli._projects"),
     ("videogen_async._cli._parser", "videogen_async._cli._batch"),
+    ("videogen_async._cli._parser", "videogen_async._cli._ledger"),
     ("videogen_async._cli._parser", "videogen_async._cli._demo"),
     ("videogen_async._cli._parser", "videogen_async._cli._sandbox"),
     ("videogen_async._cli._parser", "videogen_async._cli._tasks"),

@@ -75,6 +75,7 @@ CASES: dict[int, list[Case]] = {
         ("bad options", lambda s, e, t, p: run(["create", "a fox", "--duration", "x"], e)),
         ("missing API key", lambda s, e, t, p: run(["credits"], subprocess_env())),
         ("no valid line", lambda s, e, t, p: _batch_without_valid_lines(t, e)),
+        ("a ledger that cannot be opened", lambda s, e, t, p: run(["ledger", "list", str(t / "none.db")], e)),  # noqa: E501
         ("port already in use", lambda s, e, t, p: run(["sandbox", "--port", str(p)], e)),
         ("--time-scale", lambda s, e, t, p: run(["sandbox", "--time-scale", "0"], e)),
         ("--max-credits", lambda s, e, t, p: run(["create", "a", "--max-credits", "1"], e)),

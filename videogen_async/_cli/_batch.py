@@ -6,12 +6,13 @@ The input has one direct-task request per line, a JSON object with the fields of
 with ``#`` are ignored. Every line is checked on the client first: a bad line is reported with
 its number and skipped, and costs nothing.
 
-The run has three phases: create (at most ``--max-concurrency`` creates in flight), wait
-(``gather_until_done``), download (``--download DIR``). Each step of each line is recorded in
-the journal (see :mod:`._journal`) before the batch moves on, so a rerun with the same journal
-picks up exactly where the last run stopped: created lines are waited for, not created again;
-finished lines are reported from the journal; lines whose create may or may not have taken
-effect are reported as ``unknown`` and not re-sent without ``--retry-unknown``.
+The run has three phases: create (at most ``--max-concurrency`` creates in flight), wait,
+download (``--download DIR``). The lines live in a ledger (``--journal URL``, see
+:mod:`._batch_store`): each line has a key, created once by whichever process gets to it
+first, so a rerun with the same journal picks up exactly where the last run stopped (created
+lines are waited for, not created again; finished lines are reported from the ledger) and
+several processes on one PostgreSQL URL share the lines. Lines whose create may or may not
+have taken effect are reported as ``unknown`` and not re-sent without ``--retry-unknown``.
 
 The manifest (JSON lines, one per input line, in input order) is rewritten atomically at the
 end of every run, including an interrupted or failed one.
@@ -19,30 +20,30 @@ end of every run, including an interrupted or failed one.
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-import attrs
 
 from .._exceptions import (
+    AmbiguousCreateError,
     APIConnectionError,
     AuthenticationError,
     BadRequestError,
-    InvalidRequestError,
+    BudgetExceededError,
+    LedgerError,
     PermissionDeniedError,
     TaskPollError,
     VideoGenError,
     WaitTimeoutError,
 )
 from .._models import Task
-from .._validation import validate_task_request
+from ._batch_download import download_all, write_manifest
+from ._batch_input import InputLine, default_paths, read_input
+from ._batch_report import print_summary, redact_url
+from ._batch_store import LineStore, line_key, open_store
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
@@ -54,19 +55,8 @@ from ._common import (
     poll_failure,
     unwrap_group,
 )
-from ._journal import (
-    ATTEMPTED,
-    CREATED,
-    DONE,
-    REFUSED,
-    UNKNOWN,
-    Journal,
-    JournalEntry,
-    JournalError,
-    request_hash,
-)
+from ._journal import ATTEMPTED, CREATED, DONE, REFUSED, UNKNOWN, JournalError
 from ._spending import USUAL_BATCH, check_spend, task_estimate
-from ._tasks import wait_for_ids
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
@@ -83,70 +73,6 @@ PENDING = "pending"
 POLL_ERROR = "poll_error"
 
 
-@attrs.frozen
-class InputLine:
-    """One line of the input file.
-
-    Attributes:
-        line_no: The line number, from 1.
-        raw: The decoded JSON (or the text, when it is not JSON).
-        request: The validated request body; ``None`` for a bad line.
-        problem: Why the line is bad.
-    """
-
-    line_no: int
-    raw: Any
-    request: dict[str, Any] | None
-    problem: str | None = None
-
-
-def read_input(text: str) -> list[InputLine]:
-    """Parse and check the input file (no I/O).
-
-    Args:
-        text: The file's content.
-
-    Returns:
-        The request lines (blank and ``#`` lines left out), each valid or with its problem.
-    """
-    lines: list[InputLine] = []
-    for number, raw_line in enumerate(text.splitlines(), start=1):
-        stripped = raw_line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        try:
-            data = json.loads(stripped)
-        except ValueError as exc:
-            lines.append(InputLine(number, stripped, None, f"not valid JSON: {exc}"))
-            continue
-        if not isinstance(data, dict):
-            lines.append(InputLine(number, data, None, "not a JSON object"))
-            continue
-        try:
-            request = validate_task_request(data)
-        except InvalidRequestError as exc:
-            lines.append(InputLine(number, data, None, str(exc)))
-            continue
-        lines.append(InputLine(number, data, request))
-    return lines
-
-
-def default_paths(input_path: Path) -> tuple[Path, Path]:
-    """The default journal and manifest beside the input.
-
-    Args:
-        input_path: The input file, e.g. ``prompts.jsonl``.
-
-    Returns:
-        ``prompts.journal.sqlite`` and ``prompts.results.jsonl`` in the same directory.
-    """
-    stem = input_path.name.removesuffix(".jsonl").removesuffix(".json")
-    return (
-        input_path.with_name(f"{stem}.journal.sqlite"),
-        input_path.with_name(f"{stem}.results.jsonl"),
-    )
-
-
 class BatchRun:
     """One run of a batch against one journal."""
 
@@ -154,17 +80,23 @@ class BatchRun:
         self,
         ctx: Context,
         client: AsyncVideoGen,
-        journal: Journal,
+        store: LineStore,
         lines: list[InputLine],
         *,
         manifest: Path,
+        name: str,
     ) -> None:
         args = ctx.args
         self.ctx = ctx
         self.ui = ctx.ui
         self.client = client
-        self.journal = journal
+        self.store = store
         self.lines = lines
+        self.keys = {
+            line.line_no: line_key(name, line.line_no, line.request, line.key, str(client.base_url))
+            for line in lines
+            if line.request is not None
+        }
         self.by_no = {line.line_no: line for line in lines}
         self.manifest = manifest
         self.max_concurrency: int = args.max_concurrency
@@ -176,7 +108,7 @@ class BatchRun:
         self.stop_creating = False
         self.unknown_in_a_row = 0
         self.download_failures = 0
-        self.entries: dict[int, JournalEntry] = {}
+        self.entries: dict[int, Any] = {}
         self.max_credits: float | None = getattr(args, "max_credits", None)
         self.charged = 0.0  # credits charged by the creates of this run
         self.reserved = 0.0  # estimates of the creates in flight
@@ -207,21 +139,11 @@ class BatchRun:
         """Read the journal and match it to the input.
 
         Raises:
-            JournalError: The journal does not belong to this input.
+            JournalError: A journal of the earlier format does not belong to this input.
         """
-        self.entries = await self.journal.entries()
-        for line_no, entry in self.entries.items():
-            line = self.by_no.get(line_no)
-            if line is None or line.request is None:
-                raise JournalError(
-                    f"the journal has line {line_no}, which is not a valid request line of"
-                    " the input now: the input changed since the journal was written"
-                )
-            if request_hash(line.request) != entry.request_hash:
-                raise JournalError(
-                    f"line {line_no} of the input differs from the request the journal"
-                    " recorded for it: the input changed since the journal was written"
-                )
+        self.entries = await self.store.load(
+            {no: (key, self.by_no[no].request or {}) for no, key in self.keys.items()}
+        )
         for line in self.lines:
             if line.problem is not None:
                 self._record(line, status=INVALID, error=line.problem)
@@ -259,6 +181,7 @@ class BatchRun:
         for line in invalid:
             self.ui.warn(f"line {line.line_no}: skipped, {line.problem}")
         todo: list[InputLine] = []
+        self.resend: set[int] = set()
         for line in self.lines:
             if line.request is None:
                 continue
@@ -272,6 +195,8 @@ class BatchRun:
                         " have taken effect (--retry-unknown)"
                     )
                     todo.append(line)
+                    if entry.state == UNKNOWN:
+                        self.resend.add(line.line_no)
                 else:
                     self.ui.warn(
                         f"line {line.line_no}: unknown outcome of an earlier create; not sent"
@@ -322,7 +247,7 @@ class BatchRun:
         request = line.request
         if request is None:  # pragma: no cover - filtered before
             return False
-        if self.max_credits is not None:
+        if self.max_credits is not None and not self.store.enforces_cap:
             cost = task_estimate(request)
             if self.charged + self.reserved + cost > self.max_credits:
                 if not self.stop_creating:
@@ -343,29 +268,55 @@ class BatchRun:
             self.reserved -= cost
 
     async def _send_create(self, line: InputLine, request: dict[str, Any]) -> bool:
+        resend = line.line_no in self.resend
         with anyio.CancelScope(shield=True):
-            await self.journal.mark_attempted(line.line_no, request)
             try:
-                created = await self.client.tasks.create(**request)
+                created = await self.store.create(
+                    self.client, line.line_no, self.keys[line.line_no], request, resend
+                )
+            except BudgetExceededError as exc:
+                if not self.stop_creating:
+                    self.ui.error(
+                        f"line {line.line_no} would take the ledger past --max-credits"
+                        f" {fmt_credits(self.max_credits or 0)} ({fmt_credits(exc.spent)}"
+                        f" charged through it, about {fmt_credits(exc.estimate)} more):"
+                        " creating no more tasks"
+                    )
+                self.stop_creating = True
+                self.over_budget = True
+                return False
+            except LedgerError as exc:
+                # Created (perhaps) but not recorded: the ledger logged the id; stop here.
+                self._record(line, status=UNKNOWN, error=str(exc))
+                self.stop_creating = True
+                raise
             except VideoGenError as exc:
                 await self._create_failed(line, exc)
                 return False
-            await self.journal.mark_created(line.line_no, created.task_id, created.credits_cost)
-        self.charged += float(created.credits_cost or 0)
+        if created.state == DONE:  # finished already (another process of this batch)
+            self._record(
+                line,
+                task_id=created.task_id,
+                status=created.status,
+                credits=created.credits,
+                video_url=created.video_url,
+                error=created.error,
+            )
+            return True
+        self.charged += float(created.credits or 0)
         self.unknown_in_a_row = 0
         self._record(
             line,
             task_id=created.task_id,
             status=PENDING,
-            credits=created.credits_cost,
+            credits=created.credits,
             error=None,
         )
         return True
 
     async def _create_failed(self, line: InputLine, exc: VideoGenError) -> None:
-        unknown = exc.request_may_have_taken_effect
+        unknown = exc.request_may_have_taken_effect or isinstance(exc, AmbiguousCreateError)
         text = describe_error(exc)
-        await self.journal.mark_failed_create(line.line_no, unknown=unknown, error=text)
         self._record(line, status=UNKNOWN if unknown else REFUSED, error=text)
         self.ui.warn(
             f"line {line.line_no}: "
@@ -392,36 +343,27 @@ class BatchRun:
 
     async def _wait_all(self) -> None:
         waiting = [
-            (no, record["task_id"])
+            (no, self.keys[no], record["task_id"])
             for no, record in sorted(self.records.items())
             if record["status"] == PENDING and record["task_id"]
         ]
         if not waiting:
             return
-        line_of = {task_id: no for no, task_id in waiting}
-
-        async def on_result(task_id: str, item: Task | TaskPollError) -> None:
-            await self._on_waited(line_of[task_id], item)
-
-        await wait_for_ids(
+        left = await self.store.wait(
             self.ctx,
             self.client,
-            [task_id for _, task_id in waiting],
+            waiting,
             timeout=self.timeout,
             max_concurrency=max(self.max_concurrency, 8),
-            on_result=on_result,
+            on_result=self._on_waited,
         )
+        for no in left:
+            self._record(self.by_no[no], status=PENDING, error="still running when --timeout ended")
 
     async def _on_waited(self, line_no: int, item: Task | TaskPollError) -> None:
         line = self.by_no[line_no]
         if isinstance(item, Task):
-            await self.journal.mark_done(
-                line_no,
-                status=str(item.status),
-                video_url=item.video_url,
-                error=item.error_message,
-                credits=item.credits_cost,
-            )
+            await self.store.finished(line_no, item)
             self._record(
                 line,
                 status=str(item.status),
@@ -436,51 +378,7 @@ class BatchRun:
             self._record(line, status=POLL_ERROR, error=poll_failure(item)[1])
 
     async def _download_all(self, directory: Path) -> None:
-        wanted = [
-            record
-            for _, record in sorted(self.records.items())
-            if record["status"] == "succeeded" and record["task_id"]
-        ]
-        if not wanted:
-            return
-
-        def _existing() -> set[str]:
-            found: set[str] = set()
-            for record in wanted:
-                path = directory / f"{record['task_id']}.mp4"
-                if path.is_file():  # files appear only complete (atomic rename)
-                    found.add(record["task_id"])
-            return found
-
-        present = await anyio.to_thread.run_sync(_existing)
-        for record in wanted:
-            if record["task_id"] in present:
-                path = str(directory / f"{record['task_id']}.mp4")
-                if record.get("path") != path:
-                    record["path"] = path
-                    await self.journal.mark_downloaded(record["line"], path)
-        todo = [r for r in wanted if r["task_id"] not in present]
-        if present:
-            self.ui.note(f"{len(present)} video(s) already downloaded to {directory}")
-        if not todo:
-            return
-        from ._tasks import download_with_progress
-
-        results = await download_with_progress(
-            self.ctx,
-            self.client,
-            [r["task_id"] for r in todo],
-            directory,
-            max_concurrency=self.max_concurrency,
-        )
-        for record, result in zip(todo, results, strict=True):
-            if result.ok and result.path is not None:
-                record["path"] = str(result.path)
-                await self.journal.mark_downloaded(record["line"], str(result.path))
-            else:
-                self.download_failures += 1
-                record["download_error"] = describe_error(result.error) if result.error else None
-                self.ui.warn(f"line {record['line']}: download failed: {record['download_error']}")
+        await download_all(self, directory)
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -490,25 +388,7 @@ class BatchRun:
 
     async def write_manifest(self) -> None:
         """Write the manifest atomically (temporary file, then rename), off the event loop."""
-        records = self.ordered_records()
-        target = self.manifest
-
-        def _write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    for record in records:
-                        handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(name, target)
-            except BaseException:
-                Path(name).unlink(missing_ok=True)
-                raise
-
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_write)
+        await write_manifest(self.manifest, self.ordered_records())
 
     def counts(self) -> Counter[str]:
         """Lines per manifest status."""
@@ -529,78 +409,6 @@ class BatchRun:
         return any(statuses.get(s) for s in (PENDING, NOT_CREATED, REFUSED, POLL_ERROR)) or bool(
             self.download_failures
         )
-
-
-def _resume_command(ctx: Context, journal: Path | None, manifest: Path) -> str:
-    args = ctx.args
-    parts = ["videogen"]
-    if getattr(args, "cfg_base_url", None):
-        parts += ["--base-url", args.cfg_base_url]
-    parts += ["batch", str(args.file)]
-    if journal is not None:
-        parts += ["--journal", str(journal)]
-    parts += ["--manifest", str(manifest)]
-    if args.download:
-        parts += ["--download", str(args.download)]
-    if args.max_concurrency != 4:
-        parts += ["--max-concurrency", str(args.max_concurrency)]
-    if args.timeout is not None:
-        parts += ["--timeout", f"{args.timeout:g}"]
-    if getattr(args, "max_credits", None) is not None:
-        parts += ["--max-credits", f"{args.max_credits:g}"]
-    if getattr(args, "yes", False):
-        parts += ["--yes"]
-    return shlex.join(parts)
-
-
-def _summary(ctx: Context, run: BatchRun, journal: Path | None, code: int) -> None:
-    counts = run.counts()
-    total_credits = sum(
-        float(r["credits"] or 0) for r in run.records.values() if r["task_id"] is not None
-    )
-    resume = _resume_command(ctx, journal, run.manifest) if journal is not None else None
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(
-            {
-                "manifest": str(run.manifest),
-                "journal": str(journal) if journal else None,
-                "lines": len(run.records),
-                "counts": dict(counts),
-                "credits": total_credits,
-                "exit_code": code,
-                "resume": resume if (run.needs_rerun() or ctx.interrupted) else None,
-            }
-        )
-    else:
-        ctx.ui.print(
-            f"batch: {len(run.records)} line(s), {fmt_credits(total_credits)} credits charged"
-        )
-        ctx.ui.table(("status", "lines"), sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-        attention = [
-            [r["line"], r["status"], r["task_id"], r.get("download_error") or r["error"]]
-            for r in run.ordered_records()
-            if r["status"] != "succeeded" or r.get("download_error")
-        ]
-        if attention:
-            ctx.ui.table(("line", "status", "task id", "why"), attention[:50], title="Attention")
-            if len(attention) > 50:
-                ctx.ui.print(f"... and {len(attention) - 50} more (see the manifest)")
-        ctx.ui.print(f"manifest: {run.manifest}")
-    if counts.get(UNKNOWN):
-        ctx.ui.note(
-            f"{counts[UNKNOWN]} line(s) have an unknown outcome: their create may have taken"
-            " effect (a paid task may exist). They are not sent again unless you pass"
-            " --retry-unknown."
-        )
-    if ctx.interrupted or run.needs_rerun() or run.fatal is not None:
-        if resume is not None:
-            ctx.ui.note(f"to resume, run:\n  {resume}")
-        else:
-            created = sum(1 for r in run.records.values() if r["task_id"])
-            ctx.ui.note(
-                f"no journal was kept (--no-journal): the ids of the {created} task(s) created"
-                f" are in {run.manifest}; running the batch again would create every line again"
-            )
 
 
 async def cmd_batch(ctx: Context) -> int:
@@ -630,20 +438,22 @@ async def cmd_batch(ctx: Context) -> int:
         limit_enforced_later=True,
     )
     default_journal, default_manifest = default_paths(path)
-    journal_path: Path | None = None if args.no_journal else Path(args.journal or default_journal)
+    where: str | None = None if args.no_journal else str(args.journal or default_journal)
     manifest = Path(args.manifest) if args.manifest else default_manifest
     client = ctx.make_client()
     try:
-        journal = await Journal.open(journal_path, base_url=client.base_url)
-    except JournalError as exc:
-        ctx.ui.error(str(exc))
+        store = await open_store(
+            where, base_url=client.base_url, max_credits=getattr(args, "max_credits", None)
+        )
+    except (JournalError, LedgerError) as exc:
+        ctx.ui.error(f"--journal {redact_url(where or '')}: {exc}")
         return EXIT_USAGE
     try:
         async with client:
-            run = BatchRun(ctx, client, journal, lines, manifest=manifest)
+            run = BatchRun(ctx, client, store, lines, manifest=manifest, name=path.name)
             try:
                 await run.load()
-            except JournalError as exc:
+            except (JournalError, LedgerError) as exc:
                 ctx.ui.error(str(exc))
                 return EXIT_USAGE
             failure: BaseException | None = None
@@ -656,7 +466,8 @@ async def cmd_batch(ctx: Context) -> int:
             code = run.exit_code()
             if failure is not None:
                 code = ctx.fail(failure)
-            _summary(ctx, run, journal_path, code)
+            print_summary(ctx, run, where, code)
             return code
     finally:
-        await journal.close()
+        with anyio.CancelScope(shield=True):
+            await store.close()

@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ._batch import cmd_batch
     from ._completion import cmd_completion
     from ._demo import cmd_demo
+    from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
     from ._projects import (
         cmd_project_create,
         cmd_project_download,
@@ -283,9 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE.jsonl", help="one request per line (JSON)")
     p.add_argument(
         "--journal",
-        metavar="PATH",
-        help="the SQLite journal that makes the batch resumable"
-        " (default: FILE's name + .journal.sqlite, beside it)",
+        metavar="URL",
+        help="the ledger that makes the batch resumable and shareable: a file path,"
+        " sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DBNAME (default: FILE's"
+        " name + .journal.sqlite, beside it; a journal of the earlier format is read as before)",
     )
     p.add_argument(
         "--no-journal",
@@ -313,6 +315,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _spending(p)
     p.set_defaults(func=cmd_batch)
+
+    # ledger
+    ledger = command(
+        "ledger",
+        "show what a ledger holds: pending, unknown, finished tasks, credits spent",
+        "examples:\n  videogen ledger summary prompts.journal.sqlite\n"
+        "  videogen ledger list prompts.journal.sqlite --state unknown\n"
+        "  videogen --json ledger list postgresql://u:p@db:5432/videos --state pending\n"
+        "Only reads the ledger: no API key needed, nothing sent or written.",
+    )
+    ledger_actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    ledger_actions.required = True
+    p = ledger_actions.add_parser(
+        "list", help="list the entries", formatter_class=_FMT, parents=[output]
+    )
+    p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+    p.add_argument(
+        "--state",
+        action="append",
+        choices=LEDGER_STATES,
+        help="only entries in this state (repeat for more)",
+    )
+    p.add_argument("--kind", choices=("task", "project", "project_task"), help="only this kind")
+    p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N entries")
+    p.set_defaults(func=cmd_ledger_list)
+    p = ledger_actions.add_parser(
+        "summary",
+        help="entries per state, credits spent and reserved",
+        formatter_class=_FMT,
+        parents=[output],
+    )
+    p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+    p.set_defaults(func=cmd_ledger_summary)
 
     # project
     project = command("project", "viral ad clone projects: script, then videos", PROJECT_EPILOG)

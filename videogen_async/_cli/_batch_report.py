@@ -1,0 +1,99 @@
+"""The end of ``videogen batch``: the summary and the command that resumes it."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+from ._common import Context, fmt_credits
+from ._journal import UNKNOWN
+
+if TYPE_CHECKING:
+    from ._batch import BatchRun
+
+__all__ = ["print_summary", "redact_url"]
+
+
+def redact_url(where: str) -> str:
+    """A journal URL with its password masked (for output)."""
+    if "://" not in where:
+        return where
+    parts = urlsplit(where)
+    if parts.password is None:
+        return where
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
+    args = ctx.args
+    parts = ["videogen"]
+    if getattr(args, "cfg_base_url", None):
+        parts += ["--base-url", args.cfg_base_url]
+    parts += ["batch", str(args.file)]
+    if journal is not None:
+        parts += ["--journal", redact_url(journal)]
+    parts += ["--manifest", str(manifest)]
+    if args.download:
+        parts += ["--download", str(args.download)]
+    if args.max_concurrency != 4:
+        parts += ["--max-concurrency", str(args.max_concurrency)]
+    if args.timeout is not None:
+        parts += ["--timeout", f"{args.timeout:g}"]
+    if getattr(args, "max_credits", None) is not None:
+        parts += ["--max-credits", f"{args.max_credits:g}"]
+    if getattr(args, "yes", False):
+        parts += ["--yes"]
+    return shlex.join(parts)
+
+
+def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -> None:
+    counts = run.counts()
+    total_credits = sum(
+        float(r["credits"] or 0) for r in run.records.values() if r["task_id"] is not None
+    )
+    resume = _resume_command(ctx, journal, run.manifest) if journal is not None else None
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json(
+            {
+                "manifest": str(run.manifest),
+                "journal": redact_url(journal) if journal else None,
+                "lines": len(run.records),
+                "counts": dict(counts),
+                "credits": total_credits,
+                "exit_code": code,
+                "resume": resume if (run.needs_rerun() or ctx.interrupted) else None,
+            }
+        )
+    else:
+        ctx.ui.print(
+            f"batch: {len(run.records)} line(s), {fmt_credits(total_credits)} credits charged"
+        )
+        ctx.ui.table(("status", "lines"), sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        attention = [
+            [r["line"], r["status"], r["task_id"], r.get("download_error") or r["error"]]
+            for r in run.ordered_records()
+            if r["status"] != "succeeded" or r.get("download_error")
+        ]
+        if attention:
+            ctx.ui.table(("line", "status", "task id", "why"), attention[:50], title="Attention")
+            if len(attention) > 50:
+                ctx.ui.print(f"... and {len(attention) - 50} more (see the manifest)")
+        ctx.ui.print(f"manifest: {run.manifest}")
+    if counts.get(UNKNOWN):
+        ctx.ui.note(
+            f"{counts[UNKNOWN]} line(s) have an unknown outcome: their create may have taken"
+            " effect (a paid task may exist). They are not sent again unless you pass"
+            " --retry-unknown."
+        )
+    if ctx.interrupted or run.needs_rerun() or run.fatal is not None:
+        if resume is not None:
+            ctx.ui.note(f"to resume, run:\n  {resume}")
+        else:
+            created = sum(1 for r in run.records.values() if r["task_id"])
+            ctx.ui.note(
+                f"no journal was kept (--no-journal): the ids of the {created} task(s) created"
+                f" are in {run.manifest}; running the batch again would create every line again"
+            )
