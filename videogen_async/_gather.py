@@ -43,6 +43,7 @@ from anyio.abc import TaskGroup
 
 from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from ._models import Task
+from ._observe import observe_gather
 from ._polling import (
     PollingClient,
     PollPolicy,
@@ -269,6 +270,19 @@ class _Coordinator:
 
     async def run(self) -> None:
         """Poll until every id is finished, the deadline passes or a fatal error."""
+        # Observed: the ``poll`` hooks, and one span around the whole gather.
+        source = self._source
+        with observe_gather(source.fetch, source.hooks, self._total) as watch:
+            self._source = attrs.evolve(source, fetch=watch.fetch)
+            await self._run()
+            watch.done(
+                succeeded=self._succeeded,
+                failed=self._failed,
+                errors=self._errors,
+                fatal=self._fatal,
+            )
+
+    async def _run(self) -> None:
         send = self._send
         if send is None:
             raise RuntimeError("open_stream() was not called")

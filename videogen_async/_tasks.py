@@ -8,7 +8,7 @@ from typing import Any
 from ._enums import FunctionMode, Model, Ratio
 from ._gather import GatherResults, gather_until_done
 from ._models import CreatedTask, Task
-from ._polling import PollPolicy, TaskSource, wait_on_source
+from ._polling import PollPolicy, TaskSource, UpdateCallback, wait_on_source
 from ._resource import Resource
 from ._retry import NO_RETRY, RetryPolicy
 from ._schedule import FinishTimeMemory
@@ -133,6 +133,7 @@ class Tasks(Resource):
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
             finish_times=self._finish_times,
+            hooks=self._transport.hooks,
         )
 
     async def wait(
@@ -142,6 +143,7 @@ class Tasks(Resource):
         timeout: float | None = None,
         raise_on_failure: bool = False,
         poll_policy: PollPolicy | None = None,
+        on_update: UpdateCallback[Task] | None = None,
     ) -> Task:
         """Poll one task until it is terminal (succeeded, failed or error).
 
@@ -155,6 +157,10 @@ class Tasks(Resource):
             raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or
                 error, instead of returning it.
             poll_policy: Overrides the client's poll policy for this wait.
+            on_update: Called (or awaited, if it returns a coroutine) with the first state
+                read and then with each state that differs from the one before, the final
+                one included (like fal's ``on_queue_update``). An exception it raises ends
+                the wait with that exception.
 
         Returns:
             The task in a terminal state.
@@ -172,6 +178,7 @@ class Tasks(Resource):
             timeout=timeout,
             raise_on_failure=raise_on_failure,
             poll_policy=poll_policy or self._poll_policy,
+            on_update=on_update,
         )
 
     def gather_until_done(self, task_ids: Iterable[str], **options: Any) -> GatherResults:
