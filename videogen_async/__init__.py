@@ -41,6 +41,8 @@ from ._exceptions import (
     WaitTimeoutError,
 )
 from ._gather import GatherProgress, GatherResults, gather_until_done
+from ._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
+from ._meta import ResponseInfo
 from ._models import (
     Billing,
     CreatedProject,
@@ -53,6 +55,7 @@ from ._models import (
     VideoBatch,
 )
 from ._polling import PollPolicy
+from ._raw import HTTPRequestInfo, RawResponse
 from ._retry import RetryPolicy
 from ._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 from ._transport import Timeout
@@ -75,11 +78,13 @@ __all__ = [
     "CreditBalance",
     "DownloadError",
     "DownloadResult",
+    "EventHook",
     "FinishTimeMemory",
     "FinishTimeStats",
     "FunctionMode",
     "GatherProgress",
     "GatherResults",
+    "HTTPRequestInfo",
     "InMemoryFinishTimes",
     "InsufficientCreditsError",
     "InvalidRequestError",
@@ -87,6 +92,7 @@ __all__ = [
     "Model",
     "NotFoundError",
     "PermissionDeniedError",
+    "PollEvent",
     "PollPolicy",
     "Project",
     "ProjectFailedError",
@@ -96,6 +102,11 @@ __all__ = [
     "ProjectTask",
     "RateLimitError",
     "Ratio",
+    "RawResponse",
+    "RequestEvent",
+    "ResponseEvent",
+    "ResponseInfo",
+    "RetryEvent",
     "RetryPolicy",
     "ServerError",
     "SpeechLanguage",
