@@ -1,7 +1,7 @@
 """Request ids on results, raw responses, event hooks and OpenTelemetry spans, over real HTTP.
 
-Spans are read with the OpenTelemetry SDK's in-memory exporter (one tracer provider for the
-process, its exporter cleared per test).
+Spans are read with the OpenTelemetry SDK's in-memory exporter, installed on the process's
+tracer provider at the first test that reads spans and exporting only during such a test.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -31,15 +31,42 @@ from videogen_async.testing import FaultRule, SandboxServer
 FAST = PollPolicy(first_delay=0.0, min_interval=0.005, max_interval=0.02, error_initial=0.002)
 
 _EXPORTER = InMemorySpanExporter()
-_PROVIDER = TracerProvider()
-_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-trace.set_tracer_provider(_PROVIDER)
+
+
+class _Gate(SimpleSpanProcessor):
+    """Exports only while a test that reads spans runs (other tests' spans are dropped)."""
+
+    on = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.on:
+            super().on_end(span)
+
+
+_GATE = _Gate(_EXPORTER)
+_INSTALLED: list[bool] = []
+
+
+def _install() -> None:
+    """Install the gate once, on the first use: set the global provider, or join the SDK
+    provider a program (a docs example) already set."""
+    if _INSTALLED:
+        return
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    provider.add_span_processor(_GATE)
+    _INSTALLED.append(True)
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
+    _install()
     _EXPORTER.clear()
+    _GATE.on = True
     yield _EXPORTER
+    _GATE.on = False
     _EXPORTER.clear()
 
 
