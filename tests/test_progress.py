@@ -151,3 +151,37 @@ async def test_a_timed_out_wait_has_reported_what_it_saw(sandbox: SandboxServer)
                 created.task_id, timeout=0.05, poll_policy=FAST, on_update=seen.append
             )
     assert seen == [caught.value.last]
+
+
+async def test_watch_yields_each_distinct_state_and_ends_at_the_terminal_one(
+    sandbox: SandboxServer,
+) -> None:
+    polls: list[vg.PollEvent] = []
+    hooks = ticking(sandbox)
+    hooks["poll"].append(polls.append)
+    async with sandbox.client(event_hooks=hooks, poll_policy=FAST) as client:
+        created = await client.tasks.create("a boat", duration=5)
+        states = [task async for task in client.tasks.watch(created.task_id)]
+        final = await client.tasks.get(created.task_id)
+    assert states[-1] == final
+    assert final.is_terminal
+    assert not any(t.is_terminal for t in states[:-1])
+    assert all(a != b for a, b in itertools.pairwise(states))
+    assert len(polls) > len(states)
+
+
+async def test_watch_polls_only_between_iterations_and_honours_its_deadline(
+    sandbox: SandboxServer,
+) -> None:
+    polls: list[vg.PollEvent] = []
+    async with sandbox.client(event_hooks={"poll": [polls.append]}, poll_policy=FAST) as client:
+        created = await client.tasks.create("a lighthouse")  # the clock stands still
+        watch = client.tasks.watch(created.task_id, timeout=0.05)
+        first = await anext(watch)
+        before = len(polls)
+        # While the body runs, nothing polls.
+        assert len(polls) == before
+        with pytest.raises(vg.WaitTimeoutError) as caught:
+            await anext(watch)
+        assert caught.value.last == first
+        assert len(polls) > before

@@ -152,4 +152,7 @@ async def observability() -> None:
         final: vg.Task = await client.tasks.wait(created.task_id, on_update=show)
         script: vg.Project = await client.projects.wait_for_script("p-1", on_update=edit)
         done: vg.Project = await client.projects.wait("p-1", on_update=print)
+        async for state in client.tasks.watch(created.task_id, timeout=60.0):
+            current: vg.Task = state
+            print(current.status)
         del request_id, task, status, trace, request, balance, batch, final, script, done
