@@ -44,7 +44,9 @@ from ._exceptions import (
     WaitTimeoutError,
 )
 from ._gather import GatherProgress, GatherResults, gather_until_done
+from ._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._ledger import Ledger, LedgerEntry
+from ._meta import ResponseInfo
 from ._models import (
     Billing,
     CreatedProject,
@@ -57,6 +59,7 @@ from ._models import (
     VideoBatch,
 )
 from ._polling import PollPolicy
+from ._raw import HTTPRequestInfo, RawResponse
 from ._retry import RetryPolicy
 from ._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 from ._transport import Timeout
@@ -81,11 +84,13 @@ __all__ = [
     "CreditBalance",
     "DownloadError",
     "DownloadResult",
+    "EventHook",
     "FinishTimeMemory",
     "FinishTimeStats",
     "FunctionMode",
     "GatherProgress",
     "GatherResults",
+    "HTTPRequestInfo",
     "InMemoryFinishTimes",
     "InsufficientCreditsError",
     "InvalidRequestError",
@@ -96,6 +101,7 @@ __all__ = [
     "Model",
     "NotFoundError",
     "PermissionDeniedError",
+    "PollEvent",
     "PollPolicy",
     "Project",
     "ProjectFailedError",
@@ -105,6 +111,11 @@ __all__ = [
     "ProjectTask",
     "RateLimitError",
     "Ratio",
+    "RawResponse",
+    "RequestEvent",
+    "ResponseEvent",
+    "ResponseInfo",
+    "RetryEvent",
     "RetryPolicy",
     "ServerError",
     "SpeechLanguage",

@@ -7,7 +7,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,10 +26,12 @@ from ._download import (
     download_many,
 )
 from ._exceptions import ConfigurationError
+from ._hooks import EventHook, EventHooks
 from ._logging import configure_from_env
 from ._pacing import Pacing
 from ._polling import DEFAULT_POLICY, PollPolicy, TaskSource
 from ._projects import Projects
+from ._raw import RawResponseClient
 from ._retry import RetryPolicy
 from ._schedule import FinishTimeMemory, InMemoryFinishTimes
 from ._tasks import Tasks
@@ -156,6 +158,11 @@ class AsyncVideoGen:
             ``ALL_PROXY``, minus ``NO_PROXY``), read when the client is made, as requests
             and httpx do; ``False`` always connects directly. A ``session`` of your own
             is given the proxy the same way.
+        event_hooks: Callables told of the client's events, by name: ``"request"`` (an
+            attempt is sent), ``"response"`` (an answer came), ``"retry"`` (a failed attempt
+            will be retried), ``"poll"`` (a wait or gather read a state); each a list of
+            plain or async callables taking the event. A hook that raises is logged and
+            the client goes on. See ``docs/observability.md``.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
@@ -181,6 +188,7 @@ class AsyncVideoGen:
         max_body_size: int = DEFAULT_MAX_BODY,
         deadline: float | None = None,
         trust_env: bool = True,
+        event_hooks: Mapping[str, Sequence[EventHook]] | None = None,
     ) -> None:
         configure_from_env()
         key = api_key if api_key is not None else os.environ.get("VIDEOGEN_API_KEY")
@@ -228,6 +236,7 @@ class AsyncVideoGen:
             max_body_size=max_body_size,
             deadline=deadline,
             trust_env=trust_env,
+            hooks=EventHooks(event_hooks),
         )
         self._compose(transport, poll_policy, owns_session=True)
 
@@ -249,6 +258,9 @@ class AsyncVideoGen:
         self.tasks = Tasks(transport, policy, self.finish_times)
         self.projects = Projects(transport, policy, self.tasks._fetch_once)
         self.credits = Credits(transport, policy)
+        #: The same calls, each returning a :class:`RawResponse` (status, headers,
+        #: ``trace_id``) whose ``parse()`` gives the result.
+        self.with_raw_response = RawResponseClient(self.tasks, self.projects, self.credits)
 
     @classmethod
     def _view(

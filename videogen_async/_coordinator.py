@@ -35,6 +35,7 @@ import attrs
 from ._classes import BatchSchedule, ClassState, IdState
 from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from ._models import Task
+from ._observe import observe_gather
 from ._pacing import Pacing, paced
 from ._policy import PollPolicy
 from ._polling import TaskSource
@@ -154,6 +155,18 @@ class _Coordinator:
 
     async def run(self) -> None:
         """Poll until every id is finished, the deadline passes or a fatal error."""
+        # Observed: the ``poll`` hooks, and one span around the whole gather.
+        with observe_gather(self._fetch, self._source.hooks, self._total) as watch:
+            self._fetch = watch.fetch
+            await self._run()
+            watch.done(
+                succeeded=self._succeeded,
+                failed=self._failed,
+                errors=self._errors,
+                fatal=self._fatal,
+            )
+
+    async def _run(self) -> None:
         send = self._send
         if send is None:
             raise RuntimeError("open_stream() was not called")

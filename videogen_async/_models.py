@@ -30,6 +30,7 @@ from ._enums import (
     ProjectStep,
     TaskStatus,
 )
+from ._meta import HasResponse
 
 __all__ = [
     "Billing",
@@ -47,7 +48,7 @@ _T = TypeVar("_T")
 
 
 @attrs.frozen
-class CreditBalance:
+class CreditBalance(HasResponse):
     """The API credit balance of the authenticated user.
 
     Attributes:
@@ -60,7 +61,7 @@ class CreditBalance:
 
 
 @attrs.frozen
-class CreatedTask:
+class CreatedTask(HasResponse):
     """A direct video task as returned at creation.
 
     Attributes:
@@ -92,7 +93,7 @@ class TaskResult:
 
 
 @attrs.frozen
-class Task:
+class Task(HasResponse):
     """A video task as returned by the status query.
 
     Attributes:
@@ -204,7 +205,7 @@ class Billing:
 
 
 @attrs.frozen
-class CreatedProject:
+class CreatedProject(HasResponse):
     """A viral ad clone project as returned at creation.
 
     Attributes:
@@ -225,7 +226,7 @@ class CreatedProject:
 
 
 @attrs.frozen
-class Project:
+class Project(HasResponse):
     """A viral ad clone project.
 
     Attributes:
@@ -280,7 +281,7 @@ class Project:
 
 
 @attrs.frozen
-class VideoBatch:
+class VideoBatch(HasResponse):
     """The answer to ``client.projects.create_videos``.
 
     Attributes:

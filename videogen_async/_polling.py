@@ -16,18 +16,21 @@ that imported them from this module.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, Union
 
 import anyio
 import attrs
 
 from ._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
-from ._models import Task
+from ._hooks import EventHooks
+from ._models import Project, Task
+from ._observe import end_wait, poll_event, wait_span
 from ._pacing import Pacing
 from ._policy import (
     DEFAULT_POLICY,
@@ -56,6 +59,7 @@ __all__ = [
     "PollPolicy",
     "PollingClient",
     "TaskSource",
+    "UpdateCallback",
     "aimd_decrease",
     "aimd_increase",
     "batch_delay",
@@ -64,6 +68,7 @@ __all__ = [
     "estimate_window",
     "growth_interval",
     "is_transient",
+    "on_read",
     "poll_until",
     "probe_count",
     "rate_limit_pause",
@@ -77,6 +82,10 @@ __all__ = [
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")
+_V = TypeVar("_V", Task, Project)
+
+#: A progress callback of a single wait: a plain or async callable taking each new state.
+UpdateCallback = Callable[[_V], Union[Awaitable[object], object]]  # noqa: UP007
 
 # ---------------------------------------------------------------------------------------------
 # Single-object waits
@@ -112,12 +121,14 @@ class TaskSource:
         poll_policy: The client's default poll policy, if it has one.
         finish_times: What the client remembers of finish times for its gathers (a
             ``FinishTimeMemory``), if it has one.
+        hooks: The client's event hooks (the engines emit ``poll`` events), if it has any.
     """
 
     fetch: Callable[[str], Awaitable[Task]]
     pacing: Pacing | None = None
     poll_policy: PollPolicy | None = None
     finish_times: FinishTimeMemory | None = None
+    hooks: EventHooks | None = None
 
 
 def source_of(client: object) -> TaskSource:
@@ -149,6 +160,43 @@ def source_of(client: object) -> TaskSource:
     )
 
 
+def on_read(
+    hooks: EventHooks | None,
+    on_update: UpdateCallback[_V] | None,
+    terminal: Callable[[_V], bool],
+) -> Callable[[_V], Awaitable[object]] | None:
+    """What a single wait does with each state it reads: the ``poll`` hooks, ``on_update``.
+
+    ``on_update`` is called with the first state and then with each one that differs (by
+    equality, which ignores the answer's metadata) from the one before; a coroutine it
+    returns is awaited. Its exceptions propagate: it is the caller's own code, run inside the
+    caller's call.
+
+    Args:
+        hooks: The client's event hooks, if any.
+        on_update: The caller's progress callback, if any.
+        terminal: Whether a state ends the wait.
+
+    Returns:
+        The callback for the wait loop, or ``None`` when there is nothing to do.
+    """
+    polls = hooks if hooks is not None and hooks.wants("poll") else None
+    if polls is None and on_update is None:
+        return None
+    previous: list[_V] = []
+
+    async def seen(value: _V) -> None:
+        if polls is not None:
+            await polls.emit("poll", poll_event(value, is_terminal=terminal(value)))
+        if on_update is not None and (not previous or previous[0] != value):
+            previous[:] = [value]
+            result = on_update(value)
+            if inspect.isawaitable(result):
+                await result
+
+    return seen
+
+
 def _policy_of(client: object, policy: PollPolicy | None) -> PollPolicy:
     if policy is not None:
         return policy
@@ -164,6 +212,7 @@ async def _poll_loop(
     seconds: float | None,
     policy: PollPolicy,
     what: str,
+    on_value: Callable[[_T], Awaitable[object]] | None = None,
 ) -> _T:
     rng = random.Random()
     start = anyio.current_time()
@@ -197,7 +246,10 @@ async def _poll_loop(
                 failures = 0
                 rate_limited = 0
                 last = value
-                if done(value):
+                finished = done(value)
+                if on_value is not None:
+                    await on_value(value)
+                if finished:
                     return value
                 elapsed = anyio.current_time() - start
                 delay = growth_interval(policy, age_of(value, elapsed), rng.random())
@@ -214,6 +266,7 @@ async def poll_until(
     timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
     poll_policy: PollPolicy | None,
     what: str,
+    on_value: Callable[[_T], Awaitable[object]] | None = None,
 ) -> _T:
     """Poll one object until ``done`` says so.
 
@@ -229,6 +282,8 @@ async def poll_until(
         poll_policy: The poll policy (``None``: the defaults).
         what: Names the object in errors and logs, e.g. ``"project p_123"``; also the one
             entry of ``WaitTimeoutError.pending``.
+        on_value: Awaited with each value read, after ``done`` has judged it (an exception
+            it raises ends the wait with that exception).
 
     Returns:
         The first value for which ``done`` is true.
@@ -239,7 +294,13 @@ async def poll_until(
     """
     policy = poll_policy or DEFAULT_POLICY
     return await _poll_loop(
-        fetch, done, lambda _value, elapsed: elapsed, seconds=timeout, policy=policy, what=what
+        fetch,
+        done,
+        lambda _value, elapsed: elapsed,
+        seconds=timeout,
+        policy=policy,
+        what=what,
+        on_value=on_value,
     )
 
 
@@ -277,6 +338,7 @@ async def wait_on_source(
     timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
     raise_on_failure: bool,
     poll_policy: PollPolicy | None,
+    on_update: UpdateCallback[Task] | None = None,
 ) -> Task:
     """Poll one task until it is terminal.
 
@@ -289,6 +351,8 @@ async def wait_on_source(
         timeout: Deadline in seconds for the whole wait (``None``: none).
         raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or error.
         poll_policy: The poll policy (``None``: the source's, else the defaults).
+        on_update: Called (or awaited) with each state of the task that differs from the
+            one before, the first read included; an exception it raises ends the wait.
 
     Returns:
         The task in a terminal state.
@@ -308,15 +372,19 @@ async def wait_on_source(
             return elapsed
         return max(elapsed, time.time() - task.created_at.timestamp())
 
+    on_value = on_read(source.hooks, on_update, lambda t: t.is_terminal)
     try:
-        task = await _poll_loop(
-            lambda: get(task_id),
-            lambda t: t.is_terminal,
-            age_of,
-            seconds=timeout,
-            policy=policy,
-            what=task_id,
-        )
+        with wait_span("task", task_id) as span:
+            task = await _poll_loop(
+                lambda: get(task_id),
+                lambda t: t.is_terminal,
+                age_of,
+                seconds=timeout,
+                policy=policy,
+                what=task_id,
+                on_value=on_value,
+            )
+            end_wait(span, task)
     except WaitTimeoutError as exc:
         exc.message = f"task {task_id} was not terminal after {timeout:g} s"
         exc.args = (exc.message,)

@@ -8,7 +8,8 @@ from urllib.parse import quote
 from ._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
 from ._exceptions import ProjectFailedError, WaitTimeoutError
 from ._models import CreatedProject, Project, Task, VideoBatch
-from ._polling import PollPolicy, poll_until
+from ._observe import end_wait, wait_span
+from ._polling import PollPolicy, UpdateCallback, on_read, poll_until
 from ._resource import Resource
 from ._retry import NO_RETRY, RetryPolicy
 from ._transport import Transport
@@ -178,6 +179,7 @@ class Projects(Resource):
         *,
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
+        on_update: UpdateCallback[Project] | None = None,
     ) -> Project:
         """Poll a project until its script is ready.
 
@@ -185,6 +187,9 @@ class Projects(Resource):
             project_id: The project.
             timeout: The deadline in seconds (``None``: no deadline).
             poll_policy: Overrides the client's poll policy.
+            on_update: Called (or awaited) with the first state read and then with each
+                state that differs from the one before (a new ``current_step``, a script,
+                new tasks), the final one included; an exception it raises ends the wait.
 
         Returns:
             The project, with ``view_script`` set.
@@ -201,13 +206,18 @@ class Projects(Resource):
                 raise ProjectFailedError(project)
             return project.has_script
 
-        return await poll_until(
-            lambda: self._fetch(project_id, NO_RETRY),
-            ready,
-            timeout=timeout,
-            poll_policy=poll_policy or self._poll_policy,
-            what=f"project {project_id}",
-        )
+        on_value = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
+        with wait_span("script", project_id) as span:
+            project = await poll_until(
+                lambda: self._fetch(project_id, NO_RETRY),
+                ready,
+                timeout=timeout,
+                poll_policy=poll_policy or self._poll_policy,
+                what=f"project {project_id}",
+                on_value=on_value,
+            )
+            end_wait(span, project)
+        return project
 
     async def wait(
         self,
@@ -215,6 +225,7 @@ class Projects(Resource):
         *,
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
+        on_update: UpdateCallback[Project] | None = None,
     ) -> Project:
         """Poll a project until it and every one of its video tasks are terminal.
 
@@ -225,6 +236,10 @@ class Projects(Resource):
             project_id: The project.
             timeout: The deadline in seconds (``None``: no deadline).
             poll_policy: Overrides the client's poll policy.
+            on_update: Called (or awaited) with the first state read and then with each
+                state that differs from the one before (its status, step, script, billing
+                or listed tasks changed), the final one included; an exception it raises
+                ends the wait.
 
         Returns:
             The project in its final state.
@@ -253,14 +268,23 @@ class Projects(Resource):
                 settled.add(task_id)
             return project, True
 
+        seen = on_read(self._transport.hooks, on_update, lambda p: p.is_terminal)
+
+        async def on_value(state: tuple[Project, bool]) -> None:
+            if seen is not None:
+                await seen(state[0])
+
         try:
-            project, _ = await poll_until(
-                snapshot,
-                lambda state: state[1],
-                timeout=timeout,
-                poll_policy=poll_policy or self._poll_policy,
-                what=f"project {project_id}",
-            )
+            with wait_span("project", project_id) as span:
+                project, _ = await poll_until(
+                    snapshot,
+                    lambda state: state[1],
+                    timeout=timeout,
+                    poll_policy=poll_policy or self._poll_policy,
+                    what=f"project {project_id}",
+                    on_value=on_value if seen is not None else None,
+                )
+                end_wait(span, project)
         except WaitTimeoutError as exc:
             if isinstance(exc.last, tuple):
                 exc.last = exc.last[0]

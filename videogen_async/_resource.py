@@ -15,6 +15,7 @@ import cattrs
 
 from ._exceptions import APIResponseError
 from ._jsonbody import clip, short_repr
+from ._meta import RESPONSE_SLOT
 from ._models import structure_lenient
 from ._polling import PollPolicy
 from ._redact import scrub_exception
@@ -23,6 +24,7 @@ from ._transport import Response, Transport
 __all__ = ["Resource"]
 
 _T = TypeVar("_T")
+_set_slot = object.__setattr__  # the response slot of a frozen result, set once at parse time
 logger = logging.getLogger("videogen_async")
 
 
@@ -83,6 +85,9 @@ class Resource:
                 ", ".join(dropped),
                 response.trace_id,
             )
+        info = response.info
+        if info is not None:
+            _set_slot(value, RESPONSE_SLOT, info)
         return value
 
 

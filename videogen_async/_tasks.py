@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+import operator
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from ._enums import FunctionMode, Model, Ratio
+from ._exceptions import WaitTimeoutError
 from ._gather import GatherResults, gather_until_done
 from ._models import CreatedTask, Task
-from ._polling import PollPolicy, TaskSource, wait_on_source
+from ._polling import PollPolicy, TaskSource, UpdateCallback, on_read, poll_until, wait_on_source
 from ._resource import Resource
 from ._retry import NO_RETRY, RetryPolicy
 from ._schedule import FinishTimeMemory
@@ -133,6 +137,7 @@ class Tasks(Resource):
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
             finish_times=self._finish_times,
+            hooks=self._transport.hooks,
         )
 
     async def wait(
@@ -142,6 +147,7 @@ class Tasks(Resource):
         timeout: float | None = None,
         raise_on_failure: bool = False,
         poll_policy: PollPolicy | None = None,
+        on_update: UpdateCallback[Task] | None = None,
     ) -> Task:
         """Poll one task until it is terminal (succeeded, failed or error).
 
@@ -155,6 +161,10 @@ class Tasks(Resource):
             raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or
                 error, instead of returning it.
             poll_policy: Overrides the client's poll policy for this wait.
+            on_update: Called (or awaited, if it returns a coroutine) with the first state
+                read and then with each state that differs from the one before, the final
+                one included (like fal's ``on_queue_update``). An exception it raises ends
+                the wait with that exception.
 
         Returns:
             The task in a terminal state.
@@ -172,7 +182,65 @@ class Tasks(Resource):
             timeout=timeout,
             raise_on_failure=raise_on_failure,
             poll_policy=poll_policy or self._poll_policy,
+            on_update=on_update,
         )
+
+    async def watch(
+        self,
+        task_id: str,
+        *,
+        timeout: float | None = None,
+        poll_policy: PollPolicy | None = None,
+    ) -> AsyncIterator[Task]:
+        """Yield each distinct state of a task until it is terminal.
+
+        The async-iterator form of ``wait(on_update=...)``::
+
+            async for task in client.tasks.watch(task_id, timeout=600):
+                await message.edit(f"{task.status}")
+
+        Each state that differs from the one before is yielded once, the first and the
+        terminal one included; then the iteration ends. No poll runs while your loop body
+        does (and no cancel scope is held across a ``yield``): a slow body delays the next
+        poll, it never races it.
+
+        Args:
+            task_id: The task to watch.
+            timeout: The deadline in seconds for the whole watch (``None``: no deadline);
+                the time your loop body takes counts.
+            poll_policy: Overrides the client's poll policy.
+
+        Yields:
+            Each new state of the task.
+
+        Raises:
+            WaitTimeoutError: The deadline passed; ``.last`` holds the last state seen.
+            NotFoundError: No such task.
+        """
+        task_id = check_id("task_id", task_id)
+        policy = poll_policy or self._poll_policy
+        deadline = None if timeout is None else time.monotonic() + timeout
+        on_value = on_read(self._transport.hooks, None, lambda task: task.is_terminal)
+        last: Task | None = None
+        while last is None or not last.is_terminal:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                current = await poll_until(
+                    lambda: self._fetch_once(task_id),
+                    functools.partial(operator.ne, last),
+                    timeout=left,
+                    poll_policy=policy,
+                    what=task_id,
+                    on_value=on_value,
+                )
+            except WaitTimeoutError as exc:
+                if exc.last is None:
+                    exc.last = last
+                exc.message = f"task {task_id} was not terminal after {timeout:g} s"
+                exc.args = (exc.message,)
+                raise
+            last = current
+            yield current
 
     def gather_until_done(self, task_ids: Iterable[str], **options: Any) -> GatherResults:
         """Wait for many tasks at once, yielding each as soon as it is terminal.

@@ -34,6 +34,7 @@ import anyio
 import attrs
 from yarl import URL
 
+from . import _otel
 from ._exceptions import (
     APIConnectionError,
     APIResponseError,
@@ -50,8 +51,11 @@ from ._exceptions import (
     ServerError,
     VideoGenError,
 )
+from ._hooks import EventHooks
 from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep
 from ._jsonbody import excerpt as _body_excerpt
+from ._meta import ResponseInfo
+from ._observe import RequestObserver
 from ._pacing import Pacing
 from ._redact import register_secret, scrub_exception
 from ._retry import (
@@ -99,6 +103,7 @@ class Response:
         message: The envelope's ``message``.
         headers: The response headers.
         attempts: How many attempts the request took.
+        info: What a result parsed from it keeps (set by the request loop).
     """
 
     status_code: int
@@ -107,6 +112,7 @@ class Response:
     message: str | None
     headers: Mapping[str, str]
     attempts: int = 1
+    info: ResponseInfo | None = None
 
 
 class _Secret(str):
@@ -191,6 +197,7 @@ class Transport:
         deadline: float | None = None,
         trust_env: bool = True,
         proxy: str | _Unset | None = UNSET,
+        hooks: EventHooks | None = None,
     ) -> None:
         if deadline is not None and not deadline > 0:
             raise ValueError(f"deadline must be positive seconds or None, got {deadline!r}")
@@ -213,6 +220,14 @@ class Transport:
             "Authorization": _Secret(f"Bearer {api_key}"),
         }
         self._aio_timeout = timeout.to_aiohttp()
+        self.hooks = hooks or EventHooks()
+        base = URL(self.base_url)
+        # Hooks and spans: no observer (and no cost) when there is neither.
+        self._observer = (
+            RequestObserver(self.hooks, base.host or "", base.port)
+            if self.hooks or _otel.ENABLED
+            else None
+        )
         self._stream_timeout = timeout.streaming().to_aiohttp()
         # The proxy is read from the environment once, when the client is made (as httpx
         # does), not per request.
@@ -257,6 +272,7 @@ class Transport:
             deadline=self.deadline if isinstance(deadline, _Unset) else deadline,
             trust_env=self.trust_env,
             proxy=self._proxy,
+            hooks=self.hooks,
         )
 
     def call_bound(self) -> float | None:
@@ -307,7 +323,9 @@ class Transport:
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
         pacing = self.owner.pacing
-        deadline = math.inf if self.deadline is None else time.monotonic() + self.deadline
+        observer = self._observer
+        first = time.monotonic()
+        deadline = math.inf if self.deadline is None else first + self.deadline
         attempt = 0
         sent = -math.inf
         while True:
@@ -319,7 +337,13 @@ class Transport:
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
                 try:
-                    response = await self._send_once(method, url, path, body, headers, deadline)
+                    if observer is None:
+                        response = await self._send_once(method, url, path, body, headers, deadline)
+                    else:
+                        response = await observer.send(
+                            lambda: self._send_once(method, url, path, body, headers, deadline),
+                            method=method, path=path, url=str(url), attempt=attempt,
+                        )  # fmt: skip
                 finally:
                     pacing.release()
             except VideoGenError as exc:
@@ -341,6 +365,8 @@ class Transport:
                     method, path, (now - started) * 1000, attempt, policy.max_retries + 1,
                     _describe(exc), delay,
                 )  # fmt: skip
+                if observer is not None:
+                    await observer.retry(method, path, attempt, delay, exc)
                 await asyncio.sleep(delay)
                 continue
             pacing.succeeded()
@@ -350,9 +376,14 @@ class Transport:
                     method, path, response.status_code, (time.monotonic() - started) * 1000,
                     attempt, response.trace_id,
                 )  # fmt: skip
-            if attempt > 1:
-                response = attrs.evolve(response, attempts=attempt)
-            return response
+            status, trace = response.status_code, response.trace_id
+            info = ResponseInfo(
+                status, response.headers, trace, method, str(url), attempt,
+                time.monotonic() - first,
+            )  # fmt: skip
+            return Response(
+                status, response.data, trace, response.message, response.headers, attempt, info
+            )
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline."""

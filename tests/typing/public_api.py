@@ -100,3 +100,59 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
             error: vg.VideoGenError | None = result.error
             print(error)
     del script, failed, path, again
+
+
+async def observability() -> None:
+    """Request ids, raw responses, event hooks and progress callbacks."""
+
+    def on_request(event: vg.RequestEvent) -> None:
+        print(event.method, event.path, event.attempt)
+
+    async def on_response(event: vg.ResponseEvent) -> None:
+        status: int = event.status_code
+        trace: str | None = event.trace_id
+        print(status, trace, event.elapsed)
+
+    def on_retry(event: vg.RetryEvent) -> None:
+        delay: float = event.delay
+        print(delay, event.reason)
+
+    def on_poll(event: vg.PollEvent) -> None:
+        print(event.kind, event.id, event.status, event.current_step, event.is_terminal)
+
+    hooks: dict[str, list[vg.EventHook]] = {
+        "request": [on_request],
+        "response": [on_response],
+        "retry": [on_retry],
+        "poll": [on_poll],
+    }
+    async with AsyncVideoGen(event_hooks=hooks) as client:
+        created = await client.tasks.create("a boat")
+        request_id: str | None = created._request_id
+        info: vg.ResponseInfo | None = created._response
+        if info is not None:
+            headers_seen: str | None = info.headers.get("content-type")
+            print(headers_seen, info.status_code, info.attempts, info.elapsed, info.url)
+        raw: vg.RawResponse[vg.Task] = await client.with_raw_response.tasks.get(created.task_id)
+        task: vg.Task = raw.parse()
+        status: int = raw.status_code
+        trace: str | None = raw.request_id
+        request: vg.HTTPRequestInfo = raw.http_request
+        balance: vg.CreditBalance = (await client.with_raw_response.credits.get()).parse()
+        batch: vg.RawResponse[
+            vg.VideoBatch
+        ] = await client.with_raw_response.projects.create_videos("p-1", out_number=1)
+
+        def show(state: vg.Task) -> None:
+            print(state.status)
+
+        async def edit(project: vg.Project) -> None:
+            print(project.current_step)
+
+        final: vg.Task = await client.tasks.wait(created.task_id, on_update=show)
+        script: vg.Project = await client.projects.wait_for_script("p-1", on_update=edit)
+        done: vg.Project = await client.projects.wait("p-1", on_update=print)
+        async for state in client.tasks.watch(created.task_id, timeout=60.0):
+            current: vg.Task = state
+            print(current.status)
+        del request_id, task, status, trace, request, balance, batch, final, script, done

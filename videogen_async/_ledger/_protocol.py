@@ -7,23 +7,28 @@ The ledger sits below the client: it sends creates through ``tasks.create`` and
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 __all__ = ["LedgerClient"]
 
 
+# The calls are read as callables (any keyword arguments), so that a namespace whose calls
+# spell out their keyword arguments, as the client's do, has this shape.
 class _Tasks(Protocol):
-    async def create(self, prompt: str, /, **fields: Any) -> Any: ...
+    @property
+    def create(self) -> Callable[..., Awaitable[Any]]: ...
 
-    async def get(self, task_id: str, /) -> Any: ...
+    @property
+    def get(self) -> Callable[..., Awaitable[Any]]: ...
 
 
 class _Projects(Protocol):
-    async def create(
-        self, reference_video_url: str, product_image_urls: list[str], /, **fields: Any
-    ) -> Any: ...
+    @property
+    def create(self) -> Callable[..., Awaitable[Any]]: ...
 
-    async def create_videos(self, project_id: str, /, **fields: Any) -> Any: ...
+    @property
+    def create_videos(self) -> Callable[..., Awaitable[Any]]: ...
 
 
 class LedgerClient(Protocol):

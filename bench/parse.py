@@ -1,0 +1,60 @@
+"""Micro-benchmark of the polling hot path's parse: ``structure_lenient`` and ``Resource._parse``
+of a ``Task``, without and with the response metadata the request loop attaches.
+
+Run: ``python bench/parse.py`` (quiet machine; the minimum of several repeats is printed).
+"""
+
+from __future__ import annotations
+
+import functools
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+from videogen_async._meta import ResponseInfo
+from videogen_async._models import Task, structure_lenient
+from videogen_async._resource import Resource
+from videogen_async._transport import Response
+
+RUNNING = {
+    "task_id": "t_1",
+    "status": "running",
+    "model": "videomodel_2_0",
+    "created_at": "2026-01-01T00:00:00Z",
+    "updated_at": "2026-01-01T00:00:01.123Z",
+    "credits_cost": 12.5,
+    "result": None,
+}
+SUCCEEDED = dict(
+    RUNNING,
+    status="succeeded",
+    result={
+        "video_url": "https://x/v.mp4",
+        "error_message": None,
+        "finished_at": "2026-01-01T00:01:00Z",
+    },
+)
+N = 100_000
+
+
+def best(call: Callable[[], Any]) -> float:
+    return min(timeit.repeat(call, number=N, repeat=7)) / N * 1e9
+
+
+def main() -> None:
+    resource = Resource.__new__(Resource)
+    info = ResponseInfo(200, {}, "tr", "GET", "https://api.example.com/v1/tasks?task_id=t_1")
+    for name, data in (("running", RUNNING), ("succeeded", SUCCEEDED)):
+        bare = Response(200, data, "tr", "ok", {})
+        full = Response(200, data, "tr", "ok", {}, 1, info)
+        cases = {
+            "structure_lenient": functools.partial(structure_lenient, data, Task),
+            "Resource._parse, no metadata": functools.partial(resource._parse, bare, Task),
+            "Resource._parse, with metadata": functools.partial(resource._parse, full, Task),
+        }
+        for what, call in cases.items():
+            print(f"{what} (Task, {name}): {best(call):.0f} ns")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""What a result knows of the HTTP answer it was parsed from: ``ResponseInfo``.
+
+Every result of a call (``Task``, ``CreatedTask``, ``Project``, ``CreatedProject``,
+``VideoBatch``, ``CreditBalance``) carries the :class:`ResponseInfo` of the answer it was read
+from, in a private slot outside its attrs fields: equality, hashing, ``repr``, ``attrs.fields``
+and ``attrs.asdict`` ignore it, and the model stays immutable. It is read as
+``result._request_id`` (the service's ``trace_id``, the name openai-python and anthropic use)
+and ``result._response`` (status, headers, method, URL, attempts, elapsed time).
+
+A copy (``attrs.evolve``, ``copy.copy``, ``pickle``) or a model built by hand carries none:
+it is not the answer of a request, so both read ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ._redact import redact_text, redact_value
+
+__all__ = ["RESPONSE_SLOT", "HasResponse", "ResponseInfo"]
+
+#: The private slot of a result holding its :class:`ResponseInfo`.
+RESPONSE_SLOT = "_response_info"
+
+
+class ResponseInfo:
+    """The HTTP answer a result was read from (read-only).
+
+    What the service sent is redacted when read: a key a hostile upstream echoes back in a
+    header or in the ``trace_id`` reads as ``<redacted>``.
+
+    Attributes:
+        status_code: The HTTP status.
+        method: The request's method.
+        url: The request's URL (it never carries the API key, which travels in a header).
+        attempts: How many attempts the request took (1 when it was not retried).
+        elapsed: Seconds from the first attempt to the decoded answer, retries included.
+    """
+
+    __slots__ = ("_headers", "_trace_id", "attempts", "elapsed", "method", "status_code", "url")
+
+    def __init__(
+        self,
+        status_code: int,
+        headers: Mapping[str, str],
+        trace_id: str | None,
+        method: str,
+        url: str,
+        attempts: int = 1,
+        elapsed: float = 0.0,
+    ) -> None:
+        self.status_code = status_code
+        self._headers = headers
+        self._trace_id = trace_id
+        self.method = method
+        self.url = url
+        self.attempts = attempts
+        self.elapsed = elapsed
+
+    @property
+    def trace_id(self) -> str | None:
+        """The envelope's ``trace_id``: quote it when reporting a problem."""
+        return None if self._trace_id is None else redact_text(self._trace_id)
+
+    @property
+    def request_id(self) -> str | None:
+        """The same as ``trace_id`` (the name other SDKs use)."""
+        return self.trace_id
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The response headers, as a read-only mapping (names compare case-insensitively)."""
+        plain = dict(self._headers.items())
+        redacted: dict[str, str] = redact_value(plain)
+        return _Headers(redacted)
+
+    @property
+    def retries_taken(self) -> int:
+        """Attempts beyond the first."""
+        return self.attempts - 1
+
+    def __repr__(self) -> str:
+        return (
+            f"ResponseInfo(status_code={self.status_code}, trace_id={self.trace_id!r},"
+            f" method={self.method!r}, url={self.url!r}, attempts={self.attempts},"
+            f" elapsed={self.elapsed:.3f})"
+        )
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        # The headers of an answer are a read-only view that does not pickle; a plain dict does.
+        return (
+            ResponseInfo,
+            (
+                self.status_code,
+                dict(self._headers),
+                self._trace_id,
+                self.method,
+                self.url,
+                self.attempts,
+                self.elapsed,
+            ),
+        )
+
+
+class _Headers(Mapping[str, str]):
+    """A read-only mapping of headers whose names compare case-insensitively."""
+
+    __slots__ = ("_items", "_lower")
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self._items = items
+        self._lower = {k.lower(): v for k, v in items.items()}
+
+    def __getitem__(self, name: str) -> str:
+        return self._lower[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._lower
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+class HasResponse:
+    """Base of the results: a private slot for the :class:`ResponseInfo` of their answer."""
+
+    __slots__ = ("_response_info",)
+
+    @property
+    def _response(self) -> ResponseInfo | None:
+        """The HTTP answer this result was read from (``None`` for a copy or a hand-built one)."""
+        return getattr(self, "_response_info", None)
+
+    @property
+    def _request_id(self) -> str | None:
+        """The service's ``trace_id`` of the answer (``None`` for a copy or a hand-built one)."""
+        info: ResponseInfo | None = getattr(self, "_response_info", None)
+        return None if info is None else info.trace_id

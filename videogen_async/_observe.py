@@ -1,0 +1,275 @@
+"""Where the client is observed: event hooks and OpenTelemetry spans around requests and waits.
+
+* :class:`RequestObserver` wraps one attempt of a request (the transport's request loop): the
+  ``request`` and ``response`` hooks, and one ``CLIENT`` span per attempt following the
+  OpenTelemetry HTTP client conventions (a retry is a new span with
+  ``http.request.resend_count``).
+* :func:`wait_span` and :func:`observe_gather` put one span around a wait or a gather with
+  the ids' count, the credits charged and the outcome; :func:`poll_event` builds the ``poll``
+  hook's event.
+
+With no hook and without ``opentelemetry-api`` (``_otel.ENABLED`` false) none of this runs:
+the transport holds no observer and the waits skip the spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+from . import _otel
+from ._exceptions import APIStatusError, WaitTimeoutError
+from ._hooks import EventHooks, PollEvent, RequestEvent, response_event, retry_event
+from ._models import Project, Task
+
+__all__ = ["GatherWatch", "RequestObserver", "observe_gather", "poll_event", "wait_span"]
+
+_R = TypeVar("_R", bound="_Answer")
+
+
+class _Answer(Protocol):
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def trace_id(self) -> str | None: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class RequestObserver:
+    """The hooks and spans of one client's requests."""
+
+    __slots__ = ("_server", "hooks")
+
+    def __init__(self, hooks: EventHooks, server_address: str, server_port: int | None) -> None:
+        self.hooks = hooks
+        self._server: dict[str, Any] = {"server.address": server_address}
+        if server_port is not None:
+            self._server["server.port"] = server_port
+
+    async def send(
+        self,
+        send: Callable[[], Awaitable[_R]],
+        *,
+        method: str,
+        path: str,
+        url: str,
+        attempt: int,
+    ) -> _R:
+        """Run one attempt ``send()`` under the hooks and a ``CLIENT`` span.
+
+        Args:
+            send: Sends the attempt and decodes its answer.
+            method: The method.
+            path: The path under the base URL.
+            url: The full URL.
+            attempt: 1 for the first attempt.
+
+        Returns:
+            What ``send`` returned.
+        """
+        hooks = self.hooks
+        if hooks.wants("request"):
+            await hooks.emit("request", RequestEvent(method, path, url, attempt))
+        if not _otel.ENABLED:
+            return await self._answer(send, None, method, path, url, attempt)
+        attributes: dict[str, Any] = {
+            "http.request.method": method,
+            **self._server,
+            "url.full": url,
+        }
+        if attempt > 1:
+            attributes["http.request.resend_count"] = attempt - 1
+        with _otel.client_span(method, attributes) as span:
+            return await self._answer(send, span, method, path, url, attempt)
+
+    async def _answer(
+        self,
+        send: Callable[[], Awaitable[_R]],
+        span: _otel.SpanLike | None,
+        method: str,
+        path: str,
+        url: str,
+        attempt: int,
+    ) -> _R:
+        started = time.monotonic()
+        try:
+            response = await send()
+        except APIStatusError as exc:
+            if span is not None:
+                _answered(span, exc.status_code, exc.trace_id)
+                _otel.set_error(span, str(exc.status_code or type(exc).__name__))
+            if self.hooks.wants("response") and exc.status_code is not None:
+                event = response_event(
+                    method, path, url, attempt, exc.status_code, exc.trace_id,
+                    time.monotonic() - started, exc.headers, type(exc).__name__,
+                )  # fmt: skip
+                await self.hooks.emit("response", event)
+            raise
+        except Exception as exc:
+            if span is not None:
+                _otel.set_error(span, type(exc).__name__)
+            raise
+        if span is not None:
+            _answered(span, response.status_code, response.trace_id)
+        if self.hooks.wants("response"):
+            event = response_event(
+                method, path, url, attempt, response.status_code, response.trace_id,
+                time.monotonic() - started, response.headers,
+            )  # fmt: skip
+            await self.hooks.emit("response", event)
+        return response
+
+    async def retry(
+        self, method: str, path: str, attempt: int, delay: float, exc: BaseException
+    ) -> None:
+        """Tell the ``retry`` hooks that ``attempt`` failed with ``exc`` and is retried."""
+        if self.hooks.wants("retry"):
+            await self.hooks.emit("retry", retry_event(method, path, attempt, delay, exc))
+
+
+def _answered(span: _otel.SpanLike, status: int | None, trace_id: str | None) -> None:
+    if status is not None:
+        span.set_attribute("http.response.status_code", status)
+    if trace_id:
+        span.set_attribute("videogen.trace_id", trace_id)
+
+
+def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
+    """The ``poll`` hook's event for a task or project just read."""
+    if isinstance(value, Project):
+        return PollEvent(
+            kind="project",
+            id=value.project_id,
+            status=str(value.status),
+            current_step=None if value.current_step is None else str(value.current_step),
+            is_terminal=is_terminal,
+            trace_id=value._request_id,
+        )
+    return PollEvent(
+        kind="task",
+        id=value.task_id,
+        status=str(value.status),
+        is_terminal=is_terminal,
+        trace_id=value._request_id,
+    )
+
+
+def _outcome(exc: BaseException) -> str:
+    if isinstance(exc, WaitTimeoutError):
+        return "timeout"
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        return "cancelled"
+    return "error"
+
+
+@contextmanager
+def wait_span(kind: str, object_id: str) -> Iterator[_otel.SpanLike | None]:
+    """One span around a single wait (``None`` without OpenTelemetry).
+
+    The caller sets the outcome with :func:`end_wait`; an exception sets it to ``timeout``,
+    ``cancelled`` or ``error``.
+
+    Args:
+        kind: ``"task"``, ``"project"`` or ``"script"``.
+        object_id: The id waited for.
+
+    Yields:
+        The span, or ``None``.
+    """
+    if not _otel.ENABLED:
+        yield None
+        return
+    attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
+    with _otel.span(f"videogen.wait {kind}", attributes) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            current.set_attribute("videogen.outcome", _outcome(exc))
+            raise
+
+
+def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
+    """Record a finished wait's outcome (the final status) and credits on its span."""
+    if span is None:
+        return
+    if isinstance(value, Project):
+        span.set_attribute("videogen.credits_charged", value.billing.total_credits_cost)
+        span.set_attribute("videogen.outcome", str(value.status))
+    else:
+        span.set_attribute("videogen.credits_charged", value.credits_cost)
+        span.set_attribute("videogen.outcome", str(value.status))
+
+
+class GatherWatch:
+    """What a gather reports of itself: its poll hooks, and the span's credits and outcome."""
+
+    def __init__(
+        self,
+        fetch: Callable[[str], Awaitable[Task]],
+        hooks: EventHooks | None,
+        span: _otel.SpanLike | None,
+    ) -> None:
+        self._inner = fetch
+        self._hooks = hooks if hooks is not None and hooks.wants("poll") else None
+        self._span = span
+        self._credits: dict[str, float] = {}
+        #: What the gather polls through (``fetch`` itself when nothing observes it).
+        self.fetch: Callable[[str], Awaitable[Task]] = (
+            self._observed if self._hooks is not None or span is not None else fetch
+        )
+
+    async def _observed(self, task_id: str) -> Task:
+        task = await self._inner(task_id)
+        terminal = task.is_terminal
+        if terminal and self._span is not None:
+            self._credits[task_id] = task.credits_cost
+        if self._hooks is not None:
+            await self._hooks.emit("poll", poll_event(task, is_terminal=terminal))
+        return task
+
+    def done(
+        self, *, succeeded: int, failed: int, errors: int, fatal: BaseException | None
+    ) -> None:
+        """Record the gather's counts, credits and outcome on its span."""
+        span = self._span
+        if span is None:
+            return
+        span.set_attribute("videogen.credits_charged", sum(self._credits.values()))
+        span.set_attribute("videogen.succeeded", succeeded)
+        span.set_attribute("videogen.failed", failed)
+        span.set_attribute("videogen.errors", errors)
+        if fatal is not None:
+            span.set_attribute("videogen.outcome", _outcome(fatal))
+            _otel.set_error(span, type(fatal).__name__)
+        else:
+            span.set_attribute("videogen.outcome", "completed" if not errors else "partial")
+
+
+@contextmanager
+def observe_gather(
+    fetch: Callable[[str], Awaitable[Task]], hooks: EventHooks | None, count: int
+) -> Iterator[GatherWatch]:
+    """One span around a gather's polling, and its ``poll`` hooks.
+
+    Args:
+        fetch: The gather's read of one task.
+        hooks: The client's hooks, if any.
+        count: The distinct ids gathered.
+
+    Yields:
+        The watch: poll through its ``fetch``, and call its ``done`` at the end.
+    """
+    if not _otel.ENABLED:
+        yield GatherWatch(fetch, hooks, None)
+        return
+    attributes = {"videogen.ids.count": count}
+    with _otel.span("videogen.gather", attributes) as current:
+        try:
+            yield GatherWatch(fetch, hooks, current)
+        except BaseException as exc:
+            current.set_attribute("videogen.outcome", _outcome(exc))
+            raise

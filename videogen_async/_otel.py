@@ -1,0 +1,71 @@
+"""OpenTelemetry, when ``opentelemetry-api`` is installed (``pip install videogen-async[otel]``).
+
+The one module that imports it, once, at import time. Without it, :data:`ENABLED` is ``False``
+and the callers skip every span: no tracing code runs. With it, spans go to whatever tracer
+provider the application configured (none: the API's no-op provider).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from ._version import __version__
+
+__all__ = ["ENABLED", "SpanLike", "client_span", "span"]
+
+
+class SpanLike(Protocol):
+    """What the callers use of a span."""
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        """Set one attribute."""
+
+    def is_recording(self) -> bool:
+        """Whether the span records anything."""
+        ...
+
+
+try:
+    from opentelemetry import trace as _trace
+except ImportError:  # the extra is not installed
+    _trace = None  # type: ignore[assignment]
+
+#: Whether ``opentelemetry-api`` is importable.
+ENABLED = _trace is not None
+
+_SCOPE = "videogen_async"
+
+
+@contextmanager
+def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> Iterator[SpanLike]:
+    """A span made current for the block; an exception leaving it marks the span failed.
+
+    Only called when :data:`ENABLED`.
+
+    Args:
+        name: The span's name.
+        attributes: Its first attributes.
+        client: A ``CLIENT`` span (an outgoing HTTP request) rather than an ``INTERNAL`` one.
+
+    Yields:
+        The span.
+    """
+    assert _trace is not None  # noqa: S101 - the callers check ENABLED
+    tracer = _trace.get_tracer(_SCOPE, __version__)
+    kind = _trace.SpanKind.CLIENT if client else _trace.SpanKind.INTERNAL
+    with tracer.start_as_current_span(name, kind=kind, attributes=dict(attributes)) as current:
+        yield current
+
+
+def client_span(name: str, attributes: Mapping[str, Any]) -> Any:
+    """A ``CLIENT`` span (see :func:`span`)."""
+    return span(name, attributes, client=True)
+
+
+def set_error(current: SpanLike, error_type: str) -> None:
+    """Mark a span failed with the OpenTelemetry ``error.type`` attribute and status."""
+    current.set_attribute("error.type", error_type)
+    if _trace is not None and hasattr(current, "set_status"):
+        current.set_status(_trace.Status(_trace.StatusCode.ERROR))

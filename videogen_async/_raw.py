@@ -1,0 +1,149 @@
+"""``client.with_raw_response``: the same calls, returning the HTTP answer beside the result.
+
+In openai-python's style: ``raw = await client.with_raw_response.tasks.get(task_id)`` gives a
+:class:`RawResponse` with the status, headers, ``trace_id`` (also ``request_id``), the request
+(``http_request``) and the time taken; ``raw.parse()`` returns the result the plain call
+returns. Every result also carries its answer's ``trace_id`` as ``result._request_id``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Generic, ParamSpec, TypeVar
+
+import attrs
+
+from ._credits import Credits
+from ._meta import HasResponse, ResponseInfo
+from ._projects import Projects
+from ._tasks import Tasks
+
+__all__ = [
+    "HTTPRequestInfo",
+    "RawCredits",
+    "RawProjects",
+    "RawResponse",
+    "RawResponseClient",
+    "RawTasks",
+]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T", bound=HasResponse)
+
+
+@attrs.frozen
+class HTTPRequestInfo:
+    """The request an answer was for.
+
+    Attributes:
+        method: ``GET`` or ``POST``.
+        url: The URL (the API key is never in it: it travels in a header).
+    """
+
+    method: str
+    url: str
+
+
+class RawResponse(Generic[_T]):
+    """An HTTP answer of the service and the result parsed from it."""
+
+    __slots__ = ("_info", "_parsed")
+
+    def __init__(self, parsed: _T, info: ResponseInfo) -> None:
+        self._parsed = parsed
+        self._info = info
+
+    @property
+    def status_code(self) -> int:
+        """The HTTP status."""
+        return self._info.status_code
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The response headers (names compare case-insensitively)."""
+        return self._info.headers
+
+    @property
+    def trace_id(self) -> str | None:
+        """The service's ``trace_id`` of this answer: quote it when reporting a problem."""
+        return self._info.trace_id
+
+    @property
+    def request_id(self) -> str | None:
+        """The same as :attr:`trace_id` (the name other SDKs use)."""
+        return self._info.trace_id
+
+    @property
+    def http_request(self) -> HTTPRequestInfo:
+        """The request's method and URL."""
+        return HTTPRequestInfo(self._info.method, self._info.url)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from the first attempt to the decoded answer, retries included."""
+        return self._info.elapsed
+
+    @property
+    def retries_taken(self) -> int:
+        """Attempts beyond the first."""
+        return self._info.retries_taken
+
+    def parse(self) -> _T:
+        """The result, as the plain call returns it.
+
+        Returns:
+            The parsed model.
+        """
+        return self._parsed
+
+    def __repr__(self) -> str:
+        return (
+            f"<RawResponse [{self.status_code}] {self._info.method} {self._info.url}"
+            f" trace_id={self.trace_id!r}>"
+        )
+
+
+def _raw(call: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[RawResponse[_T]]]:
+    @functools.wraps(call)
+    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> RawResponse[_T]:
+        result = await call(*args, **kwargs)
+        info = result._response
+        if info is None:  # every call's result carries it; a guard, not a path
+            raise RuntimeError(f"{call.__qualname__} returned a result without its answer")
+        return RawResponse(result, info)
+
+    return wrapper
+
+
+class RawTasks:
+    """``client.with_raw_response.tasks``: ``create`` and ``get``."""
+
+    def __init__(self, tasks: Tasks) -> None:
+        self.create = _raw(tasks.create)
+        self.get = _raw(tasks.get)
+
+
+class RawProjects:
+    """``client.with_raw_response.projects``: ``create``, ``get`` and ``create_videos``."""
+
+    def __init__(self, projects: Projects) -> None:
+        self.create = _raw(projects.create)
+        self.get = _raw(projects.get)
+        self.create_videos = _raw(projects.create_videos)
+
+
+class RawCredits:
+    """``client.with_raw_response.credits``: ``get``."""
+
+    def __init__(self, credits: Credits) -> None:
+        self.get = _raw(credits.get)
+
+
+class RawResponseClient:
+    """The client's calls that send one request, each returning a :class:`RawResponse`."""
+
+    def __init__(self, tasks: Tasks, projects: Projects, credits: Credits) -> None:
+        self.tasks = RawTasks(tasks)
+        self.projects = RawProjects(projects)
+        self.credits = RawCredits(credits)
