@@ -32,7 +32,7 @@ from ._exceptions import (
     RateLimitError,
     ServerError,
 )
-from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep
+from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
 from ._jsonbody import excerpt as _body_excerpt
 from ._redact import scrub_exception
 from ._retry import parse_retry_after
@@ -64,7 +64,7 @@ _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
 )
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Response:
     """A successful envelope.
 
@@ -83,6 +83,14 @@ class Response:
     message: str | None
     headers: Mapping[str, str]
     attempts: int = 1
+
+    def __repr__(self) -> str:
+        # Bounded and redacted: the data and headers are what a server sent, key echoed and
+        # all, and a traceback printed with its locals shows this.
+        return (
+            f"Response(status_code={self.status_code}, trace_id={self.trace_id!r},"
+            f" attempts={self.attempts}, data={short_repr(self.data)})"
+        )
 
 
 def user_agent() -> str:

@@ -42,7 +42,7 @@ from ._envelope import excerpt as _excerpt
 from ._envelope import url_path as _url_path
 from ._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
 from ._pacing import Pacing
-from ._redact import register_secret
+from ._redact import drop_locals, register_secret
 from ._retry import RETRYABLE_STATUSES, RetryPolicy, next_delay
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 
@@ -289,6 +289,7 @@ class Transport:
                         "%s %s failed after %.1f ms (attempt %d): %s",
                         method, path, (now - started) * 1000, attempt, _describe(exc),
                     )  # fmt: skip
+                    drop_locals(exc)  # the answer the frames below held, key echoed and all
                     raise
                 logger.debug(
                     "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",

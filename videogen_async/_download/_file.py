@@ -18,6 +18,7 @@ from typing import BinaryIO
 import anyio
 
 from .._exceptions import APIConnectionError, DownloadError
+from .._redact import drop_locals
 from .._retry import RESUME_POLICY, retry_delay
 from .._transport import Transport
 from ._sources import (
@@ -289,8 +290,9 @@ async def download_url(
             bytes_received=state.received,
             expected_size=state.total,
         ) from cause
-    except BaseException:
+    except BaseException as exc:
         await part.discard()
+        drop_locals(exc)  # the attempts' frames held the host's headers
         raise
     logger.debug(
         "downloaded %s to %s (%d bytes, %d attempt(s))", what, dest, state.received, attempt
