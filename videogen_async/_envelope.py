@@ -56,6 +56,20 @@ __all__ = [
 CODE_INSUFFICIENT_CREDITS = 300111
 CODE_MEDIA_STORAGE = 100099
 
+#: The error class of a business code (wins over the status) and of an HTTP(-like) status.
+_BY_CODE: dict[int, type[APIStatusError]] = {
+    CODE_INSUFFICIENT_CREDITS: InsufficientCreditsError,
+    CODE_MEDIA_STORAGE: MediaStorageError,
+}
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    429: RateLimitError,
+}
+
 #: How many characters of a body an error quotes.
 EXCERPT_CHARS = 200
 # aiohttp names its "could not open the connection" timeout differently across versions.
@@ -292,27 +306,11 @@ def make_status_error(
         The error, of the most specific class.
     """
     effective = status if status >= 400 or code is None else code
-    cls: type[APIStatusError]
-    if code == CODE_INSUFFICIENT_CREDITS:
-        cls = InsufficientCreditsError
-    elif code == CODE_MEDIA_STORAGE:
-        cls = MediaStorageError
-    elif effective == 400:
-        cls = BadRequestError
-    elif effective == 401:
-        cls = AuthenticationError
-    elif effective == 403:
-        cls = PermissionDeniedError
-    elif effective == 404:
-        cls = NotFoundError
-    elif effective == 409:
-        cls = ConflictError
-    elif effective == 429:
-        cls = RateLimitError
-    elif 500 <= effective <= 599:
-        cls = ServerError
-    else:
-        cls = APIStatusError
+    cls = _BY_CODE.get(code) if code is not None else None
+    if cls is None:
+        cls = _BY_STATUS.get(effective) or (
+            ServerError if 500 <= effective <= 599 else APIStatusError
+        )
     if request_may_have_taken_effect is None:
         request_may_have_taken_effect = method == "POST" and cls is ServerError
     error = cls(

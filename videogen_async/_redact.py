@@ -210,13 +210,17 @@ def drop_locals(exc: BaseException | None) -> None:
     A traceback printed with its locals (``traceback.TracebackException(...,
     capture_locals=True)``, ``pytest --showlocals``, rich's ``show_locals``, error trackers)
     would show the raw answer a frame held (a body, headers, a decoded envelope), key echoed
-    and all. The frames still running (the caller's) are left alone.
+    and all. The first frame of each traceback, where the exception was caught, may still be
+    running (or be a suspended coroutine, which clearing would close): it is left alone; the
+    frames below it were left by the exception and are done.
 
     Args:
         exc: The first exception of the chain, or ``None``.
     """
     for current in _chain(exc):
-        traceback.clear_frames(current.__traceback__)
+        tb = current.__traceback__
+        if tb is not None:
+            traceback.clear_frames(tb.tb_next)
 
 
 def scrub_exception(exc: BaseException | None) -> None:
