@@ -384,12 +384,12 @@ async def test_download_many_never_exceeds_max_concurrency(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from videogen_async import _download
+    from videogen_async._download import _file
 
     base, _ = host
     active = 0
     peak = 0
-    real = _download.download_url
+    real = _file.download_url
 
     async def counting(*args: Any, **kwargs: Any) -> int:
         nonlocal active, peak
@@ -400,7 +400,7 @@ async def test_download_many_never_exceeds_max_concurrency(
         finally:
             active -= 1
 
-    monkeypatch.setattr(_download, "download_url", counting)
+    monkeypatch.setattr(_file, "download_url", counting)
     urls = [f"{base}/media/{i}.mp4" for i in range(7)]
     results = await client.download_many(urls, tmp_path, max_concurrency=3)
     assert all(r.ok for r in results)
@@ -497,7 +497,7 @@ async def test_download_many_validates_before_starting(
 
 
 def test_header_parsing() -> None:
-    from videogen_async._download import _content_length, _parse_content_range, _validator
+    from videogen_async._download._file import _content_length, _parse_content_range, _validator
 
     assert _parse_content_range("bytes 10-99/100") == (10, 99, 100)
     assert _parse_content_range("bytes 10-99/*") == (10, 99, None)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from videogen_async import APIResponseError, APIStatusError, VideoGenError
+from videogen_async._envelope import decode as _decode
 from videogen_async._jsonbody import MAX_DEPTH, clip, decode_json, excerpt, short_repr
 from videogen_async._redact import (
     REDACTED,
@@ -18,7 +19,6 @@ from videogen_async._redact import (
     register_secret,
     scrub_exception,
 )
-from videogen_async._transport import _decode
 
 KEY = "vg-redact/UNIT+key=fedcba9876543210"
 register_secret(KEY)

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import videogen_async as vg
+from videogen_async._envelope import make_status_error
 from videogen_async._pacing import Pacing
 from videogen_async._retry import (
     DEFAULT_BACKOFF,
@@ -23,7 +24,6 @@ from videogen_async._retry import (
     next_delay,
     retry_after_of,
 )
-from videogen_async._transport import make_status_error
 
 
 def status_error(status: int, method: str = "GET", **headers: str) -> vg.APIStatusError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import socket
 import threading
@@ -40,6 +41,14 @@ import videogen_async as vg
 from videogen_async import AsyncVideoGen, ConfigurationError
 from videogen_async._polling import PollPolicy
 from videogen_async.testing import ProjectTiming, SandboxServer
+
+from .hostile._behaviours import ECHOES, Misbehaviour
+from .hostile._behaviours import KEY as HOSTILE_KEY
+from .hostile._behaviours import raw as hostile_raw
+from .hostile._paths import PATHS as HOSTILE_PATHS
+from .hostile._scan import assert_no_key as assert_no_hostile_key
+from .hostile._server import serve as serve_hostile
+from .hostile.test_bodies import use as use_hostile
 
 _T = TypeVar("_T")
 
@@ -669,3 +678,94 @@ def test_scanner_catches_a_leak() -> None:
         scan.error(exc)
     with pytest.raises(AssertionError, match="leaked"):
         scan.assert_clean(minimum=1)
+
+
+# --------------------------------------------------------------------------------------------
+# A traceback printed with its locals, over every request path, from a server that echoes
+# --------------------------------------------------------------------------------------------
+
+#: A successful envelope whose data echoes the key in fields that do not parse, or that no
+#: model keeps, and no identifier (so that parsing fails after the answer was read), and in
+#: the headers.
+_ECHO_IN_DATA = hostile_raw(
+    "ok-envelope-echoing-data-and-headers",
+    200,
+    json.dumps(
+        {
+            "code": 200,
+            "message": f"ok {HOSTILE_KEY}",
+            "trace_id": HOSTILE_KEY,
+            "data": {
+                "remaining_credits": HOSTILE_KEY,
+                "total_credits": {HOSTILE_KEY: HOSTILE_KEY},
+                "echo": [HOSTILE_KEY],
+            },
+        }
+    ),
+    headers={"X-Echo-Authorization": f"Bearer {HOSTILE_KEY}", "ETag": f'"{HOSTILE_KEY}"'},
+)
+
+
+def _locals_texts(exc: BaseException) -> list[tuple[str, str]]:
+    """Every local variable of every frame of the chain, as a traceback with locals shows it."""
+    texts: list[tuple[str, str]] = []
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        formatted = traceback.TracebackException.from_exception(current, capture_locals=True)
+        texts.append(
+            (f"traceback with locals({type(current).__name__})", "".join(formatted.format()))
+        )
+        for frame in formatted.stack:
+            for name, value in (frame.locals or {}).items():
+                texts.append((f"local {name} of {frame.name}", value))
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        stack.extend(getattr(current, "exceptions", ()))
+    return texts
+
+
+#: One echo of each class: the request's headers in an error envelope, in a page (an error
+#: and a 200), the key in the answer's headers, in an error's data, and in a success's data.
+_LOCALS_ECHOES = [
+    *(e for e in ECHOES if str(e).startswith("echo-request-headers") and e.status != 500),
+    *(e for e in ECHOES if str(e) in ("in-response-headers", "in-data")),
+    _ECHO_IN_DATA,
+]
+
+
+@pytest.mark.parametrize("echo", _LOCALS_ECHOES, ids=str)
+async def test_a_traceback_with_locals_never_shows_an_echoed_key(
+    echo: Misbehaviour, tmp_path: Path
+) -> None:
+    """Over every request path: the locals of every frame an error went through (the
+    transport's raw answer, the decoded envelope, the parsed data, the download's headers)
+    hold no form of the key a server echoed in its body or its headers."""
+    raised = 0
+    async for server in serve_hostile():
+        for path in HOSTILE_PATHS:
+            use_hostile(server, path, echo)
+            async with AsyncVideoGen(HOSTILE_KEY, server.base_url, max_retries=0) as client:
+                try:
+                    await path.call(client, server, tmp_path / path.name)
+                except vg.VideoGenError as exc:
+                    raised += 1
+                    texts = _locals_texts(exc)
+                    assert any(where.startswith("local ") for where, _ in texts)
+                    assert_no_hostile_key(texts)
+    assert raised >= len(HOSTILE_PATHS) // 2
+
+
+def test_the_locals_scan_catches_a_leak() -> None:
+    def holds(raw: str) -> None:
+        raise vg.APIResponseError("no")
+
+    try:
+        holds(f"Bearer {HOSTILE_KEY}")
+    except vg.APIResponseError as exc:
+        texts = _locals_texts(exc)
+    with pytest.raises(AssertionError, match="leaked"):
+        assert_no_hostile_key(texts)

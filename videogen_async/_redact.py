@@ -16,6 +16,7 @@ import contextlib
 import logging
 import re
 import threading
+import traceback
 from collections import OrderedDict
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "REDACTED",
     "RedactingFilter",
     "contains_secret",
+    "drop_locals",
     "redact_text",
     "redact_value",
     "register_secret",
@@ -186,24 +188,55 @@ def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_char
     return False
 
 
-def scrub_exception(exc: BaseException | None) -> None:
-    """Redact, in place, the texts an exception chain holds (``args`` and string attributes).
-
-    Used on exceptions of other libraries (aiohttp, cattrs) that quote what a server sent
-    and become the ``__cause__`` of one of ours.
-
-    Args:
-        exc: The first exception of the chain, or ``None``.
-    """
-    if _pattern is None:
-        return
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """An exception and every exception it chains to (causes, contexts, groups), once each."""
     seen: set[int] = set()
+    found: list[BaseException] = []
     stack: list[BaseException] = [exc] if exc is not None else []
     while stack:
         current = stack.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
+        found.append(current)
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        stack.extend(e for e in getattr(current, "exceptions", ()) if isinstance(e, BaseException))
+    return found
+
+
+def drop_locals(exc: BaseException | None) -> None:
+    """Clear the local variables of the finished frames an exception chain went through.
+
+    A traceback printed with its locals (``traceback.TracebackException(...,
+    capture_locals=True)``, ``pytest --showlocals``, rich's ``show_locals``, error trackers)
+    would show the raw answer a frame held (a body, headers, a decoded envelope), key echoed
+    and all. The first frame of each traceback, where the exception was caught, may still be
+    running (or be a suspended coroutine, which clearing would close): it is left alone; the
+    frames below it were left by the exception and are done.
+
+    Args:
+        exc: The first exception of the chain, or ``None``.
+    """
+    for current in _chain(exc):
+        tb = current.__traceback__
+        if tb is not None:
+            traceback.clear_frames(tb.tb_next)
+
+
+def scrub_exception(exc: BaseException | None) -> None:
+    """Redact, in place, the texts an exception chain holds (``args`` and string attributes).
+
+    Used on exceptions of other libraries (aiohttp, cattrs) that quote what a server sent
+    and become the ``__cause__`` of one of ours; the locals of the frames they went through
+    are dropped too (:func:`drop_locals`).
+
+    Args:
+        exc: The first exception of the chain, or ``None``.
+    """
+    drop_locals(exc)
+    if _pattern is None:
+        return
+    for current in _chain(exc):
         try:
             current.args = tuple(redact_value(a) if isinstance(a, str) else a for a in current.args)
             attributes = vars(current)
@@ -216,8 +249,6 @@ def scrub_exception(exc: BaseException | None) -> None:
         notes = getattr(current, "__notes__", None)
         if isinstance(notes, list):
             notes[:] = [redact_text(n) if isinstance(n, str) else n for n in notes]
-        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-        stack.extend(e for e in getattr(current, "exceptions", ()) if isinstance(e, BaseException))
 
 
 class RedactingFilter(logging.Filter):

@@ -64,12 +64,13 @@ class Resource:
         A field that does not parse is logged and left at its default; a missing identifier
         is an ``APIResponseError`` (which, for a creating call, says the request took effect).
         """
-        data: Any = response.data
+        # No local holds the data: a traceback printed with its locals shows only the
+        # response, whose repr is bounded and redacted.
         try:
-            value, dropped = structure_lenient(data, cls)
+            value, dropped = structure_lenient(response.data, cls)
         except Exception as exc:  # whatever the data does, it is the answer's fault
             reason = _reason(exc, cls.__name__)
-            excerpt = short_repr(data)
+            excerpt = short_repr(response.data)
             scrub_exception(exc)
             raise APIResponseError(
                 f"the service's answer is not a valid {cls.__name__}: {reason}; data={excerpt}",

@@ -1,8 +1,8 @@
 """The HTTP transport: with ``_session``, the only module of the client that imports aiohttp.
 
-It owns (or borrows) the ``aiohttp.ClientSession``, sends one request with its retries and
-timeouts, decodes the service's envelope ``{code, trace_id, message, data}`` and maps every
-failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
+It owns (or borrows) the ``aiohttp.ClientSession`` and sends one request with its retries and
+timeouts; ``_envelope`` decodes the service's envelope ``{code, trace_id, message, data}`` and
+maps every failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
 
 Whether and when to retry is decided by ``_retry`` (one rule: a request is retried only when
 retrying cannot charge credits twice); every attempt takes a slot of the client's ``_pacing``
@@ -21,51 +21,33 @@ import asyncio
 import json
 import logging
 import math
-import platform
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
 import anyio
-import attrs
 from yarl import URL
 
 from . import _otel
-from ._exceptions import (
-    APIConnectionError,
-    APIResponseError,
-    APIStatusError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    ConflictError,
-    InsufficientCreditsError,
-    MediaStorageError,
-    NotFoundError,
-    PermissionDeniedError,
-    RateLimitError,
-    ServerError,
-    VideoGenError,
-)
+from ._envelope import EXCERPT_CHARS as _EXCERPT
+from ._envelope import Response, make_status_error, user_agent
+from ._envelope import connection_error as _connection_error
+from ._envelope import decode as _decode
+from ._envelope import describe as _describe
+from ._envelope import excerpt as _excerpt
+from ._envelope import url_path as _url_path
+from ._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
 from ._hooks import EventHooks
-from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep
-from ._jsonbody import excerpt as _body_excerpt
 from ._meta import ResponseInfo
 from ._observe import RequestObserver
 from ._pacing import Pacing
-from ._redact import register_secret, scrub_exception
-from ._retry import (
-    RETRYABLE_STATUSES,
-    RetryPolicy,
-    next_delay,
-    parse_retry_after,
-)
+from ._redact import drop_locals, register_secret
+from ._retry import RETRYABLE_STATUSES, RetryPolicy, next_delay
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
-from ._version import __version__
 
 __all__ = [
     "RETRYABLE_STATUSES",
@@ -75,44 +57,13 @@ __all__ = [
     "StreamResponse",
     "Timeout",
     "Transport",
+    "make_status_error",
     "proxy_for",
 ]
 
 logger = logging.getLogger("videogen_async")
 
-#: Envelope codes of the service's business failures.
-CODE_INSUFFICIENT_CREDITS = 300111
-CODE_MEDIA_STORAGE = 100099
-
-_EXCERPT = 200
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-# aiohttp names its "could not open the connection" timeout differently across versions.
-_ConnectTimeout: tuple[type[BaseException], ...] = tuple(
-    cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
-)
-
-
-@attrs.frozen
-class Response:
-    """A successful envelope.
-
-    Attributes:
-        status_code: The HTTP status.
-        data: The envelope's ``data``.
-        trace_id: The envelope's ``trace_id``.
-        message: The envelope's ``message``.
-        headers: The response headers.
-        attempts: How many attempts the request took.
-        info: What a result parsed from it keeps (set by the request loop).
-    """
-
-    status_code: int
-    data: Any
-    trace_id: str | None
-    message: str | None
-    headers: Mapping[str, str]
-    attempts: int = 1
-    info: ResponseInfo | None = None
 
 
 class _Secret(str):
@@ -359,6 +310,7 @@ class Transport:
                         "%s %s failed after %.1f ms (attempt %d): %s",
                         method, path, (now - started) * 1000, attempt, _describe(exc),
                     )  # fmt: skip
+                    drop_locals(exc)  # the answer the frames below held, key echoed and all
                     raise
                 logger.debug(
                     "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
@@ -503,246 +455,3 @@ class Transport:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise _connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
-
-
-# --------------------------------------------------------------------------------------------
-# Decoding and error mapping: pure functions
-# --------------------------------------------------------------------------------------------
-
-
-def user_agent() -> str:
-    """The ``User-Agent`` sent with every request."""
-    return (
-        f"videogen-async/{__version__} python/{platform.python_version()}"
-        f" aiohttp/{aiohttp.__version__}"
-    )
-
-
-def _url_path(url: str) -> str:
-    scheme_sep = url.find("://")
-    rest = url[scheme_sep + 3 :] if scheme_sep >= 0 else url
-    slash = rest.find("/")
-    path = rest[slash:] if slash >= 0 else "/"
-    return path.split("?", 1)[0]
-
-
-def _excerpt(raw: bytes) -> str:
-    return _body_excerpt(raw, _EXCERPT)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _header_retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After")
-    if value is None:
-        value = headers.get("retry-after")
-    return parse_retry_after(value)
-
-
-def _connection_error(
-    exc: BaseException, method: str, path: str, *, may_have_taken_effect: bool
-) -> APIConnectionError:
-    """Map an aiohttp/OS failure to ``APIConnectionError`` / ``APITimeoutError``.
-
-    A failure to *open* the connection proves the request never reached the service.
-    """
-    not_opened = isinstance(exc, _ConnectTimeout) or (
-        isinstance(exc, aiohttp.ClientConnectorError)
-        and not isinstance(exc, aiohttp.ClientSSLError)
-    )
-    may = may_have_taken_effect and not not_opened
-    scrub_exception(exc)  # aiohttp quotes bad header lines and payloads as it received them
-    # TimeoutError: the builtin, which asyncio.TimeoutError is only from Python 3.11 on.
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
-        what = "connecting" if not_opened else "waiting for the answer"
-        return APITimeoutError(
-            f"{method} {path}: timed out {what}",
-            method=method,
-            path=path,
-            request_may_have_taken_effect=may,
-        )
-    if not_opened:
-        text = f"{method} {path}: could not connect to the service: {exc}"
-    else:
-        text = f"{method} {path}: the connection broke: {type(exc).__name__}: {exc}"
-    return APIConnectionError(text, method=method, path=path, request_may_have_taken_effect=may)
-
-
-def _decode(
-    status: int,
-    raw: bytes,
-    headers: Mapping[str, str],
-    *,
-    method: str,
-    path: str,
-) -> Response:
-    """Decode one answer into a :class:`Response` or raise the matching error."""
-    body, is_json = decode_json(raw)
-    # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
-    code = _as_int(body.get("code")) if isinstance(body, dict) else None
-    envelope = body if code is not None else None
-    if envelope is None:
-        _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
-    trace = _trace_id(envelope.get("trace_id"))
-    message = envelope.get("message")
-    if 200 <= status < 300 and code == 200:
-        return Response(
-            status_code=status,
-            data=envelope.get("data"),
-            trace_id=trace,
-            message=message if isinstance(message, str) else None,
-            headers=headers,
-        )
-    text = (
-        clip(message, MESSAGE_CHARS)
-        if isinstance(message, str) and message
-        else f"HTTP {status}, code {_code_text(code)}"
-    )
-    raise make_status_error(
-        status,
-        code,
-        f"{method} {path}: {text}",
-        trace_id=trace,
-        body=envelope,
-        headers=dict(headers),
-        method=method,
-        path=path,
-    )
-
-
-def _trace_id(value: Any) -> str | None:
-    """The envelope's ``trace_id`` as a short text (a number is accepted; anything else not)."""
-    if isinstance(value, str):
-        return clip(value, 200) if value else None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return clip(_code_text(value), 200)
-    return None
-
-
-def _code_text(code: int | None) -> str:
-    try:
-        return str(code)
-    except ValueError:  # an integer beyond the int-to-str digit limit
-        return "<a very large integer>"
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _raise_not_envelope(
-    status: int,
-    raw: bytes,
-    headers: Mapping[str, str],
-    *,
-    method: str,
-    path: str,
-    is_json: bool,
-) -> NoReturn:
-    excerpt = _excerpt(raw) if raw else "<empty body>"
-    if is_json:
-        kind = "a JSON body that is not the service's envelope"
-    elif nested_too_deep(raw):
-        kind = "a body nested too deeply to read"
-    else:
-        kind = "a non-JSON body"
-    text = f"{method} {path}: HTTP {status} with {kind}: {excerpt}"
-    may = method != "GET"
-    if status >= 400:
-        raise make_status_error(
-            status,
-            None,
-            text,
-            headers=dict(headers),
-            method=method,
-            path=path,
-            request_may_have_taken_effect=may and status >= 500,
-        )
-    raise APIResponseError(
-        text, status_code=status, body_excerpt=excerpt, request_may_have_taken_effect=may
-    )
-
-
-def make_status_error(
-    status: int,
-    code: int | None,
-    message: str,
-    *,
-    trace_id: str | None = None,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-    method: str | None = None,
-    path: str | None = None,
-    request_may_have_taken_effect: bool | None = None,
-) -> APIStatusError:
-    """Build the error for a failed answer from its HTTP status and envelope code.
-
-    The business codes (300111, 100099) win; then an HTTP error status; then, under HTTP 200,
-    an HTTP-like envelope code (``{"code": 404}`` is a not-found even when the status is 200).
-
-    Args:
-        status: The HTTP status.
-        code: The envelope code, or ``None`` when there was no envelope.
-        message: The error text.
-        trace_id: The envelope's ``trace_id``.
-        body: The decoded body.
-        headers: The response headers.
-        method: The request method.
-        path: The request path.
-        request_may_have_taken_effect: Whether the request may have acted; by default,
-            ``True`` for a POST answered 5xx.
-
-    Returns:
-        The error, of the most specific class.
-    """
-    effective = status if status >= 400 or code is None else code
-    cls: type[APIStatusError]
-    if code == CODE_INSUFFICIENT_CREDITS:
-        cls = InsufficientCreditsError
-    elif code == CODE_MEDIA_STORAGE:
-        cls = MediaStorageError
-    elif effective == 400:
-        cls = BadRequestError
-    elif effective == 401:
-        cls = AuthenticationError
-    elif effective == 403:
-        cls = PermissionDeniedError
-    elif effective == 404:
-        cls = NotFoundError
-    elif effective == 409:
-        cls = ConflictError
-    elif effective == 429:
-        cls = RateLimitError
-    elif 500 <= effective <= 599:
-        cls = ServerError
-    else:
-        cls = APIStatusError
-    if request_may_have_taken_effect is None:
-        request_may_have_taken_effect = method == "POST" and cls is ServerError
-    error = cls(
-        message,
-        status_code=status,
-        code=code,
-        trace_id=trace_id,
-        body=body,
-        headers=headers,
-        method=method,
-        path=path,
-        request_may_have_taken_effect=request_may_have_taken_effect,
-    )
-    if isinstance(error, RateLimitError):
-        error.retry_after = _header_retry_after(error.headers)
-    return error

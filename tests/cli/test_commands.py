@@ -407,7 +407,7 @@ def test_sandbox_command_in_process_stops_on_ctrl_c(
 ) -> None:
     import os
 
-    from videogen_async.testing import _cli as sandbox_cli
+    from videogen_async._cli import _sandbox as sandbox_cli
 
     real_serve = sandbox_cli.serve
 

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ._common import EXIT_USAGE, Context, unwrap_group
+from ._parser import build_parser
 from ._ui import UI
 
 __all__ = ["main"]
@@ -35,8 +36,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit code: 0 success, 1 some tasks failed, 2 usage error, 3 API or connection
         error, 130 interrupted.
     """
-    from ._parser import build_parser
-
     parser = build_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -11,27 +11,25 @@ import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from .._exceptions import (
+from .. import (
     APIConnectionError,
     APIResponseError,
     APIStatusError,
+    AsyncVideoGen,
     ConfigurationError,
     InvalidRequestError,
     NotFoundError,
+    Task,
     TaskPollError,
     VideoGenError,
     WaitTimeoutError,
 )
 from .._models import unstructure
 from ._ui import UI
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
-    from .._models import Task
 
 __all__ = [
     "EXIT_API_ERROR",
@@ -288,8 +286,6 @@ class Context:
         Raises:
             ConfigurationError: No key or base URL, or an invalid one.
         """
-        from .._client import AsyncVideoGen
-
         options = self.client_options()
         if not (options["api_key"] or "").strip():
             raise ConfigurationError(

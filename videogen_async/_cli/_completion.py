@@ -11,8 +11,6 @@ import argparse
 import shlex
 from typing import Any
 
-import anyio
-
 from ._common import EXIT_OK, Context
 
 __all__ = ["cmd_completion", "completion_script", "walk"]
@@ -155,13 +153,8 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
     return {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](tree)
 
 
-async def cmd_completion(ctx: Context) -> int:
-    """``videogen completion SHELL``: print the script on stdout."""
-    from ._parser import build_parser
-
-    def render() -> str:  # off the event loop: building the parser imports modules
-        return completion_script(build_parser(), ctx.args.shell)
-
-    ctx.ui.out.write(await anyio.to_thread.run_sync(render))
+async def cmd_completion(ctx: Context, *, parser: argparse.ArgumentParser) -> int:
+    """``videogen completion SHELL``: print the script of ``parser`` on stdout."""
+    ctx.ui.out.write(completion_script(parser, ctx.args.shell))
     ctx.ui.out.flush()
     return EXIT_OK

@@ -17,16 +17,14 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._models import Task, unstructure
-from .._polling import PollPolicy
+from .. import AsyncVideoGen, PollPolicy, Task
+from .._models import unstructure
+from ..testing import SandboxServer
 from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, fmt_credits
 from ._projects import show_project
 from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_for_ids
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
 
 __all__ = ["DEMO_PROMPTS", "cmd_demo"]
 
@@ -75,8 +73,6 @@ def _generated_in(task: Task) -> str:
 
 async def cmd_demo(ctx: Context) -> int:
     """Run the demo (see the module docstring)."""
-    from ..testing import SandboxServer
-
     args = ctx.args
     started = time.monotonic()
     directory = Path(args.to) if args.to else Path(tempfile.mkdtemp(prefix="videogen-demo-"))

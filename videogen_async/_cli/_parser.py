@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
-from .._enums import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage
-from .._version import __version__
+from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
+from ..testing import add_sandbox_arguments
+from ._batch import cmd_batch
+from ._completion import cmd_completion
+from ._demo import cmd_demo
 from ._help import (
     BATCH_EPILOG,
     COMPLETION_EPILOG,
@@ -18,6 +22,18 @@ from ._help import (
     SANDBOX_EPILOG,
     WAIT_EPILOG,
 )
+from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
+from ._projects import (
+    cmd_project_create,
+    cmd_project_download,
+    cmd_project_get,
+    cmd_project_script,
+    cmd_project_videos,
+    cmd_project_wait,
+    parse_resolution,
+)
+from ._sandbox import cmd_sandbox
+from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 
 __all__ = ["build_parser"]
 
@@ -78,12 +94,6 @@ def _spending(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _resolution(text: str) -> int | str:
-    from ._projects import parse_resolution
-
-    return parse_resolution(text)
-
-
 def _output_options() -> argparse.ArgumentParser:
     """``--json`` and ``--debug``, accepted before and after the command."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -119,21 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
     Returns:
         The parser; each command's namespace carries ``func``, the command to run.
     """
-    from ._batch import cmd_batch
-    from ._completion import cmd_completion
-    from ._demo import cmd_demo
-    from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
-    from ._projects import (
-        cmd_project_create,
-        cmd_project_download,
-        cmd_project_get,
-        cmd_project_script,
-        cmd_project_videos,
-        cmd_project_wait,
-    )
-    from ._sandbox import cmd_sandbox
-    from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
-
     output = _output_options()
     parser = argparse.ArgumentParser(
         prog="videogen",
@@ -384,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--duration", type=int, metavar="SECONDS", help="target duration (default 15)")
     p.add_argument(
-        "--resolution", type=_resolution, metavar="RES", help="e.g. 720 (default) or 1080"
+        "--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 (default) or 1080"
     )
     p.add_argument(
         "--out-number", type=int, metavar="N", help="videos per batch, 1 to 4 (default 1)"
@@ -412,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--script", help="a script for this batch only (the project's is kept)")
     source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
     p.add_argument("--out-number", type=int, metavar="N", help="1 to 4 videos")
-    p.add_argument("--resolution", type=_resolution, metavar="RES", help="e.g. 720 or 1080")
+    p.add_argument("--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 or 1080")
     p.add_argument("--aspect-ratio", choices=AspectRatio.values())
     p.add_argument("--wait", action="store_true", help="wait for the videos")
     _wait_timeout(p, "the videos (with --wait)")
@@ -437,9 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     # download, sandbox, demo
     p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
                 SANDBOX_EPILOG)  # fmt: skip
-    from ..testing._cli import add_arguments
-
-    add_arguments(p)
+    add_sandbox_arguments(p)
     p.set_defaults(func=cmd_sandbox)
 
     p = command("demo", "run the whole service end to end against a built-in sandbox",
@@ -460,5 +453,5 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("completion", "print a shell completion script", COMPLETION_EPILOG)
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
-    p.set_defaults(func=cmd_completion)
+    p.set_defaults(func=functools.partial(cmd_completion, parser=parser))
     return parser

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from .._exceptions import APIConnectionError, APIResponseError, APIStatusError, WaitTimeoutError
-from .._models import Project, Task, unstructure
+from .. import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    AsyncVideoGen,
+    Project,
+    Task,
+    WaitTimeoutError,
+)
+from .._models import unstructure
 from .._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
@@ -28,9 +36,6 @@ from ._tasks import (
     show_downloads,
     wait_for_ids,
 )
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
 
 __all__ = [
     "cmd_project_create",

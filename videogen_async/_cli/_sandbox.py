@@ -9,6 +9,7 @@ import logging
 import signal
 from typing import Any
 
+from ..testing import DEFAULT_API_KEY, sandbox_options_from_args, serve
 from ._common import EXIT_OK, Context, UsageError
 
 __all__ = ["cmd_sandbox"]
@@ -16,9 +17,6 @@ __all__ = ["cmd_sandbox"]
 
 async def cmd_sandbox(ctx: Context) -> int:
     """Serve until Ctrl-C or SIGTERM, through the sandbox's own ``serve`` function."""
-    from ..testing._cli import options_from_args, serve
-    from ..testing._config import DEFAULT_API_KEY
-
     if not ctx.args.time_scale > 0:
         raise UsageError(
             f"--time-scale must be a positive number of real seconds per simulated second,"
@@ -27,7 +25,7 @@ async def cmd_sandbox(ctx: Context) -> int:
     if not 0 <= ctx.args.port <= 65535:
         raise UsageError(f"--port must be from 0 to 65535, got {ctx.args.port}")
     try:
-        options: dict[str, Any] = options_from_args(ctx.args)
+        options: dict[str, Any] = sandbox_options_from_args(ctx.args)
     except ValueError as exc:
         raise UsageError(f"bad sandbox option: {exc}") from None
     show_key = ctx.args.api_key is None or options.get("api_key") == DEFAULT_API_KEY

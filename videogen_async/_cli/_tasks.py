@@ -7,20 +7,22 @@ import stat
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from .._download import DownloadResult
-from .._exceptions import (
+from .. import (
     APIConnectionError,
     APIResponseError,
     APIStatusError,
+    AsyncVideoGen,
+    DownloadResult,
+    Task,
     TaskPollError,
     VideoGenError,
     WaitTimeoutError,
 )
-from .._models import Task, unstructure
+from .._models import unstructure
 from .._validation import validate_task_request
 from ._common import (
     EXIT_API_ERROR,
@@ -37,9 +39,6 @@ from ._common import (
     task_to_json,
 )
 from ._spending import check_spend, task_estimate
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
 
 __all__ = ["cmd_create", "cmd_credits", "cmd_download", "cmd_status", "cmd_wait", "wait_for_ids"]
 

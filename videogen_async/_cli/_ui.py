@@ -18,16 +18,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
+try:  # the optional ``cli`` extra; without it everything is plain text
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+    from rich.rule import Rule
+    from rich.table import Table
+    from rich.text import Text
+except ImportError:
+    _RICH = False
+else:
+    _RICH = True
+
 __all__ = ["UI", "Progress", "rich_available"]
 
 
 def rich_available() -> bool:
-    """Whether the optional ``rich`` package can be imported."""
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the optional ``rich`` package is installed."""
+    return _RICH
 
 
 def _is_tty(stream: IO[str]) -> bool:
@@ -70,8 +78,6 @@ class UI:
     # -- consoles ---------------------------------------------------------------------------
 
     def _console(self, stream: IO[str], tty: bool) -> Any:
-        from rich.console import Console
-
         return Console(file=stream, force_terminal=tty, highlight=False, soft_wrap=not tty)
 
     @property
@@ -112,8 +118,6 @@ class UI:
         if self.json_mode:
             return
         if self.fancy_out:
-            from rich.rule import Rule
-
             self.out_console().print(Rule(text, align="left"))
         else:
             print(f"\n== {text} ==", file=self.out, flush=True)
@@ -158,9 +162,6 @@ class UI:
             return
         cells = [["-" if c is None else str(c) for c in row] for row in rows]
         if self.fancy_out:
-            from rich.table import Table
-            from rich.text import Text
-
             table = Table(title=title, title_justify="left", show_lines=False)
             for index, name in enumerate(columns):
                 # the first column holds ids: kept whole; the others fold when too long
@@ -223,14 +224,6 @@ class Progress:
     def start(self) -> None:
         """Show the display."""
         if self._ui.fancy_err:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-            from rich.progress import Progress as RichProgress
-
             self._rich = RichProgress(
                 TextColumn("{task.description}"),
                 BarColumn(),

@@ -18,7 +18,7 @@ child process of your program with :class:`SandboxProcess`; use it in pytest thr
 ``videogen_sandbox`` fixture.
 """
 
-from ._cli import main, serve
+from ._cli import add_sandbox_arguments, main, sandbox_options_from_args, serve
 from ._clock import SandboxClock
 from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
 from ._faults import FAULT_KINDS, FaultDecision, FaultInjector, FaultRule
@@ -41,10 +41,12 @@ __all__ = [
     "SandboxProcess",
     "SandboxServer",
     "SandboxStats",
+    "add_sandbox_arguments",
     "build_openapi",
     "main",
     "openapi_json",
     "sample_mp4",
+    "sandbox_options_from_args",
     "serve",
     "write_openapi",
 ]

@@ -10,8 +10,8 @@ Once listening it prints, and flushes, three lines that a script can parse::
 not echoed). It serves until Ctrl-C or SIGTERM. ``--port 0`` picks a free port.
 ``--write-openapi PATH`` writes the OpenAPI document and exits.
 
-:func:`add_arguments`, :func:`options_from_args`, :func:`serve` and :func:`main` are reusable
-by other command lines (the project's ``videogen sandbox``).
+:func:`add_sandbox_arguments`, :func:`sandbox_options_from_args`, :func:`serve` and
+:func:`main` are reusable by other command lines (the project's ``videogen sandbox``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ._config import DEFAULT_API_KEY, Duration
 from ._openapi import write_openapi
 from ._server import SandboxServer
 
-__all__ = ["DEFAULT_PORT", "add_arguments", "main", "options_from_args", "serve"]
+__all__ = ["DEFAULT_PORT", "add_sandbox_arguments", "main", "sandbox_options_from_args", "serve"]
 
 DEFAULT_PORT = 8765
 """The port the command line serves on unless told otherwise."""
@@ -58,7 +58,7 @@ def _rate(text: str) -> float:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the sandbox's options to a parser.
 
     Args:
@@ -110,11 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Turn parsed arguments into ``SandboxServer`` keyword arguments.
 
     Args:
-        args: The namespace from a parser extended by :func:`add_arguments`.
+        args: The namespace from a parser extended by :func:`add_sandbox_arguments`.
 
     Returns:
         The keyword arguments.
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         description="Serve the videogen sandbox: the whole video generation service in"
         " memory, on loopback.",
     )
-    add_arguments(parser)
+    add_sandbox_arguments(parser)
     parser.add_argument(
         "--write-openapi", metavar="PATH", help="write the OpenAPI document to PATH and exit"
     )
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     level = aiohttp_server.level
     if not args.log_level:
         aiohttp_server.setLevel(logging.CRITICAL)
-    options = options_from_args(args)
+    options = sandbox_options_from_args(args)
     try:
         asyncio.run(_serve_until_signal(options, show_key=args.api_key is None))
     except KeyboardInterrupt:

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 
+from .._client import AsyncVideoGen
 from ._clock import SandboxClock
 from ._config import (
     DEFAULT_API_KEY,
@@ -40,9 +41,6 @@ from ._routes import ServiceRoutes
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
 from ._truth import ServerTruth
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
 
 __all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 
@@ -299,8 +297,6 @@ class SandboxServer(ServerTruth):
         Raises:
             RuntimeError: The server is not started.
         """
-        from .._client import AsyncVideoGen
-
         return AsyncVideoGen(api_key=self.api_key, base_url=self.base_url, **options)
 
     # ----------------------------------------------------------------------------------------

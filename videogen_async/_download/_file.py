@@ -1,26 +1,6 @@
-"""Downloading finished videos: streamed, atomic, resumable, and never with the API key.
+"""One video to one file: streamed into a temporary file, resumed with ``Range``, renamed.
 
-One download goes like this:
-
-1. The source is resolved to a URL: a :class:`~videogen_async.Task` that succeeded carries its
-   ``video_url``; a task id is fetched first (and must have succeeded); an ``http(s)`` URL is
-   used as it is.
-2. The body is streamed in chunks (bounded memory) through ``Transport.stream``, which never
-   sends the ``Authorization`` header: the video lives on a media host, not on the service,
-   and the key must not leak there. ``Accept-Encoding: identity`` is asked for, so that the
-   bytes counted are the bytes declared by ``Content-Length``.
-3. Chunks go to a temporary file *in the destination's directory* (``.NAME.XXXX.part``), written
-   from a worker thread so that the event loop never blocks on the disk.
-4. A connection that breaks mid-file is resumed with ``Range: bytes=N-`` (plus ``If-Range`` when
-   the first answer carried a validator). A resumed answer is used only when it is a ``206``
-   whose ``Content-Range`` starts exactly at ``N`` and names the same total size; a ``200`` (the
-   host ignored ``Range``) or any other range starts the file over. A few attempts are made in
-   all, with a short jittered backoff between them.
-5. The received size must equal ``Content-Length`` (or the total of ``Content-Range``): a short
-   body is never accepted, a longer one neither. Only then is the temporary file flushed,
-   ``fsync``-ed and renamed over the destination (``os.replace``, atomic on one filesystem).
-   On any failure, or cancellation, the temporary file is removed: a file at the destination
-   path is always a complete download.
+The steps are those of the package's docstring (2 to 5); :func:`download` resolves a source first.
 """
 
 from __future__ import annotations
@@ -31,31 +11,31 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio
-import attrs
 
-from ._exceptions import APIConnectionError, DownloadError, VideoGenError
-from ._models import ProjectTask, Task
-from ._retry import RESUME_POLICY, retry_delay
-from ._transport import Transport
-
-#: Reads one task by id (the client's ``tasks.get``).
-GetTask = Callable[[str], Awaitable[Task]]
+from .._exceptions import APIConnectionError, DownloadError
+from .._redact import drop_locals
+from .._retry import RESUME_POLICY, retry_delay
+from .._transport import Transport
+from ._sources import (
+    DownloadSource,
+    GetTask,
+    check_url,
+    default_filename,
+    redact_url,
+    resolve_source,
+)
 
 __all__ = [
     "DEFAULT_ATTEMPTS",
     "DEFAULT_CHUNK_SIZE",
-    "DownloadResult",
-    "DownloadSource",
+    "ProgressCallback",
     "download",
-    "download_many",
     "download_url",
-    "redact_url",
 ]
 
 logger = logging.getLogger("videogen_async")
@@ -68,127 +48,9 @@ DEFAULT_ATTEMPTS = 4
 #: HTTP statuses of the media host after which a download is tried again.
 _RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)\s*-\s*(\d+)\s*/\s*(\d+|\*)\s*$", re.IGNORECASE)
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-_VIDEO_SUFFIXES = frozenset({".mp4", ".mov", ".m4v", ".webm", ".mkv"})
-
-DownloadSource = Task | ProjectTask | str
-"""What can be downloaded: a :class:`Task` (or a task listed in a project), a task id, or an
-``http(s)`` URL."""
 
 ProgressCallback = Callable[[int, int | None], None]
 """``progress(received, total)``: bytes received so far, and the size if the host said."""
-
-
-@attrs.frozen(eq=False)
-class DownloadResult:
-    """The outcome of one item of :meth:`AsyncVideoGen.download_many`.
-
-    Attributes:
-        source: The item as given: a task id or a URL (for a ``Task``, its id).
-        path: Where the video was written; ``None`` when it failed.
-        url: The video's URL, once known (``None`` when the task could not be resolved).
-        task_id: The task's id, when the item was a task or a task id.
-        size: Bytes written.
-        error: Why it failed (``None`` on success).
-    """
-
-    source: str
-    path: Path | None = None
-    url: str | None = None
-    task_id: str | None = None
-    size: int = 0
-    error: VideoGenError | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the video was downloaded."""
-        return self.error is None
-
-
-# --------------------------------------------------------------------------------------------
-# Small pure helpers
-# --------------------------------------------------------------------------------------------
-
-
-def is_url(text: str) -> bool:
-    """Whether ``text`` is an ``http(s)`` URL (as opposed to a task id).
-
-    Args:
-        text: A task id or a URL.
-
-    Returns:
-        ``True`` for a string starting with ``http://`` or ``https://``.
-    """
-    return text.strip().lower().startswith(("http://", "https://"))
-
-
-def redact_url(url: str) -> str:
-    """A URL fit for messages and logs: without its query, fragment or credentials.
-
-    Signed media URLs carry their signature in the query; it is a secret of sorts and is
-    kept out of error texts.
-
-    Args:
-        url: The URL.
-
-    Returns:
-        ``scheme://host[:port]/path``, with ``?...`` shown when a query was dropped.
-    """
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "<unreadable URL>"
-    netloc = f"{host}:{port}" if port else host
-    text = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return text + ("?..." if parts.query else "")
-
-
-def _check_url(url: str) -> str:
-    try:
-        parts = urlsplit(url.strip())
-        host = parts.hostname
-    except ValueError:
-        host = None
-        parts = None
-    if parts is None or parts.scheme.lower() not in ("http", "https") or not host:
-        raise DownloadError(f"not an http(s) URL: {redact_url(url)!s}", url=url)
-    return url.strip()
-
-
-def _safe_name(text: str) -> str:
-    name = _UNSAFE_NAME.sub("_", text).strip("._")
-    return name[:120] or "video"
-
-
-def default_filename(*, url: str | None, task_id: str | None) -> str:
-    """The file name a video is saved under when only a directory is given.
-
-    Args:
-        url: The video's URL (its extension is kept when it is a video one).
-        task_id: The task's id, when known: ``{task_id}.mp4``.
-
-    Returns:
-        A safe file name (letters, digits, ``.``, ``_``, ``-``).
-    """
-    suffix = ".mp4"
-    base = ""
-    if url:
-        try:
-            path = unquote(urlsplit(url).path)
-        except ValueError:
-            path = ""
-        leaf = path.rsplit("/", 1)[-1]
-        stem, dot, ext = leaf.rpartition(".")
-        if dot and f".{ext.lower()}" in _VIDEO_SUFFIXES:
-            suffix = f".{ext.lower()}"
-            base = stem
-        else:
-            base = leaf
-    if task_id:
-        base = task_id
-    return _safe_name(base) + suffix
 
 
 def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
@@ -372,7 +234,7 @@ async def download_url(
         raise ValueError(f"attempts must be at least 1, got {attempts!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
-    url = _check_url(url)
+    url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
     part = _PartFile(dest)
     try:
@@ -428,8 +290,9 @@ async def download_url(
             bytes_received=state.received,
             expected_size=state.total,
         ) from cause
-    except BaseException:
+    except BaseException as exc:
         await part.discard()
+        drop_locals(exc)  # the attempts' frames held the host's headers
         raise
     logger.debug(
         "downloaded %s to %s (%d bytes, %d attempt(s))", what, dest, state.received, attempt
@@ -542,61 +405,6 @@ def _check_resumed(headers: Mapping[str, str], state: _State) -> None:
         state.total = span[2]
 
 
-# --------------------------------------------------------------------------------------------
-# Sources: a Task, a task id, a URL
-# --------------------------------------------------------------------------------------------
-
-
-def _source_name(source: DownloadSource) -> str:
-    if isinstance(source, (Task, ProjectTask)):
-        return source.task_id or "<task without id>"
-    return str(source)
-
-
-async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str, str | None]:
-    """Find the URL of a source: ``(url, task_id)``.
-
-    Args:
-        get_task: Reads a task given by id (the client's ``tasks.get``).
-        source: A :class:`Task`, a task listed in a project, a task id, or a URL.
-
-    Returns:
-        The video URL and the task id (``None`` for a plain URL).
-
-    Raises:
-        DownloadError: The task has not succeeded, or has no video URL.
-        NotFoundError: No such task.
-        APIStatusError: Reading the task failed.
-        APIConnectionError: The service could not be reached.
-    """
-    task: Task | None
-    if isinstance(source, Task):
-        task = source if source.is_terminal else await get_task(source.task_id)
-    elif isinstance(source, ProjectTask):
-        if not source.task_id:
-            raise DownloadError("this project task carries no task_id")
-        task = await get_task(source.task_id)
-    elif isinstance(source, str):
-        if is_url(source):
-            return _check_url(source), None
-        task = await get_task(source)
-    else:
-        raise TypeError(f"cannot download a {type(source).__name__}: pass a Task, id or URL")
-    if not task.is_succeeded:
-        reason = f": {task.error_message}" if task.error_message else ""
-        state = "has not finished yet" if not task.is_terminal else f"ended {task.status}"
-        raise DownloadError(
-            f"task {task.task_id} {state}{reason}; only a succeeded task has a video",
-            task_id=task.task_id,
-        )
-    if not task.video_url:
-        raise DownloadError(
-            f"task {task.task_id} succeeded but its result has no video_url",
-            task_id=task.task_id,
-        )
-    return task.video_url, task.task_id
-
-
 async def download(
     transport: Transport,
     get_task: GetTask,
@@ -624,87 +432,3 @@ async def download(
         task_id=task_id,
     )
     return dest
-
-
-def _planned_names(items: Sequence[DownloadSource]) -> list[str]:
-    """A distinct file name per item, fixed before anything starts."""
-    names: list[str] = []
-    seen: dict[str, int] = {}
-    for item in items:
-        if isinstance(item, (Task, ProjectTask)):
-            name = default_filename(url=None, task_id=item.task_id or None)
-        elif is_url(item):
-            name = default_filename(url=item, task_id=None)
-        else:
-            name = default_filename(url=None, task_id=item)
-        key = name.lower()
-        if key in seen:
-            seen[key] += 1
-            stem, dot, ext = name.rpartition(".")
-            name = f"{stem}-{seen[key]}{dot}{ext}"
-        else:
-            seen[key] = 1
-        names.append(name)
-    return names
-
-
-async def download_many(
-    transport: Transport,
-    get_task: GetTask,
-    items: Iterable[DownloadSource],
-    directory: str | os.PathLike[str],
-    *,
-    max_concurrency: int = 4,
-    overwrite: bool = True,
-    attempts: int = DEFAULT_ATTEMPTS,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    on_result: Callable[[DownloadResult], None] | None = None,
-) -> list[DownloadResult]:
-    """Download many videos; see :meth:`AsyncVideoGen.download_many`."""
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency!r}")
-    if attempts < 1 or chunk_size < 1:
-        raise ValueError("attempts and chunk_size must be at least 1")
-    sources = list(items)
-    for item in sources:
-        if not isinstance(item, (Task, ProjectTask, str)):
-            raise TypeError(f"cannot download a {type(item).__name__}: pass a Task, id or URL")
-    names = _planned_names(sources)
-    folder = Path(directory)
-    results: list[DownloadResult | None] = [None] * len(sources)
-    limiter = anyio.Semaphore(max_concurrency)
-
-    async def one(index: int) -> None:
-        source = sources[index]
-        name = _source_name(source)
-        url: str | None = None
-        task_id: str | None = None
-        async with limiter:
-            try:
-                url, task_id = await resolve_source(get_task, source)
-                dest = folder / names[index]
-                size = await download_url(
-                    transport,
-                    url,
-                    dest,
-                    overwrite=overwrite,
-                    attempts=attempts,
-                    chunk_size=chunk_size,
-                    task_id=task_id,
-                )
-                result = DownloadResult(source=name, path=dest, url=url, task_id=task_id, size=size)
-            except VideoGenError as exc:
-                if task_id is None and not (isinstance(source, str) and is_url(source)):
-                    task_id = getattr(exc, "task_id", None) or (
-                        source.task_id if isinstance(source, (Task, ProjectTask)) else source
-                    )
-                logger.info("download of %s failed: %s", name, exc)
-                result = DownloadResult(source=name, url=url, task_id=task_id, error=exc)
-        results[index] = result
-        if on_result is not None:
-            on_result(result)
-
-    async with anyio.create_task_group() as tg:
-        for index in range(len(sources)):
-            tg.start_soon(one, index)
-    return [r for r in results if r is not None]

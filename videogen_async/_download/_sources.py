@@ -1,0 +1,185 @@
+"""Download sources: a task, a task id or a URL, resolved to a URL and a file name."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from .._exceptions import DownloadError
+from .._models import ProjectTask, Task
+
+__all__ = [
+    "DownloadSource",
+    "GetTask",
+    "check_url",
+    "default_filename",
+    "is_url",
+    "planned_names",
+    "redact_url",
+    "resolve_source",
+    "source_name",
+]
+
+#: Reads one task by id (the client's ``tasks.get``).
+GetTask = Callable[[str], Awaitable[Task]]
+
+DownloadSource = Task | ProjectTask | str
+"""What can be downloaded: a :class:`Task` (or a task listed in a project), a task id, or an
+``http(s)`` URL."""
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_VIDEO_SUFFIXES = frozenset({".mp4", ".mov", ".m4v", ".webm", ".mkv"})
+
+
+def is_url(text: str) -> bool:
+    """Whether ``text`` is an ``http(s)`` URL (as opposed to a task id).
+
+    Args:
+        text: A task id or a URL.
+
+    Returns:
+        ``True`` for a string starting with ``http://`` or ``https://``.
+    """
+    return text.strip().lower().startswith(("http://", "https://"))
+
+
+def redact_url(url: str) -> str:
+    """A URL fit for messages and logs: without its query, fragment or credentials.
+
+    Signed media URLs carry their signature in the query; it is a secret of sorts and is
+    kept out of error texts.
+
+    Args:
+        url: The URL.
+
+    Returns:
+        ``scheme://host[:port]/path``, with ``?...`` shown when a query was dropped.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unreadable URL>"
+    netloc = f"{host}:{port}" if port else host
+    text = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return text + ("?..." if parts.query else "")
+
+
+def check_url(url: str) -> str:
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        host = None
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not host:
+        raise DownloadError(f"not an http(s) URL: {redact_url(url)!s}", url=url)
+    return url.strip()
+
+
+def _safe_name(text: str) -> str:
+    name = _UNSAFE_NAME.sub("_", text).strip("._")
+    return name[:120] or "video"
+
+
+def default_filename(*, url: str | None, task_id: str | None) -> str:
+    """The file name a video is saved under when only a directory is given.
+
+    Args:
+        url: The video's URL (its extension is kept when it is a video one).
+        task_id: The task's id, when known: ``{task_id}.mp4``.
+
+    Returns:
+        A safe file name (letters, digits, ``.``, ``_``, ``-``).
+    """
+    suffix = ".mp4"
+    base = ""
+    if url:
+        try:
+            path = unquote(urlsplit(url).path)
+        except ValueError:
+            path = ""
+        leaf = path.rsplit("/", 1)[-1]
+        stem, dot, ext = leaf.rpartition(".")
+        if dot and f".{ext.lower()}" in _VIDEO_SUFFIXES:
+            suffix = f".{ext.lower()}"
+            base = stem
+        else:
+            base = leaf
+    if task_id:
+        base = task_id
+    return _safe_name(base) + suffix
+
+
+def source_name(source: DownloadSource) -> str:
+    if isinstance(source, (Task, ProjectTask)):
+        return source.task_id or "<task without id>"
+    return str(source)
+
+
+def planned_names(items: Sequence[DownloadSource]) -> list[str]:
+    """A distinct file name per item, fixed before anything starts."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, (Task, ProjectTask)):
+            name = default_filename(url=None, task_id=item.task_id or None)
+        elif is_url(item):
+            name = default_filename(url=item, task_id=None)
+        else:
+            name = default_filename(url=None, task_id=item)
+        key = name.lower()
+        if key in seen:
+            seen[key] += 1
+            stem, dot, ext = name.rpartition(".")
+            name = f"{stem}-{seen[key]}{dot}{ext}"
+        else:
+            seen[key] = 1
+        names.append(name)
+    return names
+
+
+async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str, str | None]:
+    """Find the URL of a source: ``(url, task_id)``.
+
+    Args:
+        get_task: Reads a task given by id (the client's ``tasks.get``).
+        source: A :class:`Task`, a task listed in a project, a task id, or a URL.
+
+    Returns:
+        The video URL and the task id (``None`` for a plain URL).
+
+    Raises:
+        DownloadError: The task has not succeeded, or has no video URL.
+        NotFoundError: No such task.
+        APIStatusError: Reading the task failed.
+        APIConnectionError: The service could not be reached.
+    """
+    task: Task | None
+    if isinstance(source, Task):
+        task = source if source.is_terminal else await get_task(source.task_id)
+    elif isinstance(source, ProjectTask):
+        if not source.task_id:
+            raise DownloadError("this project task carries no task_id")
+        task = await get_task(source.task_id)
+    elif isinstance(source, str):
+        if is_url(source):
+            return check_url(source), None
+        task = await get_task(source)
+    else:
+        raise TypeError(f"cannot download a {type(source).__name__}: pass a Task, id or URL")
+    if not task.is_succeeded:
+        reason = f": {task.error_message}" if task.error_message else ""
+        state = "has not finished yet" if not task.is_terminal else f"ended {task.status}"
+        raise DownloadError(
+            f"task {task.task_id} {state}{reason}; only a succeeded task has a video",
+            task_id=task.task_id,
+        )
+    if not task.video_url:
+        raise DownloadError(
+            f"task {task.task_id} succeeded but its result has no video_url",
+            task_id=task.task_id,
+        )
+    return task.video_url, task.task_id

@@ -1,0 +1,332 @@
+"""The service's envelope: decoding an answer and mapping every failure to the error tree.
+
+Pure functions, used by the transport: :func:`decode` turns one answer (status, body, headers)
+into a :class:`Response` or raises the matching error of ``_exceptions``;
+:func:`make_status_error` picks the error class from the HTTP status and the envelope code;
+:func:`connection_error` maps an aiohttp or OS failure to ``APIConnectionError`` /
+``APITimeoutError`` (aiohttp is imported only for its exception classes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import aiohttp
+import attrs
+
+from ._exceptions import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    InsufficientCreditsError,
+    MediaStorageError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    ServerError,
+)
+from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
+from ._jsonbody import excerpt as _body_excerpt
+from ._meta import ResponseInfo
+from ._redact import scrub_exception
+from ._retry import parse_retry_after
+from ._version import __version__
+
+__all__ = [
+    "CODE_INSUFFICIENT_CREDITS",
+    "CODE_MEDIA_STORAGE",
+    "EXCERPT_CHARS",
+    "Response",
+    "connection_error",
+    "decode",
+    "describe",
+    "excerpt",
+    "make_status_error",
+    "url_path",
+    "user_agent",
+]
+
+#: Envelope codes of the service's business failures.
+CODE_INSUFFICIENT_CREDITS = 300111
+CODE_MEDIA_STORAGE = 100099
+
+#: The error class of a business code (wins over the status) and of an HTTP(-like) status.
+_BY_CODE: dict[int, type[APIStatusError]] = {
+    CODE_INSUFFICIENT_CREDITS: InsufficientCreditsError,
+    CODE_MEDIA_STORAGE: MediaStorageError,
+}
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    429: RateLimitError,
+}
+
+#: How many characters of a body an error quotes.
+EXCERPT_CHARS = 200
+# aiohttp names its "could not open the connection" timeout differently across versions.
+_ConnectTimeout: tuple[type[BaseException], ...] = tuple(
+    cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
+)
+
+
+@attrs.frozen(repr=False)
+class Response:
+    """A successful envelope.
+
+    Attributes:
+        status_code: The HTTP status.
+        data: The envelope's ``data``.
+        trace_id: The envelope's ``trace_id``.
+        message: The envelope's ``message``.
+        headers: The response headers.
+        attempts: How many attempts the request took.
+        info: What a result parsed from it keeps (set by the request loop).
+    """
+
+    status_code: int
+    data: Any
+    trace_id: str | None
+    message: str | None
+    headers: Mapping[str, str]
+    attempts: int = 1
+    info: ResponseInfo | None = None
+
+    def __repr__(self) -> str:
+        # Bounded and redacted: the data and headers are what a server sent, key echoed and
+        # all, and a traceback printed with its locals shows this.
+        return (
+            f"Response(status_code={self.status_code}, trace_id={self.trace_id!r},"
+            f" attempts={self.attempts}, data={short_repr(self.data)})"
+        )
+
+
+def user_agent() -> str:
+    """The ``User-Agent`` sent with every request."""
+    return (
+        f"videogen-async/{__version__} python/{platform.python_version()}"
+        f" aiohttp/{aiohttp.__version__}"
+    )
+
+
+def url_path(url: str) -> str:
+    scheme_sep = url.find("://")
+    rest = url[scheme_sep + 3 :] if scheme_sep >= 0 else url
+    slash = rest.find("/")
+    path = rest[slash:] if slash >= 0 else "/"
+    return path.split("?", 1)[0]
+
+
+def excerpt(raw: bytes) -> str:
+    return _body_excerpt(raw, EXCERPT_CHARS)
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _header_retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After")
+    if value is None:
+        value = headers.get("retry-after")
+    return parse_retry_after(value)
+
+
+def connection_error(
+    exc: BaseException, method: str, path: str, *, may_have_taken_effect: bool
+) -> APIConnectionError:
+    """Map an aiohttp/OS failure to ``APIConnectionError`` / ``APITimeoutError``.
+
+    A failure to *open* the connection proves the request never reached the service.
+    """
+    not_opened = isinstance(exc, _ConnectTimeout) or (
+        isinstance(exc, aiohttp.ClientConnectorError)
+        and not isinstance(exc, aiohttp.ClientSSLError)
+    )
+    may = may_have_taken_effect and not not_opened
+    scrub_exception(exc)  # aiohttp quotes bad header lines and payloads as it received them
+    # TimeoutError: the builtin, which asyncio.TimeoutError is only from Python 3.11 on.
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
+        what = "connecting" if not_opened else "waiting for the answer"
+        return APITimeoutError(
+            f"{method} {path}: timed out {what}",
+            method=method,
+            path=path,
+            request_may_have_taken_effect=may,
+        )
+    if not_opened:
+        text = f"{method} {path}: could not connect to the service: {exc}"
+    else:
+        text = f"{method} {path}: the connection broke: {type(exc).__name__}: {exc}"
+    return APIConnectionError(text, method=method, path=path, request_may_have_taken_effect=may)
+
+
+def decode(
+    status: int,
+    raw: bytes,
+    headers: Mapping[str, str],
+    *,
+    method: str,
+    path: str,
+) -> Response:
+    """Decode one answer into a :class:`Response` or raise the matching error."""
+    body, is_json = decode_json(raw)
+    # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
+    code = _as_int(body.get("code")) if isinstance(body, dict) else None
+    envelope = body if code is not None else None
+    if envelope is None:
+        _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
+    trace = _trace_id(envelope.get("trace_id"))
+    message = envelope.get("message")
+    if 200 <= status < 300 and code == 200:
+        return Response(
+            status_code=status,
+            data=envelope.get("data"),
+            trace_id=trace,
+            message=message if isinstance(message, str) else None,
+            headers=headers,
+        )
+    text = (
+        clip(message, MESSAGE_CHARS)
+        if isinstance(message, str) and message
+        else f"HTTP {status}, code {_code_text(code)}"
+    )
+    raise make_status_error(
+        status,
+        code,
+        f"{method} {path}: {text}",
+        trace_id=trace,
+        body=envelope,
+        headers=dict(headers),
+        method=method,
+        path=path,
+    )
+
+
+def _trace_id(value: Any) -> str | None:
+    """The envelope's ``trace_id`` as a short text (a number is accepted; anything else not)."""
+    if isinstance(value, str):
+        return clip(value, 200) if value else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return clip(_code_text(value), 200)
+    return None
+
+
+def _code_text(code: int | None) -> str:
+    try:
+        return str(code)
+    except ValueError:  # an integer beyond the int-to-str digit limit
+        return "<a very large integer>"
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _raise_not_envelope(
+    status: int,
+    raw: bytes,
+    headers: Mapping[str, str],
+    *,
+    method: str,
+    path: str,
+    is_json: bool,
+) -> NoReturn:
+    quoted = excerpt(raw) if raw else "<empty body>"
+    if is_json:
+        kind = "a JSON body that is not the service's envelope"
+    elif nested_too_deep(raw):
+        kind = "a body nested too deeply to read"
+    else:
+        kind = "a non-JSON body"
+    text = f"{method} {path}: HTTP {status} with {kind}: {quoted}"
+    may = method != "GET"
+    if status >= 400:
+        raise make_status_error(
+            status,
+            None,
+            text,
+            headers=dict(headers),
+            method=method,
+            path=path,
+            request_may_have_taken_effect=may and status >= 500,
+        )
+    raise APIResponseError(
+        text, status_code=status, body_excerpt=quoted, request_may_have_taken_effect=may
+    )
+
+
+def make_status_error(
+    status: int,
+    code: int | None,
+    message: str,
+    *,
+    trace_id: str | None = None,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    method: str | None = None,
+    path: str | None = None,
+    request_may_have_taken_effect: bool | None = None,
+) -> APIStatusError:
+    """Build the error for a failed answer from its HTTP status and envelope code.
+
+    The business codes (300111, 100099) win; then an HTTP error status; then, under HTTP 200,
+    an HTTP-like envelope code (``{"code": 404}`` is a not-found even when the status is 200).
+
+    Args:
+        status: The HTTP status.
+        code: The envelope code, or ``None`` when there was no envelope.
+        message: The error text.
+        trace_id: The envelope's ``trace_id``.
+        body: The decoded body.
+        headers: The response headers.
+        method: The request method.
+        path: The request path.
+        request_may_have_taken_effect: Whether the request may have acted; by default,
+            ``True`` for a POST answered 5xx.
+
+    Returns:
+        The error, of the most specific class.
+    """
+    effective = status if status >= 400 or code is None else code
+    cls = _BY_CODE.get(code) if code is not None else None
+    if cls is None:
+        cls = _BY_STATUS.get(effective) or (
+            ServerError if 500 <= effective <= 599 else APIStatusError
+        )
+    if request_may_have_taken_effect is None:
+        request_may_have_taken_effect = method == "POST" and cls is ServerError
+    error = cls(
+        message,
+        status_code=status,
+        code=code,
+        trace_id=trace_id,
+        body=body,
+        headers=headers,
+        method=method,
+        path=path,
+        request_may_have_taken_effect=request_may_have_taken_effect,
+    )
+    if isinstance(error, RateLimitError):
+        error.retry_after = _header_retry_after(error.headers)
+    return error
