@@ -12,31 +12,17 @@ from typing import Any, Protocol
 __all__ = ["LedgerClient"]
 
 
-class _Tasks(Protocol):
-    async def create(self, prompt: str, /, **fields: Any) -> Any: ...
-
-    async def get(self, task_id: str, /) -> Any: ...
-
-
-class _Projects(Protocol):
-    async def create(
-        self, reference_video_url: str, product_image_urls: list[str], /, **fields: Any
-    ) -> Any: ...
-
-    async def create_videos(self, project_id: str, /, **fields: Any) -> Any: ...
-
-
 class LedgerClient(Protocol):
     """The client surface the ledger uses (``AsyncVideoGen`` has it)."""
 
     @property
-    def tasks(self) -> _Tasks:
-        """The tasks namespace."""
+    def tasks(self) -> Any:
+        """The tasks namespace (``create``, ``get``)."""
         ...
 
     @property
-    def projects(self) -> _Projects:
-        """The projects namespace."""
+    def projects(self) -> Any:
+        """The projects namespace (``create``, ``create_videos``)."""
         ...
 
     def with_options(self, *, max_retries: int | None = ...) -> Any:
