@@ -457,34 +457,6 @@ class PostgresStore(Store):
                 )
             return bool(status.endswith(" 1"))
 
-    async def finish(
-        self, key: str, owner: str, *, state: str, cost: float, task: str
-    ) -> Row | None:
-        async with self._tx() as conn:
-            old = await conn.fetchrow(
-                f"SELECT credits_cost FROM {_E} WHERE key = $1 AND owner = $2"
-                " AND state = 'pending' FOR UPDATE",
-                key,
-                owner,
-            )
-            if old is None:
-                return None
-            row = await conn.fetchrow(
-                f"UPDATE {_E} SET state = $1, credits_cost = $2, task = $3, delivered = 0,"
-                f" finished_at = {_NOW}, updated_at = {_NOW}, error = NULL WHERE key = $4"
-                " RETURNING *",
-                state,
-                cost,
-                task,
-                key,
-            )
-            delta = cost - (old["credits_cost"] or 0.0)
-            if delta:
-                await conn.execute(
-                    "UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta
-                )
-            return dict(row)
-
     async def finish_many(
         self, owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
     ) -> list[Row]:
@@ -524,15 +496,6 @@ class PostgresStore(Store):
                     owner,
                 )
         return rows
-
-    async def ack(self, key: str, owner: str) -> None:
-        async with self._tx() as conn:
-            await conn.execute(
-                f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
-                " WHERE key = $1 AND owner = $2",
-                key,
-                owner,
-            )
 
     async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
         async with self._tx() as conn:

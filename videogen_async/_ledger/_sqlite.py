@@ -565,32 +565,6 @@ class SQLiteStore(Store):
 
         return await self._run(write)
 
-    async def finish(
-        self, key: str, owner: str, *, state: str, cost: float, task: str
-    ) -> Row | None:
-        return await self._run(self._finish, key, owner, state, cost, task)
-
-    def _finish(self, key: str, owner: str, state: str, cost: float, task: str) -> Row | None:
-        now = time.time()
-        with self._tx() as conn:
-            old = conn.execute(
-                f"SELECT credits_cost FROM {_E} WHERE key = ? AND owner = ? AND state = 'pending'",
-                (key, owner),
-            ).fetchone()
-            if old is None:
-                return None
-            conn.execute(
-                f"UPDATE {_E} SET state = ?, credits_cost = ?, task = ?, delivered = 0,"
-                " finished_at = ?, updated_at = ?, error = NULL WHERE key = ?",
-                (state, cost, task, now, now, key),
-            )
-            delta = cost - (old["credits_cost"] or 0.0)
-            if delta:
-                conn.execute(
-                    "UPDATE videogen_ledger_budget SET spent = spent + ? WHERE id = 1", (delta,)
-                )
-            return self._row(conn, key)
-
     async def finish_many(
         self, owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
     ) -> list[Row]:
@@ -628,17 +602,6 @@ class SQLiteStore(Store):
                 [(key, owner) for key in acks],
             )
         return rows
-
-    async def ack(self, key: str, owner: str) -> None:
-        def write() -> None:
-            with self._tx() as conn:
-                conn.execute(
-                    f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
-                    " WHERE key = ? AND owner = ?",
-                    (key, owner),
-                )
-
-        await self._run(write)
 
     async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
         def write() -> None:

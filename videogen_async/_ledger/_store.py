@@ -211,12 +211,6 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def finish(
-        self, key: str, owner: str, *, state: str, cost: float, task: str
-    ) -> Row | None:
-        """Record a terminal state of a pending entry held by ``owner``."""
-
-    @abc.abstractmethod
     async def finish_many(
         self, owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
     ) -> list[Row]:
@@ -230,10 +224,6 @@ class Store(abc.ABC):
         Returns:
             The rows whose terminal state was recorded (entries still held by ``owner``).
         """
-
-    @abc.abstractmethod
-    async def ack(self, key: str, owner: str) -> None:
-        """Mark a terminal entry delivered and release it."""
 
     @abc.abstractmethod
     async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:

@@ -263,6 +263,8 @@ class Watch:
     async def _shed(self) -> None:
         """Give back the newest claim when others joined and this watcher holds over its share."""
         share, held = await self._store.share(self.owner)
+        if len(self._chunks) < 2:  # gathers ended meanwhile
+            return
         chunk = self._chunks[-1]
         left = [key for task_id, key in chunk.batch.items() if task_id not in chunk.done]
         # Never below the share, and never a claim younger than a renewal period (what was
