@@ -463,10 +463,14 @@ class PostgresStore(Store):
         rows: list[Row] = []
         async with self._tx() as conn:
             if items:
+                # The budget row first, then the entries in key order: every writer takes its
+                # locks in the same order (an entry handed from one watcher to another is
+                # touched by both), so that two writers never wait on each other.
+                await conn.execute("SELECT 1 FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
                 keys, states, costs, tasks = (list(column) for column in zip(*items, strict=True))
                 found = await conn.fetch(
                     f"WITH old AS (SELECT key, credits_cost FROM {_E} WHERE key = ANY($1::text[])"
-                    " AND owner = $5 AND state = 'pending' FOR UPDATE)"
+                    " AND owner = $5 AND state = 'pending' ORDER BY key FOR UPDATE)"
                     f" UPDATE {_E} AS e SET state = v.state, credits_cost = v.cost, task = v.task,"
                     f" delivered = 0, finished_at = {_NOW}, updated_at = {_NOW}, error = NULL"
                     " FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[])"
