@@ -164,7 +164,7 @@ async def warm_up(client: AsyncVideoGen, task_id: str) -> None:
 
 
 async def watch_ledger(
-    url: str, base_url: str, api_key: str, max_held: int | None = None
+    url: str, base_url: str, api_key: str
 ) -> tuple[dict[str, float], int, float]:
     """One watcher until the ledger is idle: ``({task_id: wall time seen}, writes, CPU s)``."""
     seen: dict[str, float] = {}
@@ -173,7 +173,7 @@ async def watch_ledger(
         Ledger.open(url) as ledger,
     ):
         cpu0 = time.process_time()
-        watch = ledger.watch(client, stop_when_idle=True, max_held=max_held)
+        watch = ledger.watch(client, stop_when_idle=True)
         async with watch as finished:
             async for entry in finished:
                 seen[entry.task_id or ""] = time.time()
@@ -221,7 +221,6 @@ async def measure(name: str, n: int, spread: float, cluster: Cluster | None) -> 
                     url,
                     base_url,
                     api_key,
-                    str(-(-n // k)),
                     stdout=asyncio.subprocess.PIPE,
                 )
                 for _ in range(k)
@@ -296,15 +295,15 @@ async def main(quick: bool) -> None:
     )
 
 
-def child(url: str, base_url: str, api_key: str, max_held: str) -> None:
-    seen, writes, cpu = asyncio.run(watch_ledger(url, base_url, api_key, int(max_held)))
+def child(url: str, base_url: str, api_key: str) -> None:
+    seen, writes, cpu = asyncio.run(watch_ledger(url, base_url, api_key))
     print(json.dumps({"seen": seen, "writes": writes, "cpu": cpu}))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 tasks over 20 s")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)

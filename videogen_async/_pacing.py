@@ -180,6 +180,17 @@ class Pacing:
             )
         return max(0.0, self.paused_until - now)
 
+    def pause_until(self, until: float) -> None:
+        """Hold every request of the client until ``until`` (``anyio.current_time()`` clock).
+
+        A pause decided elsewhere (e.g. a 429 met by another process sharing a ledger); it
+        never shortens a pause already in force and does not cut the allowed load.
+
+        Args:
+            until: When requests may go again.
+        """
+        self.paused_until = max(self.paused_until, until)
+
     def _taken(self, now: float) -> None:
         self.in_flight += 1
         if now - self._window_start >= 1.0:

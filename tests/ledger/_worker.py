@@ -33,7 +33,6 @@ async def main(url: str, base_url: str, api_key: str, name: str, count: int, lea
             claim_size=4,
             claim_interval=0.05,
             stop_when_idle=True,
-            max_held=count // 3 + 1,
         )
         async with watch as finished:
             async for entry in finished:

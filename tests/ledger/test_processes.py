@@ -92,22 +92,25 @@ async def test_sigkilled_watcher_leaves_its_ids_to_the_others(ledger_url: str) -
         assert len(entries) == COUNT
         for entry in entries:
             assert entry.state == server.describe_task(entry.task_id)["status"]
-        # No id was polled by two workers at once: per id, the polls of each worker form one
-        # stretch, and the stretches do not overlap.
+        # No id was polled by two workers at once: per id, the polls form a few runs of one
+        # worker each (an id passes from one worker to another when a live one over its fair
+        # share gives it back, or when the killed one's lease runs out).
         taken_over = 0
         for task_id, polls in polls_by_id(server).items():
-            spans: dict[str | None, tuple[float, float]] = {}
-            for started, agent in polls:
-                low, high = spans.get(agent, (started, started))
-                spans[agent] = (min(low, started), max(high, started))
-            ordered = sorted(spans.values())
-            for (_, end), (start, _) in itertools.pairwise(ordered):
-                assert end < start, (task_id, spans)
-            if "worker-0" in spans and len(spans) > 1:
-                taken_over += 1
-                # Taken over only once the victim's lease ran out.
-                others = [s for agent, s in spans.items() if agent != "worker-0"]
-                assert min(s[0] for s in others) >= killed_at - 0.05
+            runs: list[tuple[str | None, float, float]] = []
+            for started, agent in sorted(polls, key=lambda poll: poll[0]):
+                if runs and runs[-1][0] == agent:
+                    runs[-1] = (agent, runs[-1][1], started)
+                else:
+                    runs.append((agent, started, started))
+            # Two workers polling an id at once interleave: many short runs. Handovers are few.
+            assert len(runs) <= 4, (task_id, runs)
+            for before, run in itertools.pairwise([(None, 0.0, 0.0), *runs]):
+                if before[0] == "worker-0" and run[1] > killed_at + 0.05:
+                    taken_over += 1
+                    # Taken from the killed worker only once its lease ran out (renewed every
+                    # third of it, so at least two thirds of it after the kill).
+                    assert run[1] >= killed_at + LEASE / 2, (task_id, runs, killed_at)
         assert taken_over, "the killed worker held ids that others finished"
 
 

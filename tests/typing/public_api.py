@@ -99,6 +99,13 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
         else:
             error: vg.VideoGenError | None = result.error
             print(error)
+    async with vg.Ledger.open("tasks.db", max_credits=100.0) as ledger:
+        entry: vg.LedgerEntry = await ledger.create_task(client, "a fox", key="fox-1")
+        async with ledger.watch(client, stop_when_idle=True) as finished:
+            async for record in finished:
+                print(record.key, record.state, record.task_id)
+        held: vg.LedgerEntry | None = await ledger.get("fox-1")
+        print(entry.state, held)
     del script, failed, path, again
 
 

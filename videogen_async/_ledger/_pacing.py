@@ -1,9 +1,10 @@
 """Shared pacing: a 429 seen by one watcher pauses every watcher of the ledger.
 
 The pause lives in the database (``videogen_ledger_pacing.pause_until``). A watcher polls
-through :func:`paced`, a thin view of the client whose ``tasks.get`` waits out the shared pause
-before each poll and reports each 429 it meets. This is the one place that would hook into the
-client's own pacing.
+through :func:`shared_source`: the client's own task source, whose 429s are reported to the
+ledger; before each round the watcher applies the ledger's pause to the client's own
+:class:`~videogen_async._pacing.Pacing` (``pause_until``), which holds every request of the
+client, the gathers' polls included.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import time
 from typing import Any
 
 import anyio
+import attrs
 
 from .._exceptions import RateLimitError
 from .._models import Task
+from .._polling import TaskSource, source_of
 
-__all__ = ["DEFAULT_PAUSE", "SharedPause", "paced"]
+__all__ = ["DEFAULT_PAUSE", "SharedPause", "shared_source"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -63,42 +66,34 @@ class SharedPause:
             await anyio.sleep(left)
 
 
-class _PacedTasks:
-    def __init__(self, tasks: Any, pause: SharedPause) -> None:
-        self._tasks = tasks
-        self._pause = pause
+def shared_source(client: Any, pause: SharedPause) -> TaskSource:
+    """The task source a watcher's gathers poll through, with the shared pause hooked in.
 
-    async def get(self, task_id: str) -> Task:
-        await self._pause.wait()
-        try:
-            task: Task = await self._tasks.get(task_id)
-        except RateLimitError as exc:
-            self._pause.report(exc.retry_after)
-            raise
-        return task
-
-
-class _PacedClient:
-    """What ``gather_until_done`` needs of a client, with the shared pause in front."""
-
-    def __init__(self, client: Any, pause: SharedPause) -> None:
-        self._client = client
-        self._pause = pause
-        self.tasks = _PacedTasks(client.tasks, pause)
-        self.poll_policy = getattr(client, "poll_policy", None)
-
-    def with_options(self, **options: Any) -> _PacedClient:
-        return _PacedClient(self._client.with_options(**options), self._pause)
-
-
-def paced(client: Any, pause: SharedPause) -> Any:
-    """A view of ``client`` whose task reads honour and report the shared pause.
+    The client's own source is kept (its ``fetch`` and its :class:`Pacing`, which holds every
+    request of the client); each 429 it meets is reported to ``pause`` (and so written to the
+    ledger for every watcher), and the watcher applies the ledger's pause to the client's
+    pacing before each round. A client without a pacing of its own waits out ``pause`` before
+    each poll instead.
 
     Args:
-        client: The client.
-        pause: The watcher's shared pause.
+        client: The watcher's client (``AsyncVideoGen``, or anything ``gather_until_done``
+            polls).
+        pause: The watcher's view of the shared pause.
 
     Returns:
-        An object ``gather_until_done`` polls through.
+        The source to hand to ``gather_until_done``.
     """
-    return _PacedClient(client, pause)
+    source = source_of(client)
+    fetch = source.fetch
+    own_pacing = source.pacing is not None
+
+    async def shared_fetch(task_id: str) -> Task:
+        if not own_pacing:
+            await pause.wait()
+        try:
+            return await fetch(task_id)
+        except RateLimitError as exc:
+            pause.report(exc.retry_after)
+            raise
+
+    return attrs.evolve(source, fetch=shared_fetch)

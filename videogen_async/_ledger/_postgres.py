@@ -17,7 +17,7 @@ from typing import Any
 
 from .._exceptions import LedgerError
 from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
-from ._store import CreateStart, NewEntry, Row, Store, decide_budget, redact
+from ._store import CreateStart, NewEntry, Row, Store, decide_budget, fair_share, redact, share_of
 
 try:
     import asyncpg
@@ -33,6 +33,13 @@ _TERMINAL = "('succeeded', 'failed', 'error')"
 _CLAIMABLE = (
     f"(state = 'pending' OR (state IN {_TERMINAL} AND delivered = 0))"
     f" AND (lease_until IS NULL OR lease_until < {_NOW})"
+)
+
+
+_COUNTS = (
+    "SELECT count(*) AS open, count(*) FILTER (WHERE owner = $1) AS mine,"
+    f" (SELECT count(*) FROM videogen_ledger_watchers WHERE seen_until >= {_NOW}) AS live"
+    f" FROM {_E} WHERE state = 'pending' OR (state IN {_TERMINAL} AND delivered = 0)"
 )
 
 
@@ -175,11 +182,11 @@ class PostgresStore(Store):
     ) -> CreateStart:
         try:
             async with self._tx() as conn:
-                taken = await conn.fetchval(
+                taken = await conn.fetchrow(
                     f"INSERT INTO {_E} (key, kind, state, project_id, model, duration, request,"
                     " owner, lease_until, created_at, updated_at)"
                     f" VALUES ($1, $2, 'creating', $3, $4, $5, $6, $7, {_NOW} + $8, {_NOW},"
-                    f" {_NOW}) ON CONFLICT (key) DO NOTHING RETURNING key",
+                    f" {_NOW}) ON CONFLICT (key) DO NOTHING RETURNING *",
                     new.key,
                     new.kind,
                     new.project_id,
@@ -190,10 +197,10 @@ class PostgresStore(Store):
                     lease,
                 )
                 if taken is None:
-                    taken = await conn.fetchval(
+                    taken = await conn.fetchrow(
                         f"UPDATE {_E} SET state = 'creating', request = $1, model = $2,"
                         f" duration = $3, owner = $4, lease_until = {_NOW} + $5, error = NULL,"
-                        f" updated_at = {_NOW} WHERE key = $6 AND state = 'refused' RETURNING key",
+                        f" updated_at = {_NOW} WHERE key = $6 AND state = 'refused' RETURNING *",
                         new.request,
                         new.model,
                         new.duration,
@@ -203,6 +210,8 @@ class PostgresStore(Store):
                     )
                 if taken is None:
                     return CreateStart("existing", row=await self._row(conn, new.key))
+                if cap is None:  # nothing to reserve: the row as written
+                    return CreateStart("new", row=dict(taken))
                 refused = await self._reserve(conn, new.key, cap, estimate)
                 if refused is not None:
                     raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
@@ -236,15 +245,20 @@ class PostgresStore(Store):
         self, key: str, *, task_id: str | None, project_id: str | None, cost: float
     ) -> Row:
         async with self._tx() as conn:
-            old = await self._row(conn, key)
-            assert old is not None  # noqa: S101 - written by this process before the send
-            await conn.execute(
-                "UPDATE videogen_ledger_budget SET reserved = GREATEST(0, reserved - $1),"
-                " unpriced = GREATEST(0, unpriced - $2), spent = spent + $3 WHERE id = 1",
-                old["reserved"],
-                old["unpriced"],
-                cost,
+            old = await conn.fetchrow(
+                f"SELECT kind, model, duration, project_id, reserved, unpriced FROM {_E}"
+                " WHERE key = $1",
+                key,
             )
+            assert old is not None  # noqa: S101 - written by this process before the send
+            if old["reserved"] or old["unpriced"] or cost:
+                await conn.execute(
+                    "UPDATE videogen_ledger_budget SET reserved = GREATEST(0, reserved - $1),"
+                    " unpriced = GREATEST(0, unpriced - $2), spent = spent + $3 WHERE id = 1",
+                    old["reserved"],
+                    old["unpriced"],
+                    cost,
+                )
             row = await conn.fetchrow(
                 f"UPDATE {_E} SET state = 'pending', task_id = $1, project_id = $2,"
                 " credits_cost = $3, reserved = 0, unpriced = 0, owner = NULL,"
@@ -364,59 +378,128 @@ class PostgresStore(Store):
         if not await self._fetch(f"SELECT 1 FROM {_E} WHERE {_CLAIMABLE} LIMIT 1"):
             return []
         async with self._tx() as conn:
+            counts = await conn.fetchrow(_COUNTS, owner)
+            take = fair_share(
+                limit=limit,
+                open_entries=int(counts["open"]),
+                watchers=int(counts["live"]),
+                held=int(counts["mine"]),
+            )
+            if take == 0:
+                return []
             rows = await conn.fetch(
                 f"UPDATE {_E} SET owner = $1, lease_until = {_NOW} + $2 WHERE key IN"
                 f" (SELECT key FROM {_E} WHERE {_CLAIMABLE} ORDER BY created_at LIMIT $3"
-                " FOR UPDATE SKIP LOCKED) RETURNING key, task_id, state",
+                " FOR UPDATE SKIP LOCKED) RETURNING key, task_id, state, model, duration",
                 owner,
                 lease,
-                limit,
+                take,
             )
             return [dict(r) for r in rows]
 
     async def renew(self, owner: str, lease: float) -> int:
         async with self._tx() as conn:
+            await conn.execute(
+                f"UPDATE videogen_ledger_watchers SET seen_until = {_NOW} + $1 WHERE owner = $2",
+                lease,
+                owner,
+            )
             status = await conn.execute(
                 f"UPDATE {_E} SET lease_until = {_NOW} + $1 WHERE owner = $2", lease, owner
             )
             return int(status.split()[-1])
 
-    async def finish(
-        self, key: str, owner: str, *, state: str, cost: float, task: str
-    ) -> Row | None:
+    async def register(self, owner: str, lease: float) -> None:
         async with self._tx() as conn:
-            old = await conn.fetchrow(
-                f"SELECT credits_cost FROM {_E} WHERE key = $1 AND owner = $2"
-                " AND state = 'pending' FOR UPDATE",
-                key,
+            await conn.execute(f"DELETE FROM videogen_ledger_watchers WHERE seen_until < {_NOW}")
+            await conn.execute(
+                "INSERT INTO videogen_ledger_watchers (owner, seen_until)"
+                f" VALUES ($1, {_NOW} + $2) ON CONFLICT (owner)"
+                " DO UPDATE SET seen_until = excluded.seen_until",
                 owner,
+                lease,
             )
-            if old is None:
-                return None
-            row = await conn.fetchrow(
-                f"UPDATE {_E} SET state = $1, credits_cost = $2, task = $3, delivered = 0,"
-                f" finished_at = {_NOW}, updated_at = {_NOW}, error = NULL WHERE key = $4"
-                " RETURNING *",
-                state,
-                cost,
-                task,
-                key,
-            )
-            delta = cost - (old["credits_cost"] or 0.0)
-            if delta:
-                await conn.execute(
-                    "UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta
-                )
-            return dict(row)
 
-    async def ack(self, key: str, owner: str) -> None:
+    async def share(self, owner: str) -> tuple[int, int]:
+        counts = await self._fetchrow(_COUNTS, owner)
+        assert counts is not None  # noqa: S101 - an aggregate returns one row
+        return share_of(int(counts["open"]), int(counts["live"])), int(counts["mine"])
+
+    async def release_keys(self, owner: str, keys: Sequence[str]) -> None:
         async with self._tx() as conn:
             await conn.execute(
-                f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
-                " WHERE key = $1 AND owner = $2",
-                key,
+                f"UPDATE {_E} SET owner = NULL, lease_until = NULL"
+                " WHERE key = ANY($1::text[]) AND owner = $2 AND state = 'pending'",
+                list(keys),
                 owner,
             )
+
+    async def load_classes(self) -> dict[str, tuple[str, int]]:
+        rows = await self._fetch("SELECT class_key, stats, version FROM videogen_ledger_classes")
+        return {row["class_key"]: (row["stats"], int(row["version"])) for row in rows}
+
+    async def save_class(self, key: str, stats: str, version: int) -> bool:
+        async with self._tx() as conn:
+            if version == 0:
+                status = await conn.execute(
+                    "INSERT INTO videogen_ledger_classes (class_key, stats, version)"
+                    " VALUES ($1, $2, 1) ON CONFLICT (class_key) DO NOTHING",
+                    key,
+                    stats,
+                )
+            else:
+                status = await conn.execute(
+                    "UPDATE videogen_ledger_classes SET stats = $1, version = version + 1"
+                    " WHERE class_key = $2 AND version = $3",
+                    stats,
+                    key,
+                    version,
+                )
+            return bool(status.endswith(" 1"))
+
+    async def finish_many(
+        self, owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
+    ) -> list[Row]:
+        rows: list[Row] = []
+        async with self._tx() as conn:
+            if items:
+                # The budget row first, then the entries in key order: every writer takes its
+                # locks in the same order (an entry handed from one watcher to another is
+                # touched by both), so that two writers never wait on each other.
+                await conn.execute("SELECT 1 FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
+                keys, states, costs, tasks = (list(column) for column in zip(*items, strict=True))
+                found = await conn.fetch(
+                    f"WITH old AS (SELECT key, credits_cost FROM {_E} WHERE key = ANY($1::text[])"
+                    " AND owner = $5 AND state = 'pending' ORDER BY key FOR UPDATE)"
+                    f" UPDATE {_E} AS e SET state = v.state, credits_cost = v.cost, task = v.task,"
+                    f" delivered = 0, finished_at = {_NOW}, updated_at = {_NOW}, error = NULL"
+                    " FROM unnest($1::text[], $2::text[], $3::float8[], $4::text[])"
+                    " AS v(key, state, cost, task), old"
+                    " WHERE e.key = v.key AND old.key = v.key"
+                    " RETURNING e.*, old.credits_cost AS old_cost",
+                    keys,
+                    states,
+                    costs,
+                    tasks,
+                    owner,
+                )
+                delta = 0.0
+                for record in found:
+                    row = dict(record)
+                    delta += (row["credits_cost"] or 0.0) - (row.pop("old_cost") or 0.0)
+                    rows.append(row)
+                if delta:
+                    await conn.execute(
+                        "UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta
+                    )
+            if acks:
+                await conn.execute(
+                    f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
+                    " WHERE key = ANY($1::text[]) AND owner = $2",
+                    list(acks),
+                    owner,
+                )
+        return rows
 
     async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
         async with self._tx() as conn:
@@ -434,6 +517,7 @@ class PostgresStore(Store):
             await conn.execute(
                 f"UPDATE {_E} SET owner = NULL, lease_until = NULL WHERE owner = $1", owner
             )
+            await conn.execute("DELETE FROM videogen_ledger_watchers WHERE owner = $1", owner)
 
     async def pause_remaining(self) -> float:
         row = await self._fetchrow(

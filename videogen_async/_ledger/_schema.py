@@ -15,6 +15,13 @@ PostgreSQL database beside other tables):
 * ``videogen_ledger_pacing``: one row: ``pause_until``, the shared pause after a 429.
 * ``videogen_ledger_rates``: the highest price per second of video seen, per model.
 
+Version 2 adds:
+
+* ``videogen_ledger_watchers(owner, seen_until)``: the live watchers (each refreshes its row
+  while it lives), so that claims spread the open entries fairly over them.
+* ``videogen_ledger_classes(class_key, stats, version)``: what was learned of the finish times
+  of each class of tasks (``model/duration``), kept across processes and restarts.
+
 Migrations: :data:`MIGRATIONS` maps a version to the statements that bring the previous one
 to it; they only ever add. A ledger of a newer version than this SDK knows is refused.
 """
@@ -36,7 +43,7 @@ __all__ = [
 ]
 
 APPLICATION = "videogen_async.ledger"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TABLES = (
     "videogen_ledger_meta",
@@ -44,14 +51,23 @@ TABLES = (
     "videogen_ledger_budget",
     "videogen_ledger_pacing",
     "videogen_ledger_rates",
+    "videogen_ledger_watchers",
+    "videogen_ledger_classes",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
-"""Statements from version ``n - 1`` to ``n`` (none yet: version 1 is the first)."""
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        "CREATE TABLE IF NOT EXISTS videogen_ledger_watchers ("
+        " owner TEXT PRIMARY KEY, seen_until DOUBLE PRECISION NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS videogen_ledger_classes ("
+        " class_key TEXT PRIMARY KEY, stats TEXT NOT NULL, version INTEGER NOT NULL)",
+    ),
+}
+"""Statements from version ``n - 1`` to ``n``; each only adds."""
 
 
 def create_statements(*, real: str) -> list[str]:
-    """The statements that create schema version 1.
+    """The statements that create the schema at :data:`SCHEMA_VERSION`.
 
     Args:
         real: The engine's floating point type (``REAL`` or ``DOUBLE PRECISION``).
@@ -95,6 +111,7 @@ def create_statements(*, real: str) -> list[str]:
         f" id INTEGER PRIMARY KEY CHECK (id = 1), pause_until {real} NOT NULL DEFAULT 0)",
         "CREATE TABLE IF NOT EXISTS videogen_ledger_rates ("
         f" model TEXT PRIMARY KEY, per_second {real} NOT NULL)",
+        *(statement for version in sorted(MIGRATIONS) for statement in MIGRATIONS[version]),
         "INSERT INTO videogen_ledger_budget (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
         "INSERT INTO videogen_ledger_pacing (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
         "INSERT INTO videogen_ledger_meta (name, value) VALUES"

@@ -23,7 +23,7 @@ import anyio
 
 from .._exceptions import LedgerError
 from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
-from ._store import CreateStart, NewEntry, Row, Store, decide_budget
+from ._store import CreateStart, NewEntry, Row, Store, decide_budget, fair_share, share_of
 
 __all__ = ["SQLiteStore"]
 
@@ -236,7 +236,7 @@ class SQLiteStore(Store):
                 f"INSERT INTO {_E} (key, kind, state, project_id, model, duration, request,"
                 " owner, lease_until, created_at, updated_at)"
                 " VALUES (?, ?, 'creating', ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (key) DO NOTHING RETURNING key",
+                " ON CONFLICT (key) DO NOTHING RETURNING *",
                 (
                     new.key,
                     new.kind,
@@ -254,11 +254,13 @@ class SQLiteStore(Store):
                 taken = conn.execute(
                     f"UPDATE {_E} SET state = 'creating', request = ?, model = ?, duration = ?,"
                     " owner = ?, lease_until = ?, error = NULL, updated_at = ?"
-                    " WHERE key = ? AND state = 'refused' RETURNING key",
+                    " WHERE key = ? AND state = 'refused' RETURNING *",
                     (new.request, new.model, new.duration, owner, now + lease, now, new.key),
                 ).fetchone()
             if taken is None:
                 return CreateStart("existing", row=self._row(conn, new.key))
+            if cap is None:  # nothing to reserve: the row as written
+                return CreateStart("new", row=taken)
             refused = self._reserve(conn, new.key, cap, estimate)
             if refused is not None:
                 raise _Abort(refused)
@@ -299,20 +301,25 @@ class SQLiteStore(Store):
     ) -> Row:
         now = time.time()
         with self._tx() as conn:
-            old = self._row(conn, key)
+            old = conn.execute(
+                f"SELECT kind, model, duration, project_id, reserved, unpriced FROM {_E}"
+                " WHERE key = ?",
+                (key,),
+            ).fetchone()
             if old is None:  # pragma: no cover - written by this process before the send
                 raise LedgerError(f"ledger key {key!r}: vanished")
-            conn.execute(
-                "UPDATE videogen_ledger_budget SET reserved = MAX(0, reserved - ?),"
-                " unpriced = MAX(0, unpriced - ?), spent = spent + ? WHERE id = 1",
-                (old["reserved"], old["unpriced"], cost),
-            )
-            conn.execute(
+            if old["reserved"] or old["unpriced"] or cost:
+                conn.execute(
+                    "UPDATE videogen_ledger_budget SET reserved = MAX(0, reserved - ?),"
+                    " unpriced = MAX(0, unpriced - ?), spent = spent + ? WHERE id = 1",
+                    (old["reserved"], old["unpriced"], cost),
+                )
+            row = conn.execute(
                 f"UPDATE {_E} SET state = 'pending', task_id = ?, project_id = ?,"
                 " credits_cost = ?, reserved = 0, unpriced = 0, owner = NULL,"
-                " lease_until = NULL, error = NULL, updated_at = ? WHERE key = ?",
+                " lease_until = NULL, error = NULL, updated_at = ? WHERE key = ? RETURNING *",
                 (task_id, project_id or old["project_id"], cost, now, key),
-            )
+            ).fetchone()
             if old["kind"] == "task" and old["duration"] and cost > 0:
                 conn.execute(
                     "INSERT INTO videogen_ledger_rates (model, per_second) VALUES (?, ?)"
@@ -320,10 +327,7 @@ class SQLiteStore(Store):
                     " MAX(per_second, excluded.per_second)",
                     (old["model"] or "", cost / old["duration"]),
                 )
-            row = self._row(conn, key)
-            if row is None:  # pragma: no cover
-                raise LedgerError(f"ledger key {key!r}: vanished")
-            return row
+            return row  # type: ignore[no-any-return]
 
     async def settle_failed(self, key: str, *, state: str, error: str) -> Row:
         return await self._run(self._settle_failed, key, state, error)
@@ -462,59 +466,142 @@ class SQLiteStore(Store):
         if probe is None:  # nothing to claim: no write transaction
             return []
         with self._tx() as conn:
+            counts = self._counts(conn, owner, now)
+            take = fair_share(
+                limit=limit,
+                open_entries=int(counts["open"]),
+                watchers=int(counts["live"]),
+                held=int(counts["mine"]),
+            )
+            if take == 0:
+                return []
             return conn.execute(
                 f"UPDATE {_E} SET owner = :owner, lease_until = :until WHERE key IN"
                 f" (SELECT key FROM {_E} WHERE {_CLAIMABLE} ORDER BY created_at LIMIT :limit)"
-                " RETURNING key, task_id, state",
-                {"owner": owner, "until": now + lease, "now": now, "limit": limit},
+                " RETURNING key, task_id, state, model, duration",
+                {"owner": owner, "until": now + lease, "now": now, "limit": take},
             ).fetchall()
+
+    def _counts(self, conn: sqlite3.Connection, owner: str, now: float) -> Row:
+        row = conn.execute(
+            "SELECT count(*) AS open, coalesce(sum(owner = :owner), 0) AS mine,"
+            " (SELECT count(*) FROM videogen_ledger_watchers WHERE seen_until >= :now) AS live"
+            f" FROM {_E} WHERE state = 'pending'"
+            " OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0)",
+            {"owner": owner, "now": now},
+        ).fetchone()
+        return row  # type: ignore[no-any-return]
+
+    async def share(self, owner: str) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            counts = self._counts(self.conn, owner, time.time())
+            return share_of(int(counts["open"]), int(counts["live"])), int(counts["mine"])
+
+        return await self._run(read)
+
+    async def register(self, owner: str, lease: float) -> None:
+        def write() -> None:
+            now = time.time()
+            with self._tx() as conn:
+                conn.execute("DELETE FROM videogen_ledger_watchers WHERE seen_until < ?", (now,))
+                conn.execute(
+                    "INSERT INTO videogen_ledger_watchers (owner, seen_until) VALUES (?, ?)"
+                    " ON CONFLICT (owner) DO UPDATE SET seen_until = excluded.seen_until",
+                    (owner, now + lease),
+                )
+
+        await self._run(write)
 
     async def renew(self, owner: str, lease: float) -> int:
         def write() -> int:
+            until = time.time() + lease
             with self._tx() as conn:
+                conn.execute(
+                    "UPDATE videogen_ledger_watchers SET seen_until = ? WHERE owner = ?",
+                    (until, owner),
+                )
                 return conn.execute(
-                    f"UPDATE {_E} SET lease_until = ? WHERE owner = ?",
-                    (time.time() + lease, owner),
+                    f"UPDATE {_E} SET lease_until = ? WHERE owner = ?", (until, owner)
                 ).rowcount
 
         return await self._run(write)
 
-    async def finish(
-        self, key: str, owner: str, *, state: str, cost: float, task: str
-    ) -> Row | None:
-        return await self._run(self._finish, key, owner, state, cost, task)
+    async def release_keys(self, owner: str, keys: Sequence[str]) -> None:
+        def write() -> None:
+            with self._tx() as conn:
+                conn.executemany(
+                    f"UPDATE {_E} SET owner = NULL, lease_until = NULL"
+                    " WHERE key = ? AND owner = ? AND state = 'pending'",
+                    [(key, owner) for key in keys],
+                )
 
-    def _finish(self, key: str, owner: str, state: str, cost: float, task: str) -> Row | None:
+        await self._run(write)
+
+    async def load_classes(self) -> dict[str, tuple[str, int]]:
+        def read() -> dict[str, tuple[str, int]]:
+            rows = self.conn.execute(
+                "SELECT class_key, stats, version FROM videogen_ledger_classes"
+            ).fetchall()
+            return {row["class_key"]: (row["stats"], int(row["version"])) for row in rows}
+
+        return await self._run(read)
+
+    async def save_class(self, key: str, stats: str, version: int) -> bool:
+        def write() -> bool:
+            with self._tx() as conn:
+                if version == 0:
+                    cursor = conn.execute(
+                        "INSERT INTO videogen_ledger_classes (class_key, stats, version)"
+                        " VALUES (?, ?, 1) ON CONFLICT (class_key) DO NOTHING",
+                        (key, stats),
+                    )
+                else:
+                    cursor = conn.execute(
+                        "UPDATE videogen_ledger_classes SET stats = ?, version = version + 1"
+                        " WHERE class_key = ? AND version = ?",
+                        (stats, key, version),
+                    )
+                return cursor.rowcount == 1
+
+        return await self._run(write)
+
+    async def finish_many(
+        self, owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
+    ) -> list[Row]:
+        return await self._run(self._finish_many, owner, list(items), list(acks))
+
+    def _finish_many(
+        self, owner: str, items: list[tuple[str, str, float, str]], acks: list[str]
+    ) -> list[Row]:
         now = time.time()
+        rows: list[Row] = []
         with self._tx() as conn:
-            old = conn.execute(
-                f"SELECT credits_cost FROM {_E} WHERE key = ? AND owner = ? AND state = 'pending'",
-                (key, owner),
-            ).fetchone()
-            if old is None:
-                return None
-            conn.execute(
-                f"UPDATE {_E} SET state = ?, credits_cost = ?, task = ?, delivered = 0,"
-                " finished_at = ?, updated_at = ?, error = NULL WHERE key = ?",
-                (state, cost, task, now, now, key),
-            )
-            delta = cost - (old["credits_cost"] or 0.0)
+            delta = 0.0
+            for key, state, cost, task in items:
+                old = conn.execute(
+                    f"SELECT credits_cost FROM {_E} WHERE key = ? AND owner = ?"
+                    " AND state = 'pending'",
+                    (key, owner),
+                ).fetchone()
+                if old is None:
+                    continue
+                row = conn.execute(
+                    f"UPDATE {_E} SET state = ?, credits_cost = ?, task = ?, delivered = 0,"
+                    " finished_at = ?, updated_at = ?, error = NULL WHERE key = ? RETURNING *",
+                    (state, cost, task, now, now, key),
+                ).fetchone()
+                rows.append(row)
+                delta += cost - (old["credits_cost"] or 0.0)
             if delta:
                 conn.execute(
                     "UPDATE videogen_ledger_budget SET spent = spent + ? WHERE id = 1", (delta,)
                 )
-            return self._row(conn, key)
-
-    async def ack(self, key: str, owner: str) -> None:
-        def write() -> None:
-            with self._tx() as conn:
-                conn.execute(
-                    f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
-                    " WHERE key = ? AND owner = ?",
-                    (key, owner),
-                )
-
-        await self._run(write)
+            conn.executemany(
+                f"UPDATE {_E} SET delivered = 1, owner = NULL, lease_until = NULL"
+                " WHERE key = ? AND owner = ?",
+                [(key, owner) for key in acks],
+            )
+        return rows
 
     async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
         def write() -> None:
@@ -534,6 +621,7 @@ class SQLiteStore(Store):
                 conn.execute(
                     f"UPDATE {_E} SET owner = NULL, lease_until = NULL WHERE owner = ?", (owner,)
                 )
+                conn.execute("DELETE FROM videogen_ledger_watchers WHERE owner = ?", (owner,))
 
         await self._run(write)
 

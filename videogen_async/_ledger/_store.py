@@ -18,7 +18,7 @@ import attrs
 
 from .._exceptions import LedgerError
 
-__all__ = ["CreateStart", "Store", "parse_url"]
+__all__ = ["CreateStart", "Store", "fair_share", "parse_url", "share_of"]
 
 Row = Mapping[str, Any]
 
@@ -88,6 +88,29 @@ def decide_budget(
     return ("wait" if unpriced else "budget"), estimate
 
 
+def fair_share(*, limit: int, open_entries: int, watchers: int, held: int) -> int:
+    """How many entries a watcher claims now: its fair share of the open entries.
+
+    A watcher holds at most ``ceil(open / live watchers)`` entries (itself counted), so that
+    watchers started together spread a backlog instead of the first one taking all of it.
+
+    Args:
+        limit: The most this claim may take (``claim_size``).
+        open_entries: Entries pending, or terminal and undelivered.
+        watchers: Live watchers (this one included).
+        held: Entries this watcher holds.
+
+    Returns:
+        The entries to claim (0: none).
+    """
+    return max(0, min(limit, share_of(open_entries, watchers) - held))
+
+
+def share_of(open_entries: int, watchers: int) -> int:
+    """``ceil(open_entries / watchers)``: what one of ``watchers`` live watchers may hold."""
+    return -(-open_entries // max(watchers, 1))
+
+
 class Store(abc.ABC):
     """One engine's connection to a ledger."""
 
@@ -153,21 +176,54 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def claim(self, owner: str, lease: float, limit: int) -> list[Row]:
-        """Claim up to ``limit`` pending (or terminal, undelivered) entries whose lease is out."""
+        """Claim pending (or terminal, undelivered) entries whose lease is out.
+
+        At most ``limit``, and at most this watcher's :func:`fair_share`, decided in the same
+        transaction.
+        """
 
     @abc.abstractmethod
     async def renew(self, owner: str, lease: float) -> int:
-        """Extend every lease held by ``owner``."""
+        """Extend every lease held by ``owner``, and its presence as a live watcher."""
 
     @abc.abstractmethod
-    async def finish(
-        self, key: str, owner: str, *, state: str, cost: float, task: str
-    ) -> Row | None:
-        """Record a terminal state of a pending entry held by ``owner``."""
+    async def register(self, owner: str, lease: float) -> None:
+        """Record ``owner`` as a live watcher for ``lease`` seconds (renewed by :meth:`renew`)."""
 
     @abc.abstractmethod
-    async def ack(self, key: str, owner: str) -> None:
-        """Mark a terminal entry delivered and release it."""
+    async def share(self, owner: str) -> tuple[int, int]:
+        """``(fair share, entries held)`` of a watcher, as :func:`fair_share` counts them."""
+
+    @abc.abstractmethod
+    async def release_keys(self, owner: str, keys: Sequence[str]) -> None:
+        """Release pending entries held by ``owner`` (its share shrank: others joined)."""
+
+    @abc.abstractmethod
+    async def load_classes(self) -> dict[str, tuple[str, int]]:
+        """Every remembered class: ``{class key: (stats JSON, version)}``."""
+
+    @abc.abstractmethod
+    async def save_class(self, key: str, stats: str, version: int) -> bool:
+        """Store a class's stats if its version is still ``version`` (0: a new class).
+
+        Returns:
+            Whether it was stored (``False``: another watcher stored it first; merge, retry).
+        """
+
+    @abc.abstractmethod
+    async def finish_many(
+        self, owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
+    ) -> list[Row]:
+        """In one transaction: record terminal states and mark delivered entries.
+
+        Args:
+            owner: The watcher.
+            items: ``(key, state, cost, task JSON)`` of pending entries it holds.
+            acks: Keys of terminal entries its consumer moved past.
+
+        Returns:
+            The rows whose terminal state was recorded (entries still held by ``owner``).
+        """
 
     @abc.abstractmethod
     async def poll_failed(self, key: str, owner: str, error: str, retry_in: float) -> None:
@@ -175,7 +231,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release(self, owner: str) -> None:
-        """Release every entry held by ``owner``."""
+        """Release every entry held by ``owner``; it is no longer a live watcher."""
 
     @abc.abstractmethod
     async def has_open(self, owner: str = "") -> bool:

@@ -22,12 +22,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 from anyio.abc import TaskGroup
 
 from .._exceptions import TaskPollError
 from .._gather import gather_until_done
+from ._classes import LedgerFinishTimes
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
-from ._pacing import SharedPause, paced
+from ._pacing import SharedPause, shared_source
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -40,10 +42,24 @@ __all__ = ["Signal", "Watch"]
 
 logger = logging.getLogger("videogen_async")
 
+_WRITE_BATCH = 500
+"""Terminal states recorded at most per transaction."""
+
 
 def _state_of(task: Task) -> str:
     status = task.status
     return str(getattr(status, "value", status))
+
+
+@attrs.define(eq=False)
+class _Chunk:
+    """The ids of one claim, polled by one gather."""
+
+    batch: dict[str, str]
+    since: float = attrs.field(factory=time.monotonic)
+    scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
+    done: set[str] = attrs.field(factory=set)
+    ended: anyio.Event = attrs.field(factory=anyio.Event)
 
 
 class Signal:
@@ -103,12 +119,18 @@ class Watch:
         self._held = 0
         self.owner = f"watcher:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._pause = SharedPause()
+        self._source = shared_source(client, self._pause)
+        self._memory = LedgerFinishTimes(store)
+        self._classes: dict[str, tuple[str, int]] = {}
+        self._chunks: list[_Chunk] = []
         self._tg: TaskGroup | None = None
         self._send: MemoryObjectSendStream[LedgerEntry | BaseException] | None = None
         self._receive: MemoryObjectReceiveStream[LedgerEntry | BaseException] | None = None
         self._last: LedgerEntry | None = None
         self._gathers = 0
         self._gather_done = anyio.Event()
+        self._acks: list[str] = []
+        self._writing = False
         self.claimed = 0
         self.finished = 0
 
@@ -119,6 +141,9 @@ class Watch:
             raise RuntimeError("this watch() was already entered")
         self._send, self._receive = anyio.create_memory_object_stream[
             "LedgerEntry | BaseException"
+        ](max_buffer_size=math.inf)
+        self._finished_send, self._finished_receive = anyio.create_memory_object_stream[
+            "tuple[str, Task]"
         ](max_buffer_size=math.inf)
         tg = anyio.create_task_group()
         await tg.__aenter__()
@@ -141,11 +166,14 @@ class Watch:
         finally:
             with anyio.CancelScope(shield=True):
                 if exc_type is None:
-                    await self._ack_last()
+                    self._ack_last()
+                await self._flush_acks()
                 # What is still held goes back to the ledger at once, for the next watcher.
                 await self._store.release(self.owner)
                 if self._receive is not None:
                     self._receive.close()
+                self._finished_send.close()
+                self._finished_receive.close()
 
     # -- iteration ---------------------------------------------------------------------------
 
@@ -156,7 +184,7 @@ class Watch:
         receive = self._receive
         if receive is None:
             raise RuntimeError("use the watch as `async with ledger.watch(client) as finished`")
-        await self._ack_last()
+        self._ack_last()
         try:
             item = await receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
@@ -166,10 +194,15 @@ class Watch:
         self._last = item
         return item
 
-    async def _ack_last(self) -> None:
+    def _ack_last(self) -> None:
         last, self._last = self._last, None
         if last is not None:
-            await self._store.ack(last.key, self.owner)
+            self._acks.append(last.key)
+
+    async def _flush_acks(self) -> None:
+        acks, self._acks = self._acks, []
+        if acks:
+            await self._store.finish_many(self.owner, (), acks)
 
     # -- the work ----------------------------------------------------------------------------
 
@@ -186,9 +219,14 @@ class Watch:
 
     async def _run(self) -> None:
         store = self._store
+        await store.register(self.owner, self._lease)
+        await self._memory.refresh()
         renewed = time.monotonic()
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._writer)
             while True:
+                if self._acks and not self._gathers:
+                    await self._flush_acks()
                 await self._pacing()
                 await self._pause.wait()
                 claimed_any = False
@@ -203,26 +241,55 @@ class Watch:
                         self._start(tg, rows)
                     if len(rows) < size:
                         break
+                if not claimed_any and len(self._chunks) > 1:
+                    await self._shed()
                 now = time.monotonic()
-                if self._gathers and now - renewed >= self._lease / 3:
+                if now - renewed >= self._lease / 3:
                     await store.renew(self.owner, self._lease)
                     renewed = now
+                await self._memory.flush()
                 if (
                     self._stop_when_idle
                     and not claimed_any
                     and not self._gathers
+                    and self._finished_receive.statistics().current_buffer_used == 0
+                    and not self._writing
                     and not await store.has_open(self.owner)
                 ):
                     tg.cancel_scope.cancel()
                     return
                 await self._sleep()
 
+    async def _shed(self) -> None:
+        """Give back the newest claim when others joined and this watcher holds over its share."""
+        share, held = await self._store.share(self.owner)
+        if len(self._chunks) < 2:  # gathers ended meanwhile
+            return
+        chunk = self._chunks[-1]
+        left = [key for task_id, key in chunk.batch.items() if task_id not in chunk.done]
+        # Never below the share, and never a claim younger than a renewal period (what was
+        # just handed on to this watcher is not handed back at once).
+        young = time.monotonic() - chunk.since < self._lease / 3
+        if not left or young or held - len(left) < share:
+            return
+        chunk.scope.cancel()
+        await chunk.ended.wait()
+        left = [key for task_id, key in chunk.batch.items() if task_id not in chunk.done]
+        await self._store.release_keys(self.owner, left)
+        self._held -= len(left)
+        logger.info("ledger watcher: %d entries given back to the other watchers", len(left))
+
     async def _pacing(self) -> None:
         report = self._pause.take_report()
         if report > 0:
             await self._store.pause_for(report)
             logger.info("ledger watcher: 429 met, every watcher pauses %.2f s", report)
-        self._pause.learn(await self._store.pause_remaining())
+        remaining = await self._store.pause_remaining()
+        self._pause.learn(remaining)
+        pacing = self._source.pacing
+        if pacing is not None and remaining > 0:
+            # The client's own pacing holds every request of the client, the gather's too.
+            pacing.pause_until(anyio.current_time() + remaining)
 
     async def _sleep(self) -> None:
         created = self._created.event
@@ -239,9 +306,6 @@ class Watch:
                     tg.start_soon(one, event)
 
     def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
         self.claimed += len(rows)
         self._held += len(rows)
         batch: dict[str, str] = {}
@@ -250,9 +314,13 @@ class Watch:
                 tg.start_soon(self._redeliver, row["key"])
             elif row["task_id"]:
                 batch[row["task_id"]] = row["key"]
+                if row.get("model") and row.get("duration"):
+                    self._classes[row["task_id"]] = (row["model"], int(row["duration"]))
         if batch:
+            chunk = _Chunk(batch)
+            self._chunks.append(chunk)
             self._gathers += 1
-            tg.start_soon(self._gather, batch)
+            tg.start_soon(self._gather, chunk)
 
     async def _redeliver(self, key: str) -> None:
         send = self._send
@@ -263,32 +331,57 @@ class Watch:
         if row is not None and row["owner"] == self.owner:
             await send.send(entry_from_row(row))
 
-    async def _gather(self, batch: dict[str, str]) -> None:
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
+    async def _gather(self, chunk: _Chunk) -> None:
         store = self._store
+        batch = chunk.batch
         try:
-            client = paced(self._client, self._pause)
-            async with gather_until_done(client, list(batch), **self._gather_options) as results:
-                async for item in results:
-                    self._held -= 1
-                    if isinstance(item, TaskPollError):
-                        key = batch[item.task_id]
-                        logger.warning("ledger key %r: %s", key, item)
-                        await store.poll_failed(key, self.owner, str(item), self._lease)
-                        continue
-                    row = await store.finish(
-                        batch[item.task_id],
-                        self.owner,
-                        state=_state_of(item),
-                        cost=float(item.credits_cost or 0.0),
-                        task=task_to_json(item),
-                    )
-                    if row is not None:
-                        self.finished += 1
-                        await send.send(entry_from_row(row))
+            with chunk.scope:
+                async with gather_until_done(
+                    self._source,
+                    list(batch),
+                    classes=self._classes,
+                    finish_times=self._memory,
+                    **self._gather_options,
+                ) as results:
+                    async for item in results:
+                        chunk.done.add(item.task_id)
+                        self._held -= 1
+                        if isinstance(item, TaskPollError):
+                            key = batch[item.task_id]
+                            logger.warning("ledger key %r: %s", key, item)
+                            await store.poll_failed(key, self.owner, str(item), self._lease)
+                            continue
+                        self._finished_send.send_nowait((batch[item.task_id], item))
         finally:
+            for task_id in batch:
+                self._classes.pop(task_id, None)
+            self._chunks.remove(chunk)
+            chunk.ended.set()
             self._gathers -= 1
             self._gather_done.set()
             self._gather_done = anyio.Event()
+
+    async def _writer(self) -> None:
+        """Record terminal states (and the consumer's acks) in batches, one transaction each."""
+        send = self._send
+        if send is None:  # pragma: no cover - set by __aenter__
+            raise RuntimeError("the watch is not entered")
+        receive = self._finished_receive
+        async for first in receive:
+            self._writing = True
+            found = [first]
+            while len(found) < _WRITE_BATCH:
+                try:
+                    found.append(receive.receive_nowait())
+                except anyio.WouldBlock:
+                    break
+            items = [
+                (key, _state_of(task), float(task.credits_cost or 0.0), task_to_json(task))
+                for key, task in found
+            ]
+            acks, self._acks = self._acks, []
+            rows = await self._store.finish_many(self.owner, items, acks)
+            self.finished += len(rows)
+            for row in rows:
+                await send.send(entry_from_row(row))
+            self._writing = False
