@@ -20,6 +20,7 @@ Pure data structures and arithmetic, no I/O:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
@@ -251,15 +252,21 @@ class ClassModel:
         self.sketch.add(duration)
         self._dirty = True
 
-    def support(self, pending: int) -> Support | None:
+    def support(self, pending: int, older: Callable[[float], int] | None = None) -> Support | None:
         """The support, or ``None`` when nothing is known.
 
         Args:
             pending: Ids of the class still pending in this gather: the end stays open
                 while they outnumber the observations (a batch that is half done shows
                 its spread), unless a prior was remembered.
+            older: Counts the class's pending ids at least a given age old. They are
+                durations known to be longer than their age (censored observations): while
+                more of them are older than the end than the ``1 - high_quantile`` share of
+                the class (observations and pending ids) may be, the end is too early (the
+                finishes seen so far are the short ones, or a remembered class got slower)
+                and stays open. ``None``: none is known to be older.
         """
-        if not self._dirty:
+        if not self._dirty and older is None:
             return self._support
         sketch = self.sketch
         if sketch.weight <= 0:
@@ -271,6 +278,10 @@ class ClassModel:
             known = self.remembered or sketch.count >= max(3, pending)
             if known:
                 end = max(sketch.quantile(self._high_q), sketch.high)
+                if older is not None:
+                    allowed = (1.0 - self._high_q) * (sketch.count + pending)
+                    if older(end) > allowed:
+                        end = math.inf
             self._support = Support(start=start, end=end, samples=sketch.weight)
         self._dirty = False
         return self._support
