@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from ._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
-from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay
+from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay, overdue_after
 
 __all__ = ["BatchSchedule", "ClassState", "IdState"]
 
@@ -202,7 +202,7 @@ class BatchSchedule:
         support is recomputed for each of a class's first 64 finishes, then after every
         1/32 more (and at the class's last): a pass over a few hundred bins, never per poll,
         and, once its end would close, a pass over the class's ids counting the pending ones
-        already older than that end (a finish seen is biased short while many are pending;
+        already overdue for that end (a finish seen is biased short while many are pending;
         see :meth:`ClassModel.support`).
         """
         klass = state.klass
@@ -233,9 +233,10 @@ class BatchSchedule:
         klass.learned = 0
         old = klass.support
         server_now = now + self.wall_offset - self._skew
+        start = min(model.sketch.quantile(self._policy.window_quantile), model.sketch.low)
 
-        def older(end: float) -> int:  # pending ids at least `end` old: censored durations
-            cutoff = server_now - end
+        def older(end: float) -> int:  # pending ids overdue for `end`: censored durations
+            cutoff = server_now - overdue_after(start, end, self._policy.dense_interval)
             return sum(1 for s in klass.states if s.created <= cutoff and not s.done) - (
                 state.created <= cutoff
             )

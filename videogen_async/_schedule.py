@@ -33,6 +33,7 @@ __all__ = [
     "InMemoryFinishTimes",
     "Support",
     "next_delay",
+    "overdue_after",
 ]
 
 _RATIO = 1.02
@@ -259,12 +260,13 @@ class ClassModel:
             pending: Ids of the class still pending in this gather: the end stays open
                 while they outnumber the observations (a batch that is half done shows
                 its spread), unless a prior was remembered.
-            older: Counts the class's pending ids at least a given age old. They are
-                durations known to be longer than their age (censored observations): while
-                more of them are older than the end than the ``1 - high_quantile`` share of
-                the class (observations and pending ids) may be, the end is too early (the
-                finishes seen so far are the short ones, or a remembered class got slower)
-                and stays open. ``None``: none is known to be older.
+            older: Counts the class's pending ids overdue for a given end (older than it
+                by more than the polls' margin, see :func:`overdue_after`). Their durations
+                are known to be longer than their ages (censored observations): while more
+                of them are overdue than the ``1 - high_quantile`` share of the class
+                (observations and pending ids) may exceed the end, the end is too early (the
+                finishes seen so far are the short ones, as when detection is behind, or a
+                remembered class got slower) and stays open. ``None``: none is known to be.
         """
         if not self._dirty and older is None:
             return self._support
@@ -285,6 +287,15 @@ class ClassModel:
             self._support = Support(start=start, end=end, samples=sketch.weight)
         self._dirty = False
         return self._support
+
+
+def overdue_after(start: float, end: float, interval: float) -> float:
+    """The age past which an id of a class whose support is ``start``-``end`` is overdue.
+
+    The end plus a margin: a quarter of the support's width, a tenth of its end, at least two
+    gaps of ``interval``.
+    """
+    return end + max(2.0 * interval, 0.1 * end, 0.25 * (end - start))
 
 
 def next_delay(
@@ -347,8 +358,8 @@ def next_delay(
         if probe:  # a probe keeps looking on the growing schedule: the service may be faster
             wait = min(wait, max(min_interval, local_age * sparse_growth))
         return max(0.0, wait)
-    margin = max(2.0 * interval, 0.1 * support.end, 0.25 * (support.end - support.start))
-    if age <= support.end + margin:
+    past = overdue_after(support.start, support.end, interval)
+    if age <= past:
         return interval
-    overdue = min(age - support.end - margin, elapsed)
+    overdue = min(age - past, elapsed)
     return max(interval, min(max_interval, overdue * overdue_growth))
