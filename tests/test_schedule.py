@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from videogen_async._schedule import (
     InMemoryFinishTimes,
     Support,
     next_delay,
+    overdue_after,
 )
 
 from .test_gather import FakeClient, collect, ids
@@ -76,6 +78,61 @@ def test_support_stays_open_while_most_of_the_class_is_pending() -> None:
     assert support is not None
     assert support.end == math.inf
     assert ClassModel().support(pending=5) is None
+
+
+def _ages_older(ages: list[float], start: float) -> Callable[[float], int]:
+    """Counts the pending ids (by age) overdue for a given end, as the gather does."""
+    return lambda end: sum(1 for age in ages if age > overdue_after(start, end, 1.0))
+
+
+def test_support_end_stays_open_while_pending_ids_are_older_than_it() -> None:
+    # Durations 25-35 s; half the batch has been seen finish, the short half (right-censoring:
+    # detection behind). 30 of the 100 still pending are already 31-35 s old, 15 of them
+    # past the end the finishes alone give (~30 s) and its margin: that end is too early,
+    # and must not send them into the back-off.
+    model = ClassModel(half_life=1e12)
+    for i in range(100):
+        model.add(25.0 + 5.0 * i / 100)
+    alone = model.support(pending=100)
+    assert alone is not None
+    assert alone.end < 31.0  # closed, on the finishes alone
+    pending_ages = [31.0 + 4.0 * i / 30 for i in range(30)] + [20.0] * 70
+    support = model.support(pending=100, older=_ages_older(pending_ages, 25.0))
+    assert support is not None
+    assert support.end == math.inf
+    assert support.start == alone.start
+    # Once those are seen finish, the end closes past them.
+    for age in pending_ages[:30]:
+        model.add(age)
+    closed = model.support(pending=70, older=_ages_older([20.0] * 70, 25.0))
+    assert closed is not None
+    assert closed.end >= max(pending_ages)
+
+
+def test_support_end_closes_over_a_few_stragglers() -> None:
+    model = ClassModel(half_life=1e12)
+    for i in range(200):
+        model.add(25.0 + 10.0 * i / 200)
+    # One stuck id of the class's 201 (under the 2 % the end leaves out): still closed.
+    support = model.support(pending=1, older=_ages_older([300.0], 25.0))
+    assert support is not None
+    assert 35.0 <= support.end < 40.0
+
+
+def test_remembered_support_end_opens_when_the_class_got_slower() -> None:
+    memory = InMemoryFinishTimes()
+    earlier = FinishSketch()
+    for i in range(100):
+        earlier.add(10.0 + i / 100)
+    memory.update("k", earlier.snapshot())
+    model = ClassModel(prior=memory.load("k"))
+    support = model.support(pending=50)
+    assert support is not None
+    assert support.end < 12.0
+    # Nothing finished yet, and 40 of the 50 ids are already 15 s old: stale.
+    opened = model.support(pending=50, older=_ages_older([15.0] * 40 + [5.0] * 10, 10.0))
+    assert opened is not None
+    assert opened.end == math.inf
 
 
 @given(durations_st)

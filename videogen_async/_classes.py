@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from ._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
-from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay
+from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay, overdue_after
 
 __all__ = ["BatchSchedule", "ClassState", "IdState"]
 
@@ -200,7 +200,10 @@ class BatchSchedule:
 
         Every terminal state counts (failed and error tasks end on a schedule too). The
         support is recomputed for each of a class's first 64 finishes, then after every
-        1/32 more (and at the class's last): a pass over a few hundred bins, never per poll.
+        1/32 more (and at the class's last): a pass over a few hundred bins, never per poll,
+        and, once its end would close, a pass over the class's ids counting the pending ones
+        already overdue for that end (a finish seen is biased short while many are pending;
+        see :meth:`ClassModel.support`).
         """
         klass = state.klass
         klass.pending -= 1
@@ -229,7 +232,16 @@ class BatchSchedule:
             return
         klass.learned = 0
         old = klass.support
-        new = model.support(klass.pending)
+        server_now = now + self.wall_offset - self._skew
+        start = min(model.sketch.quantile(self._policy.window_quantile), model.sketch.low)
+
+        def older(end: float) -> int:  # pending ids overdue for `end`: censored durations
+            cutoff = server_now - overdue_after(start, end, self._policy.dense_interval)
+            return sum(1 for s in klass.states if s.created <= cutoff and not s.done) - (
+                state.created <= cutoff
+            )
+
+        new = model.support(klass.pending, older)
         klass.support = new
         if self._memory is not None:
             self._memory.update(klass.key, model.sketch.snapshot())

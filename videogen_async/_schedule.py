@@ -20,6 +20,7 @@ Pure data structures and arithmetic, no I/O:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
@@ -32,6 +33,7 @@ __all__ = [
     "InMemoryFinishTimes",
     "Support",
     "next_delay",
+    "overdue_after",
 ]
 
 _RATIO = 1.02
@@ -251,15 +253,22 @@ class ClassModel:
         self.sketch.add(duration)
         self._dirty = True
 
-    def support(self, pending: int) -> Support | None:
+    def support(self, pending: int, older: Callable[[float], int] | None = None) -> Support | None:
         """The support, or ``None`` when nothing is known.
 
         Args:
             pending: Ids of the class still pending in this gather: the end stays open
                 while they outnumber the observations (a batch that is half done shows
                 its spread), unless a prior was remembered.
+            older: Counts the class's pending ids overdue for a given end (older than it
+                by more than the polls' margin, see :func:`overdue_after`). Their durations
+                are known to be longer than their ages (censored observations): while more
+                of them are overdue than the ``1 - high_quantile`` share of the class
+                (observations and pending ids) may exceed the end, the end is too early (the
+                finishes seen so far are the short ones, as when detection is behind, or a
+                remembered class got slower) and stays open. ``None``: none is known to be.
         """
-        if not self._dirty:
+        if not self._dirty and older is None:
             return self._support
         sketch = self.sketch
         if sketch.weight <= 0:
@@ -271,9 +280,22 @@ class ClassModel:
             known = self.remembered or sketch.count >= max(3, pending)
             if known:
                 end = max(sketch.quantile(self._high_q), sketch.high)
+                if older is not None:
+                    allowed = (1.0 - self._high_q) * (sketch.count + pending)
+                    if older(end) > allowed:
+                        end = math.inf
             self._support = Support(start=start, end=end, samples=sketch.weight)
         self._dirty = False
         return self._support
+
+
+def overdue_after(start: float, end: float, interval: float) -> float:
+    """The age past which an id of a class whose support is ``start``-``end`` is overdue.
+
+    The end plus a margin: a quarter of the support's width, a tenth of its end, at least two
+    gaps of ``interval``.
+    """
+    return end + max(2.0 * interval, 0.1 * end, 0.25 * (end - start))
 
 
 def next_delay(
@@ -336,8 +358,8 @@ def next_delay(
         if probe:  # a probe keeps looking on the growing schedule: the service may be faster
             wait = min(wait, max(min_interval, local_age * sparse_growth))
         return max(0.0, wait)
-    margin = max(2.0 * interval, 0.1 * support.end, 0.25 * (support.end - support.start))
-    if age <= support.end + margin:
+    past = overdue_after(support.start, support.end, interval)
+    if age <= past:
         return interval
-    overdue = min(age - support.end - margin, elapsed)
+    overdue = min(age - past, elapsed)
     return max(interval, min(max_interval, overdue * overdue_growth))
