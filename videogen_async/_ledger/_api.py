@@ -67,7 +67,7 @@ class Ledger:
             entry = await ledger.create_task(client, "a red fox", key="fox-1")
             async with ledger.watch(client) as finished:
                 async for entry in finished:
-                    print(entry.key, entry.state, entry.task.video_url)
+                    await notify(entry.key, entry.state, entry.task)
     """
 
     def __init__(
