@@ -10,6 +10,7 @@ line created exactly once, while the manifest holds a result for every line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import signal
@@ -357,7 +358,8 @@ def test_crash_an_exception_between_the_create_and_its_journal_entry(
     assert "to resume, run:" in first.err
 
     monkeypatch.setattr(SQLiteStore, "settle_created", real)
-    with sqlite3.connect(journal) as conn:  # the crashed create's lease runs out
+    # The crashed create's lease runs out (closing: a connection's own "with" only commits).
+    with contextlib.closing(sqlite3.connect(journal)) as conn, conn:
         conn.execute("UPDATE videogen_ledger_entries SET lease_until = 0 WHERE state = 'creating'")
     second = cli("batch", str(path), "--max-concurrency", "3")
     assert second.code == 1, second  # one line's outcome stays unknown

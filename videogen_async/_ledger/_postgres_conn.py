@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+
 from .._exceptions import LedgerError
 from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
 from ._store import Row, Store, redact
@@ -121,4 +123,10 @@ class PostgresConnection(Store):
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            await pool.close()
+            # Shielded and bounded: a close reached while cancelling still releases the
+            # connections, and one stuck in a query is terminated rather than waited on.
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(10):
+                    await pool.close()
+                    return
+                pool.terminate()

@@ -76,7 +76,11 @@ class SQLiteConnection(Store):
     # -- open and close --------------------------------------------------------------------
 
     async def open(self) -> None:
-        await self._run(self._open)
+        try:
+            await self._run(self._open)
+        except BaseException:  # cancelled while the thread opened it: close what it opened
+            await self.close()
+            raise
 
     def _open(self) -> None:
         path = self.path
@@ -164,4 +168,7 @@ class SQLiteConnection(Store):
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await self._run(conn.close)
+            # Shielded: a close reached while cancelling (Ctrl-C, a task group unwinding)
+            # still closes the file rather than leaving the connection to the collector.
+            with anyio.CancelScope(shield=True):
+                await self._run(conn.close)
