@@ -103,7 +103,9 @@ async def test_two_watchers_share_the_work_without_double_polling(ledger_url: st
 
 async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -> None:
     pause = 1.0
-    async with SandboxServer(time_scale=0.01, seed=7, task_duration=(100, 200)) as server:
+    # Tasks outlive the start of both watchers even on a loaded machine (4-5 s), and a short
+    # lease lets a watcher that joined late get its share soon (claims are handed on).
+    async with SandboxServer(time_scale=0.01, seed=7, task_duration=(400, 500)) as server:
         async with server.client() as creator, Ledger.open(ledger_url) as ledger:
             for i in range(20):
                 await ledger.create_task(creator, f"clip {i}", key=f"k{i:02d}")
@@ -111,7 +113,9 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
 
         async def watcher(name: str) -> None:
             async with _client(server, name) as client, Ledger.open(ledger_url) as own:
-                watch = own.watch(client, claim_size=10, claim_interval=0.05, stop_when_idle=True)
+                watch = own.watch(
+                    client, lease=3.0, claim_size=10, claim_interval=0.05, stop_when_idle=True
+                )
                 async with watch as finished:
                     async for _ in finished:
                         pass
