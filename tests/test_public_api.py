@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import videogen_async as vg
 
 FIXED_NAMES = {
@@ -28,7 +30,8 @@ def test_public_objects_live_in_private_modules() -> None:
     for name in vg.__all__:
         obj = getattr(vg, name)
         module = getattr(obj, "__module__", "videogen_async._x")
-        if isinstance(obj, type):
+        # Classes only: a type alias such as ``Callable[...]`` passes for a type on 3.10.
+        if isinstance(obj, type) and not isinstance(obj, types.GenericAlias):
             assert module.startswith("videogen_async._"), (name, module)
 
 
