@@ -132,20 +132,10 @@ class Ledger(LedgerCreates):
             model=None,
             duration=project_fields.get("duration"),
         )
-        start = await self._begin(
-            lambda: self._store.begin_create(
-                new,
-                owner=self._owner,
-                lease=self._create_lease,
-                cap=self.max_credits,
-                estimate=script_credits,
-            ),
+        return await self._write_ahead(
+            new,
             key,
-        )
-        if start.outcome == "existing":
-            return await self._existing(key, start)
-        return await self._send(
-            key,
+            script_credits,
             lambda: client.projects.create(
                 reference_video_url, list(product_image_urls), **project_fields
             ),

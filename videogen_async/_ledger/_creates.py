@@ -115,6 +115,14 @@ class LedgerCreates:
             duration=duration,
         )
         estimate = await self._estimate(model, duration)
+        return await self._write_ahead(
+            new, key, estimate, lambda: client.tasks.create(body["prompt"], **fields)
+        )
+
+    async def _write_ahead(
+        self, new: Any, key: str, estimate: float | None, send: Callable[[], Any]
+    ) -> LedgerEntry:
+        """Commit the entry before sending; return the existing entry of a known key instead."""
         start = await self._begin(
             lambda: self._store.begin_create(
                 new,
@@ -127,7 +135,7 @@ class LedgerCreates:
         )
         if start.outcome == "existing":
             return await self._existing(key, start)
-        return await self._send(key, lambda: client.tasks.create(body["prompt"], **fields))
+        return await self._send(key, send)
 
     async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
         """Send again the create of an ``unknown`` key, accepting the risk of paying twice.
