@@ -10,6 +10,27 @@ from tests._blocking import no_blocking_calls
 
 _aioresponses_compat.install()
 
+#: Modules whose tests run whole programs: the command line and the sandbox as real processes,
+#: several worker processes sharing a ledger, the docs' and examples' programs, a browser.
+#: Every test in them is marked ``slow``; they are part of the default suite, and a run that
+#: only checks compatibility (CI's run on the oldest dependencies) may leave them out with
+#: ``-m "not slow"``, since the library code they drive is covered in-process as well.
+PROGRAM_MODULES = frozenset(
+    {
+        "tests/cli/test_batch.py",
+        "tests/cli/test_batch_ledger.py",
+        "tests/cli/test_commands.py",
+        "tests/cli/test_exit_codes.py",
+        "tests/cli/test_usability.py",
+        "tests/ledger/test_processes.py",
+        "tests/sandbox/test_cli.py",
+        "tests/sandbox/test_plugin.py",
+        "tests/test_console.py",
+        "tests/test_docs.py",
+        "tests/test_examples.py",
+    }
+)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -20,6 +41,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist's own marker (nox runs the suite with --dist loadgroup), declared here for
     # runs without xdist under --strict-markers.
     config.addinivalue_line("markers", "xdist_group(name): run these tests in one worker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    missing = sorted(name for name in PROGRAM_MODULES if not (root / name).is_file())
+    if missing:
+        raise pytest.UsageError(f"PROGRAM_MODULES names files that do not exist: {missing}")
+    for item in items:
+        if item.path.relative_to(root).as_posix() in PROGRAM_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
