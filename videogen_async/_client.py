@@ -9,12 +9,12 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from ._closing import AsyncClosing
 from ._credits import Credits
 from ._download import (
     DEFAULT_ATTEMPTS,
@@ -127,7 +127,7 @@ def _check_deadline(deadline: object) -> None:
         raise ConfigurationError(f"deadline must be positive seconds or None, got {deadline!r}")
 
 
-class AsyncVideoGen:
+class AsyncVideoGen(AsyncClosing):
     """The asyncio client of the video generation service.
 
     One client serves any number of concurrent tasks of one event loop; its connection pool
@@ -463,14 +463,3 @@ class AsyncVideoGen:
         """Close the client's connection pool (not a session you passed in). Idempotent."""
         if self._owns_session:
             await self._transport.owner.aclose()
-
-    async def __aenter__(self) -> AsyncVideoGen:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
