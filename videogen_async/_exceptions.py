@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from ._models import Project, Task
 
 __all__ = [
+    "CODE_INSUFFICIENT_CREDITS",
+    "CODE_MEDIA_STORAGE",
     "APIConnectionError",
     "APIResponseError",
     "APIStatusError",
@@ -73,6 +75,7 @@ __all__ = [
     "TaskPollError",
     "VideoGenError",
     "WaitTimeoutError",
+    "status_error_class",
 ]
 
 _MAY_HAVE_TAKEN_EFFECT = (
@@ -426,3 +429,42 @@ class BudgetExceededError(VideoGenError):
         self.spent = spent
         self.reserved = reserved
         self.max_credits = max_credits
+
+
+#: Envelope codes of the service's business failures.
+CODE_INSUFFICIENT_CREDITS = 300111
+CODE_MEDIA_STORAGE = 100099
+
+#: The error class of a business code (wins over the status) and of an HTTP(-like) status.
+_BY_CODE: dict[int, type[APIStatusError]] = {
+    CODE_INSUFFICIENT_CREDITS: InsufficientCreditsError,
+    CODE_MEDIA_STORAGE: MediaStorageError,
+}
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    429: RateLimitError,
+}
+
+
+def status_error_class(status: int, code: int | None) -> type[APIStatusError]:
+    """The class of the error for a failed answer, as the tree above draws it.
+
+    The business codes (300111, 100099) win; then an HTTP error status; then, under HTTP 200,
+    an HTTP-like envelope code (``{"code": 404}`` is a not-found even when the status is 200).
+
+    Args:
+        status: The HTTP status.
+        code: The envelope code, or ``None`` when there was no envelope.
+
+    Returns:
+        The most specific class.
+    """
+    cls = _BY_CODE.get(code) if code is not None else None
+    if cls is not None:
+        return cls
+    effective = status if status >= 400 or code is None else code
+    return _BY_STATUS.get(effective) or (ServerError if 500 <= effective <= 599 else APIStatusError)
