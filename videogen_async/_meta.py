@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-import attrs
-
 from ._redact import redact_text, redact_value
 
 __all__ = ["RESPONSE_SLOT", "HasResponse", "ResponseInfo"]
@@ -25,7 +23,6 @@ __all__ = ["RESPONSE_SLOT", "HasResponse", "ResponseInfo"]
 RESPONSE_SLOT = "_response_info"
 
 
-@attrs.define(repr=False, eq=False)
 class ResponseInfo:
     """The HTTP answer a result was read from (read-only).
 
@@ -40,13 +37,25 @@ class ResponseInfo:
         elapsed: Seconds from the first attempt to the decoded answer, retries included.
     """
 
-    status_code: int
-    _headers: Mapping[str, str]
-    _trace_id: str | None
-    method: str
-    url: str
-    attempts: int = 1
-    elapsed: float = 0.0
+    __slots__ = ("_headers", "_trace_id", "attempts", "elapsed", "method", "status_code", "url")
+
+    def __init__(
+        self,
+        status_code: int,
+        headers: Mapping[str, str],
+        trace_id: str | None,
+        method: str,
+        url: str,
+        attempts: int = 1,
+        elapsed: float = 0.0,
+    ) -> None:
+        self.status_code = status_code
+        self._headers = headers
+        self._trace_id = trace_id
+        self.method = method
+        self.url = url
+        self.attempts = attempts
+        self.elapsed = elapsed
 
     @property
     def trace_id(self) -> str | None:
