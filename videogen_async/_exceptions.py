@@ -92,6 +92,8 @@ class VideoGenError(Exception):
         status_code: The HTTP status of the response, when there was one.
         code: The envelope ``code`` of the response, when there was one.
         trace_id: The envelope ``trace_id`` of the response, when there was one.
+        method: The HTTP method of the failed request, when there was one.
+        path: The path of the failed request, when there was one.
         request_may_have_taken_effect: ``True`` when a creating call failed in a way that
             leaves open whether the service acted on it.
     """
@@ -99,12 +101,30 @@ class VideoGenError(Exception):
     status_code: int | None = None
     code: int | None = None
     trace_id: str | None = None
+    method: str | None = None
+    path: str | None = None
     request_may_have_taken_effect: bool = False
 
-    def __init__(self, message: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        code: int | None = None,
+        trace_id: str | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        request_may_have_taken_effect: bool = False,
+    ) -> None:
         message = redact_text(message)
         super().__init__(message)
         self.message = message
+        self.status_code = status_code
+        self.code = code
+        self.trace_id = redact_text(trace_id) if trace_id else trace_id
+        self.method = method
+        self.path = path
+        self.request_may_have_taken_effect = request_may_have_taken_effect
 
     def __str__(self) -> str:
         text = self.message
@@ -147,19 +167,6 @@ class APIConnectionError(VideoGenError):
         path: The path of the failed request.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        method: str | None = None,
-        path: str | None = None,
-        request_may_have_taken_effect: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.method = method
-        self.path = path
-        self.request_may_have_taken_effect = request_may_have_taken_effect
-
 
 class APITimeoutError(APIConnectionError, TimeoutError):
     """No answer arrived within the request timeout."""
@@ -174,6 +181,9 @@ class APIStatusError(VideoGenError):
         trace_id: The envelope ``trace_id``.
         body: The decoded body (``None`` when it was not JSON).
         headers: The response headers.
+
+    ``code``, ``trace_id``, ``method``, ``path`` and ``request_may_have_taken_effect`` are
+    taken as keywords, as :class:`VideoGenError` takes them.
     """
 
     def __init__(
@@ -181,23 +191,13 @@ class APIStatusError(VideoGenError):
         message: str,
         *,
         status_code: int,
-        code: int | None = None,
-        trace_id: str | None = None,
         body: Any = None,
         headers: dict[str, str] | None = None,
-        method: str | None = None,
-        path: str | None = None,
-        request_may_have_taken_effect: bool = False,
+        **context: Any,
     ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.code = code
-        self.trace_id = redact_text(trace_id) if trace_id else trace_id
+        super().__init__(message, status_code=status_code, **context)
         self.body = redact_value(body)
         self.headers = redact_value(headers) if headers else {}
-        self.method = method
-        self.path = path
-        self.request_may_have_taken_effect = request_may_have_taken_effect
 
 
 class BadRequestError(APIStatusError):
@@ -259,11 +259,13 @@ class APIResponseError(VideoGenError):
         trace_id: str | None = None,
         request_may_have_taken_effect: bool = False,
     ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
+        super().__init__(
+            message,
+            status_code=status_code,
+            trace_id=trace_id,
+            request_may_have_taken_effect=request_may_have_taken_effect,
+        )
         self.body_excerpt = redact_text(body_excerpt)
-        self.trace_id = redact_text(trace_id) if trace_id else trace_id
-        self.request_may_have_taken_effect = request_may_have_taken_effect
 
 
 class TaskFailedError(VideoGenError):
