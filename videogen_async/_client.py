@@ -7,24 +7,15 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from types import TracebackType
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from ._closing import AsyncClosing
 from ._credits import Credits
-from ._download import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_CHUNK_SIZE,
-    DownloadResult,
-    DownloadSource,
-    ProgressCallback,
-    download,
-    download_many,
-)
+from ._download import DownloadCalls, GetTask
 from ._exceptions import ConfigurationError
 from ._hooks import EventHook, EventHooks
 from ._logging import configure_from_env
@@ -127,7 +118,7 @@ def _check_deadline(deadline: object) -> None:
         raise ConfigurationError(f"deadline must be positive seconds or None, got {deadline!r}")
 
 
-class AsyncVideoGen:
+class AsyncVideoGen(DownloadCalls, AsyncClosing):
     """The asyncio client of the video generation service.
 
     One client serves any number of concurrent tasks of one event loop; its connection pool
@@ -363,114 +354,10 @@ class AsyncVideoGen:
         )
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 
-    async def download(
-        self,
-        source: DownloadSource,
-        path: str | os.PathLike[str],
-        *,
-        overwrite: bool = True,
-        attempts: int = DEFAULT_ATTEMPTS,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        progress: ProgressCallback | None = None,
-    ) -> Path:
-        """Download a finished video to a file: streamed, atomic, resumed after a broken link.
-
-        The body is streamed in chunks into a temporary file beside ``path`` and renamed over
-        it only when complete and of the declared size, so ``path`` never holds a partial
-        video. A connection that breaks is resumed with a ``Range`` request (or started over
-        when the host ignores ranges). The API key is never sent to the video's host.
-        See ``docs/downloads.md``.
-
-        Args:
-            source: A succeeded :class:`Task`, a task id (the task is fetched and must have
-                succeeded), or the video's ``http(s)`` URL.
-            path: The file to write, or an existing directory (the file is then named
-                ``{task_id}.mp4``, or after the URL's last path segment).
-            overwrite: Replace an existing file; when ``False`` an existing file is an error.
-            attempts: Requests made in all for the file (resumes included).
-            chunk_size: Bytes read and written at a time.
-            progress: Called as ``progress(received, total)`` after each chunk.
-
-        Returns:
-            The path of the written file.
-
-        Raises:
-            DownloadError: The task has not succeeded, the host failed, the body was short,
-                or the file could not be written; nothing partial is left behind.
-            NotFoundError: No such task (for a task id).
-            APIConnectionError: The service could not be reached to read the task.
-            ValueError: ``attempts`` or ``chunk_size`` is below 1.
-        """
-        return await download(
-            self._transport,
-            self.tasks.get,
-            source,
-            path,
-            overwrite=overwrite,
-            attempts=attempts,
-            chunk_size=chunk_size,
-            progress=progress,
-        )
-
-    async def download_many(
-        self,
-        items: Iterable[DownloadSource],
-        directory: str | os.PathLike[str],
-        *,
-        max_concurrency: int = 4,
-        overwrite: bool = True,
-        attempts: int = DEFAULT_ATTEMPTS,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        on_result: Callable[[DownloadResult], None] | None = None,
-    ) -> list[DownloadResult]:
-        """Download many videos into a directory, at most ``max_concurrency`` at a time.
-
-        A failed item does not stop the others: every item gets a :class:`DownloadResult`, in
-        the order of ``items``, with either its ``path`` or its ``error``. Each file is named
-        ``{task_id}.mp4`` (or after its URL), made distinct when two items would collide.
-
-        Args:
-            items: Succeeded tasks, task ids or video URLs.
-            directory: Where to write the files (created if missing).
-            max_concurrency: Downloads in flight at once.
-            overwrite: Replace existing files; when ``False`` an existing file is that
-                item's error.
-            attempts: Requests made in all per file (resumes included).
-            chunk_size: Bytes read and written at a time.
-            on_result: Called with each result as soon as its item is done (e.g. to move a
-                progress bar); it must be quick and must not raise.
-
-        Returns:
-            One result per item, in the order of ``items``.
-
-        Raises:
-            ValueError: ``max_concurrency``, ``attempts`` or ``chunk_size`` is below 1.
-            TypeError: An item is not a ``Task``, a task id or a URL.
-        """
-        return await download_many(
-            self._transport,
-            self.tasks.get,
-            items,
-            directory,
-            max_concurrency=max_concurrency,
-            overwrite=overwrite,
-            attempts=attempts,
-            chunk_size=chunk_size,
-            on_result=on_result,
-        )
+    def _download_through(self) -> tuple[Transport, GetTask]:
+        return self._transport, self.tasks.get
 
     async def aclose(self) -> None:
         """Close the client's connection pool (not a session you passed in). Idempotent."""
         if self._owns_session:
             await self._transport.owner.aclose()
-
-    async def __aenter__(self) -> AsyncVideoGen:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

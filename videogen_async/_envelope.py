@@ -2,7 +2,8 @@
 
 Pure functions, used by the transport: :func:`decode` turns one answer (status, body, headers)
 into a :class:`Response` or raises the matching error of ``_exceptions``;
-:func:`make_status_error` picks the error class from the HTTP status and the envelope code;
+:func:`make_status_error` builds the error of the class ``_exceptions`` draws for the HTTP
+status and the envelope code;
 :func:`connection_error` maps an aiohttp or OS failure to ``APIConnectionError`` /
 ``APITimeoutError`` (aiohttp is imported only for its exception classes).
 """
@@ -18,19 +19,15 @@ import aiohttp
 import attrs
 
 from ._exceptions import (
+    CODE_INSUFFICIENT_CREDITS,
+    CODE_MEDIA_STORAGE,
     APIConnectionError,
     APIResponseError,
     APIStatusError,
     APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    ConflictError,
-    InsufficientCreditsError,
-    MediaStorageError,
-    NotFoundError,
-    PermissionDeniedError,
     RateLimitError,
     ServerError,
+    status_error_class,
 )
 from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
 from ._jsonbody import excerpt as _body_excerpt
@@ -52,24 +49,6 @@ __all__ = [
     "url_path",
     "user_agent",
 ]
-
-#: Envelope codes of the service's business failures.
-CODE_INSUFFICIENT_CREDITS = 300111
-CODE_MEDIA_STORAGE = 100099
-
-#: The error class of a business code (wins over the status) and of an HTTP(-like) status.
-_BY_CODE: dict[int, type[APIStatusError]] = {
-    CODE_INSUFFICIENT_CREDITS: InsufficientCreditsError,
-    CODE_MEDIA_STORAGE: MediaStorageError,
-}
-_BY_STATUS: dict[int, type[APIStatusError]] = {
-    400: BadRequestError,
-    401: AuthenticationError,
-    403: PermissionDeniedError,
-    404: NotFoundError,
-    409: ConflictError,
-    429: RateLimitError,
-}
 
 #: How many characters of a body an error quotes.
 EXCERPT_CHARS = 200
@@ -281,51 +260,35 @@ def make_status_error(
     code: int | None,
     message: str,
     *,
-    trace_id: str | None = None,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
     method: str | None = None,
-    path: str | None = None,
     request_may_have_taken_effect: bool | None = None,
+    **details: Any,
 ) -> APIStatusError:
-    """Build the error for a failed answer from its HTTP status and envelope code.
-
-    The business codes (300111, 100099) win; then an HTTP error status; then, under HTTP 200,
-    an HTTP-like envelope code (``{"code": 404}`` is a not-found even when the status is 200).
+    """Build the error for a failed answer, of the class ``status_error_class`` picks.
 
     Args:
         status: The HTTP status.
         code: The envelope code, or ``None`` when there was no envelope.
         message: The error text.
-        trace_id: The envelope's ``trace_id``.
-        body: The decoded body.
-        headers: The response headers.
         method: The request method.
-        path: The request path.
         request_may_have_taken_effect: Whether the request may have acted; by default,
             ``True`` for a POST answered 5xx.
+        **details: The error's other attributes (``trace_id``, ``body``, ``headers``,
+            ``path``), as ``APIStatusError`` takes them.
 
     Returns:
         The error, of the most specific class.
     """
-    effective = status if status >= 400 or code is None else code
-    cls = _BY_CODE.get(code) if code is not None else None
-    if cls is None:
-        cls = _BY_STATUS.get(effective) or (
-            ServerError if 500 <= effective <= 599 else APIStatusError
-        )
+    cls = status_error_class(status, code)
     if request_may_have_taken_effect is None:
         request_may_have_taken_effect = method == "POST" and cls is ServerError
     error = cls(
         message,
         status_code=status,
         code=code,
-        trace_id=trace_id,
-        body=body,
-        headers=headers,
         method=method,
-        path=path,
         request_may_have_taken_effect=request_may_have_taken_effect,
+        **details,
     )
     if isinstance(error, RateLimitError):
         error.retry_after = _header_retry_after(error.headers)

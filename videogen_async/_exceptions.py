@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from ._models import Project, Task
 
 __all__ = [
+    "CODE_INSUFFICIENT_CREDITS",
+    "CODE_MEDIA_STORAGE",
     "APIConnectionError",
     "APIResponseError",
     "APIStatusError",
@@ -73,6 +75,7 @@ __all__ = [
     "TaskPollError",
     "VideoGenError",
     "WaitTimeoutError",
+    "status_error_class",
 ]
 
 _MAY_HAVE_TAKEN_EFFECT = (
@@ -89,6 +92,8 @@ class VideoGenError(Exception):
         status_code: The HTTP status of the response, when there was one.
         code: The envelope ``code`` of the response, when there was one.
         trace_id: The envelope ``trace_id`` of the response, when there was one.
+        method: The HTTP method of the failed request, when there was one.
+        path: The path of the failed request, when there was one.
         request_may_have_taken_effect: ``True`` when a creating call failed in a way that
             leaves open whether the service acted on it.
     """
@@ -96,12 +101,30 @@ class VideoGenError(Exception):
     status_code: int | None = None
     code: int | None = None
     trace_id: str | None = None
+    method: str | None = None
+    path: str | None = None
     request_may_have_taken_effect: bool = False
 
-    def __init__(self, message: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        code: int | None = None,
+        trace_id: str | None = None,
+        method: str | None = None,
+        path: str | None = None,
+        request_may_have_taken_effect: bool = False,
+    ) -> None:
         message = redact_text(message)
         super().__init__(message)
         self.message = message
+        self.status_code = status_code
+        self.code = code
+        self.trace_id = redact_text(trace_id) if trace_id else trace_id
+        self.method = method
+        self.path = path
+        self.request_may_have_taken_effect = request_may_have_taken_effect
 
     def __str__(self) -> str:
         text = self.message
@@ -144,19 +167,6 @@ class APIConnectionError(VideoGenError):
         path: The path of the failed request.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        method: str | None = None,
-        path: str | None = None,
-        request_may_have_taken_effect: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.method = method
-        self.path = path
-        self.request_may_have_taken_effect = request_may_have_taken_effect
-
 
 class APITimeoutError(APIConnectionError, TimeoutError):
     """No answer arrived within the request timeout."""
@@ -171,6 +181,9 @@ class APIStatusError(VideoGenError):
         trace_id: The envelope ``trace_id``.
         body: The decoded body (``None`` when it was not JSON).
         headers: The response headers.
+
+    ``code``, ``trace_id``, ``method``, ``path`` and ``request_may_have_taken_effect`` are
+    taken as keywords, as :class:`VideoGenError` takes them.
     """
 
     def __init__(
@@ -178,23 +191,13 @@ class APIStatusError(VideoGenError):
         message: str,
         *,
         status_code: int,
-        code: int | None = None,
-        trace_id: str | None = None,
         body: Any = None,
         headers: dict[str, str] | None = None,
-        method: str | None = None,
-        path: str | None = None,
-        request_may_have_taken_effect: bool = False,
+        **context: Any,
     ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.code = code
-        self.trace_id = redact_text(trace_id) if trace_id else trace_id
+        super().__init__(message, status_code=status_code, **context)
         self.body = redact_value(body)
         self.headers = redact_value(headers) if headers else {}
-        self.method = method
-        self.path = path
-        self.request_may_have_taken_effect = request_may_have_taken_effect
 
 
 class BadRequestError(APIStatusError):
@@ -256,11 +259,13 @@ class APIResponseError(VideoGenError):
         trace_id: str | None = None,
         request_may_have_taken_effect: bool = False,
     ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
+        super().__init__(
+            message,
+            status_code=status_code,
+            trace_id=trace_id,
+            request_may_have_taken_effect=request_may_have_taken_effect,
+        )
         self.body_excerpt = redact_text(body_excerpt)
-        self.trace_id = redact_text(trace_id) if trace_id else trace_id
-        self.request_may_have_taken_effect = request_may_have_taken_effect
 
 
 class TaskFailedError(VideoGenError):
@@ -426,3 +431,42 @@ class BudgetExceededError(VideoGenError):
         self.spent = spent
         self.reserved = reserved
         self.max_credits = max_credits
+
+
+#: Envelope codes of the service's business failures.
+CODE_INSUFFICIENT_CREDITS = 300111
+CODE_MEDIA_STORAGE = 100099
+
+#: The error class of a business code (wins over the status) and of an HTTP(-like) status.
+_BY_CODE: dict[int, type[APIStatusError]] = {
+    CODE_INSUFFICIENT_CREDITS: InsufficientCreditsError,
+    CODE_MEDIA_STORAGE: MediaStorageError,
+}
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    429: RateLimitError,
+}
+
+
+def status_error_class(status: int, code: int | None) -> type[APIStatusError]:
+    """The class of the error for a failed answer, as the tree above draws it.
+
+    The business codes (300111, 100099) win; then an HTTP error status; then, under HTTP 200,
+    an HTTP-like envelope code (``{"code": 404}`` is a not-found even when the status is 200).
+
+    Args:
+        status: The HTTP status.
+        code: The envelope code, or ``None`` when there was no envelope.
+
+    Returns:
+        The most specific class.
+    """
+    cls = _BY_CODE.get(code) if code is not None else None
+    if cls is not None:
+        return cls
+    effective = status if status >= 400 or code is None else code
+    return _BY_STATUS.get(effective) or (ServerError if 500 <= effective <= 599 else APIStatusError)

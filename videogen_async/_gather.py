@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -81,12 +80,7 @@ class GatherResults:
         tg.start_soon(self._core.run)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: object) -> bool | None:
         tg, self._tg = self._tg, None
         self._shutdown()
         if tg is None:

@@ -30,7 +30,8 @@ from typing import TypeVar
 import anyio
 
 from ._exceptions import RateLimitError
-from ._retry import BackoffPolicy, aimd_decrease, aimd_increase, rate_limit_pause, recovered_rate
+from ._policy import PollPolicy
+from ._retry import aimd_decrease, aimd_increase, rate_limit_pause, recovered_rate
 
 __all__ = ["Pacing", "paced"]
 
@@ -48,7 +49,7 @@ class Pacing:
         rng: The random source of the pause's jitter.
     """
 
-    def __init__(self, policy: BackoffPolicy, *, rng: random.Random | None = None) -> None:
+    def __init__(self, policy: PollPolicy, *, rng: random.Random | None = None) -> None:
         self.policy = policy
         self._rng = rng or random.Random()
         self.paused_until = -math.inf

@@ -19,7 +19,6 @@ import random
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Protocol
 
 import attrs
 
@@ -30,14 +29,13 @@ from ._exceptions import (
     RateLimitError,
     ServerError,
 )
+from ._policy import DEFAULT_POLICY, PollPolicy
 
 __all__ = [
     "DEFAULT_BACKOFF",
     "NO_RETRY",
     "RESUME_POLICY",
     "RETRYABLE_STATUSES",
-    "Backoff",
-    "BackoffPolicy",
     "RetryPolicy",
     "aimd_decrease",
     "aimd_increase",
@@ -264,40 +262,12 @@ def next_delay(
 # --------------------------------------------------------------------------------------------
 
 
-class BackoffPolicy(Protocol):
-    """The backoff settings the waiting loops read (``PollPolicy`` has them)."""
-
-    @property
-    def error_initial(self) -> float: ...
-    @property
-    def error_max(self) -> float: ...
-    @property
-    def rate_limit_initial(self) -> float: ...
-    @property
-    def rate_limit_max(self) -> float: ...
-    @property
-    def rate_decrease(self) -> float: ...
-    @property
-    def rate_recovery(self) -> float: ...
-
-
-@attrs.frozen
-class Backoff:
-    """Backoff settings with the defaults of ``PollPolicy`` (for a client made without one)."""
-
-    error_initial: float = 1.0
-    error_max: float = 30.0
-    rate_limit_initial: float = 1.0
-    rate_limit_max: float = 60.0
-    rate_decrease: float = 0.5
-    rate_recovery: float = 0.1
-
-
-DEFAULT_BACKOFF = Backoff()
+#: The backoff settings of a client made without a poll policy: those of ``PollPolicy()``.
+DEFAULT_BACKOFF = DEFAULT_POLICY
 
 
 def error_delay(
-    policy: BackoffPolicy, failures: int, rand: float, retry_after: float | None = None
+    policy: PollPolicy, failures: int, rand: float, retry_after: float | None = None
 ) -> float:
     """The backoff of one waited object after transient failures.
 
@@ -320,7 +290,7 @@ def error_delay(
 
 
 def rate_limit_pause(
-    policy: BackoffPolicy, consecutive: int, rand: float, retry_after: float | None = None
+    policy: PollPolicy, consecutive: int, rand: float, retry_after: float | None = None
 ) -> float:
     """How long every request pauses after a 429.
 
@@ -370,7 +340,7 @@ def aimd_increase(limit: float, maximum: float) -> float:
     return min(maximum, limit + 1.0 / max(limit, 1.0))
 
 
-def recovered_rate(policy: BackoffPolicy, reduced: float, elapsed: float) -> float:
+def recovered_rate(policy: PollPolicy, reduced: float, elapsed: float) -> float:
     """The allowed request rate some time after a 429 cut it.
 
     Args:

@@ -252,3 +252,14 @@ async def test_every_response_has_a_fresh_trace_id(api: Api) -> None:
     assert len(set(traces)) == len(traces)
     assert all(r.headers["X-Trace-Id"] == r.body["trace_id"] for r in replies)
     assert all(r.body["message"] is None for r in replies[:5])
+
+
+async def test_the_request_log_keeps_each_answers_code_and_the_task_its_prompt(api: Api) -> None:
+    created = await api.call("POST", "/v1/video/videomodel-2", json={"prompt": "a red kite"})
+    assert created.status == 200
+    (await api.call("GET", "/v1/tasks?task_id=nope")).error(404)
+    ok, missing = api.server.request_log[-2:]
+    assert (ok.status, ok.code) == (200, 200)
+    assert (missing.status, missing.code) == (404, 404)
+    task_id = api.server.task_ids[-1]
+    assert api.server.describe_task(task_id)["prompt"] == "a red kite"

@@ -43,7 +43,7 @@ from .._models import Task
 from ._batch_download import download_all, write_manifest
 from ._batch_input import InputLine, default_paths, read_input
 from ._batch_report import print_summary, redact_url
-from ._batch_store import LineStore, line_key, open_store
+from ._batch_store import LineStore, Waiting, line_key, open_store
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
@@ -55,7 +55,7 @@ from ._common import (
     poll_failure,
     unwrap_group,
 )
-from ._journal import ATTEMPTED, CREATED, DONE, REFUSED, UNKNOWN, JournalError
+from ._journal import ATTEMPTED, CREATED, DONE, REFUSED, UNKNOWN, JournalEntry, JournalError
 from ._spending import USUAL_BATCH, check_spend, task_estimate
 
 if TYPE_CHECKING:
@@ -133,6 +133,17 @@ class BatchRun:
         record.update(fields)
         return record
 
+    def _record_entry(self, line: InputLine, entry: JournalEntry, **fields: Any) -> None:
+        """Record what the journal or the ledger knows of a line, and ``fields``."""
+        self._record(
+            line,
+            task_id=entry.task_id,
+            credits=entry.credits,
+            video_url=entry.video_url,
+            error=entry.error,
+            **fields,
+        )
+
     # -- loading ----------------------------------------------------------------------------
 
     async def load(self) -> None:
@@ -152,13 +163,10 @@ class BatchRun:
             if known is None:
                 self._record(line)
                 continue
-            self._record(
+            self._record_entry(
                 line,
-                task_id=known.task_id,
-                credits=known.credits,
-                video_url=known.video_url,
+                known,
                 path=known.path,
-                error=known.error,
                 status={
                     ATTEMPTED: UNKNOWN,
                     UNKNOWN: UNKNOWN,
@@ -294,14 +302,7 @@ class BatchRun:
                 await self._create_failed(line, exc)
                 return False
         if created.state == DONE:  # finished already (another process of this batch)
-            self._record(
-                line,
-                task_id=created.task_id,
-                status=created.status,
-                credits=created.credits,
-                video_url=created.video_url,
-                error=created.error,
-            )
+            self._record_entry(line, created, status=created.status)
             return True
         self.charged += float(created.credits or 0)
         self.unknown_in_a_row = 0
@@ -352,10 +353,7 @@ class BatchRun:
         left = await self.store.wait(
             self.ctx,
             self.client,
-            waiting,
-            timeout=self.timeout,
-            max_concurrency=max(self.max_concurrency, 8),
-            on_result=self._on_waited,
+            Waiting(waiting, self.timeout, max(self.max_concurrency, 8), self._on_waited),
         )
         for no in left:
             self._record(self.by_no[no], status=PENDING, error="still running when --timeout ended")

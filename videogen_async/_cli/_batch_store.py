@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+import attrs
 
 from .._exceptions import AmbiguousCreateError, VideoGenError
 from .._ledger import Ledger, LedgerEntry
@@ -49,12 +50,30 @@ __all__ = [
     "JournalLines",
     "LedgerLines",
     "LineStore",
+    "Waiting",
     "is_old_journal",
     "line_key",
     "open_store",
 ]
 
 OnResult = Callable[[int, "Task | TaskPollError"], Awaitable[None]]
+
+
+@attrs.frozen
+class Waiting:
+    """The lines a batch waits on, and how.
+
+    Attributes:
+        lines: ``(line number, key, task id)`` of each line.
+        timeout: The batch's ``--timeout`` (a deadline for all), or ``None``.
+        max_concurrency: Polls in flight at most.
+        on_result: Called with each line's number and result as it finishes.
+    """
+
+    lines: list[tuple[int, str, str]]
+    timeout: float | None
+    max_concurrency: int
+    on_result: OnResult
 
 
 def line_key(
@@ -108,16 +127,7 @@ class LineStore(Protocol):
 
     async def downloaded(self, line_no: int, path: str) -> None: ...
 
-    async def wait(
-        self,
-        ctx: Context,
-        client: AsyncVideoGen,
-        waiting: list[tuple[int, str, str]],
-        *,
-        timeout: float | None,  # noqa: ASYNC109 - the batch's --timeout, a deadline
-        max_concurrency: int,
-        on_result: OnResult,
-    ) -> list[int]: ...
+    async def wait(self, ctx: Context, client: AsyncVideoGen, waiting: Waiting) -> list[int]: ...
 
     async def close(self) -> None: ...
 
@@ -175,27 +185,18 @@ class JournalLines:
     async def downloaded(self, line_no: int, path: str) -> None:
         await self.journal.mark_downloaded(line_no, path)
 
-    async def wait(
-        self,
-        ctx: Context,
-        client: AsyncVideoGen,
-        waiting: list[tuple[int, str, str]],
-        *,
-        timeout: float | None,  # noqa: ASYNC109 - the batch's --timeout, a deadline
-        max_concurrency: int,
-        on_result: OnResult,
-    ) -> list[int]:
-        line_of = {task_id: no for no, _, task_id in waiting}
+    async def wait(self, ctx: Context, client: AsyncVideoGen, waiting: Waiting) -> list[int]:
+        line_of = {task_id: no for no, _, task_id in waiting.lines}
 
         async def each(task_id: str, item: Task | TaskPollError) -> None:
-            await on_result(line_of[task_id], item)
+            await waiting.on_result(line_of[task_id], item)
 
         await wait_for_ids(
             ctx,
             client,
             list(line_of),
-            timeout=timeout,
-            max_concurrency=max_concurrency,
+            timeout=waiting.timeout,
+            max_concurrency=waiting.max_concurrency,
             on_result=each,
         )
         return []
@@ -270,24 +271,15 @@ class LedgerLines:
     async def downloaded(self, line_no: int, path: str) -> None:
         return None  # the manifest has the path; the ledger keeps the task
 
-    async def wait(
-        self,
-        ctx: Context,
-        client: AsyncVideoGen,
-        waiting: list[tuple[int, str, str]],
-        *,
-        timeout: float | None,  # noqa: ASYNC109 - the batch's --timeout, a deadline
-        max_concurrency: int,
-        on_result: OnResult,
-    ) -> list[int]:
-        line_of = {key: no for no, key, _ in waiting}
+    async def wait(self, ctx: Context, client: AsyncVideoGen, waiting: Waiting) -> list[int]:
+        line_of = {key: no for no, key, _ in waiting.lines}
         remaining = dict(line_of)
-        with ctx.ui.progress("waiting", len(waiting)) as bar:
+        with ctx.ui.progress("waiting", len(line_of)) as bar:
 
             async def settle(entry: LedgerEntry) -> None:
                 no = remaining.pop(entry.key, None)
                 if no is not None and entry.task is not None:
-                    await on_result(no, entry.task)
+                    await waiting.on_result(no, entry.task)
                     bar.advance(detail=f"{len(line_of) - len(remaining)} finished")
 
             async def look(tg: Any) -> None:
@@ -306,10 +298,11 @@ class LedgerLines:
                     await anyio.sleep(1.0)
                 tg.cancel_scope.cancel()
 
+            timeout = waiting.timeout
             with anyio.move_on_after(timeout if timeout is not None else float("inf")):
                 async with (
                     self.ledger.watch(
-                        client, max_concurrency=max_concurrency, claim_interval=0.5
+                        client, max_concurrency=waiting.max_concurrency, claim_interval=0.5
                     ) as finished,
                     anyio.create_task_group() as tg,
                 ):

@@ -178,15 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     commands.required = True
 
-    def command(name: str, help_text: str, epilog: str | None = None, **kw: Any) -> Any:
-        return commands.add_parser(
+    def command(
+        name: str, help_text: str, epilog: str | None = None, *, group: Any = commands
+    ) -> Any:
+        return group.add_parser(
             name,
             help=help_text,
             description=help_text[:1].upper() + help_text[1:] + ".",
             epilog=epilog,
             formatter_class=_FMT,
             parents=[output],
-            **kw,
         )
 
     # credits
@@ -350,14 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     actions.required = True
 
     def action(name: str, help_text: str) -> Any:
-        return actions.add_parser(
-            name,
-            help=help_text,
-            description=help_text[:1].upper() + help_text[1:] + ".",
-            epilog=PROJECT_EPILOG,
-            formatter_class=_FMT,
-            parents=[output],
-        )
+        return command(name, help_text, PROJECT_EPILOG, group=actions)
 
     p = action("create", "create a project (charges 10 credits for the script)")
     p.add_argument("reference_video_url", metavar="REFERENCE_VIDEO_URL", help="the reference ad")

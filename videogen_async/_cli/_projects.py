@@ -154,22 +154,15 @@ async def cmd_project_create(ctx: Context) -> int:
             mode=args.mode,
         )
         if not args.wait:
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json(unstructure(created))
-            else:
-                ctx.ui.table(
-                    ("project id", "status", "step", "mode", "credits"),
-                    [
-                        [
-                            created.project_id,
-                            str(created.status),
-                            str(created.current_step),
-                            str(created.mode),
-                            fmt_credits(created.credits_cost),
-                        ]
-                    ],
-                    title="Created project",
-                )
+            row = [
+                created.project_id,
+                str(created.status),
+                str(created.current_step),
+                str(created.mode),
+                fmt_credits(created.credits_cost),
+            ]
+            columns = ("project id", "status", "step", "mode", "credits")
+            if ctx.ui.show(unstructure(created), columns, [row], title="Created project"):
                 ctx.ui.note(
                     f"next: videogen project script {created.project_id}   (waits for the script)"
                 )
@@ -257,12 +250,8 @@ async def cmd_project_videos(ctx: Context) -> int:
             aspect_ratio=args.aspect_ratio,
         )
         if not args.wait:
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json(unstructure(batch))
-            else:
-                ctx.ui.table(
-                    ("task id",), [[t] for t in batch.task_ids], title="Created video tasks"
-                )
+            ids = [[t] for t in batch.task_ids]
+            if ctx.ui.show(unstructure(batch), ("task id",), ids, title="Created video tasks"):
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)

@@ -50,19 +50,12 @@ async def cmd_credits(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         balance = await client.credits.get()
-        if ctx.ui.json_mode:
-            ctx.ui.emit_json(unstructure(balance))
-        else:
-            ctx.ui.table(
-                ("available", "total"),
-                [
-                    [
-                        fmt_credits(balance.api_available_credits),
-                        fmt_credits(balance.api_total_credits),
-                    ]
-                ],
-                title="API credits",
-            )
+        ctx.ui.show(
+            unstructure(balance),
+            ("available", "total"),
+            [[fmt_credits(balance.api_available_credits), fmt_credits(balance.api_total_credits)]],
+            title="API credits",
+        )
         return EXIT_OK
 
     return await ctx.with_client(work)
@@ -129,21 +122,14 @@ async def cmd_create(ctx: Context) -> int:
                 " higher than the estimate (see docs/cli.md)"
             )
         if not wait:
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json(unstructure(created))
-            else:
-                ctx.ui.table(
-                    ("task id", "status", "credits", "created at"),
-                    [
-                        [
-                            created.task_id,
-                            str(created.status),
-                            fmt_credits(created.credits_cost),
-                            created.created_at.isoformat() if created.created_at else None,
-                        ]
-                    ],
-                    title="Created",
-                )
+            row = [
+                created.task_id,
+                str(created.status),
+                fmt_credits(created.credits_cost),
+                created.created_at.isoformat() if created.created_at else None,
+            ]
+            columns = ("task id", "status", "credits", "created at")
+            if ctx.ui.show(unstructure(created), columns, [row], title="Created"):
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
         ctx.ui.note(f"created {created.task_id} ({fmt_credits(created.credits_cost)} credits);"
@@ -249,10 +235,7 @@ def _report(
         rows.append([task_id, f"({problem})", None, text])
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(data)
-    else:
-        ctx.ui.table(TASK_COLUMNS, rows)
+    ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
     if lost:
         ctx.ui.note(

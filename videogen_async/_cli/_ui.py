@@ -144,6 +144,31 @@ class UI:
 
     # -- tables -----------------------------------------------------------------------------
 
+    def show(
+        self,
+        data: Any,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        *,
+        title: str | None = None,
+    ) -> bool:
+        """One result: ``data`` as the JSON document in ``--json`` mode, else a table.
+
+        Args:
+            data: The JSON-ready result.
+            columns: Column titles of the table.
+            rows: The table's cells.
+            title: A title above the table.
+
+        Returns:
+            Whether it was shown as a table (human mode), for the notes that follow it.
+        """
+        if self.json_mode:
+            self.emit_json(data)
+            return False
+        self.table(columns, rows, title=title)
+        return True
+
     def table(
         self,
         columns: Sequence[str],

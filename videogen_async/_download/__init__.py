@@ -25,14 +25,14 @@ One download goes like this:
 
 from __future__ import annotations
 
+from ._calls import DownloadCalls
 from ._file import (
     DEFAULT_ATTEMPTS,
     DEFAULT_CHUNK_SIZE,
     ProgressCallback,
-    download,
     download_url,
 )
-from ._many import DownloadResult, download_many
+from ._many import DownloadResult
 from ._sources import (
     DownloadSource,
     GetTask,
@@ -45,13 +45,12 @@ from ._sources import (
 __all__ = [
     "DEFAULT_ATTEMPTS",
     "DEFAULT_CHUNK_SIZE",
+    "DownloadCalls",
     "DownloadResult",
     "DownloadSource",
     "GetTask",
     "ProgressCallback",
     "default_filename",
-    "download",
-    "download_many",
     "download_url",
     "is_url",
     "redact_url",

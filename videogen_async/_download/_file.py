@@ -1,6 +1,7 @@
 """One video to one file: streamed into a temporary file, resumed with ``Range``, renamed.
 
-The steps are those of the package's docstring (2 to 5); :func:`download` resolves a source first.
+The steps are those of the package's docstring (2 to 5); ``DownloadCalls.download`` resolves a
+source first.
 """
 
 from __future__ import annotations
@@ -22,19 +23,14 @@ from .._redact import drop_locals
 from .._retry import RESUME_POLICY, retry_delay
 from .._transport import Transport
 from ._sources import (
-    DownloadSource,
-    GetTask,
     check_url,
-    default_filename,
     redact_url,
-    resolve_source,
 )
 
 __all__ = [
     "DEFAULT_ATTEMPTS",
     "DEFAULT_CHUNK_SIZE",
     "ProgressCallback",
-    "download",
     "download_url",
 ]
 
@@ -237,13 +233,22 @@ async def download_url(
     url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
     part = _PartFile(dest)
+    state = _State()
+
+    def failed(message: str) -> DownloadError:
+        return DownloadError(
+            message,
+            url=url,
+            path=dest,
+            task_id=task_id,
+            bytes_received=state.received,
+            expected_size=state.total,
+        )
+
     try:
         await part.open(overwrite=overwrite)
     except OSError as exc:
-        raise DownloadError(
-            f"download of {what}: cannot write {dest}: {exc}", url=url, path=dest, task_id=task_id
-        ) from exc
-    state = _State()
+        raise failed(f"download of {what}: cannot write {dest}: {exc}") from exc
     attempt = 0
     try:
         while True:
@@ -255,13 +260,8 @@ async def download_url(
                     await part.truncate()
                     state.received = 0
                 if attempt >= attempts:
-                    raise DownloadError(
-                        f"download of {what} failed after {attempt} attempt(s): {retry.reason}",
-                        url=url,
-                        path=dest,
-                        task_id=task_id,
-                        bytes_received=state.received,
-                        expected_size=state.total,
+                    raise failed(
+                        f"download of {what} failed after {attempt} attempt(s): {retry.reason}"
                     ) from retry.__cause__
                 delay = retry_delay(RESUME_POLICY, attempt, rng=rng) or 0.0
                 logger.info(
@@ -282,14 +282,7 @@ async def download_url(
     except (OSError, _DiskError) as exc:
         await part.discard()
         cause = exc.cause if isinstance(exc, _DiskError) else exc
-        raise DownloadError(
-            f"download of {what}: writing {dest} failed: {cause}",
-            url=url,
-            path=dest,
-            task_id=task_id,
-            bytes_received=state.received,
-            expected_size=state.total,
-        ) from cause
+        raise failed(f"download of {what}: writing {dest} failed: {cause}") from cause
     except BaseException as exc:
         await part.discard()
         drop_locals(exc)  # the attempts' frames held the host's headers
@@ -403,32 +396,3 @@ def _check_resumed(headers: Mapping[str, str], state: _State) -> None:
         raise _Retry("the host's Content-Length does not match its Content-Range", restart=True)
     if span[2] is not None:
         state.total = span[2]
-
-
-async def download(
-    transport: Transport,
-    get_task: GetTask,
-    source: DownloadSource,
-    path: str | os.PathLike[str],
-    *,
-    overwrite: bool = True,
-    attempts: int = DEFAULT_ATTEMPTS,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    progress: ProgressCallback | None = None,
-) -> Path:
-    """Download one video; see :meth:`AsyncVideoGen.download`."""
-    url, task_id = await resolve_source(get_task, source)
-    dest = Path(path)
-    if await anyio.to_thread.run_sync(dest.is_dir) or str(path).endswith(("/", os.sep)):
-        dest = dest / default_filename(url=url, task_id=task_id)
-    await download_url(
-        transport,
-        url,
-        dest,
-        overwrite=overwrite,
-        attempts=attempts,
-        chunk_size=chunk_size,
-        progress=progress,
-        task_id=task_id,
-    )
-    return dest

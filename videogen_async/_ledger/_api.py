@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._closing import AsyncClosing
 from .._exceptions import InvalidRequestError, LedgerError
 from ._creates import DEFAULT_CREATE_LEASE, LedgerCreates, PriceEstimate, _check_key
 from ._entry import LedgerEntry, entry_from_row
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CREATE_LEASE", "Ledger", "LedgerOpener"]
 
 
-class Ledger(LedgerCreates):
+class Ledger(LedgerCreates, AsyncClosing):
     """A durable record of every task created through it, shared by processes and machines.
 
     Open it with :meth:`open`::
@@ -290,17 +291,6 @@ class Ledger(LedgerCreates):
 
     def __repr__(self) -> str:
         return f"<Ledger {type(self._store).__name__}>"
-
-    async def __aenter__(self) -> Ledger:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class LedgerOpener:

@@ -14,57 +14,31 @@ The page is read-only and asks for no key (a browser cannot send the Bearer head
 no secret, only what was sent to this sandbox.
 
 The console reads the sandbox through :class:`ConsoleSource` (public members of
-``SandboxServer``), and records two things the request log does not keep through a middleware:
-the ``code`` of each JSON answer (by its ``trace_id``) and the prompt of each created task.
+``SandboxServer``): the ``code`` of each answer from the request log, the prompt of each task
+from the simulation's description of it. It keeps no record of its own.
 """
 
 from __future__ import annotations
 
-import collections
 import html
 import json
-import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from ._stats import RequestRecord, SandboxStats
+
 __all__ = ["CONSOLE_PATH", "ConsoleSource", "add_console"]
 
 CONSOLE_PATH = "/_sandbox/console"
-_CREATE_TASK_PATH = "/v1/video/videomodel-2"
 _SHOWN_TASKS = 200
 _SHOWN_PROJECTS = 100
 _SHOWN_REQUESTS = 100
-_REMEMBERED = 10_000
 _PROMPT_LIMIT = 300
-_CODE = re.compile(rb'\{"code":(-?\d{1,9}),')
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _Record(Protocol):
-    @property
-    def method(self) -> str: ...
-    @property
-    def path(self) -> str: ...
-    @property
-    def status(self) -> int | None: ...
-    @property
-    def started_at(self) -> float: ...
-    @property
-    def duration(self) -> float: ...
-    @property
-    def fault(self) -> str | None: ...
-    @property
-    def trace_id(self) -> str | None: ...
-
-
-class _Stats(Protocol):
-    @property
-    def faults(self) -> Mapping[str, int]: ...
 
 
 class _Rule(Protocol):
@@ -87,71 +61,23 @@ class ConsoleSource(Protocol):
     def describe_project(self, project_id: str) -> dict[str, Any]: ...
     def credits(self) -> dict[str, float | int]: ...
     @property
-    def request_log(self) -> tuple[_Record, ...]: ...
-    def stats(self) -> _Stats: ...
+    def request_log(self) -> tuple[RequestRecord, ...]: ...
+    def stats(self) -> SandboxStats: ...
     @property
     def faults(self) -> _Faults: ...
-
-
-class _Memory:
-    """What the console remembers that the sandbox does not keep: codes and prompts."""
-
-    def __init__(self) -> None:
-        self.codes: collections.OrderedDict[str, int] = collections.OrderedDict()
-        self.prompts: collections.OrderedDict[str, str] = collections.OrderedDict()
-
-    @staticmethod
-    def _keep(store: collections.OrderedDict[str, Any], key: str, value: Any) -> None:
-        store[key] = value
-        if len(store) > _REMEMBERED:
-            store.popitem(last=False)
-
-    async def middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        response = await handler(request)
-        if request.path.startswith("/_sandbox/") or not isinstance(response, web.Response):
-            return response
-        body = response.body
-        trace_id = response.headers.get("X-Trace-Id")
-        if trace_id is None or not isinstance(body, bytes):
-            return response
-        found = _CODE.match(body)
-        if found is not None:
-            self._keep(self.codes, trace_id, int(found[1]))
-        if response.status == 200 and request.path == _CREATE_TASK_PATH:
-            await self._remember_prompt(request, body)
-        return response
-
-    async def _remember_prompt(self, request: web.Request, body: bytes) -> None:
-        try:
-            sent = json.loads(await request.read())
-            task_id = json.loads(body)["data"]["task_id"]
-        except (ValueError, KeyError, TypeError):
-            return
-        prompt = sent.get("prompt") if isinstance(sent, dict) else None
-        if isinstance(task_id, str) and isinstance(prompt, str):
-            self._keep(self.prompts, task_id, prompt[:_PROMPT_LIMIT])
 
 
 def add_console(app: web.Application, source: ConsoleSource) -> None:
     """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``.
 
-    Call it before the application starts (its middleware list freezes then).
-
     Args:
         app: The sandbox's application.
         source: The sandbox whose state the page shows.
     """
-    memory = _Memory()
-
-    @web.middleware
-    async def remember(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        return await memory.middleware(request, handler)
-
-    app.middlewares.insert(0, remember)
 
     async def console(request: web.Request) -> web.StreamResponse:
         nonce = secrets.token_urlsafe(12)
-        live = _live(source, memory)
+        live = _live(source)
         text = live if request.query.get("part") == "live" else _page(live, nonce)
         return web.Response(
             text=text,
@@ -193,6 +119,10 @@ def _state(value: Any) -> str:
     return f"<span class='state {_e(value)}'>{_e(value)}</span>"
 
 
+def _prompt(prompt: Any) -> str | None:
+    return prompt[:_PROMPT_LIMIT] if isinstance(prompt, str) else None
+
+
 def _media_path(url: Any) -> str | None:
     if not isinstance(url, str):
         return None
@@ -200,7 +130,7 @@ def _media_path(url: Any) -> str | None:
     return parts.path if parts.path.startswith("/media/") else None
 
 
-def _live(source: ConsoleSource, memory: _Memory) -> str:
+def _live(source: ConsoleSource) -> str:
     balance = source.credits()
     tasks = [source.describe_task(task_id) for task_id in source.task_ids[-_SHOWN_TASKS:]]
     projects = [source.describe_project(pid) for pid in source.project_ids[-_SHOWN_PROJECTS:]]
@@ -221,7 +151,7 @@ def _live(source: ConsoleSource, memory: _Memory) -> str:
                 f"<code>{_e(task['task_id'])}</code>",
                 _state(task.get("status")),
                 cost,
-                f"<span class='prompt'>{_e(memory.prompts.get(task['task_id']))}</span>",
+                f"<span class='prompt'>{_e(_prompt(task.get('prompt')))}</span>",
                 _e(task.get("project_id")),
                 link,
             ]
@@ -243,7 +173,7 @@ def _live(source: ConsoleSource, memory: _Memory) -> str:
             _e(r.method),
             f"<code>{_e(r.path)}</code>",
             _e("dropped" if r.status is None else r.status),
-            _e(memory.codes.get(r.trace_id) if r.trace_id else None),
+            _e(r.code),
             f"<code>{_e(r.trace_id)}</code>",
             f"<span class='fault'>{_e(r.fault)}</span>" if r.fault else "",
             _e(f"{r.duration * 1000:.1f}"),

@@ -225,57 +225,26 @@ class FaultInjector:
         self._rules[rule.route] = _Active(rule, self._serial)
         return rule
 
-    def set(
-        self,
-        route: str = "*",
-        *,
-        error_rate: float = 0.0,
-        error_statuses: Iterable[int] = (500, 502, 503),
-        html_rate: float = 0.0,
-        html_status: int = 502,
-        rate_limit_rate: float = 0.0,
-        retry_after: float | None = 1.0,
-        drop_before_rate: float = 0.0,
-        drop_after_rate: float = 0.0,
-        latency: Duration | None = None,
-        times: int | None = None,
-    ) -> FaultRule:
-        """Build a :class:`FaultRule` and activate it (see the rule for each argument).
+    def set(self, route: str = "*", **settings: Any) -> FaultRule:
+        """Build a :class:`FaultRule` and activate it, replacing any rule for the same route.
+
+        ``sandbox.faults.set("GET /v1/credits", error_rate=1.0, times=1)``.
 
         Args:
             route: ``"*"``, ``"METHOD /path"`` or ``"/path"``, wildcards allowed.
-            error_rate: Probability of a 5xx envelope.
-            error_statuses: Statuses drawn from for it.
-            html_rate: Probability of an HTML error page.
-            html_status: Its status.
-            rate_limit_rate: Probability of a 429.
-            retry_after: The 429's ``Retry-After`` seconds.
-            drop_before_rate: Probability of a connection closed before taking effect.
-            drop_after_rate: Probability of a connection closed after taking effect.
-            latency: Real seconds added.
-            times: Number of matching requests the rule lasts for.
+            **settings: The rule's other fields, with the rule's defaults (see
+                :class:`FaultRule`): ``error_rate``, ``error_statuses``, ``html_rate``,
+                ``html_status``, ``rate_limit_rate``, ``retry_after``, ``drop_before_rate``,
+                ``drop_after_rate``, ``latency``, ``times``.
 
         Returns:
             The active rule.
 
         Raises:
             ValueError: A bad value (see :class:`FaultRule`).
+            TypeError: A setting the rule does not have.
         """
-        return self.add(
-            FaultRule(
-                route=route,
-                error_rate=error_rate,
-                error_statuses=tuple(error_statuses),
-                html_rate=html_rate,
-                html_status=html_status,
-                rate_limit_rate=rate_limit_rate,
-                retry_after=retry_after,
-                drop_before_rate=drop_before_rate,
-                drop_after_rate=drop_after_rate,
-                latency=latency,
-                times=times,
-            )
-        )
+        return self.add(FaultRule(route=route, **settings))
 
     def clear(self, route: str | None = None) -> None:
         """Remove the rule of one route, or every rule.

@@ -16,6 +16,8 @@ import re
 import struct
 from typing import Literal
 
+import attrs
+
 __all__ = ["ByteRange", "parse_range", "sample_mp4"]
 
 _WIDTH = 48
@@ -278,6 +280,7 @@ def sample_mp4() -> bytes:
     return ftyp + moov + _box(b"mdat", *samples)
 
 
+@attrs.frozen
 class ByteRange:
     """A satisfiable byte range of a resource: ``start`` to ``end`` inclusive.
 
@@ -286,11 +289,8 @@ class ByteRange:
         end: The last byte (inclusive).
     """
 
-    __slots__ = ("end", "start")
-
-    def __init__(self, start: int, end: int) -> None:
-        self.start = start
-        self.end = end
+    start: int
+    end: int
 
     @property
     def length(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -35,6 +36,7 @@ _HTML_PAGE = (
     "</body>\r\n</html>\r\n"
 )
 _STATUSES = frozenset(s.value for s in http.HTTPStatus)
+_CODE = re.compile(rb'\{"code":(-?\d{1,9}),')
 
 
 def error_response(
@@ -90,6 +92,13 @@ def _fault_response(kind: str | None, status: int, decision: Any) -> web.StreamR
     return None
 
 
+def _envelope_code(response: web.StreamResponse) -> int | None:
+    """The ``code`` of an answer in the sandbox's envelope (which it writes first)."""
+    body = response.body if isinstance(response, web.Response) else None
+    found = _CODE.match(body) if isinstance(body, bytes) else None
+    return None if found is None else int(found[1])
+
+
 def _drop(request: web.Request) -> None:
     transport = request.transport
     if transport is not None:
@@ -114,6 +123,7 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
         status: int | None = None
         fault: str | None = None
         trace_id: str | None = None
+        code: int | None = None
         try:
             decision = None
             if path != "/openapi.json":
@@ -140,6 +150,7 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
                     return response
             status = response.status
             trace_id = response.headers.get("X-Trace-Id")
+            code = _envelope_code(response)
             return response
         finally:
             stats.leave(
@@ -154,6 +165,7 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
                     trace_id,
                     request.query_string,
                     request.headers.get("User-Agent"),
+                    code,
                 )
             )
 

@@ -241,6 +241,7 @@ class Renderer:
         return {
             **self.task(task, now, origin),
             "project_id": task.project_id,
+            "prompt": task.prompt,
             "batch": task.batch or None,
             "charged": num(task.cost),
             "refunded": task.refunded,

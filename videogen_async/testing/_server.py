@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from .._client import AsyncVideoGen
+from .._closing import AsyncClosing
 from ._clock import SandboxClock
 from ._config import (
     DEFAULT_API_KEY,
@@ -61,7 +61,7 @@ def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]
     return rules
 
 
-class SandboxServer(ServerTruth):
+class SandboxServer(ServerTruth, AsyncClosing):
     """An in-memory emulator of the whole video generation service, served over HTTP.
 
     Use it as an async context manager (or call :meth:`start` and :meth:`aclose`)::
@@ -214,14 +214,6 @@ class SandboxServer(ServerTruth):
 
     async def __aenter__(self) -> SandboxServer:
         return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     @property
     def started(self) -> bool:

@@ -125,6 +125,7 @@ class Task:
     resolution: int | str | None = None
     refunded: bool = False
     version: int = 0
+    prompt: str | None = None
 
     def status(self, now: float) -> str:
         """The status at simulated time ``now``."""

@@ -229,6 +229,7 @@ class SandboxState:
         cost: float,
         forced_failure: str | None,
         floor: float = 0.0,
+        prompt: str | None = None,
     ) -> Task:
         queued = sample_duration(self.queue_delay, self.rng)
         running = sample_duration(self.task_duration, self.rng)
@@ -244,6 +245,7 @@ class SandboxState:
             outcome,
             message,
             self.wall_of(at, floor),
+            prompt=prompt,
         )
         self.tasks[task.task_id] = task
         if outcome != SUCCEEDED:
@@ -284,7 +286,8 @@ class SandboxState:
             forced = f"Failed to fetch media from URL: {bad}"
         elif self.marked(body.get("prompt")):
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
-        return self.new_task(now, model, duration, cost, forced)
+        prompt = body.get("prompt")
+        return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
     def get_task(self, task_id: str) -> Task:
         """Look a task up.

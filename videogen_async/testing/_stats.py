@@ -25,6 +25,7 @@ class RequestRecord:
         duration: Seconds spent handling it (real time, including injected latency).
         fault: The injected fault kind, if any (``latency`` when only latency was added).
         trace_id: The ``trace_id`` of the answer, if it had one.
+        code: The envelope's ``code`` of the answer, if it was one of the sandbox's envelopes.
         query: The query string (``task_id=...`` of a status query).
         user_agent: The ``User-Agent`` header, which tells clients apart.
     """
@@ -39,6 +40,7 @@ class RequestRecord:
     trace_id: str | None = None
     query: str = ""
     user_agent: str | None = None
+    code: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
