@@ -22,7 +22,7 @@ import itertools
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from .._enums import ProjectMode
 from ._billing import Wallet
@@ -45,20 +45,10 @@ from ._simulation import (
     SandboxError,
     Task,
     host_is_invalid,
-    shorten,
+    lookup,
 )
 
 __all__ = ["SandboxError", "SandboxState"]
-
-
-_V = TypeVar("_V")
-
-
-def _lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
-    found = table.get(key)
-    if found is None:
-        raise SandboxError(404, 404, f"{kind} not found: {shorten(key)}")
-    return found
 
 
 class SandboxState:
@@ -289,32 +279,18 @@ class SandboxState:
         prompt = body.get("prompt")
         return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
-    def get_task(self, task_id: str) -> Task:
-        """Look a task up.
-
-        Raises:
-            SandboxError: 404 when there is no such task.
-        """
-        return _lookup(self.tasks, "Task", task_id)
-
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
         now = self.settle()
-        return self.render.describe_task(self.get_task(task_id), now, origin)
+        return self.render.describe_task(lookup(self.tasks, "Task", task_id), now, origin)
 
     # ----------------------------------------------------------------------------------------
     # Projects
     # ----------------------------------------------------------------------------------------
 
-    def get_project(self, project_id: str) -> Project:
-        """Look a project up.
-
-        Raises:
-            SandboxError: 404 when there is no such project.
-        """
-        return _lookup(self.projects, "Project", project_id)
-
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         now = self.settle()
-        return self.render.describe_project(self.get_project(project_id), now, origin)
+        return self.render.describe_project(
+            lookup(self.projects, "Project", project_id), now, origin
+        )
