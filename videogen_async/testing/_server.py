@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 
@@ -45,9 +45,6 @@ from ._truth import ServerTruth
 __all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 
 logger = logging.getLogger("videogen_async.testing")
-
-_T = TypeVar("_T")
-_BULK_MAX = 1_000_000
 
 
 def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]:
