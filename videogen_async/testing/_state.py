@@ -27,7 +27,7 @@ from typing import Any
 from .._enums import ProjectMode
 from ._billing import Wallet
 from ._clock import SandboxClock
-from ._config import Duration, Pricing, ProjectTiming, sample_duration
+from ._config import Duration, Pricing, ProjectTiming, check_duration, check_rate, sample_duration
 from ._project_desk import ProjectDesk
 from ._render import Renderer
 from ._scheduling import Scheduler
@@ -69,6 +69,9 @@ class SandboxState:
             its prompt or batch script) fail; ``None`` disables it.
         media_rejects: Extra predicate: a project media URL for which it returns ``True``
             cannot be stored.
+
+    Raises:
+        ValueError: A setting is out of range (the balance, a rate, a duration).
     """
 
     def __init__(
@@ -87,6 +90,15 @@ class SandboxState:
         failure_marker: str | None,
         media_rejects: Callable[[str], bool] | None,
     ) -> None:
+        if isinstance(credits, bool) or not isinstance(credits, (int, float)) or credits < 0:
+            raise ValueError(f"credits must be a number >= 0, got {credits!r}")
+        failure_rate = check_rate(failure_rate, "failure_rate")
+        error_rate = check_rate(error_rate, "error_rate")
+        if failure_rate + error_rate > 1:
+            raise ValueError("failure_rate + error_rate must not exceed 1")
+        project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
+        task_duration = check_duration(task_duration, "task_duration")
+        queue_delay = check_duration(queue_delay, "queue_delay")
         self.clock = clock
         self.pricing = pricing
         self.task_duration = task_duration
