@@ -21,5 +21,4 @@ class Credits(Resource):
             APIStatusError: The service answered with a failure.
             APIConnectionError: The service could not be reached.
         """
-        response = await self._transport.request("GET", "/v1/credits")
-        return self._parse(response, CreditBalance)
+        return await self._get("/v1/credits", CreditBalance)

@@ -11,7 +11,7 @@ from ._models import CreatedProject, Project, Task, VideoBatch
 from ._observe import end_wait, wait_span
 from ._polling import PollPolicy, UpdateCallback, on_read, poll_until
 from ._resource import Resource
-from ._retry import NO_RETRY, RetryPolicy
+from ._retry import NO_RETRY
 from ._transport import Transport
 from ._validation import (
     as_url_list,
@@ -124,11 +124,7 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._fetch(project_id, None)
-
-    async def _fetch(self, project_id: str, retry: RetryPolicy | None) -> Project:
-        response = await self._transport.request("GET", _path(project_id), retry=retry)
-        return self._parse(response, Project)
+        return await self._get(_path(project_id), Project)
 
     async def create_videos(
         self,
@@ -209,7 +205,7 @@ class Projects(Resource):
         on_value = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
         with wait_span("script", project_id) as span:
             project = await poll_until(
-                lambda: self._fetch(project_id, NO_RETRY),
+                lambda: self._get(_path(project_id), Project, retry=NO_RETRY),
                 ready,
                 timeout=timeout,
                 poll_policy=poll_policy or self._poll_policy,
@@ -252,7 +248,7 @@ class Projects(Resource):
         settled: set[str] = set()
 
         async def snapshot() -> tuple[Project, bool]:
-            project = await self._fetch(project_id, NO_RETRY)
+            project = await self._get(_path(project_id), Project, retry=NO_RETRY)
             if project.is_failed:
                 return project, True
             if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import cattrs
@@ -19,6 +20,7 @@ from ._meta import RESPONSE_SLOT
 from ._models import structure_lenient
 from ._polling import PollPolicy
 from ._redact import scrub_exception
+from ._retry import RetryPolicy
 from ._transport import Response, Transport
 
 __all__ = ["Resource"]
@@ -34,6 +36,22 @@ class Resource:
     def __init__(self, transport: Transport, poll_policy: PollPolicy) -> None:
         self._transport = transport
         self._poll_policy = poll_policy
+
+    async def _get(
+        self,
+        path: str,
+        cls: type[_T],
+        *,
+        params: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> _T:
+        """Read one object: ``GET path``, its answer parsed into ``cls``.
+
+        ``retry`` overrides the client's retry policy (a wait loop passes ``NO_RETRY``: it
+        owns the backoff).
+        """
+        response = await self._transport.request("GET", path, params=params, retry=retry)
+        return self._parse(response, cls)
 
     async def _create(self, path: str, body: dict[str, Any], cls: type[_T]) -> _T:
         """Send a creating call so that a charged identifier is never dropped.

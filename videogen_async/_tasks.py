@@ -14,12 +14,16 @@ from ._gather import GatherResults, gather_until_done
 from ._models import CreatedTask, Task
 from ._polling import PollPolicy, TaskSource, UpdateCallback, on_read, poll_until, wait_on_source
 from ._resource import Resource
-from ._retry import NO_RETRY, RetryPolicy
+from ._retry import NO_RETRY
 from ._schedule import FinishTimeMemory
 from ._transport import Transport
 from ._validation import as_url_list, check_id, validate_task_request
 
 __all__ = ["Tasks"]
+
+
+def _query(task_id: str) -> dict[str, str]:
+    return {"task_id": check_id("task_id", task_id)}
 
 
 class Tasks(Resource):
@@ -98,17 +102,10 @@ class Tasks(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._fetch(task_id, None)
-
-    async def _fetch(self, task_id: str, retry: RetryPolicy | None) -> Task:
-        task_id = check_id("task_id", task_id)
-        response = await self._transport.request(
-            "GET", "/v1/tasks", params={"task_id": task_id}, retry=retry
-        )
-        return self._parse(response, Task)
+        return await self._get("/v1/tasks", Task, params=_query(task_id))
 
     async def _fetch_once(self, task_id: str) -> Task:
-        return await self._fetch(task_id, NO_RETRY)
+        return await self._get("/v1/tasks", Task, params=_query(task_id), retry=NO_RETRY)
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ from ._simulation import (
     Project,
     SandboxError,
     host_is_invalid,
+    lookup,
     make_script,
 )
 
@@ -170,7 +171,7 @@ class ProjectDesk:
                 the batch. Nothing is created or charged on failure.
         """
         now = self._state.settle()
-        project = self._state.get_project(project_id)
+        project = lookup(self._state.projects, "Project", project_id)
         if project.failed(now):
             raise SandboxError(
                 409, 409, f"Project {project_id} has failed; no video tasks can be created"

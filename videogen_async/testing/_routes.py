@@ -58,8 +58,8 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -73,10 +73,12 @@ from .._validation import (
 from ._media import parse_range, sample_mp4
 from ._openapi import build_openapi
 from ._render import envelope_response
-from ._simulation import SUCCEEDED, SandboxError
+from ._simulation import SUCCEEDED, SandboxError, lookup
 from ._state import SandboxState
 
 __all__ = ["ServiceRoutes", "read_json_body"]
+
+_V = TypeVar("_V")
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 _MEDIA_ETAG = '"videogen-sandbox-sample"'
@@ -183,6 +185,18 @@ class ServiceRoutes:
                 return f"{request.scheme}://{host}"
         return self._base_url() or "http://127.0.0.1"
 
+    def _show(
+        self,
+        request: web.Request,
+        table: Mapping[str, _V],
+        kind: str,
+        key: str,
+        render: Callable[[_V, float, str], dict[str, Any]],
+    ) -> web.StreamResponse:
+        """Answer with one task or project as the service shows it now (404 when unknown)."""
+        now = self._state.settle()
+        return envelope_response(render(lookup(table, kind, key), now, self.origin(request)))
+
     async def _create_task(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         body = validate_task_request(await read_json_body(request))
@@ -193,9 +207,7 @@ class ServiceRoutes:
         self.authorize(request)
         task_id = _checked_id("task_id", request.query.get("task_id"))
         state = self._state
-        now = state.settle()
-        task = state.get_task(task_id)
-        return envelope_response(state.render.task(task, now, self.origin(request)))
+        return self._show(request, state.tasks, "Task", task_id, state.render.task)
 
     async def _get_credits(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
@@ -211,9 +223,7 @@ class ServiceRoutes:
         self.authorize(request)
         project_id = _checked_id("project_id", request.match_info["project_id"])
         state = self._state
-        now = state.settle()
-        project = state.get_project(project_id)
-        return envelope_response(state.render.project(project, now, self.origin(request)))
+        return self._show(request, state.projects, "Project", project_id, state.render.project)
 
     async def _create_videos(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)

@@ -24,6 +24,7 @@ from ._simulation import (
     Project,
     SandboxError,
     Task,
+    lookup,
 )
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class Scheduler:
             ValueError: A bad ``finish_in`` or ``outcome``.
         """
         now = self._state.settle()
-        task = self._state.get_task(task_id)
+        task = lookup(self._state.tasks, "Task", task_id)
         if now >= task.finished_at:
             raise SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
         if not isinstance(finish_in, (int, float)) or isinstance(finish_in, bool) or finish_in < 0:
@@ -126,7 +127,7 @@ class Scheduler:
             ValueError: A bad ``script_ready_in`` or ``outcome``.
         """
         now = self._state.settle()
-        project = self._state.get_project(project_id)
+        project = lookup(self._state.projects, "Project", project_id)
         if project.failed(now) or now >= project.script_ready_at:
             raise SandboxError(
                 409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"

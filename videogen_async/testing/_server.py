@@ -18,21 +18,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 
 from .._client import AsyncVideoGen
 from .._closing import AsyncClosing
 from ._clock import SandboxClock
-from ._config import (
-    DEFAULT_API_KEY,
-    Duration,
-    Pricing,
-    ProjectTiming,
-    check_duration,
-    check_rate,
-)
+from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
 from ._console import add_console
 from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule
@@ -45,9 +38,6 @@ from ._truth import ServerTruth
 __all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 
 logger = logging.getLogger("videogen_async.testing")
-
-_T = TypeVar("_T")
-_BULK_MAX = 1_000_000
 
 
 def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]:
@@ -130,12 +120,6 @@ class SandboxServer(ServerTruth, AsyncClosing):
             raise ValueError("api_key must be a non-empty string without surrounding spaces")
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be from 0 to 65535, got {port!r}")
-        if isinstance(credits, bool) or not isinstance(credits, (int, float)) or credits < 0:
-            raise ValueError(f"credits must be a number >= 0, got {credits!r}")
-        failure_rate = check_rate(failure_rate, "failure_rate")
-        error_rate = check_rate(error_rate, "error_rate")
-        if failure_rate + error_rate > 1:
-            raise ValueError("failure_rate + error_rate must not exceed 1")
         if request_log_size < 0:
             raise ValueError("request_log_size must be >= 0")
         self._host = host
@@ -148,12 +132,12 @@ class SandboxServer(ServerTruth, AsyncClosing):
             seed=seed,
             credits=credits,
             pricing=pricing or Pricing(),
-            task_duration=check_duration(task_duration, "task_duration"),
-            queue_delay=check_duration(queue_delay, "queue_delay"),
+            task_duration=task_duration,
+            queue_delay=queue_delay,
             failure_rate=failure_rate,
             error_rate=error_rate,
             project_timing=project_timing or ProjectTiming(),
-            project_failure_rate=check_rate(project_failure_rate, "project_failure_rate"),
+            project_failure_rate=project_failure_rate,
             failure_marker=failure_marker or None,
             media_rejects=media_rejects,
         )

@@ -9,14 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
 
 from .._enums import ProjectStatus, ProjectStep, TaskStatus
 
-__all__ = ["Batch", "Project", "SandboxError", "Task", "iso", "make_script", "num", "shorten"]
+__all__ = [
+    "Batch",
+    "Project",
+    "SandboxError",
+    "Task",
+    "iso",
+    "lookup",
+    "make_script",
+    "num",
+    "shorten",
+]
+
+_V = TypeVar("_V")
 
 
 QUEUED = TaskStatus.QUEUED.value
@@ -227,6 +239,18 @@ class Project:
 
 def shorten(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
+    """The task or project ``key`` of ``table`` (``kind`` names it in the error).
+
+    Raises:
+        SandboxError: 404 when there is no such task or project.
+    """
+    found = table.get(key)
+    if found is None:
+        raise SandboxError(404, 404, f"{kind} not found: {shorten(key)}")
+    return found
 
 
 def make_script(inputs: Mapping[str, Any]) -> str:

@@ -22,12 +22,12 @@ import itertools
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from .._enums import ProjectMode
 from ._billing import Wallet
 from ._clock import SandboxClock
-from ._config import Duration, Pricing, ProjectTiming, sample_duration
+from ._config import Duration, Pricing, ProjectTiming, check_duration, check_rate, sample_duration
 from ._project_desk import ProjectDesk
 from ._render import Renderer
 from ._scheduling import Scheduler
@@ -45,20 +45,10 @@ from ._simulation import (
     SandboxError,
     Task,
     host_is_invalid,
-    shorten,
+    lookup,
 )
 
 __all__ = ["SandboxError", "SandboxState"]
-
-
-_V = TypeVar("_V")
-
-
-def _lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
-    found = table.get(key)
-    if found is None:
-        raise SandboxError(404, 404, f"{kind} not found: {shorten(key)}")
-    return found
 
 
 class SandboxState:
@@ -79,6 +69,9 @@ class SandboxState:
             its prompt or batch script) fail; ``None`` disables it.
         media_rejects: Extra predicate: a project media URL for which it returns ``True``
             cannot be stored.
+
+    Raises:
+        ValueError: A setting is out of range (the balance, a rate, a duration).
     """
 
     def __init__(
@@ -97,6 +90,15 @@ class SandboxState:
         failure_marker: str | None,
         media_rejects: Callable[[str], bool] | None,
     ) -> None:
+        if isinstance(credits, bool) or not isinstance(credits, (int, float)) or credits < 0:
+            raise ValueError(f"credits must be a number >= 0, got {credits!r}")
+        failure_rate = check_rate(failure_rate, "failure_rate")
+        error_rate = check_rate(error_rate, "error_rate")
+        if failure_rate + error_rate > 1:
+            raise ValueError("failure_rate + error_rate must not exceed 1")
+        project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
+        task_duration = check_duration(task_duration, "task_duration")
+        queue_delay = check_duration(queue_delay, "queue_delay")
         self.clock = clock
         self.pricing = pricing
         self.task_duration = task_duration
@@ -289,32 +291,18 @@ class SandboxState:
         prompt = body.get("prompt")
         return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
-    def get_task(self, task_id: str) -> Task:
-        """Look a task up.
-
-        Raises:
-            SandboxError: 404 when there is no such task.
-        """
-        return _lookup(self.tasks, "Task", task_id)
-
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
         now = self.settle()
-        return self.render.describe_task(self.get_task(task_id), now, origin)
+        return self.render.describe_task(lookup(self.tasks, "Task", task_id), now, origin)
 
     # ----------------------------------------------------------------------------------------
     # Projects
     # ----------------------------------------------------------------------------------------
 
-    def get_project(self, project_id: str) -> Project:
-        """Look a project up.
-
-        Raises:
-            SandboxError: 404 when there is no such project.
-        """
-        return _lookup(self.projects, "Project", project_id)
-
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         now = self.settle()
-        return self.render.describe_project(self.get_project(project_id), now, origin)
+        return self.render.describe_project(
+            lookup(self.projects, "Project", project_id), now, origin
+        )
