@@ -56,6 +56,8 @@ class Result:
     writes: int = 0
     cpu: float = 0.0
     lags: list[float] = field(default_factory=list)
+    polls: dict[str, list[float]] = field(default_factory=dict)
+    finishes: dict[str, float] = field(default_factory=dict)
 
     def lag(self, q: float) -> float:
         ordered = sorted(self.lags)
@@ -98,6 +100,15 @@ class Sandbox:
             )
             ids += data["task_ids"]
         return ids
+
+    async def polls(self) -> dict[str, list[float]]:
+        """``{task_id: [arrival time of each status query]}`` from the sandbox's request log."""
+        data = await self.control("GET", "/requests?limit=1000000")
+        polls: dict[str, list[float]] = {}
+        for record in data["requests"]:
+            if record["route"] == ROUTE and record["query"].startswith("task_id="):
+                polls.setdefault(record["query"][8:], []).append(record["started_at"])
+        return polls
 
     async def finish_walls(self, ids: list[str]) -> dict[str, float]:
         sem = asyncio.Semaphore(32)
@@ -233,7 +244,9 @@ async def measure(name: str, n: int, spread: float, cluster: Cluster | None) -> 
                 result.cpu += data["cpu"]
         stats = await sandbox.control("GET", "/stats")
         result.requests = int(stats["by_route"].get(ROUTE, 0))
+        result.polls = await sandbox.polls()
         finishes = await sandbox.finish_walls(ids)
+        result.finishes = finishes
     missing = [i for i in ids if i not in seen]
     if missing:
         raise RuntimeError(f"{name}: {len(missing)} ids never yielded")
@@ -259,6 +272,30 @@ async def create_overhead(count: int) -> tuple[float, float]:
                     await ledger.create_task(client, f"ledger {i}", key=f"k{i}")
                 through = (time.perf_counter() - t0) / count
     return direct, through
+
+
+def breakdown(rows: list[Result]) -> None:
+    """Where each strategy's status queries went, per task, from the sandbox's request log."""
+    print(
+        f"\n{'strategy':<10} {'logged':>7} {'before':>7} {'after':>7} {'2+ after':>8}"
+        f" {'<0.5 s gap':>10}   (queries per task: all, before its finish, after it;"
+        " tasks queried twice after their finish; queries within 0.5 s of the previous one)"
+    )
+    for r in rows:
+        before = after = twice = close = total = 0
+        for task_id, times in r.polls.items():
+            finish = r.finishes.get(task_id, float("inf"))
+            times.sort()
+            total += len(times)
+            late = sum(1 for t in times if t >= finish)
+            after += late
+            before += len(times) - late
+            twice += late > 1
+            close += sum(1 for a, b in zip(times, times[1:], strict=False) if b - a < 0.5)
+        print(
+            f"{r.name:<10} {total / r.n:>7.2f} {before / r.n:>7.2f} {after / r.n:>7.2f}"
+            f" {twice:>8} {close / r.n:>10.3f}"
+        )
 
 
 def report(rows: list[Result]) -> None:
@@ -288,6 +325,7 @@ async def main(quick: bool) -> None:
             rows.append(await measure(name, n, spread, cluster))
             print(f"  {name}: done", file=sys.stderr)
     report(rows)
+    breakdown(rows)
     direct, through = await create_overhead(200 if quick else 1000)
     print(
         f"\ncreate on SQLite: {direct * 1000:.2f} ms direct, {through * 1000:.2f} ms through"

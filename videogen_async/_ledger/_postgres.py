@@ -33,6 +33,15 @@ _COUNTS = (
 )
 
 
+async def _lock_keys(conn: Any, keys: Sequence[str]) -> None:
+    """Lock entries in key order, the order every multi-row writer takes its row locks in."""
+    if keys:
+        await conn.execute(
+            f"SELECT 1 FROM {_E} WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE",
+            sorted(set(keys)),
+        )
+
+
 class _Abort(Exception):
     def __init__(self, result: CreateStart) -> None:
         self.result = result
@@ -304,7 +313,11 @@ class PostgresStore(PostgresConnection):
                 owner,
             )
             status = await conn.execute(
-                f"UPDATE {_E} SET lease_until = {_NOW} + $1 WHERE owner = $2", lease, owner
+                f"UPDATE {_E} AS e SET lease_until = {_NOW} + $1 FROM"
+                f" (SELECT key FROM {_E} WHERE owner = $2 ORDER BY key FOR UPDATE) AS mine"
+                " WHERE e.key = mine.key",
+                lease,
+                owner,
             )
             return int(status.split()[-1])
 
@@ -326,6 +339,7 @@ class PostgresStore(PostgresConnection):
 
     async def release_keys(self, owner: str, keys: Sequence[str]) -> None:
         async with self._tx() as conn:
+            await _lock_keys(conn, keys)
             await conn.execute(
                 f"UPDATE {_E} SET owner = NULL, lease_until = NULL"
                 " WHERE key = ANY($1::text[]) AND owner = $2 AND state = 'pending'",
@@ -364,8 +378,11 @@ class PostgresStore(PostgresConnection):
             if items:
                 # The budget row first, then the entries in key order: every writer takes its
                 # locks in the same order (an entry handed from one watcher to another is
-                # touched by both), so that two writers never wait on each other.
+                # touched by both; a watcher's renewal runs beside its own writes on another
+                # connection of the pool), so that two writers never wait on each other.
                 await conn.execute("SELECT 1 FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
+            await _lock_keys(conn, [item[0] for item in items] + list(acks))
+            if items:
                 keys, states, costs, tasks = (list(column) for column in zip(*items, strict=True))
                 found = await conn.fetch(
                     f"WITH old AS (SELECT key, credits_cost FROM {_E} WHERE key = ANY($1::text[])"
@@ -414,7 +431,10 @@ class PostgresStore(PostgresConnection):
     async def release(self, owner: str) -> None:
         async with self._tx() as conn:
             await conn.execute(
-                f"UPDATE {_E} SET owner = NULL, lease_until = NULL WHERE owner = $1", owner
+                f"UPDATE {_E} AS e SET owner = NULL, lease_until = NULL FROM"
+                f" (SELECT key FROM {_E} WHERE owner = $1 ORDER BY key FOR UPDATE) AS mine"
+                " WHERE e.key = mine.key",
+                owner,
             )
             await conn.execute("DELETE FROM videogen_ledger_watchers WHERE owner = $1", owner)
 
