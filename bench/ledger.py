@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import glob
+import itertools
 import json
 import os
 import shutil
@@ -291,7 +292,7 @@ def breakdown(rows: list[Result]) -> None:
             after += late
             before += len(times) - late
             twice += late > 1
-            close += sum(1 for a, b in zip(times, times[1:], strict=False) if b - a < 0.5)
+            close += sum(1 for a, b in itertools.pairwise(times) if b - a < 0.5)
         print(
             f"{r.name:<10} {total / r.n:>7.2f} {before / r.n:>7.2f} {after / r.n:>7.2f}"
             f" {twice:>8} {close / r.n:>10.3f}"

@@ -77,8 +77,9 @@ class GatherResults:
         """Join more ids to this gather, polled on the schedule of their class.
 
         Each id's class comes from the gather's ``classes`` (looked up now). An id the gather
-        already knows (pending or finished, not discarded) is not added again. Made for a gather started
-        with ``open_ended=True``; adding to a gather that has ended polls nothing.
+        already knows (pending or finished, not discarded) is not added again. Made for a
+        gather started with ``open_ended=True``; adding to a gather that has ended polls
+        nothing.
 
         Args:
             task_ids: The ids.
