@@ -16,9 +16,7 @@ GET = "GET /v1/tasks"
 
 def _polls(server: SandboxServer) -> collections.Counter[str]:
     return collections.Counter(
-        parse_qs(record.query)["task_id"][0]
-        for record in server.request_log
-        if record.route == GET
+        parse_qs(record.query)["task_id"][0] for record in server.request_log if record.route == GET
     )
 
 

@@ -7,7 +7,6 @@ import math
 import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -15,6 +14,7 @@ import anyio
 from .._exceptions import InvalidRequestError, LedgerError
 from ._creates import DEFAULT_CREATE_LEASE, LedgerCreates, PriceEstimate, _check_key
 from ._entry import LedgerEntry, entry_from_row
+from ._exit import ExitCloses
 from ._postgres import PostgresStore
 from ._protocol import LedgerClient
 from ._sqlite import SQLiteStore
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CREATE_LEASE", "Ledger", "LedgerOpener"]
 
 
-class Ledger(LedgerCreates):
+class Ledger(LedgerCreates, ExitCloses):
     """A durable record of every task created through it, shared by processes and machines.
 
     Open it with :meth:`open`::
@@ -294,16 +294,11 @@ class Ledger(LedgerCreates):
     async def __aenter__(self) -> Ledger:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self, ok: bool) -> None:
         await self.aclose()
 
 
-class LedgerOpener:
+class LedgerOpener(ExitCloses):
     """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
 
     def __init__(
@@ -333,12 +328,7 @@ class LedgerOpener:
         self._ledger = await self._open()
         return self._ledger
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self, ok: bool) -> None:
         ledger, self._ledger = self._ledger, None
         if ledger is not None:
             with anyio.CancelScope(shield=True):

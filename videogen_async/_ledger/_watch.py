@@ -20,7 +20,6 @@ import math
 import os
 import time
 import uuid
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -30,6 +29,7 @@ from .._exceptions import TaskPollError
 from .._gather import GatherResults, gather_until_done
 from ._classes import LedgerFinishTimes
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
+from ._exit import ExitCloses
 from ._pacing import SharedPause, shared_source
 from ._store import Store
 
@@ -64,7 +64,7 @@ class Signal:
         self.event = anyio.Event()
 
 
-class Watch:
+class Watch(ExitCloses):
     """A watcher of a ledger: an async context manager giving an async iterator of entries.
 
     Attributes:
@@ -141,12 +141,7 @@ class Watch:
         tg.start_soon(self._guarded_run)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self, ok: bool) -> None:
         tg, self._tg = self._tg, None
         if tg is None:
             return
@@ -155,7 +150,7 @@ class Watch:
             await tg.__aexit__(None, None, None)
         finally:
             with anyio.CancelScope(shield=True):
-                if exc_type is None:
+                if ok:
                     self._ack_last()
                 await self._flush_acks()
                 # What is still held goes back to the ledger at once, for the next watcher.
