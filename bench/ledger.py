@@ -288,6 +288,13 @@ def breakdown(rows: list[Result]) -> None:
         " tasks queried twice after their finish; queries within 0.5 s of the previous one)"
     )
     for r in rows:
+        logged = sum(len(times) for times in r.polls.values())
+        if logged < r.requests:
+            print(
+                f"  ({r.name}: the sandbox's request log kept the last {logged} of"
+                f" {r.requests} status queries; the breakdown is over those)"
+            )
+    for r in rows:
         before = after = twice = close = total = 0
         for task_id, times in r.polls.items():
             finish = r.finishes.get(task_id, float("inf"))
