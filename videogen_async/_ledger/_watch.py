@@ -372,6 +372,7 @@ class Watch(ExitCloses):
             acks, self._acks = self._acks, []
             rows = await self._store.finish_many(self.owner, items, acks)
             self.finished += len(rows)
+            tasks = dict(found)
             for row in rows:
-                await send.send(entry_from_row(row))
+                await send.send(entry_from_row(row, tasks[row["key"]]))
             self._writing = False
