@@ -364,12 +364,15 @@ def report(rows: list[Result]) -> None:
         )
 
 
-async def main(quick: bool) -> None:
+STRATEGIES = ("gather", "sqlite x1", "pg x1", "pg x2", "pg x4", "gather 2")
+
+
+async def main(quick: bool, strategies: tuple[str, ...] = STRATEGIES) -> None:
     n, spread = (2_000, 20.0) if quick else (20_000, 60.0)
     print(f"# ledger benchmark: {n} tasks finishing over {spread:g} s\n")
     rows: list[Result] = []
     with Cluster() as cluster:
-        for name in ("gather", "sqlite x1", "pg x1", "pg x2", "pg x4", "gather 2"):
+        for name in strategies:
             rows.append(await measure(name, n, spread, cluster))
             print(f"  {name}: done", file=sys.stderr)
     report(rows)
@@ -389,9 +392,18 @@ def child(url: str, base_url: str, api_key: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 tasks over 20 s")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help="the strategies to run, comma-separated (default: all; keep `gather` first)",
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
     else:
-        asyncio.run(main(args.quick))
+        chosen = tuple(name.strip() for name in args.strategies.split(","))
+        unknown = sorted(set(chosen) - set(STRATEGIES))
+        if unknown or not chosen or chosen[0] != "gather":
+            parser.error(f"--strategies: from {', '.join(STRATEGIES)}, `gather` first")
+        asyncio.run(main(args.quick, chosen))
