@@ -154,7 +154,7 @@ class _Coordinator:
         return self._states
 
     def add(self, states: list[IdState]) -> None:
-        """Join new ids (not yet known to this gather) to the polling; see ``GatherResults.add``."""
+        """Join ids (not pending in this gather) to the polling; see ``GatherResults.add``."""
         for state in states:
             self._states[state.task_id] = state
         self._total += len(states)

@@ -77,9 +77,9 @@ class GatherResults:
         """Join more ids to this gather, polled on the schedule of their class.
 
         Each id's class comes from the gather's ``classes`` (looked up now). An id the gather
-        already knows (pending or finished, not discarded) is not added again. Made for a
-        gather started with ``open_ended=True``; adding to a gather that has ended polls
-        nothing.
+        is polling is not added again; an id it finished (or discarded) joins again, polled
+        anew. Made for a gather started with ``open_ended=True``; adding to a gather that has
+        ended polls nothing.
 
         Args:
             task_ids: The ids.
@@ -325,7 +325,7 @@ def _new_states(
     known: Mapping[str, IdState],
     by_key: Mapping[object, ClassState],
 ) -> list[IdState]:
-    """Checked states of the distinct ids not in ``known``, each with its class (made as needed)."""
+    """Checked states of the distinct ids not pending in ``known``, each with its class."""
     if isinstance(task_ids, str):
         raise TypeError("task_ids must be an iterable of ids, not a single string")
     made: dict[object, ClassState] = {}
@@ -334,7 +334,8 @@ def _new_states(
         if not isinstance(task_id, str):
             raise TypeError(f"task ids must be strings, got {task_id!r}")
         check_id("task_id", task_id)
-        if task_id not in known and task_id not in new:
+        former = known.get(task_id)
+        if (former is None or former.done) and task_id not in new:
             key = key_of(task_id)
             klass = by_key.get(key) or made.get(key)
             if klass is None:

@@ -41,11 +41,13 @@ async def test_ids_join_a_running_gather_and_it_ends_only_after_end_input() -> N
                 seen.append(task.task_id)
                 if len(seen) == 4:  # every first id is done: the gather still runs
                     assert results.progress.pending == 0
-                    assert results.add([*later, later[0], first[0]]) == 4
-                if len(seen) == 8:
+                    assert results.add([*later, later[0]]) == 4
+                    assert results.add(later) == 0  # pending: not added twice
+                    assert results.add([first[0]]) == 1  # finished: joins again
+                if len(seen) == 9:
                     results.end_input()
-        assert sorted(seen) == sorted(first + later)
-        assert results.progress.total == 8
+        assert sorted(seen) == sorted([*first, *later, first[0]])
+        assert results.progress.total == 9
 
 
 async def test_a_discarded_id_is_neither_polled_again_nor_yielded_and_may_join_again() -> None:

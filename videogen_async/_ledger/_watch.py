@@ -231,7 +231,8 @@ class Watch(ExitCloses):
                         size = min(size, self._max_held - self._held)
                     rows = await store.claim(self.owner, self._lease, size)
                     if rows:
-                        renewed = time.monotonic()
+                        # A claim sets the lease of what it claims only: the renewal of what
+                        # was held before is not put off by it.
                         claimed_any = True
                         self._start(tg, rows)
                     if len(rows) < size:
