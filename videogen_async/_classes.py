@@ -117,31 +117,61 @@ class BatchSchedule:
         """
         self._started = now
         self.wall_offset = wall_offset
+        for klass in self.classes.values():
+            klass.pending = len(klass.states)
+            self._model(klass)
+            self._first_polls(klass, klass.states, 0, now)
+
+    def _model(self, klass: ClassState) -> None:
+        policy = self._policy
+        if policy.adaptive:
+            prior = self._memory.load(klass.key) if self._memory is not None else None
+            klass.model = ClassModel(
+                half_life=policy.half_life,
+                prior=prior,
+                prior_weight=policy.prior_weight,
+                low_quantile=policy.window_quantile,
+                high_quantile=1.0 - policy.window_quantile,
+            )
+            klass.support = klass.model.support(klass.pending)
+
+    def _first_polls(
+        self, klass: ClassState, states: list[IdState], before: int, now: float
+    ) -> None:
+        """Push the first poll of ``states``, the ids of ``klass`` after its first ``before``."""
         policy = self._policy
         first = now + policy.first_delay
         rand = self._rng.random
-        for klass in self.classes.values():
-            klass.pending = len(klass.states)
-            if policy.adaptive:
-                prior = self._memory.load(klass.key) if self._memory is not None else None
-                klass.model = ClassModel(
-                    half_life=policy.half_life,
-                    prior=prior,
-                    prior_weight=policy.prior_weight,
-                    low_quantile=policy.window_quantile,
-                    high_quantile=1.0 - policy.window_quantile,
-                )
-                klass.support = klass.model.support(klass.pending)
-            probes = probe_count(policy, len(klass.states))
-            support = klass.support
-            for index, state in enumerate(klass.states):
-                state.probe = index < probes
-                state.phase = rand()
-                due = first
-                if support is not None and not state.probe:
-                    wait = support.start - state.phase * policy.dense_interval
-                    due = first + min(policy.sparse_cap, max(0.0, wait))
-                self._push(state, due)
+        # The probes of a class are its first ids, up to the count its size asks for.
+        probes = probe_count(policy, len(klass.states)) - probe_count(policy, before)
+        support = klass.support
+        for index, state in enumerate(states):
+            state.probe = index < probes
+            state.phase = rand()
+            due = first
+            if support is not None and not state.probe:
+                wait = support.start - state.phase * policy.dense_interval
+                due = first + min(policy.sparse_cap, max(0.0, wait))
+            self._push(state, due)
+
+    def add(self, states: list[IdState], now: float) -> None:
+        """Schedule ids that join a running gather (their classes are new or known).
+
+        Ids of a known class are scheduled on what it has learned (no new probes beyond its
+        size's count); a new class starts as the classes of :meth:`start` do.
+        """
+        joining: dict[ClassState, list[IdState]] = {}
+        for state in states:
+            joining.setdefault(state.klass, []).append(state)
+        for klass, new in joining.items():
+            before = len(klass.states)
+            fresh = self.classes.get(klass.key) is not klass
+            self.classes[klass.key] = klass
+            klass.states.extend(new)
+            klass.pending += len(new)
+            if fresh:
+                self._model(klass)
+            self._first_polls(klass, new, before, now)
 
     def age(self, state: IdState, now: float) -> float:
         """The id's age (seconds since its creation, on the service's clock) at ``now``."""

@@ -82,6 +82,7 @@ class _Coordinator:
         progress_interval: float,
         classes: dict[object, ClassState] | None = None,
         memory: FinishTimeMemory | None = None,
+        open_ended: bool = False,
     ) -> None:
         self._source = source
         self._fetch = source.fetch
@@ -136,6 +137,8 @@ class _Coordinator:
         self._scope: anyio.CancelScope | None = None
         self._fatal: BaseException | None = None
         self._stopped = False
+        self._open = open_ended  # ids may still join (`add`) until `end_input`
+        self._running = False
         self.finished = anyio.Event()
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -144,6 +147,43 @@ class _Coordinator:
         send, receive = anyio.create_memory_object_stream[_Item](math.inf)
         self._send = send
         return receive
+
+    @property
+    def known(self) -> dict[str, IdState]:
+        """Every id of the gather (pending or finished), by id."""
+        return self._states
+
+    def add(self, states: list[IdState]) -> None:
+        """Join ids (not pending in this gather) to the polling; see ``GatherResults.add``."""
+        for state in states:
+            self._states[state.task_id] = state
+        self._total += len(states)
+        self._remaining += len(states)
+        if self._running:
+            self.schedule.add(states, self._now())
+            return
+        for state in states:  # not started: `BatchSchedule.start` schedules them
+            state.klass.states.append(state)
+            self.schedule.classes.setdefault(state.klass.key, state.klass)
+
+    def discard(self, task_id: str) -> bool:
+        """Stop polling a pending id without yielding it; ``False`` when it is not pending."""
+        state = self._states.get(task_id)
+        if state is None or state.done:
+            return False
+        del self._states[task_id]  # forgotten: it may join again later
+        state.done = True
+        state.entry = -2  # its heap entry, if any, is stale from now on
+        state.klass.pending -= 1
+        self._total -= 1
+        self._remaining -= 1
+        self._wake()
+        return True
+
+    def end_input(self) -> None:
+        """No id joins from now on: the gather ends once its ids are finished."""
+        self._open = False
+        self._wake()
 
     def stop(self) -> None:
         """Stop polling (the consumer went away or closed the gather); synchronous."""
@@ -178,6 +218,7 @@ class _Coordinator:
                 self._started = now
                 deadline = math.inf if self._timeout is None else now + self._timeout
                 self.schedule.start(now, time.time() - now)
+                self._running = True
                 try:
                     with anyio.CancelScope(deadline=deadline) as scope:
                         self._scope = scope
@@ -187,7 +228,12 @@ class _Coordinator:
                             if self._on_progress is not None:
                                 tg.start_soon(self._ticker)
                             async with anyio.create_task_group() as workers:
-                                for _ in range(min(self._max_concurrency, self._remaining)):
+                                workers_wanted = (
+                                    self._max_concurrency
+                                    if self._open
+                                    else min(self._max_concurrency, self._remaining)
+                                )
+                                for _ in range(workers_wanted):
                                     workers.start_soon(self._worker)
                                 await self._dispatch(loop)
                             tg.cancel_scope.cancel()
@@ -335,7 +381,7 @@ class _Coordinator:
         Ids due within ``early`` seconds are sent together, a little early, so that the loop
         wakes once for them rather than once each.
         """
-        while self._remaining > 0 and self._fatal is None and not self._stopped:
+        while (self._remaining > 0 or self._open) and self._fatal is None and not self._stopped:
             now = loop.time()
             wait = self._ready_in(now)
             if wait <= 0:
@@ -430,6 +476,8 @@ class _Coordinator:
     # -- results --------------------------------------------------------------------------------
 
     def _on_task(self, state: IdState, task: Task, sent: float) -> None:
+        if state.done:  # discarded while in flight
+            return
         now = self._now()
         state.failures = 0
         schedule = self.schedule
@@ -457,6 +505,8 @@ class _Coordinator:
         self._report_progress()
 
     def _on_error(self, state: IdState, exc: Exception, sent: float) -> None:
+        if state.done:  # discarded while in flight
+            return
         now = self._now()
         policy = self._policy
         if not is_transient(exc):

@@ -54,8 +54,11 @@ class GatherResults:
     is exhausted, raises, is closed with :meth:`aclose`, or is garbage collected).
     """
 
-    def __init__(self, coordinator: _Coordinator) -> None:
+    def __init__(
+        self, coordinator: _Coordinator, key_of: Callable[[str], object] | None = None
+    ) -> None:
         self._core = coordinator
+        self._key_of = key_of if key_of is not None else _class_keys(None)
         self._receive: MemoryObjectReceiveStream[_Item] | None = None
         self._mode = "new"
         self._tg: TaskGroup | None = None
@@ -66,6 +69,44 @@ class GatherResults:
     def progress(self) -> GatherProgress:
         """A snapshot of the progress so far (cheap; readable at any time)."""
         return self._core.snapshot()
+
+    # -- ids joining and leaving a running gather ------------------------------------------------
+
+    def add(self, task_ids: Iterable[str]) -> int:
+        """Join more ids to this gather, polled on the schedule of their class.
+
+        Each id's class comes from the gather's ``classes`` (looked up now). An id the gather
+        is polling is not added again; an id it finished (or discarded) joins again, polled
+        anew. Made for a gather started with ``open_ended=True``; adding to a gather that has
+        ended polls nothing.
+
+        Args:
+            task_ids: The ids.
+
+        Returns:
+            How many ids joined.
+
+        Raises:
+            TypeError: An id is not a string.
+        """
+        states = _new_states(task_ids, self._key_of, self._core.known, self._core.schedule.classes)
+        self._core.add(states)
+        return len(states)
+
+    def discard(self, task_ids: Iterable[str]) -> list[str]:
+        """Stop polling pending ids without yielding them (e.g. handed to another poller).
+
+        Args:
+            task_ids: The ids.
+
+        Returns:
+            The ids that were pending and are no longer polled.
+        """
+        return [task_id for task_id in task_ids if self._core.discard(task_id)]
+
+    def end_input(self) -> None:
+        """Say that no more ids join (``open_ended=True``): the gather ends when they are done."""
+        self._core.end_input()
 
     # -- the structured form --------------------------------------------------------------------
 
@@ -183,6 +224,7 @@ def gather_until_done(
     progress_interval: float = 1.0,
     classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None = None,
     finish_times: FinishTimeMemory | None = None,
+    open_ended: bool = False,
 ) -> GatherResults:
     """Wait for many tasks at once, yielding each as soon as it is terminal.
 
@@ -222,6 +264,8 @@ def gather_until_done(
         finish_times: Where what is learned about each class is kept between gathers
             (``None``: the client's ``finish_times``, an in-memory store, if it has one).
             Ids without a class are kept under the key ``None``.
+        open_ended: Keep the gather running when its ids are done, for ids that join later
+            (:meth:`GatherResults.add`), until :meth:`GatherResults.end_input`.
 
     Returns:
         A :class:`GatherResults`: an async iterator of :class:`Task` (and, with
@@ -245,20 +289,12 @@ def gather_until_done(
     if isinstance(task_ids, str):
         raise TypeError("task_ids must be an iterable of ids, not a single string")
     key_of = _class_keys(classes)
-    states: dict[str, IdState] = {}
     by_key: dict[object, ClassState] = {}
-    for task_id in task_ids:
-        if not isinstance(task_id, str):
-            raise TypeError(f"task ids must be strings, got {task_id!r}")
-        check_id("task_id", task_id)
-        if task_id not in states:
-            key = key_of(task_id)
-            klass = by_key.get(key)
-            if klass is None:
-                klass = by_key[key] = ClassState(key)
-            state = IdState(task_id, klass)
-            klass.states.append(state)
-            states[task_id] = state
+    states: dict[str, IdState] = {}
+    for state in _new_states(task_ids, key_of, states, by_key):
+        state.klass.states.append(state)
+        states[state.task_id] = state
+        by_key.setdefault(state.klass.key, state.klass)
     source = source_of(client)
     memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
     coordinator = _Coordinator(
@@ -272,8 +308,34 @@ def gather_until_done(
         progress_interval=progress_interval,
         classes=by_key,
         memory=memory,
+        open_ended=open_ended,
     )
-    return GatherResults(coordinator)
+    return GatherResults(coordinator, key_of)
+
+
+def _new_states(
+    task_ids: Iterable[str],
+    key_of: Callable[[str], object],
+    known: Mapping[str, IdState],
+    by_key: Mapping[object, ClassState],
+) -> list[IdState]:
+    """Checked states of the distinct ids not pending in ``known``, each with its class."""
+    if isinstance(task_ids, str):
+        raise TypeError("task_ids must be an iterable of ids, not a single string")
+    made: dict[object, ClassState] = {}
+    new: dict[str, IdState] = {}
+    for task_id in task_ids:
+        if not isinstance(task_id, str):
+            raise TypeError(f"task ids must be strings, got {task_id!r}")
+        check_id("task_id", task_id)
+        former = known.get(task_id)
+        if (former is None or former.done) and task_id not in new:
+            key = key_of(task_id)
+            klass = by_key.get(key) or made.get(key)
+            if klass is None:
+                klass = made[key] = ClassState(key)
+            new[task_id] = IdState(task_id, klass)
+    return list(new.values())
 
 
 def _class_keys(

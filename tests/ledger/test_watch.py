@@ -34,8 +34,8 @@ def polls_by_id(server: SandboxServer) -> dict[str, list[tuple[float, str | None
 def assert_never_polled_at_once(server: SandboxServer) -> None:
     """Per id, each watcher's polls form one stretch, and the stretches do not overlap.
 
-    A watcher that holds more than its share when another one joins gives its newest claim
-    back (after its gather ended): the id then passes from one watcher to the other.
+    A watcher that holds more than its share when another one joins gives its latest claimed
+    ids back (after they left its gather): an id then passes from one watcher to the other.
     """
     for task_id, polls in polls_by_id(server).items():
         spans: dict[str | None, tuple[float, float]] = {}

@@ -7,7 +7,6 @@ import math
 import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -16,6 +15,7 @@ from .._closing import AsyncClosing
 from .._exceptions import InvalidRequestError, LedgerError
 from ._creates import DEFAULT_CREATE_LEASE, LedgerCreates, PriceEstimate, _check_key
 from ._entry import LedgerEntry, entry_from_row
+from ._exit import ExitCloses
 from ._postgres import PostgresStore
 from ._protocol import LedgerClient
 from ._sqlite import SQLiteStore
@@ -293,7 +293,7 @@ class Ledger(LedgerCreates, AsyncClosing):
         return f"<Ledger {type(self._store).__name__}>"
 
 
-class LedgerOpener:
+class LedgerOpener(ExitCloses):
     """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
 
     def __init__(
@@ -323,12 +323,7 @@ class LedgerOpener:
         self._ledger = await self._open()
         return self._ledger
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self, ok: bool) -> None:
         ledger, self._ledger = self._ledger, None
         if ledger is not None:
             with anyio.CancelScope(shield=True):

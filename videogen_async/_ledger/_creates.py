@@ -23,7 +23,7 @@ from .._exceptions import (
 from .._validation import validate_task_request
 from ._entry import LedgerEntry, entry_from_row
 from ._protocol import LedgerClient
-from ._store import CreateStart, NewEntry, Store
+from ._store import CreateStart, Hold, NewEntry, Store
 from ._watch import Signal
 
 __all__ = ["DEFAULT_CREATE_LEASE", "LedgerCreates", "PriceEstimate"]
@@ -123,16 +123,7 @@ class LedgerCreates:
         self, new: Any, key: str, estimate: float | None, send: Callable[[], Any]
     ) -> LedgerEntry:
         """Commit the entry before sending; return the existing entry of a known key instead."""
-        start = await self._begin(
-            lambda: self._store.begin_create(
-                new,
-                owner=self._owner,
-                lease=self._create_lease,
-                cap=self.max_credits,
-                estimate=estimate,
-            ),
-            key,
-        )
+        start = await self._begin(self._store.begin_create, new, key, estimate)
         if start.outcome == "existing":
             return await self._existing(key, start)
         return await self._send(key, send)
@@ -166,16 +157,7 @@ class LedgerCreates:
         body = json.loads(row["request"])
         fields = {name: value for name, value in body.items() if name != "prompt"}
         estimate = await self._estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 5)
-        start = await self._begin(
-            lambda: self._store.restart_unknown(
-                key,
-                owner=self._owner,
-                lease=self._create_lease,
-                cap=self.max_credits,
-                estimate=estimate,
-            ),
-            key,
-        )
+        start = await self._begin(self._store.restart_unknown, key, key, estimate)
         if start.outcome == "existing":
             raise LedgerError(f"ledger key {key!r}: was resent by another process meanwhile")
         return await self._send(key, lambda: client.tasks.create(body["prompt"], **fields))
@@ -191,10 +173,15 @@ class LedgerCreates:
         rate = await self._store.rate(model)
         return None if rate is None else rate * duration
 
-    async def _begin(self, attempt: Callable[[], Any], key: str) -> CreateStart:
+    async def _begin(
+        self, write: Callable[..., Any], entry: Any, key: str, estimate: float | None
+    ) -> CreateStart:
+        """Run the store's write-ahead step ``write(entry, ...)`` until it is decided."""
         delay = 0.02
         while True:
-            start: CreateStart = await attempt()
+            start: CreateStart = await write(
+                entry, Hold(self._owner, self._create_lease, self.max_credits, estimate)
+            )
             if start.outcome in {"new", "existing"}:
                 return start
             if start.outcome == "budget":

@@ -86,10 +86,17 @@ def task_to_json(task: Task) -> str:
     return json.dumps(unstructure(task), separators=(",", ":"))
 
 
-def entry_from_row(row: Mapping[str, Any]) -> LedgerEntry:
-    """Build an entry from a database row (a mapping of column names)."""
+def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEntry:
+    """Build an entry from a database row (a mapping of column names).
+
+    Args:
+        row: The row.
+        task: The task the row's ``task`` column was just written from, if at hand (it is
+            then not read back from its JSON).
+    """
     task_text = row["task"]
-    task = structure(json.loads(task_text), Task) if task_text else None
+    if task is None and task_text:
+        task = structure(json.loads(task_text), Task)
     request_text = row["request"]
     return LedgerEntry(
         key=row["key"],

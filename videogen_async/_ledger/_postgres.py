@@ -11,11 +11,19 @@ theirs. The budget row is locked (``SELECT ... FOR UPDATE``) for the reservation
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._postgres_conn import _E, _NOW, PostgresConnection
-from ._store import CreateStart, NewEntry, Row, decide_budget, fair_share, share_of
+from ._store import (
+    CreateStart,
+    Hold,
+    NewEntry,
+    Row,
+    claim_count,
+    reservation,
+    share_and_held,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -33,6 +41,15 @@ _COUNTS = (
 )
 
 
+async def _lock_keys(conn: Any, keys: Sequence[str]) -> None:
+    """Lock entries in key order, the order every multi-row writer takes its row locks in."""
+    if keys:
+        await conn.execute(
+            f"SELECT 1 FROM {_E} WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE",
+            sorted(set(keys)),
+        )
+
+
 class _Abort(Exception):
     def __init__(self, result: CreateStart) -> None:
         self.result = result
@@ -43,22 +60,11 @@ class PostgresStore(PostgresConnection):
 
     # -- creates ---------------------------------------------------------------------------
 
-    async def _reserve(
-        self, conn: Any, key: str, cap: float | None, estimate: float | None
-    ) -> CreateStart | None:
+    async def _reserve(self, conn: Any, key: str, hold: Hold) -> None:
         budget = await conn.fetchrow("SELECT * FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
-        outcome, amount = decide_budget(
-            cap=cap,
-            spent=budget["spent"],
-            reserved=budget["reserved"],
-            unpriced=budget["unpriced"],
-            estimate=estimate,
-        )
-        if outcome != "ok":
-            return CreateStart(
-                outcome, estimate=amount, spent=budget["spent"], reserved=budget["reserved"]
-            )
-        unpriced = 1 if (cap is not None and estimate is None) else 0
+        refused, amount, unpriced = reservation(budget, hold)
+        if refused is not None:
+            raise _Abort(refused)  # rolls the transaction back
         await conn.execute(
             "UPDATE videogen_ledger_budget SET reserved = reserved + $1,"
             " unpriced = unpriced + $2 WHERE id = 1",
@@ -68,77 +74,63 @@ class PostgresStore(PostgresConnection):
         await conn.execute(
             f"UPDATE {_E} SET reserved = $1, unpriced = $2 WHERE key = $3", amount, unpriced, key
         )
-        return None
 
-    async def begin_create(
-        self,
-        new: NewEntry,
-        *,
-        owner: str,
-        lease: float,
-        cap: float | None,
-        estimate: float | None,
-    ) -> CreateStart:
+    async def _decide(self, write: Callable[..., Any], first: Any, hold: Hold) -> CreateStart:
+        """Run a write-ahead step in one transaction; a refused reservation rolls it back."""
         try:
             async with self._tx() as conn:
-                taken = await conn.fetchrow(
-                    f"INSERT INTO {_E} (key, kind, state, project_id, model, duration, request,"
-                    " owner, lease_until, created_at, updated_at)"
-                    f" VALUES ($1, $2, 'creating', $3, $4, $5, $6, $7, {_NOW} + $8, {_NOW},"
-                    f" {_NOW}) ON CONFLICT (key) DO NOTHING RETURNING *",
-                    new.key,
-                    new.kind,
-                    new.project_id,
-                    new.model,
-                    new.duration,
-                    new.request,
-                    owner,
-                    lease,
-                )
-                if taken is None:
-                    taken = await conn.fetchrow(
-                        f"UPDATE {_E} SET state = 'creating', request = $1, model = $2,"
-                        f" duration = $3, owner = $4, lease_until = {_NOW} + $5, error = NULL,"
-                        f" updated_at = {_NOW} WHERE key = $6 AND state = 'refused' RETURNING *",
-                        new.request,
-                        new.model,
-                        new.duration,
-                        owner,
-                        lease,
-                        new.key,
-                    )
-                if taken is None:
-                    return CreateStart("existing", row=await self._row(conn, new.key))
-                if cap is None:  # nothing to reserve: the row as written
-                    return CreateStart("new", row=dict(taken))
-                refused = await self._reserve(conn, new.key, cap, estimate)
-                if refused is not None:
-                    raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
-                return CreateStart("new", row=await self._row(conn, new.key))
+                return await write(conn, first, hold)  # type: ignore[no-any-return]
         except _Abort as abort:
             return abort.result
 
-    async def restart_unknown(
-        self, key: str, *, owner: str, lease: float, cap: float | None, estimate: float | None
-    ) -> CreateStart:
-        try:
-            async with self._tx() as conn:
-                taken = await conn.fetchval(
-                    f"UPDATE {_E} SET state = 'creating', owner = $1,"
-                    f" lease_until = {_NOW} + $2, updated_at = {_NOW}"
-                    " WHERE key = $3 AND state = 'unknown' RETURNING key",
-                    owner,
-                    lease,
-                    key,
-                )
-                if taken is None:
-                    return CreateStart("existing", row=await self._row(conn, key))
-                refused = await self._reserve(conn, key, cap, estimate)
-                if refused is not None:
-                    raise _Abort(refused)  # noqa: TRY301 - rolls the transaction back
-                return CreateStart("new", row=await self._row(conn, key))
-        except _Abort as abort:
-            return abort.result
+    async def begin_create(self, new: NewEntry, hold: Hold) -> CreateStart:
+        return await self._decide(self._begin_create, new, hold)
+
+    async def restart_unknown(self, key: str, hold: Hold) -> CreateStart:
+        return await self._decide(self._restart_unknown, key, hold)
+
+    async def _begin_create(self, conn: Any, new: NewEntry, hold: Hold) -> CreateStart:
+        taken = await conn.fetchrow(
+            f"INSERT INTO {_E} (key, kind, state, project_id, model, duration, request,"
+            " owner, lease_until, created_at, updated_at)"
+            f" VALUES ($1, $2, 'creating', $3, $4, $5, $6, $7, {_NOW} + $8, {_NOW},"
+            f" {_NOW}) ON CONFLICT (key) DO NOTHING RETURNING *",
+            *new.columns(),
+            hold.owner,
+            hold.lease,
+        )
+        if taken is None:
+            taken = await conn.fetchrow(
+                f"UPDATE {_E} SET state = 'creating', request = $1, model = $2,"
+                f" duration = $3, owner = $4, lease_until = {_NOW} + $5, error = NULL,"
+                f" updated_at = {_NOW} WHERE key = $6 AND state = 'refused' RETURNING *",
+                new.request,
+                new.model,
+                new.duration,
+                hold.owner,
+                hold.lease,
+                new.key,
+            )
+        if taken is None:
+            return CreateStart("existing", row=await self._row(conn, new.key))
+        if hold.cap is None:  # nothing to reserve: the row as written
+            return CreateStart("new", row=dict(taken))
+        await self._reserve(conn, new.key, hold)
+        return CreateStart("new", row=await self._row(conn, new.key))
+
+    async def _restart_unknown(self, conn: Any, key: str, hold: Hold) -> CreateStart:
+        taken = await conn.fetchval(
+            f"UPDATE {_E} SET state = 'creating', owner = $1,"
+            f" lease_until = {_NOW} + $2, updated_at = {_NOW}"
+            " WHERE key = $3 AND state = 'unknown' RETURNING key",
+            hold.owner,
+            hold.lease,
+            key,
+        )
+        if taken is None:
+            return CreateStart("existing", row=await self._row(conn, key))
+        await self._reserve(conn, key, hold)
+        return CreateStart("new", row=await self._row(conn, key))
 
     async def settle_created(
         self, key: str, *, task_id: str | None, project_id: str | None, cost: float
@@ -278,12 +270,7 @@ class PostgresStore(PostgresConnection):
             return []
         async with self._tx() as conn:
             counts = await conn.fetchrow(_COUNTS, owner)
-            take = fair_share(
-                limit=limit,
-                open_entries=int(counts["open"]),
-                watchers=int(counts["live"]),
-                held=int(counts["mine"]),
-            )
+            take = claim_count(counts, limit)
             if take == 0:
                 return []
             rows = await conn.fetch(
@@ -304,7 +291,11 @@ class PostgresStore(PostgresConnection):
                 owner,
             )
             status = await conn.execute(
-                f"UPDATE {_E} SET lease_until = {_NOW} + $1 WHERE owner = $2", lease, owner
+                f"UPDATE {_E} AS e SET lease_until = {_NOW} + $1 FROM"
+                f" (SELECT key FROM {_E} WHERE owner = $2 ORDER BY key FOR UPDATE) AS mine"
+                " WHERE e.key = mine.key",
+                lease,
+                owner,
             )
             return int(status.split()[-1])
 
@@ -322,10 +313,11 @@ class PostgresStore(PostgresConnection):
     async def share(self, owner: str) -> tuple[int, int]:
         counts = await self._fetchrow(_COUNTS, owner)
         assert counts is not None  # noqa: S101 - an aggregate returns one row
-        return share_of(int(counts["open"]), int(counts["live"])), int(counts["mine"])
+        return share_and_held(counts)
 
     async def release_keys(self, owner: str, keys: Sequence[str]) -> None:
         async with self._tx() as conn:
+            await _lock_keys(conn, keys)
             await conn.execute(
                 f"UPDATE {_E} SET owner = NULL, lease_until = NULL"
                 " WHERE key = ANY($1::text[]) AND owner = $2 AND state = 'pending'",
@@ -364,8 +356,11 @@ class PostgresStore(PostgresConnection):
             if items:
                 # The budget row first, then the entries in key order: every writer takes its
                 # locks in the same order (an entry handed from one watcher to another is
-                # touched by both), so that two writers never wait on each other.
+                # touched by both; a watcher's renewal runs beside its own writes on another
+                # connection of the pool), so that two writers never wait on each other.
                 await conn.execute("SELECT 1 FROM videogen_ledger_budget WHERE id = 1 FOR UPDATE")
+            await _lock_keys(conn, [item[0] for item in items] + list(acks))
+            if items:
                 keys, states, costs, tasks = (list(column) for column in zip(*items, strict=True))
                 found = await conn.fetch(
                     f"WITH old AS (SELECT key, credits_cost FROM {_E} WHERE key = ANY($1::text[])"
@@ -414,7 +409,10 @@ class PostgresStore(PostgresConnection):
     async def release(self, owner: str) -> None:
         async with self._tx() as conn:
             await conn.execute(
-                f"UPDATE {_E} SET owner = NULL, lease_until = NULL WHERE owner = $1", owner
+                f"UPDATE {_E} AS e SET owner = NULL, lease_until = NULL FROM"
+                f" (SELECT key FROM {_E} WHERE owner = $1 ORDER BY key FOR UPDATE) AS mine"
+                " WHERE e.key = mine.key",
+                owner,
             )
             await conn.execute("DELETE FROM videogen_ledger_watchers WHERE owner = $1", owner)
 

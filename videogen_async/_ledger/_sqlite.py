@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._exceptions import LedgerError
 from ._sqlite_conn import _E
 from ._sqlite_watch import SQLiteWatchers
-from ._store import CreateStart, NewEntry, Row, decide_budget
+from ._store import CreateStart, Hold, NewEntry, Row, reservation
 
 __all__ = ["SQLiteStore"]
 
@@ -34,39 +34,26 @@ class SQLiteStore(SQLiteWatchers):
 
     # -- creates ---------------------------------------------------------------------------
 
-    async def begin_create(
-        self,
-        new: NewEntry,
-        *,
-        owner: str,
-        lease: float,
-        cap: float | None,
-        estimate: float | None,
+    async def begin_create(self, new: NewEntry, hold: Hold) -> CreateStart:
+        return await self._decide(self._begin_create, new, hold)
+
+    async def restart_unknown(self, key: str, hold: Hold) -> CreateStart:
+        return await self._decide(self._restart_unknown, key, hold)
+
+    async def _decide(
+        self, write: Callable[[Any, Hold], CreateStart], first: Any, hold: Hold
     ) -> CreateStart:
+        """Run a write-ahead step; a refused reservation rolls its transaction back."""
         try:
-            return await self._run(self._begin_create, new, owner, lease, cap, estimate)
+            return await self._run(write, first, hold)
         except _Abort as abort:
             return abort.result
 
-    def _reserve(
-        self, conn: sqlite3.Connection, key: str, cap: float | None, estimate: float | None
-    ) -> CreateStart | None:
+    def _reserve(self, conn: sqlite3.Connection, key: str, hold: Hold) -> None:
         budget = conn.execute("SELECT * FROM videogen_ledger_budget WHERE id = 1").fetchone()
-        outcome, amount = decide_budget(
-            cap=cap,
-            spent=budget["spent"],
-            reserved=budget["reserved"],
-            unpriced=budget["unpriced"],
-            estimate=estimate,
-        )
-        if outcome != "ok":
-            return CreateStart(
-                outcome,
-                estimate=amount,
-                spent=budget["spent"],
-                reserved=budget["reserved"],
-            )
-        unpriced = 1 if (cap is not None and estimate is None) else 0
+        refused, amount, unpriced = reservation(budget, hold)
+        if refused is not None:
+            raise _Abort(refused)  # rolls the transaction back
         conn.execute(
             "UPDATE videogen_ledger_budget SET reserved = reserved + ?, unpriced = unpriced + ?"
             " WHERE id = 1",
@@ -75,16 +62,9 @@ class SQLiteStore(SQLiteWatchers):
         conn.execute(
             f"UPDATE {_E} SET reserved = ?, unpriced = ? WHERE key = ?", (amount, unpriced, key)
         )
-        return None
 
-    def _begin_create(
-        self,
-        new: NewEntry,
-        owner: str,
-        lease: float,
-        cap: float | None,
-        estimate: float | None,
-    ) -> CreateStart:
+    def _begin_create(self, new: NewEntry, hold: Hold) -> CreateStart:
+        owner, lease, cap = hold.owner, hold.lease, hold.cap
         now = time.time()
         with self._tx() as conn:
             taken = conn.execute(
@@ -92,18 +72,7 @@ class SQLiteStore(SQLiteWatchers):
                 " owner, lease_until, created_at, updated_at)"
                 " VALUES (?, ?, 'creating', ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (key) DO NOTHING RETURNING *",
-                (
-                    new.key,
-                    new.kind,
-                    new.project_id,
-                    new.model,
-                    new.duration,
-                    new.request,
-                    owner,
-                    now + lease,
-                    now,
-                    now,
-                ),
+                (*new.columns(), owner, now + lease, now, now),
             ).fetchone()
             if taken is None:
                 taken = conn.execute(
@@ -116,34 +85,20 @@ class SQLiteStore(SQLiteWatchers):
                 return CreateStart("existing", row=self._row(conn, new.key))
             if cap is None:  # nothing to reserve: the row as written
                 return CreateStart("new", row=taken)
-            refused = self._reserve(conn, new.key, cap, estimate)
-            if refused is not None:
-                raise _Abort(refused)
+            self._reserve(conn, new.key, hold)
             return CreateStart("new", row=self._row(conn, new.key))
 
-    async def restart_unknown(
-        self, key: str, *, owner: str, lease: float, cap: float | None, estimate: float | None
-    ) -> CreateStart:
-        try:
-            return await self._run(self._restart_unknown, key, owner, lease, cap, estimate)
-        except _Abort as abort:
-            return abort.result
-
-    def _restart_unknown(
-        self, key: str, owner: str, lease: float, cap: float | None, estimate: float | None
-    ) -> CreateStart:
+    def _restart_unknown(self, key: str, hold: Hold) -> CreateStart:
         now = time.time()
         with self._tx() as conn:
             taken = conn.execute(
                 f"UPDATE {_E} SET state = 'creating', owner = ?, lease_until = ?,"
                 " updated_at = ? WHERE key = ? AND state = 'unknown' RETURNING key",
-                (owner, now + lease, now, key),
+                (hold.owner, now + hold.lease, now, key),
             ).fetchone()
             if taken is None:
                 return CreateStart("existing", row=self._row(conn, key))
-            refused = self._reserve(conn, key, cap, estimate)
-            if refused is not None:
-                raise _Abort(refused)
+            self._reserve(conn, key, hold)
             return CreateStart("new", row=self._row(conn, key))
 
     async def settle_created(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from ._sqlite_conn import _E, SQLiteConnection
-from ._store import Row, fair_share, share_of
+from ._store import Row, claim_count, share_and_held
 
 __all__ = ["SQLiteWatchers"]
 
@@ -41,12 +41,7 @@ class SQLiteWatchers(SQLiteConnection):
             return []
         with self._tx() as conn:
             counts = self._counts(conn, owner, now)
-            take = fair_share(
-                limit=limit,
-                open_entries=int(counts["open"]),
-                watchers=int(counts["live"]),
-                held=int(counts["mine"]),
-            )
+            take = claim_count(counts, limit)
             if take == 0:
                 return []
             return conn.execute(
@@ -68,8 +63,7 @@ class SQLiteWatchers(SQLiteConnection):
 
     async def share(self, owner: str) -> tuple[int, int]:
         def read() -> tuple[int, int]:
-            counts = self._counts(self.conn, owner, time.time())
-            return share_of(int(counts["open"]), int(counts["live"])), int(counts["mine"])
+            return share_and_held(self._counts(self.conn, owner, time.time()))
 
         return await self._run(read)
 

@@ -18,7 +18,17 @@ import attrs
 
 from .._exceptions import LedgerError
 
-__all__ = ["CreateStart", "Store", "fair_share", "parse_url", "share_of"]
+__all__ = [
+    "CreateStart",
+    "Hold",
+    "Store",
+    "claim_count",
+    "fair_share",
+    "parse_url",
+    "reservation",
+    "share_and_held",
+    "share_of",
+]
 
 Row = Mapping[str, Any]
 
@@ -45,6 +55,23 @@ class CreateStart:
 
 
 @attrs.frozen
+class Hold:
+    """Who writes an entry ahead of its create, for how long, and what it may reserve.
+
+    Attributes:
+        owner: The creator's id (the entry's ``owner`` while it is ``creating``).
+        lease: Seconds the creator holds the entry before it counts as dead.
+        cap: ``max_credits`` (``None``: no cap).
+        estimate: The worst-case price, or ``None`` when it cannot be estimated.
+    """
+
+    owner: str
+    lease: float
+    cap: float | None
+    estimate: float | None
+
+
+@attrs.frozen
 class NewEntry:
     """The columns of an entry written before its create is sent."""
 
@@ -54,6 +81,10 @@ class NewEntry:
     model: str | None
     duration: int | None
     project_id: str | None = None
+
+    def columns(self) -> tuple[Any, ...]:
+        """``(key, kind, project_id, model, duration, request)``, in the order of the inserts."""
+        return (self.key, self.kind, self.project_id, self.model, self.duration, self.request)
 
 
 def decide_budget(
@@ -88,6 +119,28 @@ def decide_budget(
     return ("wait" if unpriced else "budget"), estimate
 
 
+def reservation(budget: Row, hold: Hold) -> tuple[CreateStart | None, float, int]:
+    """Decide a create's reservation from the budget row, locked by the caller's transaction.
+
+    Returns:
+        ``(refusal, credits to reserve, unpriced creates to add)``; the refusal is ``None``
+        when the reservation is made.
+    """
+    outcome, amount = decide_budget(
+        cap=hold.cap,
+        spent=budget["spent"],
+        reserved=budget["reserved"],
+        unpriced=budget["unpriced"],
+        estimate=hold.estimate,
+    )
+    if outcome != "ok":
+        refusal = CreateStart(
+            outcome, estimate=amount, spent=budget["spent"], reserved=budget["reserved"]
+        )
+        return refusal, amount, 0
+    return None, amount, 1 if (hold.cap is not None and hold.estimate is None) else 0
+
+
 def fair_share(*, limit: int, open_entries: int, watchers: int, held: int) -> int:
     """How many entries a watcher claims now: its fair share of the open entries.
 
@@ -111,6 +164,21 @@ def share_of(open_entries: int, watchers: int) -> int:
     return -(-open_entries // max(watchers, 1))
 
 
+def claim_count(counts: Row, limit: int) -> int:
+    """:func:`fair_share` from a counts row (``open``, ``live`` and ``mine``, both engines)."""
+    return fair_share(
+        limit=limit,
+        open_entries=int(counts["open"]),
+        watchers=int(counts["live"]),
+        held=int(counts["mine"]),
+    )
+
+
+def share_and_held(counts: Row) -> tuple[int, int]:
+    """``(fair share, entries held)`` from a counts row, as :meth:`Store.share` returns them."""
+    return share_of(int(counts["open"]), int(counts["live"])), int(counts["mine"])
+
+
 class Store(abc.ABC):
     """One engine's connection to a ledger."""
 
@@ -125,21 +193,11 @@ class Store(abc.ABC):
         """Disconnect."""
 
     @abc.abstractmethod
-    async def begin_create(
-        self,
-        new: NewEntry,
-        *,
-        owner: str,
-        lease: float,
-        cap: float | None,
-        estimate: float | None,
-    ) -> CreateStart:
+    async def begin_create(self, new: NewEntry, hold: Hold) -> CreateStart:
         """Write a ``creating`` entry (or take back a ``refused`` one) and reserve its price."""
 
     @abc.abstractmethod
-    async def restart_unknown(
-        self, key: str, *, owner: str, lease: float, cap: float | None, estimate: float | None
-    ) -> CreateStart:
+    async def restart_unknown(self, key: str, hold: Hold) -> CreateStart:
         """Move an ``unknown`` entry back to ``creating`` for an explicit resend."""
 
     @abc.abstractmethod

@@ -1,7 +1,9 @@
 """``Ledger.watch``: cooperative watchers that share a ledger's pending entries.
 
 Each watcher claims entries with a lease (decided in SQL: a pending entry whose lease is out),
-polls the claimed ids with :func:`gather_until_done` (one gather per claim), writes each
+polls the claimed ids with one :func:`gather_until_done` that lives as long as the watcher
+(``open_ended``: each claim's ids join it, so the schedule, what it learned of each class
+and its pacing carry over from claim to claim, and nothing is probed twice), writes each
 terminal state back and hands the entry to its consumer. While it lives it renews its leases
 every third of the lease; when it dies its entries go to the others once the lease is out.
 
@@ -18,17 +20,16 @@ import math
 import os
 import time
 import uuid
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import attrs
 from anyio.abc import TaskGroup
 
 from .._exceptions import TaskPollError
-from .._gather import gather_until_done
+from .._gather import GatherResults, gather_until_done
 from ._classes import LedgerFinishTimes
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
+from ._exit import ExitCloses
 from ._pacing import SharedPause, shared_source
 from ._store import Store
 
@@ -51,17 +52,6 @@ def _state_of(task: Task) -> str:
     return str(getattr(status, "value", status))
 
 
-@attrs.define(eq=False)
-class _Chunk:
-    """The ids of one claim, polled by one gather."""
-
-    batch: dict[str, str]
-    since: float = attrs.field(factory=time.monotonic)
-    scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
-    done: set[str] = attrs.field(factory=set)
-    ended: anyio.Event = attrs.field(factory=anyio.Event)
-
-
 class Signal:
     """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
 
@@ -74,7 +64,7 @@ class Signal:
         self.event = anyio.Event()
 
 
-class Watch:
+class Watch(ExitCloses):
     """A watcher of a ledger: an async context manager giving an async iterator of entries.
 
     Attributes:
@@ -122,13 +112,13 @@ class Watch:
         self._source = shared_source(client, self._pause)
         self._memory = LedgerFinishTimes(store)
         self._classes: dict[str, tuple[str, int]] = {}
-        self._chunks: list[_Chunk] = []
+        self._polling: dict[str, tuple[str, float]] = {}  # task id -> (key, claimed at)
+        self._results: GatherResults | None = None
         self._tg: TaskGroup | None = None
         self._send: MemoryObjectSendStream[LedgerEntry | BaseException] | None = None
         self._receive: MemoryObjectReceiveStream[LedgerEntry | BaseException] | None = None
         self._last: LedgerEntry | None = None
-        self._gathers = 0
-        self._gather_done = anyio.Event()
+        self._drained = anyio.Event()
         self._acks: list[str] = []
         self._writing = False
         self.claimed = 0
@@ -151,12 +141,7 @@ class Watch:
         tg.start_soon(self._guarded_run)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _exit(self, ok: bool) -> None:
         tg, self._tg = self._tg, None
         if tg is None:
             return
@@ -165,7 +150,7 @@ class Watch:
             await tg.__aexit__(None, None, None)
         finally:
             with anyio.CancelScope(shield=True):
-                if exc_type is None:
+                if ok:
                     self._ack_last()
                 await self._flush_acks()
                 # What is still held goes back to the ledger at once, for the next watcher.
@@ -222,10 +207,20 @@ class Watch:
         await store.register(self.owner, self._lease)
         await self._memory.refresh()
         renewed = time.monotonic()
-        async with anyio.create_task_group() as tg:
+        results = gather_until_done(
+            self._source,
+            (),
+            classes=self._classes,
+            finish_times=self._memory,
+            open_ended=True,
+            **self._gather_options,
+        )
+        self._results = results
+        async with anyio.create_task_group() as tg, results:
             tg.start_soon(self._writer)
+            tg.start_soon(self._collect, results)
             while True:
-                if self._acks and not self._gathers:
+                if self._acks and not self._polling:
                     await self._flush_acks()
                 await self._pacing()
                 await self._pause.wait()
@@ -236,12 +231,13 @@ class Watch:
                         size = min(size, self._max_held - self._held)
                     rows = await store.claim(self.owner, self._lease, size)
                     if rows:
-                        renewed = time.monotonic()
+                        # A claim sets the lease of what it claims only: the renewal of what
+                        # was held before is not put off by it.
                         claimed_any = True
                         self._start(tg, rows)
                     if len(rows) < size:
                         break
-                if not claimed_any and len(self._chunks) > 1:
+                if not claimed_any and self._polling:
                     await self._shed()
                 now = time.monotonic()
                 if now - renewed >= self._lease / 3:
@@ -251,7 +247,7 @@ class Watch:
                 if (
                     self._stop_when_idle
                     and not claimed_any
-                    and not self._gathers
+                    and not self._polling
                     and self._finished_receive.statistics().current_buffer_used == 0
                     and not self._writing
                     and not await store.has_open(self.owner)
@@ -261,23 +257,30 @@ class Watch:
                 await self._sleep()
 
     async def _shed(self) -> None:
-        """Give back the newest claim when others joined and this watcher holds over its share."""
+        """Give back what this watcher holds over its share when other watchers joined.
+
+        The ids claimed last go back (never below the share, and never ids claimed less than
+        a renewal period ago: what was just handed on is not handed back at once). They leave
+        the gather first, so that no id is polled by this watcher once another may claim it.
+        """
         share, held = await self._store.share(self.owner)
-        if len(self._chunks) < 2:  # gathers ended meanwhile
+        excess = held - share
+        if excess <= 0 or self._results is None:
             return
-        chunk = self._chunks[-1]
-        left = [key for task_id, key in chunk.batch.items() if task_id not in chunk.done]
-        # Never below the share, and never a claim younger than a renewal period (what was
-        # just handed on to this watcher is not handed back at once).
-        young = time.monotonic() - chunk.since < self._lease / 3
-        if not left or young or held - len(left) < share:
+        young = time.monotonic() - self._lease / 3
+        newest = sorted(self._polling.items(), key=lambda item: item[1][1], reverse=True)
+        candidates = [task_id for task_id, (_key, since) in newest if since <= young][:excess]
+        if not candidates:
             return
-        chunk.scope.cancel()
-        await chunk.ended.wait()
-        left = [key for task_id, key in chunk.batch.items() if task_id not in chunk.done]
-        await self._store.release_keys(self.owner, left)
-        self._held -= len(left)
-        logger.info("ledger watcher: %d entries given back to the other watchers", len(left))
+        keys = []
+        for task_id in self._results.discard(candidates):
+            keys.append(self._polling.pop(task_id)[0])
+            self._classes.pop(task_id, None)
+        if not keys:
+            return
+        await self._store.release_keys(self.owner, keys)
+        self._held -= len(keys)
+        logger.info("ledger watcher: %d entries given back to the other watchers", len(keys))
 
     async def _pacing(self) -> None:
         report = self._pause.take_report()
@@ -294,7 +297,7 @@ class Watch:
     async def _sleep(self) -> None:
         created = self._created.event
         changed = self._pause.changed
-        gather_done = self._gather_done
+        drained = self._drained
         with anyio.move_on_after(min(self._interval, self._lease / 3)):
             async with anyio.create_task_group() as tg:
 
@@ -302,25 +305,24 @@ class Watch:
                     await event.wait()
                     tg.cancel_scope.cancel()
 
-                for event in (created, changed, gather_done):
+                for event in (created, changed, drained):
                     tg.start_soon(one, event)
 
     def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
         self.claimed += len(rows)
         self._held += len(rows)
-        batch: dict[str, str] = {}
+        now = time.monotonic()
+        batch: list[str] = []
         for row in rows:
             if row["state"] in TERMINAL_STATES:
                 tg.start_soon(self._redeliver, row["key"])
             elif row["task_id"]:
-                batch[row["task_id"]] = row["key"]
+                batch.append(row["task_id"])
+                self._polling[row["task_id"]] = (row["key"], now)
                 if row.get("model") and row.get("duration"):
                     self._classes[row["task_id"]] = (row["model"], int(row["duration"]))
-        if batch:
-            chunk = _Chunk(batch)
-            self._chunks.append(chunk)
-            self._gathers += 1
-            tg.start_soon(self._gather, chunk)
+        if batch and self._results is not None:
+            self._results.add(batch)
 
     async def _redeliver(self, key: str) -> None:
         send = self._send
@@ -331,35 +333,24 @@ class Watch:
         if row is not None and row["owner"] == self.owner:
             await send.send(entry_from_row(row))
 
-    async def _gather(self, chunk: _Chunk) -> None:
+    async def _collect(self, results: GatherResults) -> None:
+        """Take the gather's results: terminal tasks to the writer, failed polls released."""
         store = self._store
-        batch = chunk.batch
-        try:
-            with chunk.scope:
-                async with gather_until_done(
-                    self._source,
-                    list(batch),
-                    classes=self._classes,
-                    finish_times=self._memory,
-                    **self._gather_options,
-                ) as results:
-                    async for item in results:
-                        chunk.done.add(item.task_id)
-                        self._held -= 1
-                        if isinstance(item, TaskPollError):
-                            key = batch[item.task_id]
-                            logger.warning("ledger key %r: %s", key, item)
-                            await store.poll_failed(key, self.owner, str(item), self._lease)
-                            continue
-                        self._finished_send.send_nowait((batch[item.task_id], item))
-        finally:
-            for task_id in batch:
-                self._classes.pop(task_id, None)
-            self._chunks.remove(chunk)
-            chunk.ended.set()
-            self._gathers -= 1
-            self._gather_done.set()
-            self._gather_done = anyio.Event()
+        async for item in results:
+            found = self._polling.pop(item.task_id, None)
+            self._classes.pop(item.task_id, None)
+            if found is None:  # pragma: no cover - discarded ids are never yielded
+                continue
+            key = found[0]
+            self._held -= 1
+            if isinstance(item, TaskPollError):
+                logger.warning("ledger key %r: %s", key, item)
+                await store.poll_failed(key, self.owner, str(item), self._lease)
+            else:
+                self._finished_send.send_nowait((key, item))
+            if not self._polling:
+                self._drained.set()
+                self._drained = anyio.Event()
 
     async def _writer(self) -> None:
         """Record terminal states (and the consumer's acks) in batches, one transaction each."""
@@ -382,6 +373,7 @@ class Watch:
             acks, self._acks = self._acks, []
             rows = await self._store.finish_many(self.owner, items, acks)
             self.finished += len(rows)
+            tasks = dict(found)
             for row in rows:
-                await send.send(entry_from_row(row))
+                await send.send(entry_from_row(row, tasks[row["key"]]))
             self._writing = False
