@@ -28,7 +28,8 @@ LEASE = 1.0
 
 
 async def test_sigkilled_watcher_leaves_its_ids_to_the_others(ledger_url: str) -> None:
-    async with SandboxServer(time_scale=0.01, seed=8, task_duration=(30, 120)) as server:
+    # Tasks of 0.3-3 s: when the victim yields its first, most of its ids are still running.
+    async with SandboxServer(time_scale=0.01, seed=8, task_duration=(30, 300)) as server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
         env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
         names = ["worker-0", "worker-1", "worker-2"]
@@ -103,8 +104,9 @@ async def test_sigkilled_watcher_leaves_its_ids_to_the_others(ledger_url: str) -
                     runs[-1] = (agent, runs[-1][1], started)
                 else:
                     runs.append((agent, started, started))
-            # Two workers polling an id at once interleave: many short runs. Handovers are few.
-            assert len(runs) <= 4, (task_id, runs)
+            # Two workers polling an id at once interleave: many short runs. Handovers are few:
+            # the shares evened out as workers join, the kill, the shares evened out again.
+            assert len(runs) <= 6, (task_id, runs)
             for before, run in itertools.pairwise([(None, 0.0, 0.0), *runs]):
                 if before[0] == "worker-0" and run[1] > killed_at + 0.05:
                     taken_over += 1
