@@ -198,9 +198,9 @@ class FinishSketch:
         return _upper(cumulative[-1][0])
 
     def cdf_table(self) -> tuple[list[float], list[float], list[float], list[float]] | None:
-        """The distribution as a table: per occupied bin its lower and upper edge, the share
-        of the weight below it and its own share (``None`` when empty).
+        """The distribution as a table of its occupied bins (``None`` when empty).
 
+        Per bin: its lower and upper edge, the share of the weight below it and its own share.
         The distribution function is linear inside each bin and flat between bins.
         """
         if self._total <= 0:
@@ -270,13 +270,12 @@ class ClassModel:
         # The shape of the distribution (where finishes crowd) is taken from the remembered
         # batches only: the finishes of a gather in progress are the early ones (the later
         # ones are still pending), so they would show a crowd at every id's age.
-        self._table = (
+        self._table: tuple[list[float], list[float], list[float], list[float]] | None = (
             FinishSketch(prior=prior, prior_weight=1.0).cdf_table() if self.remembered else None
         )
         self._low_q = low_quantile
         self._high_q = high_quantile
         self._support: Support | None = None
-        self._table: tuple[list[float], list[float], list[float], list[float]] | None = None
         self._dirty = True
 
     def add(self, duration: float) -> None:
