@@ -7,6 +7,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from videogen_async import TaskPollError
 from videogen_async._classes import BatchSchedule, ClassState, IdState
 from videogen_async._gather import gather_until_done
+from videogen_async._models import Task, TaskResult
 from videogen_async._polling import PollPolicy
 from videogen_async._schedule import (
     ClassModel,
@@ -439,3 +441,39 @@ def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
     assert probing(2.0) == pytest.approx(0.2, abs=0.04)
     assert probing(20.0) == pytest.approx(0.02, abs=0.01)
     assert probing(1000.0) == pytest.approx(8 / 2000, abs=0.002)
+
+
+def test_pull_forward_keeps_a_loops_gap_from_each_ids_last_poll() -> None:
+    """The first finish brings the class in: an id polled long ago is polled at once, one
+    polled half a gap ago one gap after that poll (not again at once)."""
+    policy = PollPolicy(jitter=0.0)
+    klass = ClassState("k")
+    first, recent, old = (IdState(name, klass) for name in ("first", "recent", "old"))
+    klass.states = [first, recent, old]
+    pushed: dict[str, float] = {}
+
+    def push(state: IdState, due: float) -> None:
+        state.due, state.entry = due, 1
+        pushed[state.task_id] = due
+
+    wall = 1000.0  # wall clock - monotonic clock
+    schedule = BatchSchedule(
+        {"k": klass}, policy=policy, memory=None, push=push, rng=random.Random(3), early=0.0
+    )
+    schedule.start(0.0, wall)
+    for state, sent in ((first, 9.0), (recent, 9.5), (old, 0.0)):
+        state.created = wall  # all created as the gather began
+        state.sent = sent + wall  # the last poll that saw it running
+        push(state, 30.0)  # asleep until well past the class's first finish
+    pushed.clear()
+    finished = Task(
+        task_id="first",
+        status="succeeded",
+        created_at=datetime.fromtimestamp(wall, timezone.utc),
+        result=TaskResult(
+            video_url="https://v/1.mp4", finished_at=datetime.fromtimestamp(wall + 10, timezone.utc)
+        ),
+    )
+    first.entry = -1  # its poll is the one being answered
+    schedule.learn(first, finished, 10.0)
+    assert pushed == {"recent": pytest.approx(10.5), "old": pytest.approx(10.0)}
