@@ -32,9 +32,6 @@ _PROBING = 0.4
 ``n * _PROBING * dense_interval / t`` of its ``n`` ids probe at ``t`` seconds, at a cost of
 about ``_PROBING * ln(t)`` polls per id until the first finish."""
 
-_COLD_PROBES = 8
-"""Ids of a class with nothing known that probe until its first finish, whenever it comes."""
-
 
 class ClassState:
     """The scheduler's record of one class of ids (one per class key; ``None``: no key)."""
@@ -144,8 +141,9 @@ class BatchSchedule:
             support = klass.support
             if support is None and policy.probes is None:
                 # Nothing known: every id probes at first, fewer as time passes (see
-                # `_PROBING`); these few go on probing however long the first finish takes.
-                probes = min(probes, _COLD_PROBES)
+                # `_PROBING`), and an eighth of the class (8-64) goes on probing however long
+                # the first finish takes.
+                probes = min(len(klass.states), max(8, min(64, len(klass.states) // 8)))
             for index, state in enumerate(klass.states):
                 state.probe = index < probes
                 state.phase = rand()
