@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from videogen_async import TaskPollError
+from videogen_async._classes import BatchSchedule, ClassState, IdState
 from videogen_async._gather import gather_until_done
+from videogen_async._models import Task, TaskResult
 from videogen_async._polling import PollPolicy
 from videogen_async._schedule import (
     ClassModel,
@@ -356,3 +360,122 @@ async def test_remembered_class_of_old_finished_ids_is_not_deferred() -> None:
         got = await collect(results)
     assert all(not isinstance(t, TaskPollError) for t in got), got
     assert fake.requests == 40
+
+
+# -- where finishes crowd, and a class with nothing known ---------------------------------------
+
+
+def _remembered(durations: list[float]) -> ClassModel:
+    sketch = FinishSketch(half_life=1e12)
+    for d in durations:
+        sketch.add(d)
+    return ClassModel(prior=sketch.snapshot())
+
+
+def test_gap_shrinks_where_remembered_finishes_crowd() -> None:
+    model = _remembered([30.0] * 300)  # all at once: one 2 % bin around 30 s
+    crowd = model.gap(30.0, 1.0)
+    assert 0.25 <= crowd < 0.6
+    assert model.gap(20.0, 1.0) == 1.0  # nothing finishes there
+    assert model.gap(40.0, 1.0) == 1.0  # nothing left to finish
+    assert ClassModel().gap(30.0, 1.0) == 1.0  # nothing remembered: a loop's gap
+
+
+def test_gap_of_a_uniform_spread_is_the_interval_but_at_its_end() -> None:
+    model = _remembered([5.0 + 55.0 * i / 999 for i in range(1000)])
+    assert all(model.gap(age, 1.0) == 1.0 for age in (5.0, 20.0, 40.0, 50.0))
+    assert model.gap(59.5, 1.0) < 1.0  # the last few pending ids are about to finish
+
+
+@given(st.lists(st.floats(min_value=0.5, max_value=500), min_size=1, max_size=100))
+def test_gap_is_between_a_quarter_and_one_interval(durations: list[float]) -> None:
+    model = _remembered(durations)
+    for age in (0.0, min(durations), sum(durations) / len(durations), max(durations)):
+        assert 0.25 - 1e-9 <= model.gap(age, 1.0) <= 1.0
+
+
+def test_gap_is_used_inside_the_support_only() -> None:
+    support = Support(start=29.5, end=30.5, samples=300)
+    inside = next_delay(
+        age=30.0, elapsed=30.0, support=support, probe=False, rand=0.5, dense=0.3, **GAPS
+    )
+    assert inside == pytest.approx(0.3)
+    before = next_delay(
+        age=10.0, elapsed=10.0, support=support, probe=False, rand=0.5, dense=0.3, **GAPS
+    )
+    assert before > 1.0
+
+
+def test_a_cold_id_probes_while_it_is_probing() -> None:
+    cold = {"age": 5.0, "elapsed": 5.0, "support": None, "rand": 0.0}
+    assert next_delay(probe=False, probing=True, **cold, **GAPS) == GAPS["probe_interval"]
+    waiting = next_delay(probe=False, probing=False, **cold, **GAPS)
+    assert waiting == min(GAPS["sparse_cap"], 2 * GAPS["max_interval"])
+
+
+def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
+    """Every id probes at first; after `t` seconds about `0.4 / t` of them, and an eighth of
+    the class (at most 64) throughout: the polls until a late first finish grow as the log of
+    its time, plus the fixed probes'."""
+    policy = PollPolicy(jitter=0.0)
+    klass = ClassState("k")
+    klass.states = [IdState(f"id{i}", klass) for i in range(2000)]
+    pushed: dict[str, float] = {}
+    schedule = BatchSchedule(
+        {"k": klass},
+        policy=policy,
+        memory=None,
+        push=lambda state, due: pushed.__setitem__(state.task_id, due),
+        rng=random.Random(7),
+        early=0.0,
+    )
+    schedule.start(0.0, 0.0)
+    assert set(pushed.values()) == {0.0}  # everyone is polled at once
+    for state in klass.states:
+        state.created = 0.0
+
+    def probing(elapsed: float) -> float:
+        gaps = [schedule.next_delay(s, elapsed) for s in klass.states]
+        return sum(g <= policy.dense_interval for g in gaps) / len(gaps)
+
+    fixed = 64 / 2000
+    assert probing(0.2) == 1.0
+    assert probing(2.0) == pytest.approx(0.2 + fixed * 0.8, abs=0.04)
+    assert probing(20.0) == pytest.approx(0.02 + fixed * 0.98, abs=0.01)
+    assert probing(1000.0) == pytest.approx(fixed, abs=0.002)
+
+
+def test_pull_forward_keeps_a_loops_gap_from_each_ids_last_poll() -> None:
+    """The first finish brings the class in: an id polled long ago is polled at once, one
+    polled half a gap ago one gap after that poll (not again at once)."""
+    policy = PollPolicy(jitter=0.0)
+    klass = ClassState("k")
+    first, recent, old = (IdState(name, klass) for name in ("first", "recent", "old"))
+    klass.states = [first, recent, old]
+    pushed: dict[str, float] = {}
+
+    def push(state: IdState, due: float) -> None:
+        state.due, state.entry = due, 1
+        pushed[state.task_id] = due
+
+    wall = 1000.0  # wall clock - monotonic clock
+    schedule = BatchSchedule(
+        {"k": klass}, policy=policy, memory=None, push=push, rng=random.Random(3), early=0.0
+    )
+    schedule.start(0.0, wall)
+    for state, sent in ((first, 9.0), (recent, 9.5), (old, 0.0)):
+        state.created = wall  # all created as the gather began
+        state.sent = sent + wall  # the last poll that saw it running
+        push(state, 30.0)  # asleep until well past the class's first finish
+    pushed.clear()
+    finished = Task(
+        task_id="first",
+        status="succeeded",
+        created_at=datetime.fromtimestamp(wall, timezone.utc),
+        result=TaskResult(
+            video_url="https://v/1.mp4", finished_at=datetime.fromtimestamp(wall + 10, timezone.utc)
+        ),
+    )
+    first.entry = -1  # its poll is the one being answered
+    schedule.learn(first, finished, 10.0)
+    assert pushed == {"recent": pytest.approx(10.5), "old": pytest.approx(10.0)}

@@ -27,6 +27,11 @@ __all__ = ["BatchSchedule", "ClassState", "IdState"]
 
 logger = logging.getLogger("videogen_async")
 
+_PROBING = 0.4
+"""A cold class's id probes until ``_PROBING * dense_interval / rank`` seconds have passed:
+``n * _PROBING * dense_interval / t`` of its ``n`` ids probe at ``t`` seconds, at a cost of
+about ``_PROBING * ln(t)`` polls per id until the first finish."""
+
 
 class ClassState:
     """The scheduler's record of one class of ids (one per class key; ``None``: no key)."""
@@ -54,8 +59,8 @@ class IdState:
         "klass",
         "phase",
         "probe",
+        "rank",
         "sent",
-        "shift",
         "task_id",
     )
 
@@ -70,7 +75,12 @@ class IdState:
         self.probe = False
         self.done = False
         self.phase = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
-        self.shift = False  # brought into the support with others: shift its next gap once
+        self.rank = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
+
+
+def _cold_probes(size: int) -> int:
+    """How many of a class's first ``size`` ids go on probing while nothing is known of it."""
+    return min(size, max(8, min(64, size // 8)))
 
 
 class BatchSchedule:
@@ -143,11 +153,18 @@ class BatchSchedule:
         first = now + policy.first_delay
         rand = self._rng.random
         # The probes of a class are its first ids, up to the count its size asks for.
-        probes = probe_count(policy, len(klass.states)) - probe_count(policy, before)
         support = klass.support
+        if support is None and policy.probes is None:
+            # Nothing known: every id probes at first, fewer as time passes (see `_PROBING`),
+            # and an eighth of the class (8-64) goes on probing however long the first finish
+            # takes.
+            probes = _cold_probes(len(klass.states)) - _cold_probes(before)
+        else:
+            probes = probe_count(policy, len(klass.states)) - probe_count(policy, before)
         for index, state in enumerate(states):
             state.probe = index < probes
             state.phase = rand()
+            state.rank = rand()
             due = first
             if support is not None and not state.probe:
                 wait = support.start - state.phase * policy.dense_interval
@@ -193,11 +210,22 @@ class BatchSchedule:
         if not policy.adaptive:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
         self._saw_age(age - elapsed, now)
+        klass = state.klass
+        support = klass.support
+        model = klass.model
+        dense = None
+        if support is not None and model is not None:
+            dense = model.gap(age, policy.dense_interval)
         delay = next_delay(
             age=age,
             elapsed=elapsed,
-            support=state.klass.support,
+            support=support,
             probe=state.probe,
+            # A class with nothing known yet: the probes thin out as ~1/elapsed (many at
+            # first, when a finish would be early, few later), so that few ids finish before
+            # the first finish is seen, whenever it comes (see `_PROBING`).
+            probing=support is None and state.rank * elapsed < _PROBING * policy.dense_interval,
+            dense=dense,
             rand=self._rng.random(),
             interval=policy.dense_interval,
             probe_interval=policy.dense_interval,
@@ -209,11 +237,8 @@ class BatchSchedule:
             jitter=policy.jitter,
             phase=state.phase,
         )
-        if state.shift:  # brought in with the rest of its class: out of step from now on
-            state.shift = False
-            delay *= 0.5 + state.phase
-        # The dispatcher sends a poll up to `early` seconds before it is due (half that on
-        # average): the mean gap from an answer to the next send stays `delay`.
+        # The dispatcher sends a poll up to `early` seconds before it is due: the mean gap
+        # from an answer to the next send stays `delay`, like a loop's sleep.
         return delay + 0.5 * self._early if delay > 0 else delay
 
     def _saw_age(self, start_age: float, now: float) -> None:
@@ -285,9 +310,9 @@ class BatchSchedule:
         """Bring forward the ids of a class whose support starts before their next poll.
 
         An O(k log n) pass over the class's k ids, done when its support is first known,
-        starts earlier or ends later: a handful of times per class, never per poll. Ids
-        already inside the support are polled at once (lag first), and their next gap is
-        shifted by their phase so that they do not go on in step.
+        starts earlier or ends later: a handful of times per class, never per poll. An id
+        already inside the support is polled one gap after its last poll (at once if that
+        is past): no gap longer than a loop's, and no poll sooner than one.
         """
         support = klass.support
         if support is None:
@@ -302,8 +327,9 @@ class BatchSchedule:
             age = self.age(state, now) if state.created == state.created else assumed
             wait = start - state.phase * interval - age
             due = now + max(0.0, wait)
+            if wait <= 0.0 and state.sent == state.sent:  # inside: one gap after the last
+                due = max(due, state.sent - self.wall_offset + interval)
             if due < state.due:
-                state.shift = wait <= 0.0
                 self._push(state, due)
                 moved += 1
         logger.debug(

@@ -71,7 +71,10 @@ class PollPolicy:
             that long tasks (minutes) are not polled every second: the dense gap is
             ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
         probes: Ids of each class of a batch polled densely until the first one finishes
-            (``None``: about the square root of the class's size, between 8 and 64).
+            (``None``: about the square root of the class's size, between 8 and 64, for a
+            remembered class; an eighth of it, between 8 and 64, for a class with nothing
+            known, all of whose ids also probe at first, fewer and fewer as time passes:
+            see ``docs/waiting.md``).
         sparse_growth: A probe's gap before its class's known finish times start, as a
             fraction of its age (so that a service that got faster is noticed), at least
             ``min_interval`` and at most ``max_interval``. While nothing is known of a class,
@@ -125,7 +128,7 @@ class PollPolicy:
         default=0.5, validator=attrs.validators.and_(attrs.validators.gt(0.0), _fraction(1.0))
     )
     rate_recovery: float = attrs.field(default=0.1, validator=_gt0)
-    coalesce: float = attrs.field(default=0.15, validator=_ge0)
+    coalesce: float = attrs.field(default=0.02, validator=_ge0)
     half_life: float = attrs.field(default=256.0, validator=_gt0)
     prior_weight: float = attrs.field(default=16.0, validator=_ge0)
 

@@ -20,6 +20,7 @@ Pure data structures and arithmetic, no I/O:
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Protocol
 
@@ -196,6 +197,29 @@ class FinishSketch:
                 return _lower(index) if q < 0.5 else _upper(index)
         return _upper(cumulative[-1][0])
 
+    def cdf_table(self) -> tuple[list[float], list[float], list[float], list[float]] | None:
+        """The distribution as a table of its occupied bins (``None`` when empty).
+
+        Per bin: its lower and upper edge, the share of the weight below it and its own share.
+        The distribution function is linear inside each bin and flat between bins.
+        """
+        if self._total <= 0:
+            return None
+        lows: list[float] = []
+        highs: list[float] = []
+        below: list[float] = []
+        shares: list[float] = []
+        running = 0.0
+        total = self._total
+        for index in sorted(self._bins):
+            share = self._bins[index] / total
+            lows.append(_lower(index))
+            highs.append(_upper(index))
+            below.append(running)
+            shares.append(share)
+            running += share
+        return lows, highs, below, shares
+
     def snapshot(self) -> FinishTimeStats:
         """An immutable summary (weights relative to the newest observation)."""
         scale = 1.0 / self._step
@@ -230,7 +254,7 @@ class ClassModel:
         high_quantile: The support ends at this quantile (once closed).
     """
 
-    __slots__ = ("_dirty", "_high_q", "_low_q", "_support", "remembered", "sketch")
+    __slots__ = ("_dirty", "_high_q", "_low_q", "_support", "_table", "remembered", "sketch")
 
     def __init__(
         self,
@@ -243,6 +267,12 @@ class ClassModel:
     ) -> None:
         self.sketch = FinishSketch(half_life=half_life, prior=prior, prior_weight=prior_weight)
         self.remembered = prior is not None and prior.count > 0
+        # The shape of the distribution (where finishes crowd) is taken from the remembered
+        # batches only: the finishes of a gather in progress are the early ones (the later
+        # ones are still pending), so they would show a crowd at every id's age.
+        self._table: tuple[list[float], list[float], list[float], list[float]] | None = (
+            FinishSketch(prior=prior, prior_weight=1.0).cdf_table() if self.remembered else None
+        )
         self._low_q = low_quantile
         self._high_q = high_quantile
         self._support: Support | None = None
@@ -288,6 +318,40 @@ class ClassModel:
         self._dirty = False
         return self._support
 
+    def cdf(self, age: float) -> float:
+        """The share of the class finished by ``age`` in what was remembered (0: nothing)."""
+        table = self._table
+        if table is None:
+            return 0.0
+        lows, highs, below, shares = table
+        j = bisect_right(lows, age) - 1
+        if j < 0:
+            return 0.0
+        inside = (age - lows[j]) / (highs[j] - lows[j])
+        return below[j] + shares[j] * min(1.0, inside)
+
+    def gap(self, age: float, interval: float) -> float:
+        """The gap inside the support at ``age``: ``interval``, shorter where finishes crowd.
+
+        Where the share of the still-pending ids expected to finish within the next quarter
+        ``interval`` exceeds a quarter of that quarter (a hazard above ``0.25 / interval``),
+        the gap shrinks as ``1 / sqrt(hazard)`` (the spacing that minimises the expected lag
+        for a number of polls), down to a quarter of ``interval``. A uniform spread of finishes
+        keeps ``interval`` everywhere but its last few gaps.
+        """
+        if self._table is None:
+            return interval
+        window = 0.25 * interval
+        done = self.cdf(age)
+        alive = 1.0 - done
+        if alive <= 1e-9:
+            return interval
+        hazard = (self.cdf(age + window) - done) / (window * alive)
+        reference = 0.25 / interval
+        if hazard <= reference:
+            return interval
+        return interval * math.sqrt(reference / hazard)
+
 
 def overdue_after(start: float, end: float, interval: float) -> float:
     """The age past which an id of a class whose support is ``start``-``end`` is overdue.
@@ -314,18 +378,22 @@ def next_delay(
     overdue_growth: float,
     jitter: float,
     phase: float = 1.0,
+    dense: float | None = None,
+    probing: bool = False,
 ) -> float:
     """The gap before the next poll of one pending id.
 
     Inside the support (from ``phase`` gaps before its start to a margin past its end) the
     gap is ``interval``, measured from the previous answer like a loop's period: never sparser
-    there than a fixed loop at that gap, and no denser. Ids are kept out of step by their
+    there than a fixed loop at that gap (``dense``, when given, is shorter where finishes
+    crowd: see :meth:`ClassModel.gap`). Ids are kept out of step by their
     ``phase`` (a random number drawn once per id: where in its first gap an id enters the
     support), not by shrinking every gap. Before the support the id waits for its start (at
     most ``sparse_cap``; a probe at most its growing gap, so that a service that got faster is
     noticed); past its end the gap grows with the time overdue. With nothing known a probe
-    polls every ``probe_interval`` and the others every ``max_interval`` (the probes' first
-    finish brings them forward).
+    (or an id still ``probing``) polls every ``probe_interval`` and the others every
+    ``sparse_cap``, at most twice ``max_interval`` (the probes' first finish brings them
+    forward).
 
     Args:
         age: Seconds since the task was created, on the service's clock.
@@ -343,15 +411,17 @@ def next_delay(
         overdue_growth: Past the support, the gap as a fraction of the time overdue.
         jitter: Relative jitter of the gaps outside the support.
         phase: The id's phase in ``[0, 1]``: it enters the support ``phase`` gaps early.
+        dense: The gap inside the support at this age (``None``: ``interval``).
+        probing: Whether the id probes too while nothing is known of its class.
 
     Returns:
         Seconds, at least 0.
     """
     local_age = max(0.0, min(age, elapsed))
     if support is None:
-        if probe:
+        if probe or probing:
             return probe_interval * (1.0 - jitter * rand)
-        return max_interval * (1.0 - jitter * rand)
+        return min(sparse_cap, max_interval * 2.0) * (1.0 - jitter * rand)
     start = support.start - phase * interval
     if age < start:
         wait = min(sparse_cap, start - age)
@@ -360,6 +430,6 @@ def next_delay(
         return max(0.0, wait)
     past = overdue_after(support.start, support.end, interval)
     if age <= past:
-        return interval
+        return interval if dense is None else min(interval, dense)
     overdue = min(age - past, elapsed)
     return max(interval, min(max_interval, overdue * overdue_growth))
