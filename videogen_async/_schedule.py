@@ -191,7 +191,9 @@ class FinishSketch:
                 running += self._bins[index]
                 cumulative.append((index, running))
             self._cache = cumulative
-        target = min(max(q, 0.0), 1.0) * self._total
+        # Running sums that reach the target but for rounding count as reaching it, so that a
+        # quantile on a bin's edge does not depend on the order the weights were added in.
+        target = min(max(q, 0.0), 1.0) * self._total - 1e-9 * self._total
         for index, running in cumulative:
             if running >= target:
                 return _lower(index) if q < 0.5 else _upper(index)
