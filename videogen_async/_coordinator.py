@@ -1,9 +1,8 @@
 """The polling engine of ``gather_until_done``: one dispatcher, a heap, a pool of workers.
 
-* **One scheduler.** The next poll of every pending id is an entry of one heap (``heapq``),
-  so scheduling a poll costs O(log n) and nothing scans all ids per tick. Entries made stale
-  by a rescheduling are skipped when they reach the top (lazy deletion). When each id is due
-  is decided by the class state (``_classes.BatchSchedule``).
+* **One scheduler.** The next poll of every pending id is an entry of one heap
+  (``_due.DueHeap``), so scheduling a poll costs O(log n) and nothing scans all ids per tick.
+  When each id is due is decided by the class state (``_classes.BatchSchedule``).
 * **Bounded concurrency.** ``max_concurrency`` worker tasks poll. One dispatcher waits for
   the next due id (and for an idle worker, the allowed concurrency or the end of a 429 pause)
   and hands every id due before its next wake to an idle worker through a future: no task is
@@ -21,7 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import math
 import random
@@ -33,13 +31,14 @@ import anyio
 import attrs
 
 from ._classes import BatchSchedule, ClassState, IdState
+from ._due import DueHeap
 from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from ._models import Task
 from ._observe import observe_gather
 from ._pacing import Pacing, paced
 from ._policy import PollPolicy
 from ._polling import TaskSource
-from ._progress import GatherProgress
+from ._progress import GatherCounts, GatherProgress, ProgressReporter
 from ._retry import error_delay, is_transient, retry_after_of
 from ._schedule import FinishTimeMemory
 
@@ -102,14 +101,11 @@ class _Coordinator:
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
         self._policy = policy
-        self._on_progress = on_progress
-        self._progress_interval = progress_interval
+        self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
-        self._total = len(ids)
-        self._remaining = len(ids)
+        self._counts = GatherCounts(total=len(ids), remaining=len(ids))
         # Scheduling.
-        self._heap: list[tuple[float, int, IdState]] = []
-        self._counter = 0
+        self._due = DueHeap()
         self._now: Callable[[], float] = time.monotonic
         self._early = min(policy.coalesce, 0.2 * policy.dense_interval)
         self._waiter: asyncio.Future[None] | None = None
@@ -122,15 +118,6 @@ class _Coordinator:
         self.schedule = BatchSchedule(
             classes, policy=policy, memory=memory, push=self._push, rng=self._rng, early=self._early
         )
-        # Counters.
-        self._succeeded = 0
-        self._failed = 0
-        self._errors = 0
-        self._requests = 0
-        self._transient = 0
-        self._rate_limited = 0
-        self._in_flight = 0
-        self._peak = 0
         self._started = math.nan
         # Life cycle.
         self._send: MemoryObjectSendStream[_Item] | None = None
@@ -157,8 +144,8 @@ class _Coordinator:
         """Join ids (not pending in this gather) to the polling; see ``GatherResults.add``."""
         for state in states:
             self._states[state.task_id] = state
-        self._total += len(states)
-        self._remaining += len(states)
+        self._counts.total += len(states)
+        self._counts.remaining += len(states)
         if self._running:
             self.schedule.add(states, self._now())
             return
@@ -175,8 +162,8 @@ class _Coordinator:
         state.done = True
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
-        self._total -= 1
-        self._remaining -= 1
+        self._counts.total -= 1
+        self._counts.remaining -= 1
         self._wake()
         return True
 
@@ -196,13 +183,13 @@ class _Coordinator:
     async def run(self) -> None:
         """Poll until every id is finished, the deadline passes or a fatal error."""
         # Observed: the ``poll`` hooks, and one span around the whole gather.
-        with observe_gather(self._fetch, self._source.hooks, self._total) as watch:
+        with observe_gather(self._fetch, self._source.hooks, self._counts.total) as watch:
             self._fetch = watch.fetch
             await self._run()
             watch.done(
-                succeeded=self._succeeded,
-                failed=self._failed,
-                errors=self._errors,
+                succeeded=self._counts.succeeded,
+                failed=self._counts.failed,
+                errors=self._counts.errors,
                 fatal=self._fatal,
             )
 
@@ -225,13 +212,13 @@ class _Coordinator:
                         if self._stopped:
                             scope.cancel()
                         async with anyio.create_task_group() as tg:
-                            if self._on_progress is not None:
-                                tg.start_soon(self._ticker)
+                            if self._progress.active:
+                                tg.start_soon(self._progress.tick)
                             async with anyio.create_task_group() as workers:
                                 workers_wanted = (
                                     self._max_concurrency
                                     if self._open
-                                    else min(self._max_concurrency, self._remaining)
+                                    else min(self._max_concurrency, self._counts.remaining)
                                 )
                                 for _ in range(workers_wanted):
                                     workers.start_soon(self._worker)
@@ -252,10 +239,10 @@ class _Coordinator:
         if self._stopped:
             return
         try:
-            if self._fatal is None and timed_out and self._remaining > 0:
+            if self._fatal is None and timed_out and self._counts.remaining > 0:
                 self._on_timeout(send)
             if self._fatal is None:
-                self._report_progress()  # the last call; it may still fail the gather
+                self._progress.report()  # the last call; it may still fail the gather
             if self._fatal is not None:
                 send.send_nowait(_Fatal(self._fatal))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -268,7 +255,7 @@ class _Coordinator:
         )
         if not self._return_exceptions:
             self._fatal = WaitTimeoutError(
-                f"{len(pending)} of {self._total} tasks were not terminal after"
+                f"{len(pending)} of {self._counts.total} tasks were not terminal after"
                 f" {self._timeout:g} s",
                 pending=pending,
                 timeout=self._timeout,
@@ -280,9 +267,9 @@ class _Coordinator:
                 pending=(task_id,),
                 timeout=self._timeout,
             )
-            self._errors += 1
-            self._remaining -= 1
-            send.send_nowait(TaskPollError(task_id, cause))
+            error = TaskPollError(task_id, cause)
+            self._counts.finished(error)
+            send.send_nowait(error)
 
     def _fail(self, error: BaseException) -> None:
         if self._fatal is None:
@@ -295,43 +282,16 @@ class _Coordinator:
     def snapshot(self) -> GatherProgress:
         started = self._started
         now = self._now() if not math.isnan(started) else math.nan
-        return GatherProgress(
-            total=self._total,
-            succeeded=self._succeeded,
-            failed=self._failed,
-            errors=self._errors,
-            pending=self._remaining,
-            requests=self._requests,
-            transient_errors=self._transient,
-            rate_limited=self._rate_limited,
-            in_flight=self._in_flight,
-            peak_in_flight=self._peak,
+        return self._counts.snapshot(
             concurrency_limit=self._limit(),
             paused=now < self._pacing.paused_until,
             elapsed=0.0 if math.isnan(now) else now - started,
         )
 
-    def _report_progress(self) -> None:
-        if self._on_progress is None:
-            return
-        try:
-            self._on_progress(self.snapshot())
-        except Exception as exc:
-            logger.exception("gather_until_done: on_progress raised")
-            self._fail(exc)
-
-    async def _ticker(self) -> None:
-        while True:
-            await anyio.sleep(self._progress_interval)
-            self._report_progress()
-
     # -- scheduling -----------------------------------------------------------------------------
 
     def _push(self, state: IdState, due: float) -> None:
-        self._counter += 1
-        state.due = due
-        state.entry = self._counter
-        heapq.heappush(self._heap, (due, self._counter, state))
+        self._due.push(state, due)
         if due < self._wake_at:
             self._wake()
 
@@ -357,15 +317,12 @@ class _Coordinator:
         paused_until = self._pacing.paused_until
         if now < paused_until:
             return paused_until - now
-        if not self._idle or self._in_flight >= self._limit():
+        if not self._idle or self._counts.in_flight >= self._limit():
             self._need_worker = True
             return math.inf
-        heap = self._heap
-        while heap and heap[0][2].entry != heap[0][1]:
-            heapq.heappop(heap)
-        if not heap:
+        due = self._due.next_due()
+        if due is None:
             return math.inf
-        due = heap[0][0]
         if due > now:
             # Wake at most once per `early` seconds, sending everything due before the next
             # wake: a poll leaves up to `early` seconds before its time. An overdue id (a
@@ -381,7 +338,8 @@ class _Coordinator:
         Ids due within ``early`` seconds are sent together, a little early, so that the loop
         wakes once for them rather than once each.
         """
-        while (self._remaining > 0 or self._open) and self._fatal is None and not self._stopped:
+        counts = self._counts
+        while (counts.remaining > 0 or self._open) and self._fatal is None and not self._stopped:
             now = loop.time()
             wait = self._ready_in(now)
             if wait <= 0:
@@ -406,29 +364,20 @@ class _Coordinator:
         self._idle.clear()
 
     def _send_due(self, now: float) -> None:
-        heap, idle = self._heap, self._idle
+        due_heap, idle = self._due, self._idle
         horizon = now + self._early
         limit = self._limit()
-        while heap and idle and self._in_flight < limit:
-            due, entry, state = heap[0]
-            if state.entry != entry:
-                heapq.heappop(heap)
-                continue
-            if due > horizon:
+        while idle and self._counts.in_flight < limit:
+            due = due_heap.next_due()
+            if due is None or due > horizon:
                 break
             worker = idle.pop()
             if worker.done():  # its worker was cancelled (the gather is ending)
                 continue
-            heapq.heappop(heap)
-            state.entry = -1
-            self._dispatched(now)
+            state = due_heap.pop()
+            self._counts.sent()
             self._last_round = now
             worker.set_result(state)
-
-    def _dispatched(self, now: float) -> None:
-        self._requests += 1
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
 
     async def _worker(self) -> None:
         get = self._fetch
@@ -448,12 +397,12 @@ class _Coordinator:
             try:
                 task = await get(state.task_id)
             except Exception as exc:
-                self._in_flight -= 1
+                self._counts.in_flight -= 1
                 self._on_error(state, exc, sent)
             else:
-                self._in_flight -= 1
+                self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
-            if self._remaining <= 0 or self._fatal is not None:
+            if self._counts.remaining <= 0 or self._fatal is not None:
                 self._wake()
                 state = None
             else:
@@ -461,16 +410,13 @@ class _Coordinator:
 
     def _take_overdue(self, now: float) -> IdState | None:
         """The overdue id a worker that just finished may poll at once (a backlog), if any."""
-        heap = self._heap
-        if now < self._pacing.paused_until or self._in_flight >= self._limit():
+        if now < self._pacing.paused_until or self._counts.in_flight >= self._limit():
             return None
-        while heap and heap[0][2].entry != heap[0][1]:
-            heapq.heappop(heap)
-        if not heap or heap[0][0] > now:
+        due = self._due.next_due()
+        if due is None or due > now:
             return None
-        state = heapq.heappop(heap)[2]
-        state.entry = -1
-        self._dispatched(now)
+        state = self._due.pop()
+        self._counts.sent()
         return state
 
     # -- results --------------------------------------------------------------------------------
@@ -490,19 +436,13 @@ class _Coordinator:
 
     def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
         state.done = True
-        self._remaining -= 1
-        if isinstance(item, TaskPollError):
-            self._errors += 1
-        elif item.is_succeeded:
-            self._succeeded += 1
-        else:
-            self._failed += 1
+        self._counts.finished(item)
         try:
             self._send.send_nowait(item)  # type: ignore[union-attr]
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.stop()
             return
-        self._report_progress()
+        self._progress.report()
 
     def _on_error(self, state: IdState, exc: Exception, sent: float) -> None:
         if state.done:  # discarded while in flight
@@ -512,11 +452,11 @@ class _Coordinator:
         if not is_transient(exc):
             self._give_up(state, exc)
             return
-        self._transient += 1
+        self._counts.transient += 1
         if isinstance(exc, RateLimitError):
             # The pacing already counted it (the client's transport, or `_paced` for a bare
             # source): one cut per 429 event, for every request of the client.
-            self._rate_limited += 1
+            self._counts.rate_limited += 1
             paused_until = self._pacing.paused_until
             if paused_until > now and paused_until != self._last_pause:
                 self._last_pause = paused_until
@@ -525,7 +465,7 @@ class _Coordinator:
                     paused_until - now,
                     self._limit(),
                 )
-                self._report_progress()
+                self._progress.report()
             self._push(state, max(now, paused_until))
             return
         state.failures += 1

@@ -1,10 +1,22 @@
-"""``GatherProgress``: a snapshot of a gather's progress (a frozen attrs class)."""
+"""A gather's progress: its counts, their snapshot (``GatherProgress``), and its reporter."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
 import attrs
 
-__all__ = ["GatherProgress"]
+from ._exceptions import TaskPollError
+
+if TYPE_CHECKING:
+    from ._models import Task
+
+__all__ = ["GatherCounts", "GatherProgress", "ProgressReporter"]
+
+logger = logging.getLogger("videogen_async")
 
 
 @attrs.frozen
@@ -45,3 +57,89 @@ class GatherProgress:
     def done(self) -> int:
         """Ids finished: succeeded, failed or could not be polled."""
         return self.succeeded + self.failed + self.errors
+
+
+@attrs.define
+class GatherCounts:
+    """The running counts of one gather, kept by its coordinator."""
+
+    total: int
+    remaining: int
+    succeeded: int = 0
+    failed: int = 0
+    errors: int = 0
+    requests: int = 0
+    transient: int = 0
+    rate_limited: int = 0
+    in_flight: int = 0
+    peak: int = 0
+
+    def sent(self) -> None:
+        """Count a poll sent."""
+        self.requests += 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def finished(self, item: Task | TaskPollError) -> None:
+        """Count an id finished: a terminal task, or an error that ends the id."""
+        self.remaining -= 1
+        if isinstance(item, TaskPollError):
+            self.errors += 1
+        elif item.is_succeeded:
+            self.succeeded += 1
+        else:
+            self.failed += 1
+
+    def snapshot(self, *, concurrency_limit: int, paused: bool, elapsed: float) -> GatherProgress:
+        """The counts now, with what the coordinator knows of its pacing and its clock."""
+        return GatherProgress(
+            total=self.total,
+            succeeded=self.succeeded,
+            failed=self.failed,
+            errors=self.errors,
+            pending=self.remaining,
+            requests=self.requests,
+            transient_errors=self.transient,
+            rate_limited=self.rate_limited,
+            in_flight=self.in_flight,
+            peak_in_flight=self.peak,
+            concurrency_limit=concurrency_limit,
+            paused=paused,
+            elapsed=elapsed,
+        )
+
+
+class ProgressReporter:
+    """Hands a gather's snapshots to its ``on_progress``: when asked, and every ``interval``.
+
+    A callback that raises fails the gather (through ``fail``) rather than being ignored.
+    """
+
+    def __init__(
+        self,
+        on_progress: Callable[[GatherProgress], object] | None,
+        interval: float,
+        snapshot: Callable[[], GatherProgress],
+        fail: Callable[[BaseException], None],
+    ) -> None:
+        self.active = on_progress is not None
+        self._on_progress = on_progress
+        self._interval = interval
+        self._snapshot = snapshot
+        self._fail = fail
+
+    def report(self) -> None:
+        """Call ``on_progress`` with a snapshot now (nothing without a callback)."""
+        if self._on_progress is None:
+            return
+        try:
+            self._on_progress(self._snapshot())
+        except Exception as exc:
+            logger.exception("gather_until_done: on_progress raised")
+            self._fail(exc)
+
+    async def tick(self) -> None:
+        """Report every ``interval`` seconds until cancelled."""
+        while True:
+            await anyio.sleep(self._interval)
+            self.report()
