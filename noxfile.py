@@ -5,7 +5,7 @@ gate). The sessions need the Python versions they name on ``PATH`` (``python3.10
 ``python3.13``); ``.ci/run`` shows one way to put them there.
 
 * ``tests``: the suite on the newest dependencies, on every supported Python (CI: the newest
-  only, as ``tests_oldest`` runs the oldest), in one pytest-xdist worker per core, with
+  only, as ``tests_oldest`` runs the oldest), in two pytest-xdist workers per core, with
   coverage of ``videogen_async`` (lines and branches, subprocesses included, at least 90 %: see
   ``[tool.coverage]`` in pyproject.toml), asyncio's debug mode, and the blocking-call
   detector that ``tests/conftest.py`` turns on for every test.
@@ -42,8 +42,8 @@ CI = bool(os.environ.get("CI"))
 # Every test session runs under asyncio's debug mode (slow callbacks, never-awaited
 # coroutines and unclosed resources are reported).
 TEST_ENV = {"PYTHONASYNCIODEBUG": "1"}
-# Most tests wait on simulated videos rather than compute: one pytest-xdist worker per core.
-# loadgroup keeps the tests marked with one xdist_group together.
+# Most tests wait on simulated videos rather than compute: `auto` is two pytest-xdist workers
+# per core (tests/conftest.py). loadgroup keeps the tests marked with one xdist_group together.
 PARALLEL = ["-n", "auto", "--dist", "loadgroup"]
 
 
