@@ -213,19 +213,15 @@ def test_bad_options(options: dict[str, object]) -> None:
 
 
 async def test_state_is_lazy_and_cheap_for_many_pending_tasks() -> None:
+    # Laziness is checked by structure, not by time (the speed is bench/sandbox_rps.py's).
     server = SandboxServer(manual_clock=True, seed=1, credits=10**9, task_duration=(20, 40))
     state = server._state
-    t0 = time.perf_counter()
-    for _ in range(100_000):
+    for _ in range(20_000):
         state.create_task({"prompt": "x"})
-    created = time.perf_counter() - t0
-    assert created < 10  # typically ~1 s; generous for slow CI machines
     assert not state._events  # no timer, no event for a task that will succeed
     server.clock.advance(10)
-    t0 = time.perf_counter()
-    for _ in range(1000):
-        state.settle()
-    assert time.perf_counter() - t0 < 0.05  # O(1) when nothing is due, whatever the count
+    state.settle()  # nothing is due yet
+    assert not state._events
     server.clock.advance(40)
     state.settle()
-    assert state.wallet.available == 10**9 - 10 * 100_000
+    assert state.wallet.available == 10**9 - 10 * 20_000
