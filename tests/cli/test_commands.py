@@ -429,6 +429,9 @@ def test_sandbox_command_in_process_stops_on_ctrl_c(
 
 
 def test_project_commands_in_human_form(sandbox: ThreadedSandbox, cli: Callable[..., Run]) -> None:
+    assert sandbox.server is not None
+    clock = sandbox.server.clock
+    sandbox.call(clock.pause)  # the script is not ready until the clock moves again
     created = cli("project", "create", REFERENCE, "--product-image-url", PRODUCT,
                   "--mode", "manual", "--prompt", "cold for 24 hours")  # fmt: skip
     assert created.code == 0, created
@@ -438,6 +441,7 @@ def test_project_commands_in_human_form(sandbox: ThreadedSandbox, cli: Callable[
     not_yet = cli("project", "script", project_id, "--no-wait")
     assert not_yet.code == 1
     assert "is not ready" in not_yet.err
+    sandbox.call(clock.resume)
     assert cli("project", "script", project_id).code == 0
     batch = cli("project", "videos", project_id, "--out-number", "2")
     assert batch.code == 0, batch
