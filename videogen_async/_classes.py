@@ -181,6 +181,9 @@ class BatchSchedule:
         for state in states:
             joining.setdefault(state.klass, []).append(state)
         for klass, new in joining.items():
+            # Finished ids leave the class as ids join, so that a long-lived gather holds (and
+            # scans) only what it still polls.
+            klass.states = [s for s in klass.states if not s.done]
             before = len(klass.states)
             fresh = self.classes.get(klass.key) is not klass
             self.classes[klass.key] = klass

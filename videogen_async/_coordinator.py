@@ -125,6 +125,7 @@ class _Coordinator:
         self._fatal: BaseException | None = None
         self._stopped = False
         self._open = open_ended  # ids may still join (`add`) until `end_input`
+        self._open_ended = open_ended
         self._running = False
         self.finished = anyio.Event()
 
@@ -137,7 +138,7 @@ class _Coordinator:
 
     @property
     def known(self) -> dict[str, IdState]:
-        """Every id of the gather (pending or finished), by id."""
+        """The ids of the gather by id: pending ones, and finished ones unless open-ended."""
         return self._states
 
     def add(self, states: list[IdState]) -> None:
@@ -436,6 +437,8 @@ class _Coordinator:
 
     def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
         state.done = True
+        if self._open_ended:  # a long-lived gather keeps only what it polls
+            self._states.pop(state.task_id, None)
         self._counts.finished(item)
         try:
             self._send.send_nowait(item)  # type: ignore[union-attr]

@@ -91,3 +91,24 @@ async def test_add_checks_its_ids() -> None:
         results.end_input()
         async with results:
             assert [x async for x in results] == []
+
+
+async def test_a_long_lived_gather_keeps_only_the_ids_it_still_polls() -> None:
+    async with SandboxServer(time_scale=0.01, seed=13) as server, server.client() as client:
+        rounds = [await _bulk(server, 5, 5) for _ in range(3)]
+        seen: list[str] = []
+        async with gather_until_done(client, rounds[0], open_ended=True) as results:
+            async for task in results:
+                seen.append(task.task_id)
+                done = len(seen)
+                if done % 5 == 0 and done // 5 < len(rounds):
+                    results.add(rounds[done // 5])
+                    # The finished ids are forgotten: neither the gather nor their class holds
+                    # them once new ids joined (a watcher's gather runs for days).
+                    core = results._core
+                    assert set(core.known) == set(rounds[done // 5])
+                    classes = core.schedule.classes.values()
+                    assert sum(len(klass.states) for klass in classes) == 5
+                if done == 15:
+                    results.end_input()
+        assert sorted(seen) == sorted(i for ids in rounds for i in ids)
