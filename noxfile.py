@@ -103,7 +103,18 @@ def fuzz(session: nox.Session) -> None:
     ``VIDEOGEN_FUZZ_EXAMPLES`` sets the examples per operation (250 by default).
     """
     session.install("-e", ".[test]", SCHEMATHESIS)
-    session.run("python", "-m", "pytest", "tests/fuzz", "-p", "no:cacheprovider", *session.posargs)
+    # Without xdist: schemathesis names every operation's case alike, and xdist would run one.
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/fuzz",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHONS[-1])

@@ -255,7 +255,10 @@ async def test_a_batch_of_similar_tasks_is_polled_less_than_a_fixed_loop() -> No
     fixed_loop_polls = sum(math.ceil(d / 0.01) + 1 for d in durations.values())
     assert fake.requests < 0.5 * fixed_loop_polls
     lags.sort()
-    assert lags[int(0.9 * len(lags))] < 0.06
+    # Polled at the 0.15 s gaps of an id whose window is unknown, the 90th percentile lag
+    # would be near 0.135 s; inside the learned window it is a few dense gaps. The bound sits
+    # between the two so that a loaded machine's scheduling delay does not decide the test.
+    assert lags[int(0.9 * len(lags))] < 0.1
 
 
 async def test_the_first_finish_pulls_the_other_ids_forward() -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "as_url_list",
     "check_body",
     "check_id",
+    "unsafe_in_id",
     "validate_project_request",
     "validate_task_request",
     "validate_videos_request",
@@ -244,8 +245,12 @@ unless they are ``.`` or ``..``: the per-character checks are skipped for them (
 its id each time)."""
 
 
-def _unsafe(char: str) -> bool:
-    """White space, a control or format character, or a lone surrogate."""
+def unsafe_in_id(char: str) -> bool:
+    """Whether ``char`` may not appear in an id.
+
+    White space, control and format characters (a soft hyphen, a zero-width or bidirectional
+    mark) and lone surrogates are refused.
+    """
     return char.isspace() or unicodedata.category(char) in _CONTROL
 
 
@@ -253,7 +258,7 @@ def _id_problem(value: str) -> str | None:
     """Why an id cannot travel as exactly one path segment, or ``None`` when it can."""
     if not value.strip():
         return "must be a non-empty string"
-    if any(_unsafe(c) for c in value):
+    if any(unsafe_in_id(c) for c in value):
         return "must not contain white space or control characters"
     decoded = value
     for _ in range(3):  # what a proxy that decodes (even twice) would see
@@ -268,7 +273,7 @@ def _id_problem(value: str) -> str | None:
         decoded = unquote(decoded)
     if decoded in (".", ".."):
         return "must not be '.' or '..' (a path segment a proxy would collapse)"
-    if any(_unsafe(c) for c in decoded):
+    if any(unsafe_in_id(c) for c in decoded):
         return "must not contain white space or control characters (also percent-encoded)"
     return None
 

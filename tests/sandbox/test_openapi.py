@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,13 @@ from hypothesis import strategies as st
 
 from videogen_async._exceptions import InvalidRequestError
 from videogen_async._validation import (
+    check_id,
     validate_project_request,
     validate_task_request,
     validate_videos_request,
 )
 from videogen_async.testing import SandboxServer, build_openapi, openapi_json, write_openapi
+from videogen_async.testing._schemas import ID_PATTERN
 
 from ._jsonschema import check, errors
 from .conftest import PRODUCT, SCRIPT_READY, TASK_SECONDS, Api
@@ -238,6 +241,26 @@ def test_url_schema_is_a_subset_of_the_rule() -> None:
     for rule_only in ("http://[::1]:80/x", "https://b\u00fccher.example/a.png"):
         assert errors(rule_only, url, DOC)
         validate_task_request({"prompt": "x", "image_urls": [rule_only]})
+
+
+def test_id_pattern_refuses_every_character_check_id_refuses() -> None:
+    """On every character of the Basic Multilingual Plane but surrogates (which an ECMA-262
+    class cannot tell from astral pairs), the document's id pattern and ``check_id`` agree."""
+    pattern = re.compile(ID_PATTERN)
+    disagree = []
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        candidate = f"a{chr(code)}b"
+        try:
+            check_id("task_id", candidate)
+            refused = False
+        except InvalidRequestError:
+            refused = True
+        if refused == bool(pattern.fullmatch(candidate)):
+            disagree.append(hex(code))
+    assert not disagree
+    assert not pattern.fullmatch("a\u00adb")  # the soft hyphen a fuzzing run once found
 
 
 def accepted(rule: Any, body: dict[str, Any]) -> bool:
