@@ -104,17 +104,8 @@ def fuzz(session: nox.Session) -> None:
     """
     session.install("-e", ".[test]", SCHEMATHESIS)
     # Without xdist: schemathesis names every operation's case alike, and xdist would run one.
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests/fuzz",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        *session.posargs,
-    )
+    pytest = ("python", "-m", "pytest", "tests/fuzz", "-p", "no:cacheprovider", "-n", "0")
+    session.run(*pytest, *session.posargs)
 
 
 @nox.session(python=PYTHONS[-1])

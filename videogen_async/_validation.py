@@ -40,6 +40,7 @@ __all__ = [
     "DURATION_MAX",
     "DURATION_MIN",
     "FIRST_LAST_FRAMES_MAX_IMAGES",
+    "ID_UNSAFE",
     "MAX_AUDIO_URLS",
     "MAX_IMAGE_URLS",
     "MAX_VIDEO_URLS",
@@ -238,7 +239,17 @@ def check_body(spec: Body, body: Mapping[str, Any]) -> dict[str, Any]:
     return sent
 
 
-_CONTROL = frozenset({"Cc", "Cf", "Cs"})
+ID_UNSAFE = (
+    r"\u0000-\u0020\u007f-\u00a0\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2"
+    r"\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064\u2066-\u206f\u3000\ufeff"
+    r"\ufff9-\ufffb"
+)
+"""The characters of the Basic Multilingual Plane an id may not contain, as the inside of a
+regex class (valid in Python and ECMA-262): white space, control and format characters (a soft
+hyphen, zero-width and bidirectional marks) as of Unicode 15.1, whatever the Unicode version
+of the running Python. The one statement of the rule, which the OpenAPI document's id pattern
+reuses."""
+_UNSAFE = re.compile(f"[{ID_UNSAFE}\\ud800-\\udfff]")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_~.-]+")
 """Ids made only of these characters (every id the service hands out) are one path segment
 unless they are ``.`` or ``..``: the per-character checks are skipped for them (a poll checks
@@ -248,10 +259,12 @@ its id each time)."""
 def unsafe_in_id(char: str) -> bool:
     """Whether ``char`` may not appear in an id.
 
-    White space, control and format characters (a soft hyphen, a zero-width or bidirectional
-    mark) and lone surrogates are refused.
+    The characters of :data:`ID_UNSAFE`, lone surrogates, and the few format characters
+    beyond the Basic Multilingual Plane (tag and notation marks) are refused.
     """
-    return char.isspace() or unicodedata.category(char) in _CONTROL
+    return _UNSAFE.match(char) is not None or (
+        char > "\uffff" and unicodedata.category(char) == "Cf"
+    )
 
 
 def _id_problem(value: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from videogen_async._exceptions import InvalidRequestError
 from videogen_async._validation import (
+    ID_UNSAFE,
     check_id,
     validate_project_request,
     validate_task_request,
@@ -261,6 +263,23 @@ def test_id_pattern_refuses_every_character_check_id_refuses() -> None:
             disagree.append(hex(code))
     assert not disagree
     assert not pattern.fullmatch("a\u00adb")  # the soft hyphen a fuzzing run once found
+
+
+def test_id_unsafe_is_every_space_control_and_format_character() -> None:
+    """The rule's table is the white space, control and format characters of this Python's
+    Unicode database; on an older one, the table's extra characters are not assigned yet."""
+    table = re.compile(f"[{ID_UNSAFE}]")
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        char = chr(code)
+        should = char.isspace() or unicodedata.category(char) in ("Cc", "Cf")
+        listed = table.match(char) is not None
+        assert should <= listed, hex(code)
+        assert listed <= should or unicodedata.category(char) == "Cn", hex(code)
+    for astral in ("\U000e0001", "\U0001d173"):  # tag and musical notation format marks
+        with pytest.raises(InvalidRequestError, match="white space or control"):
+            check_id("task_id", f"a{astral}")
 
 
 def accepted(rule: Any, body: dict[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
-from .._validation import unsafe_in_id
+from .._validation import ID_UNSAFE
 
 __all__ = ["ID_PATTERN", "NON_BLANK", "component_schemas", "ref"]
 
@@ -41,24 +41,11 @@ def _ascii_class(excluded: str) -> str:
     return "[" + _ranges(codes, "\\x{:02x}") + "]"
 
 
-def _unsafe_class() -> str:
-    """The characters of the Basic Multilingual Plane that ``check_id`` refuses, as class ranges.
-
-    Derived from the rule itself (white space, control and format characters), so the
-    document cannot drift from it. Surrogates are left out: an ECMA-262 class without the
-    ``u`` flag sees every astral character as a pair of them (and a lone one cannot be sent
-    as UTF-8 anyway); astral format characters (a few tag and notation marks) are refused
-    too but cannot be written in such a class.
-    """
-    codes = (c for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF and unsafe_in_id(chr(c)))
-    return _ranges(codes, "\\u{:04x}")
-
-
 # One path segment, as ``check_id`` takes it: no white space, control or format character,
 # ``/`` or ``\``, not a dot segment (raw or percent-encoded), no encoded ``/`` or ``\``.
 ID_PATTERN = (
     r"^(?!(\.|%2[eE]|%252[eE]){1,2}$)(?!.*%(25)?(2[fF]|5[cC]))"
-    f"[^/\\\\{_unsafe_class()}]+$"
+    f"[^/\\\\{ID_UNSAFE}]+$"
 )
 
 
