@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from videogen_async import TaskPollError
-from videogen_async._classes import BatchSchedule, ClassState, IdState
+from videogen_async._classes import _PROBING, BatchSchedule, ClassState, IdState
 from videogen_async._gather import gather_until_done
 from videogen_async._models import Task, TaskResult
 from videogen_async._polling import PollPolicy
@@ -417,9 +417,9 @@ def test_a_cold_id_probes_while_it_is_probing() -> None:
 
 
 def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
-    """Every id probes at first; after `t` seconds about `0.4 / t` of them, and an eighth of
-    the class (at most 64) throughout: the polls until a late first finish grow as the log of
-    its time, plus the fixed probes'."""
+    """Every id probes at first; after `t` seconds about `_PROBING / t` of them, and
+    `2 sqrt(n)` of the class (at most 64) throughout: the polls until a late first finish
+    grow as the log of its time, plus the fixed probes'."""
     policy = PollPolicy(jitter=0.0)
     klass = ClassState("k")
     klass.states = [IdState(f"id{i}", klass) for i in range(2000)]
@@ -443,8 +443,10 @@ def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
 
     fixed = 64 / 2000
     assert probing(0.2) == 1.0
-    assert probing(2.0) == pytest.approx(0.2 + fixed * 0.8, abs=0.04)
-    assert probing(20.0) == pytest.approx(0.02 + fixed * 0.98, abs=0.01)
+    share = _PROBING / 2.0
+    assert probing(2.0) == pytest.approx(share + fixed * (1 - share), abs=0.04)
+    share = _PROBING / 20.0
+    assert probing(20.0) == pytest.approx(share + fixed * (1 - share), abs=0.01)
     assert probing(1000.0) == pytest.approx(fixed, abs=0.002)
 
 

@@ -72,7 +72,7 @@ class PollPolicy:
             ``max(dense_interval, age * relative_interval)``, at most ``max_interval``.
         probes: Ids of each class of a batch polled densely until the first one finishes
             (``None``: about the square root of the class's size, between 8 and 64, for a
-            remembered class; an eighth of it, between 8 and 64, for a class with nothing
+            remembered class; twice that, between 8 and 64, for a class with nothing
             known, all of whose ids also probe at first, fewer and fewer as time passes:
             see ``docs/waiting.md``).
         sparse_growth: A probe's gap before its class's known finish times start, as a
