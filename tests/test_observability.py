@@ -440,3 +440,46 @@ def test_without_opentelemetry_nothing_is_traced_or_observed() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
     assert _otel.ENABLED  # in this process the extra is installed
+
+
+def test_with_no_tracer_provider_set_no_span_is_started() -> None:
+    """With the extra installed but no provider set (the API's no-op default), requests, waits
+    and gathers start no span; once the application sets one, the next call is traced."""
+    program = (
+        "import asyncio\n"
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import"
+        " InMemorySpanExporter\n"
+        "from videogen_async import _otel\n"
+        "from videogen_async.testing import SandboxServer\n"
+        "started = []\n"
+        "real = _otel.span\n"
+        "def counting(*args, **kwargs):\n"
+        "    started.append(args[0])\n"
+        "    return real(*args, **kwargs)\n"
+        "_otel.span = counting\n"
+        "async def main():\n"
+        "    async with SandboxServer(time_scale=0.001) as box, box.client() as client:\n"
+        "        assert not _otel.recording()\n"
+        "        task = await client.tasks.create('a fox')\n"
+        "        await client.tasks.wait(task.task_id)\n"
+        "        async for _ in client.tasks.gather_until_done([task.task_id]):\n"
+        "            pass\n"
+        "        assert started == [], started\n"
+        "        exporter = InMemorySpanExporter()\n"
+        "        provider = TracerProvider()\n"
+        "        provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "        trace.set_tracer_provider(provider)\n"
+        "        assert _otel.recording()\n"
+        "        await client.tasks.get(task.task_id)\n"
+        "        assert [s.name for s in exporter.get_finished_spans()] == ['GET'], started\n"
+        "asyncio.run(main())\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(  # noqa: S603 - our own program
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -9,7 +9,9 @@
   hook's event.
 
 With no hook and without ``opentelemetry-api`` (``_otel.ENABLED`` false) none of this runs:
-the transport holds no observer and the waits skip the spans.
+the transport holds no observer and the waits skip the spans. With the API installed but no
+tracer provider set (``_otel.recording()`` false), requests skip the observer and waits the
+spans, call by call, until one is set.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class RequestObserver:
         if server_port is not None:
             self._server["server.port"] = server_port
 
+    def active(self) -> bool:
+        """Whether a request needs the observer now: a hook is set, or spans would record."""
+        return bool(self.hooks) or _otel.recording()
+
     async def send(
         self,
         send: Callable[[], Awaitable[_R]],
@@ -74,7 +80,7 @@ class RequestObserver:
         hooks = self.hooks
         if hooks.wants("request"):
             await hooks.emit("request", RequestEvent(method, path, url, attempt))
-        if not _otel.ENABLED:
+        if not _otel.recording():
             return await self._answer(send, None, method, path, url, attempt)
         attributes: dict[str, Any] = {
             "http.request.method": method,
@@ -180,7 +186,7 @@ def wait_span(kind: str, object_id: str) -> Iterator[_otel.SpanLike | None]:
     Yields:
         The span, or ``None``.
     """
-    if not _otel.ENABLED:
+    if not _otel.recording():
         yield None
         return
     attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
@@ -263,7 +269,7 @@ def observe_gather(
     Yields:
         The watch: poll through its ``fetch``, and call its ``done`` at the end.
     """
-    if not _otel.ENABLED:
+    if not _otel.recording():
         yield GatherWatch(fetch, hooks, None)
         return
     attributes = {"videogen.ids.count": count}

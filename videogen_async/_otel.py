@@ -2,7 +2,9 @@
 
 The one module that imports it, once, at import time. Without it, :data:`ENABLED` is ``False``
 and the callers skip every span: no tracing code runs. With it, spans go to whatever tracer
-provider the application configured (none: the API's no-op provider).
+provider the application configured; while it has configured none (the API's default, whose
+spans record nothing), :func:`recording` is ``False`` and the callers skip the spans too, so
+that installing the extra costs nothing until tracing is set up.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Protocol
 
 from ._version import __version__
 
-__all__ = ["ENABLED", "SpanLike", "client_span", "span"]
+__all__ = ["ENABLED", "SpanLike", "client_span", "recording", "span"]
 
 
 class SpanLike(Protocol):
@@ -36,13 +38,25 @@ except ImportError:  # the extra is not installed
 ENABLED = _trace is not None
 
 _SCOPE = "videogen_async"
+_NO_OP: tuple[type, ...] = (
+    () if _trace is None else (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
+)
+
+
+def recording() -> bool:
+    """Whether spans would record: the extra is installed and a tracer provider is set.
+
+    Asked per call (about a microsecond), so that a provider set after the client was made
+    is used from the next call on.
+    """
+    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_OP)
 
 
 @contextmanager
 def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> Iterator[SpanLike]:
     """A span made current for the block; an exception leaving it marks the span failed.
 
-    Only called when :data:`ENABLED`.
+    Only called when :func:`recording`.
 
     Args:
         name: The span's name.

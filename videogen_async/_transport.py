@@ -288,7 +288,7 @@ class Transport:
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
                 try:
-                    if observer is None:
+                    if observer is None or not observer.active():
                         response = await self._send_once(method, url, path, body, headers, deadline)
                     else:
                         response = await observer.send(
