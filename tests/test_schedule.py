@@ -430,7 +430,6 @@ def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
         memory=None,
         push=lambda state, due: pushed.__setitem__(state.task_id, due),
         rng=random.Random(7),
-        early=0.0,
     )
     schedule.start(0.0, 0.0)
     assert set(pushed.values()) == {0.0}  # everyone is polled at once
@@ -465,7 +464,7 @@ def test_pull_forward_keeps_a_loops_gap_from_each_ids_last_poll() -> None:
 
     wall = 1000.0  # wall clock - monotonic clock
     schedule = BatchSchedule(
-        {"k": klass}, policy=policy, memory=None, push=push, rng=random.Random(3), early=0.0
+        {"k": klass}, policy=policy, memory=None, push=push, rng=random.Random(3)
     )
     schedule.start(0.0, wall)
     for state, sent in ((first, 9.0), (recent, 9.5), (old, 0.0)):

@@ -107,14 +107,12 @@ class BatchSchedule:
         memory: FinishTimeMemory | None,
         push: Callable[[IdState, float], None],
         rng: random.Random,
-        early: float,
     ) -> None:
         self.classes = classes
         self._policy = policy
         self._memory = memory
         self._push = push
         self._rng = rng
-        self._early = early  # how early the dispatcher may send a poll
         self._start_age = 0.0  # the oldest age at the start seen among the answered ids
         self._started = 0.0
         self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
@@ -245,9 +243,10 @@ class BatchSchedule:
             jitter=policy.jitter,
             phase=state.phase,
         )
-        # The dispatcher sends a poll up to `early` seconds before it is due: the mean gap
-        # from an answer to the next send stays `delay`, like a loop's sleep.
-        return delay + 0.5 * self._early if delay > 0 else delay
+        # The dispatcher sends a poll up to `early` seconds before it is due, so no gap from
+        # an answer to the next send is longer than `delay`, a loop's sleep: the longest gap
+        # sets the tail of the lag (the mean gap is shorter by half of `early`).
+        return delay
 
     def _saw_age(self, start_age: float, now: float) -> None:
         """Note an id's age at the gather's start; ids older than assumed come forward."""

@@ -116,7 +116,7 @@ class _Coordinator:
         self._last_round = -math.inf  # when the dispatcher last sent polls
         self._last_pause = -math.inf  # the end of the last 429 pause reported
         self.schedule = BatchSchedule(
-            classes, policy=policy, memory=memory, push=self._push, rng=self._rng, early=self._early
+            classes, policy=policy, memory=memory, push=self._push, rng=self._rng
         )
         self._started = math.nan
         # Life cycle.
