@@ -223,7 +223,7 @@ class Watch(ExitCloses):
                 if self._acks and not self._polling:
                     await self._flush_acks()
                 await self._pacing()
-                await self._pause.wait()
+                await self._wait_out_pause()
                 claimed_any = False
                 while self._max_held is None or self._held < self._max_held:
                     size = self._claim_size
@@ -293,6 +293,18 @@ class Watch(ExitCloses):
         if pacing is not None and remaining > 0:
             # The client's own pacing holds every request of the client, the gather's too.
             pacing.pause_until(anyio.current_time() + remaining)
+
+    async def _wait_out_pause(self) -> None:
+        """Wait out the shared pause; a 429 this watcher meets meanwhile is written at once.
+
+        (Waiting the pause out first would tell the other watchers of a new 429 only when
+        this watcher's own pause had ended.)
+        """
+        pause = self._pause
+        while (left := pause.until - time.monotonic()) > 0:
+            with anyio.move_on_after(left):
+                await pause.changed.wait()
+            await self._pacing()
 
     async def _sleep(self) -> None:
         created = self._created.event
