@@ -418,6 +418,15 @@ async def test_projects_waits_have_spans(
     assert attributes["videogen.outcome"] == str(final.status)
 
 
+def _run_ok(program: str) -> None:
+    """Run ``program`` in a fresh interpreter; it must succeed and print ``ok``."""
+    out = subprocess.run(  # noqa: S603 - our own program
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def test_without_opentelemetry_nothing_is_traced_or_observed() -> None:
     """With ``opentelemetry`` not importable, the client has no observer and imports fine."""
     program = (
@@ -434,11 +443,7 @@ def test_without_opentelemetry_nothing_is_traced_or_observed() -> None:
         "assert 'opentelemetry' not in {m.split('.')[0] for m in sys.modules if sys.modules[m]}\n"
         "print('ok')\n"
     )
-    out = subprocess.run(  # noqa: S603 - our own program
-        [sys.executable, "-c", program], capture_output=True, text=True, check=False, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _run_ok(program)
     assert _otel.ENABLED  # in this process the extra is installed
 
 
@@ -478,8 +483,4 @@ def test_with_no_tracer_provider_set_no_span_is_started() -> None:
         "asyncio.run(main())\n"
         "print('ok')\n"
     )
-    out = subprocess.run(  # noqa: S603 - our own program
-        [sys.executable, "-c", program], capture_output=True, text=True, check=False, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _run_ok(program)

@@ -49,7 +49,6 @@ __all__ = [
     "as_url_list",
     "check_body",
     "check_id",
-    "unsafe_in_id",
     "validate_project_request",
     "validate_task_request",
     "validate_videos_request",
@@ -256,14 +255,14 @@ unless they are ``.`` or ``..``: the per-character checks are skipped for them (
 its id each time)."""
 
 
-def unsafe_in_id(char: str) -> bool:
-    """Whether ``char`` may not appear in an id.
+def _has_unsafe(text: str) -> bool:
+    """Whether ``text`` holds a character an id may not contain.
 
     The characters of :data:`ID_UNSAFE`, lone surrogates, and the few format characters
-    beyond the Basic Multilingual Plane (tag and notation marks) are refused.
+    beyond the Basic Multilingual Plane (tag and notation marks).
     """
-    return _UNSAFE.match(char) is not None or (
-        char > "\uffff" and unicodedata.category(char) == "Cf"
+    return _UNSAFE.search(text) is not None or any(
+        c > "\uffff" and unicodedata.category(c) == "Cf" for c in text
     )
 
 
@@ -271,7 +270,7 @@ def _id_problem(value: str) -> str | None:
     """Why an id cannot travel as exactly one path segment, or ``None`` when it can."""
     if not value.strip():
         return "must be a non-empty string"
-    if any(unsafe_in_id(c) for c in value):
+    if _has_unsafe(value):
         return "must not contain white space or control characters"
     decoded = value
     for _ in range(3):  # what a proxy that decodes (even twice) would see
@@ -286,7 +285,7 @@ def _id_problem(value: str) -> str | None:
         decoded = unquote(decoded)
     if decoded in (".", ".."):
         return "must not be '.' or '..' (a path segment a proxy would collapse)"
-    if any(unsafe_in_id(c) for c in decoded):
+    if _has_unsafe(decoded):
         return "must not contain white space or control characters (also percent-encoded)"
     return None
 

@@ -6,7 +6,6 @@ Each field type of :mod:`videogen_async._service` has one schema here; the OpenA
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from .._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
@@ -20,33 +19,25 @@ _REF = "#/components/schemas/"
 # rules trim with it, so "non-blank" means "has one character outside this class".
 _SPACE = r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NON_BLANK = f"[^{_SPACE}]"
-
-
-def _ranges(codes: Iterable[int], escape: str) -> str:
-    """Code points (ascending) as the inside of a regex class: runs become ``a-b`` ranges."""
-    spans: list[list[int]] = []
-    for code in codes:
-        if spans and spans[-1][1] == code - 1:
-            spans[-1][1] = code
-        else:
-            spans.append([code, code])
-    return "".join(
-        escape.format(a) if a == b else f"{escape.format(a)}-{escape.format(b)}" for a, b in spans
-    )
-
-
-def _ascii_class(excluded: str) -> str:
-    """A regex class of printable ASCII but ``excluded``, valid in Python and ECMA-262."""
-    codes = (c for c in range(0x21, 0x7F) if chr(c) not in excluded)
-    return "[" + _ranges(codes, "\\x{:02x}") + "]"
-
-
 # One path segment, as ``check_id`` takes it: no white space, control or format character,
 # ``/`` or ``\``, not a dot segment (raw or percent-encoded), no encoded ``/`` or ``\``.
 ID_PATTERN = (
     r"^(?!(\.|%2[eE]|%252[eE]){1,2}$)(?!.*%(25)?(2[fF]|5[cC]))"
     f"[^/\\\\{ID_UNSAFE}]+$"
 )
+
+
+def _ascii_class(excluded: str) -> str:
+    """A regex class of printable ASCII but ``excluded``, valid in Python and ECMA-262."""
+    codes = [c for c in range(0x21, 0x7F) if chr(c) not in excluded]
+    spans: list[list[int]] = []
+    for code in codes:
+        if spans and spans[-1][1] == code - 1:
+            spans[-1][1] = code
+        else:
+            spans.append([code, code])
+    parts = (f"\\x{a:02x}" if a == b else f"\\x{a:02x}-\\x{b:02x}" for a, b in spans)
+    return "[" + "".join(parts) + "]"
 
 
 # An http(s) URL as ``_validation._url`` accepts it: a host (after any ``user:pass@``, before
