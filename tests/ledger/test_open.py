@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from videogen_async import InvalidRequestError, Ledger, LedgerError, VideoGenError
+from videogen_async._ledger import _sqlite_conn
 
 
 @pytest.mark.parametrize(
@@ -108,3 +109,31 @@ async def test_schema_is_created_once_by_concurrent_openers(ledger_url: str) -> 
     for ledger in ledgers:
         assert await ledger.summary() == {"states": {}, "spent": 0.0, "reserved": 0.0}
         await ledger.aclose()
+
+
+async def test_new_sqlite_files_opened_together_all_open(tmp_path: Path) -> None:
+    # Turning a new file to WAL mode needs it to itself, and SQLite refuses at once, without
+    # waiting, while another opener reads it: on two cores about one round in twenty met that.
+    for round_ in range(60):
+        path = str(tmp_path / f"ledger-{round_}.db")
+        ledgers = await asyncio.gather(*(Ledger.open(path) for _ in range(5)))
+        for ledger in ledgers:
+            await ledger.aclose()
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_a_file_held_past_the_busy_timeout_is_named_as_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sqlite_conn, "_BUSY_TIMEOUT_MS", 50)
+    path = tmp_path / "held.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE other (a)")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(LedgerError, match="another connection held the file") as caught:
+            await Ledger.open(str(path))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "not a SQLite database" not in str(caught.value)
