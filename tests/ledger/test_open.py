@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import sqlite3
 from pathlib import Path
@@ -119,7 +120,8 @@ async def test_new_sqlite_files_opened_together_all_open(tmp_path: Path) -> None
         ledgers = await asyncio.gather(*(Ledger.open(path) for _ in range(5)))
         for ledger in ledgers:
             await ledger.aclose()
-    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 async def test_a_file_held_past_the_busy_timeout_is_named_as_locked(
