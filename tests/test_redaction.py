@@ -60,6 +60,37 @@ def test_decode_agrees_with_json_on_ordinary_values(value: object) -> None:
     assert decode_json(raw) == (json.loads(raw), True)
 
 
+def _loads_or_not_json(raw: bytes) -> tuple[object, bool]:
+    try:
+        value = json.loads(raw, parse_constant=lambda name: json.loads("x"))
+    except (ValueError, RecursionError):
+        return None, False
+    return value, True
+
+
+@given(
+    st.dictionaries(st.text(max_size=5), st.none() | st.integers() | st.text(max_size=5)),
+    st.sampled_from(["", " ", "\n\t ", "x", "{}", ",", "]", "\x00", '"']),
+    st.sampled_from(["utf-8", "utf-16-le", "utf-16", "utf-32-le", "utf-8-sig"]),
+)
+def test_an_object_body_is_read_as_json_reads_it_whatever_follows(
+    value: dict[str, object], tail: str, encoding: str
+) -> None:
+    # An object body takes a shorter path: what follows the object and the encoding must
+    # still be read as ``json.loads`` reads them (trailing data is not JSON).
+    raw = (json.dumps(value) + tail).encode(encoding, "surrogatepass")
+    assert decode_json(raw) == _loads_or_not_json(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"a":NaN}', b'{"a":-Infinity}', b'{"a":1', b"{", b'{"a":"\xff"}', b'{"\\ud800":1}',
+     b'{"a":1}{"b":2}', b'{"a":' + b"9" * 5000 + b"}", b'{"a":"\x01"}'],
+)  # fmt: skip
+def test_an_object_body_refused_by_json_is_refused(raw: bytes) -> None:
+    assert decode_json(raw) == _loads_or_not_json(raw)
+
+
 @pytest.mark.parametrize(
     "form",
     [

@@ -58,9 +58,9 @@ _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
 )
 
 
-@attrs.frozen(repr=False)
+@attrs.define(repr=False)
 class Response:
-    """A successful envelope.
+    """A successful envelope (``attempts`` and ``info`` are filled in by the request loop).
 
     Attributes:
         status_code: The HTTP status.

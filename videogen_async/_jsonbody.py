@@ -15,6 +15,7 @@ deep raises ``RecursionError`` (and a value nested just under the limit does so 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ._redact import redact_text
@@ -39,6 +40,8 @@ def _refuse_constant(name: str) -> Any:
 
 # One decoder for every body: ``json.loads`` with an option builds a new one per call.
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+# The decoder's C scanner (set by ``JSONDecoder.__init__``; the stubs do not show it).
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def decode_json(raw: bytes) -> tuple[Any, bool]:
@@ -57,9 +60,17 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
     if nested_too_deep(raw):
         return None, False
     try:
+        if raw[:1] == b"{" and raw[1:2] != b"\x00":
+            # An object in UTF-8 with nothing around it (every answer of the service): the
+            # scanner alone, without the encoding sniffing and the white-space matching that
+            # ``decode`` adds. Anything after the object takes the general path below.
+            text = raw.decode("utf-8", "surrogatepass")
+            value, end = _SCAN(text, 0)
+            if end == len(text):
+                return value, True
         # As ``json.loads`` reads bytes: UTF-8, or UTF-16/32 told by a BOM or the zero bytes.
         value = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
-    except (ValueError, UnicodeError, RecursionError, MemoryError, TypeError):
+    except (ValueError, UnicodeError, RecursionError, MemoryError, TypeError, StopIteration):
         return None, False
     return value, True
 

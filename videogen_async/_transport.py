@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import aiohttp
 import anyio
@@ -267,8 +267,12 @@ class Transport:
         policy = retry or self.retry
         # The URL is built once, already encoded: aiohttp then skips re-parsing and re-quoting
         # it (a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
-        query = "?" + urlencode(params, quote_via=quote) if params else ""
-        url = URL(self._encoded_base + path + query, encoded=True)
+        text = self._encoded_base + path
+        if params:
+            text += "?" + "&".join(
+                quote(name, safe="") + "=" + quote(value, safe="") for name, value in params.items()
+            )
+        url = URL(text, encoded=True)
         body = None if json_body is None else json.dumps(json_body).encode()
         headers = self._headers
         if body is not None:
@@ -328,14 +332,12 @@ class Transport:
                     method, path, response.status_code, (time.monotonic() - started) * 1000,
                     attempt, response.trace_id,
                 )  # fmt: skip
-            status, trace = response.status_code, response.trace_id
-            info = ResponseInfo(
-                status, response.headers, trace, method, str(url), attempt,
-                time.monotonic() - first,
+            response.attempts = attempt
+            response.info = ResponseInfo(
+                response.status_code, response.headers, response.trace_id, method, text,
+                attempt, time.monotonic() - first,
             )  # fmt: skip
-            return Response(
-                status, response.data, trace, response.message, response.headers, attempt, info
-            )
+            return response
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline."""
