@@ -243,9 +243,9 @@ class BatchSchedule:
             jitter=policy.jitter,
             phase=state.phase,
         )
-        # The dispatcher sends a poll up to `early` seconds before it is due, so no gap from
-        # an answer to the next send is longer than `delay`, a loop's sleep: the longest gap
-        # sets the tail of the lag (the mean gap is shorter by half of `early`).
+        # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
+        # from an answer to the next send is longer than `delay`, a loop's sleep: the longest
+        # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).
         return delay
 
     def _saw_age(self, start_age: float, now: float) -> None:
