@@ -318,7 +318,13 @@ async def test_a_429_seen_by_a_gather_pauses_other_calls_of_the_client() -> None
     loop = asyncio.get_running_loop()
     arrivals: list[tuple[float, str]] = []
     limited_at: list[float] = []
-    credits_done = asyncio.Event()
+    # Set when the client has read the 429, not when the server sent it: the answer may
+    # still be in flight then, and a call started before the client read it is not paused.
+    paused = asyncio.Event()
+
+    def on_response(event: vg.ResponseEvent) -> None:
+        if event.status_code == 429:
+            paused.set()
 
     async def handler(request: web.Request) -> web.StreamResponse:
         now = loop.time()
@@ -334,13 +340,15 @@ async def test_a_429_seen_by_a_gather_pauses_other_calls_of_the_client() -> None
             )
         return web.Response(body=envelope(task_data(request.query["task_id"], "succeeded")))
 
+    hooks = {"response": [on_response]}
     async with serve(handler) as base:
-        async with AsyncVideoGen(api_key=KEY, base_url=base, poll_policy=FAST) as client:
+        async with AsyncVideoGen(
+            api_key=KEY, base_url=base, poll_policy=FAST, event_hooks=hooks
+        ) as client:
             async with client.tasks.gather_until_done(["a"]) as results:
-                while not limited_at:
-                    await asyncio.sleep(0.01)
+                with anyio.fail_after(10):
+                    await paused.wait()
                 balance = await client.credits.get()
-                credits_done.set()
                 got = [t async for t in results]
     assert balance.api_available_credits == 1
     assert len(got) == 1
