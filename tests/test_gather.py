@@ -90,6 +90,19 @@ class FakeClient:
         self.sent_at: list[float] = []
         self.rate_limit: Callable[[float], float | None] | None = None
         self.rate_limited_at: list[float] = []
+        self._changed: anyio.Event | None = None
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Return once ``condition()`` holds: checked now and as each request starts or ends."""
+        while not condition():
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
 
     def with_options(self, **options: Any) -> FakeClient:
         self.options.append(options)
@@ -107,6 +120,7 @@ class FakeClient:
         self.per_id_peak = max(self.per_id_peak, self.per_id_in_flight[task_id])
         now = time.monotonic()
         self.sent_at.append(now)
+        self._notify()
         try:
             await anyio.sleep(self.latency)
             if self.rate_limit is not None:
@@ -137,6 +151,7 @@ class FakeClient:
         finally:
             self.in_flight -= 1
             self.per_id_in_flight[task_id] -= 1
+            self._notify()
 
 
 def ids(n: int, prefix: str = "t") -> list[str]:
@@ -152,10 +167,10 @@ def other_tasks(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
 
 
 async def no_task_left(before: set[asyncio.Task[Any]], fake: FakeClient) -> None:
-    """Assert that nothing of the gather survives, allowing the loop a few turns."""
+    """Assert that nothing of the gather survives, letting what it left behind end first."""
     with anyio.fail_after(2):
-        while other_tasks(before) or fake.in_flight:
-            await asyncio.sleep(0.001)
+        while left := other_tasks(before):
+            await asyncio.wait(left)
     assert fake.in_flight == 0
 
 
@@ -552,8 +567,7 @@ async def test_cancelling_the_consumer_leaves_nothing_behind(form: str) -> None:
     consumer = asyncio.get_running_loop().create_task(consume())
     await started.wait()
     with anyio.fail_after(2):
-        while fake.requests < 40:
-            await asyncio.sleep(0.001)
+        await fake.wait_until(lambda: fake.requests >= 40)
     consumer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await consumer
@@ -605,8 +619,7 @@ async def test_progress_is_readable_without_consuming() -> None:
     async with gather_until_done(fake, ["a", "b", "c"], poll_policy=FAST) as results:
         assert results.progress.total == 3
         with anyio.fail_after(2):
-            while results.progress.done < 2:
-                await asyncio.sleep(0.001)
+            await fake.wait_until(lambda: results.progress.done >= 2)
         progress = results.progress
         assert progress.succeeded == 1
         assert progress.failed == 1

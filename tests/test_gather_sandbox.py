@@ -16,6 +16,7 @@ import aiohttp
 import anyio
 import pytest
 
+import videogen_async as vg
 from videogen_async import AsyncVideoGen
 from videogen_async._exceptions import NotFoundError, TaskPollError, WaitTimeoutError
 from videogen_async._gather import gather_until_done
@@ -67,8 +68,7 @@ def gather_tasks() -> list[asyncio.Task[Any]]:
 
 async def drained(server: SandboxServer) -> None:
     with anyio.fail_after(5):
-        while server.stats().in_flight:
-            await asyncio.sleep(0.005)
+        await server.wait_until(lambda: server.stats().in_flight == 0)
 
 
 async def test_every_task_once_with_bounded_concurrency(fast_server: SandboxServer) -> None:
@@ -101,8 +101,7 @@ async def test_breaking_out_leaves_no_request_or_connection(frozen_server: Sandb
             async for task in res:
                 assert task.task_id == names[7]  # type: ignore[union-attr]
                 with anyio.fail_after(5):  # wait until polls are in flight, then leave
-                    while frozen_server.stats().in_flight < 8:
-                        await asyncio.sleep(0.002)
+                    await frozen_server.wait_until(lambda: frozen_server.stats().in_flight >= 8)
                 break
         assert len(connector._acquired) == 0  # no connection is held
         assert gather_tasks() == []
@@ -126,41 +125,36 @@ async def test_plain_iteration_closed_leaves_no_connection(frozen_server: Sandbo
         await drained(frozen_server)
 
 
-async def test_sandbox_429_pauses_then_recovers(
-    fast_server: SandboxServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from videogen_async import RateLimitError
-    from videogen_async._tasks import Tasks
-
-    # Seen from the client: when each poll started, and when the 429 came back. Polls sent
-    # before the 429 arrived may land after it on the server; none may *start* in the pause.
-    starts: list[float] = []
+async def test_sandbox_429_pauses_then_recovers(fast_server: SandboxServer) -> None:
+    # Seen from the client: when each poll was sent (the "request" event comes once the
+    # client's pacing let the attempt go) and when the 429 was read. Polls sent before the 429
+    # was read may land after it on the server; none may be *sent* in the pause.
+    sent: list[float] = []
     limited_at: list[float] = []
-    real_get = Tasks._fetch_once
 
-    async def spy_get(self: Tasks, task_id: str) -> Task:
-        starts.append(time.monotonic())
-        try:
-            return await real_get(self, task_id)
-        except RateLimitError:
+    def on_request(event: vg.RequestEvent) -> None:
+        if event.path == "/v1/tasks":
+            sent.append(time.monotonic())
+
+    def on_response(event: vg.ResponseEvent) -> None:
+        if event.status_code == 429:
             limited_at.append(time.monotonic())
-            raise
 
-    async with fast_server.client() as client:
+    hooks = {"request": [on_request], "response": [on_response]}
+    async with fast_server.client(event_hooks=hooks) as client:
         names = await create(client, 20)
         fast_server.faults.add(
             FaultRule(route=TASKS_ROUTE, rate_limit_rate=1.0, retry_after=0.2, times=1)
         )
-        monkeypatch.setattr(Tasks, "_fetch_once", spy_get)
         async with gather_until_done(client, names, poll_policy=FAST) as results:
             got = [t async for t in results]
     assert len(got) == 20
     assert results.progress.rate_limited == 1
     assert len(limited_at) == 1
     pause_start = limited_at[0]
-    in_pause = [s for s in starts if pause_start <= s < pause_start + 0.2]
+    in_pause = [s for s in sent if pause_start <= s < pause_start + 0.2]
     assert in_pause == []
-    assert any(s >= pause_start + 0.2 for s in starts)  # and polling resumed
+    assert any(s >= pause_start + 0.2 for s in sent)  # and polling resumed
 
 
 async def test_sandbox_transient_faults_never_end_the_batch(fast_server: SandboxServer) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
 import yarl
 from aiohttp import web
@@ -228,7 +229,8 @@ async def test_the_key_never_leaks_in_a_full_run(
             server.set_credits(available=10_000)
             server.faults.set("POST /v1/video/videomodel-2", latency=0.2)
             job = asyncio.ensure_future(client.tasks.create("cancelled"))
-            await _settled(lambda: server.stats().in_flight > 0)
+            with anyio.fail_after(5):
+                await server.wait_until(lambda: server.stats().in_flight > 0)
             job.cancel()
             await scan.expect(asyncio.CancelledError, job)
     scan.records(debug_logs.records)
@@ -241,13 +243,6 @@ async def _drain(results: Any) -> None:
     async with results as stream:
         async for _ in stream:
             pass
-
-
-async def _settled(condition: Callable[[], bool], *, deadline: float = 5.0) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        await asyncio.sleep(0.005)
 
 
 # --------------------------------------------------------------------------------------------
@@ -598,7 +593,7 @@ class Firehose:
 
     def __init__(self) -> None:
         self.sent: list[int] = []
-        self.finished = 0
+        self.finished = anyio.Event()
         self.bomb = _gzip_bomb(HUGE)
 
     def routes(self, app: App, web_app: web.Application) -> None:
@@ -613,7 +608,7 @@ class Firehose:
                 await response.prepare(request)
                 await response.write(self.bomb)
                 self.sent.append(len(self.bomb))
-                self.finished += 1
+                self.finished.set()
                 return response
             if kind == "length":
                 response.content_length = HUGE
@@ -629,7 +624,7 @@ class Firehose:
                 pass
             finally:
                 self.sent.append(sent)
-                self.finished += 1
+                self.finished.set()
             return response
 
         web_app.router.add_route("*", "/{tail:.*}", stream)
@@ -647,7 +642,8 @@ async def test_a_huge_body_is_refused_without_reading_it(kind: str) -> None:
             with pytest.raises(vg.APIResponseError, match="limit") as info:
                 await client.credits.get()
             elapsed = time.monotonic() - started
-            await _settled(lambda: firehose.finished == 1)
+            with anyio.fail_after(5):
+                await firehose.finished.wait()
     assert elapsed < 5
     assert not info.value.request_may_have_taken_effect
     if kind == "gzip":

@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import pytest
 
 from videogen_async._cli import main
@@ -90,7 +91,23 @@ class ThreadedSandbox:
 
     def routes(self, route: str) -> int:
         """Requests the sandbox received on a route (``METHOD /pattern``)."""
-        return self.call(lambda: sum(1 for r in self.srv.request_log if r.route == route))
+        return self.call(lambda: self._served(route))
+
+    def _served(self, route: str) -> int:
+        return sum(1 for r in self.srv.request_log if r.route == route)
+
+    def wait_for_route(self, route: str, *, above: int, timeout: float = 20.0) -> None:
+        """Block until the sandbox has answered more than ``above`` requests on ``route``:
+        checked on its loop as each request arrives or ends."""
+
+        async def served() -> None:
+            with anyio.fail_after(timeout):
+                await self.srv.wait_until(lambda: self._served(route) > above)
+
+        try:
+            asyncio.run_coroutine_threadsafe(served(), self.loop).result(timeout=timeout + 10)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for request {above + 1} of {route}") from None
 
     def env(self) -> dict[str, str]:
         return {"VIDEOGEN_BASE_URL": self.base_url, "VIDEOGEN_API_KEY": KEY}

@@ -455,7 +455,7 @@ def test_sigint_while_waiting_stops_cleanly_and_a_rerun_waits_again(
             lambda: sum(s == "created" for s, _ in journal_states(journal).values()) == 5,
             what="all five lines created",
         )
-        wait_until(lambda: box.routes("GET /v1/tasks") >= 5, what="the first polls")
+        box.wait_for_route("GET /v1/tasks", above=4)  # the first polls
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import KEY, ThreadedSandbox, subprocess_env, videogen, wait_until
+from .conftest import KEY, ThreadedSandbox, subprocess_env, videogen
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -55,7 +55,7 @@ def interrupted_wait(sandbox: ThreadedSandbox, env: dict[str, str]) -> int:
     task_id = json.loads(out)["task_id"]
     polls = sandbox.routes("GET /v1/tasks")
     proc = videogen("wait", task_id, env=env)
-    wait_until(lambda: sandbox.routes("GET /v1/tasks") > polls, what="the first poll")
+    sandbox.wait_for_route("GET /v1/tasks", above=polls)  # the first poll
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     return proc.returncode

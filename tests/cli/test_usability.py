@@ -20,7 +20,7 @@ from videogen_async._cli._common import Context
 from videogen_async._cli._parser import build_parser
 from videogen_async.testing import Pricing
 
-from .conftest import KEY, Run, ThreadedSandbox, read_manifest, subprocess_env, videogen, wait_until
+from .conftest import KEY, Run, ThreadedSandbox, read_manifest, subprocess_env, videogen
 
 REFERENCE = "https://cdn.example.com/ads/ref.mp4"
 PRODUCT = "https://cdn.example.com/p/bottle.png"
@@ -126,7 +126,7 @@ def lost_service(
         worker = threading.Thread(target=lambda: result.append(cli(*argv)))
         worker.start()
         try:
-            wait_until(lambda: box.routes("GET /v1/tasks") > polls, what="the first poll")
+            box.wait_for_route("GET /v1/tasks", above=polls)  # the first poll
         finally:
             box.run(box.srv.aclose())  # the service goes away in the middle of the wait
             box.server = None

@@ -43,6 +43,14 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
         server.schedule_task(good, finish_in=1)
         missing = "00000000-0000-4000-8000-000000000000"  # the service answers 404
         await ledger.record_project_tasks("p", "project-1", [good, missing])
+        released = anyio.Event()
+        poll_failed = ledger.store.poll_failed
+
+        async def recording(key: str, owner: str, error: str, retry_in: float) -> None:
+            await poll_failed(key, owner, error, retry_in)
+            released.set()
+
+        ledger.store.poll_failed = recording  # type: ignore[method-assign]
         policy = PollPolicy(max_consecutive_failures=1)
         watch = ledger.watch(
             client, claim_interval=0.05, max_concurrency=2, poll_policy=policy, lease=60
@@ -51,8 +59,9 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
             entry = await finished.__anext__()
             assert entry.task_id == good
             with anyio.fail_after(10):
-                while (row := await ledger.store.get(f"p/{missing}")) is None or not row["error"]:
-                    await anyio.sleep(0.02)
+                await released.wait()
+            row = await ledger.store.get(f"p/{missing}")
+        assert row is not None
         # Released with its error, and not claimed again before the retry time (the lease).
         assert row["owner"] is None
         assert row["state"] == "pending"

@@ -56,8 +56,8 @@ async def test_a_discarded_id_is_neither_polled_again_nor_yielded_and_may_join_a
         gone, kept = ids[:3], ids[3:]
         seen: list[str] = []
         async with gather_until_done(client, ids, open_ended=True) as results:
-            while sum(_polls(server)[i] > 0 for i in ids) < len(ids):
-                await anyio.sleep(0.01)
+            with anyio.fail_after(10):
+                await server.wait_until(lambda: all(_polls(server)[i] > 0 for i in ids))
             assert results.discard([*gone, "not-an-id-of-it"]) == gone
             assert results.discard(gone) == []
             server.reset_stats()

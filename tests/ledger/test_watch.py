@@ -123,8 +123,9 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
         async def inject() -> None:
             # Once both watchers are polling, the next status query is answered 429.
             with anyio.fail_after(20):
-                while len({r.user_agent for r in server.request_log if r.route == GET}) < 2:
-                    await asyncio.sleep(0.01)
+                await server.wait_until(
+                    lambda: len({r.user_agent for r in server.request_log if r.route == GET}) >= 2
+                )
             server.faults.add(FaultRule(route=GET, rate_limit_rate=1.0, retry_after=pause, times=1))
             first_429.set()
 

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import aiohttp
+import anyio
 import pytest
 
 from videogen_async.testing import SandboxServer
@@ -51,6 +52,22 @@ async def test_peak_in_flight_as_the_server_saw_it(api: Api, sandbox: SandboxSer
     assert stats.peak_in_flight_by_route["GET /v1/credits"] == 7
     assert stats.peak_in_flight_by_route["GET /v1/tasks"] >= 1
     assert stats.in_flight == 0
+
+
+async def test_wait_until_wakes_as_requests_come_and_go(api: Api, sandbox: SandboxServer) -> None:
+    with anyio.fail_after(1):  # already true: returns without any request
+        await sandbox.wait_until(lambda: sandbox.stats().in_flight == 0)
+    sandbox.faults.set("GET /v1/credits", latency=0.3)
+    calls = [asyncio.ensure_future(api.call("GET", "/v1/credits")) for _ in range(3)]
+    with anyio.fail_after(10):
+        await sandbox.wait_until(lambda: sandbox.stats().in_flight == 3)
+    assert sandbox.stats().requests == 0  # woken while all three were still in flight
+    with anyio.fail_after(10):
+        await sandbox.wait_until(lambda: sandbox.stats().requests == 3)
+    assert sandbox.stats().in_flight == 0
+    await asyncio.gather(*calls)
+    with pytest.raises(TimeoutError), anyio.fail_after(0.2):  # nothing more arrives
+        await sandbox.wait_until(lambda: sandbox.stats().requests > 3)
 
 
 async def test_control_endpoints_need_the_key(api: Api) -> None:

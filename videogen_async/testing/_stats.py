@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
 import attrs
 
 __all__ = ["RequestRecord", "RequestStats", "SandboxStats"]
@@ -111,6 +112,7 @@ class RequestStats:
         self._faults_injected = faults_injected
         self._in_flight_by_route: dict[str, int] = {}
         self._peak_by_route: dict[str, int] = {}
+        self._changed: anyio.Event | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -126,6 +128,7 @@ class RequestStats:
         self._peak_by_route = dict(in_flight)
         self._tasks_base, self._projects_base = self._created()
         self._since = time.time()
+        self._notify()
 
     def clear(self) -> None:
         """Zero the counters and clear the request log."""
@@ -140,6 +143,7 @@ class RequestStats:
         self._in_flight_by_route[route] = count
         if count > self._peak_by_route.get(route, 0):
             self._peak_by_route[route] = count
+        self._notify()
 
     def leave(self, record: RequestRecord) -> None:
         """A request ended (``record.status`` is ``None`` for a dropped connection)."""
@@ -151,6 +155,18 @@ class RequestStats:
         self._by_status["dropped" if record.status is None else str(record.status)] += 1
         if self.log.maxlen:
             self.log.append(record)
+        self._notify()
+
+    async def changed(self) -> None:
+        """Return once a request has arrived or ended, or the counters were reset."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     def snapshot(self) -> SandboxStats:
         """The counters now."""

@@ -236,6 +236,20 @@ class ServerTruth:
         """Return the counters since the last :meth:`reset_stats`."""
         return self._stats.snapshot()
 
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Wait until ``condition()`` is true: checked now, then as each request arrives or ends.
+
+        For a test that must act at a point of the traffic (every id polled once, a create in
+        flight, a second client polling) without sleeping and looking again. Await it on the
+        server's event loop, under the caller's deadline (``anyio.fail_after``).
+
+        Args:
+            condition: Reads the server (``stats()``, ``request_log``, ...); called on the
+                server's event loop, after every change of the counters.
+        """
+        while not condition():
+            await self._stats.changed()
+
     def reset_stats(self) -> None:
         """Zero the counters, the peaks and the request log (tasks and projects stay)."""
         self._stats.clear()
