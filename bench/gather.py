@@ -28,7 +28,10 @@ Strategies (all at the same concurrency limit, 32 by default):
 * ``replicate``: the same loop at a fixed 0.5 s (that SDK's single-prediction wait);
 * ``runway``: the same loop at 6 s +- 1.5 s of jitter (that SDK's single-task wait);
 * ``raw-aiohttp``: the 1 s loop with a bare aiohttp GET + ``json.loads``, no SDK: the floor of
-  CPU per request.
+  CPU per request;
+* ``raw-spread``: the same, each id starting at a random point of the first second, so that
+  the polls are spread over time as the gather's are rather than sent in one burst a second
+  (what a poll costs when the event loop wakes for few at a time).
 
 Columns: requests per task (as the sandbox counted them), detection lag (yield time minus the
 scheduled finish read from ``/_sandbox/tasks/{id}``) p50/p95/max, wall time, the peak of
@@ -201,11 +204,12 @@ def fixed_loop(interval: float, jitter: float = 0.0) -> Strategy:
     return run
 
 
-def raw_loop(interval: float) -> Strategy:
+def raw_loop(interval: float, *, spread: bool = False) -> Strategy:
     async def run(
         client: AsyncVideoGen, sandbox: Sandbox, ids: list[str], concurrency: int
     ) -> dict[str, float]:
         sem = asyncio.Semaphore(concurrency)
+        rng = random.Random(1)
         seen: dict[str, float] = {}
         url = f"{sandbox.base_url}/v1/tasks"
         headers = {"Authorization": f"Bearer {sandbox.api_key}"}
@@ -213,6 +217,8 @@ def raw_loop(interval: float) -> Strategy:
         async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
 
             async def one(task_id: str) -> None:
+                if spread:
+                    await asyncio.sleep(rng.uniform(0.0, interval))
                 while True:
                     status = None
                     async with sem:
@@ -240,6 +246,7 @@ STRATEGIES: dict[str, Strategy] = {
     "replicate": fixed_loop(0.5),
     "runway": fixed_loop(6.0, 1.5),
     "raw-aiohttp": raw_loop(1.0),
+    "raw-spread": raw_loop(1.0, spread=True),
 }
 SCALE_STRATEGIES = ("gather", "fixed-1s", "fixed-5s", "raw-aiohttp")
 
