@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import time
 from urllib.parse import parse_qs
 
 import anyio
 
-from videogen_async import AsyncVideoGen, Ledger, LedgerEntry
+from videogen_async import AsyncVideoGen, Ledger, LedgerEntry, RequestEvent, ResponseEvent
 from videogen_async.testing import FaultRule, SandboxServer
 
 GET = "GET /v1/tasks"
@@ -103,16 +104,46 @@ async def test_two_watchers_share_the_work_without_double_polling(ledger_url: st
 
 async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -> None:
     pause = 1.0
+    names = ("watcher-a", "watcher-b")
+    # Seen from each watcher's client: when each poll was sent (the "request" event comes once
+    # the client's pacing let it go), when a 429 was read, and when its ledger first reported
+    # the shared pause.
+    sent: dict[str, list[float]] = {name: [] for name in names}
+    limited: dict[str, float] = {}
+    learned: dict[str, float] = {}
     # Tasks outlive the start of both watchers even on a loaded machine (4-5 s), and a short
     # lease lets a watcher that joined late get its share soon (claims are handed on).
     async with SandboxServer(time_scale=0.01, seed=7, task_duration=(400, 500)) as server:
         async with server.client() as creator, Ledger.open(ledger_url) as ledger:
             for i in range(20):
                 await ledger.create_task(creator, f"clip {i}", key=f"k{i:02d}")
-        first_429 = asyncio.Event()
 
         async def watcher(name: str) -> None:
-            async with _client(server, name) as client, Ledger.open(ledger_url) as own:
+            def on_request(event: RequestEvent) -> None:
+                if event.path == "/v1/tasks":
+                    sent[name].append(time.monotonic())
+
+            def on_response(event: ResponseEvent) -> None:
+                if event.status_code == 429:
+                    limited.setdefault(name, time.monotonic())
+
+            hooks = {"request": [on_request], "response": [on_response]}
+            client = AsyncVideoGen(
+                api_key=server.api_key,
+                base_url=server.base_url,
+                default_headers={"User-Agent": name},
+                event_hooks=hooks,
+            )
+            async with client, Ledger.open(ledger_url) as own:
+                remaining = own.store.pause_remaining
+
+                async def reading() -> float:
+                    left = await remaining()
+                    if left > 0:
+                        learned.setdefault(name, time.monotonic())
+                    return left
+
+                own.store.pause_remaining = reading  # type: ignore[method-assign]
                 watch = own.watch(
                     client, lease=3.0, claim_size=10, claim_interval=0.05, stop_when_idle=True
                 )
@@ -127,26 +158,16 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
                     lambda: len({r.user_agent for r in server.request_log if r.route == GET}) >= 2
                 )
             server.faults.add(FaultRule(route=GET, rate_limit_rate=1.0, retry_after=pause, times=1))
-            first_429.set()
 
-        await asyncio.gather(watcher("watcher-a"), watcher("watcher-b"), inject())
-        limited = [r for r in server.request_log if r.status == 429]
-        assert len(limited) == 1
-        seen_at, seen_by = limited[0].started_at, limited[0].user_agent
-        others = [
-            r.started_at
-            for r in server.request_log
-            if r.route == GET and r.user_agent != seen_by and r.started_at > seen_at
-        ]
-        assert others, "the other watcher polled again after the pause"
-        # It learns of the pause within a claim round (0.05 s) plus a database round trip;
-        # then it waits until the pause ends.
-        assert not [t for t in others if seen_at + 0.3 < t < seen_at + pause - 0.05], (
-            seen_at,
-            seen_by,
-            sorted(
-                (r.started_at, r.user_agent, r.status)
-                for r in server.request_log
-                if r.started_at > seen_at
-            )[:12],
-        )
+        await asyncio.gather(watcher(names[0]), watcher(names[1]), inject())
+    assert len([r for r in server.request_log if r.status == 429]) == 1
+    assert len(limited) == 1
+    ((seen_by, limited_at),) = limited.items()
+    other = names[1] if seen_by == names[0] else names[0]
+    # The other watcher read the pause from the ledger (within its 1 s) ...
+    assert other in learned, f"{other} never read the pause that {seen_by} met"
+    learned_at = learned[other]
+    # ... and sent nothing from then until the pause ended, then polled again.
+    ends = limited_at + pause - 0.05
+    assert [t - limited_at for t in sent[other] if learned_at < t < ends] == []
+    assert any(t >= ends for t in sent[other]), "the other watcher polled again after the pause"
