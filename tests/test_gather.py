@@ -72,8 +72,12 @@ class FakeClient:
         latency: float = 0.001,
         errors: dict[str, list[BaseException]] | None = None,
         always: dict[str, BaseException] | None = None,
+        polls: dict[str, int] | None = None,
     ) -> None:
         self.durations = dict(durations or {})
+        # An id here is terminal from its n-th poll on, whatever the time (its duration is
+        # then only the finish time it reports).
+        self.polls = polls or {}
         self.statuses = statuses or {}
         self.latency = latency
         self.errors = {k: list(v) for k, v in (errors or {}).items()}
@@ -141,7 +145,8 @@ class FakeClient:
                 raise NotFoundError(f"no task {task_id}", status_code=404)
             finish = self.finish_of(task_id)
             created = _ts(self.start)
-            if time.time() >= finish:
+            needed = self.polls.get(task_id)
+            if time.time() >= finish if needed is None else self.calls[task_id] >= needed:
                 status = self.statuses.get(task_id, "succeeded")
                 result = TaskResult(
                     video_url="https://v/x.mp4" if status == "succeeded" else None,
@@ -180,8 +185,10 @@ async def no_task_left(before: set[asyncio.Task[Any]], fake: FakeClient) -> None
 
 
 async def test_yields_in_order_of_completion() -> None:
-    durations = {"c": 0.12, "a": 0.02, "b": 0.07, "d": 0.0}
-    fake = FakeClient(durations)
+    # Terminal from their 3rd, 6th, 10th and 1st poll: an order that no load on the machine
+    # can change (every id is polled at the same pace).
+    polls = {"a": 3, "b": 6, "c": 10, "d": 1}
+    fake = FakeClient(dict.fromkeys(polls, 0.0), polls=polls)
     async with gather_until_done(fake, ["a", "b", "c", "d"], poll_policy=FAST) as results:
         got = [t.task_id for t in await collect(results)]  # type: ignore[union-attr]
     assert got == ["d", "a", "b", "c"]
