@@ -146,7 +146,8 @@ class FakeClient:
             finish = self.finish_of(task_id)
             created = _ts(self.start)
             needed = self.polls.get(task_id)
-            if time.time() >= finish if needed is None else self.calls[task_id] >= needed:
+            done = (time.time() >= finish) if needed is None else (self.calls[task_id] >= needed)
+            if done:
                 status = self.statuses.get(task_id, "succeeded")
                 result = TaskResult(
                     video_url="https://v/x.mp4" if status == "succeeded" else None,
