@@ -179,7 +179,7 @@ async def test_the_allowed_concurrency_holds_requests_back() -> None:
     assert first >= 0
     assert pacing.in_flight == 2
     blocked = asyncio.ensure_future(pacing.acquire())
-    await asyncio.sleep(0.01)
+    await _queued(pacing, 1)
     assert not blocked.done()
     pacing.release()
     with anyio.fail_after(5):
@@ -197,9 +197,16 @@ async def test_a_cancelled_waiter_passes_its_wake_up_on() -> None:
     pacing.release()  # one in flight: the limit is reached
     first = asyncio.ensure_future(pacing.acquire())
     second = asyncio.ensure_future(pacing.acquire())
-    await asyncio.sleep(0.01)
+    await _queued(pacing, 2)
     pacing.release()  # wakes `first`...
     first.cancel()  # ...which is cancelled before it runs
     with anyio.fail_after(5):
         await second
     assert first.cancelled()
+
+
+async def _queued(pacing: Pacing, count: int) -> None:
+    """Return once ``count`` callers wait in ``pacing``'s queue (each queues on its first step)."""
+    with anyio.fail_after(5):
+        while len(pacing._waiters) < count:
+            await asyncio.sleep(0)
