@@ -57,6 +57,8 @@ from typing import IO, Any, TypeVar
 import anyio
 import attrs
 
+from .._sqlite_wal import enter_wal
+
 __all__ = [
     "ATTEMPTED",
     "CREATED",
@@ -150,6 +152,9 @@ class JournalEntry:
     attempts: int = 0
 
 
+_BUSY_TIMEOUT = 10.0  # seconds a reader may hold the file before an open gives up
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -208,7 +213,7 @@ class Journal:
                     ":memory:" if where is None else str(where),
                     isolation_level=None,  # autocommit; transactions are explicit
                     check_same_thread=False,  # used by one worker thread at a time
-                    timeout=10.0,
+                    timeout=_BUSY_TIMEOUT,
                 )
                 try:
                     _prepare(conn, base_url, where)
@@ -390,7 +395,7 @@ class Journal:
 
 def _prepare(conn: sqlite3.Connection, base_url: str, where: Path | None) -> None:
     if where is not None:
-        conn.execute("PRAGMA journal_mode=WAL")
+        enter_wal(conn, timeout=_BUSY_TIMEOUT)
     conn.execute("PRAGMA synchronous=FULL")
     conn.executescript(_SCHEMA)
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())

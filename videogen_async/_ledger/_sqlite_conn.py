@@ -14,13 +14,13 @@ import contextlib
 import functools
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
 
 from .._exceptions import LedgerError
+from .._sqlite_wal import enter_wal, is_busy
 from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
 from ._store import Row, Store
 
@@ -29,36 +29,6 @@ __all__ = ["SQLiteConnection"]
 _T = TypeVar("_T")
 _E = "videogen_ledger_entries"
 _BUSY_TIMEOUT_MS = 30_000
-_SQLITE_BUSY = 5  # the primary result code; ``sqlite3.SQLITE_BUSY`` is Python 3.11+
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
-    if code is not None:
-        return bool(code & 0xFF == _SQLITE_BUSY)
-    return str(exc) == "database is locked"
-
-
-def _enter_wal(conn: sqlite3.Connection) -> None:
-    """Switch the file to WAL mode, waiting out other connections as the busy timeout would.
-
-    Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once,
-    without its busy handler, when another connection is reading it: several processes
-    opening a new ledger together meet that. The switch is retried here, backing off from
-    1 ms to 50 ms, until the busy timeout is spent.
-    """
-    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
-    delay = 0.001
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError as exc:
-            if not _is_busy(exc) or time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)  # a worker thread's wait, never the event loop's
-            delay = min(delay * 2, 0.05)
-        else:
-            return
 
 
 def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -134,7 +104,7 @@ class SQLiteConnection(Store):
             self._check_and_create(conn)
         except sqlite3.OperationalError as exc:
             conn.close()
-            if not _is_busy(exc):
+            if not is_busy(exc):
                 raise LedgerError(f"ledger {path!r}: cannot be opened: {exc}") from None
             raise LedgerError(
                 f"ledger {path!r}: another connection held the file for longer than the busy"
@@ -167,7 +137,7 @@ class SQLiteConnection(Store):
         if meta is not None:
             check_meta(path, meta)
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        _enter_wal(conn)
+        enter_wal(conn, timeout=_BUSY_TIMEOUT_MS / 1000)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
