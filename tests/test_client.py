@@ -14,7 +14,7 @@ from aioresponses import aioresponses
 import videogen_async as vg
 from videogen_async import AsyncVideoGen, ConfigurationError
 
-from .helpers import BASE, KEY, envelope
+from .helpers import BASE, KEY, envelope, task_data
 
 
 @pytest.fixture(autouse=True)
@@ -282,3 +282,34 @@ def test_plain_http_to_loopback_in_ipv6_forms(host: str) -> None:
 def test_plain_http_to_mapped_public_address_refused() -> None:
     with pytest.raises(ConfigurationError, match="plain http"):
         AsyncVideoGen(KEY, "http://[::ffff:10.0.0.5]:8080")
+
+
+@pytest.mark.parametrize("prefix", ["", "/", "/api", "/api/", "/a%20b/v"])
+async def test_request_urls_keep_the_base_urls_host_and_path(prefix: str) -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.raw_path)
+        if request.path.endswith("/v1/credits"):
+            return web.json_response(
+                envelope({"api_available_credits": 5, "api_total_credits": 10})
+            )
+        return web.json_response(envelope(task_data(request.query["task_id"])))
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with AsyncVideoGen(KEY, f"http://127.0.0.1:{port}{prefix}") as client:
+            credits = await client.credits.get()
+            task = await client.tasks.get("tsk_A-1.b~c")
+    finally:
+        await runner.cleanup()
+    base = prefix.rstrip("/")
+    assert seen == [f"{base}/v1/credits", f"{base}/v1/tasks?task_id=tsk_A-1.b~c"]
+    assert credits.api_available_credits == 5
+    assert task.task_id == "tsk_A-1.b~c"

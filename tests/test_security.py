@@ -23,7 +23,6 @@ import json
 import logging
 import socket
 import threading
-import time
 import traceback
 import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -638,13 +637,10 @@ async def test_a_huge_body_is_refused_without_reading_it(kind: str) -> None:
         async with AsyncVideoGen(
             KEY, api.url, max_body_size=LIMIT, max_retries=0, default_headers=headers
         ) as client:
-            started = time.monotonic()
             with pytest.raises(vg.APIResponseError, match="limit") as info:
                 await client.credits.get()
-            elapsed = time.monotonic() - started
             with anyio.fail_after(5):
                 await firehose.finished.wait()
-    assert elapsed < 5
     assert not info.value.request_may_have_taken_effect
     if kind == "gzip":
         # 100 kB on the wire; what matters is that it was not inflated past the limit

@@ -155,7 +155,10 @@ class Transport:
         self._api_key = _Secret(api_key)
         register_secret(api_key)
         self.base_url = base_url.rstrip("/")
-        self._encoded_base = str(URL(self.base_url))
+        base = URL(self.base_url)
+        self._encoded_base = str(base)
+        # The parts each request's URL is built from, already encoded (see `request`).
+        self._base_parts = (base.scheme, base.raw_authority, base.raw_path.rstrip("/"))
         self.owner = owner
         self.timeout = timeout
         self.retry = retry
@@ -265,14 +268,19 @@ class Transport:
             APIResponseError: The answer was not the documented envelope.
         """
         policy = retry or self.retry
-        # The URL is built once, already encoded: aiohttp then skips re-parsing and re-quoting
-        # it (a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
-        text = self._encoded_base + path
+        # The URL is built once from encoded parts: aiohttp then skips re-parsing and
+        # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
+        # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
+        query = ""
         if params:
-            text += "?" + "&".join(
+            query = "&".join(
                 quote(name, safe="") + "=" + quote(value, safe="") for name, value in params.items()
             )
-        url = URL(text, encoded=True)
+        scheme, authority, prefix = self._base_parts
+        url = URL.build(
+            scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True
+        )
+        text = self._encoded_base + path + ("?" + query if query else "")
         body = None if json_body is None else json.dumps(json_body).encode()
         headers = self._headers
         if body is not None:
