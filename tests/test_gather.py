@@ -266,42 +266,45 @@ async def test_plain_async_for_collects_everything() -> None:
 
 
 async def test_a_batch_of_similar_tasks_is_polled_less_than_a_fixed_loop() -> None:
-    # 150 tasks finishing 1.0-1.4 s after creation. A fixed loop at the dense gap would poll
+    # 150 tasks finishing 3.0-4.2 s after creation. A fixed loop at the dense gap would poll
     # each about 30 times; the learned window must halve that at a similar lag. (Times are
-    # long enough that a loaded machine's scheduling delays, tens of milliseconds, do not
+    # long enough that a loaded machine's scheduling delays, tenths of a second, do not
     # decide the test.)
     names = ids(150)
-    durations = {name: 1.0 + 0.4 * (n * 37 % 150) / 150 for n, name in enumerate(names)}
+    durations = {name: 3.0 + 1.2 * (n * 37 % 150) / 150 for n, name in enumerate(names)}
     fake = FakeClient(durations, latency=0.0005)
     policy = PollPolicy(
-        min_interval=0.04, max_interval=0.6, dense_interval=0.04, sparse_cap=1.2, jitter=0.1
+        min_interval=0.12, max_interval=1.8, dense_interval=0.12, sparse_cap=3.6, jitter=0.1
     )
     lags = []
     async with gather_until_done(fake, names, poll_policy=policy, max_concurrency=16) as results:
         async for task in results:
             lags.append(time.time() - fake.finish_of(task.task_id))  # type: ignore[union-attr]
-    fixed_loop_polls = sum(math.ceil(d / 0.04) + 1 for d in durations.values())
+    fixed_loop_polls = sum(math.ceil(d / 0.12) + 1 for d in durations.values())
     assert fake.requests < 0.5 * fixed_loop_polls
     lags.sort()
-    # Polled at the 0.6 s gaps of an id whose window is unknown, the 90th percentile lag
-    # would be near 0.54 s; inside the learned window it is a few dense gaps (0.04 s).
-    assert lags[int(0.9 * len(lags))] < 0.3
+    # Polled at the 1.8 s gaps of an id whose window is unknown, the 90th percentile lag
+    # would be near 1.6 s; inside the learned window it is a few dense gaps (0.12 s).
+    assert lags[int(0.9 * len(lags))] < 0.9
 
 
 async def test_the_first_finish_pulls_the_other_ids_forward() -> None:
-    # Non-probe ids sleep on a growing schedule; once a probe finishes, those past the
-    # learned window start are polled at once instead of at their next sparse poll.
+    # Non-probe ids sleep on a sparse schedule (first poll at once, the next 8 s later); once
+    # a probe finishes, those past the learned window's start are polled at once instead of
+    # at their next sparse poll. The two outcomes are seconds apart, so a loaded machine's
+    # scheduling delays (tenths of a second) cannot decide the test.
     names = ids(40)
     durations = dict.fromkeys(names, 0.3)
     fake = FakeClient(durations, latency=0.0005)
     policy = PollPolicy(
-        probes=2, min_interval=0.05, max_interval=1.0, dense_interval=0.01, sparse_cap=1.0
+        probes=2, min_interval=8.0, max_interval=10.0, dense_interval=0.01, sparse_cap=10.0
     )
     lags = []
     async with gather_until_done(fake, names, poll_policy=policy) as results:
         async for task in results:
             lags.append(time.time() - fake.finish_of(task.task_id))  # type: ignore[union-attr]
-    assert max(lags) < 0.15  # the sparse schedule alone would leave up to ~0.3 s
+    assert len(lags) == 40
+    assert max(lags) < 4.0  # the sparse schedule alone would leave them ~7.7 s
 
 
 # -- errors -----------------------------------------------------------------------------------
