@@ -64,8 +64,8 @@ import aiohttp
 import attrs
 
 from videogen_async import AsyncVideoGen, Task, VideoGenError
-from videogen_async._gather import DEFAULT_MAX_CONCURRENCY, gather_until_done
-from videogen_async._polling import PollPolicy
+from videogen_async._waiting._gather import DEFAULT_MAX_CONCURRENCY, gather_until_done
+from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import SandboxProcess
 
 TERMINAL = {"succeeded", "failed", "error"}

@@ -11,10 +11,10 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
-from videogen_async._meta import ResponseInfo
-from videogen_async._models import Task, structure_lenient
-from videogen_async._resource import Resource
-from videogen_async._transport import Response
+from videogen_async._contract._meta import ResponseInfo
+from videogen_async._contract._models import Task, structure_lenient
+from videogen_async._http._transport import Response
+from videogen_async._resources._resource import Resource
 
 RUNNING = {
     "task_id": "t_1",

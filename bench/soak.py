@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 
 from videogen_async import AsyncVideoGen, WaitTimeoutError
-from videogen_async._gather import gather_until_done
+from videogen_async._waiting._gather import gather_until_done
 from videogen_async.testing import SandboxProcess
 
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -9,7 +9,7 @@ import pytest
 from blockbuster import BlockingError
 
 from tests._blocking import ROOT
-from videogen_async._polling import poll_until
+from videogen_async._waiting._polling import poll_until
 
 
 def blocking_function_at(path: Path) -> Callable[[], None]:

@@ -41,7 +41,7 @@ from videogen_async import (
     TaskPollError,
     VideoGenError,
 )
-from videogen_async._polling import PollPolicy
+from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import SandboxServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -218,7 +218,7 @@ def test_connection_limit_validated() -> None:
 
 
 def test_log_env_switch_attaches_handler(monkeypatch: pytest.MonkeyPatch) -> None:
-    from videogen_async import _logging
+    from videogen_async._observe import _logging
 
     monkeypatch.setattr(_logging, "_configured", False)
     monkeypatch.setenv("VIDEOGEN_LOG", "debug")

@@ -21,7 +21,7 @@ import anyio
 import attrs
 import pytest
 
-from videogen_async._exceptions import (
+from videogen_async._contract._exceptions import (
     APIConnectionError,
     APIResponseError,
     AuthenticationError,
@@ -31,10 +31,10 @@ from videogen_async._exceptions import (
     TaskPollError,
     WaitTimeoutError,
 )
-from videogen_async._gather import GatherProgress, GatherResults, gather_until_done
-from videogen_async._models import Task, TaskResult
-from videogen_async._pacing import Pacing, paced
-from videogen_async._polling import PollPolicy, TaskSource
+from videogen_async._contract._models import Task, TaskResult
+from videogen_async._http._pacing import Pacing, paced
+from videogen_async._waiting._gather import GatherProgress, GatherResults, gather_until_done
+from videogen_async._waiting._polling import PollPolicy, TaskSource
 
 FAST = PollPolicy(
     min_interval=0.005,

@@ -18,10 +18,10 @@ import pytest
 
 import videogen_async as vg
 from videogen_async import AsyncVideoGen
-from videogen_async._exceptions import NotFoundError, TaskPollError, WaitTimeoutError
-from videogen_async._gather import gather_until_done
-from videogen_async._models import Task
-from videogen_async._polling import PollPolicy, poll_until, wait_for_task
+from videogen_async._contract._exceptions import NotFoundError, TaskPollError, WaitTimeoutError
+from videogen_async._contract._models import Task
+from videogen_async._waiting._gather import gather_until_done
+from videogen_async._waiting._polling import PollPolicy, poll_until, wait_for_task
 from videogen_async.testing import FaultRule, SandboxServer
 
 FAST = PollPolicy(

@@ -170,8 +170,8 @@ def _cycle(graph: dict[str, list[Edge]]) -> list[Edge] | None:
 def test_the_walk_sees_the_package() -> None:
     edges = _edges()
     importers = {e.importer for e in edges}
-    assert {"videogen_async._client", "videogen_async._transport"} <= importers
-    assert any(e.imported == "videogen_async._transport" for e in edges)
+    assert {"videogen_async._client", "videogen_async._http._transport"} <= importers
+    assert any(e.imported == "videogen_async._http._transport" for e in edges)
 
 
 def test_no_import_circle() -> None:

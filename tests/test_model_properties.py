@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import videogen_async as vg
-from videogen_async._models import structure
+from videogen_async._contract._models import structure
 
 ids = st.text(min_size=1, max_size=40).filter(lambda s: s.strip() != "")
 numbers = st.one_of(
@@ -190,7 +190,7 @@ def test_fast_task_parser_equals_the_converter(
 ) -> None:
     import cattrs
 
-    from videogen_async._models import structure_task
+    from videogen_async._contract._models import structure_task
 
     payload, _ = case
     for data in (payload, _odd(payload, oddity)):

@@ -9,8 +9,8 @@ import attrs
 import pytest
 
 import videogen_async as vg
-from videogen_async._models import parse_datetime, structure, structure_task, unstructure
-from videogen_async._service import SHAPES
+from videogen_async._contract._models import parse_datetime, structure, structure_task, unstructure
+from videogen_async._contract._service import SHAPES
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import videogen_async as vg
-from videogen_async import _otel
-from videogen_async._models import structure_lenient
-from videogen_async._polling import PollPolicy
+from videogen_async._observe import _otel
+from videogen_async._contract._models import structure_lenient
+from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import FaultRule, SandboxServer
 
 FAST = PollPolicy(first_delay=0.0, min_interval=0.005, max_interval=0.02, error_initial=0.002)
@@ -433,7 +433,7 @@ def test_without_opentelemetry_nothing_is_traced_or_observed() -> None:
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
         "import videogen_async as vg\n"
-        "from videogen_async import _otel\n"
+        "from videogen_async._observe import _otel\n"
         "assert _otel.ENABLED is False\n"
         "c = vg.AsyncVideoGen('key-123456789', 'http://127.0.0.1:9')\n"
         "assert c._transport._observer is None\n"
@@ -457,7 +457,7 @@ def test_with_no_tracer_provider_set_no_span_is_started() -> None:
         "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
         "from opentelemetry.sdk.trace.export.in_memory_span_exporter import"
         " InMemorySpanExporter\n"
-        "from videogen_async import _otel\n"
+        "from videogen_async._observe import _otel\n"
         "from videogen_async.testing import SandboxServer\n"
         "started = []\n"
         "real = _otel.span\n"

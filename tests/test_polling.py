@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from videogen_async._exceptions import (
+from videogen_async._contract._exceptions import (
     APIConnectionError,
     APIResponseError,
     APIStatusError,
@@ -27,8 +27,8 @@ from videogen_async._exceptions import (
     TaskFailedError,
     WaitTimeoutError,
 )
-from videogen_async._models import Task, TaskResult
-from videogen_async._polling import (
+from videogen_async._contract._models import Task, TaskResult
+from videogen_async._waiting._polling import (
     FinishWindow,
     PollPolicy,
     aimd_decrease,

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 import videogen_async as vg
 from videogen_async import AsyncVideoGen, InvalidRequestError
-from videogen_async._validation import validate_task_request, validate_videos_request
+from videogen_async._contract._validation import validate_task_request, validate_videos_request
 from videogen_async.testing import SandboxServer
 
 EXAMPLES = 150

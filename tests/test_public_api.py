@@ -61,7 +61,7 @@ def test_error_tree() -> None:
     assert issubclass(vg.InvalidRequestError, ValueError)
     assert issubclass(vg.APITimeoutError, TimeoutError)
     assert issubclass(vg.WaitTimeoutError, TimeoutError)
-    doc = vg._exceptions.__doc__ or ""
+    doc = vg._contract._exceptions.__doc__ or ""
     for cls in tree:
         assert cls.__name__ in doc, cls
 

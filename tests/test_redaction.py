@@ -10,15 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from videogen_async import APIResponseError, APIStatusError, VideoGenError
-from videogen_async._envelope import decode as _decode
-from videogen_async._jsonbody import MAX_DEPTH, clip, decode_json, excerpt, short_repr
-from videogen_async._redact import (
+from videogen_async._contract._redact import (
     REDACTED,
     redact_text,
     redact_value,
     register_secret,
     scrub_exception,
 )
+from videogen_async._http._envelope import decode as _decode
+from videogen_async._http._jsonbody import MAX_DEPTH, clip, decode_json, excerpt, short_repr
 
 KEY = "vg-redact/UNIT+key=fedcba9876543210"
 register_secret(KEY)

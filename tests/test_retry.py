@@ -9,7 +9,7 @@ from email.utils import format_datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from videogen_async._retry import RetryPolicy, backoff_delay, parse_retry_after, retry_delay
+from videogen_async._http._retry import RetryPolicy, backoff_delay, parse_retry_after, retry_delay
 
 
 @given(

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import videogen_async as vg
-from videogen_async._envelope import make_status_error
-from videogen_async._pacing import Pacing
-from videogen_async._retry import (
+from videogen_async._http._envelope import make_status_error
+from videogen_async._http._pacing import Pacing
+from videogen_async._http._retry import (
     DEFAULT_BACKOFF,
     NO_RETRY,
     RetryPolicy,

@@ -14,11 +14,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from videogen_async import TaskPollError
-from videogen_async._classes import _PROBING, BatchSchedule, ClassState, IdState
-from videogen_async._gather import gather_until_done
-from videogen_async._models import Task, TaskResult
-from videogen_async._polling import PollPolicy
-from videogen_async._schedule import (
+from videogen_async._contract._models import Task, TaskResult
+from videogen_async._waiting._classes import _PROBING, BatchSchedule, ClassState, IdState
+from videogen_async._waiting._gather import gather_until_done
+from videogen_async._waiting._polling import PollPolicy
+from videogen_async._waiting._schedule import (
     ClassModel,
     FinishSketch,
     FinishTimeStats,

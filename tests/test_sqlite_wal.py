@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from videogen_async._cli import _journal
-from videogen_async._sqlite_wal import enter_wal, is_busy
+from videogen_async._ledger._sqlite_wal import enter_wal, is_busy
 
 
 @contextlib.contextmanager

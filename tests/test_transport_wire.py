@@ -29,7 +29,7 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def fake_sleep(delay: float, *args: Any, **kwargs: Any) -> None:
         slept.append(delay)
 
-    monkeypatch.setattr("videogen_async._transport.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("videogen_async._http._transport.asyncio.sleep", fake_sleep)
     return slept
 
 

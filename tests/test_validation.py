@@ -8,7 +8,7 @@ import pytest
 from aioresponses import aioresponses
 
 from videogen_async import AsyncVideoGen, InvalidRequestError
-from videogen_async._validation import (
+from videogen_async._contract._validation import (
     validate_project_request,
     validate_task_request,
     validate_videos_request,

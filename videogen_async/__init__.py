@@ -5,8 +5,7 @@ Start with :class:`AsyncVideoGen`; try everything offline against
 """
 
 from ._client import AsyncVideoGen
-from ._download import DownloadResult
-from ._enums import (
+from ._contract._enums import (
     AspectRatio,
     FunctionMode,
     Model,
@@ -17,7 +16,7 @@ from ._enums import (
     SpeechLanguage,
     TaskStatus,
 )
-from ._exceptions import (
+from ._contract._exceptions import (
     AmbiguousCreateError,
     APIConnectionError,
     APIResponseError,
@@ -43,11 +42,8 @@ from ._exceptions import (
     VideoGenError,
     WaitTimeoutError,
 )
-from ._gather import GatherProgress, GatherResults, gather_until_done
-from ._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
-from ._ledger import Ledger, LedgerEntry
-from ._meta import ResponseInfo
-from ._models import (
+from ._contract._meta import ResponseInfo
+from ._contract._models import (
     Billing,
     CreatedProject,
     CreatedTask,
@@ -58,12 +54,16 @@ from ._models import (
     TaskResult,
     VideoBatch,
 )
-from ._polling import PollPolicy
-from ._raw import HTTPRequestInfo, RawResponse
-from ._retry import RetryPolicy
-from ._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
-from ._transport import Timeout
+from ._download import DownloadResult
+from ._http._retry import RetryPolicy
+from ._http._transport import Timeout
+from ._ledger import Ledger, LedgerEntry
+from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
+from ._resources._raw import HTTPRequestInfo, RawResponse
 from ._version import __version__
+from ._waiting._gather import GatherProgress, GatherResults, gather_until_done
+from ._waiting._polling import PollPolicy
+from ._waiting._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 
 __all__ = [
     "APIConnectionError",

@@ -13,20 +13,20 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from ._closing import AsyncClosing
-from ._credits import Credits
+from ._contract._closing import AsyncClosing
+from ._contract._exceptions import ConfigurationError
 from ._download import DownloadCalls, GetTask
-from ._exceptions import ConfigurationError
-from ._hooks import EventHook, EventHooks
-from ._logging import configure_from_env
-from ._pacing import Pacing
-from ._polling import DEFAULT_POLICY, PollPolicy, TaskSource
-from ._projects import Projects
-from ._raw import RawResponseClient
-from ._retry import RetryPolicy
-from ._schedule import FinishTimeMemory, InMemoryFinishTimes
-from ._tasks import Tasks
-from ._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
+from ._http._pacing import Pacing
+from ._http._retry import RetryPolicy
+from ._http._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
+from ._observe._hooks import EventHook, EventHooks
+from ._observe._logging import configure_from_env
+from ._resources._credits import Credits
+from ._resources._projects import Projects
+from ._resources._raw import RawResponseClient
+from ._resources._tasks import Tasks
+from ._waiting._polling import DEFAULT_POLICY, PollPolicy, TaskSource
+from ._waiting._schedule import FinishTimeMemory, InMemoryFinishTimes
 
 __all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
 

@@ -285,7 +285,7 @@ def test_crash_a_dropped_connection_after_the_create_took_effect(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from videogen_async._tasks import Tasks
+    from videogen_async._resources._tasks import Tasks
 
     real_create = Tasks.create
     calls = 0

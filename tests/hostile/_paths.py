@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from videogen_async import AsyncVideoGen
-from videogen_async._polling import PollPolicy
+from videogen_async._waiting._polling import PollPolicy
 
 from ._server import HostileServer
 

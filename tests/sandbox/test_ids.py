@@ -15,7 +15,7 @@ import pytest
 import yarl
 
 from videogen_async import AsyncVideoGen, InvalidRequestError
-from videogen_async._validation import check_id
+from videogen_async._contract._validation import check_id
 from videogen_async.testing import SandboxServer
 
 BAD_IDS = [

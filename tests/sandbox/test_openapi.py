@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from videogen_async._exceptions import InvalidRequestError
-from videogen_async._validation import (
+from videogen_async._contract._exceptions import InvalidRequestError
+from videogen_async._contract._validation import (
     ID_UNSAFE,
     check_id,
     validate_project_request,

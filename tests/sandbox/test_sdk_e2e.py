@@ -22,7 +22,7 @@ from videogen_async import (
     ServerError,
     TaskStatus,
 )
-from videogen_async._polling import PollPolicy
+from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import SandboxServer
 
 from .conftest import PRODUCT, REFERENCE, SCRIPT_READY, TASK_SECONDS, exact_options

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-from .._exceptions import (
+from .._contract._exceptions import (
     AmbiguousCreateError,
     APIConnectionError,
     AuthenticationError,
@@ -39,7 +39,7 @@ from .._exceptions import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._models import Task
+from .._contract._models import Task
 from ._batch_download import download_all, write_manifest
 from ._batch_input import InputLine, default_paths, read_input
 from ._batch_report import print_summary, redact_url

@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
-from .._exceptions import InvalidRequestError
-from .._validation import validate_task_request
+from .._contract._exceptions import InvalidRequestError
+from .._contract._validation import validate_task_request
 
 __all__ = ["InputLine", "default_paths", "read_input"]
 

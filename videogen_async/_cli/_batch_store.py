@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import attrs
 
-from .._exceptions import AmbiguousCreateError, VideoGenError
+from .._contract._exceptions import AmbiguousCreateError, VideoGenError
 from .._ledger import Ledger, LedgerEntry
 from ._common import describe_error
 from ._journal import (
@@ -42,8 +42,8 @@ from ._tasks import wait_for_ids
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
-    from .._exceptions import TaskPollError
-    from .._models import Task
+    from .._contract._exceptions import TaskPollError
+    from .._contract._models import Task
     from ._common import Context
 
 __all__ = [

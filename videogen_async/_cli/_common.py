@@ -28,7 +28,7 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._models import unstructure
+from .._contract._models import unstructure
 from ._ui import UI
 
 __all__ = [

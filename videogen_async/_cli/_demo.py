@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import AsyncVideoGen, PollPolicy, Task
-from .._models import unstructure
+from .._contract._models import unstructure
 from ..testing import SandboxServer
 from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, fmt_credits
 from ._projects import show_project

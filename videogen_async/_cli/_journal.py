@@ -57,7 +57,7 @@ from typing import IO, Any, TypeVar
 import anyio
 import attrs
 
-from .._sqlite_wal import enter_wal
+from .._ledger._sqlite_wal import enter_wal
 
 __all__ = [
     "ATTEMPTED",

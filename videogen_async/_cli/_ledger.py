@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from .._exceptions import LedgerError
+from .._contract._exceptions import LedgerError
 from .._ledger import Ledger, LedgerEntry
 from ._batch_report import redact_url
 from ._batch_store import is_old_journal

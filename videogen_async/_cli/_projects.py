@@ -16,8 +16,8 @@ from .. import (
     Task,
     WaitTimeoutError,
 )
-from .._models import unstructure
-from .._validation import validate_project_request, validate_videos_request
+from .._contract._models import unstructure
+from .._contract._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,

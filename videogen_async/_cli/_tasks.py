@@ -22,8 +22,8 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._models import unstructure
-from .._validation import validate_task_request
+from .._contract._models import unstructure
+from .._contract._validation import validate_task_request
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import anyio
 
-from .._exceptions import VideoGenError
-from .._models import ProjectTask, Task
-from .._transport import Transport
+from .._contract._exceptions import VideoGenError
+from .._contract._models import ProjectTask, Task
+from .._http._transport import Transport
 from . import _file
 from ._file import DEFAULT_ATTEMPTS, DEFAULT_CHUNK_SIZE, ProgressCallback
 from ._many import DownloadResult

@@ -18,10 +18,10 @@ from typing import BinaryIO
 
 import anyio
 
-from .._exceptions import APIConnectionError, DownloadError
-from .._redact import drop_locals
-from .._retry import RESUME_POLICY, retry_delay
-from .._transport import Transport
+from .._contract._exceptions import APIConnectionError, DownloadError
+from .._contract._redact import drop_locals
+from .._http._retry import RESUME_POLICY, retry_delay
+from .._http._transport import Transport
 from ._sources import (
     check_url,
     redact_url,

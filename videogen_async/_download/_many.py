@@ -6,7 +6,7 @@ from pathlib import Path
 
 import attrs
 
-from .._exceptions import VideoGenError
+from .._contract._exceptions import VideoGenError
 
 __all__ = ["DownloadResult"]
 

@@ -6,8 +6,8 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from .._exceptions import DownloadError
-from .._models import ProjectTask, Task
+from .._contract._exceptions import DownloadError
+from .._contract._models import ProjectTask, Task
 
 __all__ = [
     "DownloadSource",

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._closing import AsyncClosing
-from .._exceptions import InvalidRequestError, LedgerError
+from .._contract._closing import AsyncClosing
+from .._contract._exceptions import InvalidRequestError, LedgerError
 from ._creates import DEFAULT_CREATE_LEASE, LedgerCreates, PriceEstimate, _check_key
 from ._entry import LedgerEntry, entry_from_row
 from ._exit import ExitCloses
@@ -23,7 +23,7 @@ from ._store import NewEntry, Store, parse_url
 from ._watch import Watch
 
 if TYPE_CHECKING:
-    from .._polling import PollPolicy
+    from .._waiting._polling import PollPolicy
 
 __all__ = ["DEFAULT_CREATE_LEASE", "Ledger", "LedgerOpener"]
 

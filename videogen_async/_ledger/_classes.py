@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 
-from .._schedule import FinishTimeStats
+from .._waiting._schedule import FinishTimeStats
 from ._store import Store
 
 __all__ = ["LedgerFinishTimes", "class_text", "merge_stats"]

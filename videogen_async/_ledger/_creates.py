@@ -13,14 +13,14 @@ from typing import Any
 
 import anyio
 
-from .._exceptions import (
+from .._contract._exceptions import (
     AmbiguousCreateError,
     BudgetExceededError,
     InvalidRequestError,
     LedgerError,
     VideoGenError,
 )
-from .._validation import validate_task_request
+from .._contract._validation import validate_task_request
 from ._entry import LedgerEntry, entry_from_row
 from ._protocol import LedgerClient
 from ._store import CreateStart, Hold, NewEntry, Store

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from .._models import Task, structure, unstructure
+from .._contract._models import Task, structure, unstructure
 
 __all__ = [
     "OPEN_STATES",

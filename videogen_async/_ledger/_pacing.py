@@ -3,7 +3,7 @@
 The pause lives in the database (``videogen_ledger_pacing.pause_until``). A watcher polls
 through :func:`shared_source`: the client's own task source, whose 429s are reported to the
 ledger; before each round the watcher applies the ledger's pause to the client's own
-:class:`~videogen_async._pacing.Pacing` (``pause_until``), which holds every request of the
+:class:`~videogen_async._http._pacing.Pacing` (``pause_until``), which holds every request of the
 client, the gathers' polls included.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 import attrs
 
-from .._exceptions import RateLimitError
-from .._models import Task
-from .._polling import TaskSource, source_of
+from .._contract._exceptions import RateLimitError
+from .._contract._models import Task
+from .._waiting._polling import TaskSource, source_of
 
 __all__ = ["DEFAULT_PAUSE", "SharedPause", "shared_source"]
 

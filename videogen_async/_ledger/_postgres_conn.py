@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from .._exceptions import LedgerError
+from .._contract._exceptions import LedgerError
 from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
 from ._store import Row, Store, redact
 

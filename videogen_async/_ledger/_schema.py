@@ -31,7 +31,7 @@ to it; they only ever add. A ledger of a newer version than this SDK knows is re
 
 from __future__ import annotations
 
-from .._exceptions import LedgerError
+from .._contract._exceptions import LedgerError
 
 __all__ = [
     "APPLICATION",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._exceptions import LedgerError
+from .._contract._exceptions import LedgerError
 from ._sqlite_conn import _E
 from ._sqlite_watch import SQLiteWatchers
 from ._store import CreateStart, Hold, NewEntry, Row, reservation

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .._exceptions import LedgerError
-from .._sqlite_wal import enter_wal, is_busy
+from .._contract._exceptions import LedgerError
 from ._schema import MIGRATIONS, SCHEMA_VERSION, check_meta, create_statements
+from ._sqlite_wal import enter_wal, is_busy
 from ._store import Row, Store
 
 __all__ = ["SQLiteConnection"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from .._exceptions import LedgerError
+from .._contract._exceptions import LedgerError
 
 __all__ = [
     "CreateStart",

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .._exceptions import TaskPollError
-from .._gather import GatherResults, gather_until_done
+from .._contract._exceptions import TaskPollError
+from .._waiting._gather import GatherResults, gather_until_done
 from ._classes import LedgerFinishTimes
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._exit import ExitCloses
@@ -36,8 +36,8 @@ from ._store import Store
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-    from .._models import Task
-    from .._polling import PollPolicy
+    from .._contract._models import Task
+    from .._waiting._polling import PollPolicy
 
 __all__ = ["Signal", "Watch"]
 

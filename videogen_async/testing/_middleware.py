@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from .._exceptions import InvalidRequestError
+from .._contract._exceptions import InvalidRequestError
 from ._faults import FaultInjector
 from ._render import envelope_response
 from ._simulation import SandboxError

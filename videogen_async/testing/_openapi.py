@@ -5,8 +5,8 @@ as ``docs/openapi.json`` (``python -m videogen_async.testing --write-openapi doc
 regenerates it; a test checks that the two are equal).
 
 Every request and response schema and every service path is generated from the statement of
-the service (:mod:`videogen_async._service`), the same statement the request checks of
-:mod:`videogen_async._validation` are derived from (JSON Schema 2020-12 can say all its
+the service (:mod:`videogen_async._contract._service`), the same statement the request checks of
+:mod:`videogen_async._contract._validation` are derived from (JSON Schema 2020-12 can say all its
 rules, including the cross-field ones), so a request that fits the schema is accepted and one
 that does not is answered 400. Control endpoints under ``/_sandbox/`` are not part of the
 service and are left out.
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._service import ENDPOINTS, Endpoint
+from .._contract._service import ENDPOINTS, Endpoint
 from ._schemas import ID_PATTERN, component_schemas, ref
 
 __all__ = ["build_openapi", "openapi_json", "write_openapi"]

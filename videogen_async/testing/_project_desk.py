@@ -1,7 +1,7 @@
 """A project's life at the service's desk: creation, its batches of video tasks, early failure.
 
 Defaults of a project's inputs come from the statement of the service
-(:data:`videogen_async._service.PROJECT_REQUEST`).
+(:data:`videogen_async._contract._service.PROJECT_REQUEST`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._enums import ProjectStep
-from .._service import PROJECT_REQUEST
+from .._contract._enums import ProjectStep
+from .._contract._service import PROJECT_REQUEST
 from ._config import sample_duration
 from ._simulation import (
     EV_PROJECT_FAIL,

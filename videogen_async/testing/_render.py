@@ -1,7 +1,7 @@
 """The sandbox's JSON: the envelope, and every object of the service as the statement shapes it.
 
 Each answer is built from a table of producers keyed by field name; the table is checked
-against the shape of :mod:`videogen_async._service` when this module is imported, and the
+against the shape of :mod:`videogen_async._contract._service` when this module is imported, and the
 answer lists the fields in the statement's order. A field added to a shape without its
 producer (or the other way round) fails at import, in every test.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .._service import SHAPES
+from .._contract._service import SHAPES
 from ._billing import Wallet
 from ._clock import SandboxClock
 from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, iso, num

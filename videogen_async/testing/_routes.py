@@ -63,8 +63,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from .._exceptions import InvalidRequestError
-from .._validation import (
+from .._contract._exceptions import InvalidRequestError
+from .._contract._validation import (
     check_id,
     validate_project_request,
     validate_task_request,

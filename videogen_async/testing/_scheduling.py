@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._enums import ProjectStatus
+from .._contract._enums import ProjectStatus
 from ._config import Duration, sample_duration
 from ._simulation import (
     DEFAULT_MODEL,

@@ -1,6 +1,6 @@
 """JSON Schemas of the service's bodies and shapes, generated from its statement.
 
-Each field type of :mod:`videogen_async._service` has one schema here; the OpenAPI document
+Each field type of ``_contract._service`` has one schema here; the OpenAPI document
 (:mod:`videogen_async.testing._openapi`) assembles them.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
-from .._validation import ID_UNSAFE
+from .._contract._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
+from .._contract._validation import ID_UNSAFE
 
 __all__ = ["ID_PATTERN", "NON_BLANK", "component_schemas", "ref"]
 

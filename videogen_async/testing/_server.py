@@ -3,7 +3,7 @@
 The sandbox answers every endpoint of the service spec with the spec's envelope
 ``{code, trace_id, message, data}`` (a fresh ``trace_id`` per response, also sent as the
 ``X-Trace-Id`` header) and checks requests with the same rule functions the client uses
-(:mod:`videogen_async._validation`).
+(:mod:`videogen_async._contract._validation`).
 
 The service's behaviour where the spec says "not shown" is described in
 :mod:`videogen_async.testing._routes`; the methods tests use to read and steer the
@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from .._client import AsyncVideoGen
-from .._closing import AsyncClosing
+from .._contract._closing import AsyncClosing
 from ._clock import SandboxClock
 from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
 from ._console import add_console

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .._enums import ProjectStatus, ProjectStep, TaskStatus
+from .._contract._enums import ProjectStatus, ProjectStep, TaskStatus
 
 __all__ = [
     "Batch",

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._enums import ProjectMode
+from .._contract._enums import ProjectMode
 from ._billing import Wallet
 from ._clock import SandboxClock
 from ._config import Duration, Pricing, ProjectTiming, check_duration, check_rate, sample_duration

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .._exceptions import InvalidRequestError
-from .._validation import validate_task_request
+from .._contract._exceptions import InvalidRequestError
+from .._contract._validation import validate_task_request
 from ._clock import SandboxClock
 from ._config import Duration, check_duration
 from ._faults import FaultInjector

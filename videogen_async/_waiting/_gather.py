@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .._contract._exceptions import TaskPollError
+from .._contract._models import Task
+from .._contract._validation import check_id
 from ._classes import ClassState, IdState
 from ._coordinator import _Coordinator, _Fatal, _Item
-from ._exceptions import TaskPollError
-from ._models import Task
 from ._polling import PollingClient, PollPolicy, TaskSource, _policy_of, source_of
 from ._progress import GatherProgress
 from ._schedule import FinishTimeMemory
-from ._validation import check_id
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream

@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
+from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
+from .._contract._models import Task
+from .._http._pacing import Pacing, paced
+from .._http._retry import error_delay, is_transient, retry_after_of
+from .._observe._spans import observe_gather
 from ._classes import BatchSchedule, ClassState, IdState
 from ._due import DueHeap
-from ._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
-from ._models import Task
-from ._observe import observe_gather
-from ._pacing import Pacing, paced
 from ._policy import PollPolicy
 from ._polling import TaskSource
 from ._progress import GatherCounts, GatherProgress, ProgressReporter
-from ._retry import error_delay, is_transient, retry_after_of
 from ._schedule import FinishTimeMemory
 
 if TYPE_CHECKING:

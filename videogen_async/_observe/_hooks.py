@@ -25,8 +25,8 @@ from typing import Any, Literal, Union
 
 import attrs
 
-from ._exceptions import APIStatusError, ConfigurationError
-from ._redact import redact_text, redact_value
+from .._contract._exceptions import APIStatusError, ConfigurationError
+from .._contract._redact import redact_text, redact_value
 
 __all__ = [
     "EVENT_NAMES",

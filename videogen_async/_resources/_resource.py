@@ -14,14 +14,14 @@ from typing import Any, TypeVar
 
 import cattrs
 
-from ._exceptions import APIResponseError
-from ._jsonbody import clip, short_repr
-from ._meta import RESPONSE_SLOT
-from ._models import structure_lenient
-from ._polling import PollPolicy
-from ._redact import scrub_exception
-from ._retry import RetryPolicy
-from ._transport import Response, Transport
+from .._contract._exceptions import APIResponseError
+from .._contract._meta import RESPONSE_SLOT
+from .._contract._models import structure_lenient
+from .._contract._redact import scrub_exception
+from .._http._jsonbody import clip, short_repr
+from .._http._retry import RetryPolicy
+from .._http._transport import Response, Transport
+from .._waiting._polling import PollPolicy
 
 __all__ = ["Resource"]
 

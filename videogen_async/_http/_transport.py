@@ -32,7 +32,12 @@ import aiohttp
 import anyio
 from yarl import URL
 
-from . import _otel
+from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
+from .._contract._meta import ResponseInfo
+from .._contract._redact import drop_locals, register_secret
+from .._observe import _otel
+from .._observe._hooks import EventHooks
+from .._observe._spans import RequestObserver
 from ._envelope import EXCERPT_CHARS as _EXCERPT
 from ._envelope import Response, make_status_error, user_agent
 from ._envelope import connection_error as _connection_error
@@ -40,12 +45,7 @@ from ._envelope import decode as _decode
 from ._envelope import describe as _describe
 from ._envelope import excerpt as _excerpt
 from ._envelope import url_path as _url_path
-from ._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
-from ._hooks import EventHooks
-from ._meta import ResponseInfo
-from ._observe import RequestObserver
 from ._pacing import Pacing
-from ._redact import drop_locals, register_secret
 from ._retry import RETRYABLE_STATUSES, RetryPolicy, next_delay
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 

@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
+from .._contract._exceptions import APIStatusError, WaitTimeoutError
+from .._contract._models import Project, Task
 from . import _otel
-from ._exceptions import APIStatusError, WaitTimeoutError
 from ._hooks import EventHooks, PollEvent, RequestEvent, response_event, retry_event
-from ._models import Project, Task
 
 __all__ = ["GatherWatch", "RequestObserver", "observe_gather", "poll_event", "wait_span"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from ._version import __version__
+from .._version import __version__
 
 __all__ = ["ENABLED", "SpanLike", "client_span", "recording", "span"]
 

@@ -14,8 +14,8 @@ from typing import Generic, ParamSpec, TypeVar
 
 import attrs
 
+from .._contract._meta import HasResponse, ResponseInfo
 from ._credits import Credits
-from ._meta import HasResponse, ResponseInfo
 from ._projects import Projects
 from ._tasks import Tasks
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from ._exceptions import TaskPollError
+from .._contract._exceptions import TaskPollError
 
 if TYPE_CHECKING:
-    from ._models import Task
+    from .._contract._models import Task
 
 __all__ = ["GatherCounts", "GatherProgress", "ProgressReporter"]
 

@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Callable
 
-from ._models import Task
+from .._contract._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
 from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay, overdue_after
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import aiohttp
 import attrs
 
-from ._exceptions import (
+from .._contract._exceptions import (
     CODE_INSUFFICIENT_CREDITS,
     CODE_MEDIA_STORAGE,
     APIConnectionError,
@@ -29,12 +29,12 @@ from ._exceptions import (
     ServerError,
     status_error_class,
 )
+from .._contract._meta import ResponseInfo
+from .._contract._redact import scrub_exception
+from .._version import __version__
 from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
 from ._jsonbody import excerpt as _body_excerpt
-from ._meta import ResponseInfo
-from ._redact import scrub_exception
 from ._retry import parse_retry_after
-from ._version import __version__
 
 __all__ = [
     "CODE_INSUFFICIENT_CREDITS",

@@ -22,14 +22,14 @@ from email.utils import parsedate_to_datetime
 
 import attrs
 
-from ._exceptions import (
+from .._contract._exceptions import (
     APIConnectionError,
     APIResponseError,
     APIStatusError,
     RateLimitError,
     ServerError,
 )
-from ._policy import DEFAULT_POLICY, PollPolicy
+from .._waiting._policy import DEFAULT_POLICY, PollPolicy
 
 __all__ = [
     "DEFAULT_BACKOFF",

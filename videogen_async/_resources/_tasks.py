@@ -8,16 +8,23 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
-from ._enums import FunctionMode, Model, Ratio
-from ._exceptions import WaitTimeoutError
-from ._gather import GatherResults, gather_until_done
-from ._models import CreatedTask, Task
-from ._polling import PollPolicy, TaskSource, UpdateCallback, on_read, poll_until, wait_on_source
+from .._contract._enums import FunctionMode, Model, Ratio
+from .._contract._exceptions import WaitTimeoutError
+from .._contract._models import CreatedTask, Task
+from .._contract._validation import as_url_list, check_id, validate_task_request
+from .._http._retry import NO_RETRY
+from .._http._transport import Transport
+from .._waiting._gather import GatherResults, gather_until_done
+from .._waiting._polling import (
+    PollPolicy,
+    TaskSource,
+    UpdateCallback,
+    on_read,
+    poll_until,
+    wait_on_source,
+)
+from .._waiting._schedule import FinishTimeMemory
 from ._resource import Resource
-from ._retry import NO_RETRY
-from ._schedule import FinishTimeMemory
-from ._transport import Transport
-from ._validation import as_url_list, check_id, validate_task_request
 
 __all__ = ["Tasks"]
 

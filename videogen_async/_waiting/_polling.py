@@ -27,11 +27,19 @@ from typing import Protocol, TypeVar, Union
 import anyio
 import attrs
 
-from ._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
-from ._hooks import EventHooks
-from ._models import Project, Task
-from ._observe import end_wait, poll_event, wait_span
-from ._pacing import Pacing
+from .._contract._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
+from .._contract._models import Project, Task
+from .._http._pacing import Pacing
+from .._http._retry import (
+    aimd_decrease,
+    aimd_increase,
+    error_delay,
+    is_transient,
+    rate_limit_pause,
+    recovered_rate,
+)
+from .._observe._hooks import EventHooks
+from .._observe._spans import end_wait, poll_event, wait_span
 from ._policy import (
     DEFAULT_POLICY,
     FinishWindow,
@@ -42,14 +50,6 @@ from ._policy import (
     growth_interval,
     probe_count,
     sparse_interval,
-)
-from ._retry import (
-    aimd_decrease,
-    aimd_increase,
-    error_delay,
-    is_transient,
-    rate_limit_pause,
-    recovered_rate,
 )
 from ._schedule import FinishTimeMemory
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._models import CreditBalance
+from .._contract._models import CreditBalance
 from ._resource import Resource
 
 __all__ = ["Credits"]

@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from urllib.parse import quote
 
-from ._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
-from ._exceptions import ProjectFailedError, WaitTimeoutError
-from ._models import CreatedProject, Project, Task, VideoBatch
-from ._observe import end_wait, wait_span
-from ._polling import PollPolicy, UpdateCallback, on_read, poll_until
-from ._resource import Resource
-from ._retry import NO_RETRY
-from ._transport import Transport
-from ._validation import (
+from .._contract._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
+from .._contract._exceptions import ProjectFailedError, WaitTimeoutError
+from .._contract._models import CreatedProject, Project, Task, VideoBatch
+from .._contract._validation import (
     as_url_list,
     check_id,
     validate_project_request,
     validate_videos_request,
 )
+from .._http._retry import NO_RETRY
+from .._http._transport import Transport
+from .._observe._spans import end_wait, wait_span
+from .._waiting._polling import PollPolicy, UpdateCallback, on_read, poll_until
+from ._resource import Resource
 
 __all__ = ["Projects"]
 

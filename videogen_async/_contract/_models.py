@@ -395,7 +395,7 @@ def structure_task(data: Any) -> Task:
     A hand-written parser for the answer every poll decodes; it gives exactly what
     :func:`structure` gives (a property test holds them equal) and hands anything unusual
     (a wrong type, an odd number) to it. It builds ``Task`` and ``TaskResult`` by position,
-    in the order of their shapes in :mod:`videogen_async._service` (``tests/test_models.py``
+    in the order of their shapes in ``_contract._service`` (``tests/test_models.py``
     holds the models and this parser to the statement).
 
     Args:

@@ -1,4 +1,4 @@
-"""The service's request rules, derived from the statement in :mod:`videogen_async._service`.
+"""The service's request rules, derived from the statement in ``_contract._service``.
 
 The same functions check a request on both sides of the wire: the client runs them on the
 body it is about to send (so that no credit is spent on a request we know is invalid) and the
@@ -198,7 +198,7 @@ def check_body(spec: Body, body: Mapping[str, Any]) -> dict[str, Any]:
     """Check a request body against its statement and return the body to send.
 
     Args:
-        spec: The body's statement (from :mod:`videogen_async._service`).
+        spec: The body's statement (from :mod:`~videogen_async._contract._service`).
         body: The JSON body; ``None`` values count as omitted.
 
     Returns:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ._redact import RedactingFilter
+from .._contract._redact import RedactingFilter
 
 __all__ = ["configure_from_env", "logger"]
 

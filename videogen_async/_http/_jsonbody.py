@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ._redact import redact_text
+from .._contract._redact import redact_text
 
 __all__ = ["MAX_DEPTH", "clip", "decode_json", "excerpt", "nested_too_deep", "short_repr"]
 

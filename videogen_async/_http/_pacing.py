@@ -29,8 +29,8 @@ from typing import TypeVar
 
 import anyio
 
-from ._exceptions import RateLimitError
-from ._policy import PollPolicy
+from .._contract._exceptions import RateLimitError
+from .._waiting._policy import PollPolicy
 from ._retry import aimd_decrease, aimd_increase, rate_limit_pause, recovered_rate
 
 __all__ = ["Pacing", "paced"]

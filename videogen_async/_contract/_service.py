@@ -3,12 +3,12 @@
 This module is the table to hold against the service interface document. Everything else is
 derived from it:
 
-* the client's request checks (:mod:`videogen_async._validation`), which the sandbox runs on
+* the client's request checks (``_contract._validation``), which the sandbox runs on
   the bodies it receives;
 * the OpenAPI document (:mod:`videogen_async.testing._openapi`, kept as ``docs/openapi.json``);
 * the sandbox's JSON answers (:mod:`videogen_async.testing._render` takes its field names
   from the shapes below);
-* the response models (:mod:`videogen_async._models`; a test holds every attrs class and the
+* the response models (``_contract._models``; a test holds every attrs class and the
   fast ``Task`` parser to the shapes below).
 
 Adding an optional request field is one line in a ``Body`` below (and its test).
@@ -24,7 +24,7 @@ Field types (``Field.type``):
 ``urls``       a list of ``url``, ``min_items`` to ``max_items`` long
 ``enum``       one of the values of ``choices``
 ``resolution`` a positive integer or a non-blank string (720, 1080, "1080p", ...)
-``id``         an identifier: one path segment (see :func:`~videogen_async._validation.check_id`)
+``id``         an identifier: one path segment (see ``_validation.check_id``)
 ``datetime``   an ISO 8601 date-time
 ``ids``        a list of ``id``
 ``<Shape>``    an object of that shape; ``[<Shape>]`` a list of them

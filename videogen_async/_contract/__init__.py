@@ -1,0 +1,1 @@
+"""_contract: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""_http: see docs/architecture.md."""

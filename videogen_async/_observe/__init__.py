@@ -1,0 +1,1 @@
+"""_observe: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""_resources: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""_waiting: see docs/architecture.md."""
