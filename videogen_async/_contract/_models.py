@@ -7,23 +7,23 @@ Parsing is lenient where the service may grow and strict where it matters:
 * dates are timezone-aware (``Z``, offsets, any number of fractional digits; a date without
   an offset is taken as UTC), and ``null`` where the service may leave them out;
 * a missing identifier (``task_id``, ``project_id``) is a malformed response.
+
+Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
 
-from ._dates import format_datetime, parse_datetime
+from ._dates import parse_datetime
 from ._enums import (
     TERMINAL_PROJECT_STATUSES,
     TERMINAL_TASK_STATUSES,
-    FunctionMode,
     Model,
     ProjectMode,
     ProjectStatus,
@@ -31,6 +31,7 @@ from ._enums import (
     TaskStatus,
 )
 from ._meta import HasResponse
+from ._serial import Serializable, converter
 
 __all__ = [
     "Billing",
@@ -48,7 +49,7 @@ _T = TypeVar("_T")
 
 
 @attrs.frozen
-class CreditBalance(HasResponse):
+class CreditBalance(HasResponse, Serializable):
     """The API credit balance of the authenticated user.
 
     Attributes:
@@ -61,7 +62,7 @@ class CreditBalance(HasResponse):
 
 
 @attrs.frozen
-class CreatedTask(HasResponse):
+class CreatedTask(HasResponse, Serializable):
     """A direct video task as returned at creation.
 
     Attributes:
@@ -78,7 +79,7 @@ class CreatedTask(HasResponse):
 
 
 @attrs.frozen
-class TaskResult:
+class TaskResult(Serializable):
     """The outcome of a finished task.
 
     Attributes:
@@ -93,7 +94,7 @@ class TaskResult:
 
 
 @attrs.frozen
-class Task(HasResponse):
+class Task(HasResponse, Serializable):
     """A video task as returned by the status query.
 
     Attributes:
@@ -159,7 +160,7 @@ def _task_is_terminal(status: str | None, result: TaskResult | None) -> bool:
 
 
 @attrs.frozen
-class ProjectTask:
+class ProjectTask(Serializable):
     """One video task as listed inside a project.
 
     The service documents only ``credits_cost`` for these elements; the other fields are read
@@ -190,7 +191,7 @@ class ProjectTask:
 
 
 @attrs.frozen
-class Billing:
+class Billing(Serializable):
     """Credits a project has cost so far.
 
     Attributes:
@@ -205,7 +206,7 @@ class Billing:
 
 
 @attrs.frozen
-class CreatedProject(HasResponse):
+class CreatedProject(HasResponse, Serializable):
     """A viral ad clone project as returned at creation.
 
     Attributes:
@@ -226,7 +227,7 @@ class CreatedProject(HasResponse):
 
 
 @attrs.frozen
-class Project(HasResponse):
+class Project(HasResponse, Serializable):
     """A viral ad clone project.
 
     Attributes:
@@ -281,7 +282,7 @@ class Project(HasResponse):
 
 
 @attrs.frozen
-class VideoBatch(HasResponse):
+class VideoBatch(HasResponse, Serializable):
     """The answer to ``client.projects.create_videos``.
 
     Attributes:
@@ -298,48 +299,9 @@ class VideoBatch(HasResponse):
 
 
 # --------------------------------------------------------------------------------------------
-# The converter
+# Parsing (by the converter of ``_serial``)
 # --------------------------------------------------------------------------------------------
 
-
-def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
-    def structure(value: Any, _type: Any) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string for {enum_cls.__name__}, got {value!r}")  # noqa: TRY004
-        try:
-            return enum_cls(value)
-        except ValueError:
-            return value
-
-    return structure
-
-
-def _number(value: Any, _type: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
-    try:
-        return float(value)
-    except OverflowError as exc:  # an integer beyond the largest float
-        raise ValueError("expected a number, got one beyond the float range") from exc
-
-
-def _make_converter() -> cattrs.Converter:
-    converter = cattrs.Converter(forbid_extra_keys=False)
-    converter.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
-    converter.register_unstructure_hook(datetime, format_datetime)
-    converter.register_structure_hook(float, _number)
-    for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
-        hook = _enum_or_str(enum_cls)
-        converter.register_structure_hook(Union[enum_cls, str], hook)  # noqa: UP007
-        converter.register_structure_hook(Union[enum_cls, str, None], hook)  # noqa: UP007
-    return converter
-
-
-_converter = _make_converter()
 
 for _cls in (
     CreditBalance,
@@ -375,7 +337,7 @@ def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
     # ``null`` for a list or an object the service documents as always present is read as
     # empty, not as a parse failure.
     cleaned = {k: v for k, v in data.items() if v is not None or k not in _EMPTY_WHEN_NULL}
-    return _converter.structure(cleaned, cls)
+    return converter.structure(cleaned, cls)
 
 
 _TASK_STATUS = {m.value: m for m in TaskStatus}
@@ -474,7 +436,7 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
         if value is None and field.name in _EMPTY_WHEN_NULL:
             continue
         try:
-            _converter.structure(value, field.type)
+            converter.structure(value, field.type)
         except (cattrs.BaseValidationError, TypeError, ValueError, KeyError):
             if field.default is attrs.NOTHING:
                 raise original from None
@@ -483,12 +445,12 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
         kept[field.name] = value
     if any(f.default is attrs.NOTHING and f.name not in kept for f in attrs.fields(cls)):  # type: ignore[arg-type]
         raise original
-    return _converter.structure(kept, cls), dropped
+    return converter.structure(kept, cls), dropped
 
 
 def unstructure(value: Any) -> Any:
     """Turn a model back into JSON-ready data (dates as ISO 8601 strings)."""
-    return _converter.unstructure(value)
+    return converter.unstructure(value)
 
 
 _EMPTY_WHEN_NULL = frozenset({"task_ids", "tasks", "billing"})
