@@ -337,3 +337,33 @@ async def test_raw_responses_and_results_pickle_without_an_echoed_key(
     assert back_raw.parse() == raw.parse()
     assert back_raw.status_code == 200
     assert repr(back_raw) == repr(raw)
+
+
+async def _echoing_results(server: HostileServer, request: web.Request) -> web.StreamResponse:
+    """A task and a project whose texts echo the request's key."""
+    key = request.headers.get("Authorization", "").split()[-1]
+    if request.path == "/v1/tasks":
+        data: dict[str, Any] = {
+            "task_id": request.query["task_id"],
+            "status": "failed",
+            "model": f"model-{key}",
+            "result": {"video_url": f"https://cdn.example.com/{key}.mp4", "error_message": key},
+        }
+    else:
+        data = {"project_id": "p-1", "status": "running", "view_script": f"0-5s: {key}"}
+    return web.json_response({"code": 200, "trace_id": "tr", "message": None, "data": data})
+
+
+async def test_results_never_hold_a_key_the_service_echoes_in_their_fields() -> None:
+    async for server in serve():
+        server.api = _echoing_results
+        async with vg.AsyncVideoGen(KEY, server.base_url) as client:
+            task = await client.tasks.get("t-1")
+            project = await client.projects.get("p-1")
+    assert task.error_message == REDACTED
+    assert task.video_url == f"https://cdn.example.com/{REDACTED}.mp4"
+    assert project.view_script == f"0-5s: {REDACTED}"
+    timeout = vg.WaitTimeoutError("still running", last=task, pending=["t-1"])
+    texts = [repr(task), repr(project), task.to_json(), project.to_json()]
+    texts += [pickle.dumps(v).decode("latin-1") for v in (task, project, timeout)]
+    assert_no_key([("result", text) for text in texts])

@@ -6,7 +6,9 @@ Parsing is lenient where the service may grow and strict where it matters:
 * an enum value the SDK does not know yet is kept as its plain string;
 * dates are timezone-aware (``Z``, offsets, any number of fractional digits; a date without
   an offset is taken as UTC), and ``null`` where the service may leave them out;
-* a missing identifier (``task_id``, ``project_id``) is a malformed response.
+* a missing identifier (``task_id``, ``project_id``) is a malformed response;
+* a text that holds an API key (a hostile service's echo) reads ``<redacted>``, so no model's
+  repr, pickle or ``to_dict()`` carries it.
 
 Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
 """
@@ -31,6 +33,7 @@ from ._enums import (
     TaskStatus,
 )
 from ._meta import HasResponse
+from ._redact import contains_secret, redact_value
 from ._serial import Serializable, converter
 
 __all__ = [
@@ -337,7 +340,7 @@ def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
     # ``null`` for a list or an object the service documents as always present is read as
     # empty, not as a parse failure.
     cleaned = {k: v for k, v in data.items() if v is not None or k not in _EMPTY_WHEN_NULL}
-    return converter.structure(cleaned, cls)
+    return converter.structure(redact_value(cleaned), cls)
 
 
 _TASK_STATUS = {m.value: m for m in TaskStatus}
@@ -391,6 +394,11 @@ def structure_task(data: Any) -> Task:
         model = data.get("model")
         if model is not None and type(model) is not str:
             raise ValueError("unusual")  # noqa: TRY301
+        texts = [task_id, status, model or ""]
+        if result is not None:
+            texts += (result.video_url or "", result.error_message or "")
+        if contains_secret("\0".join(texts)):  # one search: NUL never joins two parts of a key
+            raise ValueError("unusual")  # noqa: TRY301  # an echoed key: redacted by structure()
         return Task(
             task_id,
             _TASK_STATUS.get(status, status),
@@ -427,6 +435,7 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
         return structure(data, cls), []
     except cattrs.BaseValidationError as exc:
         original = exc
+    data = redact_value(data)
     dropped: list[str] = []
     kept: dict[str, Any] = {}
     for field in attrs.fields(cls):  # type: ignore[arg-type]
