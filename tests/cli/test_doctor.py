@@ -149,3 +149,13 @@ def test_against_a_service_that_answers_otherwise_each_difference_is_reported(
     for text in (run.out, run.err, human.out, human.err):
         assert KEY not in text
         assert "vg-doctor-wrong-" not in text  # the wrong key, echoed in the 403's message
+
+
+def test_a_bad_task_id_is_refused_before_anything_is_sent(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run]
+) -> None:
+    before = len(sandbox.call(lambda: sandbox.srv.request_log))
+    run = cli("doctor", "--task-id", "../credits")
+    assert run.code == 2, run
+    assert "TASK_ID: must not contain" in run.err
+    assert len(sandbox.call(lambda: sandbox.srv.request_log)) == before
