@@ -36,6 +36,12 @@ Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``N
 do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
 whose request may have reached the service: such a call may have created a task and charged
 credits, so it is never retried automatically. No error text ever contains the API key.
+
+Every error pickles (to another process, a Celery result backend, a Ray or Temporal worker)
+and unpickles to an error of the same class with the same attributes, rebuilt from its state
+rather than by calling its ``__init__`` again; a cause that is one of these errors travels as
+``__cause__``, a foreign one is left behind (its text is in the message). What is pickled is
+redacted as what is shown: no key.
 """
 
 from __future__ import annotations
@@ -126,6 +132,14 @@ class VideoGenError(Exception):
         self.path = path
         self.request_may_have_taken_effect = request_may_have_taken_effect
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # One rule for the whole tree: the class, its args and its state, never its __init__
+        # (whose signature differs by class), every text redacted as it is when shown.
+        state = {name: redact_value(value) for name, value in vars(self).items()}
+        if isinstance(self.__cause__, VideoGenError):
+            state["__cause__"] = self.__cause__
+        return (_rebuild, (type(self), self.args), state)
+
     def __str__(self) -> str:
         text = self.message
         if self.request_may_have_taken_effect and _MAY_HAVE_TAKEN_EFFECT.strip() not in text:
@@ -133,6 +147,13 @@ class VideoGenError(Exception):
         if self.trace_id:
             text += f" (trace_id={self.trace_id})"
         return redact_text(text)
+
+
+def _rebuild(cls: type[VideoGenError], args: tuple[Any, ...]) -> VideoGenError:
+    """An error of ``cls`` with ``args``, its ``__init__`` not called (pickle sets its state)."""
+    error = cls.__new__(cls)
+    error.args = args  # OSError's __new__ (under TimeoutError) leaves them out
+    return error
 
 
 class ConfigurationError(VideoGenError):
