@@ -287,6 +287,7 @@ class Tasks(Resource):
 
     def gather_until_done(
         self,
+        /,
         task_ids: Iterable[str],
         *,
         extra_headers: Headers | None = None,
