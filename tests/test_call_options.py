@@ -129,7 +129,8 @@ async def test_extra_body_goes_with_every_creating_call(recorder: tuple[Recorder
         await client.credits.get(extra_body={"x": 1})  # a GET sends it too, as given
     task, project, videos, credits = (r["body"] for r in rec.requests)
     assert task == {"prompt": "p", "duration": 6, **extra}
-    assert project["seed"] == 7 and project["note"] is None
+    assert project["seed"] == 7
+    assert project["note"] is None
     assert project["reference_video_url"] == "https://cdn.example.com/ad.mp4"
     assert videos == {"out_number": 2, **extra}
     assert credits == {"x": 1}
@@ -249,6 +250,6 @@ async def test_a_per_call_timeout_bounds_that_call(
 async def test_a_bad_timeout_is_refused(recorder: tuple[Recorder, str], timeout: Any) -> None:
     rec, base = recorder
     async with AsyncVideoGen(api_key=KEY, base_url=base) as client:
-        with pytest.raises(InvalidRequestError, match="^timeout: "):
+        with pytest.raises(InvalidRequestError, match=r"^timeout: "):
             await client.credits.get(timeout=timeout)
     assert rec.requests == []
