@@ -1,17 +1,17 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
 A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop running in one daemon thread of
-its own, reached through an anyio :class:`~anyio.from_thread.BlockingPortal`: each call is
-handed to that loop and the calling thread blocks until its answer. Nothing is implemented
-twice. Each blocking namespace declares, one line per call, which call of the async namespace
-it runs (``create = _blocking(Tasks.create)``), and takes that call's signature, types and
-docstring; the results, errors, retries, waits, pacing and the one connection pool that every
-thread shares are the async client's own.
+its own; each call is handed to that loop and the calling thread blocks until its answer.
+Nothing is implemented twice: each blocking namespace declares, one line per call, which call
+of the async namespace it runs (``create = _blocking(Tasks.create)``) and takes its signature,
+types and docstring, so results, errors, retries, waits, pacing and the one connection pool
+every thread shares are the async client's own.
 
-The loop's thread is started here rather than by ``start_blocking_portal``, so that it can be
-told to stop without being joined: by a finalizer when every handle on the client was dropped
-without ``close()`` (it may run on the loop's own thread), and never at all in a forked child,
-which has no such thread.
+A call is handed over with ``asyncio.run_coroutine_threadsafe``: one wake-up of each thread.
+An anyio blocking portal (``start_task_soon``) makes two round trips per call, which doubles
+the hand-off's cost (``bench/sync.py``). The loop's thread is this module's own, so that it can
+be told to stop without being joined: by a finalizer once every handle on the client is gone
+(it may run on the loop's own thread), and never in a forked child, which has no such thread.
 """
 
 from __future__ import annotations
@@ -24,14 +24,7 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from ._client import DEFAULT_CONNECTION_LIMIT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, AsyncVideoGen
@@ -136,17 +129,11 @@ class _Loop:
 
     def run(self, func: Callable[_P, Awaitable[_T]], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Await ``func(*args, **kwargs)`` on the loop and return its result here."""
-        result: _T = self._submit(functools.partial(func, *args, **kwargs))
+        result: _T = self.submit(functools.partial(func, *args, **kwargs))
         return result
 
-    def run_sync(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Call ``func(*args, **kwargs)`` on the loop (awaiting what it returns if awaitable)."""
-        result: _T = self._submit(functools.partial(func, *args, **kwargs))
-        return result
-
-    def _submit(self, job: Callable[[], Any]) -> Any:
-        # A task on the loop, its outcome handed back through a future: one wake-up of each
-        # thread per call (an anyio portal's start_task_soon makes two round trips).
+    def submit(self, job: Callable[[], Any]) -> Any:
+        """Run ``job`` on the loop (awaiting its result if awaitable); its outcome here."""
         self.check()
         future = asyncio.run_coroutine_threadsafe(_call(job), self._loop)
         self._calls.add(future)
@@ -160,14 +147,6 @@ class _Loop:
         except BaseException:
             future.cancel()  # e.g. Ctrl-C in this thread: the call stops on the loop too
             raise
-
-    def usable(self) -> bool:
-        """Whether a call could run now from this thread."""
-        try:
-            self.check()
-        except RuntimeError:
-            return False
-        return True
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""
@@ -220,8 +199,7 @@ class _Call(Generic[_P, _T]):
 
         @functools.wraps(target)
         def call(*args: Any, **kwargs: Any) -> Any:
-            # The portal awaits what the call returns when it is awaitable (a coroutine).
-            result = loop.run_sync(target, *args, **kwargs)
+            result = loop.submit(functools.partial(target, *args, **kwargs))
             return result if wrap is None else wrap(loop, result)
 
         obj.__dict__[self._name] = call  # found there from now on, before this descriptor
@@ -276,9 +254,9 @@ class BlockingIterator(_Namespace, Iterator[_T]):
         if self._done:
             return
         self._done = True
-        aclose = getattr(self._target, "aclose", None)
-        if aclose is not None and self._loop.usable():
-            self._loop.run(aclose)
+        aclose = getattr(self._iterator, "aclose", None)
+        if aclose is not None and not self._loop.closed and os.getpid() == self._loop.pid:
+            self._loop.submit(aclose)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -305,7 +283,8 @@ class BlockingGather(BlockingIterator[Task | TaskPollError]):
     def progress(self) -> GatherProgress:
         """A snapshot of the progress so far."""
         results: GatherResults = self._target
-        return self._loop.run_sync(lambda: results.progress)
+        progress: GatherProgress = self._loop.submit(lambda: results.progress)
+        return progress
 
 
 def _gathering(
@@ -388,20 +367,9 @@ class VideoGen(_Namespace):
     callbacks (``on_update``, ``on_progress``, event hooks) run on that loop's thread: keep
     them quick, and make no call of the client from them.
 
-    Args:
-        api_key: The API key; defaults to the ``VIDEOGEN_API_KEY`` environment variable.
-        base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``.
-        timeout: Per-attempt timeouts (see :class:`AsyncVideoGen`).
-        max_retries: Retries of a request after a transient failure.
-        connection_limit: The size of the client's connection pool.
-        poll_policy: The default poll policy of the waits and ``gather_until_done``.
-        default_headers: Extra headers sent with every request to the service.
-        allow_insecure_http: Allow a plain ``http://`` base URL to a host that is not
-            loopback.
-        max_body_size: The largest response body read, in bytes.
-        deadline: Seconds for a whole call, all its attempts included.
-        trust_env: Use the proxy the environment names.
-        event_hooks: Callables told of the client's events (see :class:`AsyncVideoGen`).
+    It takes the arguments of :class:`AsyncVideoGen` (their defaults and meaning), all but
+    ``session``: an ``aiohttp`` session belongs to an event loop, and this loop is the
+    client's own.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
