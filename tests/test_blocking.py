@@ -104,6 +104,7 @@ needs_proc = pytest.mark.skipif(
 @needs_proc
 def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
     threads = 20
+    others = set(_loop_threads())  # other clients' loops (a docs program keeps one)
     sent_from: set[int] = set()
     client = VideoGen(**_options(sandbox), event_hooks={"request": [lambda _: sent_from.add(
         threading.get_ident())]})  # fmt: skip
@@ -118,8 +119,7 @@ def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
 
     with ThreadPoolExecutor(threads) as pool:
         answers = list(pool.map(work, range(threads)))
-        assert len(_loop_threads()) == 1
-        (loop_thread,) = _loop_threads()
+        (loop_thread,) = set(_loop_threads()) - others
 
     assert len({task_id for task_id, *_ in answers}) == threads
     for number, (task_id, done, again, total) in enumerate(answers):
@@ -135,7 +135,7 @@ def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
 
     client.close()
     assert not loop_thread.is_alive()
-    assert _loop_threads() == []
+    assert set(_loop_threads()) <= others
     assert _sockets_to(port) == 0
     assert client.is_closed
     with pytest.raises(RuntimeError, match="this VideoGen client is closed"):
@@ -327,9 +327,10 @@ def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_droppe
     assert isinstance(result[0], RuntimeError)
     assert "closed while the call ran" in str(result[0])
 
+    others = set(_loop_threads())
     dropped = VideoGen(**_options(sandbox))
     dropped.credits.get()
-    (thread,) = _loop_threads()
+    (thread,) = set(_loop_threads()) - others
     view = dropped.with_options(max_retries=0)
     del dropped
     gc.collect()
