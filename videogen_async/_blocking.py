@@ -143,6 +143,8 @@ class _Loop:
         try:
             return future.result()
         except concurrent.futures.CancelledError:
+            if not self.closed:
+                raise
             raise RuntimeError("this VideoGen client was closed while the call ran") from None
         except BaseException:
             future.cancel()  # e.g. Ctrl-C in this thread: the call stops on the loop too
