@@ -1,9 +1,10 @@
 """videogen_async: the asyncio-first SDK for the video generation service.
 
-Start with :class:`AsyncVideoGen`; try everything offline against
-:class:`videogen_async.testing.SandboxServer`.
+Start with :class:`AsyncVideoGen` (or :class:`VideoGen`, its blocking form); try everything
+offline against :class:`videogen_async.testing.SandboxServer`.
 """
 
+from ._blocking import VideoGen
 from ._client import AsyncVideoGen
 from ._contract._enums import (
     AspectRatio,
@@ -126,6 +127,7 @@ __all__ = [
     "TaskStatus",
     "Timeout",
     "VideoBatch",
+    "VideoGen",
     "VideoGenError",
     "WaitTimeoutError",
     "__version__",
