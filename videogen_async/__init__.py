@@ -42,6 +42,8 @@ from ._contract._exceptions import (
     TaskPollError,
     VideoGenError,
     WaitTimeoutError,
+    WebhookDeliveryError,
+    WebhookVerificationError,
 )
 from ._contract._meta import ResponseInfo
 from ._contract._models import (
@@ -58,6 +60,7 @@ from ._contract._models import (
 from ._download import DownloadResult
 from ._http._retry import RetryPolicy
 from ._http._transport import Timeout
+from ._http._webhooks import Webhook, verify_webhook, webhook
 from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._resources._raw import HTTPRequestInfo, RawResponse
@@ -130,6 +133,11 @@ __all__ = [
     "VideoGen",
     "VideoGenError",
     "WaitTimeoutError",
+    "Webhook",
+    "WebhookDeliveryError",
+    "WebhookVerificationError",
     "__version__",
     "gather_until_done",
+    "verify_webhook",
+    "webhook",
 ]

@@ -29,8 +29,10 @@ The tree::
     │                                 database, newer schema, a file that is not a ledger)
     ├── AmbiguousCreateError          a ledger key whose earlier create may have taken effect,
     │                                 its id unknown (nothing was sent)
-    └── BudgetExceededError           a ledger create refused, before sending, because it could
-                                      pass ``max_credits``
+    ├── BudgetExceededError           a ledger create refused, before sending, because it could
+    │                                 pass ``max_credits``
+    ├── WebhookDeliveryError          a webhook receiver did not answer 2xx (retried later)
+    └── WebhookVerificationError      a webhook whose signature does not check (also a ValueError)
 
 Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``None`` where they
 do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
@@ -81,6 +83,8 @@ __all__ = [
     "TaskPollError",
     "VideoGenError",
     "WaitTimeoutError",
+    "WebhookDeliveryError",
+    "WebhookVerificationError",
     "status_error_class",
 ]
 
@@ -452,6 +456,22 @@ class BudgetExceededError(VideoGenError):
         self.spent = spent
         self.reserved = reserved
         self.max_credits = max_credits
+
+
+class WebhookDeliveryError(VideoGenError):
+    """A webhook receiver did not answer 2xx; a dispatch retries the delivery later.
+
+    The cause is an error status (``status_code`` is the receiver's), a redirect (never
+    followed), a timeout or no connection.
+    """
+
+
+class WebhookVerificationError(VideoGenError, ValueError):
+    """A webhook delivery that does not check; answer it with 400 and drop it.
+
+    The cause is a header missing, a timestamp out of tolerance, no matching signature, or a
+    body that is not JSON.
+    """
 
 
 #: Envelope codes of the service's business failures.
