@@ -11,10 +11,16 @@ Delivery is at least once: a terminal entry is marked delivered when its consume
 next one (or leaves the block without an exception). A watcher that dies between writing a
 terminal state and that moment leaves the entry, terminal and undelivered, to another watcher,
 which yields it again without polling.
+
+A database that does not answer is retried by the store (see ``_store``) while the gather goes
+on polling; the iteration raises ``LedgerError`` only when the store gives up. An entry whose
+id cannot be polled is marked ``unknown`` with the reason, never handed to the gather.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
 import os
@@ -25,12 +31,16 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .._contract._exceptions import TaskPollError
+from .._contract._closing import ExitCloses
+from .._contract._exceptions import InvalidRequestError, LedgerError, TaskPollError
+from .._contract._validation import check_id
 from .._waiting._gather import GatherResults, gather_until_done
+from . import _claims as claims
 from ._classes import LedgerFinishTimes
+from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
-from ._exit import ExitCloses
 from ._pacing import SharedPause, shared_source
+from ._plans import get, has_open
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -39,7 +49,7 @@ if TYPE_CHECKING:
     from .._contract._models import Task
     from .._waiting._polling import PollPolicy
 
-__all__ = ["Signal", "Watch"]
+__all__ = ["Watch"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -52,16 +62,10 @@ def _state_of(task: Task) -> str:
     return str(getattr(status, "value", status))
 
 
-class Signal:
-    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-
-    def fire(self) -> None:
-        """Wake the waiters of the current event and start a new one."""
-        self.event.set()
-        self.event = anyio.Event()
+def _first_error(group: BaseException) -> BaseException:
+    """The first error inside (nested) exception groups: the one to hand to the consumer."""
+    inner = getattr(group, "exceptions", None)  # an ExceptionGroup (also before Python 3.11)
+    return _first_error(inner[0]) if isinstance(inner, tuple) and inner else group
 
 
 class Watch(ExitCloses):
@@ -75,8 +79,8 @@ class Watch(ExitCloses):
 
     def __init__(
         self,
-        created: Signal,
         store: Store,
+        creator: Creator,
         client: Any,
         *,
         lease: float,
@@ -93,7 +97,7 @@ class Watch(ExitCloses):
             raise ValueError(f"claim_interval must be > 0 seconds, got {claim_interval!r}")
         if isinstance(claim_size, bool) or not isinstance(claim_size, int) or claim_size < 1:
             raise ValueError(f"claim_size must be an int >= 1, got {claim_size!r}")
-        self._created = created
+        self._creator = creator
         self._store = store
         self._client = client
         self._lease = lease
@@ -152,9 +156,11 @@ class Watch(ExitCloses):
             with anyio.CancelScope(shield=True):
                 if ok:
                     self._ack_last()
-                await self._flush_acks()
-                # What is still held goes back to the ledger at once, for the next watcher.
-                await self._store.release(self.owner)
+                # Once, not retried: what this misses, the leases settle (a redelivery).
+                with contextlib.suppress(LedgerError):
+                    await self._flush_acks(once=True)
+                    # What is still held goes back to the ledger at once, for the next watcher.
+                    await self._store.write_once(claims.release, self.owner)
                 if self._receive is not None:
                     self._receive.close()
                 self._finished_send.close()
@@ -184,10 +190,11 @@ class Watch(ExitCloses):
         if last is not None:
             self._acks.append(last.key)
 
-    async def _flush_acks(self) -> None:
+    async def _flush_acks(self, *, once: bool = False) -> None:
         acks, self._acks = self._acks, []
         if acks:
-            await self._store.finish_many(self.owner, (), acks)
+            write = self._store.write_once if once else self._store.write
+            await write(claims.finish_many, self.owner, (), acks)
 
     # -- the work ----------------------------------------------------------------------------
 
@@ -198,13 +205,13 @@ class Watch(ExitCloses):
         try:
             await self._run()
         except Exception as exc:  # handed to the consumer, who raises it
-            send.send_nowait(exc)
+            send.send_nowait(_first_error(exc))
         finally:
             send.close()
 
     async def _run(self) -> None:
         store = self._store
-        await store.register(self.owner, self._lease)
+        await store.write(claims.register, self.owner, self._lease)
         await self._memory.refresh()
         renewed = time.monotonic()
         results = gather_until_done(
@@ -222,6 +229,7 @@ class Watch(ExitCloses):
             while True:
                 if self._acks and not self._polling:
                     await self._flush_acks()
+                await self._creator.repair()  # answers kept while the database was away
                 await self._pacing()
                 await self._wait_out_pause()
                 claimed_any = False
@@ -229,19 +237,21 @@ class Watch(ExitCloses):
                     size = self._claim_size
                     if self._max_held is not None:
                         size = min(size, self._max_held - self._held)
-                    rows = await store.claim(self.owner, self._lease, size)
+                    rows = []
+                    if await store.read(claims.claimable):
+                        rows = await store.write(claims.claim, self.owner, self._lease, size)
                     if rows:
                         # A claim sets the lease of what it claims only: the renewal of what
                         # was held before is not put off by it.
                         claimed_any = True
-                        self._start(tg, rows)
+                        await self._start(tg, rows)
                     if len(rows) < size:
                         break
                 if not claimed_any and self._polling:
                     await self._shed()
                 now = time.monotonic()
                 if now - renewed >= self._lease / 3:
-                    await store.renew(self.owner, self._lease)
+                    await store.write(claims.renew, self.owner, self._lease)
                     renewed = now
                 await self._memory.flush()
                 if (
@@ -250,7 +260,8 @@ class Watch(ExitCloses):
                     and not self._polling
                     and self._finished_receive.statistics().current_buffer_used == 0
                     and not self._writing
-                    and not await store.has_open(self.owner)
+                    and not await store.expire_creating(alive=self._creator.owner)
+                    and not await store.read(has_open, self.owner)
                 ):
                     tg.cancel_scope.cancel()
                     return
@@ -263,7 +274,7 @@ class Watch(ExitCloses):
         a renewal period ago: what was just handed on is not handed back at once). They leave
         the gather first, so that no id is polled by this watcher once another may claim it.
         """
-        share, held = await self._store.share(self.owner)
+        share, held = await self._store.read(claims.share, self.owner)
         excess = held - share
         if excess <= 0 or self._results is None:
             return
@@ -278,16 +289,16 @@ class Watch(ExitCloses):
             self._classes.pop(task_id, None)
         if not keys:
             return
-        await self._store.release_keys(self.owner, keys)
+        await self._store.write(claims.release_keys, self.owner, keys)
         self._held -= len(keys)
         logger.info("ledger watcher: %d entries given back to the other watchers", len(keys))
 
     async def _pacing(self) -> None:
         report = self._pause.take_report()
         if report > 0:
-            await self._store.pause_for(report)
+            await self._store.write(claims.pause_for, report)
             logger.info("ledger watcher: 429 met, every watcher pauses %.2f s", report)
-        remaining = await self._store.pause_remaining()
+        remaining = await self._store.read(claims.pause_remaining)
         self._pause.learn(remaining)
         pacing = self._source.pacing
         if pacing is not None and remaining > 0:
@@ -307,7 +318,7 @@ class Watch(ExitCloses):
             await self._pacing()
 
     async def _sleep(self) -> None:
-        created = self._created.event
+        created = self._creator.settled.event
         changed = self._pause.changed
         drained = self._drained
         with anyio.move_on_after(min(self._interval, self._lease / 3)):
@@ -320,27 +331,41 @@ class Watch(ExitCloses):
                 for event in (created, changed, drained):
                     tg.start_soon(one, event)
 
-    def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
+    async def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
         self.claimed += len(rows)
         self._held += len(rows)
         now = time.monotonic()
         batch: list[str] = []
+        problems: list[tuple[str, str]] = []
         for row in rows:
+            task_id = row["task_id"]
             if row["state"] in TERMINAL_STATES:
                 tg.start_soon(self._redeliver, row["key"])
-            elif row["task_id"]:
-                batch.append(row["task_id"])
-                self._polling[row["task_id"]] = (row["key"], now)
+            elif task_id:
+                try:
+                    check_id("task_id", task_id)
+                except InvalidRequestError as exc:
+                    shown = json.dumps(task_id)
+                    problems.append((row["key"], f"task_id {shown} cannot be polled: {exc.rule}"))
+                    continue
+                batch.append(task_id)
+                self._polling[task_id] = (row["key"], now)
                 if row.get("model") and row.get("duration"):
-                    self._classes[row["task_id"]] = (row["model"], int(row["duration"]))
+                    self._classes[task_id] = (row["model"], int(row["duration"]))
         if batch and self._results is not None:
             self._results.add(batch)
+        if problems:
+            # Recorded as a problem the user can see, never polled: one bad id stops nobody.
+            for key, error in problems:
+                logger.error("ledger key %r: %s; marked unknown", key, error)
+            await self._store.write(claims.give_up, self.owner, problems)
+            self._held -= len(problems)
 
     async def _redeliver(self, key: str) -> None:
         send = self._send
         if send is None:  # pragma: no cover - set by __aenter__
             raise RuntimeError("the watch is not entered")
-        row = await self._store.get(key)
+        row = await self._store.read(get, key)
         self._held -= 1
         if row is not None and row["owner"] == self.owner:
             await send.send(entry_from_row(row))
@@ -357,7 +382,7 @@ class Watch(ExitCloses):
             self._held -= 1
             if isinstance(item, TaskPollError):
                 logger.warning("ledger key %r: %s", key, item)
-                await store.poll_failed(key, self.owner, str(item), self._lease)
+                await store.write(claims.poll_failed, key, self.owner, str(item), self._lease)
             else:
                 self._finished_send.send_nowait((key, item))
             if not self._polling:
@@ -383,7 +408,7 @@ class Watch(ExitCloses):
                 for key, task in found
             ]
             acks, self._acks = self._acks, []
-            rows = await self._store.finish_many(self.owner, items, acks)
+            rows = await self._store.write(claims.finish_many, self.owner, items, acks)
             self.finished += len(rows)
             tasks = dict(found)
             for row in rows:
