@@ -1,9 +1,9 @@
 """The statements watchers run: claims, leases, fair shares, finishes and the shared pause.
 
-Each written once for both engines (see ``_schema``). A claim is one ``UPDATE`` whose
-condition is the claim rule (PostgreSQL: over ``FOR UPDATE SKIP LOCKED`` rows, so concurrent
-watchers never wait on nor take each other's rows). A transaction that changes several
-entries locks them in key order, after the budget row where it takes it.
+Written once for both engines (see ``_schema``). A claim is one ``UPDATE`` whose condition is
+the claim rule (PostgreSQL: over ``FOR UPDATE SKIP LOCKED`` rows, so that watchers never wait
+on nor take each other's rows). A transaction that changes several entries locks them in key
+order, after the budget row where it takes it.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ._schema import Plan, many, one, q
+from ._schema import Plan, first, many, q
 
 __all__ = [
     "claim",
@@ -37,15 +37,27 @@ __all__ = [
 
 Row = dict[str, Any]
 
-_TERMINAL = "('succeeded', 'failed', 'error')"
-_OPEN = f"(state = 'pending' OR (state IN {_TERMINAL} AND delivered = 0))"
+_OPEN = "(state = 'pending' OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0))"
 _CLAIMABLE = f"{_OPEN} AND (lease_until IS NULL OR lease_until < {{now}})"
 _COUNTS = (
     "SELECT count(*) AS open, count(*) FILTER (WHERE owner = $1) AS mine,"
     " (SELECT count(*) FROM videogen_ledger_watchers WHERE seen_until >= {now}) AS live"
     f" FROM {{E}} WHERE {_OPEN}"
 )
+_CLAIM = (
+    "UPDATE {E} SET owner = $1, lease_until = {now} + $2 WHERE key IN (SELECT key FROM {E}"
+    f" WHERE {_CLAIMABLE} ORDER BY created_at LIMIT $3{{skip_locked}})"
+    " RETURNING key, task_id, state, model, duration"
+)
 _LOCK_KEYS = "SELECT key FROM {E} WHERE key IN (items($1)) ORDER BY key{lock}"
+_FINISH = (
+    "UPDATE {E} SET state = $2, credits_cost = $3, task = $4, delivered = 0,"
+    " finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1"
+)
+_GIVE_UP = (
+    "UPDATE {E} SET state = 'unknown', error = $3, owner = NULL, lease_until = NULL,"
+    " updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
+)
 
 
 def fair_share(*, open_entries: int, watchers: int) -> int:
@@ -58,35 +70,23 @@ def claimable() -> Plan[bool]:
     return bool((yield q(f"SELECT 1 AS one FROM {{E}} WHERE {_CLAIMABLE} LIMIT 1")))
 
 
+def share(owner: str) -> Plan[tuple[int, int]]:
+    """``(fair share, entries held)`` of a watcher."""
+    counts = yield from first(_COUNTS, owner)
+    assert counts is not None  # noqa: S101 - an aggregate answers one row
+    return fair_share(open_entries=counts["open"], watchers=counts["live"]), counts["mine"]
+
+
 def claim(owner: str, lease: float, limit: int) -> Plan[list[Row]]:
     """Claim pending (or terminal, undelivered) entries whose lease is out.
 
-    At most ``limit``, and at most what brings this watcher to its fair share of the open
-    entries, decided in the same transaction.
+    At most ``limit``, and at most what brings the watcher to its fair share, decided in this
+    transaction.
     """
-    counts = one((yield q(_COUNTS, owner)))
-    assert counts is not None  # noqa: S101 - an aggregate answers one row
-    share = fair_share(open_entries=int(counts["open"]), watchers=int(counts["live"]))
-    take = max(0, min(limit, share - int(counts["mine"])))
-    if take == 0:
-        return []
-    rows: list[Row] = yield q(
-        "UPDATE {E} SET owner = $1, lease_until = {now} + $2 WHERE key IN"
-        f" (SELECT key FROM {{E}} WHERE {_CLAIMABLE} ORDER BY created_at LIMIT $3{{skip_locked}})"
-        " RETURNING key, task_id, state, model, duration",
-        owner,
-        lease,
-        take,
-    )
+    share_now, held = yield from share(owner)
+    take = max(0, min(limit, share_now - held))
+    rows: list[Row] = (yield q(_CLAIM, owner, lease, take)) if take else []
     return rows
-
-
-def share(owner: str) -> Plan[tuple[int, int]]:
-    """``(fair share, entries held)`` of a watcher."""
-    counts = one((yield q(_COUNTS, owner)))
-    assert counts is not None  # noqa: S101 - an aggregate answers one row
-    held = int(counts["mine"])
-    return fair_share(open_entries=int(counts["open"]), watchers=int(counts["live"])), held
 
 
 def register(owner: str, lease: float) -> Plan[None]:
@@ -103,13 +103,11 @@ def register(owner: str, lease: float) -> Plan[None]:
 def renew(owner: str, lease: float) -> Plan[None]:
     """Extend every lease held by ``owner``, and its presence as a live watcher."""
     yield q(
-        "UPDATE videogen_ledger_watchers SET seen_until = {now} + $1 WHERE owner = $2",
-        lease,
-        owner,
+        "UPDATE videogen_ledger_watchers SET seen_until = {now} + $1 WHERE owner = $2", lease, owner
     )
     yield q(
-        "UPDATE {E} SET lease_until = {now} + $1 WHERE key IN"
-        " (SELECT key FROM {E} WHERE owner = $2 ORDER BY key{lock})",
+        "UPDATE {E} SET lease_until = {now} + $1"
+        " WHERE key IN (SELECT key FROM {E} WHERE owner = $2 ORDER BY key{lock})",
         lease,
         owner,
     )
@@ -130,8 +128,8 @@ def release_keys(owner: str, keys: Sequence[str]) -> Plan[None]:
 def release(owner: str) -> Plan[None]:
     """Release every entry held by ``owner``; it is no longer a live watcher."""
     yield q(
-        "UPDATE {E} SET owner = NULL, lease_until = NULL WHERE key IN"
-        " (SELECT key FROM {E} WHERE owner = $1 ORDER BY key{lock})",
+        "UPDATE {E} SET owner = NULL, lease_until = NULL"
+        " WHERE key IN (SELECT key FROM {E} WHERE owner = $1 ORDER BY key{lock})",
         owner,
     )
     yield q("DELETE FROM videogen_ledger_watchers WHERE owner = $1", owner)
@@ -140,21 +138,16 @@ def release(owner: str) -> Plan[None]:
 def finish_many(
     owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
 ) -> Plan[list[Row]]:
-    """In one transaction: record terminal states and mark delivered entries.
+    """Record terminal states and mark the consumer's ``acks`` delivered, in one transaction.
 
-    Args:
-        owner: The watcher.
-        items: ``(key, state, cost, task JSON)`` of pending entries it polled.
-        acks: Keys of terminal entries its consumer moved past.
-
-    Returns:
-        The rows whose terminal state was recorded (entries still held by ``owner``).
+    ``items``: ``(key, state, cost, task JSON)`` of entries polled; those ``owner`` still
+    holds are recorded and their rows returned.
     """
     found = {item[0]: item for item in items}
     if found:
         yield q("SELECT spent FROM videogen_ledger_budget WHERE id = 1{lock}")
     yield q(_LOCK_KEYS, json.dumps(sorted(set(found) | set(acks))))
-    rows: list[Row] = []
+    held = []
     if found:
         held = yield q(
             "SELECT key, credits_cost FROM {E} WHERE key IN (items($1)) AND owner = $2"
@@ -162,41 +155,27 @@ def finish_many(
             json.dumps(sorted(found)),
             owner,
         )
-        if held:
-            yield many(
-                "UPDATE {E} SET state = $2, credits_cost = $3, task = $4, delivered = 0,"
-                " finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1",
-                [found[row["key"]] for row in held],
-            )
-            delta = sum(found[row["key"]][2] - (row["credits_cost"] or 0.0) for row in held)
-            if delta:
-                yield q("UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta)
-            rows = yield q(
-                "SELECT * FROM {E} WHERE key IN (items($1))",
-                json.dumps([row["key"] for row in held]),
-                changes=True,
-            )
+    if held:
+        yield many(_FINISH, [found[row["key"]] for row in held])
+        delta = sum(found[row["key"]][2] - (row["credits_cost"] or 0.0) for row in held)
+        if delta:
+            yield q("UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta)
     if acks:
         yield many(
             "UPDATE {E} SET delivered = 1, owner = NULL, lease_until = NULL"
             " WHERE key = $1 AND owner = $2",
             [(key, owner) for key in sorted(set(acks))],
         )
+    if not held:
+        return []
+    keys = json.dumps([row["key"] for row in held])
+    rows: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1))", keys)
     return rows
 
 
 def give_up(owner: str, problems: Sequence[tuple[str, str]]) -> Plan[None]:
     """Mark ``unknown`` the held entries whose ids cannot be polled: ``(key, why)`` each."""
-    for key, error in problems:
-        yield q(
-            "UPDATE {E} SET state = 'unknown', error = $3, owner = NULL, lease_until = NULL,"
-            " updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
-            " RETURNING *",
-            key,
-            owner,
-            error,
-            changes=True,
-        )
+    yield many(_GIVE_UP, [(key, owner, error) for key, error in problems])
 
 
 def poll_failed(key: str, owner: str, error: str, retry_in: float) -> Plan[None]:
@@ -220,37 +199,30 @@ def load_classes() -> Plan[dict[str, tuple[str, int]]]:
 def save_class(key: str, stats: str, version: int) -> Plan[bool]:
     """Store a class's stats if its version is still ``version`` (0: a new class).
 
-    Returns:
-        Whether it was stored (``False``: another watcher stored it first; merge, retry).
+    ``False``: another watcher stored it first (merge, and try again).
     """
     if version == 0:
-        rows = yield q(
+        sql = (
             "INSERT INTO videogen_ledger_classes (class_key, stats, version) VALUES ($1, $2, 1)"
-            " ON CONFLICT (class_key) DO NOTHING RETURNING class_key",
-            key,
-            stats,
+            " ON CONFLICT (class_key) DO NOTHING RETURNING class_key"
         )
-    else:
-        rows = yield q(
-            "UPDATE videogen_ledger_classes SET stats = $2, version = version + 1"
-            " WHERE class_key = $1 AND version = $3 RETURNING class_key",
-            key,
-            stats,
-            version,
-        )
-    return bool(rows)
+        return bool((yield q(sql, key, stats)))
+    sql = (
+        "UPDATE videogen_ledger_classes SET stats = $2, version = version + 1"
+        " WHERE class_key = $1 AND version = $3 RETURNING class_key"
+    )
+    return bool((yield q(sql, key, stats, version)))
 
 
 def pause_remaining() -> Plan[float]:
     """Seconds left of the shared pause (0 when none)."""
-    row = one((yield q("SELECT pause_until - {now} AS remaining FROM videogen_ledger_pacing")))
+    row = yield from first("SELECT pause_until - {now} AS remaining FROM videogen_ledger_pacing")
     return 0.0 if row is None else max(0.0, float(row["remaining"]))
 
 
 def pause_for(seconds: float) -> Plan[None]:
     """Extend the shared pause to at least ``seconds`` from now."""
     yield q(
-        "UPDATE videogen_ledger_pacing SET pause_until = {greatest}(pause_until, {now} + $1)"
-        " WHERE id = 1",
+        "UPDATE videogen_ledger_pacing SET pause_until = {greatest}(pause_until, {now} + $1)",
         seconds,
     )

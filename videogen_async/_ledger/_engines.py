@@ -1,17 +1,17 @@
 """The engines a ledger runs on: how a plan reaches the database, and how creators live.
 
 * :class:`SQLiteEngine`: one file, any number of processes of one machine. One connection,
-  used only from worker threads (``anyio.to_thread``, one at a time: a ``CapacityLimiter(1)``),
-  never on the event loop; a whole plan runs in one hop. WAL mode, a busy timeout, and every
-  change one ``BEGIN IMMEDIATE`` transaction, so that processes decide one after the other.
-  A creator lives while it holds an ``flock`` on its own file in ``PATH-creators/``.
+  used only from worker threads (``anyio.to_thread`` with a ``CapacityLimiter(1)``), never on
+  the event loop: a whole plan runs in one hop. WAL mode, a busy timeout, and every change
+  one ``BEGIN IMMEDIATE`` transaction, so that processes decide one after the other. A
+  creator lives while it holds an ``flock`` on its file in ``PATH-creators/``.
 * :class:`PostgresEngine`: asyncpg, a pool; one operation per connection at a time, each
-  plan on a connection of its own. A connection whose operation was interrupted (killed,
-  cancelled, broken) is terminated, never handed out again. A creator lives while it holds a
+  plan on a connection of its own, and a connection whose operation was interrupted (killed,
+  cancelled, broken) terminated, never handed out again. A creator lives while it holds a
   session-level advisory lock on a connection of its own.
 
-Each reports a database that does not answer as :class:`~._store.DatabaseUnavailable` and
-every other failure as :class:`LedgerError`: never a driver's own error.
+A database that does not answer is reported as :class:`~._store.DatabaseUnavailable`, every
+other failure as :class:`LedgerError`: never a driver's own error.
 """
 
 from __future__ import annotations
@@ -45,19 +45,18 @@ try:
 except ImportError:  # pragma: no cover - Windows: a creator's death is known by its lease
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PostgresEngine", "SQLiteEngine", "engine_for", "new_creator", "redact"]
-
-_FLOCK: bool = fcntl is not None
+__all__ = ["PostgresEngine", "SQLiteEngine", "engine_for", "new_creator"]
 
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")
+_FLOCK: bool = fcntl is not None
 _CREATOR = re.compile(r"creator:\d+:([0-9a-f]{15})")
-"""A creator that holds a liveness lock (earlier versions wrote 12 hex digits and none)."""
+"""A creator holding a liveness lock (earlier versions held none: their ids have 12 digits)."""
 
 
 def new_creator() -> str:
-    """A fresh creator id: ``creator:PID:TOKEN``, the token naming its liveness lock."""
+    """A fresh creator id, ``creator:PID:TOKEN``: the token names its liveness lock."""
     return f"creator:{os.getpid()}:{secrets.token_hex(8)[:15]}"
 
 
@@ -75,9 +74,7 @@ def _drive(plan: Plan[_T], execute: Callable[[Step], list[dict[str, Any]]]) -> _
         return stop.value  # type: ignore[no-any-return]
 
 
-async def _drive_async(
-    plan: Plan[_T], execute: Callable[[Step], Awaitable[list[dict[str, Any]]]]
-) -> _T:
+async def _drive_async(plan: Plan[_T], execute: Callable[[Step], Awaitable[Any]]) -> _T:
     try:
         step = next(plan)
         while True:
@@ -89,40 +86,37 @@ async def _drive_async(
 def engine_for(url: str | os.PathLike[str]) -> Engine:
     """The engine of a ledger URL (nothing is opened yet).
 
-    Args:
-        url: A file path, ``sqlite:///PATH`` or ``postgresql://...``.
-
     Raises:
-        LedgerError: A URL that names neither.
+        LedgerError: A URL that is neither a file path, ``sqlite:///PATH`` nor
+            ``postgresql://...``.
     """
     text = os.fspath(url) if isinstance(url, os.PathLike) else url
     if not isinstance(text, str) or not text.strip():
         raise LedgerError(f"ledger url: must be a file path or a database URL, got {url!r}")
     text = text.strip()
     scheme, sep, _rest = text.partition("://")
+    shown = redact(text)
     if not sep:
         if text == ":memory:":
             raise LedgerError("ledger url: ':memory:' cannot be shared; give a file path")
         return SQLiteEngine(text)
-    scheme = scheme.lower()
-    if scheme == "sqlite":
+    if scheme.lower() == "sqlite":
         path = text[len("sqlite://") :]
-        if path.startswith("/") and not path.startswith("//"):
-            path = path[1:]
+        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
         if not path or path == ":memory:":
-            raise LedgerError(f"ledger url {redact(text)!r}: sqlite:///PATH needs a file path")
+            raise LedgerError(f"ledger url {shown!r}: sqlite:///PATH needs a file path")
         return SQLiteEngine(path)
-    if scheme in {"postgresql", "postgres"}:
+    if scheme.lower() in {"postgresql", "postgres"}:
         parsed = urllib.parse.urlsplit(text)
         try:
             parsed.port  # noqa: B018 - validates the port
         except ValueError:
-            raise LedgerError(f"ledger url {redact(text)!r}: the port is not a number") from None
+            raise LedgerError(f"ledger url {shown!r}: the port is not a number") from None
         if not parsed.hostname and "host=" not in parsed.query:
-            raise LedgerError(f"ledger url {redact(text)!r}: no host")
+            raise LedgerError(f"ledger url {shown!r}: no host")
         return PostgresEngine(text)
     raise LedgerError(
-        f"ledger url {redact(text)!r}: unknown scheme {scheme!r}"
+        f"ledger url {shown!r}: unknown scheme {scheme.lower()!r}"
         " (use a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DBNAME)"
     )
 
@@ -142,17 +136,13 @@ def redact(url: str) -> str:
 
 # -- SQLite -------------------------------------------------------------------------------
 
-_SQLITE_BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
-_SQLITE_AWAY = frozenset({10, 13})  # SQLITE_IOERR, SQLITE_FULL: the disk, not the ledger
-
 
 def _sqlite_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     if code is not None:
         return int(code) & 0xFF
-    text = str(exc)
     words = {"locked": 5, "disk is full": 13, "disk I/O error": 10, "not a database": 26}
-    return next((value for word, value in words.items() if word in text), None)
+    return next((value for word, value in words.items() if word in str(exc)), None)
 
 
 def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -167,8 +157,7 @@ class SQLiteEngine:
     """Seconds a statement waits for a file another connection holds."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.where = path
+        self.path = self.where = path
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self._lives = f"{path}-creators"
@@ -180,131 +169,119 @@ class SQLiteEngine:
                 functools.partial(call, *args), limiter=self._limiter
             )
         except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-
-    def _error(self, exc: sqlite3.Error) -> LedgerError:
-        code = _sqlite_code(exc)
-        where = self.path
-        if code in _SQLITE_AWAY:
-            return DatabaseUnavailable(f"ledger {where!r}: {exc}")
-        if code in _SQLITE_BUSY:
-            return LedgerError(
-                f"ledger {where!r}: another connection held the file for longer than the busy"
-                f" timeout ({self.busy_timeout:g} s): {exc}"
-            )
-        if code == 26 or not isinstance(exc, sqlite3.OperationalError):
-            return LedgerError(f"ledger {where!r}: is not a ledger (not a SQLite database: {exc})")
-        return LedgerError(f"ledger {where!r}: {exc}")
-
-    async def open(self) -> None:
-        await self._thread(self._connect)
-
-    def _connect(self) -> None:
-        path = self.path
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise LedgerError(f"ledger {path!r}: the directory {directory!r} does not exist")
-        if os.path.isdir(path):
-            raise LedgerError(f"ledger {path!r}: is a directory, not a ledger file")
-        conn = sqlite3.connect(
-            path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.row_factory = _dict
-        self._conn = conn
-
-    async def prepare(self) -> None:
-        def setup(conn: sqlite3.Connection) -> None:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            enter_wal(conn, timeout=self.busy_timeout)
-            # Under WAL a commit survives a crash or a kill of the process; only a power loss
-            # or an operating system crash can lose the last ones.
-            conn.execute("PRAGMA synchronous = NORMAL")
-
-        await self._thread(setup, self._connection())
+            code, where = _sqlite_code(exc), self.path
+            if code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL: the disk, not the ledger
+                raise DatabaseUnavailable(f"ledger {where!r}: {exc}") from exc
+            if code in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED, past the busy timeout
+                raise LedgerError(
+                    f"ledger {where!r}: another connection held the file for longer than the"
+                    f" busy timeout ({self.busy_timeout:g} s): {exc}"
+                ) from exc
+            if code == 26 or not isinstance(exc, sqlite3.OperationalError):
+                raise LedgerError(
+                    f"ledger {where!r}: is not a ledger (not a SQLite database: {exc})"
+                ) from exc
+            raise LedgerError(f"ledger {where!r}: {exc}") from exc
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             raise LedgerError(f"ledger {self.path!r} is closed")
         return self._conn
 
+    async def open(self) -> None:
+        def connect() -> None:
+            directory = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(directory):
+                raise LedgerError(
+                    f"ledger {self.path!r}: the directory {directory!r} does not exist"
+                )
+            if os.path.isdir(self.path):
+                raise LedgerError(f"ledger {self.path!r}: is a directory, not a ledger file")
+            self._conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._conn.row_factory = _dict
+
+        await self._thread(connect)
+
+    async def prepare(self) -> None:
+        def setup() -> None:
+            conn = self._connection()
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            enter_wal(conn, timeout=self.busy_timeout)
+            # Under WAL a commit survives a crash or a kill of the process; only a power loss
+            # or an operating system crash can lose the last ones.
+            conn.execute("PRAGMA synchronous = NORMAL")
+
+        await self._thread(setup)
+
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
-        return await self._thread(self._run, plan, write)
-
-    def _run(self, plan: Plan[_T], write: bool) -> _T:
-        conn = self._connection()
-
         def execute(step: Step) -> list[dict[str, Any]]:
-            sql = self.dialect.sql(step.sql)
             if step.many:
-                conn.executemany(sql, step.args)
+                conn.executemany(self.dialect.sql(step.sql), step.args)
                 return []
-            return conn.execute(sql, step.args).fetchall()
+            return conn.execute(self.dialect.sql(step.sql), step.args).fetchall()
 
-        if write:
-            conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = _drive(plan, execute)
+        def transaction() -> _T:
             if write:
-                conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-        return result
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = _drive(plan, execute)
+                if write:
+                    conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            return result
+
+        conn = self._connection()
+        return await self._thread(transaction)
 
     async def live(self, owner: str) -> None:
         token = _token(owner)
         if self._life is not None or not _FLOCK or token is None:
             return
-
         path = os.path.join(self._lives, token)
 
         def take() -> tuple[int, str]:
             os.makedirs(self._lives, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BaseException:
-                os.close(fd)
+                os.close(descriptor)
                 raise
-            return fd, path
+            return descriptor, path
 
         try:
             self._life = await anyio.to_thread.run_sync(take)
-        except OSError as exc:
-            # Without its lock a creator is never judged dead: its lease decides.
+        except OSError as exc:  # without its lock a creator is never thought dead
             logger.warning("ledger %r: no liveness lock (%s): creates rely on a lease", path, exc)
             self._life = (-1, "")
 
     async def dead(self, owners: Sequence[str]) -> set[str]:
+        def check(owner: str) -> bool:
+            path = os.path.join(self._lives, _token(owner) or "-")
+            try:
+                descriptor = os.open(path, os.O_RDWR)
+            except OSError:
+                return False  # no lock file: the lease decides
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False  # held: the creator lives
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                return True
+            finally:
+                os.close(descriptor)
+
         if not _FLOCK:
             return set()
-
-        def check() -> set[str]:
-            found = set()
-            for owner in owners:
-                token = _token(owner)
-                if token is None:
-                    continue
-                path = os.path.join(self._lives, token)
-                try:
-                    fd = os.open(path, os.O_RDWR)
-                except OSError:
-                    continue  # no lock file: the lease decides
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    continue  # held: the creator lives
-                else:
-                    found.add(owner)
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-                finally:
-                    os.close(fd)
-            return found
-
-        return await anyio.to_thread.run_sync(check)
+        return await anyio.to_thread.run_sync(lambda: {o for o in owners if check(o)})
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -323,20 +300,6 @@ class SQLiteEngine:
 
 # -- PostgreSQL ----------------------------------------------------------------------------
 
-_FREE_LOCKS = (
-    "SELECT k FROM unnest($1::bigint[]) AS k WHERE NOT EXISTS (SELECT 1 FROM pg_locks AS l"
-    " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    " AND ((l.classid::bigint << 32) | l.objid::bigint) = k)"
-)
-
-
-def _from_driver(exc: BaseException) -> bool:
-    return asyncpg is not None and isinstance(
-        exc, (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
-              asyncpg.InternalClientError)
-    )  # fmt: skip
-
 
 def _unavailable(exc: BaseException) -> bool:
     """Whether a failure is the database not answering (the operation may be tried again)."""
@@ -347,14 +310,19 @@ def _unavailable(exc: BaseException) -> bool:
         (
             OSError,
             asyncio.TimeoutError,
-            asyncpg.InterfaceError,
-            asyncpg.InternalClientError,
+            asyncpg.InterfaceError,  # e.g. the connection was closed
+            asyncpg.InternalClientError,  # e.g. a protocol left mid-operation by a kill
             asyncpg.PostgresConnectionError,
-            asyncpg.OperatorInterventionError,  # shut down, starting up, query cancelled
+            asyncpg.OperatorInterventionError,  # shutting down, starting up, cancelled
             asyncpg.InsufficientResourcesError,  # too many connections
-            asyncpg.TransactionRollbackError,  # serialization failure, deadlock
+            asyncpg.TransactionRollbackError,  # a serialization failure, a deadlock
         ),
     )
+
+
+def _terminate(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # already closed, or already given back
+        conn.terminate()
 
 
 class PostgresEngine:
@@ -385,14 +353,19 @@ class PostgresEngine:
         except ValueError as exc:  # a malformed DSN
             raise LedgerError(f"ledger {self.where!r}: malformed URL: {exc}") from None
         except Exception as exc:
-            raise LedgerError(
-                f"ledger {self.where!r}: cannot connect: {type(exc).__name__}: {exc}"
-            ) from None
+            error = f"{type(exc).__name__}: {exc}"
+            raise LedgerError(f"ledger {self.where!r}: cannot connect: {error}") from None
 
     async def prepare(self) -> None:
         return None
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
+        async def execute(step: Step) -> list[dict[str, Any]]:
+            if step.many:
+                await conn.executemany(self.dialect.sql(step.sql), step.args)
+                return []
+            return [dict(row) for row in await conn.fetch(self.dialect.sql(step.sql), *step.args)]
+
         pool = self._pool
         if pool is None:
             raise LedgerError(f"ledger {self.where!r} is closed")
@@ -401,40 +374,19 @@ class PostgresEngine:
         except Exception as exc:
             raise self._error(exc) from exc
         try:
-            return await self._run(conn, plan, write)
+            if not write:
+                return await _drive_async(plan, execute)
+            async with conn.transaction():
+                return await _drive_async(plan, execute)
         except BaseException as exc:
             if not isinstance(exc, Exception) or _unavailable(exc):
                 _terminate(conn)  # interrupted mid-operation: never handed out again
-            if _from_driver(exc):
+            if isinstance(exc, (OSError, asyncio.TimeoutError, *_DRIVER_ERRORS)):
                 raise self._error(exc) from exc
             raise  # the plan's own outcome, or a cancellation
         finally:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await pool.release(conn)
-
-    async def _run(self, conn: Any, plan: Plan[_T], write: bool) -> _T:
-        async def execute(step: Step) -> list[dict[str, Any]]:
-            sql = self.dialect.sql(step.sql)
-            if step.many:
-                await conn.executemany(sql, step.args)
-                return []
-            return [dict(row) for row in await conn.fetch(sql, *step.args)]
-
-        if not write:
-            return await _drive_async(plan, execute)
-        transaction = conn.transaction()
-        await transaction.start()
-        try:
-            result = await _drive_async(plan, execute)
-        except Exception as exc:
-            if not _unavailable(exc):
-                try:
-                    await transaction.rollback()
-                except Exception:  # the connection broke meanwhile: the server rolls back
-                    _terminate(conn)
-            raise
-        await transaction.commit()
-        return result
 
     async def live(self, owner: str) -> None:
         token = _token(owner)
@@ -446,26 +398,21 @@ class PostgresEngine:
             if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", int(token, 16)):
                 logger.warning("ledger %r: %s holds no liveness lock", self.where, owner)
         except Exception as exc:
-            if conn is not None:
-                _terminate(conn)
+            _terminate(conn)
             raise self._error(exc) from exc
         self._life = conn
 
     async def dead(self, owners: Sequence[str]) -> set[str]:
         keys = {int(token, 16): owner for owner in owners if (token := _token(owner))}
-        if not keys:
-            return set()
-        free = await self.run(_free_locks(list(keys)), write=False)
-        return {keys[key] for key in free}
+        return {keys[key] for key in await self.run(_free_locks(list(keys)), write=False)}
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        life, self._life = self._life, None
+        _terminate(self._life)
+        self._life = None
         # Shielded and bounded: a close reached while cancelling still releases the
         # connections, and one stuck in a query is terminated rather than waited on.
         with anyio.CancelScope(shield=True):
-            if life is not None:
-                _terminate(life)
             if pool is not None:
                 with anyio.move_on_after(10):
                     await pool.close()
@@ -473,11 +420,20 @@ class PostgresEngine:
                 pool.terminate()
 
 
-def _terminate(conn: Any) -> None:
-    with contextlib.suppress(Exception):  # already closed, or already given back
-        conn.terminate()
+_DRIVER_ERRORS: tuple[type[Exception], ...] = (
+    ()
+    if asyncpg is None
+    else (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+)
 
 
 def _free_locks(keys: list[int]) -> Plan[list[int]]:
-    rows = yield q(_FREE_LOCKS, keys)
+    """The advisory locks among ``keys`` that no session of the database holds."""
+    rows = yield q(
+        "SELECT k FROM unnest($1::bigint[]) AS k WHERE NOT EXISTS (SELECT 1 FROM pg_locks AS l"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND ((l.classid::bigint << 32) | l.objid::bigint) = k)",
+        keys,
+    )
     return [row["k"] for row in rows]

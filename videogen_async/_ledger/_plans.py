@@ -1,9 +1,9 @@
-"""The statements of creates and reads, each written once for both engines (see ``_schema``).
+"""The statements of creates and reads, written once for both engines (see ``_schema``).
 
 Every change is conditional on the state it changes, so that a plan run again after a commit
-whose answer was lost changes nothing twice. Transactions that take the budget row lock it
-before any entry, as every multi-row writer takes entries in key order after it: no two
-writers wait on each other.
+whose answer was lost changes nothing twice. A transaction that takes the budget row takes it
+before any entry (as every writer of several entries takes them in key order after it), so
+that no two writers wait on each other.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ._schema import Plan, many, one, q
+from ._schema import Plan, first, many, q
 
 __all__ = [
     "CreateStart",
@@ -28,7 +28,6 @@ __all__ = [
     "add_batch_tasks",
     "begin_create",
     "creating_owners",
-    "decide_budget",
     "expire_creating",
     "get",
     "has_open",
@@ -44,7 +43,7 @@ Row = dict[str, Any]
 
 @attrs.frozen
 class NewEntry:
-    """The columns of an entry written before its create is sent (each a column of the table)."""
+    """The columns of an entry written before its create is sent (each a column)."""
 
     key: str
     kind: str
@@ -58,12 +57,8 @@ class NewEntry:
 class Hold:
     """Who writes an entry ahead of its create, for how long, and what it may reserve.
 
-    Attributes:
-        owner: The creator (the entry's ``owner`` until it is answered).
-        lease: Seconds the creator holds the entry if its death cannot be known sooner.
-        cap: ``max_credits`` (``None``: no cap).
-        estimate: The price to reserve; ``None``: the highest price answered for the model
-            and duration, or unknown if none was.
+    ``estimate`` ``None``: the highest price answered for the entry's model and duration, or
+    unknown if none was.
     """
 
     owner: str
@@ -74,16 +69,10 @@ class Hold:
 
 @attrs.frozen
 class CreateStart:
-    """The outcome of writing an entry before its create is sent.
+    """How a write ahead was decided, and the budget as it stood.
 
-    Attributes:
-        outcome: ``new`` (this caller sends the create), ``existing`` (the key is taken:
-            ``row`` holds it; nothing is sent), ``budget`` (the cap refuses it), ``wait``
-            (a create of unknown price is in flight; try again once it is answered).
-        row: The entry's row.
-        estimate: The credits it would reserve.
-        spent: Credits spent through the ledger when decided.
-        reserved: Credits reserved when decided.
+    ``new``: this caller sends; ``existing``: the key is taken (``row``); ``budget``: the cap
+    refuses it; ``wait``: a create of unknown price is in flight.
     """
 
     outcome: str
@@ -94,7 +83,7 @@ class CreateStart:
 
 
 class Refused(Exception):
-    """The budget refused a reservation: the transaction rolls back."""
+    """The budget refused a reservation: raised to roll the transaction back."""
 
     def __init__(self, start: CreateStart) -> None:
         super().__init__(start.outcome)
@@ -103,14 +92,7 @@ class Refused(Exception):
 
 @attrs.frozen
 class Settled:
-    """What a create was answered: the id to record, its price, and why it cannot be polled.
-
-    Attributes:
-        task_id: The task id (a valid id, or ``None``).
-        project_id: The project id (a valid id, or ``None``).
-        cost: The credits charged.
-        problem: Why the answered id cannot be polled (the entry is then ``unknown``).
-    """
+    """A create's answer: its id once checked, its price, or why its id cannot be polled."""
 
     task_id: str | None
     project_id: str | None
@@ -118,214 +100,151 @@ class Settled:
     problem: str | None = None
 
 
+_COLUMNS = [field.name for field in attrs.fields(NewEntry)]
+_N = len(_COLUMNS)
+_INSERT = (
+    f"INSERT INTO {{E}} ({', '.join(_COLUMNS)}, state, owner, lease_until, created_at,"
+    f" updated_at) VALUES ({', '.join(f'${n}' for n in range(1, _N + 1))}, 'creating',"
+    f" ${_N + 1}, {{now}} + ${_N + 2}, {{now}}, {{now}}) ON CONFLICT (key) DO NOTHING RETURNING *"
+)
+_RETAKE = (
+    "UPDATE {E} SET state = 'creating', request = $2, model = $3, duration = $4, owner = $5,"
+    " lease_until = {now} + $6, error = NULL, updated_at = {now}"
+    " WHERE key = $1 AND state = 'refused' RETURNING *"
+)
+_RESEND = (
+    "UPDATE {E} SET state = 'creating', owner = $2, lease_until = {now} + $3,"
+    " updated_at = {now} WHERE key = $1 AND state = 'unknown' AND kind = 'task' RETURNING *"
+)
+_BUDGET = "SELECT spent, reserved, unpriced FROM videogen_ledger_budget WHERE id = 1{lock}"
+_ROW = "SELECT * FROM {E} WHERE key = $1{lock}"
+_PRICE = "SELECT price FROM videogen_ledger_prices WHERE model = $1 AND duration = $2"
+_RESERVE = (
+    "UPDATE videogen_ledger_budget SET reserved = reserved + $1, unpriced = unpriced + $2"
+    " WHERE id = 1"
+)
+_RESERVED = "UPDATE {E} SET reserved = $2, unpriced = $3 WHERE key = $1 RETURNING *"
+_SETTLE_BUDGET = (
+    "UPDATE videogen_ledger_budget SET reserved = {greatest}(0, reserved - $1),"
+    " unpriced = {greatest}(0, unpriced - $2), spent = spent + $3 WHERE id = 1"
+)
+_LEARN_PRICE = (
+    "INSERT INTO videogen_ledger_prices (model, duration, price) VALUES ($1, $2, $3)"
+    " ON CONFLICT (model, duration) DO UPDATE"
+    " SET price = {greatest}(videogen_ledger_prices.price, excluded.price)"
+)
+_ANSWERED = (
+    "UPDATE {E} SET state = $2, task_id = $3, project_id = COALESCE($4, project_id),"
+    " credits_cost = $5, error = $6, owner = $7, reserved = 0, unpriced = 0,"
+    " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+)
+_FAILED = (
+    "UPDATE {E} SET state = $2, error = $3, credits_cost = $4, reserved = 0, unpriced = 0,"
+    " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+)
+
+
 def decide_budget(
     *, cap: float | None, spent: float, reserved: float, unpriced: int, estimate: float | None
 ) -> tuple[str, float]:
-    """Decide a reservation while the budget row is locked.
+    """Decide a reservation while the budget row is locked: ``(outcome, credits)``.
 
-    While the price is unknown, one create at a time may be in flight, sent only while budget
-    remains; it reserves the whole rest, and only it may pass the cap (by its own price).
-
-    Returns:
-        ``(outcome, credits to reserve)``; outcome ``ok``, ``budget`` or ``wait``.
+    While the price is unknown, one create at a time may be in flight, sent only while
+    budget remains: it reserves the whole rest, and only it may pass the cap (by its price).
+    Outcomes: ``ok``, ``budget`` (refused), ``wait`` (a create of unknown price decides).
     """
     if cap is None:
         return "ok", 0.0
     if estimate is None:
-        if unpriced:
-            return "wait", 0.0
         rest = cap - spent - reserved
-        return ("ok", rest) if rest > 0 else ("budget", 0.0)
+        return ("wait", 0.0) if unpriced else (("ok", rest) if rest > 0 else ("budget", 0.0))
     if spent + reserved + estimate <= cap + 1e-9:
         return "ok", estimate
     return ("wait" if unpriced else "budget"), estimate
 
 
-_COLUMNS = [field.name for field in attrs.fields(NewEntry)]
-_INSERT = (
-    f"INSERT INTO {{E}} ({', '.join(_COLUMNS)}, state, owner, lease_until, created_at,"
-    f" updated_at) VALUES ({', '.join(f'${n}' for n in range(1, len(_COLUMNS) + 1))},"
-    f" 'creating', ${len(_COLUMNS) + 1}, {{now}} + ${len(_COLUMNS) + 2}, {{now}}, {{now}})"
-    " ON CONFLICT (key) DO NOTHING RETURNING *"
-)
-_BUDGET = "SELECT spent, reserved, unpriced FROM videogen_ledger_budget WHERE id = 1{lock}"
-_ROW = "SELECT * FROM {E} WHERE key = $1{lock}"
-_SETTLE_BUDGET = (
-    "UPDATE videogen_ledger_budget SET reserved = {greatest}(0, reserved - $1),"
-    " unpriced = {greatest}(0, unpriced - $2), spent = spent + $3 WHERE id = 1"
-)
-
-
 def begin_create(new: NewEntry, hold: Hold) -> Plan[CreateStart]:
     """Write a ``creating`` entry (or take back a ``refused`` one) and reserve its price."""
-    budget = one((yield q(_BUDGET))) if hold.cap is not None else None
+    budget = (yield from first(_BUDGET)) if hold.cap is not None else None
     values = [getattr(new, name) for name in _COLUMNS]
-    taken = one((yield q(_INSERT, *values, hold.owner, hold.lease, changes=True)))
+    taken = yield from first(_INSERT, *values, hold.owner, hold.lease)
     if taken is None:
-        taken = one(
-            (
-                yield q(
-                    "UPDATE {E} SET state = 'creating', request = $2, model = $3,"
-                    " duration = $4, owner = $5, lease_until = {now} + $6, error = NULL,"
-                    " updated_at = {now} WHERE key = $1 AND state = 'refused' RETURNING *",
-                    new.key,
-                    new.request,
-                    new.model,
-                    new.duration,
-                    hold.owner,
-                    hold.lease,
-                    changes=True,
-                )
-            )
-        )
-    if taken is None:
-        row = one((yield q(_ROW, new.key)))
-        mine = row is not None and row["state"] == "creating" and row["owner"] == hold.owner
-        # Ours already: this plan's earlier run committed, its answer was lost.
-        return CreateStart("new" if mine else "existing", row=row)
-    if budget is None:
-        return CreateStart("new", row=taken)
-    return CreateStart("new", row=(yield from _reserve(taken, budget, hold)))
+        args = (new.key, new.request, new.model, new.duration, hold.owner, hold.lease)
+        taken = yield from first(_RETAKE, *args)
+    return (yield from _started(new.key, taken, budget, hold))
 
 
 def restart_unknown(key: str, hold: Hold) -> Plan[CreateStart]:
     """Move an ``unknown`` task entry back to ``creating`` for an explicit resend."""
-    budget = one((yield q(_BUDGET))) if hold.cap is not None else None
-    taken = one(
-        (
-            yield q(
-                "UPDATE {E} SET state = 'creating', owner = $2, lease_until = {now} + $3,"
-                " updated_at = {now} WHERE key = $1 AND state = 'unknown' AND kind = 'task'"
-                " RETURNING *",
-                key,
-                hold.owner,
-                hold.lease,
-                changes=True,
-            )
-        )
-    )
+    budget = (yield from first(_BUDGET)) if hold.cap is not None else None
+    taken = yield from first(_RESEND, key, hold.owner, hold.lease)
+    return (yield from _started(key, taken, budget, hold))
+
+
+def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Plan[CreateStart]:
     if taken is None:
-        row = one((yield q(_ROW, key)))
+        row = yield from first(_ROW, key)
+        # Ours already: an earlier run of this plan committed, and its answer was lost.
         mine = row is not None and row["state"] == "creating" and row["owner"] == hold.owner
         return CreateStart("new" if mine else "existing", row=row)
     if budget is None:
         return CreateStart("new", row=taken)
-    return CreateStart("new", row=(yield from _reserve(taken, budget, hold)))
-
-
-def _reserve(entry: Row, budget: Row, hold: Hold) -> Plan[Row]:
-    """Reserve an entry's price under the cap, the budget row locked; refuse by rolling back."""
     estimate = hold.estimate
-    if estimate is None and entry["model"] is not None and entry["duration"] is not None:
-        price = one(
-            (
-                yield q(
-                    "SELECT price FROM videogen_ledger_prices WHERE model = $1 AND duration = $2",
-                    entry["model"],
-                    entry["duration"],
-                )
-            )
-        )
+    if estimate is None and taken["model"] is not None and taken["duration"] is not None:
+        price = yield from first(_PRICE, taken["model"], taken["duration"])
         estimate = None if price is None else float(price["price"])
+    spent, reserved = budget["spent"], budget["reserved"]
     outcome, amount = decide_budget(
-        cap=hold.cap,
-        spent=budget["spent"],
-        reserved=budget["reserved"],
-        unpriced=budget["unpriced"],
-        estimate=estimate,
+        cap=hold.cap, spent=spent, reserved=reserved, unpriced=budget["unpriced"], estimate=estimate
     )
     if outcome != "ok":
-        raise Refused(
-            CreateStart(
-                outcome, estimate=amount, spent=budget["spent"], reserved=budget["reserved"]
-            )
-        )
+        raise Refused(CreateStart(outcome, estimate=amount, spent=spent, reserved=reserved))
     unpriced = 1 if estimate is None else 0
-    yield q(
-        "UPDATE videogen_ledger_budget SET reserved = reserved + $1, unpriced = unpriced + $2"
-        " WHERE id = 1",
-        amount,
-        unpriced,
-    )
-    rows = yield q(
-        "UPDATE {E} SET reserved = $2, unpriced = $3 WHERE key = $1 RETURNING *",
-        entry["key"],
-        amount,
-        unpriced,
-    )
-    return dict(rows[0])
+    yield q(_RESERVE, amount, unpriced)
+    return CreateStart("new", row=(yield from first(_RESERVED, key, amount, unpriced)))
 
 
 def settle_created(key: str, owner: str, answer: Settled) -> Plan[Row | None]:
     """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
 
-    The entry must still be this creator's (``creating``, or ``unknown`` after it was thought
-    dead). The price is learned for its model and duration.
+    The entry must still be this creator's (``creating``, or ``unknown`` if it was thought
+    dead meanwhile); the price is learned for its model and duration.
 
     Returns:
-        The entry, or ``None`` when the key now holds another create's answer.
+        The entry, or ``None`` when the key holds another create's answer meanwhile.
     """
     yield q(_BUDGET)
-    old = one((yield q(_ROW, key)))
+    old = yield from first(_ROW, key)
     if old is None or old["state"] not in ("creating", "unknown") or old["owner"] != owner:
-        return old if old is not None and _same_answer(old, answer) else None
-    spent = answer.cost - (old["credits_cost"] or 0.0)
+        answered = answer.task_id or answer.project_id
+        same = old is not None and answered in (old["task_id"], old["project_id"])
+        return old if same and answered else None  # recorded already, or another create's
+    spent = answer.cost - (old["credits_cost"] or 0.0)  # an unknown entry counted its reserve
     yield q(_SETTLE_BUDGET, old["reserved"], old["unpriced"], spent)
-    if old["kind"] == "task" and old["duration"] and old["model"] and answer.cost > 0:
-        yield q(
-            "INSERT INTO videogen_ledger_prices (model, duration, price) VALUES ($1, $2, $3)"
-            " ON CONFLICT (model, duration) DO UPDATE SET price ="
-            " {greatest}(videogen_ledger_prices.price, excluded.price)",
-            old["model"],
-            old["duration"],
-            answer.cost,
-        )
-    rows = yield q(
-        "UPDATE {E} SET state = $2, task_id = $3, project_id = COALESCE($4, project_id),"
-        " credits_cost = $5, error = $6, owner = $7, reserved = 0, unpriced = 0,"
-        " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *",
-        key,
-        "pending" if answer.problem is None else "unknown",
-        answer.task_id,
-        answer.project_id,
-        answer.cost,
-        answer.problem,
-        None if answer.problem is None else owner,
-        changes=True,
-    )
-    return dict(rows[0])
-
-
-def _same_answer(row: Row, answer: Settled) -> bool:
-    if answer.task_id is not None:
-        return bool(row["task_id"] == answer.task_id)
-    return answer.project_id is not None and row["project_id"] == answer.project_id
+    if old["kind"] == "task" and old["model"] and old["duration"] and answer.cost > 0:
+        yield q(_LEARN_PRICE, old["model"], old["duration"], answer.cost)
+    state = "pending" if answer.problem is None else "unknown"
+    keeper = None if answer.problem is None else owner  # a pending entry is the watchers'
+    ids = (answer.task_id, answer.project_id)
+    return (yield from first(_ANSWERED, key, state, *ids, answer.cost, answer.problem, keeper))
 
 
 def settle_failed(key: str, owner: str, state: str, error: str) -> Plan[Row | None]:
     """Record a create that failed: ``refused`` (nothing charged) or ``unknown``."""
     yield q(_BUDGET)
-    old = one((yield q(_ROW, key)))
+    old = yield from first(_ROW, key)
     if old is None or old["state"] != "creating" or old["owner"] != owner:
         return old
     return (yield from _fail(old, state, error))
 
 
-def _fail(old: Row, state: str, error: str) -> Plan[Row]:
+def _fail(old: Row, state: str, error: str) -> Plan[Row | None]:
     # A refused create charged nothing: its reservation is returned. An unknown one may have
     # been charged: its reservation counts as spent.
     spent = old["reserved"] if state == "unknown" else 0.0
     yield q(_SETTLE_BUDGET, old["reserved"], old["unpriced"], spent)
-    rows = yield q(
-        "UPDATE {E} SET state = $2, error = $3, credits_cost = $4, reserved = 0, unpriced = 0,"
-        " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *",
-        old["key"],
-        state,
-        error,
-        spent if state == "unknown" else None,
-        changes=True,
-    )
-    return dict(rows[0])
+    cost = spent if state == "unknown" else None
+    return (yield from first(_FAILED, old["key"], state, error, cost))
 
 
 def creating_owners() -> Plan[list[Row]]:
@@ -338,7 +257,7 @@ def creating_owners() -> Plan[list[Row]]:
 
 
 def expire_creating(dead: list[str]) -> Plan[int]:
-    """Mark ``unknown`` the ``creating`` entries of dead creators or past their lease."""
+    """Mark ``unknown`` the ``creating`` entries of dead creators, or past their lease."""
     yield q(_BUDGET)
     rows = yield q(
         "SELECT * FROM {E} WHERE state = 'creating' AND (lease_until < {now}"
@@ -353,10 +272,9 @@ def expire_creating(dead: list[str]) -> Plan[int]:
 def add_batch_tasks(
     project_id: str, tasks: Sequence[tuple[str, str | None, str | None]], request: str
 ) -> Plan[list[Row]]:
-    """Record the tasks of a project's batch: ``(key, task id, problem)`` each.
+    """Record a project batch's tasks, ``(key, id, problem)`` each (recorded keys are kept).
 
-    A valid id is ``pending``; an id that cannot be polled is kept ``unknown`` with its
-    problem. A key already recorded is kept as it is.
+    An id that cannot be polled is recorded ``unknown``, with its problem.
     """
     yield many(
         "INSERT INTO {E} (key, kind, state, task_id, project_id, request, error, created_at,"
@@ -367,16 +285,14 @@ def add_batch_tasks(
             for key, task_id, problem in tasks
         ],
     )
-    rows: list[Row] = yield q(
-        "SELECT * FROM {E} WHERE key IN (items($1)) ORDER BY key",
-        json.dumps([key for key, _, _ in tasks]),
-    )
+    keys = json.dumps([key for key, _, _ in tasks])
+    rows: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1)) ORDER BY key", keys)
     return rows
 
 
 def get(key: str) -> Plan[Row | None]:
     """The row of a key."""
-    return one((yield q("SELECT * FROM {E} WHERE key = $1", key)))
+    return (yield from first("SELECT * FROM {E} WHERE key = $1", key))
 
 
 def page(after: str, limit: int) -> Plan[list[Row]]:
@@ -390,14 +306,14 @@ def page(after: str, limit: int) -> Plan[list[Row]]:
 def summary() -> Plan[dict[str, Any]]:
     """Counts of entries per state, credits spent and reserved."""
     counts = yield q("SELECT state, count(*) AS n FROM {E} GROUP BY state")
-    budget = one((yield q("SELECT spent, reserved FROM videogen_ledger_budget WHERE id = 1")))
+    budget = yield from first("SELECT spent, reserved FROM videogen_ledger_budget")
     assert budget is not None  # noqa: S101 - created with the schema
     states = {row["state"]: int(row["n"]) for row in counts}
     return {"states": states, "spent": budget["spent"], "reserved": budget["reserved"]}
 
 
 def has_open(owner: str) -> Plan[bool]:
-    """Whether any entry is ``creating``, ``pending``, or terminal and undelivered.
+    """Whether an entry is ``creating``, ``pending``, or terminal and undelivered.
 
     Terminal entries held by ``owner`` (on their way to its consumer) do not count.
     """

@@ -1,7 +1,7 @@
 """One store for both engines: each operation a plan run in one transaction, retried.
 
-An operation is a *plan* (see ``_schema``): its statements are written once, in the words of
-the dialects, in ``_plans`` (creates and reads) and ``_claims`` (watchers). An engine
+An operation is a *plan* (see ``_schema``) whose statements are written once, in the words of
+the dialects: ``_plans`` (creates and reads) and ``_claims`` (watchers). An engine
 (``_engines``) runs a plan in one transaction. So the rules (claims decided in SQL, keys
 idempotent by the primary key, the budget reserved while its row is locked) are stated once.
 
@@ -9,18 +9,16 @@ idempotent by the primary key, the budget reserved while its row is locked) are 
 does not answer (a restart, a failover, killed connections, a full disk) as
 :class:`DatabaseUnavailable`; the store then runs the whole transaction again with the SDK's
 backoff for up to ``outage_timeout`` seconds, and raises :class:`LedgerError` only when it
-gives up. Every write plan may be run again safely (each change is conditional on the state
-it changes), since a commit whose answer was lost may have taken effect.
-
-Every committed transaction passes through :meth:`Store._attempt` with the entries its
-``changes`` steps returned: the one place a change notice belongs.
+gives up. Every write plan may be run again safely: each change is conditional on the state
+it changes, since a commit whose answer was lost may have taken effect. Every committed
+write passes through :meth:`Store._attempt`: the one place a change notice belongs.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 import anyio
 
@@ -48,22 +46,22 @@ class Engine(Protocol):
     where: str
 
     async def open(self) -> None:
-        """Connect (a database that cannot be reached: :class:`LedgerError`)."""
+        """Connect."""
 
     async def prepare(self) -> None:
-        """Set the connection up once the database is known to be a ledger (or empty)."""
+        """Set the connection up, once the database is known to be a ledger (or empty)."""
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
         """Run a plan in one transaction (a write transaction when ``write``)."""
 
     async def live(self, owner: str) -> None:
-        """Hold the lock that tells others this creator lives (until :meth:`close`)."""
+        """Hold the lock that tells others the creator ``owner`` lives."""
 
     async def dead(self, owners: Sequence[str]) -> set[str]:
-        """The creators among ``owners`` known to have died (their lock is free)."""
+        """The creators among ``owners`` known to have died."""
 
     async def close(self) -> None:
-        """Disconnect and release the creator's lock."""
+        """Disconnect, and release the creator's lock."""
 
 
 class Store:
@@ -75,7 +73,6 @@ class Store:
 
     Attributes:
         writes: Write transactions committed (for the benchmark).
-        changes: Entries changed by committed transactions.
     """
 
     def __init__(self, engine: Engine, outage_timeout: float) -> None:
@@ -83,45 +80,39 @@ class Store:
         self.where = engine.where
         self.outage_timeout = outage_timeout
         self.writes = 0
-        self.changes = 0
         self._living = anyio.Lock()
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
-        engine = self.engine
-        await engine.open()
+        await self.engine.open()
         try:
-            await self._check_and_create()
+            # Read before anything is written: a file that is not a SQLite database fails
+            # here, and so do a database of other tables and a ledger of a newer schema.
+            meta, others = await self.engine.run(read_meta(), write=False)
+            version = None if meta is None else check_meta(self.where, meta)
+            if others:
+                raise LedgerError(  # noqa: TRY301 - closed below like any other failure
+                    f"ledger {self.where!r}: is a SQLite database but not a ledger (it holds"
+                    " other tables); nothing was written"
+                )
+            await self.engine.prepare()
+            if version != SCHEMA_VERSION:
+                await self.engine.run(create_or_migrate(self.where), write=True)
         except BaseException:
             await self.close()
             raise
 
-    async def _check_and_create(self) -> None:
-        engine = self.engine
-        # Read before anything is written: a file that is not a SQLite database fails here,
-        # and so do a database of other tables and a ledger of a newer schema.
-        meta, others = await engine.run(read_meta(), write=False)
-        if meta is None and others:
-            raise LedgerError(
-                f"ledger {self.where!r}: is a SQLite database but not a ledger (it holds"
-                " other tables); nothing was written"
-            )
-        version = None if meta is None else check_meta(self.where, meta)
-        await engine.prepare()
-        if version != SCHEMA_VERSION:
-            await engine.run(create_or_migrate(self.where), write=True)
-
     async def read(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a read-only plan, again while the database does not answer."""
-        return await self._retry(lambda: self._attempt(plan(*args, **kw), write=False))
+        return await self._retry(lambda: self.engine.run(plan(*args, **kw), write=False))
 
     async def write(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a plan in one write transaction, again while the database does not answer."""
-        return await self._retry(lambda: self._attempt(plan(*args, **kw), write=True))
+        return await self._retry(lambda: self._attempt(plan(*args, **kw)))
 
     async def write_once(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a plan in one write transaction, once."""
-        return await self._attempt(plan(*args, **kw), write=True)
+        return await self._attempt(plan(*args, **kw))
 
     async def live(self, owner: str) -> None:
         """Hold the liveness lock of a creator (again while the database does not answer)."""
@@ -138,8 +129,6 @@ class Store:
             How many entries changed.
         """
         owners = await self.read(creating_owners)
-        if not owners:
-            return 0
         others = [row["owner"] for row in owners if row["owner"] != alive]
         dead = await self._retry(lambda: self.engine.dead(others)) if others else set()
         if not dead and not any(row["expired"] for row in owners):
@@ -151,12 +140,9 @@ class Store:
         with anyio.CancelScope(shield=True):
             await self.engine.close()
 
-    async def _attempt(self, plan: Plan[_T], *, write: bool) -> _T:
-        changed: list[Any] = []
-        result = await self.engine.run(_noting(plan, changed), write=write)
-        if write:
-            self.writes += 1
-            self.changes += len(changed)
+    async def _attempt(self, plan: Plan[_T]) -> _T:
+        result = await self.engine.run(plan, write=True)
+        self.writes += 1
         return result
 
     async def _retry(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
@@ -170,29 +156,10 @@ class Store:
                 tries += 1
                 if tries == 1:
                     deadline = now + self.outage_timeout
-                    logger.warning(
-                        "ledger %r: %s; retrying for up to %g s",
-                        self.where,
-                        exc,
-                        self.outage_timeout,
-                    )
+                    timeout = self.outage_timeout
+                    logger.warning("%s; retrying for up to %g s", exc, timeout)
                 if now >= deadline:
                     raise LedgerError(
-                        f"ledger {self.where!r}: the database did not answer for"
-                        f" {self.outage_timeout:g} s: {exc}"
+                        f"the database did not answer for {self.outage_timeout:g} s: {exc}"
                     ) from exc
-                delay = backoff_delay(tries, initial=0.05, cap=2.0)
-                await anyio.sleep(min(delay, deadline - now))
-
-
-def _noting(plan: Plan[_T], changed: list[Any]) -> Plan[_T]:
-    """``plan``, keeping the rows of its ``changes`` steps in ``changed``."""
-    try:
-        step = next(plan)
-        while True:
-            rows = yield step
-            if step.changes:
-                changed.extend(rows)
-            step = plan.send(rows)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+                await anyio.sleep(min(backoff_delay(tries, initial=0.05, cap=2.0), deadline - now))
