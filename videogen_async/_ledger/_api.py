@@ -14,11 +14,11 @@ import anyio
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._contract._service import TASK_REQUEST
-from .._contract._validation import check_id, validate_task_request
-from ._creates import Creator, PriceEstimate, check_key
+from .._contract._validation import validate_task_request
+from ._creates import Creator, PriceEstimate, check_key, unpollable
 from ._engines import engine_for
 from ._entry import LedgerEntry, entry_from_row
-from ._plans import NewEntry, add_batch_tasks, get, page, summary
+from ._plans import NewEntry, add_batch_tasks, begin_create, get, page, restart_unknown, summary
 from ._protocol import LedgerClient
 from ._spool import Spool
 from ._store import Engine, Store
@@ -69,9 +69,8 @@ class Ledger(AsyncClosing):
             max_credits: Refuse creates that could take the credits charged through this
                 ledger (by every process) past this cap (``None``: no cap).
             price_estimate: ``(model, duration) -> credits``, the worst-case price reserved
-                before a create is sent while ``max_credits`` is set. ``None``: the highest
-                price this ledger was answered for the model and duration; while there is
-                none, one create at a time (see ``docs/ledger.md``).
+                before a create is sent under ``max_credits``. ``None``: the highest price
+                answered for the model and duration (see ``docs/ledger.md``).
             outage_timeout: Seconds an operation retries a database that does not answer (a
                 restart, a failover, killed connections) before it raises ``LedgerError``.
 
@@ -139,16 +138,12 @@ class Ledger(AsyncClosing):
         key = check_key(key) if key is not None else uuid.uuid4().hex
         body = validate_task_request({"prompt": prompt, **task_fields})
         fields = {name: value for name, value in body.items() if name != "prompt"}
-        new = NewEntry(
-            key=key,
-            kind="task",
-            request=json.dumps(body, sort_keys=True),
-            model=str(body.get("model") or DEFAULT_MODEL),
-            duration=int(body.get("duration") or DEFAULT_DURATION),
-        )
-        return await self._creator.create(
-            new, lambda: client.tasks.create(body["prompt"], **fields)
-        )
+        model = str(body.get("model") or DEFAULT_MODEL)
+        duration = int(body.get("duration") or DEFAULT_DURATION)
+        new = NewEntry(key, "task", json.dumps(body, sort_keys=True), model, duration)
+        estimate = self._creator.estimate(model, duration)
+        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        return await self._creator.create(begin_create, new, key, estimate, send)
 
     async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
         """Send again the create of an ``unknown`` key, accepting the risk of paying twice.
@@ -167,6 +162,9 @@ class Ledger(AsyncClosing):
             LedgerError: No such key, or the key is not ``unknown``.
             AmbiguousCreateError: The resend too may have taken effect without an id.
             BudgetExceededError: The create could pass ``max_credits``.
+
+        Two processes that resend one key at once send it once: the second gets the first's
+        entry.
         """
         row = await self._store.read(get, check_key(key))
         if row is None:
@@ -178,12 +176,9 @@ class Ledger(AsyncClosing):
             )
         body = json.loads(row["request"])
         fields = {name: value for name, value in body.items() if name != "prompt"}
-        return await self._creator.resend(
-            key,
-            row["model"] or DEFAULT_MODEL,
-            row["duration"] or DEFAULT_DURATION,
-            lambda: client.tasks.create(body["prompt"], **fields),
-        )
+        estimate = self._creator.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
+        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        return await self._creator.create(restart_unknown, key, key, estimate, send)
 
     async def create_project(
         self,
@@ -220,18 +215,10 @@ class Ledger(AsyncClosing):
         key = check_key(key) if key is not None else uuid.uuid4().hex
         urls = list(product_image_urls)
         request = {"reference_video_url": reference_video_url, "product_image_urls": urls}
-        new = NewEntry(
-            key=key,
-            kind="project",
-            request=json.dumps({**request, **project_fields}, sort_keys=True, default=str),
-            model=None,
-            duration=project_fields.get("duration"),
-        )
-        return await self._creator.create(
-            new,
-            lambda: client.projects.create(reference_video_url, urls, **project_fields),
-            estimate=script_credits,
-        )
+        text = json.dumps({**request, **project_fields}, sort_keys=True, default=str)
+        new = NewEntry(key, "project", text, None, project_fields.get("duration"))
+        send = lambda: client.projects.create(reference_video_url, urls, **project_fields)  # noqa: E731
+        return await self._creator.create(begin_create, new, key, script_credits, send)
 
     async def record_project_tasks(
         self, key: str, project_id: str, task_ids: Sequence[str]
@@ -252,13 +239,13 @@ class Ledger(AsyncClosing):
         check_key(key)
         tasks: list[tuple[str, str | None, str | None]] = []
         for position, task_id in enumerate(task_ids):
-            try:
-                tasks.append((f"{key}/{check_id('task_id', task_id)}", task_id, None))
-            except InvalidRequestError as exc:
-                shown = json.dumps(task_id, default=str)
-                problem = f"the service answered task_id {shown}, which cannot be polled"
-                problem += f": {exc.rule}"
-                tasks.append((f"{key}/#{position} {shown}", None, problem))
+            problem = unpollable("task_id", task_id)
+            if problem is None:
+                tasks.append((f"{key}/{task_id}", task_id, None))
+            else:
+                tasks.append(
+                    (f"{key}/#{position} {json.dumps(task_id, default=str)}", None, problem)
+                )
         request = json.dumps({"project_id": project_id})
         rows: list[Any] = []
         for start in range(0, len(tasks), 1000):

@@ -2,11 +2,11 @@
 
 A create is decided in one transaction (its key, and under ``max_credits`` its reservation:
 see ``_plans.decide_budget``), then sent, then its answer recorded. An answer that cannot be
-recorded (the database went away during the request) is kept in the spool at once, written
-again with backoff while the database is away, and written back by any later operation or
-open (see ``_spool``); as a last resort its id is logged at ERROR. A creator holds a liveness
-lock while it lives (see ``_engines``): the ``creating`` entries of a dead one are ``unknown``
-at once, and its lease (600 s) is only the last resort.
+recorded (the database went away during the request, its disk is full) is kept in the spool
+at once, written again with backoff while the database is away, and written back by any
+later operation or open (see ``_spool``); as a last resort its id is logged at ERROR. A
+creator holds a liveness lock while it lives (see ``_engines``): the ``creating`` entries of
+a dead one are ``unknown`` at once, its lease (600 s) only the last resort.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import attrs
 
 from .._contract._exceptions import (
     AmbiguousCreateError,
@@ -32,72 +33,40 @@ from .._contract._exceptions import (
 from .._contract._validation import check_id
 from ._engines import new_creator
 from ._entry import LedgerEntry, entry_from_row
-from ._plans import (
-    CreateStart,
-    Hold,
-    NewEntry,
-    Refused,
-    Settled,
-    begin_create,
-    get,
-    restart_unknown,
-    settle_created,
-    settle_failed,
-)
+from ._plans import CreateStart, Hold, Refused, Settled, get, settle_created, settle_failed
 from ._spool import Spool
 from ._store import Store
 
-__all__ = ["DEFAULT_CREATE_LEASE", "Creator", "PriceEstimate", "Signal", "check_key"]
+__all__ = ["Creator", "PriceEstimate", "Signal", "check_key", "unpollable"]
 
 logger = logging.getLogger("videogen_async")
-
-DEFAULT_CREATE_LEASE = 600.0
-"""Seconds a ``creating`` entry is held when its creator's death cannot be known sooner."""
 
 PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_RESCAN = 5.0
-"""Seconds between looks at the spool for answers other processes left."""
 
 
 def check_key(key: Any) -> str:
-    """Check a ledger key before anything is written.
-
-    Raises:
-        InvalidRequestError: Not a non-empty string of at most 500 characters that a
-            database can store (no NUL, no lone surrogate).
-    """
+    """Check a ledger key before anything is written (``InvalidRequestError`` naming it)."""
     if not isinstance(key, str) or not key.strip():
         raise InvalidRequestError("key", "must be a non-empty string", value=key, has_value=True)
     if len(key) > 500:
         raise InvalidRequestError("key", "must be at most 500 characters")
     if _UNSTORABLE.search(key):
-        raise InvalidRequestError(
-            "key",
-            "must not contain NUL or lone surrogate characters (no database stores them)",
-            value=key,
-            has_value=True,
-        )
+        rule = "must not contain NUL or lone surrogate characters (no database stores them)"
+        raise InvalidRequestError("key", rule, value=key, has_value=True)
     return key
 
 
-def read_answer(created: Any) -> Settled:
-    """What a create answered: its id once checked, its price, or why it cannot be polled."""
-    field = "task_id" if hasattr(created, "task_id") else "project_id"
-    value = getattr(created, field, None)
-    cost = getattr(created, "credits_cost", 0.0)
-    cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
+def unpollable(field: str, value: Any) -> str | None:
+    """Why an id the service answered cannot be polled (its value escaped), or ``None``."""
     try:
         check_id(field, value)
     except InvalidRequestError as exc:
         shown = json.dumps(value, default=str)
-        problem = f"the service answered {field} {shown}, which cannot be polled: {exc.rule}"
-        return Settled(None, None, cost, problem)
-    if field == "task_id":
-        return Settled(value, None, cost)
-    return Settled(None, value, cost)
+        return f"the service answered {field} {shown}, which cannot be polled: {exc.rule}"
+    return None
 
 
 class Signal:
@@ -112,21 +81,8 @@ class Signal:
         self.event = anyio.Event()
 
 
-async def _nap(tries: int, signal: Signal) -> None:
-    """Wait before looking at the database again: backoff, or sooner when ``signal`` fires."""
-    with anyio.move_on_after(min(0.5, 0.02 * 2**tries) * random.uniform(0.5, 1.0)):
-        await signal.event.wait()
-
-
 class Creator:
-    """The creates of one :class:`~._api.Ledger` (see the module docstring).
-
-    Args:
-        store: The ledger's store.
-        spool: Where unrecorded answers are kept.
-        max_credits: The cap (``None``: none).
-        price_estimate: The worst-case price of a task, or ``None`` (learned).
-        create_lease: Seconds an entry is held if its creator's death cannot be known sooner.
+    """The creates of one ledger (see the module docstring).
 
     Attributes:
         owner: This creator's id (the ``owner`` of its entries until they are answered).
@@ -140,7 +96,7 @@ class Creator:
         *,
         max_credits: float | None,
         price_estimate: PriceEstimate | None,
-        create_lease: float = DEFAULT_CREATE_LEASE,
+        create_lease: float = 600.0,
     ) -> None:
         self.store = store
         self.spool = spool
@@ -152,51 +108,40 @@ class Creator:
         self._kept: dict[str, tuple[Settled, str, str]] = {}  # key -> (answer, owner, file)
         self._next_scan = -math.inf
 
-    async def create(
-        self, new: NewEntry, send: Callable[[], Awaitable[Any]], estimate: float | None = None
-    ) -> LedgerEntry:
-        """Write the entry ahead, send, record; or answer the entry of a key already taken."""
-        await self.repair()
-        if estimate is None and new.kind == "task" and self.max_credits is not None:
-            estimate = self._estimate(new.model or "", new.duration or 0)
-        start = await self._begin(begin_create, new, new.key, estimate)
-        if start.outcome == "existing":
-            return await self._existing(new.key, start)
-        return await self._send(new.key, send)
-
-    async def resend(
-        self, key: str, model: str, duration: int, send: Callable[[], Awaitable[Any]]
-    ) -> LedgerEntry:
-        """Send an ``unknown`` entry's create again (see ``Ledger.resend``)."""
-        await self.repair()
-        estimate = self._estimate(model, duration) if self.max_credits is not None else None
-        start = await self._begin(restart_unknown, key, key, estimate)
-        if start.outcome == "existing":
-            raise LedgerError(f"ledger key {key!r}: was resent by another process meanwhile")
-        return await self._send(key, send)
-
-    def _estimate(self, model: str, duration: int) -> float | None:
-        if self.price_estimate is None:
-            return None  # decided in the create's transaction, from the prices answered
+    def estimate(self, model: str, duration: int) -> float | None:
+        """The price to reserve for a task; ``None``: learned in the create's transaction."""
+        if self.price_estimate is None or self.max_credits is None:
+            return None
         value = float(self.price_estimate(model, duration))
         if not math.isfinite(value) or value < 0:
             raise InvalidRequestError("price_estimate", "must return a number >= 0")
         return value
 
-    async def _begin(
-        self, plan: Callable[..., Any], first: Any, key: str, estimate: float | None
-    ) -> CreateStart:
-        """Run the write-ahead transaction until it is decided."""
+    async def create(
+        self,
+        plan: Callable[[Any, Hold], Any],
+        entry: Any,
+        key: str,
+        estimate: float | None,
+        send: Callable[[], Awaitable[Any]],
+    ) -> LedgerEntry:
+        """Write the entry ahead with ``plan(entry, hold)``, send, record.
+
+        Returns the entry of a key another create holds (``existing``) instead of sending.
+        """
+        await self.repair()
         await self.store.live(self.owner)
         hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
         tries = 0
         while True:
             try:
-                start: CreateStart = await self.store.write(plan, first, hold)
+                start: CreateStart = await self.store.write(plan, entry, hold)
             except Refused as refused:
                 start = refused.start
-            if start.outcome in {"new", "existing"}:
-                return start
+            if start.outcome == "new":
+                return await self._send(key, send)
+            if start.outcome == "existing":
+                return await self._existing(key, start.row)
             if start.outcome == "budget":
                 raise BudgetExceededError(
                     key,
@@ -205,20 +150,23 @@ class Creator:
                     reserved=start.reserved,
                     max_credits=self.max_credits or 0.0,
                 )
-            # A create of unknown price is in flight: wait for its answer (or its creator's
-            # death), which prices this one.
+            # A create of unknown price is in flight: its answer (or its creator's death)
+            # prices this one.
             await self.store.expire_creating(alive=self.owner)
-            await _nap(tries, self.settled)
-            tries += 1
+            tries = await self._nap(tries)
 
-    async def _existing(self, key: str, start: CreateStart) -> LedgerEntry:
-        row = start.row
+    async def _nap(self, tries: int) -> int:
+        """Wait before looking again: backoff, or less when a create of this ledger settles."""
+        with anyio.move_on_after(min(0.5, 0.02 * 2**tries) * random.uniform(0.5, 1.0)):
+            await self.settled.event.wait()
+        return tries + 1
+
+    async def _existing(self, key: str, row: dict[str, Any] | None) -> LedgerEntry:
         tries = 0
         while row is not None and row["state"] == "creating":
             # Another create of this key is in flight: wait for its answer or its death.
             if row["owner"] == self.owner or not await self.store.expire_creating(self.owner):
-                await _nap(tries, self.settled)
-                tries += 1
+                tries = await self._nap(tries)
             row = await self.store.read(get, key)
         if row is None:  # pragma: no cover - keys are never deleted
             raise LedgerError(f"ledger key {key!r}: vanished")
@@ -251,12 +199,18 @@ class Creator:
                 await self.store.write_once(settle_failed, key, self.owner, "unknown", error)
             self.settled.fire()
             raise
-        answer = read_answer(created)
-        row = await self._record(key, answer)
+        field = "task_id" if hasattr(created, "task_id") else "project_id"
+        found = getattr(created, field, None)
+        problem = unpollable(field, found)
+        cost = getattr(created, "credits_cost", 0.0)
+        cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
+        known = None if problem else found
+        task_id, project_id = (known, None) if field == "task_id" else (None, known)
+        answer = Settled(task_id, project_id, cost, problem)
+        entry = entry_from_row(await self._record(key, answer))
         self.settled.fire()
-        entry = entry_from_row(row)
-        if answer.problem is not None:
-            raise AmbiguousCreateError(key, entry, answer.problem)
+        if problem is not None:
+            raise AmbiguousCreateError(key, entry, problem)
         return entry
 
     async def _record(self, key: str, answer: Settled) -> dict[str, Any]:
@@ -279,8 +233,7 @@ class Creator:
     async def _checked(self, key: str, answer: Settled, row: Any) -> dict[str, Any]:
         if row is None:  # another create of this key was answered meanwhile
             logger.error(
-                "ledger key %r: created %s, but the key now holds another create: this task is"
-                " charged too",
+                "ledger key %r: created %s, but the key holds another create: both are charged",
                 key,
                 answer.task_id or answer.project_id,
             )
@@ -289,7 +242,8 @@ class Creator:
 
     async def _keep(self, key: str, answer: Settled, exc: BaseException) -> str:
         """Put an answer in the spool (and in memory); say where it is."""
-        record = {"key": key, "owner": self.owner, **_fields(answer)}
+        created = answer.task_id or answer.project_id
+        record = {"key": key, "owner": self.owner, **attrs.asdict(answer)}
         with anyio.CancelScope(shield=True):
             try:
                 path = await anyio.to_thread.run_sync(self.spool.put, record)
@@ -298,18 +252,13 @@ class Creator:
                 logger.error(  # noqa: TRY400 - the id must reach the log, traceback or not
                     "ledger key %r: created %s, but neither the ledger (%s) nor the spool (%s)"
                     " could record it: keep this id",
-                    key,
-                    answer.task_id or answer.project_id,
-                    exc,
-                    problem,
+                    *(key, created, exc, problem),
                 )
         self._kept[key] = (answer, self.owner, path)
+        where = path or "this process's memory"
         logger.warning(
             "ledger key %r: created %s; the ledger could not record it yet (%s); kept in %s",
-            key,
-            answer.task_id or answer.project_id,
-            exc,
-            path or "this process's memory",
+            *(key, created, exc, where),
         )
         where = f"it is kept in {path}" if path else "its id was logged at ERROR"
         return f"{where} and written back when the database answers"
@@ -325,31 +274,18 @@ class Creator:
         Stops at the first that still cannot be written.
         """
         now = anyio.current_time()
-        if now >= self._next_scan:
-            self._next_scan = now + _RESCAN
+        if now >= self._next_scan:  # what other processes of the machine left
+            self._next_scan = now + 5.0
             for path, record in await anyio.to_thread.run_sync(self.spool.load):
                 if record.get("key") not in self._kept:
-                    self._kept[record["key"]] = (_answer(record), record["owner"], path)
+                    fields = {name: record[name] for name in attrs.fields_dict(Settled)}
+                    self._kept[record["key"]] = (Settled(**fields), record["owner"], path)
         for key, (answer, owner, _path) in list(self._kept.items()):
             try:
                 row = await self.store.write_once(settle_created, key, owner, answer)
             except LedgerError:
                 return
-            if row is None:
-                await self._checked(key, answer, row)
+            await self._checked(key, answer, row)
             logger.info("ledger key %r: %s written back", key, answer.task_id or answer.project_id)
             await self._drop(key)
             self.settled.fire()
-
-
-def _fields(answer: Settled) -> dict[str, Any]:
-    return {
-        "task_id": answer.task_id,
-        "project_id": answer.project_id,
-        "cost": answer.cost,
-        "problem": answer.problem,
-    }
-
-
-def _answer(record: dict[str, Any]) -> Settled:
-    return Settled(record["task_id"], record["project_id"], record["cost"], record["problem"])

@@ -1,26 +1,20 @@
 """``Ledger.watch``: cooperative watchers that share a ledger's pending entries.
 
-Each watcher claims entries with a lease (decided in SQL: a pending entry whose lease is out),
-polls the claimed ids with one :func:`gather_until_done` that lives as long as the watcher
-(``open_ended``: each claim's ids join it, so the schedule, what it learned of each class
-and its pacing carry over from claim to claim, and nothing is probed twice), writes each
-terminal state back and hands the entry to its consumer. While it lives it renews its leases
-every third of the lease; when it dies its entries go to the others once the lease is out.
+Each watcher claims entries with a lease (decided in SQL), polls them with one open-ended
+:func:`gather_until_done` that lives as long as the watcher (each claim's ids join it: what
+it learned carries over), writes each terminal state back and hands the entry to its
+consumer. It renews its leases every third of the lease; when it dies, its entries go to the
+others once the lease is out. Delivery is at least once: an entry is marked delivered when its
+consumer asks for the next one (or leaves the block without an exception).
 
-Delivery is at least once: a terminal entry is marked delivered when its consumer asks for the
-next one (or leaves the block without an exception). A watcher that dies between writing a
-terminal state and that moment leaves the entry, terminal and undelivered, to another watcher,
-which yields it again without polling.
-
-A database that does not answer is retried by the store (see ``_store``) while the gather goes
-on polling; the iteration raises ``LedgerError`` only when the store gives up. An entry whose
-id cannot be polled is marked ``unknown`` with the reason, never handed to the gather.
+A database that does not answer is retried by the store while the gather goes on polling; the
+iteration raises ``LedgerError`` only when the store gives up. An entry whose id cannot be
+polled is marked ``unknown`` with the reason, never handed to the gather.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -32,20 +26,17 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._contract._closing import ExitCloses
-from .._contract._exceptions import InvalidRequestError, LedgerError, TaskPollError
-from .._contract._validation import check_id
+from .._contract._exceptions import LedgerError, TaskPollError
 from .._waiting._gather import GatherResults, gather_until_done
 from . import _claims as claims
 from ._classes import LedgerFinishTimes
-from ._creates import Creator
+from ._creates import Creator, unpollable
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
 from ._plans import get, has_open
 from ._store import Store
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
     from .._contract._models import Task
     from .._waiting._polling import PollPolicy
 
@@ -119,9 +110,14 @@ class Watch(ExitCloses):
         self._polling: dict[str, tuple[str, float]] = {}  # task id -> (key, claimed at)
         self._results: GatherResults | None = None
         self._tg: TaskGroup | None = None
-        self._send: MemoryObjectSendStream[LedgerEntry | BaseException] | None = None
-        self._receive: MemoryObjectReceiveStream[LedgerEntry | BaseException] | None = None
+        self._send, self._receive = anyio.create_memory_object_stream[
+            "LedgerEntry | BaseException"
+        ](max_buffer_size=math.inf)
+        self._finished_send, self._finished_receive = anyio.create_memory_object_stream[
+            "tuple[str, Task]"
+        ](max_buffer_size=math.inf)
         self._last: LedgerEntry | None = None
+        self._entered = False
         self._drained = anyio.Event()
         self._acks: list[str] = []
         self._writing = False
@@ -131,14 +127,9 @@ class Watch(ExitCloses):
     # -- the context manager -----------------------------------------------------------------
 
     async def __aenter__(self) -> Watch:
-        if self._tg is not None:
+        if self._entered:
             raise RuntimeError("this watch() was already entered")
-        self._send, self._receive = anyio.create_memory_object_stream[
-            "LedgerEntry | BaseException"
-        ](max_buffer_size=math.inf)
-        self._finished_send, self._finished_receive = anyio.create_memory_object_stream[
-            "tuple[str, Task]"
-        ](max_buffer_size=math.inf)
+        self._entered = True
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -161,8 +152,7 @@ class Watch(ExitCloses):
                     await self._flush_acks(once=True)
                     # What is still held goes back to the ledger at once, for the next watcher.
                     await self._store.write_once(claims.release, self.owner)
-                if self._receive is not None:
-                    self._receive.close()
+                self._receive.close()
                 self._finished_send.close()
                 self._finished_receive.close()
 
@@ -172,12 +162,11 @@ class Watch(ExitCloses):
         return self
 
     async def __anext__(self) -> LedgerEntry:
-        receive = self._receive
-        if receive is None:
+        if not self._entered:
             raise RuntimeError("use the watch as `async with ledger.watch(client) as finished`")
         self._ack_last()
         try:
-            item = await receive.receive()
+            item = await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
         if isinstance(item, BaseException):
@@ -199,15 +188,12 @@ class Watch(ExitCloses):
     # -- the work ----------------------------------------------------------------------------
 
     async def _guarded_run(self) -> None:
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
         try:
             await self._run()
         except Exception as exc:  # handed to the consumer, who raises it
-            send.send_nowait(_first_error(exc))
+            self._send.send_nowait(_first_error(exc))
         finally:
-            send.close()
+            self._send.close()
 
     async def _run(self) -> None:
         store = self._store
@@ -342,11 +328,9 @@ class Watch(ExitCloses):
             if row["state"] in TERMINAL_STATES:
                 tg.start_soon(self._redeliver, row["key"])
             elif task_id:
-                try:
-                    check_id("task_id", task_id)
-                except InvalidRequestError as exc:
-                    shown = json.dumps(task_id)
-                    problems.append((row["key"], f"task_id {shown} cannot be polled: {exc.rule}"))
+                problem = unpollable("task_id", task_id)
+                if problem is not None:
+                    problems.append((row["key"], problem))
                     continue
                 batch.append(task_id)
                 self._polling[task_id] = (row["key"], now)
@@ -354,21 +338,16 @@ class Watch(ExitCloses):
                     self._classes[task_id] = (row["model"], int(row["duration"]))
         if batch and self._results is not None:
             self._results.add(batch)
-        if problems:
-            # Recorded as a problem the user can see, never polled: one bad id stops nobody.
-            for key, error in problems:
-                logger.error("ledger key %r: %s; marked unknown", key, error)
+        if problems:  # a problem the user can see, never polled: one bad id stops nobody
+            logger.error("ledger: ids that cannot be polled, marked unknown: %s", problems)
             await self._store.write(claims.give_up, self.owner, problems)
             self._held -= len(problems)
 
     async def _redeliver(self, key: str) -> None:
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
         row = await self._store.read(get, key)
         self._held -= 1
         if row is not None and row["owner"] == self.owner:
-            await send.send(entry_from_row(row))
+            await self._send.send(entry_from_row(row))
 
     async def _collect(self, results: GatherResults) -> None:
         """Take the gather's results: terminal tasks to the writer, failed polls released."""
@@ -391,9 +370,6 @@ class Watch(ExitCloses):
 
     async def _writer(self) -> None:
         """Record terminal states (and the consumer's acks) in batches, one transaction each."""
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
         receive = self._finished_receive
         async for first in receive:
             self._writing = True
@@ -412,5 +388,5 @@ class Watch(ExitCloses):
             self.finished += len(rows)
             tasks = dict(found)
             for row in rows:
-                await send.send(entry_from_row(row, tasks[row["key"]]))
+                await self._send.send(entry_from_row(row, tasks[row["key"]]))
             self._writing = False
