@@ -83,14 +83,12 @@ class Ledger(AsyncClosing):
             InvalidRequestError: ``max_credits`` is not a number >= 0, or ``outage_timeout``
                 not a number > 0.
         """
-        if max_credits is not None and not _number(max_credits, 0):
-            raise InvalidRequestError(
-                "max_credits", "must be a number >= 0 or None", value=max_credits, has_value=True
-            )
-        if not _number(outage_timeout, 0) or outage_timeout == 0:
-            raise InvalidRequestError(
-                "outage_timeout", "must be a number > 0", value=outage_timeout, has_value=True
-            )
+        if max_credits is not None and not _number(max_credits, zero=True):
+            rule = "must be a number >= 0 or None"
+            raise InvalidRequestError("max_credits", rule, value=max_credits, has_value=True)
+        if not _number(outage_timeout, zero=False):
+            rule = "must be a number > 0"
+            raise InvalidRequestError("outage_timeout", rule, value=outage_timeout, has_value=True)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
         return LedgerOpener(engine_for(url), max_credits, price_estimate, outage_timeout)
@@ -163,8 +161,6 @@ class Ledger(AsyncClosing):
             AmbiguousCreateError: The resend too may have taken effect without an id.
             BudgetExceededError: The create could pass ``max_credits``.
 
-        Two processes that resend one key at once send it once: the second gets the first's
-        entry.
         """
         row = await self._store.read(get, check_key(key))
         if row is None:
@@ -336,14 +332,9 @@ class Ledger(AsyncClosing):
     ) -> Watch:
         """Wait on the ledger's pending entries with other watchers; yield each terminal one.
 
-        ::
-
-            async with ledger.watch(client) as finished:
-                async for entry in finished:
-                    ...
-
-        A database that does not answer is retried for ``outage_timeout`` seconds (see
-        :meth:`open`) before the iteration raises ``LedgerError``.
+        Use it as ``async with ledger.watch(client) as finished: async for entry in
+        finished: ...``. A database that does not answer is retried for ``outage_timeout``
+        seconds (see :meth:`open`) before the iteration raises ``LedgerError``.
 
         Args:
             client: The client that polls.
@@ -389,13 +380,11 @@ class Ledger(AsyncClosing):
         return f"<Ledger {self._store.engine.dialect.name}>"
 
 
-def _number(value: Any, least: float) -> bool:
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value >= least
-    )
+def _number(value: Any, zero: bool) -> bool:
+    """Whether ``value`` is a finite number > 0 (or 0 too, when ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= 0 if zero else value > 0
 
 
 class LedgerOpener(ExitCloses):

@@ -1,14 +1,9 @@
 """Answers of creates the ledger could not record yet, kept in local files until it can.
 
-When the write of a create's answer fails (the database is down or its connection broke, the
-disk of a SQLite file is full), the answer is put here at once, before anything else is tried;
-the ledger writes it back when the database answers again: at the next operation of the
-process, or when any process of the machine opens the ledger. A file is written to a temporary
-name, flushed to disk, then renamed, so that a reader sees a whole record or none.
-
-Where: the directory ``$VIDEOGEN_LEDGER_SPOOL``, else ``$XDG_STATE_HOME/videogen-async/
-ledger-spool`` (``~/.local/state/videogen-async/ledger-spool``); one file per answer, named
-after the ledger it belongs to. The methods block: call them in a worker thread.
+A file per answer, named after its ledger, in ``$VIDEOGEN_LEDGER_SPOOL`` (default:
+``$XDG_STATE_HOME/videogen-async/ledger-spool``, ``~/.local/state/...``): written to a
+temporary name, flushed to disk, then renamed, so that a reader sees a whole record or none.
+The methods block: call them in a worker thread.
 """
 
 from __future__ import annotations
@@ -34,12 +29,7 @@ def spool_directory() -> Path:
 
 
 class Spool:
-    """The answers kept for one ledger.
-
-    Args:
-        where: The ledger (a SQLite file's path or a PostgreSQL URL without its password).
-        local: Whether ``where`` is a local path (its real path then names the ledger).
-    """
+    """The answers kept for one ledger: ``where``, a file's path (``local``) or a URL."""
 
     def __init__(self, where: str, *, local: bool) -> None:
         self._where = where

@@ -64,8 +64,6 @@ class Watch(ExitCloses):
 
     Attributes:
         owner: This watcher's id in the ledger's ``owner`` column.
-        claimed: Entries claimed so far.
-        finished: Terminal states written so far.
     """
 
     def __init__(
@@ -90,7 +88,6 @@ class Watch(ExitCloses):
             raise ValueError(f"claim_size must be an int >= 1, got {claim_size!r}")
         self._creator = creator
         self._store = store
-        self._client = client
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
@@ -121,8 +118,6 @@ class Watch(ExitCloses):
         self._drained = anyio.Event()
         self._acks: list[str] = []
         self._writing = False
-        self.claimed = 0
-        self.finished = 0
 
     # -- the context manager -----------------------------------------------------------------
 
@@ -318,7 +313,6 @@ class Watch(ExitCloses):
                     tg.start_soon(one, event)
 
     async def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
-        self.claimed += len(rows)
         self._held += len(rows)
         now = time.monotonic()
         batch: list[str] = []
@@ -385,7 +379,6 @@ class Watch(ExitCloses):
             ]
             acks, self._acks = self._acks, []
             rows = await self._store.write(claims.finish_many, self.owner, items, acks)
-            self.finished += len(rows)
             tasks = dict(found)
             for row in rows:
                 await self._send.send(entry_from_row(row, tasks[row["key"]]))
