@@ -31,6 +31,7 @@ class Service:
         on_post: Awaited inside each POST handler with its number (from 1), before answering.
         answer_id: The ``task_id`` answered to the n-th POST (default: a fresh UUID).
         polls_to_finish: Status queries of an id before it reads ``succeeded``.
+        create_status: Answer creates with this HTTP status (and an error envelope) instead.
     """
 
     def __init__(
@@ -40,11 +41,13 @@ class Service:
         on_post: Callable[[int], Awaitable[None]] | None = None,
         answer_id: Callable[[int], Any] | None = None,
         polls_to_finish: int = 1,
+        create_status: int = 200,
     ) -> None:
         self.price = price
         self.on_post = on_post
         self.answer_id = answer_id or (lambda n: str(uuid.uuid4()))
         self.polls_to_finish = polls_to_finish
+        self.create_status = create_status
         self.posts = 0
         self.charged = 0.0
         self.ids: list[Any] = []
@@ -96,6 +99,8 @@ class Service:
                 await self.on_post(number)
         finally:
             self._touch()
+        if self.create_status != 200:
+            return self._answer(None, code=self.create_status, status=self.create_status)
         task_id = self.answer_id(number)
         self.ids.append(task_id)
         self.charged += self.price

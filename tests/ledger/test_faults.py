@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 
-from videogen_async import Ledger, LedgerEntry, LedgerError
+from videogen_async import AmbiguousCreateError, Ledger, LedgerEntry, LedgerError
 
 from ._procs import Creator
 from ._service import LogEvent, Service
@@ -66,7 +66,7 @@ async def test_a_database_crash_during_a_post_is_waited_out(
         service.client() as client,
         Ledger.open(fault_url) as ledger,
     ):
-        with LogEvent("could not record it yet") as kept, anyio.fail_after(60):
+        with LogEvent("not recorded yet") as kept, anyio.fail_after(60):
             creating = asyncio.ensure_future(ledger.create_task(client, "a fox", key="fox"))
             await kept.wait()  # the answer is safe: the database may come back
             await fault_cluster.restart()
@@ -74,6 +74,31 @@ async def test_a_database_crash_during_a_post_is_waited_out(
         assert entry.state == "pending"
         assert entry.task_id == service.ids[0]
         assert [e.task_id async for e in ledger.entries()] == service.ids
+    assert service.posts == 1
+
+
+async def test_a_create_that_failed_during_an_outage_is_recorded_when_the_database_returns(
+    fault_cluster: Cluster, fault_url: str
+) -> None:
+    async def crash(number: int) -> None:
+        await fault_cluster.crash()
+
+    async with (
+        Service(on_post=crash, create_status=500) as service,  # may have taken effect
+        service.client() as client,
+        Ledger.open(fault_url) as ledger,
+    ):
+        with LogEvent("not recorded yet") as kept, anyio.fail_after(60):
+            creating = asyncio.ensure_future(ledger.create_task(client, "a fox", key="fox"))
+            await kept.wait()
+            await fault_cluster.restart()
+            with pytest.raises(AmbiguousCreateError):
+                await creating
+            with pytest.raises(AmbiguousCreateError):  # never sent again, never waited on
+                await ledger.create_task(client, "a fox", key="fox")
+        entry = await ledger.get("fox")
+    assert entry is not None
+    assert entry.state == "unknown"
     assert service.posts == 1
 
 
@@ -89,7 +114,7 @@ async def test_an_answer_kept_during_an_outage_survives_a_sigkill_and_is_written
             with anyio.fail_after(60):
                 await creator.go()
                 # The process kept the answer (the database is down), then dies.
-                await creator.expect(lambda line: "could not record it yet" in line)
+                await creator.expect(lambda line: "not recorded yet" in line)
         finally:
             await creator.kill()
         await fault_cluster.restart()

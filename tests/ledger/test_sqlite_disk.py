@@ -66,7 +66,7 @@ async def test_a_full_disk_during_a_post_keeps_the_id_and_writes_it_back(small_f
         service.client() as client,
         Ledger.open(small_fs / "ledger.db") as ledger,
     ):
-        with LogEvent("could not record it yet") as kept, anyio.fail_after(60):
+        with LogEvent("not recorded yet") as kept, anyio.fail_after(60):
             creating = asyncio.ensure_future(ledger.create_task(client, "a fox", key="fox"))
             await kept.wait()
             filler.unlink()  # room again

@@ -11,7 +11,6 @@ a dead one are ``unknown`` at once, its lease (600 s) only the last resort.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -105,7 +104,8 @@ class Creator:
         self.create_lease = create_lease
         self.owner = new_creator()
         self.settled = Signal()
-        self._kept: dict[str, tuple[Settled, str, str]] = {}  # key -> (answer, owner, file)
+        # What could not be written yet: key -> (plan, its arguments, spool file or "").
+        self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         self._next_scan = -math.inf
 
     def estimate(self, model: str, duration: int) -> float | None:
@@ -159,6 +159,7 @@ class Creator:
         """Wait before looking again: backoff, or less when a create of this ledger settles."""
         with anyio.move_on_after(min(0.5, 0.02 * 2**tries) * random.uniform(0.5, 1.0)):
             await self.settled.event.wait()
+        await self.repair()  # this creator's own outcomes kept meanwhile, written back
         return tries + 1
 
     async def _existing(self, key: str, row: dict[str, Any] | None) -> LedgerEntry:
@@ -181,22 +182,19 @@ class Creator:
         except VideoGenError as exc:
             ambiguous = exc.request_may_have_taken_effect
             state = "unknown" if ambiguous else "refused"
-            with anyio.CancelScope(shield=True):
-                row = await self.store.write(settle_failed, key, self.owner, state, str(exc))
-            self.settled.fire()
+            row = await self._settle(key, settle_failed, state, str(exc))
             if ambiguous:
                 raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
             raise
         except BaseException as exc:
             # Cancelled (or a bug) while the request may have been on the wire: one attempt,
-            # so that a Ctrl-C is not held up; if it fails, this creator's death decides.
-            error = f"interrupted: {type(exc).__name__}"
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(5),
-                contextlib.suppress(LedgerError),
-            ):
-                await self.store.write_once(settle_failed, key, self.owner, "unknown", error)
+            # so that a Ctrl-C is not held up; if it fails, the next operation writes it.
+            args = (key, self.owner, "unknown", f"interrupted: {type(exc).__name__}")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                try:
+                    await self.store.write_once(settle_failed, *args)
+                except LedgerError:
+                    self._kept[key] = (settle_failed, args, "")
             self.settled.fire()
             raise
         field = "task_id" if hasattr(created, "task_id") else "project_id"
@@ -207,28 +205,31 @@ class Creator:
         known = None if problem else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
         answer = Settled(task_id, project_id, cost, problem)
-        entry = entry_from_row(await self._record(key, answer))
-        self.settled.fire()
+        entry = entry_from_row(
+            await self._checked(key, answer, await self._settle(key, settle_created, answer))
+        )
         if problem is not None:
             raise AmbiguousCreateError(key, entry, problem)
         return entry
 
-    async def _record(self, key: str, answer: Settled) -> dict[str, Any]:
-        """Write a create's answer; keep it in the spool (and retry) when the write fails."""
+    async def _settle(self, key: str, plan: Callable[..., Any], *args: Any) -> Any:
+        """Write a create's outcome, again while the database is away.
+
+        What cannot be written at once is kept (an answer in the spool too) until it is.
+        """
         try:
             with anyio.CancelScope(shield=True):
-                row = await self.store.write_once(settle_created, key, self.owner, answer)
-        except Exception as exc:  # whatever failed, the answer must not be lost
-            kept = await self._keep(key, answer, exc)
-            try:
-                row = await self.store.write(settle_created, key, self.owner, answer)
-            except Exception as again:
-                raise LedgerError(
-                    f"ledger key {key!r}: created {answer.task_id or answer.project_id}, but the"
-                    f" ledger could not record it: {again}; {kept}"
-                ) from again
-            await self._drop(key)
-        return await self._checked(key, answer, row)
+                return await self.store.write_once(plan, key, self.owner, *args)
+        except Exception as exc:  # whatever failed, the outcome must not be lost
+            kept = await self._keep(key, plan, (key, self.owner, *args), exc)
+        finally:
+            self.settled.fire()
+        try:
+            row = await self.store.write(plan, key, self.owner, *args)
+        except Exception as again:
+            raise LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
+        await self._drop(key)
+        return row
 
     async def _checked(self, key: str, answer: Settled, row: Any) -> dict[str, Any]:
         if row is None:  # another create of this key was answered meanwhile
@@ -240,36 +241,37 @@ class Creator:
             row = await self.store.read(get, key)
         return dict(row)
 
-    async def _keep(self, key: str, answer: Settled, exc: BaseException) -> str:
-        """Put an answer in the spool (and in memory); say where it is."""
-        created = answer.task_id or answer.project_id
-        record = {"key": key, "owner": self.owner, **attrs.asdict(answer)}
-        with anyio.CancelScope(shield=True):
-            try:
-                path = await anyio.to_thread.run_sync(self.spool.put, record)
-            except OSError as problem:
-                path = ""
-                logger.error(  # noqa: TRY400 - the id must reach the log, traceback or not
-                    "ledger key %r: created %s, but neither the ledger (%s) nor the spool (%s)"
-                    " could record it: keep this id",
-                    *(key, created, exc, problem),
-                )
-        self._kept[key] = (answer, self.owner, path)
-        where = path or "this process's memory"
-        logger.warning(
-            "ledger key %r: created %s; the ledger could not record it yet (%s); kept in %s",
-            *(key, created, exc, where),
-        )
-        where = f"it is kept in {path}" if path else "its id was logged at ERROR"
-        return f"{where} and written back when the database answers"
+    async def _keep(self, key: str, plan: Any, args: tuple[Any, ...], exc: BaseException) -> str:
+        """Keep an outcome to write later (an answer also in the spool); say what was kept."""
+        path = ""
+        if plan is settle_created:
+            answer: Settled = args[2]
+            created = answer.task_id or answer.project_id
+            record = {"key": key, "owner": self.owner, **attrs.asdict(answer)}
+            with anyio.CancelScope(shield=True):
+                try:
+                    path = await anyio.to_thread.run_sync(self.spool.put, record)
+                except OSError as problem:
+                    logger.error(  # noqa: TRY400 - the id must reach the log, traceback or not
+                        "ledger key %r: created %s, but neither the ledger (%s) nor the spool"
+                        " (%s) could record it: keep this id",
+                        *(key, created, exc, problem),
+                    )
+            where = f"it is kept in {path}" if path else "its id was logged at ERROR"
+            kept = f"created {created}, not recorded yet: {where}"
+        else:
+            kept = f"the create failed ({args[2]}), not recorded yet: kept by this process"
+        self._kept[key] = (plan, args, path)
+        logger.warning("ledger key %r: %s (%s)", key, kept, exc)
+        return f"{kept}, and written back when the database answers"
 
     async def _drop(self, key: str) -> None:
-        _answer, _owner, path = self._kept.pop(key, (None, "", ""))
+        _plan, _args, path = self._kept.pop(key, (None, (), ""))
         if path:
             await anyio.to_thread.run_sync(Spool.drop, path)
 
     async def repair(self) -> None:
-        """Write back the answers kept while the database was away (here and in the spool).
+        """Write back the outcomes kept while the database was away (here and in the spool).
 
         Stops at the first that still cannot be written.
         """
@@ -278,14 +280,16 @@ class Creator:
             self._next_scan = now + 5.0
             for path, record in await anyio.to_thread.run_sync(self.spool.load):
                 if record.get("key") not in self._kept:
-                    fields = {name: record[name] for name in attrs.fields_dict(Settled)}
-                    self._kept[record["key"]] = (Settled(**fields), record["owner"], path)
-        for key, (answer, owner, _path) in list(self._kept.items()):
+                    answer = Settled(**{name: record[name] for name in attrs.fields_dict(Settled)})
+                    args = (record["key"], record["owner"], answer)
+                    self._kept[record["key"]] = (settle_created, args, path)
+        for key, (plan, args, _path) in list(self._kept.items()):
             try:
-                row = await self.store.write_once(settle_created, key, owner, answer)
+                row = await self.store.write_once(plan, *args)
             except LedgerError:
                 return
-            await self._checked(key, answer, row)
-            logger.info("ledger key %r: %s written back", key, answer.task_id or answer.project_id)
+            if plan is settle_created:
+                await self._checked(key, args[2], row)
+            logger.info("ledger key %r: its create's outcome written back", key)
             await self._drop(key)
             self.settled.fire()
