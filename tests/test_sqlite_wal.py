@@ -1,8 +1,9 @@
 """Switching a shared SQLite file to WAL mode while another connection reads it.
 
 Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once
-(without its busy handler) while a reader holds it: the switch must wait the reader out, in
-the ledger and in the command line's batch journal alike.
+(without its busy handler) while a reader holds it, and so does leaving WAL mode: the switch
+must wait the reader out, in the ledger and when the command line imports a batch journal of
+the earlier format into a ledger.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
-from videogen_async._cli import _journal
+from videogen_async._cli._batch_import import leave_wal
 from videogen_async._ledger._sqlite_wal import enter_wal, is_busy
 
 
@@ -90,31 +90,34 @@ def test_a_reader_held_past_the_timeout_raises_busy(tmp_path: Path) -> None:
         assert is_busy(caught.value)
 
 
-async def test_a_new_journal_opened_while_a_reader_holds_it_opens(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "batch.journal"
-    new_rollback_file(path)
-    attempted = threading.Event()
-
-    def watched(conn: sqlite3.Connection, *, timeout: float) -> None:
-        traced(conn, attempted)
-        conn.execute("PRAGMA busy_timeout = 0")  # busy at once, as a reader mid-open makes it
-        enter_wal(conn, timeout=timeout)
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-
-    monkeypatch.setattr(_journal, "enter_wal", watched)
-    with reading(path) as reader:
-        async with anyio.create_task_group() as group:
-            opened: list[_journal.Journal] = []
-
-            async def open_it() -> None:
-                opened.append(await _journal.Journal.open(path, base_url="http://127.0.0.1:1"))
-
-            group.start_soon(open_it)
-            assert await anyio.to_thread.run_sync(attempted.wait, 10.0)
-            reader.execute("COMMIT")
-    (journal,) = opened
-    await journal.close()
+def test_leaving_wal_mode_waits_for_a_reader_to_finish(tmp_path: Path) -> None:
+    path = tmp_path / "prompts.journal.sqlite"
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        enter_wal(conn, timeout=1.0)
+        conn.execute("CREATE TABLE lines (a)")
+        conn.execute("INSERT INTO lines VALUES (1)")
+        conn.commit()
+    attempted = threading.Event()
+    failure: list[BaseException] = []
+    with reading(path) as reader:
+        writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+        traced(writer, attempted)
+
+        def switch() -> None:
+            try:
+                leave_wal(writer, timeout=30.0)
+            except BaseException as exc:  # handed to the test's thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=switch)
+        worker.start()
+        assert attempted.wait(10), "the switch was never tried"
+        assert not failure  # it met the reader's lock and is waiting, not failed
+        reader.execute("COMMIT")
+    worker.join(10)
+    assert not worker.is_alive()
+    assert not failure, failure
+    assert writer.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    assert writer.execute("SELECT a FROM lines").fetchall() == [(1,)]
+    writer.close()
+    assert not path.with_name(path.name + "-wal").exists()

@@ -8,7 +8,7 @@ prints plain text.
 
 Layout: :mod:`._parser` (commands and options), :mod:`._help` (help texts), :mod:`._common`
 (exit codes, configuration, Ctrl-C, error lines), :mod:`._ui` (tables, JSON, progress), one
-module per area (:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` with :mod:`._journal`,
+module per area (:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` on a ledger,
 :mod:`._spending` for estimates and ``--max-credits``, :mod:`._completion`, :mod:`._demo`,
 :mod:`._sandbox`). See ``docs/cli.md``.
 """

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+from ._batch_state import UNKNOWN, BatchState
 from ._common import Context, fmt_credits
-from ._journal import UNKNOWN
-
-if TYPE_CHECKING:
-    from ._batch import BatchRun
 
 __all__ = ["print_summary", "redact_url"]
 
@@ -49,7 +45,8 @@ def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
     return shlex.join(parts)
 
 
-def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -> None:
+def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int) -> None:
+    """The end of a run: counts, credits, the lines to look at, and how to resume."""
     counts = run.counts()
     total_credits = sum(
         float(r["credits"] or 0) for r in run.records.values() if r["task_id"] is not None
@@ -74,7 +71,7 @@ def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -
         ctx.ui.table(("status", "lines"), sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         attention = [
             [r["line"], r["status"], r["task_id"], r.get("download_error") or r["error"]]
-            for r in run.ordered_records()
+            for r in run.ordered()
             if r["status"] != "succeeded" or r.get("download_error")
         ]
         if attention:

@@ -57,8 +57,8 @@ input (JSON lines): one direct-task request per line, with the fields of "create
 A bad line is reported with its number and skipped; it costs nothing.
 
 the journal (resuming):
-  Each line's progress is recorded in a SQLite journal (by default NAME.journal.sqlite beside
-  the input): "create attempted" before the request is sent, the task id the moment it comes
+  Each line is recorded in a ledger (--journal: a file, by default NAME.journal.sqlite beside
+  the input, or a PostgreSQL URL): before its create is sent, the task id the moment it comes
   back, then the final status. Run the same command again after a crash or Ctrl-C and it
   resumes: lines already created are waited for, never created again. A line whose create may
   or may not have reached the service (a crash at that instant, a dropped connection, a
@@ -67,8 +67,7 @@ the journal (resuming):
 
 the manifest (NAME.results.jsonl unless --manifest): one JSON object per input line, in
 input order: line, input, task_id, status, video_url, error, credits, path.
-  status: succeeded | failed | error | invalid | unknown | refused | pending | not_created |
-          poll_error
+  status: succeeded | failed | error | invalid | unknown | refused | pending | not_created
 
 examples:
   videogen batch prompts.jsonl

@@ -14,8 +14,8 @@ import anyio
 
 from .._contract._exceptions import LedgerError
 from .._ledger import Ledger, LedgerEntry
+from ._batch_import import is_old_journal
 from ._batch_report import redact_url
-from ._batch_store import is_old_journal
 from ._common import EXIT_OK, EXIT_USAGE, Context, fmt_credits
 
 __all__ = ["LEDGER_STATES", "cmd_ledger_list", "cmd_ledger_summary"]
@@ -34,8 +34,8 @@ async def _check_file(ctx: Context, url: str) -> bool:
         return False
     if await anyio.to_thread.run_sync(is_old_journal, path):
         ctx.ui.error(
-            f"ledger {url}: a batch journal of the earlier format, not a ledger (videogen"
-            " batch reads it as before; its manifest lists its lines)"
+            f"ledger {url}: a batch journal of the earlier format, not a ledger yet (the next"
+            " videogen batch run with --journal on it imports it into a ledger)"
         )
         return False
     return True

@@ -211,17 +211,18 @@ class UI:
     # -- progress ---------------------------------------------------------------------------
 
     @contextmanager
-    def progress(self, description: str, total: int) -> Iterator[Progress]:
+    def progress(self, description: str, total: int, detail: str = "") -> Iterator[Progress]:
         """A progress display on stderr: a live bar on a terminal, plain lines otherwise.
 
         Args:
             description: What is counted ("creating", "waiting").
             total: The number of steps.
+            detail: A short text shown after the counter from the start.
 
         Yields:
             The :class:`Progress` to move.
         """
-        bar = Progress(self, description, total)
+        bar = Progress(self, description, total, detail)
         bar.start()
         try:
             yield bar
@@ -235,12 +236,12 @@ class Progress:
     #: Plain-text mode prints at most one line per this many seconds (plus the last one).
     PLAIN_INTERVAL = 2.0
 
-    def __init__(self, ui: UI, description: str, total: int) -> None:
+    def __init__(self, ui: UI, description: str, total: int, detail: str = "") -> None:
         self._ui = ui
         self.description = description
         self.total = total
         self.completed = 0
-        self.detail = ""
+        self.detail = detail
         self._rich: Any = None
         self._task: Any = None
         self._last_print = 0.0
@@ -259,7 +260,7 @@ class Progress:
                 transient=False,
             )
             self._rich.start()
-            self._task = self._rich.add_task(self.description, total=self.total, detail="")
+            self._task = self._rich.add_task(self.description, total=self.total, detail=self.detail)
         else:
             self._plain(force=False)
 

@@ -1,0 +1,209 @@
+"""A batch journal of the earlier format (tables ``meta`` and ``lines``), made a ledger once.
+
+The first batch that opens such a file imports it: every line with a task id becomes a
+``pending`` ledger entry under the key the batch gives that line now, a line whose create may
+have taken effect (``attempted``, ``unknown``) an ``unknown`` one, and a refused line nothing
+(it is created again). The ledger is written beside the journal, the journal leaves WAL mode
+(its last writes folded into the file), and the ledger then replaces it in one rename: at every
+moment the path holds one complete store, and a crash before the rename leaves the journal to
+import again. The journal stays bound to its input and its service, and the lock file that
+earlier versions take beside it is taken too.
+
+The import goes through ``Ledger.create_task`` with a client that answers each create with
+what the journal recorded, so the ledger writes each entry as it writes any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory lock
+    fcntl = None  # type: ignore[assignment]
+
+from .._contract._exceptions import AmbiguousCreateError, VideoGenError
+from .._contract._models import CreatedTask
+from .._ledger import Ledger
+from .._ledger._sqlite_wal import is_busy
+from ._common import UsageError
+
+__all__ = ["import_journal", "is_old_journal", "leave_wal", "request_hash"]
+
+_BUSY_TIMEOUT = 10.0
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    """The SHA-256 of a request's canonical JSON (sorted keys, no spaces), as journals kept it."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def is_old_journal(path: Path) -> bool:
+    """Whether ``path`` is a SQLite journal of the earlier format (tables ``meta``, ``lines``)."""
+    if not path.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.DatabaseError:
+        return False
+    names = {row[0] for row in rows}
+    return {"meta", "lines"} <= names and "videogen_ledger_meta" not in names
+
+
+def _lock(path: Path) -> IO[str] | None:
+    """Take the advisory lock earlier versions hold on a journal (``PATH.lock``)."""
+    flock = getattr(fcntl, "flock", None)
+    if flock is None:  # pragma: no cover - Windows
+        return None
+    lock_path = path.with_name(path.name + ".lock")
+    handle = open(lock_path, "a+")  # noqa: SIM115 - held until _unlock
+    try:
+        flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UsageError(
+            f"the journal {path} is in use by another videogen batch (lock {lock_path.name})"
+        ) from None
+    return handle
+
+
+def _unlock(path: Path, handle: IO[str] | None) -> None:
+    if handle is not None:
+        path.with_name(path.name + ".lock").unlink(missing_ok=True)
+        handle.close()
+
+
+def _read(path: Path, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> list[Any]:
+    """The journal's lines, once its service and every line are found to match the input."""
+    importing = path.with_name(path.name + ".importing")
+    for suffix in ("", "-wal", "-shm"):  # what a run that stopped mid-import left
+        Path(f"{importing}{suffix}").unlink(missing_ok=True)
+    with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        rows = conn.execute(
+            "SELECT line_no, request_hash, state, task_id, credits, error FROM lines"
+            " ORDER BY line_no"
+        ).fetchall()
+    if meta.get("schema") != "1":
+        raise UsageError(f"{path} has journal schema {meta.get('schema')!r}, not 1")
+    if meta.get("base_url") != base_url:
+        raise UsageError(
+            f"the journal {path} was made for {meta.get('base_url')}, not {base_url}: its task"
+            " ids mean nothing there. Use another --journal."
+        )
+    for line_no, digest, *_ in rows:
+        line = keys.get(line_no)
+        if line is None or request_hash(line[1]) != digest:
+            raise UsageError(
+                f"line {line_no} of the input differs from the request the journal recorded"
+                " for it (or is no longer a valid request line): the input changed since the"
+                " journal was written"
+            )
+    return rows
+
+
+class _Replay:
+    """A client whose one create answers with what the journal recorded for a line."""
+
+    def __init__(self, task_id: str | None, credits: float | None, error: str | None) -> None:
+        self._answer = task_id, credits, error
+
+    @property
+    def tasks(self) -> _Replay:
+        return self
+
+    @property
+    def projects(self) -> _Replay:
+        return self
+
+    def with_options(self, **_: Any) -> _Replay:
+        return self
+
+    async def create(self, *_: Any, **__: Any) -> CreatedTask:
+        task_id, credits, error = self._answer
+        if task_id is None:
+            raise VideoGenError(error or "", request_may_have_taken_effect=True)
+        return CreatedTask(task_id=task_id, credits_cost=float(credits or 0.0))
+
+    get = create_videos = create
+
+
+def leave_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
+    """Fold a file's WAL into it and leave WAL mode, waiting out other connections.
+
+    Like entering WAL mode, leaving it needs the file to itself, and SQLite answers
+    ``SQLITE_BUSY`` at once, without its busy handler, while another connection reads it: the
+    switch is retried, backing off from 1 ms to 50 ms, for ``timeout`` seconds.
+
+    Raises:
+        sqlite3.OperationalError: The file stayed busy, or another failure.
+    """
+    deadline, delay = time.monotonic() + timeout, 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = DELETE").fetchone()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)  # a worker thread's wait, never the event loop's
+            delay = min(delay * 2, 0.05)
+        else:
+            return
+
+
+def _fold(path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT)) as conn:
+        leave_wal(conn, timeout=_BUSY_TIMEOUT)
+
+
+async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
+    """Make the journal at ``path`` a ledger at the same path.
+
+    Args:
+        path: The journal.
+        base_url: The service the batch talks to (the journal's must be the same).
+        keys: Each valid input line's number: its ledger key and its validated request.
+
+    Returns:
+        The number of lines imported (a refused line is not: it is created again).
+
+    Raises:
+        UsageError: The journal is in use, of another service or input, or unreadable.
+    """
+    importing = path.with_name(path.name + ".importing")
+    try:
+        lock = await anyio.to_thread.run_sync(_lock, path)
+    except OSError as exc:
+        raise UsageError(f"the journal {path} could not be locked: {exc}") from exc
+    try:
+        rows = await anyio.to_thread.run_sync(_read, path, base_url, keys)
+        async with Ledger.open(importing) as ledger:
+            for line_no, _digest, state, task_id, credits, error in rows:
+                if state == "refused":
+                    continue  # nothing was created: the batch sends it again
+                known = task_id if state in ("created", "done") else None
+                key, request = keys[line_no]
+                fields = {k: v for k, v in request.items() if k != "prompt"}
+                replay = _Replay(known, credits, error or "the earlier run stopped mid-create")
+                with contextlib.suppress(AmbiguousCreateError):
+                    await ledger.create_task(replay, request["prompt"], key=key, **fields)
+        await anyio.to_thread.run_sync(_fold, importing)
+        await anyio.to_thread.run_sync(_fold, path)
+        await anyio.to_thread.run_sync(importing.replace, path)
+    except (sqlite3.Error, OSError) as exc:
+        raise UsageError(f"the journal {path} could not be imported into a ledger: {exc}") from exc
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_unlock, path, lock)
+    return sum(1 for row in rows if row[2] != "refused")
