@@ -30,12 +30,26 @@ except ImportError:
 else:
     _RICH = True
 
-__all__ = ["UI", "Progress", "rich_available"]
+__all__ = ["UI", "Progress", "printable", "rich_available"]
 
 
 def rich_available() -> bool:
     """Whether the optional ``rich`` package is installed."""
     return _RICH
+
+
+def printable(text: str, *, keep: str = "\n\t") -> str:
+    r"""``text`` with every control or format character escaped (``\x1b``), except ``keep``.
+
+    Keys, ids, prompts and error messages come from users and from the service; shown raw, an
+    ESC or BEL in one would drive the terminal (``--json`` escapes them in JSON's way).
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
 
 
 def _is_tty(stream: IO[str]) -> bool:
@@ -108,6 +122,7 @@ class UI:
         """A line of human output on stdout (nothing in ``--json`` mode)."""
         if self.json_mode:
             return
+        text = printable(text)
         if self.fancy_out:
             self.out_console().print(text, markup=False)
         else:
@@ -117,6 +132,7 @@ class UI:
         """A section title on stdout (human mode)."""
         if self.json_mode:
             return
+        text = printable(text)
         if self.fancy_out:
             self.out_console().print(Rule(text, align="left"))
         else:
@@ -124,6 +140,7 @@ class UI:
 
     def note(self, text: str) -> None:
         """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
+        text = printable(text)
         if self.fancy_err:
             self.err_console().print(text, markup=False, highlight=False)
         else:
@@ -135,7 +152,7 @@ class UI:
 
     def error(self, text: str) -> None:
         """An error line on stderr."""
-        print(f"videogen: error: {text}", file=self.err, flush=True)
+        print(f"videogen: error: {printable(text)}", file=self.err, flush=True)
 
     def emit_json(self, data: Any) -> None:
         """One JSON document on stdout."""
@@ -185,7 +202,7 @@ class UI:
         """
         if self.json_mode:
             return
-        cells = [["-" if c is None else str(c) for c in row] for row in rows]
+        cells = [["-" if c is None else printable(str(c), keep="") for c in row] for row in rows]
         if self.fancy_out:
             table = Table(title=title, title_justify="left", show_lines=False)
             for index, name in enumerate(columns):
