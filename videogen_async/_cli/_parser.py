@@ -7,6 +7,18 @@ import functools
 from typing import Any
 
 from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
+from .._contract._service import (
+    DURATION_MAX,
+    DURATION_MIN,
+    FIRST_LAST_FRAMES_MAX_IMAGES,
+    MAX_AUDIO_URLS,
+    MAX_IMAGE_URLS,
+    MAX_VIDEO_URLS,
+    OUT_NUMBER_MAX,
+    OUT_NUMBER_MIN,
+    PROJECT_REQUEST,
+    TASK_REQUEST,
+)
 from ..testing import add_sandbox_arguments
 from ._batch import cmd_batch
 from ._completion import cmd_completion
@@ -38,6 +50,16 @@ from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 __all__ = ["build_parser"]
 
 _FMT = argparse.RawDescriptionHelpFormatter
+
+
+def _task(name: str) -> Any:
+    """The service's default of a task field (for the help texts)."""
+    return TASK_REQUEST.field(name).default
+
+
+def _project(name: str) -> Any:
+    """The service's default of a project field (for the help texts)."""
+    return PROJECT_REQUEST.field(name).default
 
 
 def _positive_float(text: str) -> float:
@@ -205,30 +227,41 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         help="the text prompt; - (or no prompt, with stdin a pipe or a file) reads it from stdin",
     )
-    p.add_argument("--model", choices=Model.values(), help="default videomodel_2_0")
-    p.add_argument("--function-mode", choices=FunctionMode.values(), help="default omni_reference")
-    p.add_argument("--ratio", choices=Ratio.values(), help="aspect ratio (default 16:9)")
-    p.add_argument("--duration", type=int, metavar="SECONDS", help="4 to 15 seconds (default 5)")
+    p.add_argument("--model", choices=Model.values(), help=f"default {_task('model')}")
+    p.add_argument(
+        "--function-mode", choices=FunctionMode.values(), help=f"default {_task('function_mode')}"
+    )
+    p.add_argument(
+        "--ratio", choices=Ratio.values(), help=f"aspect ratio (default {_task('ratio')})"
+    )
+    p.add_argument(
+        "--duration",
+        type=int,
+        metavar="SECONDS",
+        help=f"{DURATION_MIN} to {DURATION_MAX} seconds (default {_task('duration')})",
+    )
     p.add_argument(
         "--image-url",
         dest="image_urls",
         action="append",
         metavar="URL",
-        help="a reference image (repeat for more; up to 9, or 2 with first_last_frames)",
+        help=f"a reference image (repeat for more; up to {MAX_IMAGE_URLS}, or"
+        f" {FIRST_LAST_FRAMES_MAX_IMAGES} with first_last_frames)",
     )
     p.add_argument(
         "--audio-url",
         dest="audio_urls",
         action="append",
         metavar="URL",
-        help="a reference audio (repeat; up to 3; needs an image or video beside it)",
+        help=f"a reference audio (repeat; up to {MAX_AUDIO_URLS}; needs an image or video beside"
+        " it)",
     )
     p.add_argument(
         "--video-url",
         dest="video_urls",
         action="append",
         metavar="URL",
-        help="a reference video (repeat; up to 3)",
+        help=f"a reference video (repeat; up to {MAX_VIDEO_URLS})",
     )
     p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
     _wait_timeout(p, "the task (with --wait)")
@@ -365,20 +398,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--avatar-image-url", metavar="URL", help="a person or avatar image")
     p.add_argument("--prompt", help="selling points, style, restrictions, language preference")
-    p.add_argument("--aspect-ratio", choices=AspectRatio.values(), help="default 9:16")
+    p.add_argument(
+        "--aspect-ratio", choices=AspectRatio.values(), help=f"default {_project('aspect_ratio')}"
+    )
     p.add_argument(
         "--speech-language",
         choices=[v for v in SpeechLanguage.values() if v],
         help="language of the generated speech (default: that of the reference video)",
     )
-    p.add_argument("--duration", type=int, metavar="SECONDS", help="target duration (default 15)")
     p.add_argument(
-        "--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 (default) or 1080"
+        "--duration",
+        type=int,
+        metavar="SECONDS",
+        help=f"target duration (default {_project('duration')})",
     )
     p.add_argument(
-        "--out-number", type=int, metavar="N", help="videos per batch, 1 to 4 (default 1)"
+        "--resolution",
+        type=parse_resolution,
+        metavar="RES",
+        help=f"e.g. 720 or 1080 (default {_project('resolution')})",
     )
-    p.add_argument("--mode", choices=ProjectMode.values(), help="default auto")
+    p.add_argument(
+        "--out-number",
+        type=int,
+        metavar="N",
+        help=f"videos per batch, {OUT_NUMBER_MIN} to {OUT_NUMBER_MAX} (default"
+        f" {_project('out_number')})",
+    )
+    p.add_argument("--mode", choices=ProjectMode.values(), help=f"default {_project('mode')}")
     p.add_argument("--wait", action="store_true", help="wait until the project is done")
     _wait_timeout(p, "the project (with --wait)")
     _spending(p)
@@ -400,7 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--script", help="a script for this batch only (the project's is kept)")
     source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
-    p.add_argument("--out-number", type=int, metavar="N", help="1 to 4 videos")
+    p.add_argument(
+        "--out-number", type=int, metavar="N", help=f"{OUT_NUMBER_MIN} to {OUT_NUMBER_MAX} videos"
+    )
     p.add_argument("--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 or 1080")
     p.add_argument("--aspect-ratio", choices=AspectRatio.values())
     p.add_argument("--wait", action="store_true", help="wait for the videos")

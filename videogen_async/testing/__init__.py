@@ -18,9 +18,10 @@ child process of your program with :class:`SandboxProcess`; use it in pytest thr
 ``videogen_sandbox`` fixture.
 """
 
+from .._contract._service import Pricing
 from ._cli import add_sandbox_arguments, main, sandbox_options_from_args, serve
 from ._clock import SandboxClock
-from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
+from ._config import DEFAULT_API_KEY, Duration, ProjectTiming
 from ._faults import FAULT_KINDS, FaultDecision, FaultInjector, FaultRule
 from ._media import sample_mp4
 from ._openapi import build_openapi, openapi_json, write_openapi

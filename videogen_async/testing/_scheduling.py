@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from .._contract._enums import ProjectStatus
 from ._config import Duration, sample_duration
 from ._simulation import (
-    DEFAULT_MODEL,
     ERROR,
     EV_PROJECT_SCRIPT,
     EV_TASK_REFUND,
@@ -56,8 +55,7 @@ class Scheduler:
         if outcome is not None and outcome not in TASK_OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
         self._state.settle()
-        model = body.get("model") or DEFAULT_MODEL
-        price = self._state.pricing.task_cost(model, int(body.get("duration") or 5))
+        price = self._state.pricing.task_cost(body.get("model"), body.get("duration"))
         if not self._state.wallet.can_pay(price * count):
             raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
         tasks = []

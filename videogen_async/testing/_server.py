@@ -24,8 +24,9 @@ from aiohttp import web
 
 from .._client import AsyncVideoGen
 from .._contract._closing import AsyncClosing
+from .._contract._service import Pricing
 from ._clock import SandboxClock
-from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
+from ._config import DEFAULT_API_KEY, Duration, ProjectTiming
 from ._console import add_console
 from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import attrs
 
 from .._contract._enums import ProjectStatus, ProjectStep, TaskStatus
+from .._contract._service import TASK_REQUEST
 
 __all__ = [
     "Batch",
@@ -38,8 +39,9 @@ FAILED = TaskStatus.FAILED.value
 ERROR = TaskStatus.ERROR.value
 TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
 
-DEFAULT_MODEL = "videomodel_2_0"
-PROJECT_TASK_MODEL = "videomodel_2_0"
+DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
+DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
+PROJECT_TASK_MODEL = DEFAULT_MODEL  # the model a project's video tasks show
 
 # Kinds of the events of SandboxState's heap.
 EV_TASK_REFUND = 0

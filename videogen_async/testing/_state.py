@@ -25,14 +25,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._contract._enums import ProjectMode
+from .._contract._service import Pricing
 from ._billing import Wallet
 from ._clock import SandboxClock
-from ._config import Duration, Pricing, ProjectTiming, check_duration, check_rate, sample_duration
+from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
 from ._project_desk import ProjectDesk
 from ._render import Renderer
 from ._scheduling import Scheduler
 from ._simulation import (
     AUTO_BATCH_NO_CREDITS,
+    DEFAULT_DURATION,
     DEFAULT_MODEL,
     ERROR,
     EV_PROJECT_FAIL,
@@ -274,7 +276,7 @@ class SandboxState:
         """
         now = self.settle()
         model = body.get("model") or DEFAULT_MODEL
-        duration = int(body.get("duration") or 5)
+        duration = int(body.get("duration") or DEFAULT_DURATION)
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
         forced: str | None = None
