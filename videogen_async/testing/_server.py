@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import anyio
 from aiohttp import web
 
 from .._client import AsyncVideoGen
@@ -30,6 +31,7 @@ from ._config import DEFAULT_API_KEY, Duration, ProjectTiming
 from ._console import add_console
 from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule
+from ._media import sample_mp4
 from ._middleware import service_middleware
 from ._routes import ServiceRoutes
 from ._state import SandboxState
@@ -174,6 +176,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         """
         if self._runner is not None or self._closed:
             raise RuntimeError("a SandboxServer can be started once")
+        await anyio.to_thread.run_sync(sample_mp4)  # read the clip once, off the event loop
         runner = web.AppRunner(
             self._build_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
         )
