@@ -1,9 +1,9 @@
 """Switching a shared SQLite file to WAL mode while another connection reads it.
 
 Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once
-(without its busy handler) while a reader holds it, and so does leaving WAL mode: the switch
-must wait the reader out, in the ledger and when the command line imports a batch journal of
-the earlier format into a ledger.
+(without its busy handler) while a reader holds it: the switch must wait the reader out. The
+command line's import of a batch journal of the earlier format into a ledger writes through
+the journal's own WAL instead, so a reader neither blocks it nor sees half a file.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from videogen_async._cli._batch_import import leave_wal
+from videogen_async import Ledger
+from videogen_async._cli._batch_import import import_journal
 from videogen_async._ledger._sqlite_wal import enter_wal, is_busy
+
+from .cli.test_batch_import import request_of, write_old_journal
 
 
 @contextlib.contextmanager
@@ -90,34 +93,25 @@ def test_a_reader_held_past_the_timeout_raises_busy(tmp_path: Path) -> None:
         assert is_busy(caught.value)
 
 
-def test_leaving_wal_mode_waits_for_a_reader_to_finish(tmp_path: Path) -> None:
+async def test_a_journal_imported_while_a_reader_holds_it_stays_whole_for_the_reader(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "prompts.journal.sqlite"
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        enter_wal(conn, timeout=1.0)
-        conn.execute("CREATE TABLE lines (a)")
-        conn.execute("INSERT INTO lines VALUES (1)")
-        conn.commit()
-    attempted = threading.Event()
-    failure: list[BaseException] = []
+    write_old_journal(path, "http://127.0.0.1:1", {1: ("created", "t-1"), 2: ("unknown", None)})
+    keys = {no: (f"key-{no}", request_of(no)) for no in (1, 2)}
     with reading(path) as reader:
-        writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
-        traced(writer, attempted)
-
-        def switch() -> None:
-            try:
-                leave_wal(writer, timeout=30.0)
-            except BaseException as exc:  # handed to the test's thread
-                failure.append(exc)
-
-        worker = threading.Thread(target=switch)
-        worker.start()
-        assert attempted.wait(10), "the switch was never tried"
-        assert not failure  # it met the reader's lock and is waiting, not failed
-        reader.execute("COMMIT")
-    worker.join(10)
-    assert not worker.is_alive()
-    assert not failure, failure
-    assert writer.execute("PRAGMA journal_mode").fetchone() == ("delete",)
-    assert writer.execute("SELECT a FROM lines").fetchall() == [(1,)]
-    writer.close()
-    assert not path.with_name(path.name + "-wal").exists()
+        before = reader.execute("SELECT line_no, state FROM lines ORDER BY line_no").fetchall()
+        # The copy goes through the file's own journal: it does not wait for the reader,
+        # and the reader keeps the whole journal it began with.
+        assert await import_journal(path, base_url="http://127.0.0.1:1", keys=keys) == 2
+        assert reader.execute("SELECT line_no, state FROM lines").fetchall() == before
+    async with Ledger.open(path) as ledger:
+        entry = await ledger.get("key-1")
+        assert entry is not None
+        assert (entry.state, entry.task_id) == ("pending", "t-1")
+        unknown = await ledger.get("key-2")
+        assert unknown is not None
+        assert unknown.state == "unknown"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert not names & {"meta", "lines"}

@@ -3,11 +3,11 @@
 The first batch that opens such a file imports it: every line with a task id becomes a
 ``pending`` ledger entry under the key the batch gives that line now, a line whose create may
 have taken effect (``attempted``, ``unknown``) an ``unknown`` one, and a refused line nothing
-(it is created again). The ledger is written beside the journal, the journal leaves WAL mode
-(its last writes folded into the file), and the ledger then replaces it in one rename: at every
-moment the path holds one complete store, and a crash before the rename leaves the journal to
-import again. The journal stays bound to its input and its service, and the lock file that
-earlier versions take beside it is taken too.
+(it is created again). The ledger is written beside the journal, then copied over it with
+SQLite's backup, in one transaction of the journal's own file: at every moment the path
+holds one complete store (a reader keeps the one it began with), and a crash before the copy
+commits leaves the journal to import again. The journal stays bound to its input and its
+service, and the lock file that earlier versions take beside it is taken too.
 
 The import goes through ``Ledger.create_task`` with a client that answers each create with
 what the journal recorded, so the ledger writes each entry as it writes any other.
@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -34,10 +33,9 @@ except ImportError:  # pragma: no cover - Windows: no advisory lock
 from .._contract._exceptions import AmbiguousCreateError, VideoGenError
 from .._contract._models import CreatedTask
 from .._ledger import Ledger
-from .._ledger._sqlite_wal import is_busy
 from ._common import UsageError
 
-__all__ = ["import_journal", "is_old_journal", "leave_wal", "request_hash"]
+__all__ = ["import_journal", "is_old_journal", "request_hash"]
 
 _BUSY_TIMEOUT = 10.0
 
@@ -139,32 +137,15 @@ class _Replay:
     get = create_videos = create
 
 
-def leave_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
-    """Fold a file's WAL into it and leave WAL mode, waiting out other connections.
-
-    Like entering WAL mode, leaving it needs the file to itself, and SQLite answers
-    ``SQLITE_BUSY`` at once, without its busy handler, while another connection reads it: the
-    switch is retried, backing off from 1 ms to 50 ms, for ``timeout`` seconds.
-
-    Raises:
-        sqlite3.OperationalError: The file stayed busy, or another failure.
-    """
-    deadline, delay = time.monotonic() + timeout, 0.001
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = DELETE").fetchone()
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)  # a worker thread's wait, never the event loop's
-            delay = min(delay * 2, 0.05)
-        else:
-            return
-
-
-def _fold(path: Path) -> None:
-    with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT)) as conn:
-        leave_wal(conn, timeout=_BUSY_TIMEOUT)
+def _replace(source: Path, target: Path) -> None:
+    """Copy the ledger over the journal in one transaction of the journal's file; drop it."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target, timeout=_BUSY_TIMEOUT)) as dst,
+    ):
+        src.backup(dst)  # through the target's own journal: readers keep a whole file
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{source}{suffix}").unlink(missing_ok=True)
 
 
 async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
@@ -198,9 +179,7 @@ async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[
                 replay = _Replay(known, credits, error or "the earlier run stopped mid-create")
                 with contextlib.suppress(AmbiguousCreateError):
                     await ledger.create_task(replay, request["prompt"], key=key, **fields)
-        await anyio.to_thread.run_sync(_fold, importing)
-        await anyio.to_thread.run_sync(_fold, path)
-        await anyio.to_thread.run_sync(importing.replace, path)
+        await anyio.to_thread.run_sync(_replace, importing, path)
     except (sqlite3.Error, OSError) as exc:
         raise UsageError(f"the journal {path} could not be imported into a ledger: {exc}") from exc
     finally:

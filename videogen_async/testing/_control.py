@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from ._faults import FaultRule
 from ._render import envelope_response
 from ._routes import ServiceRoutes, read_json_body
+from ._scheduling import schedule_project, schedule_task
 from ._simulation import INSUFFICIENT_CREDITS, SandboxError
 from ._state import SandboxState
-
-if TYPE_CHECKING:
-    from ._server import SandboxServer
+from ._truth import ServerTruth
 
 __all__ = ["ControlAPI"]
 
@@ -52,7 +51,7 @@ class ControlAPI:
         routes: Its service routes (for the key check and the origin of video URLs).
     """
 
-    def __init__(self, server: SandboxServer, state: SandboxState, routes: ServiceRoutes) -> None:
+    def __init__(self, server: ServerTruth, state: SandboxState, routes: ServiceRoutes) -> None:
         self._server = server
         self._state = state
         self._routes = routes
@@ -172,7 +171,8 @@ class ControlAPI:
         body = await self._control_body(request)
         task_id = request.match_info["task_id"]
         with _bad_argument():
-            self._state.schedule.schedule_task(
+            schedule_task(
+                self._state,
                 task_id,
                 finish_in=_number(body, "finish_in") or 0.0,
                 outcome=body.get("outcome"),
@@ -220,7 +220,8 @@ class ControlAPI:
         body = await self._control_body(request)
         project_id = request.match_info["project_id"]
         with _bad_argument():
-            self._state.schedule.schedule_project(
+            schedule_project(
+                self._state,
                 project_id,
                 script_ready_in=_number(body, "script_ready_in") or 0.0,
                 outcome=body.get("outcome") or "succeeded",

@@ -72,6 +72,7 @@ from .._contract._validation import (
 )
 from ._media import parse_range, sample_mp4
 from ._openapi import build_openapi
+from ._project_desk import create_project, create_videos
 from ._render import envelope_response
 from ._simulation import SUCCEEDED, SandboxError, lookup
 from ._state import SandboxState
@@ -216,7 +217,7 @@ class ServiceRoutes:
     async def _create_project(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         body = validate_project_request(await read_json_body(request))
-        project = self._state.desk.create_project(body)
+        project = create_project(self._state, body)
         return envelope_response(self._state.render.created_project(project, project.created_at))
 
     async def _get_project(self, request: web.Request) -> web.StreamResponse:
@@ -229,7 +230,7 @@ class ServiceRoutes:
         self.authorize(request)
         project_id = _checked_id("project_id", request.match_info["project_id"])
         body = validate_videos_request(await read_json_body(request))
-        project, batch = self._state.desk.create_videos(project_id, body)
+        project, batch = create_videos(self._state, project_id, body)
         return envelope_response(self._state.render.video_batch(project, batch))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:

@@ -12,7 +12,9 @@ cannot interleave with it) and in time order, so the ledger is the same whether 
 after every simulated second or once after a jump of an hour.
 
 The objects themselves are in :mod:`._simulation`, the balance in :mod:`._billing` and the
-JSON answers in :mod:`._render`.
+JSON answers in :mod:`._render`. What changes the state from outside (a project's creation,
+exact schedules) is in :mod:`._project_desk` and :mod:`._scheduling`, which depend on this
+module and not the other way round.
 """
 
 from __future__ import annotations
@@ -24,14 +26,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._contract._enums import ProjectMode
+from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
 from ._billing import Wallet
 from ._clock import SandboxClock
 from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
-from ._project_desk import ProjectDesk
 from ._render import Renderer
-from ._scheduling import Scheduler
 from ._simulation import (
     AUTO_BATCH_NO_CREDITS,
     DEFAULT_DURATION,
@@ -40,9 +40,12 @@ from ._simulation import (
     EV_PROJECT_FAIL,
     EV_TASK_REFUND,
     FAILED,
+    PROJECT_FAILURES,
+    PROJECT_TASK_MODEL,
     SUCCEEDED,
     TASK_ERROR_MESSAGE,
     TASK_FAILURE_MESSAGES,
+    Batch,
     Project,
     SandboxError,
     Task,
@@ -115,8 +118,6 @@ class SandboxState:
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
         self.wallet = Wallet(credits)
         self.render = Renderer(clock)
-        self.schedule = Scheduler(self)
-        self.desk = ProjectDesk(self)
         self.tasks: dict[str, Task] = {}
         self.projects: dict[str, Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
@@ -170,7 +171,7 @@ class SandboxState:
             project.fail_at = at
             project.fail_message = AUTO_BATCH_NO_CREDITS
             return
-        self.desk.create_batch(
+        self.create_batch(
             project,
             at,
             out_number=out_number,
@@ -179,6 +180,60 @@ class SandboxState:
             script=None,
             automatic=True,
         )
+
+    def fail_before_script(self, project: Project, at: float, message: str | None) -> None:
+        """Make a project fail at ``at``, before its script (the script charge is refunded)."""
+        project.fails_before_script = True
+        project.fail_at = at
+        if message is None:
+            step = (
+                ProjectStep.ANALYZING.value
+                if at <= project.analysis_done_at
+                else ProjectStep.GENERATING_SCRIPT.value
+            )
+            message = PROJECT_FAILURES[step]
+        project.fail_message = message
+        self.push(at, EV_PROJECT_FAIL, project)
+
+    def create_batch(
+        self,
+        project: Project,
+        at: float,
+        *,
+        out_number: int,
+        resolution: int | str,
+        aspect_ratio: str,
+        script: str | None,
+        automatic: bool,
+    ) -> Batch:
+        """Charge and create one batch of a project's video tasks at ``at``."""
+        cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
+        self.wallet.charge(cost * out_number)
+        batch = Batch(
+            len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
+        )
+        forced = (
+            "The batch script was rejected (sandbox failure marker)."
+            if self.marked(script)
+            else None
+        )
+        for _ in range(out_number):
+            task = self.new_task(
+                at,
+                PROJECT_TASK_MODEL,
+                project.inputs["duration"],
+                cost,
+                forced,
+                floor=project.created_wall,
+            )
+            task.project_id = project.project_id
+            task.batch = batch.index
+            task.aspect_ratio = aspect_ratio
+            task.resolution = resolution
+            batch.task_ids.append(task.task_id)
+            project.tasks.append(task)
+        project.batches.append(batch)
+        return batch
 
     # ----------------------------------------------------------------------------------------
     # Credits

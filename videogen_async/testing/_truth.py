@@ -16,6 +16,7 @@ from ._clock import SandboxClock
 from ._config import Duration, check_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
+from ._scheduling import create_tasks, schedule_project, schedule_task
 from ._simulation import SandboxError
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
@@ -107,8 +108,12 @@ class ServerTruth:
             ValueError: The task has already ended, or a bad argument.
         """
         self._wrap_lookup(
-            lambda: self._state.schedule.schedule_task(
-                task_id, finish_in=finish_in, outcome=outcome, error_message=error_message
+            lambda: schedule_task(
+                self._state,
+                task_id,
+                finish_in=finish_in,
+                outcome=outcome,
+                error_message=error_message,
             )
         )
         return self.describe_task(task_id)
@@ -156,7 +161,7 @@ class ServerTruth:
         except InvalidRequestError as exc:
             raise ValueError(str(exc)) from None
         tasks = self._wrap_lookup(
-            lambda: self._state.schedule.create_tasks(body, count, finish_in=spec, outcome=outcome)
+            lambda: create_tasks(self._state, body, count, finish_in=spec, outcome=outcome)
         )
         return [task.task_id for task in tasks]
 
@@ -185,7 +190,8 @@ class ServerTruth:
             ValueError: The script is already ready or the project failed; a bad argument.
         """
         self._wrap_lookup(
-            lambda: self._state.schedule.schedule_project(
+            lambda: schedule_project(
+                self._state,
                 project_id,
                 script_ready_in=script_ready_in,
                 outcome=outcome,
