@@ -10,6 +10,7 @@ import signal
 from typing import Any
 
 from ..testing import DEFAULT_API_KEY, sandbox_options_from_args, serve
+from ..testing._cli import announce
 from ._common import EXIT_OK, Context, UsageError
 
 __all__ = ["cmd_sandbox"]
@@ -36,12 +37,7 @@ async def cmd_sandbox(ctx: Context) -> int:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
 
     def ready(server: Any) -> None:
-        ctx.ui.print(f"videogen sandbox serving at {server.base_url} (Ctrl-C to stop)")
-        ctx.ui.print(f"VIDEOGEN_BASE_URL={server.base_url}")
-        if show_key:  # the sandbox's well-known default key is not a secret
-            ctx.ui.print(f"VIDEOGEN_API_KEY={server.api_key}")
-        else:
-            ctx.ui.print("# VIDEOGEN_API_KEY: the key given with --api-key")
+        announce(server, show_key=show_key, write=ctx.ui.print)
         ctx.ui.note("try: videogen credits   (with the two variables above exported)")
         ctx.ui.note(f"console: {server.url('/_sandbox/console')}   (open it in a browser)")
 

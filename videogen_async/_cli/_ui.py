@@ -11,6 +11,7 @@ tables are plain aligned text and progress is a plain line per step, throttled.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -86,12 +87,9 @@ class UI:
         self.rich = use_rich and rich_available()
         self.out_tty = _is_tty(self.out)
         self.err_tty = _is_tty(self.err)
-        self._err_console: Any = None
-        self._out_console: Any = None
 
-    # -- consoles ---------------------------------------------------------------------------
-
-    def _console(self, stream: IO[str], tty: bool) -> Any:
+    @staticmethod
+    def _console(stream: IO[str], tty: bool) -> Any:
         return Console(file=stream, force_terminal=tty, highlight=False, soft_wrap=not tty)
 
     @property
@@ -104,19 +102,15 @@ class UI:
         """Whether progress is a live rich bar on stderr."""
         return self.rich and self.err_tty
 
+    @functools.cached_property
     def out_console(self) -> Any:
         """The rich console of stdout."""
-        if self._out_console is None:
-            self._out_console = self._console(self.out, self.out_tty)
-        return self._out_console
+        return self._console(self.out, self.out_tty)
 
+    @functools.cached_property
     def err_console(self) -> Any:
         """The rich console of stderr."""
-        if self._err_console is None:
-            self._err_console = self._console(self.err, self.err_tty)
-        return self._err_console
-
-    # -- text -------------------------------------------------------------------------------
+        return self._console(self.err, self.err_tty)
 
     def print(self, text: str = "") -> None:
         """A line of human output on stdout (nothing in ``--json`` mode)."""
@@ -124,7 +118,7 @@ class UI:
             return
         text = printable(text)
         if self.fancy_out:
-            self.out_console().print(text, markup=False)
+            self.out_console.print(text, markup=False)
         else:
             print(text, file=self.out, flush=True)
 
@@ -134,7 +128,7 @@ class UI:
             return
         text = printable(text)
         if self.fancy_out:
-            self.out_console().print(Rule(text, align="left"))
+            self.out_console.print(Rule(text, align="left"))
         else:
             print(f"\n== {text} ==", file=self.out, flush=True)
 
@@ -142,7 +136,7 @@ class UI:
         """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
         text = printable(text)
         if self.fancy_err:
-            self.err_console().print(text, markup=False, highlight=False)
+            self.err_console.print(text, markup=False, highlight=False)
         else:
             print(text, file=self.err, flush=True)
 
@@ -159,8 +153,6 @@ class UI:
         print(json.dumps(data, indent=2, ensure_ascii=False, default=str), file=self.out)
         self.out.flush()
 
-    # -- tables -----------------------------------------------------------------------------
-
     def show(
         self,
         data: Any,
@@ -170,12 +162,6 @@ class UI:
         title: str | None = None,
     ) -> bool:
         """One result: ``data`` as the JSON document in ``--json`` mode, else a table.
-
-        Args:
-            data: The JSON-ready result.
-            columns: Column titles of the table.
-            rows: The table's cells.
-            title: A title above the table.
 
         Returns:
             Whether it was shown as a table (human mode), for the notes that follow it.
@@ -193,13 +179,7 @@ class UI:
         *,
         title: str | None = None,
     ) -> None:
-        """A table on stdout (human mode only).
-
-        Args:
-            columns: Column titles.
-            rows: The cells (``None`` is shown as ``-``).
-            title: A title above the table.
-        """
+        """A table on stdout (human mode only); a ``None`` cell is shown as ``-``."""
         if self.json_mode:
             return
         cells = [["-" if c is None else printable(str(c), keep="") for c in row] for row in rows]
@@ -210,7 +190,7 @@ class UI:
                 table.add_column(name, overflow="fold", no_wrap=index == 0)
             for row in cells:
                 table.add_row(*(Text(cell) for cell in row))  # text, never rich markup
-            self.out_console().print(table)
+            self.out_console.print(table)
             return
         widths = [len(c) for c in columns]
         for row in cells:
@@ -224,8 +204,6 @@ class UI:
         for row in cells:
             lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
         print("\n".join(lines), file=self.out, flush=True)
-
-    # -- progress ---------------------------------------------------------------------------
 
     @contextmanager
     def progress(self, description: str, total: int, detail: str = "") -> Iterator[Progress]:
@@ -273,7 +251,7 @@ class Progress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.fields[detail]}"),
-                console=self._ui.err_console(),
+                console=self._ui.err_console,
                 transient=False,
             )
             self._rich.start()

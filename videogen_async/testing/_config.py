@@ -1,4 +1,4 @@
-"""Configuration objects of the sandbox: durations and project step timings.
+"""Settings of the sandbox: simulated durations, rates and a project's step timings.
 
 Its prices are the reference prices of the service statement (``Pricing``).
 """
@@ -29,19 +29,16 @@ Duration = float | tuple[float, float] | Callable[[random.Random], float]
 or a callable that draws one from the sandbox's seeded ``random.Random``."""
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_duration(value: Any, name: str) -> Duration:
-    """Check a :data:`Duration` setting.
-
-    Args:
-        value: The setting.
-        name: Its name, for the error message.
-
-    Returns:
-        The setting, with a list range turned into a tuple.
+    """A :data:`Duration` setting as the sandbox keeps it (a list range becomes a tuple).
 
     Raises:
-        ValueError: The value is not a number ``>= 0``, an ordered ``(low, high)`` pair of
-            such numbers, or a callable.
+        ValueError: Not a number ``>= 0``, an ordered ``(low, high)`` pair of such numbers,
+            or a callable; the message names the setting.
     """
     if callable(value):
         return value  # type: ignore[no-any-return]
@@ -60,15 +57,7 @@ def check_duration(value: Any, name: str) -> Duration:
 
 
 def sample_duration(spec: Duration, rng: random.Random) -> float:
-    """Draw one duration from a :data:`Duration` setting.
-
-    Args:
-        spec: The setting (already checked).
-        rng: The sandbox's seeded random generator.
-
-    Returns:
-        Simulated seconds, never negative.
-    """
+    """Draw simulated seconds (never negative) from a checked :data:`Duration`."""
     if isinstance(spec, tuple):
         low, high = spec
         return low if low == high else rng.uniform(low, high)
@@ -78,36 +67,25 @@ def sample_duration(spec: Duration, rng: random.Random) -> float:
 
 
 def check_rate(value: Any, name: str) -> float:
-    """Check a probability setting.
-
-    Args:
-        value: The setting.
-        name: Its name, for the error message.
-
-    Returns:
-        The rate as a float.
+    """A probability setting as a float.
 
     Raises:
-        ValueError: The value is not a number from 0 to 1.
+        ValueError: Not a number from 0 to 1; the message names the setting.
     """
     if not _is_number(value) or not 0 <= value <= 1:
         raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
     return float(value)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_preparing_media(value: Any) -> Duration:
+def _preparing_media(value: Any) -> Duration:
     return check_duration(value, "preparing_media")
 
 
-def _check_analyzing(value: Any) -> Duration:
+def _analyzing(value: Any) -> Duration:
     return check_duration(value, "analyzing")
 
 
-def _check_generating_script(value: Any) -> Duration:
+def _generating_script(value: Any) -> Duration:
     return check_duration(value, "generating_script")
 
 
@@ -121,8 +99,6 @@ class ProjectTiming:
         generating_script: Writing the script (status ``running``).
     """
 
-    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_check_preparing_media)
-    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_check_analyzing)
-    generating_script: Duration = attrs.field(
-        default=(8.0, 15.0), converter=_check_generating_script
-    )
+    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_preparing_media)
+    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_analyzing)
+    generating_script: Duration = attrs.field(default=(8.0, 15.0), converter=_generating_script)

@@ -13,9 +13,9 @@ page also forbids any script but its own (a ``Content-Security-Policy`` with a n
 The page is read-only and asks for no key (a browser cannot send the Bearer header): it shows
 no secret, only what was sent to this sandbox.
 
-The console reads the sandbox through :class:`ConsoleSource` (public members of
-``SandboxServer``): the ``code`` of each answer from the request log, the prompt of each task
-from the simulation's description of it. It keeps no record of its own.
+The console reads the sandbox's public truth (:class:`~._truth.ServerTruth`): the ``code``
+of each answer from the request log, the prompt of each task from the simulation's
+description of it. It keeps no record of its own.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import json
 import secrets
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ._stats import RequestRecord, SandboxStats
+from ._truth import ServerTruth
 
-__all__ = ["CONSOLE_PATH", "ConsoleSource", "add_console"]
+__all__ = ["CONSOLE_PATH", "add_console"]
 
 CONSOLE_PATH = "/_sandbox/console"
 _SHOWN_TASKS = 200
@@ -41,33 +41,7 @@ _SHOWN_REQUESTS = 100
 _PROMPT_LIMIT = 300
 
 
-class _Rule(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class _Faults(Protocol):
-    @property
-    def rules(self) -> tuple[_Rule, ...]: ...
-
-
-class ConsoleSource(Protocol):
-    """What the console reads from a sandbox (all public members of ``SandboxServer``)."""
-
-    @property
-    def task_ids(self) -> tuple[str, ...]: ...
-    @property
-    def project_ids(self) -> tuple[str, ...]: ...
-    def describe_task(self, task_id: str) -> dict[str, Any]: ...
-    def describe_project(self, project_id: str) -> dict[str, Any]: ...
-    def credits(self) -> dict[str, float | int]: ...
-    @property
-    def request_log(self) -> tuple[RequestRecord, ...]: ...
-    def stats(self) -> SandboxStats: ...
-    @property
-    def faults(self) -> _Faults: ...
-
-
-def add_console(app: web.Application, source: ConsoleSource) -> None:
+def add_console(app: web.Application, source: ServerTruth) -> None:
     """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``.
 
     Args:
@@ -130,7 +104,7 @@ def _media_path(url: Any) -> str | None:
     return parts.path if parts.path.startswith("/media/") else None
 
 
-def _live(source: ConsoleSource) -> str:
+def _live(source: ServerTruth) -> str:
     balance = source.credits()
     tasks = [source.describe_task(task_id) for task_id in source.task_ids[-_SHOWN_TASKS:]]
     projects = [source.describe_project(pid) for pid in source.project_ids[-_SHOWN_PROJECTS:]]

@@ -2,55 +2,9 @@
 
 Requests are checked with the client's own rule functions (derived from the statement of the
 service), so the sandbox refuses exactly what the client refuses; answers are rendered from
-the statement's shapes (:mod:`._render`).
-
-Where the spec says "not shown", the sandbox does what a careful service would, as follows:
-
-* **Missing or invalid key**: HTTP 401, code 401, a ``WWW-Authenticate: Bearer`` header; the
-  key is never echoed. The ``Bearer`` scheme word is case-insensitive.
-* **Unknown task or project id**: HTTP 404, code 404. An id that is blank or not exactly one
-  path segment (``.``, ``..``, ``/``, raw or percent-encoded): 400, by the shared ``check_id``.
-* **Omitted ``task_id`` query parameter**: HTTP 400, code 400, ``task_id: is required``.
-* **Bad JSON, a body that is not a JSON object**: HTTP 400, code 400. An empty body counts as
-  ``{}`` (so a missing required field is named). ``NaN``/``Infinity`` are not JSON. JSON has
-  one number type, so an integral number written ``4.0`` counts as the integer 4.
-* **Unknown body fields** (including the ``functionMode`` alias): HTTP 400 naming the field:
-  the shared rules accept the documented names only.
-* **Videos requested before the script is ready**, or for a failed project: HTTP 409,
-  code 409, with the current step in the message. 409 because the request is valid but
-  conflicts with the project's present state; repeating it later succeeds.
-* **Unknown route / wrong method**: 404 / 405 with the error envelope.
-* **Task statuses**: ``queued`` (only with a ``queue_delay``), ``running``, then ``succeeded``,
-  ``failed`` or ``error``. A direct task is ``running`` right after creation (no queue delay
-  by default). ``result`` is ``null`` until the task ends; then it carries ``video_url``
-  (succeeded), ``error_message`` (failed/error), ``finished_at`` and, like one example of the
-  spec, ``status``.
-* **Task prices** (not published): a per-second rate by model (2 credits/s for
-  ``videomodel_2_0``, 1 for ``videomodel_2_0_fast``; a 5 s task costs 10 or 5), charged at
-  creation; a project video task costs 2 credits per second of the project's duration (x1.5 at
-  1080), charged per task when its batch is created. See :class:`Pricing`.
-* **Refunds**: a task that ends ``failed`` or ``error`` is refunded at that moment and shows
-  ``credits_cost`` 0. A project that fails before its script is generated is refunded its 10
-  credits. A project's ``billing`` is always script + the non-failed video tasks.
-* **Insufficient credits** on a direct task or a videos batch: HTTP 409 / 300111
-  ``Insufficient API credits``, as on project creation; nothing is created.
-* **Project status**: ``draft`` while ``preparing_media``; ``running`` while ``analyzing`` and
-  ``generating_script``; then auto mode creates its one batch (``running`` /
-  ``generating_video``) and manual mode is ``succeeded`` / ``script_ready``. While any task of
-  any batch is pending the project is ``running`` / ``generating_video``; once every task has
-  ended it is ``succeeded`` / ``script_ready`` (a failed video task does not fail the project,
-  which can still make more batches). ``view_script`` is ``null`` until generated.
-* **Project failure**: a ``reference_video_url`` containing the failure marker
-  (``sandbox-fail`` by default), a ``project_failure_rate`` draw, or
-  :meth:`SandboxServer.schedule_project` moves the project to ``failed`` / ``failed`` with an
-  ``error_message``. An auto project whose balance cannot pay for its automatic batch fails
-  the same way when its script gets ready (its script stays visible and paid for).
-* **Media**: a project media URL whose host is under ``.invalid`` (or rejected by
-  ``media_rejects``) cannot be stored: 409 / 100099, nothing charged. The sandbox never
-  fetches a URL. A *direct task* given such a URL is created but ends ``failed`` ("Failed to
-  fetch media from URL"); a prompt containing the failure marker ends ``failed`` too.
-* **Timestamps** are real times: the moment the sandbox clock reached the instant (see
-  :class:`SandboxClock`), so a client's own clock agrees with them at any time scale.
+the statement's shapes (:mod:`._render`). What the sandbox answers where the spec says "not
+shown" (a missing key, an unknown id, a body that is not JSON, an unknown field, videos
+before the script, prices, refunds, timestamps) is listed in ``docs/sandbox.md``.
 """
 
 from __future__ import annotations
