@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
@@ -62,41 +63,30 @@ def _project(name: str) -> Any:
     return PROJECT_REQUEST.field(name).default
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+def _number(
+    convert: Callable[[str], Any], *, minimum: int, strict: bool = False, what: str
+) -> Callable[[str], Any]:
+    """An argument type: ``what``, at least ``minimum`` (above it when ``strict``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (value > minimum if strict else value >= minimum):  # NaN fails both
+            relation = ">" if strict else ">="
+            raise argparse.ArgumentTypeError(
+                f"expected a number {relation} {minimum}, got {text!r}"
+            )
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return value
-
-
-def _credits(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of credits, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+_positive_float = _number(float, minimum=0, strict=True, what="a number of seconds")
+_non_negative_int = _number(int, minimum=0, what="a whole number")
+_positive_int = _number(int, minimum=1, what="a whole number")
+_credits = _number(float, minimum=0, what="a number of credits")
 
 
 def _spending(parser: argparse.ArgumentParser) -> None:
@@ -142,6 +132,21 @@ def _wait_timeout(parser: argparse.ArgumentParser, what: str, extra: str = "") -
         default=None,
         metavar="SECONDS",
         help=f"stop waiting for {what} after this long (default: no limit){extra}",
+    )
+
+
+def _downloads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="downloads at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-overwrite",
+        action="store_true",
+        help="keep files that already exist (an existing file is always complete)",
     )
 
 
@@ -294,18 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--to", required=True, metavar="DIR", help="directory to save into (created if missing)"
     )
-    p.add_argument(
-        "--max-concurrency",
-        type=_positive_int,
-        default=4,
-        metavar="N",
-        help="downloads at once (default 4)",
-    )
-    p.add_argument(
-        "--no-overwrite",
-        action="store_true",
-        help="keep files that already exist (an existing file is always complete)",
-    )
+    _downloads(p)
     p.set_defaults(func=cmd_download)
 
     # batch
@@ -466,10 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = action("download", "save the finished videos of a project into a directory")
     p.add_argument("project_id", metavar="PROJECT_ID")
     p.add_argument("directory", metavar="DIR", help="where to save (created if missing)")
-    p.add_argument(
-        "--max-concurrency", type=_positive_int, default=4, metavar="N", help="default 4"
-    )
-    p.add_argument("--no-overwrite", action="store_true", help="keep files that already exist")
+    _downloads(p)
     p.set_defaults(func=cmd_project_download)
 
     # download, sandbox, demo

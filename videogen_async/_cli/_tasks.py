@@ -196,28 +196,24 @@ async def cmd_status(ctx: Context) -> int:
         async with anyio.create_task_group() as tg:
             for task_id in ids:
                 tg.start_soon(one, task_id)
-        return _report(ctx, ids, found, failed_tasks_fail=False, waiting=False)
+        return _report(ctx, ids, found, failed=False, waiting=False)
 
     return await ctx.with_client(work)
 
 
-def _report(
-    ctx: Context,
-    ids: Sequence[str],
-    found: dict[str, Any],
-    *,
-    failed_tasks_fail: bool,
-    waiting: bool = True,
-) -> int:
-    """Show tasks, and the ids that could not be read, in the order of ``ids``.
+def task_report(
+    ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
+) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
+    """The table rows and JSON of tasks, and of the ids that could not be read, by ``ids``.
 
     A task's ``status`` is always a real task status; an id that could not be read has
     ``status`` ``None`` and a ``problem`` (``not found``, ``unreachable``, ``timed out``,
     ``unreadable``), shown in parentheses in the table.
 
     Returns:
-        The exit code: 1 for a failed task or one still running at the deadline, 3 when
-        an id is unknown to the service or the service could not be read.
+        The rows, the JSON, and the exit code: 1 for a failed task (``failed_tasks_fail``)
+        or one still running at the deadline, 3 when an id is unknown to the service or
+        the service could not be read.
     """
     code = EXIT_OK
     rows: list[list[Any]] = []
@@ -235,6 +231,14 @@ def _report(
         rows.append([task_id, f"({problem})", None, text])
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
+    return rows, data, code
+
+
+def _report(
+    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
+) -> int:
+    """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
+    rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
     if lost:
@@ -303,7 +307,7 @@ async def cmd_wait(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
-        return _report(ctx, ids, dict(results), failed_tasks_fail=True)
+        return _report(ctx, ids, dict(results), failed=True)
 
     return await ctx.with_client(work)
 

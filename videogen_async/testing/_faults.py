@@ -134,12 +134,6 @@ class FaultRule:
     def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
         """Build a rule from JSON data (as ``POST /_sandbox/faults`` receives it).
 
-        Args:
-            data: Field names and values; unknown names are an error.
-
-        Returns:
-            The rule.
-
         Raises:
             ValueError: An unknown field or a bad value.
         """
@@ -212,14 +206,7 @@ class FaultInjector:
         return tuple(a.rule for a in self._rules.values())
 
     def add(self, rule: FaultRule) -> FaultRule:
-        """Activate a rule, replacing any rule for the same route.
-
-        Args:
-            rule: The rule.
-
-        Returns:
-            The rule.
-        """
+        """Activate ``rule`` (and return it), replacing any rule for the same route."""
         self._serial += 1
         self._rules.pop(rule.route, None)
         self._rules[rule.route] = _Active(rule, self._serial)
@@ -232,26 +219,19 @@ class FaultInjector:
 
         Args:
             route: ``"*"``, ``"METHOD /path"`` or ``"/path"``, wildcards allowed.
-            **settings: The rule's other fields, with the rule's defaults (see
-                :class:`FaultRule`): ``error_rate``, ``error_statuses``, ``html_rate``,
-                ``html_status``, ``rate_limit_rate``, ``retry_after``, ``drop_before_rate``,
-                ``drop_after_rate``, ``latency``, ``times``.
+            **settings: The rule's other fields (see :class:`FaultRule`).
 
         Returns:
             The active rule.
 
         Raises:
-            ValueError: A bad value (see :class:`FaultRule`).
+            ValueError: A bad value.
             TypeError: A setting the rule does not have.
         """
         return self.add(FaultRule(route=route, **settings))
 
     def clear(self, route: str | None = None) -> None:
-        """Remove the rule of one route, or every rule.
-
-        Args:
-            route: The route as the rule names it; ``None`` removes all rules.
-        """
+        """Remove the rule of ``route`` (as the rule names it), or every rule (``None``)."""
         if route is None:
             self._rules.clear()
         else:
@@ -277,12 +257,7 @@ class FaultInjector:
         return best
 
     def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
-        """Draw the fate of one request.
-
-        Args:
-            method: The HTTP method.
-            pattern: The route's pattern (``/v1/video/viral-ads-clone/{project_id}``).
-            path: The concrete path.
+        """Draw the fate of one request (``pattern``: its route's, ``path``: the concrete one).
 
         Returns:
             ``None`` when no rule applies, else the decision (whose ``kind`` may be ``None``

@@ -16,9 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from .._contract._service import SHAPES
-from ._billing import Wallet
 from ._clock import SandboxClock
-from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, iso, num
+from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
 
 __all__ = ["Renderer", "envelope_response"]
 

@@ -1,4 +1,4 @@
-"""The simulation's objects: a video task, a batch and a project, as state machines on time.
+"""The simulation's objects: tasks, batches and projects as state machines on time; the balance.
 
 Nothing here runs in the background. A task or project stores the simulated instants at which
 it changes (start, finish, each project step) and its state is computed from the clock when it
@@ -22,6 +22,7 @@ __all__ = [
     "Project",
     "SandboxError",
     "Task",
+    "Wallet",
     "iso",
     "lookup",
     "make_script",
@@ -97,6 +98,46 @@ class SandboxError(Exception):
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+
+
+class Wallet:
+    """The API credit balance of the sandbox's one user.
+
+    Args:
+        credits: Starting balance (total and available).
+    """
+
+    __slots__ = ("available", "total")
+
+    def __init__(self, credits: float) -> None:
+        self.total = float(credits)
+        self.available = float(credits)
+
+    def can_pay(self, amount: float) -> bool:
+        """Whether ``amount`` credits are available."""
+        return amount <= self.available
+
+    def charge(self, amount: float) -> None:
+        """Take ``amount`` credits.
+
+        Raises:
+            SandboxError: 409 / 300111 when the balance is too low (nothing is taken).
+        """
+        if amount > self.available:
+            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+        self.available = round(self.available - amount, 2)
+
+    def refund(self, amount: float) -> None:
+        """Give ``amount`` credits back."""
+        self.available = round(self.available + amount, 2)
+
+    def set(self, *, available: float | None = None, total: float | None = None) -> None:
+        """Set the balance (``total`` is raised to ``available`` if lower)."""
+        if available is not None:
+            self.available = float(available)
+        if total is not None:
+            self.total = float(total)
+        self.total = max(self.total, self.available)
 
 
 def iso(unix: float) -> str:

@@ -11,8 +11,8 @@ Each event runs exactly once (settling is synchronous, so concurrent requests of
 cannot interleave with it) and in time order, so the ledger is the same whether a test reads it
 after every simulated second or once after a jump of an hour.
 
-The objects themselves are in :mod:`._simulation`, the balance in :mod:`._billing` and the
-JSON answers in :mod:`._render`. What changes the state from outside (a project's creation,
+The objects themselves and the balance are in :mod:`._simulation`, the JSON answers in
+:mod:`._render`. What changes the state from outside (a project's creation,
 exact schedules) is in :mod:`._project_desk` and :mod:`._scheduling`, which depend on this
 module and not the other way round.
 """
@@ -28,7 +28,6 @@ from typing import Any
 
 from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
-from ._billing import Wallet
 from ._clock import SandboxClock
 from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
 from ._render import Renderer
@@ -49,6 +48,7 @@ from ._simulation import (
     Project,
     SandboxError,
     Task,
+    Wallet,
     host_is_invalid,
     lookup,
 )
@@ -57,23 +57,7 @@ __all__ = ["SandboxError", "SandboxState"]
 
 
 class SandboxState:
-    """The whole simulated service behind one sandbox.
-
-    Args:
-        clock: The sandbox clock.
-        seed: Seed of the random draws (durations, outcomes, ids); ``None`` for entropy.
-        credits: Starting balance (total and available).
-        pricing: Prices.
-        task_duration: Simulated running time of a video task.
-        queue_delay: Simulated time a video task spends ``queued`` before it runs.
-        failure_rate: Probability that a task ends ``failed``.
-        error_rate: Probability that a task ends ``error``.
-        project_timing: Durations of a project's steps.
-        project_failure_rate: Probability that a project fails before its script.
-        failure_marker: Text that makes a project (in ``reference_video_url``) or a task (in
-            its prompt or batch script) fail; ``None`` disables it.
-        media_rejects: Extra predicate: a project media URL for which it returns ``True``
-            cannot be stored.
+    """The whole simulated service behind one sandbox (the settings: see ``SandboxServer``).
 
     Raises:
         ValueError: A setting is out of range (the balance, a rate, a duration).
@@ -122,10 +106,6 @@ class SandboxState:
         self.projects: dict[str, Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
         self._seq = itertools.count()
-
-    # ----------------------------------------------------------------------------------------
-    # Clock and events
-    # ----------------------------------------------------------------------------------------
 
     def settle(self) -> float:
         """Apply every event due by now, in time order.
@@ -235,10 +215,6 @@ class SandboxState:
         project.batches.append(batch)
         return batch
 
-    # ----------------------------------------------------------------------------------------
-    # Credits
-    # ----------------------------------------------------------------------------------------
-
     def credits_data(self) -> dict[str, Any]:
         """The ``data`` of ``GET /v1/credits``, after settling."""
         self.settle()
@@ -248,10 +224,6 @@ class SandboxState:
         """Set the balance (``total`` defaults to ``max(total, available)``)."""
         self.settle()
         self.wallet.set(available=available, total=total)
-
-    # ----------------------------------------------------------------------------------------
-    # Tasks
-    # ----------------------------------------------------------------------------------------
 
     def new_id(self, taken: Mapping[str, Any]) -> str:
         while True:
@@ -318,13 +290,7 @@ class SandboxState:
         return marker in text
 
     def create_task(self, body: Mapping[str, Any]) -> Task:
-        """Create a direct video task from a validated request body.
-
-        Args:
-            body: The body, already checked by ``validate_task_request``.
-
-        Returns:
-            The new task.
+        """Create a direct video task from a validated body.
 
         Raises:
             SandboxError: 409 / 300111 when the balance does not cover its price.
@@ -352,10 +318,6 @@ class SandboxState:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
         now = self.settle()
         return self.render.describe_task(lookup(self.tasks, "Task", task_id), now, origin)
-
-    # ----------------------------------------------------------------------------------------
-    # Projects
-    # ----------------------------------------------------------------------------------------
 
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
