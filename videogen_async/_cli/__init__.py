@@ -6,11 +6,8 @@ that ships inside it must not add a fifth. rich, for tables and the live progres
 optional ``cli`` extra (``pip install "videogen-async[cli]"``); without it every command
 prints plain text.
 
-Layout: :mod:`._parser` (commands and options), :mod:`._help` (help texts), :mod:`._common`
-(exit codes, configuration, Ctrl-C, error lines), :mod:`._ui` (tables, JSON, progress), one
-module per area (:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` on a ledger,
-:mod:`._spending` for estimates and ``--max-credits``, :mod:`._completion`, :mod:`._demo`,
-:mod:`._sandbox`). See ``docs/cli.md``.
+:mod:`._parser` holds the commands and options, :mod:`._common` what they share (exit codes,
+configuration, Ctrl-C), :mod:`._ui` the output; one module per area. See ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -27,15 +24,7 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``videogen`` with the given arguments.
-
-    Args:
-        argv: The arguments without the program name (``sys.argv[1:]`` when ``None``).
-
-    Returns:
-        The exit code: 0 success, 1 some tasks failed, 2 usage error, 3 API or connection
-        error, 130 interrupted.
-    """
+    """Run ``videogen`` with ``argv`` (``sys.argv[1:]`` when ``None``); return the exit code."""
     parser = build_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -1,6 +1,6 @@
 """``videogen batch FILE.jsonl``: create, wait for and download many tasks, resumably.
 
-The input has one direct-task request per line (:mod:`._batch_input`); a bad line is
+The input has one direct-task request per line (:mod:`._batch_state`); a bad line is
 reported with its number and skipped. The run has three phases: create (at most
 ``--max-concurrency`` creates in flight), wait, download (``--download DIR``). The lines live
 in a ledger (``--journal URL``, :mod:`._batch_store`), so a rerun picks up where the last run
@@ -32,10 +32,18 @@ from .._contract._exceptions import (
     VideoGenError,
 )
 from .._ledger import Ledger, LedgerEntry
-from ._batch_download import download_all
-from ._batch_input import InputLine, default_paths, read_input
-from ._batch_report import print_summary, redact_url
-from ._batch_state import INVALID, NOT_CREATED, PENDING, REFUSED, UNKNOWN, BatchState
+from ._batch_report import download_all, print_summary, redact_url
+from ._batch_state import (
+    INVALID,
+    NOT_CREATED,
+    PENDING,
+    REFUSED,
+    UNKNOWN,
+    BatchState,
+    InputLine,
+    default_paths,
+    read_input,
+)
 from ._batch_store import line_key, open_ledger, read_entries
 from ._common import EXIT_USAGE, Context, UsageError, describe_error, fmt_credits, unwrap_group
 from ._spending import USUAL_BATCH, check_spend, task_estimate

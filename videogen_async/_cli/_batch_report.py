@@ -1,15 +1,22 @@
-"""The end of ``videogen batch``: the summary and the command that resumes it."""
+"""The end of ``videogen batch``: the downloads, the summary and the command that resumes it."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from ._batch_state import UNKNOWN, BatchState
-from ._common import Context, fmt_credits
+import anyio
 
-__all__ = ["print_summary", "redact_url"]
+from ._batch_state import UNKNOWN, BatchState
+from ._common import Context, describe_error, fmt_credits
+from ._tasks import download_with_progress
+
+if TYPE_CHECKING:
+    from .._client import AsyncVideoGen
+
+__all__ = ["download_all", "print_summary", "redact_url"]
 
 
 def redact_url(where: str) -> str:
@@ -94,3 +101,36 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
                 f"no journal was kept (--no-journal): the ids of the {created} task(s) created"
                 f" are in {run.manifest}; running the batch again would create every line again"
             )
+
+
+async def download_all(
+    ctx: Context, client: AsyncVideoGen, state: BatchState, directory: Path, max_concurrency: int
+) -> None:
+    """Save each succeeded line's video as ``TASK_ID.mp4``; record where each went."""
+    wanted = [r for r in state.ordered() if r["status"] == "succeeded" and r["task_id"]]
+    if not wanted:
+        return
+
+    def existing() -> set[str]:
+        # Files appear only complete (an atomic rename): one that exists is kept.
+        return {r["task_id"] for r in wanted if (directory / f"{r['task_id']}.mp4").is_file()}
+
+    present = await anyio.to_thread.run_sync(existing)
+    for record in wanted:
+        if record["task_id"] in present:
+            record["path"] = str(directory / f"{record['task_id']}.mp4")
+    if present:
+        ctx.ui.note(f"{len(present)} video(s) already downloaded to {directory}")
+    todo = [r for r in wanted if r["task_id"] not in present]
+    if not todo:
+        return
+    results = await download_with_progress(
+        ctx, client, [r["task_id"] for r in todo], directory, max_concurrency=max_concurrency
+    )
+    for record, result in zip(todo, results, strict=True):
+        if result.ok and result.path is not None:
+            record["path"] = str(result.path)
+        else:
+            state.download_failures += 1
+            record["download_error"] = describe_error(result.error) if result.error else None
+            ctx.ui.warn(f"line {record['line']}: download failed: {record['download_error']}")

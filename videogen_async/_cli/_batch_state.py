@@ -1,7 +1,8 @@
-"""What one run of ``videogen batch`` knows of its lines: the manifest's records and the end.
+"""The lines of ``videogen batch``: the input, and what one run knows of them.
 
-The run's phases (:mod:`._batch`), its downloads (:mod:`._batch_download`) and its summary
-(:mod:`._batch_report`) all read and write this one object.
+Each input line is checked before anything is sent; the run's records (one manifest row per
+line) are read and written by its phases (:mod:`._batch`), downloads and summary
+(:mod:`._batch_report`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 
-from .._contract._exceptions import VideoGenError
-from ._batch_input import InputLine
+from .._contract._exceptions import InvalidRequestError, VideoGenError
+from .._contract._validation import validate_task_request
 from ._common import EXIT_API_ERROR, EXIT_OK, EXIT_SOME_FAILED
 
 __all__ = [
@@ -26,6 +28,9 @@ __all__ = [
     "REFUSED",
     "UNKNOWN",
     "BatchState",
+    "InputLine",
+    "default_paths",
+    "read_input",
 ]
 
 #: Manifest statuses besides the task statuses (succeeded, failed, error).
@@ -34,6 +39,63 @@ NOT_CREATED = "not_created"
 PENDING = "pending"
 REFUSED = "refused"
 UNKNOWN = "unknown"
+
+
+@attrs.frozen
+class InputLine:
+    """One line of the input file.
+
+    Attributes:
+        line_no: The line number, from 1.
+        raw: The decoded JSON (or the text, when it is not JSON).
+        request: The validated request body; ``None`` for a bad line.
+        problem: Why the line is bad.
+        key: The line's own ledger key (its ``key`` field), if it has one.
+    """
+
+    line_no: int
+    raw: Any
+    request: dict[str, Any] | None
+    problem: str | None = None
+    key: str | None = None
+
+
+def read_input(text: str) -> list[InputLine]:
+    """The request lines of the input (blank and ``#`` lines left out), each checked."""
+    lines: list[InputLine] = []
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        stripped = raw_line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            data = json.loads(stripped)
+        except ValueError as exc:
+            lines.append(InputLine(number, stripped, None, f"not valid JSON: {exc}"))
+            continue
+        if not isinstance(data, dict):
+            lines.append(InputLine(number, data, None, "not a JSON object"))
+            continue
+        fields = dict(data)
+        key = fields.pop("key", None)
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
+            lines.append(InputLine(number, data, None, "key: must be a non-empty string"))
+            continue
+        try:
+            request = validate_task_request(fields)
+        except InvalidRequestError as exc:
+            lines.append(InputLine(number, data, None, str(exc)))
+            continue
+        lines.append(InputLine(number, data, request, key=key))
+    return lines
+
+
+def default_paths(input_path: Path) -> tuple[Path, Path]:
+    """``prompts.journal.sqlite`` and ``prompts.results.jsonl`` beside ``prompts.jsonl``."""
+    stem = input_path.name.removesuffix(".jsonl").removesuffix(".json")
+    return (
+        input_path.with_name(f"{stem}.journal.sqlite"),
+        input_path.with_name(f"{stem}.results.jsonl"),
+    )
 
 
 class BatchState:

@@ -1,43 +1,205 @@
-"""Where ``videogen batch`` keeps its lines: a ledger.
+"""Where ``videogen batch`` keeps its lines: a ledger (``--journal URL``).
 
-``--journal URL`` names the ledger (a file path, ``sqlite:///PATH`` or ``postgresql://...``;
-``--no-journal``: one in a temporary directory, removed at the end). Each input line has a
-ledger key: the line's own ``key`` field when it has one, else ``batch:NAME:LINE:HASH``
-(``NAME`` the input file's name, ``HASH`` the start of the SHA-256 of the validated request
-and the service's base URL). The ledger decides in the database that a key is created once,
-so a rerun, or several processes running the same batch on one PostgreSQL URL, create each
-line once; they wait on the lines with the ledger's shared watchers. A journal of the earlier
-format at the path is first made a ledger (:mod:`._batch_import`).
+Each input line has a ledger key, so a rerun, or several processes running the same batch on
+one PostgreSQL URL, create each line once.
+
+A batch journal of the earlier format (tables ``meta`` and ``lines``) at the path is made a
+ledger the first time a batch opens it: every line with a task id becomes a ``pending`` entry
+under the key the batch gives that line now, a line whose create may have taken effect
+(``attempted``, ``unknown``) an ``unknown`` one, and a refused line nothing (it is created
+again). The ledger is written beside the journal, then copied over it with SQLite's backup,
+in one transaction of the journal's own file: at every moment the path holds one complete
+store (a reader keeps the one it began with), and a crash before the copy commits leaves the
+journal to import again. The journal stays bound to its input and its service, and the lock
+file earlier versions take beside it is taken too. The import goes through
+``Ledger.create_task`` with a client that answers each create with what the journal recorded,
+so the ledger writes each entry as it writes any other.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory lock
+    fcntl = None  # type: ignore[assignment]
+
+from .._contract._exceptions import AmbiguousCreateError, VideoGenError
+from .._contract._models import CreatedTask
 from .._ledger import Ledger, LedgerEntry
-from ._batch_import import import_journal, is_old_journal, request_hash
+from ._common import UsageError
 from ._spending import task_estimate
 
-__all__ = ["line_key", "open_ledger", "read_entries"]
+__all__ = ["import_journal", "is_old_journal", "line_key", "open_ledger", "read_entries"]
+
+_BUSY_TIMEOUT = 10.0
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    """The SHA-256 of a request's canonical JSON (sorted keys, no spaces), as journals kept it."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def is_old_journal(path: Path) -> bool:
+    """Whether ``path`` is a SQLite journal of the earlier format (tables ``meta``, ``lines``)."""
+    if not path.is_file():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.DatabaseError:
+        return False
+    names = {row[0] for row in rows}
+    return {"meta", "lines"} <= names and "videogen_ledger_meta" not in names
+
+
+def _lock(path: Path) -> IO[str] | None:
+    """Take the advisory lock earlier versions hold on a journal (``PATH.lock``)."""
+    flock = getattr(fcntl, "flock", None)
+    if flock is None:  # pragma: no cover - Windows
+        return None
+    lock_path = path.with_name(path.name + ".lock")
+    handle = open(lock_path, "a+")  # noqa: SIM115 - held until _unlock
+    try:
+        flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UsageError(
+            f"the journal {path} is in use by another videogen batch (lock {lock_path.name})"
+        ) from None
+    return handle
+
+
+def _unlock(path: Path, handle: IO[str] | None) -> None:
+    if handle is not None:
+        path.with_name(path.name + ".lock").unlink(missing_ok=True)
+        handle.close()
+
+
+def _read(path: Path, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> list[Any]:
+    """The journal's lines, once its service and every line are found to match the input."""
+    importing = path.with_name(path.name + ".importing")
+    for suffix in ("", "-wal", "-shm"):  # what a run that stopped mid-import left
+        Path(f"{importing}{suffix}").unlink(missing_ok=True)
+    with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        rows = conn.execute(
+            "SELECT line_no, request_hash, state, task_id, credits, error FROM lines"
+            " ORDER BY line_no"
+        ).fetchall()
+    if meta.get("schema") != "1":
+        raise UsageError(f"{path} has journal schema {meta.get('schema')!r}, not 1")
+    if meta.get("base_url") != base_url:
+        raise UsageError(
+            f"the journal {path} was made for {meta.get('base_url')}, not {base_url}: its task"
+            " ids mean nothing there. Use another --journal."
+        )
+    for line_no, digest, *_ in rows:
+        line = keys.get(line_no)
+        if line is None or request_hash(line[1]) != digest:
+            raise UsageError(
+                f"line {line_no} of the input differs from the request the journal recorded"
+                " for it (or is no longer a valid request line): the input changed since the"
+                " journal was written"
+            )
+    return rows
+
+
+class _Replay:
+    """A client whose one create answers with what the journal recorded for a line."""
+
+    def __init__(self, task_id: str | None, credits: float | None, error: str | None) -> None:
+        self._answer = task_id, credits, error
+
+    @property
+    def tasks(self) -> _Replay:
+        return self
+
+    @property
+    def projects(self) -> _Replay:
+        return self
+
+    def with_options(self, **_: Any) -> _Replay:
+        return self
+
+    async def create(self, *_: Any, **__: Any) -> CreatedTask:
+        task_id, credits, error = self._answer
+        if task_id is None:
+            raise VideoGenError(error or "", request_may_have_taken_effect=True)
+        return CreatedTask(task_id=task_id, credits_cost=float(credits or 0.0))
+
+    get = create_videos = create
+
+
+def _replace(source: Path, target: Path) -> None:
+    """Copy the ledger over the journal in one transaction of the journal's file; drop it."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target, timeout=_BUSY_TIMEOUT)) as dst,
+    ):
+        src.backup(dst)  # through the target's own journal: readers keep a whole file
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{source}{suffix}").unlink(missing_ok=True)
+
+
+async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
+    """Make the journal at ``path`` a ledger at the same path.
+
+    Args:
+        path: The journal.
+        base_url: The service the batch talks to (the journal's must be the same).
+        keys: Each valid input line's number: its ledger key and its validated request.
+
+    Returns:
+        The number of lines imported (a refused line is not: it is created again).
+
+    Raises:
+        UsageError: The journal is in use, of another service or input, or unreadable.
+    """
+    importing = path.with_name(path.name + ".importing")
+    try:
+        lock = await anyio.to_thread.run_sync(_lock, path)
+    except OSError as exc:
+        raise UsageError(f"the journal {path} could not be locked: {exc}") from exc
+    try:
+        rows = await anyio.to_thread.run_sync(_read, path, base_url, keys)
+        async with Ledger.open(importing) as ledger:
+            for line_no, _digest, state, task_id, credits, error in rows:
+                if state == "refused":
+                    continue  # nothing was created: the batch sends it again
+                known = task_id if state in ("created", "done") else None
+                key, request = keys[line_no]
+                fields = {k: v for k, v in request.items() if k != "prompt"}
+                replay = _Replay(known, credits, error or "the earlier run stopped mid-create")
+                with contextlib.suppress(AmbiguousCreateError):
+                    await ledger.create_task(replay, request["prompt"], key=key, **fields)
+        await anyio.to_thread.run_sync(_replace, importing, path)
+    except (sqlite3.Error, OSError) as exc:
+        raise UsageError(f"the journal {path} could not be imported into a ledger: {exc}") from exc
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_unlock, path, lock)
+    return sum(1 for row in rows if row[2] != "refused")
 
 
 def line_key(
     batch: str, line_no: int, request: Mapping[str, Any], given: str | None, service: str
 ) -> str:
-    """The ledger key of an input line.
+    """The ledger key of an input line: its own ``key``, else ``batch:NAME:LINE:HASH``.
 
-    Args:
-        batch: The batch's name (the input file's name).
-        line_no: The line number.
-        request: The validated request.
-        given: The line's own ``key`` field, if any (used as it is).
-        service: The service's base URL (a batch sent to another service is another batch).
+    ``NAME`` is the input file's name, ``HASH`` the start of the SHA-256 of the request and of
+    the service's base URL (a batch sent to another service is another batch).
     """
     if given is not None:
         return given
@@ -59,16 +221,10 @@ async def open_ledger(
     max_credits: float | None,
     lines: Mapping[int, tuple[str, Any]],
 ) -> AsyncIterator[tuple[Ledger, int]]:
-    """Open the batch's ledger, importing a journal of the earlier format at its path first.
+    """The batch's ledger and the number of lines imported into it from a journal.
 
-    Args:
-        where: The ``--journal`` value; ``None`` (``--no-journal``): a throwaway ledger.
-        base_url: The service (an imported journal must have been made for it).
-        max_credits: The ledger's cap (``--max-credits``).
-        lines: Each valid line's number: its key and validated request.
-
-    Yields:
-        The ledger, and the number of lines imported from a journal (0 without one).
+    ``where`` is ``--journal`` (``None``, ``--no-journal``: a ledger in a temporary directory);
+    ``lines`` maps each valid line's number to its key and request.
 
     Raises:
         UsageError: A journal of the earlier format that cannot be imported.

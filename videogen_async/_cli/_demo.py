@@ -1,15 +1,9 @@
 """``videogen demo``: the whole service as a user sees it, against an in-process sandbox.
 
-No network and no API key: the sandbox runs inside the process on loopback, with its clock
-sped up (``--time-scale``, 50 times faster by default) so that a 30-second generation takes
-0.6 s. The demo goes through what a user does:
-
-1. the credit balance;
-2. a batch of direct tasks created at once and gathered with a progress bar (one prompt asks
-   the sandbox to fail, to show that a failed task is a result, refunded, not an exception);
-3. a manual project: its script, then two video batches (the second with a script of its own);
-4. the downloads of every finished video;
-5. the final balance and the project's billing.
+No network and no API key: the sandbox runs inside the process with its clock sped up
+(``--time-scale``). The demo goes through the balance, a batch of direct tasks (one fails, to
+show a refunded failure is a result), a manual project and its two video batches, the
+downloads and the final bill; ``docs/cli.md`` shows it.
 """
 
 from __future__ import annotations

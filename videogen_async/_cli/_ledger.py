@@ -14,8 +14,8 @@ import anyio
 
 from .._contract._exceptions import LedgerError
 from .._ledger import Ledger, LedgerEntry
-from ._batch_import import is_old_journal
 from ._batch_report import redact_url
+from ._batch_store import is_old_journal
 from ._common import EXIT_OK, EXIT_USAGE, Context, fmt_credits
 
 __all__ = ["LEDGER_STATES", "cmd_ledger_list", "cmd_ledger_summary"]

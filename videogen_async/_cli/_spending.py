@@ -1,17 +1,10 @@
 """The spending guard: an estimate before a create, ``--max-credits`` and ``--yes``.
 
-The service publishes one price, a project's script; a video's price is estimated with the
-reference prices of the service statement (``REFERENCE_PRICES``, which the sandbox charges;
-see ``docs/cli.md``). Where a project already has videos, their real ``credits_cost`` is used
-instead. A resolution that is not a number of lines (``4k``) cannot be estimated: the guard
-says so.
-
-A request is *usual* when its estimate stays within what the spec's bounds and defaults
-allow: a direct task (4 to 15 s) always is; a project up to 4 videos of its default duration
-at 1080 (190 credits); a batch up to :data:`USUAL_BATCH` credits. Beyond that, the command
-asks for a confirmation on a terminal, and refuses elsewhere unless ``--yes`` or
-``--max-credits N`` is given. ``--max-credits N`` refuses (exit 2, nothing sent) any estimate
-above ``N``.
+A video's price is not published: it is estimated with the reference prices of the service
+statement (``REFERENCE_PRICES``, which the sandbox charges), or with what the service charged
+for a project's earlier videos. Beyond the usual (:data:`USUAL_PROJECT`,
+:data:`USUAL_BATCH`), a terminal is asked and a script refused unless ``--yes`` or
+``--max-credits N``; an estimate above ``N`` is refused. See ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -53,11 +46,8 @@ def project_video_estimate(
 ) -> float | None:
     """The estimated credits of one project video; ``None`` when it cannot be estimated.
 
-    Args:
-        duration: The project's duration (the service's default when ``None``).
-        resolution: The resolution.
-        per_video: A price the service already charged for one of the project's videos (at
-            its resolution), used instead of the reference price.
+    ``per_video``: what the service charged for one of the project's videos, used instead of
+    the reference price.
     """
     factor = REFERENCE_PRICES.resolution_factor(resolution)
     if factor is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,16 +204,12 @@ async def cmd_status(ctx: Context) -> int:
 def task_report(
     ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
 ) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
-    """The table rows and JSON of tasks, and of the ids that could not be read, by ``ids``.
+    """The table rows and JSON of tasks in the order of ``ids``, and the exit code.
 
-    A task's ``status`` is always a real task status; an id that could not be read has
-    ``status`` ``None`` and a ``problem`` (``not found``, ``unreachable``, ``timed out``,
-    ``unreadable``), shown in parentheses in the table.
-
-    Returns:
-        The rows, the JSON, and the exit code: 1 for a failed task (``failed_tasks_fail``)
-        or one still running at the deadline, 3 when an id is unknown to the service or
-        the service could not be read.
+    An id that could not be read has ``status`` ``None`` and a ``problem`` (``not found``,
+    ``unreachable``, ``timed out``, ``unreadable``; in parentheses in the table). The code:
+    1 for a failed task (``failed_tasks_fail``) or one running at the deadline, 3 for an id
+    the service does not know or could not report.
     """
     code = EXIT_OK
     rows: list[list[Any]] = []
@@ -256,46 +252,28 @@ async def wait_for_ids(
     *,
     timeout: float | None,  # noqa: ASYNC109 - handed to gather_until_done, which owns it
     description: str = "waiting",
-    max_concurrency: int | None = None,
-    on_result: Callable[[str, Task | TaskPollError], Awaitable[None]] | None = None,
 ) -> dict[str, Task | TaskPollError]:
     """Wait for many tasks with a progress display; never raises for one id.
 
-    Args:
-        ctx: The run.
-        client: The client.
-        ids: The task ids.
-        timeout: The deadline in seconds (``None``: none).
-        description: The progress label.
-        max_concurrency: Polls in flight at most (the SDK's default when ``None``).
-        on_result: Awaited with each id and its result as soon as it is known (the batch
-            records it in its journal there).
-
     Returns:
         Each id's terminal :class:`Task`, or the :class:`TaskPollError` that stopped it (a
-        :class:`WaitTimeoutError` cause for an id still pending at the deadline).
+        :class:`WaitTimeoutError` cause for an id still pending at ``timeout``).
     """
     results: dict[str, Task | TaskPollError] = {}
     if not ids:
         return results
-    options: dict[str, Any] = {"timeout": timeout, "return_exceptions": True}
-    if max_concurrency is not None:
-        options["max_concurrency"] = max_concurrency
     succeeded = failed = unread = 0
     with ctx.ui.progress(description, len(set(ids))) as bar:
-        async with client.tasks.gather_until_done(ids, **options) as gathered:
-            async for item in gathered:
-                if isinstance(item, Task):
-                    results[item.task_id] = item
-                    if item.is_succeeded:
-                        succeeded += 1
-                    else:
-                        failed += 1
-                else:
-                    results[item.task_id] = item
+        gathered = client.tasks.gather_until_done(ids, timeout=timeout, return_exceptions=True)
+        async with gathered as items:
+            async for item in items:
+                results[item.task_id] = item
+                if not isinstance(item, Task):
                     unread += 1
-                if on_result is not None:
-                    await on_result(item.task_id, item)
+                elif item.is_succeeded:
+                    succeeded += 1
+                else:
+                    failed += 1
                 detail = f"{succeeded} succeeded, {failed} failed"
                 bar.advance(detail=detail + (f", {unread} could not be read" if unread else ""))
     return results
@@ -386,19 +364,7 @@ async def download_with_progress(
     max_concurrency: int,
     overwrite: bool = True,
 ) -> list[DownloadResult]:
-    """``download_many`` with a progress display.
-
-    Args:
-        ctx: The run.
-        client: The client.
-        items: Tasks, task ids or URLs.
-        directory: Where to write.
-        max_concurrency: Downloads at once.
-        overwrite: Replace existing files.
-
-    Returns:
-        One result per item, in order.
-    """
+    """``download_many`` of tasks, task ids or URLs with a progress display, in order."""
     ok = kept = bad = 0
     with ctx.ui.progress("downloading", len(items)) as bar:
 

@@ -1,12 +1,8 @@
 """Everything the command line shows: tables, notes, errors, JSON and progress.
 
-Results go to stdout; notes, progress and errors go to stderr, so that stdout can be piped.
-With ``--json`` stdout carries exactly one JSON document (or JSON lines for a stream) and
-nothing else.
-
-rich (the optional ``cli`` extra) draws the tables and the live progress bar when the stream
-is a terminal. Without rich, or when the stream is not a terminal (a pipe, a file, CI logs),
-tables are plain aligned text and progress is a plain line per step, throttled.
+Results go to stdout (with ``--json``, one JSON document and nothing else); notes, progress
+and errors go to stderr. rich (the ``cli`` extra) draws tables and a live bar on a terminal;
+elsewhere tables are plain aligned text and progress a throttled plain line per step.
 """
 
 from __future__ import annotations
@@ -207,16 +203,7 @@ class UI:
 
     @contextmanager
     def progress(self, description: str, total: int, detail: str = "") -> Iterator[Progress]:
-        """A progress display on stderr: a live bar on a terminal, plain lines otherwise.
-
-        Args:
-            description: What is counted ("creating", "waiting").
-            total: The number of steps.
-            detail: A short text shown after the counter from the start.
-
-        Yields:
-            The :class:`Progress` to move.
-        """
+        """A progress display of ``total`` steps on stderr (``detail`` after the counter)."""
         bar = Progress(self, description, total, detail)
         bar.start()
         try:

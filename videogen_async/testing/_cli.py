@@ -118,14 +118,7 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Turn parsed arguments into ``SandboxServer`` keyword arguments.
-
-    Args:
-        args: The namespace from a parser extended by :func:`add_sandbox_arguments`.
-
-    Returns:
-        The keyword arguments.
-    """
+    """The ``SandboxServer`` keyword arguments of options from :func:`add_sandbox_arguments`."""
     seed: int | str | None = args.seed
     if isinstance(seed, str) and seed.lstrip("-").isdigit():
         seed = int(seed)
@@ -185,15 +178,11 @@ async def _serve_until_signal(options: dict[str, Any], show_key: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    """Serve the sandbox from the command line.
-
-    Args:
-        argv: The arguments (``sys.argv[1:]`` when omitted).
-        prog: The program name shown in help.
+    """Serve the sandbox from the command line (``argv``: ``sys.argv[1:]`` when omitted).
 
     Returns:
-        The exit status: 0 after Ctrl-C/SIGTERM or ``--write-openapi``, 2 for bad options
-        (from argparse), 1 when the server could not start.
+        0 after Ctrl-C/SIGTERM or ``--write-openapi``, 2 for bad options, 1 when the server
+        could not start.
     """
     parser = argparse.ArgumentParser(
         prog=prog or "python -m videogen_async.testing",

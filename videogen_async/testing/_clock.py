@@ -101,16 +101,10 @@ class SandboxClock:
         return self._base_sim + (self._timer() - self._base_mono) / self._time_scale
 
     def advance(self, seconds: float) -> float:
-        """Move the clock forward at once.
+        """Skip ``seconds`` of simulated time at once; return the new time.
 
         Everything due in the skipped span (tasks finishing, project steps) is seen as done by
         the next request, exactly as if that much time had passed.
-
-        Args:
-            seconds: Simulated seconds to skip (``>= 0``).
-
-        Returns:
-            The new simulated time.
 
         Raises:
             ValueError: ``seconds`` is negative or not a number.

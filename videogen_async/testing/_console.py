@@ -7,15 +7,10 @@ faults that fired, and the latest finished video playing in a ``<video>`` elemen
 the sandbox's own media URL. A small inline script reloads the live part of the page every
 second (``GET /_sandbox/console?part=live``); without scripts, a meta refresh reloads the page.
 
-Every value is HTML-escaped: prompts, paths and project inputs come from users' requests. The
-page also forbids any script but its own (a ``Content-Security-Policy`` with a nonce).
-
-The page is read-only and asks for no key (a browser cannot send the Bearer header): it shows
-no secret, only what was sent to this sandbox.
-
-The console reads the sandbox's public truth (:class:`~._truth.ServerTruth`): the ``code``
-of each answer from the request log, the prompt of each task from the simulation's
-description of it. It keeps no record of its own.
+Every value is HTML-escaped (prompts, paths and inputs come from users' requests) and the
+page forbids any script but its own (a ``Content-Security-Policy`` nonce). It asks for no key
+(a browser cannot send the Bearer header) and shows no secret. It reads the sandbox's public
+truth (:class:`~._truth.ServerTruth`) and keeps no record of its own.
 """
 
 from __future__ import annotations

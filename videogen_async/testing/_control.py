@@ -16,10 +16,9 @@ from aiohttp import web
 from ._faults import FaultRule
 from ._render import envelope_response
 from ._routes import ServiceRoutes, read_json_body
-from ._scheduling import schedule_project, schedule_task
 from ._simulation import INSUFFICIENT_CREDITS, SandboxError
 from ._state import SandboxState
-from ._truth import ServerTruth
+from ._truth import ServerTruth, reschedule_project, reschedule_task
 
 __all__ = ["ControlAPI"]
 
@@ -151,7 +150,7 @@ class ControlAPI:
         return self._state.describe_task(task_id, self._routes.origin(request))
 
     def _schedule_task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        schedule_task(
+        reschedule_task(
             self._state,
             request.match_info["task_id"],
             finish_in=_number(body, "finish_in") or 0.0,
@@ -188,7 +187,7 @@ class ControlAPI:
         return self._state.describe_project(project_id, self._routes.origin(request))
 
     def _schedule_project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        schedule_project(
+        reschedule_project(
             self._state,
             request.match_info["project_id"],
             script_ready_in=_number(body, "script_ready_in") or 0.0,

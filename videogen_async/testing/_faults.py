@@ -1,20 +1,11 @@
 """Fault injection: make the sandbox misbehave like a real network and a real service.
 
-A :class:`FaultRule` says what can go wrong on a route, with a probability for each kind:
-
-* ``error``: an HTTP 5xx answer with a JSON error envelope (500, 502 or 503 by default);
-* ``html``: an nginx-style HTML error page (502 by default), as a proxy in front of the
-  service sends; it is not the envelope, so a client must cope with a body it cannot parse;
-* ``rate_limit``: 429 with a ``Retry-After`` header;
-* ``drop_before``: the connection is closed before the request takes effect (nothing is
-  created, nothing is charged);
-* ``drop_after``: the request takes full effect (a task is created and charged) but the
-  connection is closed instead of answering, so the client cannot know it worked;
-* ``latency``: real seconds (not simulated ones) added before the request is handled.
-
-The kinds are exclusive for one request (one draw of a seeded random generator picks at most
-one); latency adds to any of them. Rules are set per route at run time through
-:class:`FaultInjector` (``server.faults``), in code or over HTTP (``POST /_sandbox/faults``).
+A :class:`FaultRule` gives each kind of fault on a route a probability: a 5xx envelope
+(``error``), a proxy's HTML page (``html``), a 429 (``rate_limit``), a connection dropped
+before the request takes effect (``drop_before``) or after it took effect (``drop_after``).
+The kinds are exclusive for one request (one seeded draw picks at most one); real-time
+``latency`` adds to any. Rules are set per route at run time through :class:`FaultInjector`
+(``server.faults``), in code or over HTTP (``POST /_sandbox/faults``).
 """
 
 from __future__ import annotations

@@ -57,19 +57,11 @@ _RANGE = re.compile(r"^\s*bytes\s*=\s*(\d{0,18})\s*-\s*(\d{0,18})\s*$", re.IGNOR
 
 
 def parse_range(header: str | None, size: int) -> ByteRange | Literal[False] | None:
-    """Read a ``Range`` request header for a resource of ``size`` bytes.
+    """Read the ``Range`` header of a request for a resource of ``size`` bytes.
 
-    Only one range is honoured; a header asking for several (``bytes=0-1,5-6``) or one that is
-    not understood is ignored, as RFC 9110 allows, and the whole resource is sent.
-
-    Args:
-        header: The ``Range`` header, or ``None``.
-        size: The size of the resource.
-
-    Returns:
-        ``None`` to send the whole resource (no header, or one that is ignored), a
-        :class:`ByteRange` to send that part (206), or ``False`` when the range cannot be
-        satisfied (416).
+    One range is honoured; several (``bytes=0-1,5-6``) or one not understood are ignored, as
+    RFC 9110 allows. Returns the part to send (206), ``None`` for the whole resource, or
+    ``False`` when the range cannot be satisfied (416).
     """
     if not header:
         return None

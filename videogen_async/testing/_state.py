@@ -11,10 +11,8 @@ Each event runs exactly once (settling is synchronous, so concurrent requests of
 cannot interleave with it) and in time order, so the ledger is the same whether a test reads it
 after every simulated second or once after a jump of an hour.
 
-The objects themselves and the balance are in :mod:`._simulation`, the JSON answers in
-:mod:`._render`. What changes the state from outside (a project's creation,
-exact schedules) is in :mod:`._project_desk` and :mod:`._scheduling`, which depend on this
-module and not the other way round.
+The objects and the balance are in :mod:`._simulation`; a project's creation and the exact
+schedules tests set are in :mod:`._routes` and :mod:`._truth`, which use this module.
 """
 
 from __future__ import annotations
