@@ -12,11 +12,10 @@ configuration, Ctrl-C), :mod:`._ui` the output; one module per area. See ``docs/
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
-from ._common import EXIT_USAGE, Context, unwrap_group
+from ._common import EXIT_USAGE, Context, logging_to, unwrap_group
 from ._parser import build_parser
 from ._ui import UI
 
@@ -33,24 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     ui = UI(json_mode=bool(getattr(args, "json", False)), debug=debug)
     ctx = Context(args, ui)
-    logger = logging.getLogger("videogen_async")
-    level = logger.level
-    handler: logging.Handler | None = None
-    if debug:
-        handler = logging.StreamHandler(ui.err)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-    else:
-        # The command line says what happened in its own words; without this, Python's
-        # last-resort handler would print the library's internal warnings on stderr.
-        handler = logging.NullHandler()
-        logger.addHandler(handler)
-    try:
-        return ctx.run(args.func)
-    except Exception as exc:  # one clear line, a traceback only with --debug
-        return ctx.fail(unwrap_group(exc))
-    finally:
-        if handler is not None:
-            logger.removeHandler(handler)
-            logger.setLevel(level)
+    with logging_to(ui.err if debug else None):
+        try:
+            return ctx.run(args.func)
+        except Exception as exc:  # one clear line, a traceback only with --debug
+            return ctx.fail(unwrap_group(exc))

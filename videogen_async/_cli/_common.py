@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
@@ -46,6 +47,7 @@ __all__ = [
     "cli_advice",
     "describe_error",
     "exit_code_for",
+    "logging_to",
     "poll_failure",
     "task_row",
     "task_to_json",
@@ -325,6 +327,28 @@ class Context:
         from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
         self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)
+
+
+@contextlib.contextmanager
+def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iterator[None]:
+    """Show the SDK's log records from ``level`` on ``stream`` for a while.
+
+    ``None`` shows none: the command line says what happened in its own words, and without a
+    handler Python's last-resort one would print the library's internal warnings.
+    """
+    logger = logging.getLogger("videogen_async")
+    old_level = logger.level
+    handler: logging.Handler = logging.NullHandler()
+    if stream is not None:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
 
 
 def unwrap_group(exc: BaseException) -> BaseException:

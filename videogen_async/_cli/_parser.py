@@ -23,7 +23,6 @@ from .._contract._service import (
 from ..testing import add_sandbox_arguments
 from ._batch import cmd_batch
 from ._completion import cmd_completion
-from ._demo import cmd_demo
 from ._help import (
     BATCH_EPILOG,
     COMPLETION_EPILOG,
@@ -45,7 +44,7 @@ from ._projects import (
     cmd_project_wait,
     parse_resolution,
 )
-from ._sandbox import cmd_sandbox
+from ._sandbox import cmd_demo, cmd_sandbox
 from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 
 __all__ = ["build_parser"]

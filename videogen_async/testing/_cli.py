@@ -55,6 +55,25 @@ def _duration(text: str) -> Duration:
         ) from None
 
 
+def _time_scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of real seconds per simulated second, got {text!r}"
+            " (0.01 runs 100x faster)"
+        )
+    return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return int(text)
+
+
 def _rate(text: str) -> float:
     try:
         value = float(text)
@@ -74,10 +93,10 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     low, high = _DEFAULTS["task_duration"]
     add = parser.add_argument
     add("--host", default=_DEFAULTS["host"], help="interface (default %(default)s)")
-    add("--port", type=int, default=DEFAULT_PORT, help="port, 0 for any (default %(default)s)")
+    add("--port", type=_port, default=DEFAULT_PORT, help="port, 0 for any (default %(default)s)")
     add(
         "--time-scale",
-        type=float,
+        type=_time_scale,
         default=_DEFAULTS["time_scale"],
         help="real seconds per simulated second; 0.01 runs 100x faster (default %(default)g)",
     )
