@@ -154,15 +154,9 @@ def _replace(source: Path, target: Path) -> None:
 
 
 async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
-    """Make the journal at ``path`` a ledger at the same path.
+    """Make the journal at ``path`` a ledger at the same path; the number of lines imported.
 
-    Args:
-        path: The journal.
-        base_url: The service the batch talks to (the journal's must be the same).
-        keys: Each valid input line's number: its ledger key and its validated request.
-
-    Returns:
-        The number of lines imported (a refused line is not: it is created again).
+    ``keys`` maps each valid input line's number to its ledger key and request.
 
     Raises:
         UsageError: The journal is in use, of another service or input, or unreadable.

@@ -45,6 +45,7 @@ from ._projects import (
     parse_resolution,
 )
 from ._sandbox import cmd_demo, cmd_sandbox
+from ._spending import SCRIPT_CREDITS
 from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 
 __all__ = ["build_parser"]
@@ -150,11 +151,7 @@ def _downloads(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``videogen`` parser.
-
-    Returns:
-        The parser; each command's namespace carries ``func``, the command to run.
-    """
+    """The ``videogen`` parser; each command's namespace carries ``func``, the command."""
     output = _output_options()
     parser = argparse.ArgumentParser(
         prog="videogen",
@@ -379,7 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
     def action(name: str, help_text: str) -> Any:
         return command(name, help_text, PROJECT_EPILOG, group=actions)
 
-    p = action("create", "create a project (charges 10 credits for the script)")
+    p = action(
+        "create",
+        f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)",
+    )
     p.add_argument("reference_video_url", metavar="REFERENCE_VIDEO_URL", help="the reference ad")
     p.add_argument(
         "--product-image-url",

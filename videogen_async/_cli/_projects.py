@@ -136,7 +136,7 @@ async def _guard_project(ctx: Context) -> None:
 
 
 async def cmd_project_create(ctx: Context) -> int:
-    """``videogen project create``: a new project (10 credits, then its videos in auto mode)."""
+    """``videogen project create``: a new project (its script, then in auto mode its videos)."""
     args = ctx.args
     await _guard_project(ctx)
 

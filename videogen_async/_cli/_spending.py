@@ -74,16 +74,11 @@ async def check_spend(
     why_unknown: str = "",
     limit_enforced_later: bool = False,
 ) -> None:
-    """Let a create go ahead, or refuse it before anything is sent.
+    """Let a create (``what``, in words) go ahead, or refuse it before anything is sent.
 
-    Args:
-        ctx: The run (``--max-credits`` and ``--yes`` are read from its options).
-        what: The request, in words ("this project").
-        estimate: Its estimated credits; ``None`` when no estimate is possible.
-        usual: The estimate above which a confirmation is needed.
-        why_unknown: Why no estimate is possible (shown when ``estimate`` is ``None``).
-        limit_enforced_later: The command keeps within ``--max-credits`` itself as it goes
-            (a batch stops creating lines), so an estimate above it is not refused here.
+    ``estimate`` is ``None`` when no estimate is possible (``why_unknown`` says why); above
+    ``usual`` a confirmation is needed. With ``limit_enforced_later`` the command keeps within
+    ``--max-credits`` itself as it goes (a batch), so a larger estimate is not refused here.
 
     Raises:
         UsageError: Over ``--max-credits``, or beyond the usual and not confirmed.

@@ -253,12 +253,7 @@ async def wait_for_ids(
     timeout: float | None,  # noqa: ASYNC109 - handed to gather_until_done, which owns it
     description: str = "waiting",
 ) -> dict[str, Task | TaskPollError]:
-    """Wait for many tasks with a progress display; never raises for one id.
-
-    Returns:
-        Each id's terminal :class:`Task`, or the :class:`TaskPollError` that stopped it (a
-        :class:`WaitTimeoutError` cause for an id still pending at ``timeout``).
-    """
+    """Wait with a progress display: each id's terminal Task, or its TaskPollError."""
     results: dict[str, Task | TaskPollError] = {}
     if not ids:
         return results

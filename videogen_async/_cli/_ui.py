@@ -57,15 +57,7 @@ def _is_tty(stream: IO[str]) -> bool:
 
 
 class UI:
-    """The command line's output.
-
-    Args:
-        json_mode: ``--json``: stdout carries JSON only.
-        debug: ``--debug``: tracebacks are shown with errors.
-        stdout: Where results go (``sys.stdout`` at the time of the call by default).
-        stderr: Where notes, progress and errors go.
-        use_rich: Use rich when it is installed (``False`` forces plain text).
-    """
+    """The command line's output (``json_mode``: stdout carries JSON only; rich if wanted)."""
 
     def __init__(
         self,
@@ -247,21 +239,11 @@ class Progress:
             self._plain(force=False)
 
     def advance(self, steps: int = 1, *, detail: str | None = None) -> None:
-        """Move forward.
-
-        Args:
-            steps: Steps done.
-            detail: A short text shown after the counter.
-        """
+        """Move ``steps`` forward (``detail``: the text after the counter)."""
         self.update(self.completed + steps, detail=detail)
 
     def update(self, completed: int, *, detail: str | None = None) -> None:
-        """Set the count.
-
-        Args:
-            completed: Steps done so far.
-            detail: A short text shown after the counter.
-        """
+        """Set the count (``detail``: the text after the counter)."""
         self.completed = completed
         if detail is not None:
             self.detail = detail

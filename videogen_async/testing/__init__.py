@@ -13,9 +13,8 @@ fault injection. See ``docs/sandbox.md``::
             task = await client.tasks.get(created.task_id)
             assert task.status == "succeeded"
 
-Run it on a port with ``python -m videogen_async.testing`` (or ``videogen sandbox``), or in a
-child process of your program with :class:`SandboxProcess`; use it in pytest through the
-``videogen_sandbox`` fixture.
+Serve it on a port with ``python -m videogen_async.testing`` (``videogen sandbox``), in a
+child process with :class:`SandboxProcess`, or in pytest with the ``videogen_sandbox`` fixture.
 """
 
 from .._contract._service import Pricing

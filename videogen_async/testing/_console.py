@@ -37,12 +37,7 @@ _PROMPT_LIMIT = 300
 
 
 def add_console(app: web.Application, source: ServerTruth) -> None:
-    """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``.
-
-    Args:
-        app: The sandbox's application.
-        source: The sandbox whose state the page shows.
-    """
+    """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``."""
 
     async def console(request: web.Request) -> web.StreamResponse:
         nonce = secrets.token_urlsafe(12)

@@ -43,13 +43,7 @@ def _query_int(request: web.Request, name: str, default: int) -> int:
 
 
 class ControlAPI:
-    """The ``/_sandbox/`` endpoints of one sandbox.
-
-    Args:
-        server: The sandbox whose public methods the endpoints call.
-        state: Its simulated service.
-        routes: Its service routes (for the key check and the origin of video URLs).
-    """
+    """The ``/_sandbox/`` endpoints of one sandbox."""
 
     def __init__(self, server: ServerTruth, state: SandboxState, routes: ServiceRoutes) -> None:
         self._server = server

@@ -25,22 +25,13 @@ __all__ = ["ByteRange", "parse_range", "sample_mp4"]
 
 @functools.lru_cache(maxsize=1)
 def sample_mp4() -> bytes:
-    """Return the sandbox's sample video: a small, playable H.264 MP4 (about 5 KB).
-
-    Returns:
-        The bytes of the MP4 file every succeeded task's video URL serves.
-    """
+    """The sandbox's sample video: a small, playable H.264 MP4 (about 5 KB)."""
     return importlib.resources.files(__package__).joinpath("sample.mp4").read_bytes()
 
 
 @attrs.frozen
 class ByteRange:
-    """A satisfiable byte range of a resource: ``start`` to ``end`` inclusive.
-
-    Attributes:
-        start: The first byte.
-        end: The last byte (inclusive).
-    """
+    """A satisfiable byte range of a resource: ``start`` to ``end`` inclusive."""
 
     start: int
     end: int

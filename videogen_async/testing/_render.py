@@ -193,11 +193,7 @@ _PROJECT = _table(
 
 
 class Renderer:
-    """The ``data`` of each answer of the service, on one sandbox clock.
-
-    Args:
-        clock: The sandbox clock (timestamps are the real times the clock reached instants).
-    """
+    """The ``data`` of each answer of the service, stamped with the times the clock reached."""
 
     def __init__(self, clock: SandboxClock) -> None:
         self.clock = clock

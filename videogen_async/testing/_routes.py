@@ -177,13 +177,7 @@ def create_videos(
 
 
 class ServiceRoutes:
-    """The service's endpoints, the media stand-in and ``/openapi.json``.
-
-    Args:
-        state: The simulated service.
-        api_key: The key requests must carry.
-        base_url: Returns the server's base URL (``None`` before it listens).
-    """
+    """The service's endpoints, the media stand-in and ``/openapi.json``."""
 
     def __init__(
         self, state: SandboxState, api_key: str, base_url: Callable[[], str | None]

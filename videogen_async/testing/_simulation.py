@@ -81,14 +81,7 @@ _SCRIPT_BEATS = (
 
 
 class SandboxError(Exception):
-    """A failure the sandbox answers with the service's error envelope.
-
-    Attributes:
-        status: The HTTP status.
-        code: The envelope ``code``.
-        message: The envelope ``message``.
-        headers: Extra HTTP headers of the answer.
-    """
+    """A failure answered with the service's error envelope (``status``, ``code``, ``message``)."""
 
     def __init__(
         self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
@@ -101,11 +94,7 @@ class SandboxError(Exception):
 
 
 class Wallet:
-    """The API credit balance of the sandbox's one user.
-
-    Args:
-        credits: Starting balance (total and available).
-    """
+    """The API credit balance of the sandbox's one user."""
 
     __slots__ = ("available", "total")
 

@@ -106,11 +106,7 @@ class SandboxState:
         self._seq = itertools.count()
 
     def settle(self) -> float:
-        """Apply every event due by now, in time order.
-
-        Returns:
-            The current simulated time.
-        """
+        """Apply every event due by now, in time order; return the current simulated time."""
         now = self.clock.now()
         events = self._events
         while events and events[0][0] <= now:

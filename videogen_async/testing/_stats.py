@@ -82,13 +82,7 @@ class SandboxStats:
 
 
 class RequestStats:
-    """The counters and the request log of one sandbox.
-
-    Args:
-        log_size: How many recent requests the log keeps.
-        created: Returns ``(tasks, projects)`` created so far, for the ``*_created`` counts.
-        faults_injected: Returns the injected faults per kind.
-    """
+    """The counters and the request log of one sandbox."""
 
     def __init__(
         self,

@@ -129,18 +129,16 @@ class ServerTruth:
         finish_in: Duration | None = None,
         outcome: str | None = None,
     ) -> list[str]:
-        """Create many direct tasks at once, each as if created through the service.
+        """Create many direct tasks at once, each charged as if created through the service.
 
-        For benchmarks and soak runs that need many ids quickly (``POST
-        /_sandbox/tasks/bulk`` over HTTP). Each task is charged like a created task and
-        appears in :attr:`task_ids` and in the statistics' ``tasks_created``; no request is
-        logged.
+        For benchmarks and soak runs that need many ids quickly (``POST /_sandbox/tasks/bulk``
+        over HTTP); the tasks count in ``tasks_created``, no request is logged.
 
         Args:
             count: How many tasks, 1 to 1,000,000.
             prompt: Their prompt (the failure marker works as usual).
-            model: Their model (default ``videomodel_2_0``).
-            duration: Their duration in seconds, 4 to 15 (default 5).
+            model: Their model, ``duration`` their duration (the service's defaults).
+            duration: Seconds of video.
             finish_in: When each ends, in simulated seconds from now: a number, a
                 ``(low, high)`` range drawn per task, or a callable(rng); the sandbox's task
                 duration when ``None``. A very large value keeps them pending.
