@@ -126,6 +126,38 @@ def test_ctrl_c_ends_a_rerun_waiting_on_creates_in_doubt_and_writes_the_manifest
     assert box.routes(CREATE_ROUTE) == LINES  # the four in doubt were not sent again
 
 
+def rerun_to_the_end(box: ThreadedSandbox, path: Path, journal: Path, tmp_path: Path) -> None:
+    """Run the batch again, let its tasks finish, and check how it ends by itself."""
+    proc = videogen(
+        "batch", str(path), "--journal", str(journal), "--max-concurrency", str(IN_FLIGHT),
+        env=subprocess_env(box.env()),
+    )  # fmt: skip
+    try:
+        wait_until(lambda: ledger_states(journal).count("pending") == LINES - IN_FLIGHT)
+        box.call(lambda: box.srv.clock.advance(120))  # every created task finishes
+        _, err = proc.communicate(timeout=120)  # a hang guard: the create lease is 600 s
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 1, err  # the four the dead process sent stay unknown, no more
+    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    assert [r["status"] for r in manifest] == ["unknown"] * IN_FLIGHT + ["succeeded"] * (
+        LINES - IN_FLIGHT
+    )
+    assert box.routes(CREATE_ROUTE) == LINES  # none sent twice
+
+
+def test_lines_in_doubt_the_ledger_settles_are_reported_unknown_and_the_rerun_ends(
+    killed_batch: tuple[ThreadedSandbox, Path, Path], tmp_path: Path
+) -> None:
+    box, path, journal = killed_batch
+    # The dead creator's leases have run out (closing: a connection's own "with" only commits).
+    with contextlib.closing(sqlite3.connect(journal)) as conn, conn:
+        conn.execute("UPDATE videogen_ledger_entries SET lease_until = 0 WHERE state = 'creating'")
+    rerun_to_the_end(box, path, journal, tmp_path)
+
+
 @pytest.mark.skip(
     reason="needs the ledger to know at once that a creator died (its liveness); until then"
     " the rerun waits out the dead creator's 600 s create lease"
@@ -134,21 +166,4 @@ def test_a_rerun_after_a_kill_mid_create_finishes_by_itself(
     killed_batch: tuple[ThreadedSandbox, Path, Path], tmp_path: Path
 ) -> None:
     box, path, journal = killed_batch
-    proc = videogen(
-        "batch", str(path), "--journal", str(journal), "--max-concurrency", str(IN_FLIGHT),
-        env=subprocess_env(box.env()),
-    )  # fmt: skip
-    try:
-        wait_until(lambda: ledger_states(journal).count("pending") == LINES - IN_FLIGHT)
-        box.call(lambda: box.srv.clock.advance(120))  # every created task finishes
-        _, err = proc.communicate(timeout=120)  # a hang guard: the lease is 600 s
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
-    assert proc.returncode == 1, err  # the four created by the dead process stay unknown
-    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
-    assert [r["status"] for r in manifest] == ["unknown"] * IN_FLIGHT + ["succeeded"] * (
-        LINES - IN_FLIGHT
-    )
-    assert box.routes(CREATE_ROUTE) == LINES
+    rerun_to_the_end(box, path, journal, tmp_path)

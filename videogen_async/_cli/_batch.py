@@ -228,7 +228,8 @@ class BatchRun:
         self._take(line, entry)
         return True
 
-    def _create_failed(self, line: InputLine, exc: VideoGenError) -> None:
+    def _failed(self, line: InputLine, exc: VideoGenError) -> tuple[VideoGenError, bool]:
+        """Record a create that failed; the error to report and whether it may have taken effect."""
         if isinstance(exc, AmbiguousCreateError) and isinstance(exc.__cause__, VideoGenError):
             exc = exc.__cause__
         unknown = exc.request_may_have_taken_effect or isinstance(exc, AmbiguousCreateError)
@@ -236,6 +237,10 @@ class BatchRun:
         self.state.record(line, status=UNKNOWN if unknown else REFUSED, error=text)
         what = "create may have taken effect: " if unknown else "create refused: "
         self.ui.warn(f"line {line.line_no}: {what}{text}")
+        return exc, unknown
+
+    def _create_failed(self, line: InputLine, exc: VideoGenError) -> None:
+        exc, unknown = self._failed(line, exc)
         if unknown:
             self.unknown_in_a_row += 1
             if self.unknown_in_a_row >= MAX_UNKNOWN_IN_A_ROW:
@@ -301,9 +306,9 @@ class BatchRun:
                 # key in "creating"); unshielded, so Ctrl-C ends the wait at once.
                 try:
                     settle(await self._send(line))
-                except VideoGenError as exc:
+                except VideoGenError as exc:  # another process's create, not one in a row
                     in_doubt.discard(line.line_no)
-                    self._create_failed(line, exc)
+                    self._failed(line, exc)
                     remaining.discard(self.keys[line.line_no])
                     show()
 
