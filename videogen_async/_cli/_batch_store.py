@@ -40,7 +40,14 @@ from .._ledger import Ledger, LedgerEntry
 from ._common import UsageError
 from ._spending import task_estimate
 
-__all__ = ["import_journal", "is_old_journal", "line_key", "open_ledger", "read_entries"]
+__all__ = [
+    "import_journal",
+    "is_old_journal",
+    "line_key",
+    "open_ledger",
+    "read_entries",
+    "sqlite_path",
+]
 
 _BUSY_TIMEOUT = 10.0
 
@@ -201,7 +208,8 @@ def line_key(
     return f"batch:{batch}:{line_no}:{digest[:16]}"
 
 
-def _sqlite_path(where: str) -> Path | None:
+def sqlite_path(where: str) -> Path | None:
+    """The file of a SQLite ledger URL (a path or ``sqlite:///PATH``); ``None`` for another."""
     if where.startswith("sqlite:///"):
         return Path(where.removeprefix("sqlite:///"))
     return None if "://" in where else Path(where)
@@ -228,7 +236,7 @@ async def open_ledger(
         if where is None:
             where = str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "batch.db")
         imported = 0
-        path = _sqlite_path(where)
+        path = sqlite_path(where)
         if path is not None and await anyio.to_thread.run_sync(is_old_journal, path):
             imported = await import_journal(path, base_url=base_url, keys=lines)
         async with Ledger.open(

@@ -54,16 +54,12 @@ __all__ = [
     "unwrap_group",
 ]
 
+# The exit codes (EXIT_CODES_HELP says what each means).
 EXIT_OK = 0
-"""Success: everything asked for was done (every task succeeded)."""
 EXIT_SOME_FAILED = 1
-"""Some tasks failed (or could not be created, downloaded, or finished in time)."""
 EXIT_USAGE = 2
-"""A usage error: bad options, a bad input file, missing configuration."""
 EXIT_API_ERROR = 3
-"""The service could not be reached, refused the key, or answered with an error."""
-EXIT_INTERRUPTED = 130
-"""Stopped by Ctrl-C (128 + SIGINT)."""
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 EXIT_CODES_HELP = """\
 exit codes:

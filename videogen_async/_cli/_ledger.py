@@ -7,28 +7,28 @@ read the ledger: nothing is sent to the service and nothing is written.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import anyio
 
 from .._contract._exceptions import LedgerError
 from .._ledger import Ledger, LedgerEntry
+from .._ledger._entry import STATES
 from ._batch_report import redact_url
-from ._batch_store import is_old_journal
+from ._batch_store import is_old_journal, sqlite_path
 from ._common import EXIT_OK, EXIT_USAGE, Context, fmt_credits
 
 __all__ = ["LEDGER_STATES", "cmd_ledger_list", "cmd_ledger_summary"]
 
-LEDGER_STATES = ("creating", "unknown", "refused", "pending", "succeeded", "failed", "error")
+LEDGER_STATES = STATES
 """Every state of a ledger entry (the choices of ``--state``)."""
 
 
 async def _check_file(ctx: Context, url: str) -> bool:
     """A SQLite ledger must exist already: reading never creates one."""
-    if "://" in url and not url.startswith("sqlite:///"):
+    path = sqlite_path(url)
+    if path is None:
         return True
-    path = Path(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
     if not await anyio.Path(path).is_file():
         ctx.ui.error(f"ledger {url}: no such file")
         return False

@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the ledger that makes the batch resumable and shareable: a file path,"
         " sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DBNAME (default: FILE's"
-        " name + .journal.sqlite, beside it; a journal of the earlier format is read as before)",
+        " name + .journal.sqlite, beside it; a journal of the earlier format is imported)",
     )
     p.add_argument(
         "--no-journal",

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import AsyncVideoGen, PollPolicy, Task
+from .. import AsyncVideoGen, Model, PollPolicy, Task
 from .._contract._models import unstructure
 from ..testing import DEFAULT_API_KEY, SandboxServer, sandbox_options_from_args, serve
 from ..testing._cli import announce
@@ -159,7 +159,7 @@ async def _run(
         created.append(
             await client.tasks.create(
                 prompt,
-                model="videomodel_2_0_fast" if fast else "videomodel_2_0",
+                model=Model.VIDEOMODEL_2_0_FAST if fast else Model.VIDEOMODEL_2_0,
                 duration=5 if fast else 6,
                 ratio="9:16" if index % 3 == 0 else "16:9",
             )

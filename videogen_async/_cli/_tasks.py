@@ -136,13 +136,7 @@ async def cmd_create(ctx: Context) -> int:
                     " waiting for it...")  # fmt: skip
         try:
             task = await client.tasks.wait(created.task_id, timeout=args.timeout)
-        except WaitTimeoutError:
-            ctx.ui.error(f"task {created.task_id} was still running when --timeout ended")
-            ctx.ui.note(f"it is still running: videogen wait {created.task_id}")
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json({"task_id": created.task_id, "status": None, "problem": TIMED_OUT})
-            return EXIT_SOME_FAILED
-        except (APIConnectionError, APIStatusError, APIResponseError) as exc:
+        except (WaitTimeoutError, APIConnectionError, APIStatusError, APIResponseError) as exc:
             problem, text = poll_failure(exc)
             ctx.ui.error(f"task {created.task_id} was created, then {text}")
             ctx.ui.note(f"it may still be running: videogen wait {created.task_id}")
@@ -150,7 +144,7 @@ async def cmd_create(ctx: Context) -> int:
                 ctx.ui.emit_json(
                     {"task_id": created.task_id, "status": None, "problem": problem, "error": text}
                 )
-            return EXIT_API_ERROR
+            return EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR
         if args.download is None or not task.is_succeeded:
             _show_tasks(ctx, [task])
             return EXIT_OK if task.is_succeeded else EXIT_SOME_FAILED

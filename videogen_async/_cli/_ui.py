@@ -180,17 +180,13 @@ class UI:
                 table.add_row(*(Text(cell) for cell in row))  # text, never rich markup
             self.out_console.print(table)
             return
-        widths = [len(c) for c in columns]
-        for row in cells:
-            for i, cell in enumerate(row):
-                widths[i] = max(widths[i], len(cell))
-        lines = []
-        if title:
-            lines.append(title)
-        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(columns)).rstrip())
-        lines.append("  ".join("-" * w for w in widths))
-        for row in cells:
-            lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
+
+        def line(row: Sequence[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+        lines = [title] if title else []
+        lines += [line(columns), "  ".join("-" * w for w in widths), *map(line, cells)]
         print("\n".join(lines), file=self.out, flush=True)
 
     @contextmanager

@@ -54,10 +54,7 @@ class SandboxProcess:
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> SandboxProcess:
-        """Start the child and wait for its announcement.
-
-        Returns:
-            This object, with ``base_url`` set.
+        """Start the child and wait for its announcement; return this object (``base_url`` set).
 
         Raises:
             RuntimeError: The child ended, or said nothing in time, before announcing its URL.

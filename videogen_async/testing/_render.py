@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from .._contract._service import SHAPES
@@ -260,16 +261,7 @@ class Renderer:
             "inputs": dict(project.inputs),
             "script": project.script,
             "batches": [
-                {
-                    "batch": b.index,
-                    "automatic": b.automatic,
-                    "created_at": b.created_at,
-                    "out_number": b.out_number,
-                    "resolution": b.resolution,
-                    "aspect_ratio": b.aspect_ratio,
-                    "script": b.script,
-                    "task_ids": list(b.task_ids),
-                }
+                {"batch": b.index, **attrs.asdict(b, filter=lambda a, _: a.name != "index")}
                 for b in project.batches
             ],
             "now": now,
