@@ -49,6 +49,7 @@ __all__ = [
     "exit_code_for",
     "logging_to",
     "poll_failure",
+    "stdin_mode",
     "task_row",
     "task_to_json",
     "unwrap_group",
@@ -323,6 +324,14 @@ class Context:
         from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
         self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)
+
+
+def stdin_mode() -> int:
+    """The ``st_mode`` of stdin (0 when it is closed or not a file); ``stat.S_ISFIFO`` it."""
+    try:
+        return os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 @contextlib.contextmanager

@@ -274,12 +274,8 @@ async def _wait_and_show(
         return EXIT_API_ERROR
     if download is None or not ctx.ui.json_mode:
         show_project(ctx, project)
-    code = EXIT_OK
-    if project.is_failed:
-        code = EXIT_SOME_FAILED
     failed = [t for t in project.tasks if t.is_terminal and t.status != "succeeded"]
-    if failed:
-        code = EXIT_SOME_FAILED
+    code = EXIT_SOME_FAILED if project.is_failed or failed else EXIT_OK
     if download is not None:
         code = max(code, await _download_project(ctx, client, project, download))
     return code
@@ -326,14 +322,8 @@ async def cmd_project_download(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         project = await client.projects.get(args.project_id)
-        code = await _download_project(
-            ctx,
-            client,
-            project,
-            args.directory,
-            max_concurrency=args.max_concurrency,
-            overwrite=not args.no_overwrite,
-        )
+        options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
+        code = await _download_project(ctx, client, project, args.directory, **options)
         unfinished = [t for t in project.tasks if not t.is_terminal]
         if unfinished:
             ctx.ui.note(

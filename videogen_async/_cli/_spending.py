@@ -9,7 +9,6 @@ for a project's earlier videos. Beyond the usual (:data:`USUAL_PROJECT`,
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import anyio
 
 from .._contract._service import OUT_NUMBER_MAX, REFERENCE_PRICES
-from ._common import Context, UsageError, fmt_credits
+from ._common import Context, UsageError, fmt_credits, stdin_mode
 
 __all__ = [
     "SCRIPT_CREDITS",
@@ -58,11 +57,7 @@ def project_video_estimate(
 
 
 def _interactive() -> bool:
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-        return sys.stdin.isatty() and sys.stderr.isatty() and stat.S_ISCHR(mode)
-    except (AttributeError, OSError, ValueError):
-        return False
+    return stat.S_ISCHR(stdin_mode()) and sys.stdin.isatty() and sys.stderr.isatty()
 
 
 async def check_spend(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from ._common import (
     describe_error,
     fmt_credits,
     poll_failure,
+    stdin_mode,
     task_row,
     task_to_json,
 )
@@ -77,10 +77,7 @@ def task_request_from_args(args: Any) -> dict[str, Any]:
 
 def _stdin_is_data() -> bool:
     """Whether stdin is a pipe or a file (not a terminal, not closed)."""
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (AttributeError, OSError, ValueError):
-        return False
+    mode = stdin_mode()
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 

@@ -101,15 +101,9 @@ class FaultRule:
         if self.retry_after is not None and not self.retry_after >= 0:
             raise ValueError(f"retry_after must be >= 0 or None, got {self.retry_after!r}")
 
-    def rates(self) -> tuple[float, float, float, float, float]:
+    def rates(self) -> tuple[float, ...]:
         """The probabilities of the exclusive kinds, in :data:`FAULT_KINDS` order."""
-        return (
-            self.drop_before_rate,
-            self.rate_limit_rate,
-            self.error_rate,
-            self.html_rate,
-            self.drop_after_rate,
-        )
+        return tuple(getattr(self, f"{kind}_rate") for kind in FAULT_KINDS)
 
     def to_dict(self) -> dict[str, Any]:
         """The rule as JSON-ready data (a callable latency is shown as ``"callable"``)."""

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from .._contract._exceptions import InvalidRequestError
-from .._contract._service import PROJECT_REQUEST
+from .._contract._service import ENDPOINTS, PROJECT_REQUEST
 from .._contract._validation import (
     check_id,
     validate_project_request,
@@ -187,16 +187,24 @@ class ServiceRoutes:
         self._base_url = base_url
 
     def register(self, router: web.UrlDispatcher) -> None:
-        """Add the routes to an application's router."""
-        r = router
-        r.add_post("/v1/video/videomodel-2", self._create_task)
-        r.add_get("/v1/tasks", self._get_task)
-        r.add_get("/v1/credits", self._get_credits)
-        r.add_post("/v1/video/viral-ads-clone", self._create_project)
-        r.add_get(f"/v1/video/viral-ads-clone/{{project_id:{_ID}}}", self._get_project)
-        r.add_post(f"/v1/video/viral-ads-clone/{{project_id:{_ID}}}/videos", self._create_videos)
-        r.add_get("/media/{file_name}", self._media)
-        r.add_get("/openapi.json", self._openapi)
+        """Add the statement's endpoints, the media stand-in and ``/openapi.json``."""
+        handlers = {
+            "createVideoTask": self._create_task,
+            "getTask": self._get_task,
+            "getCredits": self._get_credits,
+            "createProject": self._create_project,
+            "getProject": self._get_project,
+            "createProjectVideos": self._create_videos,
+        }
+        for endpoint in ENDPOINTS:
+            path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
+            handler = handlers[endpoint.operation_id]
+            if endpoint.method == "GET":
+                router.add_get(path, handler)
+            else:
+                router.add_route(endpoint.method, path, handler)
+        router.add_get("/media/{file_name}", self._media)
+        router.add_get("/openapi.json", self._openapi)
 
     def authorize(self, request: web.Request) -> None:
         """Check the ``Authorization: Bearer`` header.

@@ -259,12 +259,7 @@ def _create_tasks(
     finish_in: Duration | None = None,
     outcome: str | None = None,
 ) -> list[Task]:
-    """Create ``count`` tasks from one checked body (``ServerTruth.create_tasks``).
-
-    Raises:
-        SandboxError: 409 / 300111 when the balance does not cover them all.
-        ValueError: A bad ``outcome``.
-    """
+    """:meth:`ServerTruth.create_tasks` (a balance too low: 409 / 300111)."""
     if outcome is not None and outcome not in TASK_OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
     state.settle()
@@ -293,12 +288,7 @@ def reschedule_task(
     outcome: str | None = None,
     error_message: str | None = None,
 ) -> Task:
-    """Set when and how a pending task ends (``ServerTruth.schedule_task``).
-
-    Raises:
-        SandboxError: 404 for an unknown task, 409 for one that has already ended.
-        ValueError: A bad ``finish_in`` or ``outcome``.
-    """
+    """:meth:`ServerTruth.schedule_task` (404 for an unknown task, 409 for one that ended)."""
     now = state.settle()
     task = lookup(state.tasks, "Task", task_id)
     if now >= task.finished_at:
@@ -330,14 +320,9 @@ def reschedule_project(
     outcome: str = "succeeded",
     error_message: str | None = None,
 ) -> Project:
-    """Set when a script is ready or the project fails (``SandboxServer.schedule_project``).
+    """:meth:`ServerTruth.schedule_project` (404 unknown, 409 past its script step).
 
     The steps still ahead are squeezed or stretched into the new span in proportion.
-
-    Raises:
-        SandboxError: 404 for an unknown project; 409 once its script is ready or it
-            has failed.
-        ValueError: A bad ``script_ready_in`` or ``outcome``.
     """
     now = state.settle()
     project = lookup(state.projects, "Project", project_id)
