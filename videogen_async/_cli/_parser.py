@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Callable
 from typing import Any
 
 from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
-from .._contract._service import (
-    DURATION_MAX,
-    DURATION_MIN,
-    FIRST_LAST_FRAMES_MAX_IMAGES,
-    MAX_AUDIO_URLS,
-    MAX_IMAGE_URLS,
-    MAX_VIDEO_URLS,
-    OUT_NUMBER_MAX,
-    OUT_NUMBER_MIN,
-    PROJECT_REQUEST,
-    TASK_REQUEST,
-)
+from .._contract import _service as service
 from ..testing import add_sandbox_arguments
+from ..testing._cli import number_type
 from ._batch import cmd_batch
 from ._completion import cmd_completion
 from ._help import (
@@ -55,38 +44,18 @@ _FMT = argparse.RawDescriptionHelpFormatter
 
 def _task(name: str) -> Any:
     """The service's default of a task field (for the help texts)."""
-    return TASK_REQUEST.field(name).default
+    return service.TASK_REQUEST.field(name).default
 
 
 def _project(name: str) -> Any:
     """The service's default of a project field (for the help texts)."""
-    return PROJECT_REQUEST.field(name).default
+    return service.PROJECT_REQUEST.field(name).default
 
 
-def _number(
-    convert: Callable[[str], Any], *, minimum: int, strict: bool = False, what: str
-) -> Callable[[str], Any]:
-    """An argument type: ``what``, at least ``minimum`` (above it when ``strict``)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not (value > minimum if strict else value >= minimum):  # NaN fails both
-            relation = ">" if strict else ">="
-            raise argparse.ArgumentTypeError(
-                f"expected a number {relation} {minimum}, got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-_positive_float = _number(float, minimum=0, strict=True, what="a number of seconds")
-_non_negative_int = _number(int, minimum=0, what="a whole number")
-_positive_int = _number(int, minimum=1, what="a whole number")
-_credits = _number(float, minimum=0, what="a number of credits")
+_positive_float = number_type(float, minimum=0, strict=True, what="a number of seconds")
+_non_negative_int = number_type(int, minimum=0, what="a whole number")
+_positive_int = number_type(int, minimum=1, what="a whole number")
+_credits = number_type(float, minimum=0, what="a number of credits")
 
 
 def _spending(parser: argparse.ArgumentParser) -> None:
@@ -239,30 +208,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration",
         type=int,
         metavar="SECONDS",
-        help=f"{DURATION_MIN} to {DURATION_MAX} seconds (default {_task('duration')})",
+        help=f"{service.DURATION_MIN} to {service.DURATION_MAX} seconds"
+        f" (default {_task('duration')})",
     )
     p.add_argument(
         "--image-url",
         dest="image_urls",
         action="append",
         metavar="URL",
-        help=f"a reference image (repeat for more; up to {MAX_IMAGE_URLS}, or"
-        f" {FIRST_LAST_FRAMES_MAX_IMAGES} with first_last_frames)",
+        help=f"a reference image (repeat for more; up to {service.MAX_IMAGE_URLS}, or"
+        f" {service.FIRST_LAST_FRAMES_MAX_IMAGES} with first_last_frames)",
     )
     p.add_argument(
         "--audio-url",
         dest="audio_urls",
         action="append",
         metavar="URL",
-        help=f"a reference audio (repeat; up to {MAX_AUDIO_URLS}; needs an image or video beside"
-        " it)",
+        help=f"a reference audio (repeat; up to {service.MAX_AUDIO_URLS}; needs an image or"
+        " video beside it)",
     )
     p.add_argument(
         "--video-url",
         dest="video_urls",
         action="append",
         metavar="URL",
-        help=f"a reference video (repeat; up to {MAX_VIDEO_URLS})",
+        help=f"a reference video (repeat; up to {service.MAX_VIDEO_URLS})",
     )
     p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
     _wait_timeout(p, "the task (with --wait)")
@@ -415,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out-number",
         type=int,
         metavar="N",
-        help=f"videos per batch, {OUT_NUMBER_MIN} to {OUT_NUMBER_MAX} (default"
+        help=f"videos per batch, {service.OUT_NUMBER_MIN} to {service.OUT_NUMBER_MAX} (default"
         f" {_project('out_number')})",
     )
     p.add_argument("--mode", choices=ProjectMode.values(), help=f"default {_project('mode')}")
@@ -441,7 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--script", help="a script for this batch only (the project's is kept)")
     source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
     p.add_argument(
-        "--out-number", type=int, metavar="N", help=f"{OUT_NUMBER_MIN} to {OUT_NUMBER_MAX} videos"
+        "--out-number",
+        type=int,
+        metavar="N",
+        help=f"{service.OUT_NUMBER_MIN} to {service.OUT_NUMBER_MAX} videos",
     )
     p.add_argument("--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 or 1080")
     p.add_argument("--aspect-ratio", choices=AspectRatio.values())

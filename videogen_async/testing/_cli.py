@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ __all__ = [
     "add_sandbox_arguments",
     "announce",
     "main",
+    "number_type",
     "sandbox_options_from_args",
     "serve",
 ]
@@ -55,33 +57,38 @@ def _duration(text: str) -> Duration:
         ) from None
 
 
-def _time_scale(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(
-            f"expected a positive number of real seconds per simulated second, got {text!r}"
-            " (0.01 runs 100x faster)"
-        )
-    return value
+def number_type(
+    convert: Callable[[str], Any],
+    *,
+    minimum: int,
+    maximum: int | None = None,
+    strict: bool = False,
+    what: str = "a number",
+) -> Callable[[str], Any]:
+    """An ``argparse`` type: a finite number from ``minimum`` (above it when ``strict``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (
+            (value > minimum if strict else value >= minimum)  # NaN fails both
+            and math.isfinite(value)
+            and (maximum is None or value <= maximum)
+        ):
+            bound = f"{'>' if strict else '>='} {minimum}"
+            if maximum is not None:
+                bound = f"from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
-    return int(text)
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
-    return value
+_time_scale = number_type(float, minimum=0, strict=True, what="real seconds per simulated second")
+_port = number_type(int, minimum=0, maximum=65535, what="a port")
+_rate = number_type(float, minimum=0, maximum=1)
 
 
 def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:

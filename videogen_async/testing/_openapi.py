@@ -108,12 +108,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
         " has failed (videos endpoint only)."
     )
     too_large = _error("The body is larger than the sandbox accepts (1 MiB).")
-    responses = {
-        "400": bad_request,
-        "404": not_found,
-        "409": conflict,
-        "413": too_large,
-    }
+    responses = {"400": bad_request, "404": not_found, "409": conflict, "413": too_large}
     special_400 = {
         "getTask": _error("task_id is missing, blank, or not one path segment."),
         "getCredits": _error("The request failed."),
@@ -178,12 +173,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
     document.update(
         {
             "security": [{"bearerAuth": []}],
-            "tags": [
-                {"name": "tasks"},
-                {"name": "projects"},
-                {"name": "credits"},
-                {"name": "media"},
-            ],
+            "tags": [{"name": tag} for tag in ("tasks", "projects", "credits", "media")],
             "paths": paths,
             "components": {
                 "securitySchemes": {

@@ -184,7 +184,7 @@ class ServiceRoutes:
     ) -> None:
         self._state = state
         self._key_bytes = api_key.encode()
-        self._base_url = base_url
+        self.base_url = base_url
 
     def register(self, router: web.UrlDispatcher) -> None:
         """Add the statement's endpoints, the media stand-in and ``/openapi.json``."""
@@ -233,7 +233,7 @@ class ServiceRoutes:
             host = request.host
             if host and _HOST_HEADER.match(host):
                 return f"{request.scheme}://{host}"
-        return self._base_url() or "http://127.0.0.1"
+        return self.base_url() or "http://127.0.0.1"
 
     def _show(
         self,

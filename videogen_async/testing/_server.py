@@ -256,6 +256,3 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._control.register(app.router)
         add_console(app, self)
         return app
-
-    def _origin(self) -> str:
-        return self._routes.origin()

@@ -18,6 +18,7 @@ from ._clock import SandboxClock
 from ._config import Duration, check_duration, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
+from ._routes import ServiceRoutes
 from ._simulation import (
     ERROR,
     EV_PROJECT_SCRIPT,
@@ -48,12 +49,7 @@ class ServerTruth:
     faults: FaultInjector
     _state: SandboxState
     _stats: RequestStats
-
-    def _origin(self) -> str:
-        raise NotImplementedError
-
-    def _base_url_or_none(self) -> str | None:
-        raise NotImplementedError
+    _routes: ServiceRoutes
 
     @property
     def task_ids(self) -> tuple[str, ...]:
@@ -78,7 +74,8 @@ class ServerTruth:
         Raises:
             KeyError: No such task.
         """
-        return self._wrap_lookup(lambda: self._state.describe_task(task_id, self._origin()))
+        origin = self._routes.origin()
+        return self._wrap_lookup(lambda: self._state.describe_task(task_id, origin))
 
     def describe_project(self, project_id: str) -> dict[str, Any]:
         """What the project endpoint would show, plus inputs, script, batches and schedule.
@@ -86,7 +83,9 @@ class ServerTruth:
         Raises:
             KeyError: No such project.
         """
-        return self._wrap_lookup(lambda: self._state.describe_project(project_id, self._origin()))
+        return self._wrap_lookup(
+            lambda: self._state.describe_project(project_id, self._routes.origin())
+        )
 
     def schedule_task(
         self,
@@ -248,7 +247,7 @@ class ServerTruth:
 
     def openapi(self) -> dict[str, Any]:
         """Return the OpenAPI 3.1 document of the service, with this server's URL."""
-        return build_openapi(self._base_url_or_none())
+        return build_openapi(self._routes.base_url())
 
 
 def _create_tasks(
