@@ -29,7 +29,6 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._contract._models import unstructure
 from ._ui import UI
 
 __all__ = [
@@ -51,7 +50,6 @@ __all__ = [
     "poll_failure",
     "stdin_mode",
     "task_row",
-    "task_to_json",
     "unwrap_group",
 ]
 
@@ -174,12 +172,6 @@ def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, (APIConnectionError, APIStatusError, APIResponseError, TaskPollError)):
         return EXIT_API_ERROR
     return EXIT_SOME_FAILED
-
-
-def task_to_json(task: Task) -> dict[str, Any]:
-    """A task as JSON-ready data (dates as ISO 8601)."""
-    data: dict[str, Any] = unstructure(task)
-    return data
 
 
 def task_row(task: Task) -> list[Any]:

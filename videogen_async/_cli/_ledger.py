@@ -87,7 +87,7 @@ async def cmd_ledger_list(ctx: Context) -> int:
                 row["key"],
                 row["state"],
                 row["task_id"] or row["project_id"],
-                fmt_credits(row["credits"]) if row["credits"] is not None else None,
+                fmt_credits(row["credits"]),
                 (row["updated_at"] or "")[:19].replace("T", " "),
                 row["video_url"] or row["error"],
             )

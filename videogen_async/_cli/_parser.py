@@ -12,17 +12,7 @@ from ..testing import add_sandbox_arguments
 from ..testing._cli import number_type
 from ._batch import cmd_batch
 from ._completion import cmd_completion
-from ._help import (
-    BATCH_EPILOG,
-    COMPLETION_EPILOG,
-    CREATE_EPILOG,
-    DEMO_EPILOG,
-    DOWNLOAD_EPILOG,
-    MAIN_EPILOG,
-    PROJECT_EPILOG,
-    SANDBOX_EPILOG,
-    WAIT_EPILOG,
-)
+from ._help import EPILOGS
 from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
 from ._projects import (
     cmd_project_create,
@@ -127,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="videogen: the command line of the video generation service.\n"
         "Create videos, follow them, download them, run resumable batches, or try\n"
         "everything offline with the built-in sandbox (videogen demo).",
-        epilog=MAIN_EPILOG,
+        epilog=EPILOGS["main"],
         formatter_class=_FMT,
         parents=[output],
     )
@@ -191,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_credits)
 
     # create
-    p = command("create", "create a direct video task from a prompt", CREATE_EPILOG)
+    p = command("create", "create a direct video task from a prompt", EPILOGS["create"])
     p.add_argument(
         "prompt",
         nargs="?",
@@ -254,13 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     # wait
-    p = command("wait", "wait until tasks finish, with a progress bar", WAIT_EPILOG)
+    p = command("wait", "wait until tasks finish, with a progress bar", EPILOGS["wait"])
     p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
     _wait_timeout(p, "the tasks")
     p.set_defaults(func=cmd_wait)
 
     # download
-    p = command("download", "download finished videos", DOWNLOAD_EPILOG)
+    p = command("download", "download finished videos", EPILOGS["download"])
     p.add_argument("sources", nargs="+", metavar="TASK_ID_OR_URL", help="task ids (or video URLs)")
     p.add_argument(
         "--to", required=True, metavar="DIR", help="directory to save into (created if missing)"
@@ -269,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_download)
 
     # batch
-    p = command("batch", "create, wait for and download many tasks, resumably", BATCH_EPILOG)
+    p = command("batch", "create, wait for and download many tasks, resumably", EPILOGS["batch"])
     p.add_argument("file", metavar="FILE.jsonl", help="one request per line (JSON)")
     p.add_argument(
         "--journal",
@@ -339,12 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ledger_summary)
 
     # project
-    project = command("project", "viral ad clone projects: script, then videos", PROJECT_EPILOG)
+    project = command("project", "viral ad clone projects: script, then videos", EPILOGS["project"])
     actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
 
     def action(name: str, help_text: str) -> Any:
-        return command(name, help_text, PROJECT_EPILOG, group=actions)
+        return command(name, help_text, EPILOGS["project"], group=actions)
 
     p = action(
         "create",
@@ -437,12 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # download, sandbox, demo
     p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
-                SANDBOX_EPILOG)  # fmt: skip
+                EPILOGS["sandbox"])  # fmt: skip
     add_sandbox_arguments(p)
     p.set_defaults(func=cmd_sandbox)
 
     p = command("demo", "run the whole service end to end against a built-in sandbox",
-                DEMO_EPILOG)  # fmt: skip
+                EPILOGS["demo"])  # fmt: skip
     p.add_argument("--to", metavar="DIR", help="save the videos here (default: a new temp dir)")
     p.add_argument(
         "--tasks", type=_positive_int, default=8, metavar="N", help="direct tasks (default 8)"
@@ -457,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
     p.set_defaults(func=cmd_demo)
 
-    p = command("completion", "print a shell completion script", COMPLETION_EPILOG)
+    p = command("completion", "print a shell completion script", EPILOGS["completion"])
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
     p.set_defaults(func=functools.partial(cmd_completion, parser=parser))
     return parser

@@ -36,7 +36,6 @@ from ._common import (
     poll_failure,
     stdin_mode,
     task_row,
-    task_to_json,
 )
 from ._spending import check_spend, task_estimate
 
@@ -152,7 +151,7 @@ async def cmd_create(ctx: Context) -> int:
         )
         if ctx.ui.json_mode:
             ctx.ui.emit_json(
-                {**task_to_json(task), "path": str(results[0].path) if results[0].ok else None}
+                {**unstructure(task), "path": str(results[0].path) if results[0].ok else None}
             )
         else:
             show_downloads(ctx, results)
@@ -163,7 +162,7 @@ async def cmd_create(ctx: Context) -> int:
 
 def _show_tasks(ctx: Context, tasks: Sequence[Task], *, title: str | None = None) -> None:
     if ctx.ui.json_mode:
-        data = [task_to_json(t) for t in tasks]
+        data = [unstructure(t) for t in tasks]
         ctx.ui.emit_json(data[0] if len(data) == 1 else data)
         return
     ctx.ui.table(TASK_COLUMNS, [task_row(t) for t in tasks], title=title)
@@ -209,7 +208,7 @@ def task_report(
         item = found.get(task_id)
         if isinstance(item, Task):
             rows.append(task_row(item))
-            data.append(task_to_json(item))
+            data.append(unstructure(item))
             if failed_tasks_fail and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-from types import TracebackType
 
 from ._config import DEFAULT_API_KEY
 
@@ -100,10 +99,5 @@ class SandboxProcess:
     def __enter__(self) -> SandboxProcess:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

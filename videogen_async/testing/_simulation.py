@@ -27,7 +27,6 @@ __all__ = [
     "lookup",
     "make_script",
     "num",
-    "shorten",
 ]
 
 _V = TypeVar("_V")
@@ -269,10 +268,6 @@ class Project:
         return latest
 
 
-def shorten(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     """The task or project ``key`` of ``table`` (``kind`` names it in the error).
 
@@ -281,7 +276,8 @@ def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     """
     found = table.get(key)
     if found is None:
-        raise SandboxError(404, 404, f"{kind} not found: {shorten(key)}")
+        shown = key if len(key) <= 80 else key[:77] + "..."
+        raise SandboxError(404, 404, f"{kind} not found: {shown}")
     return found
 
 
