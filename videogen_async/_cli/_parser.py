@@ -356,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--speech-language",
+        dest="speech_language_option",
         choices=[v for v in SpeechLanguage.values() if v],
         help="language of the generated speech (default: that of the reference video)",
     )

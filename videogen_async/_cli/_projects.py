@@ -17,6 +17,7 @@ from .. import (
     WaitTimeoutError,
 )
 from .._contract._models import unstructure
+from .._contract._service import PROJECT_REQUEST
 from .._contract._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
@@ -101,19 +102,8 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
 
 
 def _project_request(args: Any) -> dict[str, Any]:
-    """The ``projects.create`` keyword arguments given on the command line."""
-    return {
-        "reference_video_url": args.reference_video_url,
-        "product_image_urls": list(args.product_image_urls),
-        "avatar_image_url": args.avatar_image_url,
-        "prompt": args.prompt,
-        "aspect_ratio": args.aspect_ratio,
-        "speech_language_option": args.speech_language,
-        "duration": args.duration,
-        "resolution": args.resolution,
-        "out_number": args.out_number,
-        "mode": args.mode,
-    }
+    """The ``projects.create`` keyword arguments given on the command line (one per field)."""
+    return {field.name: getattr(args, field.name) for field in PROJECT_REQUEST.fields}
 
 
 async def _guard_project(ctx: Context) -> None:

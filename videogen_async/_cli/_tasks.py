@@ -22,6 +22,7 @@ from .. import (
     WaitTimeoutError,
 )
 from .._contract._models import unstructure
+from .._contract._service import TASK_REQUEST
 from .._contract._validation import validate_task_request
 from ._common import (
     EXIT_API_ERROR,
@@ -61,17 +62,8 @@ async def cmd_credits(ctx: Context) -> int:
 
 
 def task_request_from_args(args: Any) -> dict[str, Any]:
-    """The ``tasks.create`` keyword arguments given on the command line."""
-    return {
-        "prompt": args.prompt,
-        "model": args.model,
-        "function_mode": args.function_mode,
-        "ratio": args.ratio,
-        "duration": args.duration,
-        "image_urls": args.image_urls or None,
-        "audio_urls": args.audio_urls or None,
-        "video_urls": args.video_urls or None,
-    }
+    """The ``tasks.create`` keyword arguments given on the command line (one per field)."""
+    return {field.name: getattr(args, field.name) for field in TASK_REQUEST.fields}
 
 
 def _stdin_is_data() -> bool:

@@ -171,15 +171,17 @@ class FaultInjector:
 
     Args:
         seed: Seed of the fault draws (``None`` for entropy).
-        rules: Rules to start with.
+        rules: Rules to start with (one rule, or several).
     """
 
-    def __init__(self, seed: int | str | None = None, rules: Iterable[FaultRule] = ()) -> None:
+    def __init__(
+        self, seed: int | str | None = None, rules: FaultRule | Iterable[FaultRule] | None = ()
+    ) -> None:
         self._rng = random.Random(None if seed is None else f"{seed}:faults")
         self._rules: dict[str, _Active] = {}
         self._serial = 0
         self.injected: dict[str, int] = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
-        for rule in rules:
+        for rule in [rules] if isinstance(rules, FaultRule) else rules or ():
             self.add(rule)
 
     def __repr__(self) -> str:
@@ -192,6 +194,8 @@ class FaultInjector:
 
     def add(self, rule: FaultRule) -> FaultRule:
         """Activate ``rule`` (and return it), replacing any rule for the same route."""
+        if not isinstance(rule, FaultRule):
+            raise TypeError(f"faults must be FaultRule objects, got {rule!r}")
         self._serial += 1
         self._rules.pop(rule.route, None)
         self._rules[rule.route] = _Active(rule, self._serial)

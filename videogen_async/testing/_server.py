@@ -35,17 +35,6 @@ __all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 logger = logging.getLogger("videogen_async.testing")
 
 
-def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]:
-    if faults is None:
-        return []
-    if isinstance(faults, FaultRule):
-        return [faults]
-    rules = list(faults)
-    if not all(isinstance(r, FaultRule) for r in rules):
-        raise TypeError("faults must be a FaultRule or an iterable of FaultRule")
-    return rules
-
-
 class SandboxServer(ServerTruth, AsyncClosing):
     """An in-memory emulator of the whole video generation service, served over HTTP.
 
@@ -121,7 +110,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._port = port
         self._api_key = api_key
         self.clock = SandboxClock(time_scale=time_scale, paused=manual_clock)
-        self.faults = FaultInjector(seed, _as_rules(faults))
+        self.faults = FaultInjector(seed, faults)
         self._state = SandboxState(
             clock=self.clock,
             seed=seed,
