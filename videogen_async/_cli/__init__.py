@@ -1,10 +1,7 @@
 """``videogen``: the command line of videogen-async.
 
-The parser is built with :mod:`argparse` from the standard library, not click or typer: the
-library keeps its four runtime dependencies (aiohttp, attrs, cattrs, anyio) and a command line
-that ships inside it must not add a fifth. rich, for tables and the live progress bar, is the
-optional ``cli`` extra (``pip install "videogen-async[cli]"``); without it every command
-prints plain text.
+The parser is :mod:`argparse`, not click or typer, so that the SDK keeps its four runtime
+dependencies; rich (tables, the live bar) is the optional ``cli`` extra.
 
 :mod:`._parser` holds the commands and options, :mod:`._common` what they share (exit codes,
 configuration, Ctrl-C), :mod:`._ui` the output; one module per area. See ``docs/cli.md``.

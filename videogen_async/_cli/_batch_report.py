@@ -86,9 +86,10 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
             if len(attention) > 50:
                 ctx.ui.print(f"... and {len(attention) - 50} more (see the manifest)")
         ctx.ui.print(f"manifest: {run.manifest}")
-    if counts.get(UNKNOWN):
+    unknown = counts[UNKNOWN] - len(run.in_doubt)  # those in doubt were said at the start
+    if unknown:
         ctx.ui.note(
-            f"{counts[UNKNOWN]} line(s) have an unknown outcome: their create may have taken"
+            f"{unknown} line(s) have an unknown outcome: their create may have taken"
             " effect (a paid task may exist). They are not sent again unless you pass"
             " --retry-unknown."
         )

@@ -4,16 +4,12 @@ Each input line has a ledger key, so a rerun, or several processes running the s
 one PostgreSQL URL, create each line once.
 
 A batch journal of the earlier format (tables ``meta`` and ``lines``) at the path is made a
-ledger the first time a batch opens it: every line with a task id becomes a ``pending`` entry
-under the key the batch gives that line now, a line whose create may have taken effect
-(``attempted``, ``unknown``) an ``unknown`` one, and a refused line nothing (it is created
-again). The ledger is written beside the journal, then copied over it with SQLite's backup,
-in one transaction of the journal's own file: at every moment the path holds one complete
-store (a reader keeps the one it began with), and a crash before the copy commits leaves the
-journal to import again. The journal stays bound to its input and its service, and the lock
-file earlier versions take beside it is taken too. The import goes through
-``Ledger.create_task`` with a client that answers each create with what the journal recorded,
-so the ledger writes each entry as it writes any other.
+ledger the first time a batch opens it: a line with a task id becomes a ``pending`` entry, one
+whose create may have taken effect an ``unknown`` one, a refused one nothing (it is created
+again). The ledger is written beside the journal with ``Ledger.create_task`` (a client that
+answers with what the journal recorded), then copied over it with SQLite's backup in one
+transaction of the journal's own file: the path always holds one complete store, and a crash
+before the copy commits leaves the journal to import again.
 """
 
 from __future__ import annotations

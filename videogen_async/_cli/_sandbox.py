@@ -241,27 +241,14 @@ async def _run(
     # 5. The bill -------------------------------------------------------------------------------
     ui.heading("5. Final balance and the project's billing")
     after = await client.credits.get()
-    billing = final.billing
-    ui.table(
-        ("before", "spent", "after"),
-        [
-            [
-                fmt_credits(before.api_available_credits),
-                fmt_credits(before.api_available_credits - after.api_available_credits),
-                fmt_credits(after.api_available_credits),
-            ]
-        ],
-        title="Balance",
-    )
+    had, has = before.api_available_credits, after.api_available_credits
+    balance = [[fmt_credits(v) for v in (had, had - has, has)]]
+    ui.table(("before", "spent", "after"), balance, title="Balance")
+    bill = final.billing
+    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
     ui.table(
         ("script", "videos", "total"),
-        [
-            [
-                fmt_credits(billing.script_credits_cost),
-                fmt_credits(billing.video_credits_cost),
-                fmt_credits(billing.total_credits_cost),
-            ]
-        ],
+        [[fmt_credits(v) for v in costs]],
         title="The project's billing",
     )
     summary["balance_after"] = unstructure(after)

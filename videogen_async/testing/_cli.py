@@ -1,16 +1,9 @@
 """Serving the sandbox from the command line: ``python -m videogen_async.testing``.
 
-Once listening it prints, and flushes, three lines that a script can parse::
-
-    videogen sandbox serving at http://127.0.0.1:8765 (Ctrl-C to stop)
-    VIDEOGEN_BASE_URL=http://127.0.0.1:8765
-    VIDEOGEN_API_KEY=sandbox-key
-
-(the key line only for the default key: a key given with ``--api-key`` is not echoed), and
-serves until Ctrl-C or SIGTERM. ``--port 0`` picks a free port; ``--write-openapi PATH``
-writes the OpenAPI document and exits. ``videogen sandbox`` is the same program: it reuses
-:func:`add_sandbox_arguments`, :func:`sandbox_options_from_args`, :func:`announce` and
-:func:`serve`.
+Once listening it prints, and flushes, where it serves (:func:`announce`: the URL, then
+``VIDEOGEN_BASE_URL=...`` and, for the default key only, ``VIDEOGEN_API_KEY=...``), and serves
+until Ctrl-C or SIGTERM. ``--write-openapi PATH`` writes the OpenAPI document and exits.
+``videogen sandbox`` is the same program, through the functions of this module.
 """
 
 from __future__ import annotations

@@ -242,9 +242,7 @@ class SandboxState:
         with the current real time.
         """
         wall = self.clock.wall_time_of(sim) if sim < self.clock.now() else None
-        if wall is None:
-            wall = self.clock.wall_now()
-        return max(wall, floor)
+        return max(self.clock.wall_now() if wall is None else wall, floor)
 
     def new_task(
         self,
@@ -278,10 +276,9 @@ class SandboxState:
         return task
 
     def marked(self, text: Any) -> bool:
+        """Whether ``text`` holds the failure marker."""
         marker = self.failure_marker
-        if not marker or not isinstance(text, str):
-            return False
-        return marker in text
+        return bool(marker) and isinstance(text, str) and str(marker) in text
 
     def create_task(self, body: Mapping[str, Any]) -> Task:
         """Create a direct video task from a validated body.
