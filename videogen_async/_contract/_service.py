@@ -377,7 +377,7 @@ class Pricing:
         default_per_second: The rate of a model missing from ``per_second``.
         project_video_per_second: Credits per second of a project's video (its ``duration``).
         resolution_factors: A project video's price multiplier by resolution (``"1080"``:
-            1.5); another number of lines costs its ratio to the default 720 (at least 1).
+            1.5); another number of lines costs 1x.
     """
 
     script_credits: float = 10.0
@@ -389,7 +389,9 @@ class Pricing:
     default_per_second: float = 2.0
     project_video_per_second: float = 2.0
     resolution_factors: Mapping[str, float] = attrs.field(
-        default={"720": 1.0, "1080": 1.5}, converter=_frozen_map, hash=False
+        default={"720": 1.0, "1080": 1.5, "1440": 2.0, "2160": 3.0},
+        converter=_frozen_map,
+        hash=False,
     )
 
     def task_cost(self, model: str | None, duration: int | None) -> float:
@@ -400,11 +402,11 @@ class Pricing:
 
     def resolution_factor(self, resolution: int | str | None) -> float | None:
         """A project video's price factor; ``None`` for a resolution that is not a number."""
-        base = PROJECT_REQUEST.field("resolution").default
-        text = str(base if resolution is None else resolution).strip().lower().removesuffix("p")
+        default = PROJECT_REQUEST.field("resolution").default
+        text = str(default if resolution is None else resolution).strip().lower().removesuffix("p")
         if text in self.resolution_factors:
             return self.resolution_factors[text]
-        return max(1.0, int(text) / base) if text.isdigit() and int(text) > 0 else None
+        return 1.0 if text.isdigit() else None
 
     def project_video_cost(self, duration: int | None, resolution: int | str | None) -> float:
         """The price of one project video (1x for a resolution that is not a number)."""
