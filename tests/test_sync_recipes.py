@@ -30,8 +30,6 @@ FAST = PollPolicy(
     max_interval=0.03,
     dense_interval=0.005,
     sparse_cap=0.03,
-    error_initial=0.002,
-    error_max=0.01,
 )
 TWO_LOOPS = "this AsyncVideoGen client was first used in another event loop"
 

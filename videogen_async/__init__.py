@@ -55,14 +55,14 @@ from ._contract._models import (
     VideoBatch,
 )
 from ._download import DownloadResult
-from ._http._retry import RetryPolicy
+from ._http._retry import BackoffPolicy
 from ._http._transport import Timeout
 from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._resources._raw import HTTPRequestInfo, RawResponse
 from ._version import __version__
 from ._waiting._gather import GatherProgress, GatherResults, gather_until_done
-from ._waiting._polling import PollPolicy
+from ._waiting._policy import PollPolicy
 from ._waiting._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "AspectRatio",
     "AsyncVideoGen",
     "AuthenticationError",
+    "BackoffPolicy",
     "BadRequestError",
     "Billing",
     "BudgetExceededError",
@@ -116,7 +117,6 @@ __all__ = [
     "ResponseEvent",
     "ResponseInfo",
     "RetryEvent",
-    "RetryPolicy",
     "ServerError",
     "SpeechLanguage",
     "Task",

@@ -24,7 +24,6 @@ import aiohttp
 import attrs
 
 from ._pacing import Pacing
-from ._retry import DEFAULT_BACKOFF
 
 __all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "proxy_for"]
 
@@ -174,7 +173,7 @@ class SessionOwner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._in_flight: dict[asyncio.Future[Any], float] = {}
-        self.pacing = pacing or Pacing(DEFAULT_BACKOFF)
+        self.pacing = pacing or Pacing()
         self._created_at = created_at
 
     def track(self, job: asyncio.Future[Any], bound: float | None = None) -> None:

@@ -12,11 +12,10 @@ from .._contract._enums import FunctionMode, Model, Ratio
 from .._contract._exceptions import WaitTimeoutError
 from .._contract._models import CreatedTask, Task
 from .._contract._validation import as_url_list, check_id, validate_task_request
-from .._http._retry import NO_RETRY
 from .._http._transport import Transport
 from .._waiting._gather import GatherResults, gather_until_done
+from .._waiting._policy import PollPolicy
 from .._waiting._polling import (
-    PollPolicy,
     TaskSource,
     UpdateCallback,
     on_read,
@@ -112,7 +111,7 @@ class Tasks(Resource):
         return await self._get("/v1/tasks", Task, params=_query(task_id))
 
     async def _fetch_once(self, task_id: str) -> Task:
-        return await self._get("/v1/tasks", Task, params=_query(task_id), retry=NO_RETRY)
+        return await self._get("/v1/tasks", Task, params=_query(task_id), retries=0)
 
     def __init__(
         self,
@@ -133,13 +132,14 @@ class Tasks(Resource):
     def _source(self) -> TaskSource:
         """The narrow interface the waiting engines poll through.
 
-        One read, no retries of its own (the engine's loop owns the backoff), paced by the
-        client.
+        One read, no retries of its own (the engine's loop owns the backoff, by the client's
+        backoff policy), paced by the client.
         """
         return TaskSource(
             fetch=self._fetch_once,
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
+            backoff=self._transport.backoff,
             finish_times=self._finish_times,
             hooks=self._transport.hooks,
         )
@@ -235,6 +235,7 @@ class Tasks(Resource):
                     timeout=left,
                     poll_policy=policy,
                     what=task_id,
+                    backoff=self._transport.backoff,
                     on_value=on_value,
                 )
             except WaitTimeoutError as exc:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from .._contract._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
-from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay, overdue_after
+from ._schedule import ClassModel, FinishTimeMemory, Support, batch_gap, overdue_after
 
 __all__ = ["BatchSchedule", "ClassState", "IdState"]
 
@@ -126,7 +126,7 @@ class BatchSchedule:
         The probes of each class (see :func:`probe_count`) poll first. The other ids poll at
         once too unless their class is remembered, in which case their first poll waits
         for the class's support (assuming the ids were just created; a probe that shows them
-        older brings them forward, see :meth:`next_delay`).
+        older brings them forward, see :meth:`next_gap`).
         """
         self._started = now
         self.wall_offset = wall_offset
@@ -208,8 +208,8 @@ class BatchSchedule:
         if not task.is_terminal:
             state.sent = sent + self.wall_offset
 
-    def next_delay(self, state: IdState, now: float) -> float:
-        """The gap before the next poll of a pending id (see :func:`next_delay`)."""
+    def next_gap(self, state: IdState, now: float) -> float:
+        """The gap before the next poll of a pending id (see :func:`batch_gap`)."""
         policy = self._policy
         elapsed = now - self._started
         age = self.age(state, now)
@@ -222,7 +222,11 @@ class BatchSchedule:
         dense = None
         if support is not None and model is not None:
             dense = model.gap(age, policy.dense_interval)
-        delay = next_delay(
+        # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
+        # from an answer to the next send is longer than this, a loop's sleep: the longest
+        # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).
+        return batch_gap(
+            policy,
             age=age,
             elapsed=elapsed,
             support=support,
@@ -233,20 +237,8 @@ class BatchSchedule:
             probing=support is None and state.rank * elapsed < _PROBING * policy.dense_interval,
             dense=dense,
             rand=self._rng.random(),
-            interval=policy.dense_interval,
-            probe_interval=policy.dense_interval,
-            min_interval=policy.min_interval,
-            sparse_growth=policy.sparse_growth,
-            sparse_cap=policy.sparse_cap,
-            max_interval=policy.max_interval,
-            overdue_growth=policy.overdue_growth,
-            jitter=policy.jitter,
             phase=state.phase,
         )
-        # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
-        # from an answer to the next send is longer than `delay`, a loop's sleep: the longest
-        # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).
-        return delay
 
     def _saw_age(self, start_age: float, now: float) -> None:
         """Note an id's age at the gather's start; ids older than assumed come forward."""

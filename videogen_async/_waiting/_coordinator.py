@@ -12,7 +12,9 @@
   the client until its ``Retry-After`` (or a backoff), halves the allowed concurrency and the
   request rate, which then recover additively (AIMD). The gather reads the client's pacing
   (its pause and its lowered concurrency) and keeps no second copy of that state; a source
-  without a pacing gets one of its own. Other transient failures back off only their id.
+  without a pacing gets one of its own. Whether and when an id is polled again after any
+  failure is the one retry decision's (``decide_retry`` as a poll); a transient failure other
+  than a 429 backs off only its id.
 * **No cancel scope across a yield.** The polling runs in a task group owned by the caller
   (``_gather.GatherResults``); results leave through an anyio memory object stream.
 """
@@ -33,7 +35,7 @@ import attrs
 from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from .._contract._models import Task
 from .._http._pacing import Pacing, paced
-from .._http._retry import error_delay, is_transient, retry_after_of
+from .._http._retry import decide_retry
 from .._observe._spans import observe_gather
 from ._classes import BatchSchedule, ClassState, IdState
 from ._due import DueHeap
@@ -89,8 +91,8 @@ class _Coordinator:
         # it once, for every request of the client); a bare source gets one of its own here.
         pacing = source.pacing
         if pacing is None:
-            pacing = Pacing(policy)
-            self._fetch = paced(source.fetch, pacing)
+            pacing = Pacing()
+            self._fetch = paced(source.fetch, pacing, source.backoff)
         self._pacing: Pacing = pacing
         self._states = ids
         if classes is None:
@@ -433,7 +435,7 @@ class _Coordinator:
             schedule.learn(state, task, now)
             self._complete(state, task)
             return
-        self._push(state, now + schedule.next_delay(state, now))
+        self._push(state, now + schedule.next_gap(state, now))
 
     def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
         state.done = True
@@ -451,8 +453,19 @@ class _Coordinator:
         if state.done:  # discarded while in flight
             return
         now = self._now()
-        policy = self._policy
-        if not is_transient(exc):
+        decision = decide_retry(
+            exc,
+            method="GET",
+            failures=state.failures + 1,
+            policy=self._source.backoff,
+            poll=True,
+            rng=self._rng,
+        )
+        if decision.delay is None:
+            if decision.reason == "exhausted":
+                logger.warning(
+                    "gather_until_done: giving up on %s: %s", state.task_id, decision.detail
+                )
             self._give_up(state, exc)
             return
         self._counts.transient += 1
@@ -469,21 +482,13 @@ class _Coordinator:
                     self._limit(),
                 )
                 self._progress.report()
-            self._push(state, max(now, paused_until))
+            self._push(state, max(now + decision.delay, paused_until))
             return
         state.failures += 1
-        limit = policy.max_consecutive_failures
-        if limit is not None and state.failures >= limit:
-            logger.warning(
-                "gather_until_done: giving up on %s after %d failures in a row",
-                state.task_id,
-                state.failures,
-            )
-            self._give_up(state, exc)
-            return
-        delay = error_delay(policy, state.failures, self._rng.random(), retry_after_of(exc))
-        logger.debug("gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, delay)
-        self._push(state, now + delay)
+        logger.debug(
+            "gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, decision.delay
+        )
+        self._push(state, now + decision.delay)
 
     def _give_up(self, state: IdState, exc: Exception) -> None:
         if self._return_exceptions:
