@@ -34,9 +34,10 @@ from videogen_async._contract._exceptions import (
 from videogen_async._contract._models import Task, TaskResult
 from videogen_async._http._pacing import Pacing, paced
 from videogen_async._http._retry import BackoffPolicy
-from videogen_async._waiting._gather import GatherProgress, GatherResults, gather_until_done
+from videogen_async._waiting._gather import GatherResults, gather_until_done
 from videogen_async._waiting._policy import PollPolicy
 from videogen_async._waiting._polling import TaskSource
+from videogen_async._waiting._progress import GatherProgress
 
 FAST = PollPolicy(min_interval=0.005, max_interval=0.03, dense_interval=0.005, sparse_cap=0.03)
 FAST_BACKOFF = BackoffPolicy(

@@ -61,8 +61,9 @@ from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._resources._raw import HTTPRequestInfo, RawResponse
 from ._version import __version__
-from ._waiting._gather import GatherProgress, GatherResults, gather_until_done
+from ._waiting._gather import GatherResults, gather_until_done
 from ._waiting._policy import PollPolicy
+from ._waiting._progress import GatherProgress
 from ._waiting._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 
 __all__ = [

@@ -17,7 +17,6 @@ import attrs
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
 from ._download import DownloadCalls, GetTask
-from ._http._pacing import Pacing
 from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
 from ._http._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
 from ._observe._hooks import EventHook, EventHooks
@@ -223,7 +222,6 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
             owner = SessionOwner(
                 session=session,
                 connection_limit=connection_limit,
-                pacing=Pacing(),
                 # Where the client was made, named if it is dropped without aclose().
                 created_at=traceback.StackSummary.extract(
                     traceback.walk_stack(sys._getframe(1)), limit=8, lookup_lines=False

@@ -91,10 +91,6 @@ class Pacing:
             The time the slot was taken (``anyio.current_time()``), to hand back to
             :meth:`rate_limited`.
         """
-        now = _now()
-        if self.limit == math.inf and self.rate == math.inf and now >= self.paused_until:
-            self._taken(now)
-            return now
         while True:
             now = _now()
             if now < self.paused_until:
@@ -107,7 +103,7 @@ class Pacing:
                     await waiter
                 except BaseException:
                     if waiter.done() and not waiter.cancelled():
-                        self._wake_one()  # pass the wake-up on to the next waiter
+                        self._wake()  # pass the wake-up on to the next waiter
                     else:
                         waiter.cancel()
                     raise
@@ -124,7 +120,7 @@ class Pacing:
         """Give a slot back (the request's answer or failure is in)."""
         self.in_flight -= 1
         if self._waiters:
-            self._wake_one()
+            self._wake()
 
     def succeeded(self) -> None:
         """Record a successful answer: the additive increase of the allowed concurrency."""
@@ -136,7 +132,7 @@ class Pacing:
                 self.limit = math.inf
                 if self.rate == math.inf:
                     self._ceiling = math.inf
-                self._wake_all()
+                self._wake(every=True)
 
     def rate_limited(
         self, retry_after: float | None, sent: float, policy: BackoffPolicy = DEFAULT_BACKOFF
@@ -207,18 +203,13 @@ class Pacing:
         if self.rate == math.inf and self.limit == math.inf:
             self._ceiling = math.inf
 
-    def _wake_one(self) -> None:
+    def _wake(self, *, every: bool = False) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
-
-    def _wake_all(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+                if not every:
+                    return
 
 
 def _now() -> float:
@@ -236,9 +227,7 @@ def paced(
     """
 
     async def call(key: str) -> _T:
-        sent = pacing.try_acquire()
-        if sent is None:
-            sent = await pacing.acquire()
+        sent = await pacing.acquire()
         try:
             value = await fetch(key)
         except RateLimitError as exc:

@@ -78,16 +78,6 @@ class IdState:
         self.rank = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
 
 
-def _cold_probes(size: int) -> int:
-    """How many of a class's first ``size`` ids go on probing while nothing is known of it.
-
-    ``2 * sqrt(size)``, between 8 and 64: about ``sqrt(size) / 2`` ids of the class
-    finish before the first probe does (they are found late, when it is), under 5 % of a
-    class of 100 or more.
-    """
-    return min(size, max(8, min(64, round(2.0 * math.sqrt(size)))))
-
-
 class BatchSchedule:
     """What one gather knows of its classes, and when each pending id is polled next.
 
@@ -155,15 +145,12 @@ class BatchSchedule:
         policy = self._policy
         first = now + policy.first_delay
         rand = self._rng.random
-        # The probes of a class are its first ids, up to the count its size asks for.
+        # The probes of a class are its first ids, up to the count its size asks for. With
+        # nothing known, every id also probes at first, fewer as time passes (`_PROBING`).
         support = klass.support
-        if support is None and policy.probes is None:
-            # Nothing known: every id probes at first, fewer as time passes (see `_PROBING`),
-            # and twice the square root of the class (8-64) goes on probing however long the
-            # first finish takes (see `_cold_probes`).
-            probes = _cold_probes(len(klass.states)) - _cold_probes(before)
-        else:
-            probes = probe_count(policy, len(klass.states)) - probe_count(policy, before)
+        cold = support is None
+        probes = probe_count(policy, len(klass.states), cold=cold)
+        probes -= probe_count(policy, before, cold=cold)
         for index, state in enumerate(states):
             state.probe = index < probes
             state.phase = rand()

@@ -47,7 +47,7 @@ from ._schedule import FinishTimeMemory
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["GatherProgress"]  # re-exported for `_gather`
+__all__: list[str] = []
 
 logger = logging.getLogger("videogen_async")
 
@@ -81,7 +81,7 @@ class _Coordinator:
         policy: PollPolicy,
         on_progress: Callable[[GatherProgress], object] | None,
         progress_interval: float,
-        classes: dict[object, ClassState] | None = None,
+        classes: dict[object, ClassState],
         memory: FinishTimeMemory | None = None,
         open_ended: bool = False,
     ) -> None:
@@ -95,17 +95,13 @@ class _Coordinator:
             self._fetch = paced(source.fetch, pacing, source.backoff)
         self._pacing: Pacing = pacing
         self._states = ids
-        if classes is None:
-            classes = {}
-            for state in ids.values():
-                classes.setdefault(state.klass.key, state.klass)
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
         self._policy = policy
         self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
-        self._counts = GatherCounts(total=len(ids), remaining=len(ids))
+        self._counts = GatherCounts(total=len(ids), pending=len(ids))
         # Scheduling.
         self._due = DueHeap()
         self._now: Callable[[], float] = time.monotonic
@@ -148,7 +144,7 @@ class _Coordinator:
         for state in states:
             self._states[state.task_id] = state
         self._counts.total += len(states)
-        self._counts.remaining += len(states)
+        self._counts.pending += len(states)
         if self._running:
             self.schedule.add(states, self._now())
             return
@@ -166,7 +162,7 @@ class _Coordinator:
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
         self._counts.total -= 1
-        self._counts.remaining -= 1
+        self._counts.pending -= 1
         self._wake()
         return True
 
@@ -221,7 +217,7 @@ class _Coordinator:
                                 workers_wanted = (
                                     self._max_concurrency
                                     if self._open
-                                    else min(self._max_concurrency, self._counts.remaining)
+                                    else min(self._max_concurrency, self._counts.pending)
                                 )
                                 for _ in range(workers_wanted):
                                     workers.start_soon(self._worker)
@@ -242,7 +238,7 @@ class _Coordinator:
         if self._stopped:
             return
         try:
-            if self._fatal is None and timed_out and self._counts.remaining > 0:
+            if self._fatal is None and timed_out and self._counts.pending > 0:
                 self._on_timeout(send)
             if self._fatal is None:
                 self._progress.report()  # the last call; it may still fail the gather
@@ -342,7 +338,7 @@ class _Coordinator:
         wakes once for them rather than once each.
         """
         counts = self._counts
-        while (counts.remaining > 0 or self._open) and self._fatal is None and not self._stopped:
+        while (counts.pending > 0 or self._open) and self._fatal is None and not self._stopped:
             now = loop.time()
             wait = self._ready_in(now)
             if wait <= 0:
@@ -405,7 +401,7 @@ class _Coordinator:
             else:
                 self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
-            if self._counts.remaining <= 0 or self._fatal is not None:
+            if self._counts.pending <= 0 or self._fatal is not None:
                 self._wake()
                 state = None
             else:
@@ -468,7 +464,7 @@ class _Coordinator:
                 )
             self._give_up(state, exc)
             return
-        self._counts.transient += 1
+        self._counts.transient_errors += 1
         if isinstance(exc, RateLimitError):
             # The pacing already counted it (the client's transport, or `_paced` for a bare
             # source): one cut per 429 event, for every request of the client.

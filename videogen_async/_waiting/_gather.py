@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
-    "GatherProgress",
     "GatherResults",
     "gather_until_done",
 ]

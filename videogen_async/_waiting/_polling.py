@@ -166,23 +166,58 @@ def on_read(
     return seen
 
 
-async def _poll_loop(
+async def poll_until(
     fetch: Callable[[], Awaitable[_T]],
     done: Callable[[_T], bool],
-    age_of: Callable[[_T, float], float],
     *,
-    seconds: float | None,
-    policy: PollPolicy,
-    backoff: BackoffPolicy,
+    timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
+    poll_policy: PollPolicy | None,
     what: str,
-    pending: str,
+    backoff: BackoffPolicy = DEFAULT_BACKOFF,
     on_value: Callable[[_T], Awaitable[object]] | None = None,
+    age_of: Callable[[_T, float], float] | None = None,
+    pending: str | None = None,
 ) -> _T:
+    """Poll one object until ``done`` says so.
+
+    The gaps grow with the object's age (see :func:`growth_interval`). After a failure the
+    one retry decision (``decide_retry`` as a poll) says whether and when to poll again: a
+    transient failure backs off and goes on, a 429 waits for its ``Retry-After`` (or the
+    client's pause); ``backoff.max_consecutive_failures`` transient failures in a row, or any
+    other error, are raised. An exception raised by ``done`` propagates as it is.
+
+    Args:
+        fetch: Reads the object once.
+        done: Whether the object read is final.
+        timeout: Deadline in seconds for the whole wait (``None``: none).
+        poll_policy: The poll policy (``None``: the defaults).
+        what: Names the object in errors and logs, e.g. ``"project p_123"``.
+        backoff: The client's backoff policy.
+        on_value: Awaited with each value read, after ``done`` has judged it (an exception
+            it raises ends the wait with that exception).
+        age_of: The object's age from a value read and the seconds waited (default: the
+            seconds waited).
+        pending: The entry of ``WaitTimeoutError.pending`` (default: ``what``).
+
+    Returns:
+        The first value for which ``done`` is true.
+
+    Raises:
+        WaitTimeoutError: The deadline passed, or a wait asked for after a failure would
+            pass it (the message says so); ``.last`` is the last value read (or ``None``).
+        VideoGenError: A permanent failure, or the last of too many transient ones.
+    """
+    policy = poll_policy or DEFAULT_POLICY
     rng = random.Random()
     start = anyio.current_time()
-    end = math.inf if seconds is None else start + seconds
+    end = math.inf if timeout is None else start + timeout
     last: _T | None = None
     failures = 0  # transient failures in a row, 429s apart (the pacing answers those)
+
+    def timed_out(why: str = "") -> WaitTimeoutError:
+        text = f"{what} was not done after {timeout:g} s{why}"
+        return WaitTimeoutError(text, last=last, pending=(pending or what,), timeout=timeout)
+
     with anyio.move_on_after(end - start):
         if policy.first_delay > 0:
             await anyio.sleep(policy.first_delay)
@@ -199,10 +234,7 @@ async def _poll_loop(
                         logger.warning("%s: giving up: %s", what, decision.detail)
                     if decision.reason != "too long":
                         raise
-                    raise WaitTimeoutError(
-                        f"{what} was not done after {seconds:g} s: {decision.detail}",
-                        last=last, pending=(pending,), timeout=seconds,
-                    ) from exc  # fmt: skip
+                    raise timed_out(f": {decision.detail}") from exc
                 if not isinstance(exc, RateLimitError):
                     failures += 1
                 delay = decision.delay
@@ -216,61 +248,10 @@ async def _poll_loop(
                 if finished:
                     return value
                 elapsed = anyio.current_time() - start
-                delay = growth_interval(policy, age_of(value, elapsed), rng.random())
+                age = elapsed if age_of is None else age_of(value, elapsed)
+                delay = growth_interval(policy, age, rng.random())
             await anyio.sleep(delay)
-    raise WaitTimeoutError(
-        f"{what} was not done after {seconds:g} s", last=last, pending=(pending,), timeout=seconds
-    )
-
-
-async def poll_until(
-    fetch: Callable[[], Awaitable[_T]],
-    done: Callable[[_T], bool],
-    *,
-    timeout: float | None,  # noqa: ASYNC109 - the wait helpers' documented signature
-    poll_policy: PollPolicy | None,
-    what: str,
-    backoff: BackoffPolicy = DEFAULT_BACKOFF,
-    on_value: Callable[[_T], Awaitable[object]] | None = None,
-) -> _T:
-    """Poll one object until ``done`` says so.
-
-    The gaps grow with the time waited (see :func:`growth_interval`). After a failure the one
-    retry decision (``decide_retry`` as a poll) says whether and when to poll again: a
-    transient failure backs off and goes on, a 429 waits for its ``Retry-After`` (or the
-    client's pause); ``backoff.max_consecutive_failures`` transient failures in a row, or any
-    other error, are raised. An exception raised by ``done`` propagates as it is.
-
-    Args:
-        fetch: Reads the object once.
-        done: Whether the object read is final.
-        timeout: Deadline in seconds for the whole wait (``None``: none).
-        poll_policy: The poll policy (``None``: the defaults).
-        what: Names the object in errors and logs, e.g. ``"project p_123"``; also the one
-            entry of ``WaitTimeoutError.pending``.
-        backoff: The client's backoff policy.
-        on_value: Awaited with each value read, after ``done`` has judged it (an exception
-            it raises ends the wait with that exception).
-
-    Returns:
-        The first value for which ``done`` is true.
-
-    Raises:
-        WaitTimeoutError: The deadline passed, or a wait asked for after a failure would
-            pass it (the message says so); ``.last`` is the last value read (or ``None``).
-        VideoGenError: A permanent failure, or the last of too many transient ones.
-    """
-    return await _poll_loop(
-        fetch,
-        done,
-        lambda _value, elapsed: elapsed,
-        seconds=timeout,
-        policy=poll_policy or DEFAULT_POLICY,
-        backoff=backoff,
-        what=what,
-        pending=what,
-        on_value=on_value,
-    )
+    raise timed_out()
 
 
 async def wait_on_source(
@@ -307,7 +288,6 @@ async def wait_on_source(
         VideoGenError: A permanent failure (e.g. ``NotFoundError``), or the last of too many
             transient ones.
     """
-    policy = poll_policy or source.poll_policy or DEFAULT_POLICY
     get = (
         source.fetch if source.pacing is not None else paced(source.fetch, Pacing(), source.backoff)
     )
@@ -319,16 +299,16 @@ async def wait_on_source(
 
     on_value = on_read(source.hooks, on_update, lambda t: t.is_terminal)
     with wait_span("task", task_id) as span:
-        task = await _poll_loop(
+        task = await poll_until(
             lambda: get(task_id),
             lambda t: t.is_terminal,
-            age_of,
-            seconds=timeout,
-            policy=policy,
-            backoff=source.backoff,
+            timeout=timeout,
+            poll_policy=poll_policy or source.poll_policy,
             what=f"task {task_id}",
-            pending=task_id,
+            backoff=source.backoff,
             on_value=on_value,
+            age_of=age_of,
+            pending=task_id,
         )
         end_wait(span, task)
     if raise_on_failure and task.is_failed:

@@ -1,20 +1,11 @@
 """Finish-time models for ``gather_until_done``: what is known of when tasks end, per class.
 
-Pure data structures and arithmetic, no I/O:
-
-* :class:`FinishSketch`: a compact histogram of durations (``finished_at - created_at``) on
-  log-spaced bins (2 % wide), in which each new observation weighs a little more than the one
-  before (exponential decay by a half-life counted in observations), so that the estimate
-  follows a service that gets faster or slower. Quantiles cost one pass over the occupied bins
-  (a few hundred at most) and are cached between observations.
-* :class:`FinishTimeStats`: an immutable snapshot of a sketch, what a
-  :class:`FinishTimeMemory` keeps between gathers.
-* :class:`FinishTimeMemory`: the protocol of a store of snapshots per class key;
-  :class:`InMemoryFinishTimes` is the one each client holds.
-* :class:`ClassModel`: one class's estimate: its own observations, with the remembered
-  snapshot (if any) as a prior of bounded weight; :meth:`ClassModel.support` gives the
-  :class:`Support` (the ages between which finishes are expected).
-* :func:`batch_gap`: the gap before the next poll of one pending id.
+Pure data structures and arithmetic, no I/O. A :class:`FinishSketch` is a decaying histogram
+of durations on 2 % log bins; a :class:`ClassModel` is one class's estimate (its own finishes,
+with a remembered :class:`FinishTimeStats` as a prior of bounded weight) and gives the
+:class:`Support`, the ages between which finishes are expected; :func:`batch_gap` is the gap
+before the next poll of one pending id. A :class:`FinishTimeMemory` (by default
+:class:`InMemoryFinishTimes`, one per client) keeps the stats between gathers.
 """
 
 from __future__ import annotations
