@@ -250,3 +250,27 @@ async def _queued(pacing: Pacing, count: int) -> None:
     with anyio.fail_after(5):
         while len(pacing._waiters) < count:
             await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The client's one backoff policy
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_client_takes_one_backoff_policy() -> None:
+    options = {"api_key": "vg-test-backoff-key", "base_url": "http://127.0.0.1:1"}
+    patient = BackoffPolicy(max_retries=5, max_retry_after=120.0)
+    client = vg.AsyncVideoGen(**options, backoff=patient)
+    assert client.backoff is patient
+    assert client.max_retries == 5
+    assert vg.AsyncVideoGen(**options).backoff == DEFAULT_BACKOFF
+    # max_retries, when given, overrides the policy's own; a view keeps the rest.
+    assert vg.AsyncVideoGen(**options, backoff=patient, max_retries=1).backoff == BackoffPolicy(
+        max_retries=1, max_retry_after=120.0
+    )
+    assert client.with_options(max_retries=0).backoff.max_retry_after == 120.0
+    assert client.with_options(backoff=BackoffPolicy()).max_retries == 2
+    with pytest.raises(vg.ConfigurationError, match="backoff must be a BackoffPolicy"):
+        vg.AsyncVideoGen(**options, backoff=vg.PollPolicy())  # type: ignore[arg-type]
+    with pytest.raises(vg.ConfigurationError, match="max_retries"):
+        client.with_options(max_retries=-1)

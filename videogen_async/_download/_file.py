@@ -382,8 +382,8 @@ async def _attempt(
             else:
                 excerpt = await resp.read_excerpt()
                 text = f"the host answered HTTP {status}" + (f": {excerpt}" if excerpt else "")
-                headers = dict(resp.headers)
-                raise _Retry(make_status_error(status, None, text, headers=headers, method="GET"))
+                answer = dict(resp.headers)
+                raise _Retry(make_status_error(status, None, text, headers=answer, method="GET"))
             total = state.total
             async for chunk in resp.iter_chunks(chunk_size):
                 if total is not None and state.received + len(chunk) > total:
