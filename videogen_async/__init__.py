@@ -1,9 +1,10 @@
 """videogen_async: the asyncio-first SDK for the video generation service.
 
-Start with :class:`AsyncVideoGen`; try everything offline against
-:class:`videogen_async.testing.SandboxServer`.
+Start with :class:`AsyncVideoGen` (or :class:`VideoGen`, its blocking form); try everything
+offline against :class:`videogen_async.testing.SandboxServer`.
 """
 
+from ._blocking import VideoGen
 from ._client import AsyncVideoGen
 from ._contract._enums import (
     AspectRatio,
@@ -41,6 +42,8 @@ from ._contract._exceptions import (
     TaskPollError,
     VideoGenError,
     WaitTimeoutError,
+    WebhookDeliveryError,
+    WebhookVerificationError,
 )
 from ._contract._meta import ResponseInfo
 from ._contract._models import (
@@ -57,6 +60,7 @@ from ._contract._models import (
 from ._download import DownloadResult
 from ._http._retry import BackoffPolicy
 from ._http._transport import Timeout
+from ._http._webhooks import Webhook, verify_webhook, webhook
 from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._resources._raw import HTTPRequestInfo, RawResponse
@@ -127,8 +131,14 @@ __all__ = [
     "TaskStatus",
     "Timeout",
     "VideoBatch",
+    "VideoGen",
     "VideoGenError",
     "WaitTimeoutError",
+    "Webhook",
+    "WebhookDeliveryError",
+    "WebhookVerificationError",
     "__version__",
     "gather_until_done",
+    "verify_webhook",
+    "webhook",
 ]

@@ -11,6 +11,7 @@ from ..testing import add_sandbox_arguments
 from ._batch import cmd_batch
 from ._completion import cmd_completion
 from ._demo import cmd_demo
+from ._doctor import add_doctor_parser
 from ._help import (
     BATCH_EPILOG,
     COMPLETION_EPILOG,
@@ -444,6 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
     p.set_defaults(func=cmd_demo)
+
+    add_doctor_parser(command)
 
     p = command("completion", "print a shell completion script", COMPLETION_EPILOG)
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")

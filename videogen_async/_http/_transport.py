@@ -33,7 +33,13 @@ import anyio
 import attrs
 from yarl import URL
 
-from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
+from .._contract._exceptions import (
+    APIResponseError,
+    APITimeoutError,
+    InvalidRequestError,
+    RateLimitError,
+    VideoGenError,
+)
 from .._contract._meta import ResponseInfo
 from .._contract._redact import drop_locals, register_secret
 from .._observe import _otel
@@ -46,6 +52,7 @@ from ._envelope import decode as _decode
 from ._envelope import describe as _describe
 from ._envelope import excerpt as _excerpt
 from ._envelope import url_path as _url_path
+from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
 from ._retry import BackoffPolicy, decide_retry, honoured_retry_after
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
@@ -64,6 +71,10 @@ __all__ = [
 logger = logging.getLogger("videogen_async")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+
+
+def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
+    return {name: value for name, value in params.items() if value is not None}
 
 
 class _Secret(str):
@@ -229,11 +240,15 @@ class Transport:
             hooks=self.hooks,
         )
 
-    def call_bound(self) -> float | None:
-        """Seconds within which one call ends by these settings (``None``: no bound)."""
+    def call_bound(self, timeout: Timeout | None = None) -> float | None:
+        """Seconds within which one call ends by these settings (``None``: no bound).
+
+        Args:
+            timeout: The call's own timeouts, when it has them.
+        """
         if self.deadline is not None:
             return self.deadline
-        total = self.timeout.total
+        total = (timeout or self.timeout).total
         if total is None:
             return None
         # A create is retried only when it was not sent (or after a 429): the first attempt's
@@ -248,6 +263,7 @@ class Transport:
         params: Mapping[str, str] | None = None,
         json_body: Mapping[str, Any] | None = None,
         retries: int | None = None,
+        options: CallOptions = NO_OPTIONS,
     ) -> Response:
         """Send a request, retrying what is safe to retry, and return the envelope.
 
@@ -258,6 +274,8 @@ class Transport:
             json_body: The JSON body of a POST.
             retries: Retries of this call (default: the backoff policy's ``max_retries``;
                 a waiting loop passes 0: it owns the backoff).
+            options: The call's extra headers, query and body (each winning over the
+                call's own) and its timeouts.
 
         Returns:
             The decoded successful envelope.
@@ -268,6 +286,8 @@ class Transport:
             APIStatusError: The service answered with a failure (a subclass per status).
             APIResponseError: The answer was not the documented envelope.
         """
+        if options.extra_query:
+            params = _without_none({**(params or {}), **options.extra_query})
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
         # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
@@ -281,10 +301,15 @@ class Transport:
             scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True
         )
         text = self._encoded_base + path + ("?" + query if query else "")
+        if options.extra_body is not None:
+            json_body = {**(json_body or {}), **options.extra_body}
         body = None if json_body is None else json.dumps(json_body).encode()
         headers = self._headers
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
+        if options.extra_headers:
+            headers = self._with_extra_headers(headers, options.extra_headers)
+        timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
         observer = self._observer
         first = time.monotonic()
@@ -301,10 +326,14 @@ class Transport:
                 )
                 try:
                     if observer is None or not observer.active():
-                        response = await self._send_once(method, url, path, body, headers, deadline)
+                        response = await self._send_once(
+                            method, url, path, body, headers, deadline, timeouts
+                        )
                     else:
                         response = await observer.send(
-                            lambda: self._send_once(method, url, path, body, headers, deadline),
+                            lambda: self._send_once(
+                                method, url, path, body, headers, deadline, timeouts
+                            ),
                             method=method, path=path, url=str(url), attempt=attempt,
                         )  # fmt: skip
                 finally:
@@ -355,6 +384,22 @@ class Transport:
             )  # fmt: skip
             return response
 
+    def _with_extra_headers(
+        self, headers: Mapping[str, str], extra: Mapping[str, str | None]
+    ) -> dict[str, str]:
+        """``headers`` with a call's ``extra_headers`` (names compare case-insensitively)."""
+        for name, value in extra.items():
+            if value is not None and self._api_key in value:
+                raise InvalidRequestError(
+                    "extra_headers",
+                    f"{name!r} must not carry the API key: the client sends it in"
+                    " Authorization only",
+                )
+        replaced = {name.lower() for name in extra}
+        merged = {k: v for k, v in headers.items() if k.lower() not in replaced}
+        merged.update((k, v) for k, v in extra.items() if v is not None)
+        return merged
+
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
 
@@ -385,10 +430,12 @@ class Transport:
         body: bytes | None,
         headers: Mapping[str, str],
         deadline: float = math.inf,
+        timeouts: Timeout | None = None,
     ) -> Response:
         is_read = method == "GET"
         session = self.owner.get()
-        timeout = self._aio_timeout
+        timeouts = timeouts or self.timeout
+        timeout = self._aio_timeout if timeouts is self.timeout else timeouts.to_aiohttp()
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -398,7 +445,7 @@ class Transport:
                     path=path,
                     request_may_have_taken_effect=False,
                 )
-            timeout = self.timeout.to_aiohttp(total=left)
+            timeout = timeouts.to_aiohttp(total=left)
         try:
             async with session.request(
                 method,

@@ -19,6 +19,7 @@ from .._contract._meta import RESPONSE_SLOT
 from .._contract._models import structure_lenient
 from .._contract._redact import scrub_exception
 from .._http._jsonbody import clip, short_repr
+from .._http._options import NO_OPTIONS, CallOptions
 from .._http._transport import Response, Transport
 from .._waiting._policy import PollPolicy
 
@@ -43,16 +44,21 @@ class Resource:
         *,
         params: Mapping[str, str] | None = None,
         retries: int | None = None,
+        options: CallOptions = NO_OPTIONS,
     ) -> _T:
         """Read one object: ``GET path``, its answer parsed into ``cls``.
 
         ``retries`` overrides the client's ``max_retries`` (a wait loop passes 0: it owns the
         backoff).
         """
-        response = await self._transport.request("GET", path, params=params, retries=retries)
+        response = await self._transport.request(
+            "GET", path, params=params, retries=retries, options=options
+        )
         return self._parse(response, cls)
 
-    async def _create(self, path: str, body: dict[str, Any], cls: type[_T]) -> _T:
+    async def _create(
+        self, path: str, body: dict[str, Any], cls: type[_T], options: CallOptions = NO_OPTIONS
+    ) -> _T:
         """Send a creating call so that a charged identifier is never dropped.
 
         The request runs in its own task. If the caller is cancelled while it is in flight,
@@ -63,11 +69,11 @@ class Resource:
         """
 
         async def send() -> tuple[_T, Response]:
-            response = await self._transport.request("POST", path, json_body=body)
+            response = await self._transport.request("POST", path, json_body=body, options=options)
             return self._parse(response, cls, created=True), response
 
         job = asyncio.ensure_future(send())
-        self._transport.owner.track(job, self._transport.call_bound())
+        self._transport.owner.track(job, self._transport.call_bound(options.timeout))
         try:
             created, _ = await asyncio.shield(job)
         except asyncio.CancelledError:

@@ -10,6 +10,7 @@ import anyio
 import attrs
 
 from .._contract._exceptions import TaskPollError
+from .._contract._serial import Serializable
 
 if TYPE_CHECKING:
     from .._contract._models import Task
@@ -20,8 +21,10 @@ logger = logging.getLogger("videogen_async")
 
 
 @attrs.frozen
-class GatherProgress:
+class GatherProgress(Serializable):
     """A snapshot of a gather's progress, readable at any time without consuming results.
+
+    ``to_dict()`` and ``to_json()`` give its fields, for a dashboard or a log line.
 
     Attributes:
         total: Distinct ids being waited on.
