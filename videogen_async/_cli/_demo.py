@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import AsyncVideoGen, PollPolicy, Task
+from .. import AsyncVideoGen, BackoffPolicy, PollPolicy, Task
 from .._contract._models import unstructure
 from ..testing import SandboxServer
 from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, fmt_credits
@@ -50,6 +50,10 @@ CUSTOM_SCRIPT = (
 )
 
 
+#: Short backoffs after a failure, for the sandbox's sped-up clock.
+_DEMO_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=0.5, rate_limit_pause=0.05)
+
+
 def _demo_policy(time_scale: float) -> PollPolicy:
     """Poll gaps scaled to the sandbox's sped-up clock (a real service needs the defaults)."""
     scale = max(time_scale, 0.001)
@@ -58,10 +62,6 @@ def _demo_policy(time_scale: float) -> PollPolicy:
         max_interval=max(0.1, 15.0 * scale),
         dense_interval=max(0.02, 0.85 * scale * 5),
         sparse_cap=max(0.1, 30.0 * scale),
-        error_initial=0.05,
-        error_max=0.5,
-        rate_limit_initial=0.05,
-        rate_limit_max=0.5,
     )
 
 
@@ -86,7 +86,7 @@ async def cmd_demo(ctx: Context) -> int:
         )
         ui.print(f"console: {server.url('/_sandbox/console')} (open it while the demo runs)")
         policy = _demo_policy(args.time_scale)
-        async with server.client(poll_policy=policy) as client:
+        async with server.client(poll_policy=policy, backoff=_DEMO_BACKOFF) as client:
             code = EXIT_OK
             with ctx.cancellable():
                 code = await _run(ctx, client, directory, summary)
