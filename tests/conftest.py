@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -8,6 +9,7 @@ from blockbuster import BlockBuster
 
 from tests import _aioresponses_compat
 from tests._blocking import no_blocking_calls
+from tests._services import REDIS_HINT, RedisServer, unavailable
 
 _aioresponses_compat.install()
 
@@ -74,3 +76,18 @@ def _no_blocking_calls(request: pytest.FixtureRequest) -> Iterator[BlockBuster |
         return
     with no_blocking_calls() as detector:
         yield detector
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A throwaway Redis for the session (skipped, or failed under CI, without redis-server)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        unavailable(REDIS_HINT)
+        return
+    server = RedisServer(binary)
+    try:
+        server.start()
+        yield server.url
+    finally:
+        server.stop()

@@ -20,7 +20,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "videogen_async"
 ROOT = "videogen_async"
 
 #: Modules that sit above the client and may use it: the package's face, the CLI, the sandbox.
-ABOVE_CLIENT = ("videogen_async", "videogen_async.__main__", "videogen_async._client")
+ABOVE_CLIENT = (
+    "videogen_async",
+    "videogen_async.__main__",
+    "videogen_async._client",
+    "videogen_async._blocking",
+)
 ABOVE_CLIENT_PACKAGES = ("videogen_async._cli", "videogen_async.testing")
 
 #: Imports inside functions that are not circles being dodged: a platform-only module, and the

@@ -1,9 +1,10 @@
 """videogen_async: the asyncio-first SDK for the video generation service.
 
-Start with :class:`AsyncVideoGen`; try everything offline against
-:class:`videogen_async.testing.SandboxServer`.
+Start with :class:`AsyncVideoGen` (or :class:`VideoGen`, its blocking form); try everything
+offline against :class:`videogen_async.testing.SandboxServer`.
 """
 
+from ._blocking import VideoGen
 from ._client import AsyncVideoGen
 from ._contract._enums import (
     AspectRatio,
@@ -41,6 +42,8 @@ from ._contract._exceptions import (
     TaskPollError,
     VideoGenError,
     WaitTimeoutError,
+    WebhookDeliveryError,
+    WebhookVerificationError,
 )
 from ._contract._meta import ResponseInfo
 from ._contract._models import (
@@ -55,14 +58,16 @@ from ._contract._models import (
     VideoBatch,
 )
 from ._download import DownloadResult
-from ._http._retry import RetryPolicy
+from ._http._retry import BackoffPolicy
 from ._http._transport import Timeout
+from ._http._webhooks import Webhook, verify_webhook, webhook
 from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._resources._raw import HTTPRequestInfo, RawResponse
 from ._version import __version__
-from ._waiting._gather import GatherProgress, GatherResults, gather_until_done
-from ._waiting._polling import PollPolicy
+from ._waiting._gather import GatherResults, gather_until_done
+from ._waiting._policy import PollPolicy
+from ._waiting._progress import GatherProgress
 from ._waiting._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 
 __all__ = [
@@ -74,6 +79,7 @@ __all__ = [
     "AspectRatio",
     "AsyncVideoGen",
     "AuthenticationError",
+    "BackoffPolicy",
     "BadRequestError",
     "Billing",
     "BudgetExceededError",
@@ -116,7 +122,6 @@ __all__ = [
     "ResponseEvent",
     "ResponseInfo",
     "RetryEvent",
-    "RetryPolicy",
     "ServerError",
     "SpeechLanguage",
     "Task",
@@ -126,8 +131,14 @@ __all__ = [
     "TaskStatus",
     "Timeout",
     "VideoBatch",
+    "VideoGen",
     "VideoGenError",
     "WaitTimeoutError",
+    "Webhook",
+    "WebhookDeliveryError",
+    "WebhookVerificationError",
     "__version__",
     "gather_until_done",
+    "verify_webhook",
+    "webhook",
 ]

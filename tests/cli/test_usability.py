@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from videogen_async import PollPolicy
+from videogen_async import BackoffPolicy
 from videogen_async._cli._common import Context
 from videogen_async._cli._parser import build_parser
 from videogen_async._cli._spending import project_video_estimate, task_estimate
@@ -116,10 +116,8 @@ def lost_service(
     monkeypatch.setenv("VIDEOGEN_API_KEY", KEY)
     # give up after two quick failures in a row (the default rides out about a minute)
     options = Context.client_options
-    quick = PollPolicy(max_consecutive_failures=2, error_initial=0.01, error_max=0.02)
-    monkeypatch.setattr(
-        Context, "client_options", lambda self: {**options(self), "poll_policy": quick}
-    )
+    quick = BackoffPolicy(max_consecutive_failures=2, initial_delay=0.01, max_delay=0.02)
+    monkeypatch.setattr(Context, "client_options", lambda self: {**options(self), "backoff": quick})
 
     def run(*argv: str) -> tuple[Run, ThreadedSandbox]:
         polls = box.routes("GET /v1/tasks")

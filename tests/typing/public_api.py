@@ -72,7 +72,10 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
         print(item.task_id)
 
     policy = vg.PollPolicy(min_interval=0.5, max_interval=10.0)
-    fast = client.with_options(poll_policy=policy)
+    backoff = vg.BackoffPolicy(max_retries=5, max_retry_after=120.0)
+    fast = client.with_options(poll_policy=policy, backoff=backoff)
+    retries: int = fast.backoff.max_retries
+    print(retries)
     seen: list[vg.GatherProgress] = []
     gather: vg.GatherResults = vg.gather_until_done(
         fast, ids, timeout=60.0, poll_policy=policy, on_progress=seen.append
@@ -163,3 +166,23 @@ async def observability() -> None:
             current: vg.Task = state
             print(current.status)
         del request_id, task, status, trace, request, balance, batch, final, script, done
+
+
+def blocking() -> None:
+    with vg.VideoGen(api_key="k", base_url="https://api.example.com", max_retries=1) as client:
+        created: vg.CreatedTask = client.tasks.create(
+            "a cat", extra_body={"model": "videomodel_2_1"}, extra_headers={"X-A": "b"}, timeout=5
+        )
+        balance: vg.CreditBalance = client.credits.get(timeout=vg.Timeout(read=5.0))
+        task: vg.Task = client.tasks.wait(created.task_id, timeout=600, extra_query={"a": 1})
+        with client.tasks.gather_until_done([created.task_id], timeout=60) as results:
+            for result in results:
+                done: vg.Task | vg.TaskPollError = result
+                progress: vg.GatherProgress = results.progress
+                print(done, progress)
+        for state in client.tasks.watch(created.task_id):
+            print(state.status)
+        raw: vg.RawResponse[vg.Project] = client.with_raw_response.projects.get("p-1")
+        quick: vg.VideoGen = client.with_options(max_retries=0)
+        path: Path = quick.download(task, "out.mp4")
+        print(balance, raw.parse(), path, client.is_closed)

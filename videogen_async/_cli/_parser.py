@@ -12,6 +12,7 @@ from ..testing import add_sandbox_arguments
 from ..testing._cli import number_type
 from ._batch import cmd_batch
 from ._completion import cmd_completion
+from ._doctor import add_doctor_parser
 from ._help import EPILOGS
 from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
 from ._projects import (
@@ -447,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
     p.set_defaults(func=cmd_demo)
+
+    add_doctor_parser(command)
 
     p = command("completion", "print a shell completion script", EPILOGS["completion"])
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import AsyncVideoGen, Model, PollPolicy, Task
+from .. import AsyncVideoGen, BackoffPolicy, Model, PollPolicy, Task
 from .._contract._models import unstructure
 from ..testing import DEFAULT_API_KEY, SandboxServer, sandbox_options_from_args, serve
 from ..testing._cli import announce
@@ -86,6 +86,10 @@ CUSTOM_SCRIPT = (
 )
 
 
+#: Short backoffs after a failure, for the sandbox's sped-up clock.
+_DEMO_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=0.5, rate_limit_pause=0.05)
+
+
 def _demo_policy(time_scale: float) -> PollPolicy:
     """Poll gaps scaled to the sandbox's sped-up clock (a real service needs the defaults)."""
     scale = max(time_scale, 0.001)
@@ -94,10 +98,6 @@ def _demo_policy(time_scale: float) -> PollPolicy:
         max_interval=max(0.1, 15.0 * scale),
         dense_interval=max(0.02, 0.85 * scale * 5),
         sparse_cap=max(0.1, 30.0 * scale),
-        error_initial=0.05,
-        error_max=0.5,
-        rate_limit_initial=0.05,
-        rate_limit_max=0.5,
     )
 
 
@@ -122,7 +122,7 @@ async def cmd_demo(ctx: Context) -> int:
         )
         ui.print(f"console: {server.url('/_sandbox/console')} (open it while the demo runs)")
         policy = _demo_policy(args.time_scale)
-        async with server.client(poll_policy=policy) as client:
+        async with server.client(poll_policy=policy, backoff=_DEMO_BACKOFF) as client:
             code = EXIT_OK
             with ctx.cancellable():
                 code = await _run(ctx, client, directory, summary)

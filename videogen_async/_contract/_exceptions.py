@@ -29,13 +29,21 @@ The tree::
     │                                 database, newer schema, a file that is not a ledger)
     ├── AmbiguousCreateError          a ledger key whose earlier create may have taken effect,
     │                                 its id unknown (nothing was sent)
-    └── BudgetExceededError           a ledger create refused, before sending, because it could
-                                      pass ``max_credits``
+    ├── BudgetExceededError           a ledger create refused, before sending, because it could
+    │                                 pass ``max_credits``
+    ├── WebhookDeliveryError          a webhook receiver did not answer 2xx (retried later)
+    └── WebhookVerificationError      a webhook whose signature does not check (also a ValueError)
 
 Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``None`` where they
 do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
 whose request may have reached the service: such a call may have created a task and charged
 credits, so it is never retried automatically. No error text ever contains the API key.
+
+Every error pickles (to another process, a Celery result backend, a Ray or Temporal worker)
+and unpickles to an error of the same class with the same attributes, rebuilt from its state
+rather than by calling its ``__init__`` again; a cause that is one of these errors travels as
+``__cause__``, a foreign one is left behind (its text is in the message). What is pickled is
+redacted as what is shown: no key.
 """
 
 from __future__ import annotations
@@ -75,6 +83,8 @@ __all__ = [
     "TaskPollError",
     "VideoGenError",
     "WaitTimeoutError",
+    "WebhookDeliveryError",
+    "WebhookVerificationError",
     "status_error_class",
 ]
 
@@ -126,6 +136,14 @@ class VideoGenError(Exception):
         self.path = path
         self.request_may_have_taken_effect = request_may_have_taken_effect
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # One rule for the whole tree: the class, its args and its state, never its __init__
+        # (whose signature differs by class), every text redacted as it is when shown.
+        state = {name: redact_value(value) for name, value in vars(self).items()}
+        if isinstance(self.__cause__, VideoGenError):
+            state["__cause__"] = self.__cause__
+        return (_rebuild, (type(self), self.args), state)
+
     def __str__(self) -> str:
         text = self.message
         if self.request_may_have_taken_effect and _MAY_HAVE_TAKEN_EFFECT.strip() not in text:
@@ -133,6 +151,13 @@ class VideoGenError(Exception):
         if self.trace_id:
             text += f" (trace_id={self.trace_id})"
         return redact_text(text)
+
+
+def _rebuild(cls: type[VideoGenError], args: tuple[Any, ...]) -> VideoGenError:
+    """An error of ``cls`` with ``args``, its ``__init__`` not called (pickle sets its state)."""
+    error = cls.__new__(cls)
+    error.args = args  # OSError's __new__ (under TimeoutError) leaves them out
+    return error
 
 
 class ConfigurationError(VideoGenError):
@@ -431,6 +456,22 @@ class BudgetExceededError(VideoGenError):
         self.spent = spent
         self.reserved = reserved
         self.max_credits = max_credits
+
+
+class WebhookDeliveryError(VideoGenError):
+    """A webhook receiver did not answer 2xx; a dispatch retries the delivery later.
+
+    The cause is an error status (``status_code`` is the receiver's), a redirect (never
+    followed), a timeout or no connection.
+    """
+
+
+class WebhookVerificationError(VideoGenError, ValueError):
+    """A webhook delivery that does not check; answer it with 400 and drop it.
+
+    The cause is a header missing, a timestamp out of tolerance, no matching signature, or a
+    body that is not JSON.
+    """
 
 
 #: Envelope codes of the service's business failures.

@@ -26,8 +26,8 @@ RESPONSE_SLOT = "_response_info"
 class ResponseInfo:
     """The HTTP answer a result was read from (read-only).
 
-    What the service sent is redacted when read: a key a hostile upstream echoes back in a
-    header or in the ``trace_id`` reads as ``<redacted>``.
+    What the service sent is redacted when read, and when pickled: a key a hostile upstream
+    echoes back in a header or in the ``trace_id`` reads as ``<redacted>``.
 
     Attributes:
         status_code: The HTTP status.
@@ -87,13 +87,14 @@ class ResponseInfo:
         )
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
-        # The headers of an answer are a read-only view that does not pickle; a plain dict does.
+        # What is pickled is what is shown: the redacted headers (a plain dict: the answer's
+        # are a read-only view that does not pickle) and the redacted trace id.
         return (
             ResponseInfo,
             (
                 self.status_code,
-                dict(self._headers),
-                self._trace_id,
+                dict(self.headers),
+                self.trace_id,
                 self.method,
                 self.url,
                 self.attempts,

@@ -6,24 +6,26 @@ Parsing is lenient where the service may grow and strict where it matters:
 * an enum value the SDK does not know yet is kept as its plain string;
 * dates are timezone-aware (``Z``, offsets, any number of fractional digits; a date without
   an offset is taken as UTC), and ``null`` where the service may leave them out;
-* a missing identifier (``task_id``, ``project_id``) is a malformed response.
+* a missing identifier (``task_id``, ``project_id``) is a malformed response;
+* a text that holds an API key (a hostile service's echo) reads ``<redacted>``, so no model's
+  repr, pickle or ``to_dict()`` carries it.
+
+Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
 
-from ._dates import format_datetime, parse_datetime
+from ._dates import parse_datetime
 from ._enums import (
     TERMINAL_PROJECT_STATUSES,
     TERMINAL_TASK_STATUSES,
-    FunctionMode,
     Model,
     ProjectMode,
     ProjectStatus,
@@ -31,6 +33,8 @@ from ._enums import (
     TaskStatus,
 )
 from ._meta import HasResponse
+from ._redact import contains_secret, redact_value
+from ._serial import Serializable, converter
 
 __all__ = [
     "Billing",
@@ -48,7 +52,7 @@ _T = TypeVar("_T")
 
 
 @attrs.frozen
-class CreditBalance(HasResponse):
+class CreditBalance(HasResponse, Serializable):
     """The API credit balance of the authenticated user.
 
     Attributes:
@@ -61,7 +65,7 @@ class CreditBalance(HasResponse):
 
 
 @attrs.frozen
-class CreatedTask(HasResponse):
+class CreatedTask(HasResponse, Serializable):
     """A direct video task as returned at creation.
 
     Attributes:
@@ -78,7 +82,7 @@ class CreatedTask(HasResponse):
 
 
 @attrs.frozen
-class TaskResult:
+class TaskResult(Serializable):
     """The outcome of a finished task.
 
     Attributes:
@@ -93,7 +97,7 @@ class TaskResult:
 
 
 @attrs.frozen
-class Task(HasResponse):
+class Task(HasResponse, Serializable):
     """A video task as returned by the status query.
 
     Attributes:
@@ -159,7 +163,7 @@ def _task_is_terminal(status: str | None, result: TaskResult | None) -> bool:
 
 
 @attrs.frozen
-class ProjectTask:
+class ProjectTask(Serializable):
     """One video task as listed inside a project.
 
     The service documents only ``credits_cost`` for these elements; the other fields are read
@@ -190,7 +194,7 @@ class ProjectTask:
 
 
 @attrs.frozen
-class Billing:
+class Billing(Serializable):
     """Credits a project has cost so far.
 
     Attributes:
@@ -205,7 +209,7 @@ class Billing:
 
 
 @attrs.frozen
-class CreatedProject(HasResponse):
+class CreatedProject(HasResponse, Serializable):
     """A viral ad clone project as returned at creation.
 
     Attributes:
@@ -226,7 +230,7 @@ class CreatedProject(HasResponse):
 
 
 @attrs.frozen
-class Project(HasResponse):
+class Project(HasResponse, Serializable):
     """A viral ad clone project.
 
     Attributes:
@@ -281,7 +285,7 @@ class Project(HasResponse):
 
 
 @attrs.frozen
-class VideoBatch(HasResponse):
+class VideoBatch(HasResponse, Serializable):
     """The answer to ``client.projects.create_videos``.
 
     Attributes:
@@ -298,48 +302,9 @@ class VideoBatch(HasResponse):
 
 
 # --------------------------------------------------------------------------------------------
-# The converter
+# Parsing (by the converter of ``_serial``)
 # --------------------------------------------------------------------------------------------
 
-
-def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
-    def structure(value: Any, _type: Any) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError(f"expected a string for {enum_cls.__name__}, got {value!r}")  # noqa: TRY004
-        try:
-            return enum_cls(value)
-        except ValueError:
-            return value
-
-    return structure
-
-
-def _number(value: Any, _type: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
-    try:
-        return float(value)
-    except OverflowError as exc:  # an integer beyond the largest float
-        raise ValueError("expected a number, got one beyond the float range") from exc
-
-
-def _make_converter() -> cattrs.Converter:
-    converter = cattrs.Converter(forbid_extra_keys=False)
-    converter.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
-    converter.register_unstructure_hook(datetime, format_datetime)
-    converter.register_structure_hook(float, _number)
-    for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
-        hook = _enum_or_str(enum_cls)
-        converter.register_structure_hook(Union[enum_cls, str], hook)  # noqa: UP007
-        converter.register_structure_hook(Union[enum_cls, str, None], hook)  # noqa: UP007
-    return converter
-
-
-_converter = _make_converter()
 
 for _cls in (
     CreditBalance,
@@ -375,7 +340,7 @@ def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
     # ``null`` for a list or an object the service documents as always present is read as
     # empty, not as a parse failure.
     cleaned = {k: v for k, v in data.items() if v is not None or k not in _EMPTY_WHEN_NULL}
-    return _converter.structure(cleaned, cls)
+    return converter.structure(redact_value(cleaned), cls)
 
 
 _TASK_STATUS = {m.value: m for m in TaskStatus}
@@ -429,6 +394,11 @@ def structure_task(data: Any) -> Task:
         model = data.get("model")
         if model is not None and type(model) is not str:
             raise ValueError("unusual")  # noqa: TRY301
+        texts = [task_id, status, model or ""]
+        if result is not None:
+            texts += (result.video_url or "", result.error_message or "")
+        if contains_secret("\0".join(texts)):  # one search: NUL never joins two parts of a key
+            raise ValueError("unusual")  # noqa: TRY301  # an echoed key: redacted by structure()
         return Task(
             task_id,
             _TASK_STATUS.get(status, status),
@@ -465,6 +435,7 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
         return structure(data, cls), []
     except cattrs.BaseValidationError as exc:
         original = exc
+    data = redact_value(data)
     dropped: list[str] = []
     kept: dict[str, Any] = {}
     for field in attrs.fields(cls):  # type: ignore[arg-type]
@@ -474,7 +445,7 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
         if value is None and field.name in _EMPTY_WHEN_NULL:
             continue
         try:
-            _converter.structure(value, field.type)
+            converter.structure(value, field.type)
         except (cattrs.BaseValidationError, TypeError, ValueError, KeyError):
             if field.default is attrs.NOTHING:
                 raise original from None
@@ -483,12 +454,12 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
         kept[field.name] = value
     if any(f.default is attrs.NOTHING and f.name not in kept for f in attrs.fields(cls)):  # type: ignore[arg-type]
         raise original
-    return _converter.structure(kept, cls), dropped
+    return converter.structure(kept, cls), dropped
 
 
 def unstructure(value: Any) -> Any:
     """Turn a model back into JSON-ready data (dates as ISO 8601 strings)."""
-    return _converter.unstructure(value)
+    return converter.unstructure(value)
 
 
 _EMPTY_WHEN_NULL = frozenset({"task_ids", "tasks", "billing"})

@@ -113,8 +113,8 @@ def _integer_rule(spec: Field) -> str:
     return f"must be a positive integer number of {spec.unit}" if unit else "must be positive"
 
 
-def _check_value(spec: Field, value: Any) -> None:  # one branch per field type
-    kind = spec.type
+def _check_value(spec: Field, value: Any, *, unknown_hint: bool = False) -> None:
+    kind = spec.type  # one branch per field type
     if kind == "text":
         if not isinstance(value, str):
             raise _fail(spec.name, "must be a non-empty string", value)
@@ -126,8 +126,13 @@ def _check_value(spec: Field, value: Any) -> None:  # one branch per field type
     elif kind == "enum":
         values: tuple[str, ...] = spec.choices.values() if spec.choices is not None else ()
         if not isinstance(value, str) or value not in values:
-            shown = ", ".join(repr(v) for v in values)
-            raise _fail(spec.name, f"must be one of {shown}", value)
+            rule = "must be one of " + ", ".join(repr(v) for v in values)
+            if unknown_hint and isinstance(value, str):
+                rule += (
+                    "; to send a value this version of the SDK does not know, pass"
+                    f" extra_body={{{spec.name!r}: {value!r}}}"
+                )
+            raise _fail(spec.name, rule, value)
     elif kind == "integer":
         number = _integer(value)
         if (
@@ -194,12 +199,17 @@ def as_url_list(value: Iterable[str] | None) -> list[str] | None:
     return list(value)
 
 
-def check_body(spec: Body, body: Mapping[str, Any]) -> dict[str, Any]:
+def check_body(
+    spec: Body, body: Mapping[str, Any], *, unknown_hint: bool = False
+) -> dict[str, Any]:
     """Check a request body against its statement and return the body to send.
 
     Args:
         spec: The body's statement (from :mod:`~videogen_async._contract._service`).
         body: The JSON body; ``None`` values count as omitted.
+        unknown_hint: The client is about to send it: the error for a value outside an
+            enum's list names ``extra_body`` as the way to send a value the SDK does not
+            know (the sandbox, answering as the service, leaves it out).
 
     Returns:
         The body to send: omitted (``None``) fields dropped, enum members as plain strings,
@@ -224,7 +234,7 @@ def check_body(spec: Body, body: Mapping[str, Any]) -> dict[str, Any]:
                     rule = f"is required (a list of at least {field.min_items} URL)"
                 raise _fail(field.name, rule, show=False)
             continue
-        _check_value(field, value)
+        _check_value(field, value, unknown_hint=unknown_hint)
     _check_rules(spec, body)
     for key, value in body.items():
         if value is None:
@@ -317,16 +327,20 @@ def check_id(field: str, value: Any) -> str:
     return str(value)
 
 
-def validate_task_request(body: Mapping[str, Any]) -> dict[str, Any]:
+def validate_task_request(body: Mapping[str, Any], *, unknown_hint: bool = False) -> dict[str, Any]:
     """:func:`check_body` for ``POST /v1/video/videomodel-2``."""
-    return check_body(TASK_REQUEST, body)
+    return check_body(TASK_REQUEST, body, unknown_hint=unknown_hint)
 
 
-def validate_project_request(body: Mapping[str, Any]) -> dict[str, Any]:
+def validate_project_request(
+    body: Mapping[str, Any], *, unknown_hint: bool = False
+) -> dict[str, Any]:
     """:func:`check_body` for ``POST /v1/video/viral-ads-clone``."""
-    return check_body(PROJECT_REQUEST, body)
+    return check_body(PROJECT_REQUEST, body, unknown_hint=unknown_hint)
 
 
-def validate_videos_request(body: Mapping[str, Any]) -> dict[str, Any]:
+def validate_videos_request(
+    body: Mapping[str, Any], *, unknown_hint: bool = False
+) -> dict[str, Any]:
     """:func:`check_body` for ``POST /v1/video/viral-ads-clone/{project_id}/videos``."""
-    return check_body(VIDEOS_REQUEST, body)
+    return check_body(VIDEOS_REQUEST, body, unknown_hint=unknown_hint)

@@ -23,7 +23,7 @@ from ._store import NewEntry, Store, parse_url
 from ._watch import Watch
 
 if TYPE_CHECKING:
-    from .._waiting._polling import PollPolicy
+    from .._waiting._policy import PollPolicy
 
 __all__ = ["DEFAULT_CREATE_LEASE", "Ledger", "LedgerOpener"]
 

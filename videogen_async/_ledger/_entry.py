@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from .._contract._models import Task, structure, unstructure
+from .._contract._serial import Serializable
 
 __all__ = [
     "OPEN_STATES",
@@ -35,7 +36,7 @@ def _when(value: float | None) -> datetime | None:
 
 
 @attrs.frozen
-class LedgerEntry:
+class LedgerEntry(Serializable):
     """One key of a ledger.
 
     Attributes:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
     from .._contract._models import Task
-    from .._waiting._polling import PollPolicy
+    from .._waiting._policy import PollPolicy
 
 __all__ = ["Signal", "Watch"]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from .._contract._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
@@ -14,10 +15,11 @@ from .._contract._validation import (
     validate_project_request,
     validate_videos_request,
 )
-from .._http._retry import NO_RETRY
-from .._http._transport import Transport
+from .._http._options import CallOptions, Headers, Query
+from .._http._transport import Timeout, Transport
 from .._observe._spans import end_wait, wait_span
-from .._waiting._polling import PollPolicy, UpdateCallback, on_read, poll_until
+from .._waiting._policy import PollPolicy
+from .._waiting._polling import UpdateCallback, on_read, poll_until
 from ._resource import Resource
 
 __all__ = ["Projects"]
@@ -35,15 +37,15 @@ class Projects(Resource):
         self,
         transport: Transport,
         poll_policy: PollPolicy,
-        get_task: Callable[[str], Awaitable[Task]],
+        get_task: Callable[[str, CallOptions], Awaitable[Task]],
     ) -> None:
         """A namespace over ``transport``.
 
         Args:
             transport: The client's transport.
             poll_policy: The client's default poll policy.
-            get_task: Reads one task once, without retries of its own (the wait loop owns
-                the backoff).
+            get_task: Reads one task once, with a call's options and without retries of
+                its own (the wait loop owns the backoff).
         """
         super().__init__(transport, poll_policy)
         self._get_task = get_task
@@ -61,6 +63,10 @@ class Projects(Resource):
         resolution: int | str | None = None,
         out_number: int | None = None,
         mode: ProjectMode | str | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: Timeout | float | None = None,
     ) -> CreatedProject:
         """Create a project (``POST /v1/video/viral-ads-clone``); charges 10 credits.
 
@@ -81,6 +87,11 @@ class Projects(Resource):
             out_number: 1 to 4 (default 1): videos of the automatic batch, or the default
                 batch size of :meth:`create_videos` in manual mode.
             mode: ``auto`` (default) or ``manual``.
+            extra_headers: Headers sent as given (a ``None`` value removes the client's).
+            extra_query: Query parameters sent as given.
+            extra_body: JSON fields sent as given, unchecked, winning over the arguments
+                above (a value or a field this version does not know).
+            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
 
         Returns:
             The created project.
@@ -105,15 +116,29 @@ class Projects(Resource):
                 "resolution": resolution,
                 "out_number": out_number,
                 "mode": mode,
-            }
+            },
+            unknown_hint=True,
         )
-        return await self._create("/v1/video/viral-ads-clone", body, CreatedProject)
+        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
+        return await self._create("/v1/video/viral-ads-clone", body, CreatedProject, options)
 
-    async def get(self, project_id: str) -> Project:
+    async def get(
+        self,
+        project_id: str,
+        *,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: Timeout | float | None = None,
+    ) -> Project:
         """Read a project with its script, tasks and billing.
 
         Args:
             project_id: The id returned by :meth:`create`.
+            extra_headers: Headers sent as given (a ``None`` value removes the client's).
+            extra_query: Query parameters sent as given.
+            extra_body: A JSON body sent as given.
+            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
 
         Returns:
             The project.
@@ -124,7 +149,8 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._get(_path(project_id), Project)
+        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
+        return await self._get(_path(project_id), Project, options=options)
 
     async def create_videos(
         self,
@@ -134,6 +160,10 @@ class Projects(Resource):
         out_number: int | None = None,
         resolution: int | str | None = None,
         aspect_ratio: AspectRatio | str | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: Timeout | float | None = None,
     ) -> VideoBatch:
         """Create a new batch of video tasks from a project whose script is ready.
 
@@ -147,6 +177,11 @@ class Projects(Resource):
             out_number: 1 to 4 videos.
             resolution: Resolution of this batch.
             aspect_ratio: ``9:16``, ``1:1`` or ``16:9``.
+            extra_headers: Headers sent as given (a ``None`` value removes the client's).
+            extra_query: Query parameters sent as given.
+            extra_body: JSON fields sent as given, unchecked, winning over the arguments
+                above (a value or a field this version does not know).
+            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
 
         Returns:
             The batch, with one task id per video.
@@ -165,9 +200,11 @@ class Projects(Resource):
                 "out_number": out_number,
                 "resolution": resolution,
                 "aspect_ratio": aspect_ratio,
-            }
+            },
+            unknown_hint=True,
         )
-        return await self._create(path, body, VideoBatch)
+        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
+        return await self._create(path, body, VideoBatch, options)
 
     async def wait_for_script(
         self,
@@ -176,6 +213,8 @@ class Projects(Resource):
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
         on_update: UpdateCallback[Project] | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
     ) -> Project:
         """Poll a project until its script is ready.
 
@@ -186,6 +225,8 @@ class Projects(Resource):
             on_update: Called (or awaited) with the first state read and then with each
                 state that differs from the one before (a new ``current_step``, a script,
                 new tasks), the final one included; an exception it raises ends the wait.
+            extra_headers: Headers sent as given with every poll.
+            extra_query: Query parameters sent as given with every poll.
 
         Returns:
             The project, with ``view_script`` set.
@@ -196,6 +237,7 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         check_id("project_id", project_id)
+        options = CallOptions.of(extra_headers, extra_query)
 
         def ready(project: Project) -> bool:
             if project.is_failed:
@@ -205,11 +247,12 @@ class Projects(Resource):
         on_value = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
         with wait_span("script", project_id) as span:
             project = await poll_until(
-                lambda: self._get(_path(project_id), Project, retry=NO_RETRY),
+                lambda: self._get(_path(project_id), Project, retries=0, options=options),
                 ready,
                 timeout=timeout,
                 poll_policy=poll_policy or self._poll_policy,
                 what=f"project {project_id}",
+                backoff=self._transport.backoff,
                 on_value=on_value,
             )
             end_wait(span, project)
@@ -222,6 +265,8 @@ class Projects(Resource):
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
         on_update: UpdateCallback[Project] | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
     ) -> Project:
         """Poll a project until it and every one of its video tasks are terminal.
 
@@ -236,6 +281,8 @@ class Projects(Resource):
                 state that differs from the one before (its status, step, script, billing
                 or listed tasks changed), the final one included; an exception it raises
                 ends the wait.
+            extra_headers: Headers sent as given with every poll.
+            extra_query: Query parameters sent as given with every poll.
 
         Returns:
             The project in its final state.
@@ -245,10 +292,11 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         check_id("project_id", project_id)
+        options = CallOptions.of(extra_headers, extra_query)
         settled: set[str] = set()
 
         async def snapshot() -> tuple[Project, bool]:
-            project = await self._get(_path(project_id), Project, retry=NO_RETRY)
+            project = await self._get(_path(project_id), Project, retries=0, options=options)
             if project.is_failed:
                 return project, True
             if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
@@ -258,7 +306,7 @@ class Projects(Resource):
             for task_id in project.task_ids:
                 if task_id in listed or task_id in settled:
                     continue
-                task = await self._get_task(task_id)
+                task = await self._get_task(task_id, options)
                 if not task.is_terminal:
                     return project, False
                 settled.add(task_id)
@@ -278,6 +326,7 @@ class Projects(Resource):
                     timeout=timeout,
                     poll_policy=poll_policy or self._poll_policy,
                     what=f"project {project_id}",
+                    backoff=self._transport.backoff,
                     on_value=on_value if seen is not None else None,
                 )
                 end_wait(span, project)

@@ -19,9 +19,9 @@ from .._contract._meta import RESPONSE_SLOT
 from .._contract._models import structure_lenient
 from .._contract._redact import scrub_exception
 from .._http._jsonbody import clip, short_repr
-from .._http._retry import RetryPolicy
+from .._http._options import NO_OPTIONS, CallOptions
 from .._http._transport import Response, Transport
-from .._waiting._polling import PollPolicy
+from .._waiting._policy import PollPolicy
 
 __all__ = ["Resource"]
 
@@ -43,17 +43,22 @@ class Resource:
         cls: type[_T],
         *,
         params: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
+        retries: int | None = None,
+        options: CallOptions = NO_OPTIONS,
     ) -> _T:
         """Read one object: ``GET path``, its answer parsed into ``cls``.
 
-        ``retry`` overrides the client's retry policy (a wait loop passes ``NO_RETRY``: it
-        owns the backoff).
+        ``retries`` overrides the client's ``max_retries`` (a wait loop passes 0: it owns the
+        backoff).
         """
-        response = await self._transport.request("GET", path, params=params, retry=retry)
+        response = await self._transport.request(
+            "GET", path, params=params, retries=retries, options=options
+        )
         return self._parse(response, cls)
 
-    async def _create(self, path: str, body: dict[str, Any], cls: type[_T]) -> _T:
+    async def _create(
+        self, path: str, body: dict[str, Any], cls: type[_T], options: CallOptions = NO_OPTIONS
+    ) -> _T:
         """Send a creating call so that a charged identifier is never dropped.
 
         The request runs in its own task. If the caller is cancelled while it is in flight,
@@ -64,11 +69,11 @@ class Resource:
         """
 
         async def send() -> tuple[_T, Response]:
-            response = await self._transport.request("POST", path, json_body=body)
+            response = await self._transport.request("POST", path, json_body=body, options=options)
             return self._parse(response, cls, created=True), response
 
         job = asyncio.ensure_future(send())
-        self._transport.owner.track(job, self._transport.call_bound())
+        self._transport.owner.track(job, self._transport.call_bound(options.timeout))
         try:
             created, _ = await asyncio.shield(job)
         except asyncio.CancelledError:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import functools
 import operator
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._contract._enums import FunctionMode, Model, Ratio
 from .._contract._exceptions import WaitTimeoutError
 from .._contract._models import CreatedTask, Task
 from .._contract._validation import as_url_list, check_id, validate_task_request
-from .._http._retry import NO_RETRY
-from .._http._transport import Transport
+from .._http._options import NO_OPTIONS, CallOptions, Headers, Query
+from .._http._transport import Timeout, Transport
 from .._waiting._gather import GatherResults, gather_until_done
+from .._waiting._policy import PollPolicy
 from .._waiting._polling import (
-    PollPolicy,
     TaskSource,
     UpdateCallback,
     on_read,
@@ -47,6 +47,10 @@ class Tasks(Resource):
         image_urls: Sequence[str] | None = None,
         audio_urls: Sequence[str] | None = None,
         video_urls: Sequence[str] | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: Timeout | float | None = None,
     ) -> CreatedTask:
         """Create a video generation task (``POST /v1/video/videomodel-2``).
 
@@ -69,6 +73,12 @@ class Tasks(Resource):
             audio_urls: Up to 3 audio URLs; with ``omni_reference`` they need an image or
                 a video beside them.
             video_urls: Up to 3 video URLs.
+            extra_headers: Headers sent as given (a ``None`` value removes the client's).
+            extra_query: Query parameters sent as given.
+            extra_body: JSON fields sent as given, unchecked, winning over the arguments
+                above: the way to send a value or a field this version does not know, e.g.
+                ``extra_body={"model": "videomodel_2_1"}``.
+            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
 
         Returns:
             The created task (its ``task_id``, status ``running``, cost).
@@ -90,15 +100,29 @@ class Tasks(Resource):
                 "image_urls": as_url_list(image_urls),
                 "audio_urls": as_url_list(audio_urls),
                 "video_urls": as_url_list(video_urls),
-            }
+            },
+            unknown_hint=True,
         )
-        return await self._create("/v1/video/videomodel-2", body, CreatedTask)
+        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
+        return await self._create("/v1/video/videomodel-2", body, CreatedTask, options)
 
-    async def get(self, task_id: str) -> Task:
+    async def get(
+        self,
+        task_id: str,
+        *,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: Timeout | float | None = None,
+    ) -> Task:
         """Read a task's status and result (``GET /v1/tasks?task_id=``).
 
         Args:
             task_id: The id returned by :meth:`create` (or listed in a project).
+            extra_headers: Headers sent as given (a ``None`` value removes the client's).
+            extra_query: Query parameters sent as given, winning over ``task_id``.
+            extra_body: A JSON body sent as given.
+            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
 
         Returns:
             The task; ``result`` is ``None`` while it runs.
@@ -109,10 +133,13 @@ class Tasks(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._get("/v1/tasks", Task, params=_query(task_id))
+        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
+        return await self._get("/v1/tasks", Task, params=_query(task_id), options=options)
 
-    async def _fetch_once(self, task_id: str) -> Task:
-        return await self._get("/v1/tasks", Task, params=_query(task_id), retry=NO_RETRY)
+    async def _fetch_once(self, task_id: str, options: CallOptions = NO_OPTIONS) -> Task:
+        return await self._get(
+            "/v1/tasks", Task, params=_query(task_id), retries=0, options=options
+        )
 
     def __init__(
         self,
@@ -130,16 +157,19 @@ class Tasks(Resource):
         super().__init__(transport, poll_policy)
         self._finish_times = finish_times
 
-    def _source(self) -> TaskSource:
+    def _source(self, options: CallOptions = NO_OPTIONS) -> TaskSource:
         """The narrow interface the waiting engines poll through.
 
-        One read, no retries of its own (the engine's loop owns the backoff), paced by the
-        client.
+        One read, no retries of its own (the engine's loop owns the backoff, by the client's
+        backoff policy), paced by the client; ``options`` go with every read.
         """
         return TaskSource(
-            fetch=self._fetch_once,
+            fetch=self._fetch_once
+            if options is NO_OPTIONS
+            else functools.partial(self._fetch_once, options=options),
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
+            backoff=self._transport.backoff,
             finish_times=self._finish_times,
             hooks=self._transport.hooks,
         )
@@ -152,6 +182,8 @@ class Tasks(Resource):
         raise_on_failure: bool = False,
         poll_policy: PollPolicy | None = None,
         on_update: UpdateCallback[Task] | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
     ) -> Task:
         """Poll one task until it is terminal (succeeded, failed or error).
 
@@ -169,6 +201,8 @@ class Tasks(Resource):
                 read and then with each state that differs from the one before, the final
                 one included (like fal's ``on_queue_update``). An exception it raises ends
                 the wait with that exception.
+            extra_headers: Headers sent as given with every poll.
+            extra_query: Query parameters sent as given with every poll.
 
         Returns:
             The task in a terminal state.
@@ -181,7 +215,7 @@ class Tasks(Resource):
         """
         task_id = check_id("task_id", task_id)
         return await wait_on_source(
-            self._source(),
+            self._source(CallOptions.of(extra_headers, extra_query)),
             task_id,
             timeout=timeout,
             raise_on_failure=raise_on_failure,
@@ -195,6 +229,8 @@ class Tasks(Resource):
         *,
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
     ) -> AsyncIterator[Task]:
         """Yield each distinct state of a task until it is terminal.
 
@@ -213,6 +249,8 @@ class Tasks(Resource):
             timeout: The deadline in seconds for the whole watch (``None``: no deadline);
                 the time your loop body takes counts.
             poll_policy: Overrides the client's poll policy.
+            extra_headers: Headers sent as given with every poll.
+            extra_query: Query parameters sent as given with every poll.
 
         Yields:
             Each new state of the task.
@@ -222,6 +260,7 @@ class Tasks(Resource):
             NotFoundError: No such task.
         """
         task_id = check_id("task_id", task_id)
+        options = CallOptions.of(extra_headers, extra_query)
         policy = poll_policy or self._poll_policy
         deadline = None if timeout is None else time.monotonic() + timeout
         on_value = on_read(self._transport.hooks, None, lambda task: task.is_terminal)
@@ -230,11 +269,12 @@ class Tasks(Resource):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 current = await poll_until(
-                    lambda: self._fetch_once(task_id),
+                    lambda: self._fetch_once(task_id, options),
                     functools.partial(operator.ne, last),
                     timeout=left,
                     poll_policy=policy,
                     what=task_id,
+                    backoff=self._transport.backoff,
                     on_value=on_value,
                 )
             except WaitTimeoutError as exc:
@@ -246,7 +286,15 @@ class Tasks(Resource):
             last = current
             yield current
 
-    def gather_until_done(self, task_ids: Iterable[str], **options: Any) -> GatherResults:
+    def gather_until_done(
+        self,
+        /,
+        task_ids: Iterable[str],
+        *,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        **options: Any,
+    ) -> GatherResults:
         """Wait for many tasks at once, yielding each as soon as it is terminal.
 
         The same as :func:`videogen_async.gather_until_done` with this client; see it for
@@ -254,9 +302,12 @@ class Tasks(Resource):
 
         Args:
             task_ids: The ids to wait for (duplicates are polled and yielded once).
+            extra_headers: Headers sent as given with every poll.
+            extra_query: Query parameters sent as given with every poll.
             **options: Options of :func:`videogen_async.gather_until_done`.
 
         Returns:
             An async iterator of :class:`Task`, also usable as an async context manager.
         """
-        return gather_until_done(self._source(), task_ids, **options)
+        source = self._source(CallOptions.of(extra_headers, extra_query))
+        return gather_until_done(source, task_ids, **options)

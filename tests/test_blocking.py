@@ -1,0 +1,343 @@
+"""``VideoGen``, the blocking client: the async client's answers, from any thread, one loop.
+
+The sandbox runs on an event loop of its own in a background thread (the tests' threads are
+not async); what it holds is read on that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import json
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.test_docs import ThreadedSandbox
+from videogen_async import (
+    AsyncVideoGen,
+    InvalidRequestError,
+    NotFoundError,
+    PollPolicy,
+    Task,
+    TaskStatus,
+    VideoGen,
+    VideoGenError,
+    WaitTimeoutError,
+)
+from videogen_async._blocking import BlockingCredits, BlockingProjects, BlockingTasks
+from videogen_async._resources._credits import Credits
+from videogen_async._resources._projects import Projects
+from videogen_async._resources._tasks import Tasks
+from videogen_async.testing import SandboxServer
+
+_T = TypeVar("_T")
+FAST = PollPolicy(min_interval=0.005, max_interval=0.03, dense_interval=0.005, sparse_cap=0.03)
+LOOP_THREAD = "videogen-async-loop"
+
+
+class Sandbox(ThreadedSandbox):
+    """A sandbox on a loop of its own, read on that loop."""
+
+    def read(self, read: Callable[[SandboxServer], _T]) -> _T:
+        assert self._loop is not None
+        assert self.server is not None
+        server = self.server
+
+        async def on_loop() -> _T:
+            return read(server)
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), self._loop).result(10)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    threaded = Sandbox(time_scale=0.002, seed=5)
+    with threaded:
+        yield threaded
+
+
+def _options(sandbox: Sandbox) -> dict[str, Any]:
+    server = sandbox.server
+    assert server is not None
+    return {"api_key": server.api_key, "base_url": server.base_url, "poll_policy": FAST}
+
+
+def _loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == LOOP_THREAD]
+
+
+def _sockets_to(port: int) -> int:
+    """This process's open TCP sockets whose remote port is ``port``."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table, encoding="ascii") as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                    count += 1
+    return count
+
+
+needs_proc = pytest.mark.skipif(
+    not os.path.exists("/proc/self/net/tcp"), reason="counts sockets through Linux's /proc"
+)
+
+
+@needs_proc
+def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
+    threads = 20
+    others = set(_loop_threads())  # other clients' loops (a docs program keeps one)
+    sent_from: set[int] = set()
+    client = VideoGen(**_options(sandbox), event_hooks={"request": [lambda _: sent_from.add(
+        threading.get_ident())]})  # fmt: skip
+    together = threading.Barrier(threads)
+
+    def work(number: int) -> tuple[str, Task, Task, float]:
+        together.wait(10)  # every thread calls at once
+        created = client.tasks.create(f"thread {number}", duration=4 + number % 5)
+        done = client.tasks.wait(created.task_id, timeout=60)
+        again = client.tasks.get(created.task_id)
+        return created.task_id, done, again, client.credits.get().api_total_credits
+
+    with ThreadPoolExecutor(threads) as pool:
+        answers = list(pool.map(work, range(threads)))
+        (loop_thread,) = set(_loop_threads()) - others
+
+    assert len({task_id for task_id, *_ in answers}) == threads
+    for number, (task_id, done, again, total) in enumerate(answers):
+        assert (done.task_id, done.status) == (task_id, TaskStatus.SUCCEEDED)
+        assert again == done
+        assert again.video_url is not None
+        assert total == 10_000
+        described = sandbox.read(lambda s, t=task_id: s.describe_task(t))  # type: ignore[misc]
+        assert described["prompt"] == f"thread {number}"
+    assert sent_from == {loop_thread.ident}  # every request went out from the one loop thread
+    port = urlsplit(client.base_url).port or 80
+    assert _sockets_to(port) >= 1
+
+    client.close()
+    assert not loop_thread.is_alive()
+    assert set(_loop_threads()) <= others
+    assert _sockets_to(port) == 0
+    assert client.is_closed
+    with pytest.raises(RuntimeError, match="this VideoGen client is closed"):
+        client.credits.get()
+    client.close()  # idempotent
+
+
+def test_both_clients_answer_alike(sandbox: Sandbox, tmp_path: Path) -> None:
+    options = _options(sandbox)
+    seed = VideoGen(**options)
+    done_id = seed.tasks.create("finished").task_id
+    seed.tasks.wait(done_id, timeout=60)
+    seed.close()
+    sandbox.read(lambda s: s.clock.pause())  # from here, nothing changes but what is asked
+    running_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+
+    calls: list[tuple[str, Callable[[Any], Any]]] = [
+        ("credits", lambda c: c.credits.get()),
+        ("get", lambda c: c.tasks.get(done_id)),
+        ("get running", lambda c: c.tasks.get(running_id, extra_query={"x": "1"})),
+        ("create", lambda c: c.tasks.create("p", duration=6, ratio="9:16")),
+        ("unknown id", lambda c: c.tasks.get("no-such-task")),
+        ("bad input", lambda c: c.tasks.create(" ")),
+        ("unknown model", lambda c: c.tasks.create("p", model="videomodel_2_1")),
+        ("refused header", lambda c: c.credits.get(extra_headers={"authorization": "x"})),
+        ("wait", lambda c: c.tasks.wait(done_id, timeout=5)),
+        ("wait timeout", lambda c: c.tasks.wait(running_id, timeout=0.05)),
+        ("failed wait", lambda c: c.tasks.wait("no-such-task", timeout=5)),
+        ("raw", lambda c: c.with_raw_response.tasks.get(done_id)),
+        ("view", lambda c: c.with_options(max_retries=0).tasks.get(done_id)),
+        ("project 404", lambda c: c.projects.get("no-such-project")),
+        ("download", lambda c: c.download(done_id, tmp_path / f"{type(c).__name__}.mp4")),
+    ]
+
+    def outcome(name: str, value: Any) -> Any:
+        if isinstance(value, VideoGenError):
+            return (type(value), getattr(value, "status_code", None), getattr(value, "code", None))
+        if name == "credits":
+            return value.api_total_credits
+        if name == "create":
+            return (value.status, value.credits_cost)
+        if name == "raw":
+            return (value.status_code, value.parse())
+        if name == "download":
+            return value.read_bytes()
+        return value
+
+    def run_blocking() -> dict[str, Any]:
+        found = {}
+        with VideoGen(**options) as client:
+            for name, call in calls:
+                try:
+                    found[name] = outcome(name, call(client))
+                except VideoGenError as exc:
+                    found[name] = outcome(name, exc)
+        return found
+
+    async def run_async() -> dict[str, Any]:
+        found = {}
+        async with AsyncVideoGen(**options) as client:
+            for name, call in calls:
+                try:
+                    found[name] = outcome(name, await call(client))
+                except VideoGenError as exc:
+                    found[name] = outcome(name, exc)
+        return found
+
+    blocking, asynchronous = run_blocking(), asyncio.run(run_async())
+    assert blocking == asynchronous
+    assert blocking["unknown id"][0] is NotFoundError
+    assert blocking["bad input"][0] is InvalidRequestError
+    assert blocking["wait timeout"][0] is WaitTimeoutError
+    assert blocking["get"].status == TaskStatus.SUCCEEDED
+    assert blocking["download"]
+
+
+def test_every_async_call_has_its_blocking_form() -> None:
+    def calls(cls: type) -> set[str]:
+        return {n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)}
+
+    pairs = [(Tasks, BlockingTasks), (Projects, BlockingProjects), (Credits, BlockingCredits)]
+    for async_cls, blocking_cls in pairs:
+        assert calls(async_cls) == set(vars(blocking_cls)) - {"__module__", "__doc__"}
+    public = {n for n in dir(AsyncVideoGen) if not n.startswith("_")}
+    assert public - {"aclose"} <= {n for n in dir(VideoGen) if not n.startswith("_")}
+    blocking = VideoGen(api_key="k", base_url="http://127.0.0.1:9")
+    try:
+        assert inspect.signature(blocking.tasks.create) == inspect.signature(
+            blocking._client.tasks.create
+        )
+    finally:
+        blocking.close()
+
+
+def test_gather_is_a_plain_iterator_that_leaves_nothing_running(sandbox: Sandbox) -> None:
+    async def others() -> set[str]:
+        current = asyncio.current_task()
+        return {t.get_coro().__qualname__ for t in asyncio.all_tasks() if t is not current}
+
+    with VideoGen(**_options(sandbox)) as client:
+        idle = client._loop.run(others)
+        ids = [client.tasks.create(f"t{n}", duration=4).task_id for n in range(4)]
+        for task_id in ids:
+            client.tasks.wait(task_id, timeout=60)
+        sandbox.read(lambda s: s.clock.pause())
+        slow = sandbox.read(lambda s: s.create_tasks(2))  # never finish: the clock is paused
+        seen = []
+        with client.tasks.gather_until_done([*ids, *slow], timeout=60) as results:
+            seen.append(next(results))
+            assert results.progress.pending >= 2
+            assert client._loop.run(others) != idle  # the gather polls on the loop
+        assert client._loop.run(others) == idle  # the block's exit stopped everything
+        assert next(results, None) is None
+
+        plain = client.tasks.gather_until_done(slow, timeout=60)
+        plain.add(ids[:1])
+        assert next(plain).task_id == ids[0]
+        plain.close()
+        assert client._loop.run(others) == idle
+
+        statuses = [t.status for t in client.tasks.watch(ids[0])]
+        assert statuses == [TaskStatus.SUCCEEDED]
+        watching = client.tasks.watch(slow[0], timeout=60)
+        assert next(watching).status == TaskStatus.RUNNING
+        watching.close()
+        assert client._loop.run(others) == idle
+    assert seen[0].task_id in ids
+
+
+def test_a_forked_child_is_refused_with_the_cause_and_the_fix(sandbox: Sandbox) -> None:
+    client = VideoGen(**_options(sandbox))
+    client.credits.get()
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        report: dict[str, Any] = {}
+        try:
+            client.credits.get()
+        except BaseException as exc:
+            report = {"type": type(exc).__name__, "message": str(exc)}
+        try:
+            client.close()
+            report["closed"] = True
+        finally:
+            os.write(write, json.dumps(report).encode())
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        report = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert report["type"] == "RuntimeError"
+    assert f"created in process {os.getpid()} and is used in process {pid}" in report["message"]
+    assert "Create the client in the child" in report["message"]
+    assert report["closed"] is True
+    assert client.credits.get().api_total_credits == 10_000  # the parent's client still works
+    client.close()
+
+
+def test_a_call_from_the_loops_own_thread_is_refused(sandbox: Sandbox) -> None:
+    with VideoGen(**_options(sandbox)) as client:
+        task_id = client.tasks.create("p").task_id
+        with pytest.raises(RuntimeError, match="own event loop thread"):
+            client.tasks.wait(task_id, timeout=60, on_update=lambda _: client.credits.get())
+        assert client.tasks.wait(task_id, timeout=60).is_terminal
+
+
+def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_dropped(
+    sandbox: Sandbox,
+) -> None:
+    client = VideoGen(**_options(sandbox))
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())
+    polled = threading.Event()
+    result: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            client.tasks.wait(task_id, on_update=lambda _: polled.set())
+        except BaseException as exc:
+            result.append(exc)
+
+    waiter = threading.Thread(target=waiting)
+    waiter.start()
+    assert polled.wait(10)
+    client.close()
+    waiter.join(10)
+    assert isinstance(result[0], RuntimeError)
+    assert "closed while the call ran" in str(result[0])
+
+    others = set(_loop_threads())
+    dropped = VideoGen(**_options(sandbox))
+    dropped.credits.get()
+    (thread,) = set(_loop_threads()) - others
+    view = dropped.with_options(max_retries=0)
+    del dropped
+    gc.collect()
+    assert view.credits.get().api_total_credits == 10_000  # a view keeps the loop alive
+    view.close()  # a view's close does nothing
+    assert view.credits.get().api_total_credits == 10_000
+    del view
+    gc.collect()
+    thread.join(10)  # the last handle gone: the loop closed the client and ended
+    assert not thread.is_alive()

@@ -1,0 +1,497 @@
+"""``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
+
+A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop running in one daemon thread of
+its own; each call is handed to that loop and the calling thread blocks until its answer.
+Nothing is implemented twice: each blocking namespace declares, one line per call, which call
+of the async namespace it runs (``create = _blocking(Tasks.create)``) and takes its signature,
+types and docstring, so results, errors, retries, waits, pacing and the one connection pool
+every thread shares are the async client's own.
+
+A call is handed over with ``asyncio.run_coroutine_threadsafe``: one wake-up of each thread.
+An anyio blocking portal (``start_task_soon``) makes two round trips per call, which doubles
+the hand-off's cost (``bench/sync.py``). The loop's thread is this module's own, so that it can
+be told to stop without being joined: by a finalizer once every handle on the client is gone
+(it may run on the loop's own thread), and never in a forked child, which has no such thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from ._client import DEFAULT_CONNECTION_LIMIT, DEFAULT_TIMEOUT, AsyncVideoGen
+from ._contract._exceptions import TaskPollError
+from ._contract._meta import HasResponse
+from ._contract._models import Task
+from ._http._retry import BackoffPolicy
+from ._http._transport import DEFAULT_MAX_BODY, Timeout
+from ._observe._hooks import EventHook
+from ._resources._credits import Credits
+from ._resources._projects import Projects
+from ._resources._raw import RawResponse
+from ._resources._tasks import Tasks
+from ._waiting._gather import GatherResults
+from ._waiting._policy import PollPolicy
+from ._waiting._progress import GatherProgress
+from ._waiting._schedule import FinishTimeMemory
+
+__all__ = ["BlockingGather", "BlockingIterator", "VideoGen"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_R = TypeVar("_R", bound=HasResponse)
+_Self = TypeVar("_Self", bound="BlockingIterator[Any]")
+
+_Started = concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]]
+
+_FORKED = (
+    "this VideoGen client was created in process {parent} and is used in process {child}, a"
+    " fork of it: its event loop thread and its connections exist only in the parent. Create"
+    " the client in the child, after the fork (Celery: in a worker_process_init handler;"
+    " gunicorn: in post_fork or at the first request; multiprocessing: in the worker function)"
+)
+_ON_LOOP = (
+    "a blocking call of a VideoGen client was made on that client's own event loop thread"
+    " (from a callback such as on_update, on_progress or an event hook, which run there):"
+    " it would wait for itself. Make the call from another thread, or await the AsyncVideoGen"
+    " call in async code"
+)
+
+
+async def _serve(client: AsyncVideoGen, started: _Started) -> None:
+    """The loop thread's main task: wait until asked to stop, then close the client."""
+    stop = asyncio.Event()
+    started.set_result((asyncio.get_running_loop(), stop))
+    await stop.wait()
+    await client.aclose()
+
+
+def _run(client: AsyncVideoGen, started: _Started) -> None:
+    try:
+        asyncio.run(_serve(client, started))
+    except BaseException as exc:
+        if started.done():
+            raise
+        started.set_exception(exc)
+
+
+def _request_stop(pid: int, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """Ask the loop to close the client and end (from any thread; never waits)."""
+    if os.getpid() == pid:
+        with contextlib.suppress(RuntimeError):  # the loop has ended already
+            loop.call_soon_threadsafe(stop.set)
+
+
+async def _call(job: Callable[[], Any]) -> Any:
+    result = job()
+    return await result if inspect.isawaitable(result) else result
+
+
+async def _next_or_end(iterator: AsyncIterator[_T]) -> list[_T]:
+    try:
+        return [await iterator.__anext__()]
+    except StopAsyncIteration:
+        return []
+
+
+class _Loop:
+    """One event loop in one daemon thread, and the calls handed to it from other threads."""
+
+    def __init__(self, client: AsyncVideoGen) -> None:
+        self.pid = os.getpid()
+        self.closed = False
+        self._lock = threading.Lock()
+        self._calls: set[concurrent.futures.Future[Any]] = set()
+        started: _Started = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=_run, args=(client, started), name="videogen-async-loop", daemon=True
+        )
+        self._thread.start()
+        self._loop, stop = started.result()
+        self._stop = functools.partial(_request_stop, self.pid, self._loop, stop)
+        # Every handle dropped without close(): the loop closes the client and ends.
+        weakref.finalize(self, self._stop)
+
+    def check(self) -> None:
+        """Refuse a call this loop cannot serve, with the cause and the fix."""
+        if os.getpid() != self.pid:
+            raise RuntimeError(_FORKED.format(parent=self.pid, child=os.getpid()))
+        if self.closed:
+            raise RuntimeError("this VideoGen client is closed")
+        if threading.get_ident() == self._thread.ident:
+            raise RuntimeError(_ON_LOOP)
+
+    def run(self, func: Callable[_P, Awaitable[_T]], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Await ``func(*args, **kwargs)`` on the loop and return its result here."""
+        result: _T = self.submit(functools.partial(func, *args, **kwargs))
+        return result
+
+    def submit(self, job: Callable[[], Any]) -> Any:
+        """Run ``job`` on the loop (awaiting its result if awaitable); its outcome here."""
+        self.check()
+        future = asyncio.run_coroutine_threadsafe(_call(job), self._loop)
+        self._calls.add(future)
+        future.add_done_callback(self._calls.discard)
+        if self.closed:  # closed since the check: close() may not have seen this call
+            future.cancel()
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            if not self.closed:
+                raise
+            raise RuntimeError("this VideoGen client was closed while the call ran") from None
+        except BaseException:
+            future.cancel()  # e.g. Ctrl-C in this thread: the call stops on the loop too
+            raise
+
+    def close(self) -> None:
+        """Cancel the calls still running, close the client, end the loop and its thread."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        if os.getpid() != self.pid:
+            return  # a forked child: the thread and the loop are the parent's
+        for future in list(self._calls):
+            future.cancel()
+        self._stop()
+        if threading.get_ident() != self._thread.ident:
+            self._thread.join()
+
+
+class _Namespace:
+    """What a blocking namespace holds: the loop and the async object it runs calls of."""
+
+    def __init__(self, loop: _Loop, target: Any) -> None:
+        self._loop = loop
+        self._target = target
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._target!r}>"
+
+
+class _Call(Generic[_P, _T]):
+    """A call of a blocking namespace: the same-named call of its async object, on the loop."""
+
+    def __init__(self, name: str, wrap: Callable[[_Loop, Any], Any] | None = None) -> None:
+        self._name = name
+        self._wrap = wrap
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self._name:
+            raise TypeError(f"{owner.__name__}.{name} would run {self._name}")
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Call[_P, _T]: ...
+
+    @overload
+    def __get__(self, obj: _Namespace, owner: type | None = None) -> Callable[_P, _T]: ...
+
+    def __get__(self, obj: _Namespace | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        target = getattr(obj._target, self._name)
+        loop, wrap = obj._loop, self._wrap
+
+        @functools.wraps(target)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = loop.submit(functools.partial(target, *args, **kwargs))
+            return result if wrap is None else wrap(loop, result)
+
+        obj.__dict__[self._name] = call  # found there from now on, before this descriptor
+        return call
+
+
+def _blocking(method: Callable[Concatenate[Any, _P], Awaitable[_T]]) -> _Call[_P, _T]:
+    """The blocking form of a coroutine method: its signature, its result."""
+    return _Call(method.__name__)
+
+
+def _sync(method: Callable[Concatenate[Any, _P], _T]) -> _Call[_P, _T]:
+    """A plain method of an object that lives on the loop, called there."""
+    return _Call(method.__name__)
+
+
+def _raw(method: Callable[Concatenate[Any, _P], Awaitable[_R]]) -> _Call[_P, RawResponse[_R]]:
+    """The blocking form of a ``with_raw_response`` call."""
+    return _Call(method.__name__)
+
+
+def _iterating(
+    method: Callable[Concatenate[Any, _P], AsyncIterator[_T]],
+) -> _Call[_P, BlockingIterator[_T]]:
+    """The blocking form of a method returning an async iterator: a plain iterator."""
+    return _Call(method.__name__, BlockingIterator)
+
+
+class BlockingIterator(_Namespace, Iterator[_T]):
+    """An async iterator of the client, iterated from a blocking thread.
+
+    Also a context manager: leaving the ``with`` block (or :meth:`close`) stops what the
+    iterator runs on the client's loop, and waits until nothing of it is left running.
+    """
+
+    def __init__(self, loop: _Loop, iterator: AsyncIterator[_T]) -> None:
+        super().__init__(loop, iterator)
+        self._iterator = iterator
+        self._done = False
+
+    def __next__(self) -> _T:
+        if self._done:
+            raise StopIteration
+        item = self._loop.run(_next_or_end, self._iterator)
+        if not item:
+            self._done = True
+            raise StopIteration
+        return item[0]
+
+    def close(self) -> None:
+        """Stop the iteration and what it runs on the loop. Idempotent."""
+        if self._done:
+            return
+        self._done = True
+        aclose = getattr(self._iterator, "aclose", None)
+        if aclose is not None and not self._loop.closed and os.getpid() == self._loop.pid:
+            self._loop.submit(aclose)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class BlockingGather(BlockingIterator[Task | TaskPollError]):
+    """``client.tasks.gather_until_done(...)`` of :class:`VideoGen`: a plain iterator.
+
+    The same as :class:`~videogen_async.GatherResults`, iterated with ``for``::
+
+        with client.tasks.gather_until_done(ids, timeout=600) as results:
+            for task in results:
+                print(task.task_id, task.status)
+    """
+
+    add = _sync(GatherResults.add)
+    discard = _sync(GatherResults.discard)
+    end_input = _sync(GatherResults.end_input)
+
+    @property
+    def progress(self) -> GatherProgress:
+        """A snapshot of the progress so far."""
+        results: GatherResults = self._target
+        progress: GatherProgress = self._loop.submit(lambda: results.progress)
+        return progress
+
+
+def _gathering(
+    method: Callable[Concatenate[Any, _P], GatherResults],
+) -> _Call[_P, BlockingGather]:
+    return _Call(method.__name__, BlockingGather)
+
+
+class BlockingTasks(_Namespace):
+    """``client.tasks`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().tasks``."""
+
+    create = _blocking(Tasks.create)
+    get = _blocking(Tasks.get)
+    wait = _blocking(Tasks.wait)
+    watch = _iterating(Tasks.watch)
+    gather_until_done = _gathering(Tasks.gather_until_done)
+
+
+class BlockingProjects(_Namespace):
+    """``client.projects`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().projects``."""
+
+    create = _blocking(Projects.create)
+    get = _blocking(Projects.get)
+    create_videos = _blocking(Projects.create_videos)
+    wait_for_script = _blocking(Projects.wait_for_script)
+    wait = _blocking(Projects.wait)
+
+
+class BlockingCredits(_Namespace):
+    """``client.credits`` of :class:`VideoGen`."""
+
+    get = _blocking(Credits.get)
+
+
+class _RawTasks(_Namespace):
+    create = _raw(Tasks.create)
+    get = _raw(Tasks.get)
+
+
+class _RawProjects(_Namespace):
+    create = _raw(Projects.create)
+    get = _raw(Projects.get)
+    create_videos = _raw(Projects.create_videos)
+
+
+class _RawCredits(_Namespace):
+    get = _raw(Credits.get)
+
+
+class _RawResponses:
+    """``client.with_raw_response`` of :class:`VideoGen`."""
+
+    def __init__(self, loop: _Loop, raw: Any) -> None:
+        self.tasks = _RawTasks(loop, raw.tasks)
+        self.projects = _RawProjects(loop, raw.projects)
+        self.credits = _RawCredits(loop, raw.credits)
+
+
+def _view(loop: _Loop, client: AsyncVideoGen) -> VideoGen:
+    return VideoGen._over(loop, client, owns_loop=False)
+
+
+def _viewing(method: Callable[Concatenate[Any, _P], AsyncVideoGen]) -> _Call[_P, VideoGen]:
+    return _Call(method.__name__, _view)
+
+
+class VideoGen(_Namespace):
+    """The blocking client of the video generation service.
+
+    The same namespaces, calls, results and errors as :class:`AsyncVideoGen`, for code that
+    is not async (a Django or Flask view, a Celery task, a script, a notebook)::
+
+        with VideoGen() as client:
+            created = client.tasks.create("a paper boat")
+            task = client.tasks.wait(created.task_id, timeout=600)
+
+    Each client runs one event loop in one background thread and sends every call through
+    it, so it is safe to share between the threads of a process (one connection pool for
+    all of them). It cannot cross a ``fork``: create it in the process that uses it. Waits'
+    callbacks (``on_update``, ``on_progress``, event hooks) run on that loop's thread: keep
+    them quick, and make no call of the client from them.
+
+    It takes the arguments of :class:`AsyncVideoGen` (their defaults and meaning), all but
+    ``session``: an ``aiohttp`` session belongs to an event loop, and this loop is the
+    client's own.
+
+    Raises:
+        ConfigurationError: The key or base URL is missing or invalid.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: Timeout | float | None = DEFAULT_TIMEOUT,
+        max_retries: int | None = None,
+        connection_limit: int = DEFAULT_CONNECTION_LIMIT,
+        poll_policy: PollPolicy | None = None,
+        backoff: BackoffPolicy | None = None,
+        default_headers: dict[str, str] | None = None,
+        allow_insecure_http: bool = False,
+        max_body_size: int = DEFAULT_MAX_BODY,
+        deadline: float | None = None,
+        trust_env: bool = True,
+        event_hooks: Mapping[str, Sequence[EventHook]] | None = None,
+    ) -> None:
+        client = AsyncVideoGen(
+            api_key,
+            base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            connection_limit=connection_limit,
+            poll_policy=poll_policy,
+            backoff=backoff,
+            default_headers=default_headers,
+            allow_insecure_http=allow_insecure_http,
+            max_body_size=max_body_size,
+            deadline=deadline,
+            trust_env=trust_env,
+            event_hooks=event_hooks,
+        )
+        self._attach(_Loop(client), client, owns_loop=True)
+
+    def _attach(self, loop: _Loop, client: AsyncVideoGen, *, owns_loop: bool) -> None:
+        super().__init__(loop, client)
+        self._owns_loop = owns_loop
+        self.tasks = BlockingTasks(loop, client.tasks)
+        self.projects = BlockingProjects(loop, client.projects)
+        self.credits = BlockingCredits(loop, client.credits)
+        #: The same calls, each returning a :class:`RawResponse`.
+        self.with_raw_response = _RawResponses(loop, client.with_raw_response)
+
+    @classmethod
+    def _over(cls, loop: _Loop, client: AsyncVideoGen, *, owns_loop: bool) -> VideoGen:
+        view = cls.__new__(cls)
+        view._attach(loop, client, owns_loop=owns_loop)
+        return view
+
+    download = _blocking(AsyncVideoGen.download)
+    download_many = _blocking(AsyncVideoGen.download_many)
+    with_options = _viewing(AsyncVideoGen.with_options)
+
+    @property
+    def _client(self) -> AsyncVideoGen:
+        client: AsyncVideoGen = self._target
+        return client
+
+    def __repr__(self) -> str:
+        return repr(self._client).replace("AsyncVideoGen", "VideoGen", 1)
+
+    @property
+    def base_url(self) -> str:
+        """The service's base URL."""
+        return self._client.base_url
+
+    @property
+    def timeout(self) -> Timeout:
+        """The per-attempt timeouts."""
+        return self._client.timeout
+
+    @property
+    def deadline(self) -> float | None:
+        """Seconds for a whole call with all its retries (``None``: no such bound)."""
+        return self._client.deadline
+
+    @property
+    def max_retries(self) -> int:
+        """Retries of a request after a transient failure."""
+        return self._client.max_retries
+
+    @property
+    def poll_policy(self) -> PollPolicy:
+        """The default poll policy of the waits and ``gather_until_done``."""
+        return self._client.poll_policy
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        """How the client slows down under failure."""
+        return self._client.backoff
+
+    @property
+    def finish_times(self) -> FinishTimeMemory:
+        """What ``gather_until_done`` learned of each class of tasks' finish times."""
+        return self._client.finish_times
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`close` was called (on this client or the one it was made from)."""
+        return self._loop.closed
+
+    def close(self) -> None:
+        """Close the client: its connections, its loop and the loop's thread. Idempotent.
+
+        Calls still running in other threads end with ``RuntimeError``; a create in flight
+        runs to its answer first (as :meth:`AsyncVideoGen.aclose` lets it). A view made by
+        :meth:`with_options` is closed with its client; its own ``close()`` does nothing.
+        """
+        if self._owns_loop:
+            self._loop.close()
+
+    def __enter__(self) -> VideoGen:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,238 @@
+"""``videogen doctor``: does the service named here answer as the SDK expects?
+
+It sends only requests that cost nothing: the balance, the status of a task id that cannot
+exist, a status query without ``task_id``, and the balance with a deliberately wrong key
+(with ``--task-id``, also the status of one of your tasks, for the dates it shows). Where the
+service interface leaves an answer "not shown", what the SDK assumes is not kept in a table
+here: the same requests go to the SDK's own sandbox, which answers as the SDK chose, and both
+answers run through the SDK's own calls, decoding and error mapping; the class each ends as is
+what the SDK makes of it. Dates are read by the SDK's own readers. The key is never printed:
+every text from the wire is redacted, as the SDK's errors are.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import attrs
+
+from .. import APIResponseError, APIStatusError, AsyncVideoGen, Task
+from .._contract._dates import format_datetime, parse_datetime
+from .._contract._redact import redact_text, redact_value
+from .._contract._validation import check_id
+from .._http._retry import parse_retry_after
+from ..testing import SandboxServer
+from ._common import EXIT_OK, EXIT_SOME_FAILED, Context
+
+__all__ = ["add_doctor_parser", "cmd_doctor"]
+
+DOCTOR_EPILOG = """\
+Sends only requests that cost nothing (the balance, an unknown task id, a status query
+without task_id, the balance with a wrong key) and compares each answer the service
+interface leaves "not shown" with what the SDK assumes (its sandbox's answer, through the
+SDK's own error mapping). The key is never printed.
+
+examples:
+  videogen doctor
+  videogen doctor --task-id t_123       # also check the dates one of your tasks shows
+  videogen --json doctor
+
+exit codes: 0 everything as the SDK expects, 1 something differs (each difference is
+listed), 2 usage error, 3 the service could not be reached"""
+
+_UNKNOWN_TASK = "videogen-doctor-no-such-task-0000"
+_RATE_HEADER = re.compile(r"rate-?limit|retry-after", re.IGNORECASE)
+_REQUEST = re.compile(r"^[A-Z]+ /\S*: ")
+_OFFSET = re.compile(r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)$")
+_DATE_FIELDS = ("created_at", "updated_at")
+
+
+@attrs.frozen
+class Answer:
+    """One answer, as the SDK's call ended: its status, code, message, and result or error."""
+
+    status: int | None
+    code: int | None
+    outcome: str
+    message: str | None
+    headers: Mapping[str, str]
+
+    def __str__(self) -> str:
+        said = f' "{self.message[:60]}"' if self.message else ""
+        return f"HTTP {self.status}, code {self.code}{said} -> {self.outcome}"
+
+
+@attrs.frozen
+class Check:
+    """One thing compared: what the service said, what the SDK assumes, and the verdict."""
+
+    check: str
+    service: str
+    sdk_assumes: str
+    handled: bool
+    as_expected: bool
+
+    @property
+    def verdict(self) -> str:
+        if self.as_expected:
+            return "as expected"
+        return "differs, handled" if self.handled else "differs, NOT handled"
+
+
+async def _answer(call: Awaitable[Any]) -> Answer:
+    try:
+        result = await call
+    except (APIStatusError, APIResponseError) as exc:
+        headers = getattr(exc, "headers", None) or {}
+        message = _REQUEST.sub("", exc.message)  # the SDK's "GET /v1/tasks: " before the text
+        return Answer(exc.status_code, exc.code, type(exc).__name__, message, headers)
+    info = result._response
+    return Answer(info.status_code, 200, type(result).__name__, None, dict(info.headers))
+
+
+async def _probe(client: AsyncVideoGen, wrong: AsyncVideoGen) -> tuple[dict[str, Answer], float]:
+    """Every free request through the SDK's calls; and the balance's round trip, in seconds."""
+    started = time.monotonic()
+    balance = await _answer(client.credits.get())
+    latency = time.monotonic() - started
+    return {
+        "balance": balance,
+        "unknown task id": await _answer(client.tasks.get(_UNKNOWN_TASK)),
+        "omitted task_id": await _answer(client.tasks._get("/v1/tasks", Task)),
+        "wrong API key": await _answer(wrong.credits.get()),
+    }, latency
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == name), None)
+
+
+def _rate_headers(answers: Mapping[str, Answer]) -> dict[str, str]:
+    found = {k: v for a in answers.values() for k, v in a.headers.items() if _RATE_HEADER.search(k)}
+    return dict(sorted(found.items()))
+
+
+def _compare(said: Mapping[str, Answer], assumed: Mapping[str, Answer]) -> list[Check]:
+    checks = []
+    for name, answer in said.items():
+        mine = assumed[name]
+        handled = answer.outcome == mine.outcome
+        same = handled and (answer.status, answer.code) == (mine.status, mine.code)
+        checks.append(Check(name, str(answer), str(mine), handled, same))
+    seen, usual = _rate_headers(said), _rate_headers(assumed)
+    unreadable = [v for k, v in seen.items() if k.lower() == "retry-after" and
+                  parse_retry_after(v) is None]  # fmt: skip
+    checks.append(
+        Check(
+            "rate-limit headers",
+            ", ".join(f"{k}: {v}" for k, v in seen.items()) or "none",
+            (", ".join(usual) or "none") + " (the SDK reads only Retry-After, on a 429)",
+            not unreadable,
+            not unreadable and {k.lower() for k in seen} == {k.lower() for k in usual},
+        )
+    )
+    return checks
+
+
+def _date_check(date_header: str | None, texts: Mapping[str, Any]) -> Check:
+    shown = [f"Date: {date_header}"] + [f"{k}: {v}" for k, v in texts.items()]
+    handled = as_expected = date_header is not None
+    try:
+        if date_header is not None:
+            parsedate_to_datetime(date_header)
+        for value in texts.values():
+            parse_datetime(value)
+            as_expected = as_expected and isinstance(value, str) and bool(_OFFSET.search(value))
+    except (TypeError, ValueError, IndexError):
+        handled = as_expected = False
+    example = format_datetime(datetime.now(timezone.utc).replace(microsecond=0))
+    assumes = f"an HTTP date; ISO 8601 with an offset, as {example} (none: read as UTC)"
+    if not texts:
+        assumes += "; --task-id ID checks a task's dates"
+    return Check("date format", "; ".join(shown), assumes, handled, handled and as_expected)
+
+
+async def _task_dates(client: AsyncVideoGen, task_id: str | None) -> dict[str, Any]:
+    if task_id is None:
+        return {}
+    data = (await client._transport.request("GET", "/v1/tasks", params={"task_id": task_id})).data
+    data = data if isinstance(data, dict) else {}
+    result = data.get("result")
+    found = {k: data.get(k) for k in _DATE_FIELDS}
+    found["finished_at"] = result.get("finished_at") if isinstance(result, dict) else None
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _clock(date_header: str | None, midpoint: float) -> float | None:
+    try:
+        return parsedate_to_datetime(date_header or "").timestamp() - midpoint
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+async def cmd_doctor(ctx: Context) -> int:
+    """``videogen doctor``: check the service against the SDK's assumptions, spending nothing."""
+    task_id = ctx.args.task_id
+    if task_id is not None:
+        check_id("task_id", task_id)
+
+    async def work(client: AsyncVideoGen) -> int:
+        wrong_key = f"vg-doctor-wrong-{secrets.token_hex(16)}"
+        wrong = AsyncVideoGen(**{**ctx.client_options(), "api_key": wrong_key})
+        async with wrong, SandboxServer() as sandbox, sandbox.client() as local:
+            async with AsyncVideoGen(wrong_key, sandbox.base_url) as local_wrong:
+                assumed, _ = await _probe(local, local_wrong)
+            before = time.time()
+            said, latency = await _probe(client, wrong)
+            dates = await _task_dates(client, task_id)
+        date_header = _header(said["balance"].headers, "date")
+        checks = [*_compare(said, assumed), _date_check(date_header, dates)]
+        report = {
+            "base_url": client.base_url,
+            "ok": all(c.as_expected for c in checks),
+            "checks": [{**attrs.asdict(c), "verdict": c.verdict} for c in checks],
+            "latency_ms": round(latency * 1000, 1),
+            "clock_offset_seconds": _clock(date_header, before + latency / 2),
+            "rate_limit_headers": _rate_headers(said),
+        }
+        _show(ctx, redact_value(report), checks)
+        return EXIT_OK if report["ok"] else EXIT_SOME_FAILED
+
+    return await ctx.with_client(work)
+
+
+def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
+    ui = ctx.ui
+    if ui.json_mode:
+        ui.emit_json(report)
+        return
+    rows = [[c.check, c.service, c.sdk_assumes, c.verdict] for c in checks]
+    columns = ("check", "the service said", "the SDK assumes", "verdict")
+    title = f"videogen doctor: {report['base_url']} (nothing was charged)"
+    ui.table(columns, [[redact_text(cell) for cell in row] for row in rows], title=title)
+    offset = report["clock_offset_seconds"]
+    clock = "unknown (no readable Date header)" if offset is None else f"{offset:+.1f} s"
+    ui.print(f"round-trip latency: {report['latency_ms']:g} ms (the balance)")
+    ui.print(f"clock difference (service minus this machine, +-0.5 s): {clock}")
+    differ = [c.check for c in checks if not c.as_expected]
+    if differ:
+        ui.note(f"differs from what the SDK expects: {', '.join(differ)}")
+    else:
+        ui.note("the service answers as the SDK expects")
+
+
+def add_doctor_parser(command: Callable[..., Any]) -> None:
+    """Register ``doctor`` through the parser's ``command`` helper."""
+    p = command("doctor", "check the service against what the SDK expects (free)", DOCTOR_EPILOG)
+    p.add_argument(
+        "--task-id",
+        metavar="TASK_ID",
+        help="one of your tasks, to check the dates it shows (reading it costs nothing)",
+    )
+    p.set_defaults(func=cmd_doctor)

@@ -1,0 +1,125 @@
+"""The one converter between the SDK's attrs classes and JSON-ready data, and the mixin using it.
+
+:class:`Serializable` gives a class ``to_dict()``, ``to_json()`` and ``from_dict()``: the
+models, ``LedgerEntry`` and ``GatherProgress`` travel through a broker, a workflow payload or a
+file and come back equal. Dates are ISO 8601 with their offset (``Z`` for UTC), enum members
+their string, an enum value this SDK does not know yet stays a string, nested classes are
+dicts and tuples lists.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypeVar, Union
+
+import cattrs
+
+from ._dates import format_datetime, parse_datetime
+from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
+
+__all__ = ["Serializable", "converter"]
+
+_S = TypeVar("_S", bound="Serializable")
+
+
+def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
+    def structure(value: Any, _type: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string for {enum_cls.__name__}, got {value!r}")  # noqa: TRY004
+        try:
+            return enum_cls(value)
+        except ValueError:
+            return value
+
+    return structure
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _number(value: Any, _type: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
+    try:
+        return float(value)
+    except OverflowError as exc:  # an integer beyond the largest float
+        raise ValueError("expected a number, got one beyond the float range") from exc
+
+
+def _make_converter() -> cattrs.Converter:
+    made = cattrs.Converter(forbid_extra_keys=False)
+    made.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
+    made.register_unstructure_hook(datetime, format_datetime)
+    made.register_structure_hook(float, _number)
+    for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
+        hook = _enum_or_str(enum_cls)
+        for union in (Union[enum_cls, str], Union[enum_cls, str, None]):  # noqa: UP007
+            made.register_structure_hook(union, hook)
+            made.register_unstructure_hook(union, _plain)
+    return made
+
+
+#: The converter of every attrs class of the SDK (the models parse the service's answers by it).
+converter = _make_converter()
+
+
+class Serializable:
+    """``to_dict()``, ``to_json()`` and ``from_dict()`` for an attrs class, by one converter."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready data.
+
+        Returns:
+            A dict of the fields: dates as ISO 8601 text with their offset, enums as their
+            strings, nested objects as dicts, tuples as lists.
+        """
+        data: dict[str, Any] = converter.unstructure(self)
+        return data
+
+    def to_json(self, **dumps: Any) -> str:
+        """The fields as JSON text.
+
+        Args:
+            **dumps: Options of ``json.dumps`` (``indent``, ``sort_keys``...).
+
+        Returns:
+            ``json.dumps(self.to_dict())``.
+        """
+        return json.dumps(self.to_dict(), **dumps)
+
+    @classmethod
+    def from_dict(cls: type[_S], data: Mapping[str, Any]) -> _S:
+        """Rebuild an object from ``to_dict()`` data (or from the service's JSON).
+
+        Fields this version does not know are ignored; an enum value it does not know is
+        kept as its string.
+
+        Args:
+            data: The data.
+
+        Returns:
+            The object, equal to the one ``data`` was made from.
+
+        Raises:
+            ValueError: ``data`` is not a mapping, or a field is missing or of the wrong type
+                (the message names each field and what was wrong).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(  # noqa: TRY004  # bad data, as json.loads says it
+                f"{cls.__name__}.from_dict: expected a mapping, got {type(data).__name__}"
+            )
+        try:
+            return converter.structure(data, cls)
+        except cattrs.BaseValidationError as exc:
+            reasons = "; ".join(cattrs.transform_error(exc, path=cls.__name__))
+            raise ValueError(f"{cls.__name__}.from_dict: {reasons}") from None

@@ -1,0 +1,146 @@
+"""Per-call options: ``extra_headers``, ``extra_query``, ``extra_body`` and ``timeout``.
+
+As in the Stainless SDKs (openai-python, anthropic-sdk-python), every call that sends a request
+takes them: a way past this version's lists (a model, a ratio or a field the service added
+since) and a timeout for one call. :meth:`CallOptions.of` checks them before anything is sent;
+``Transport.request`` merges them into the request it builds, each one winning over the
+call's own value of the same name.
+
+Headers that carry credentials are refused: ``Authorization`` (the client sends the key
+itself; replacing it would send another key, or none, where the user meant this one) and
+``Proxy-Authorization`` (a proxy's credentials belong in its URL, where aiohttp sends them
+only to the proxy). A header whose value holds the client's API key is refused by the
+transport, which knows the key. ``Cookie`` is allowed: the service authenticates by the key
+alone, so a cookie neither carries nor replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._contract._exceptions import InvalidRequestError
+from ._session import Timeout
+
+__all__ = ["NO_OPTIONS", "CallOptions", "Headers", "Query"]
+
+Headers = Mapping[str, str | None]
+"""Extra headers: a value of ``None`` removes a header the client would send."""
+Query = Mapping[str, str | int | float | None]
+"""Extra query parameters: a value of ``None`` removes a parameter the call would send."""
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_REFUSED = {
+    "authorization": "the client sends the API key itself: pass api_key= (or use another"
+    " client for another key)",
+    "proxy-authorization": "a proxy's credentials go in its URL"
+    " (HTTPS_PROXY=http://user:password@host:port)",
+}
+
+
+@attrs.frozen
+class CallOptions:
+    """The checked per-call options of one call (see :meth:`of`)."""
+
+    extra_headers: Mapping[str, str | None] = attrs.field(factory=dict)
+    extra_query: Mapping[str, str | None] = attrs.field(factory=dict)
+    extra_body: Mapping[str, Any] | None = None
+    timeout: Timeout | None = None
+
+    @classmethod
+    def of(
+        cls,
+        extra_headers: Headers | None = None,
+        extra_query: Query | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: Timeout | float | None = None,
+    ) -> CallOptions:
+        """Check a call's options.
+
+        Args:
+            extra_headers: Headers sent as given (a ``None`` value removes the client's).
+            extra_query: Query parameters sent as given (``None`` removes the call's).
+            extra_body: JSON fields merged into the body, winning over the call's own.
+            timeout: Per-attempt timeouts of this call (``None``: the client's).
+
+        Returns:
+            The options (one shared object when none is given).
+
+        Raises:
+            InvalidRequestError: An option breaks a rule; nothing was sent.
+        """
+        if extra_headers is None and extra_query is None and extra_body is None and timeout is None:
+            return NO_OPTIONS
+        return cls(
+            _headers(extra_headers or {}),
+            _query(extra_query or {}),
+            None if extra_body is None else _body(extra_body),
+            None if timeout is None else _timeout(timeout),
+        )
+
+
+NO_OPTIONS = CallOptions()
+
+
+def _fail(field: str, rule: str) -> InvalidRequestError:
+    return InvalidRequestError(field, rule)
+
+
+def _mapping(field: str, value: object) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(field, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _headers(headers: Headers) -> dict[str, str | None]:
+    checked: dict[str, str | None] = {}
+    for name, value in _mapping("extra_headers", headers).items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise _fail("extra_headers", f"{name!r} is not a valid header name")
+        reason = _REFUSED.get(name.lower())
+        if reason is not None:
+            raise _fail("extra_headers", f"must not set {name!r}: {reason}")
+        if value is not None and (not isinstance(value, str) or any(c in value for c in "\r\n\0")):
+            raise _fail(
+                "extra_headers",
+                f"the value of {name!r} must be a string without line breaks, or None",
+            )
+        checked[name] = value
+    return checked
+
+
+def _query(query: Query) -> dict[str, str | None]:
+    checked: dict[str, str | None] = {}
+    for name, value in _mapping("extra_query", query).items():
+        if not isinstance(name, str) or not name:
+            raise _fail("extra_query", f"{name!r} is not a parameter name (a non-empty string)")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (str, int, float))
+        ):
+            raise _fail("extra_query", f"the value of {name!r} must be a string, a number or None")
+        checked[name] = None if value is None else str(value)
+    return checked
+
+
+def _body(body: Mapping[str, Any]) -> dict[str, Any]:
+    fields = dict(_mapping("extra_body", body))
+    if not all(isinstance(name, str) for name in fields):
+        raise _fail("extra_body", "field names must be strings")
+    try:
+        json.dumps(fields)
+    except (TypeError, ValueError) as exc:
+        raise _fail("extra_body", f"must be JSON-serializable ({exc})") from None
+    return fields
+
+
+def _timeout(timeout: Timeout | float) -> Timeout:
+    if isinstance(timeout, bool) or not isinstance(timeout, (Timeout, int, float)):
+        raise _fail("timeout", f"must be seconds or a Timeout, got {timeout!r}")
+    try:
+        return Timeout.of(timeout)
+    except ValueError as exc:
+        raise _fail("timeout", str(exc)) from None

@@ -1,0 +1,283 @@
+"""Signed webhooks, by the Standard Webhooks specification: sending and verifying.
+
+:func:`webhook` builds the ``deliver`` of a ledger dispatch that POSTs each entry as JSON to a
+receiver, signed with the ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``
+headers; :func:`verify_webhook` is the receiver's check. The signature is HMAC-SHA256 of
+``"{id}.{timestamp}.{body}"`` under the secret, base64-encoded as ``v1,<signature>``: the
+specification's whole scheme, a few lines of the standard library, so it is written here
+rather than adding a dependency to the core (aiohttp, attrs, cattrs and anyio only). The
+tests verify every signature this module makes with the ``standardwebhooks`` package, and
+every signature that package makes with :func:`verify_webhook`, so the two cannot drift.
+
+A receiver is someone else's server: redirects are never followed (to another host or at
+all), every attempt is bounded by a timeout, at most a small excerpt of the answer is read,
+and nothing of the client (its API key, its session) is ever used.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from .._contract._exceptions import (
+    InvalidRequestError,
+    WebhookDeliveryError,
+    WebhookVerificationError,
+)
+from .._contract._redact import contains_secret, redact_text
+from ._envelope import user_agent
+from ._session import proxy_for
+
+__all__ = ["Webhook", "message_id", "sign", "verify_webhook", "webhook"]
+
+SECRET_PREFIX = "whsec_"  # noqa: S105 - the prefix every such secret carries, not a secret
+TOLERANCE = 300.0
+"""Seconds a message's timestamp may differ from the receiver's clock (the specification's 5
+minutes), against replays."""
+
+_EXCERPT = 512
+_RESERVED = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"})
+
+
+class _Entry(Protocol):
+    key: str
+    state: str
+    finished_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def _secret_key(secret: object, field: str = "secret") -> bytes:
+    """The key bytes of a Standard Webhooks secret: ``whsec_`` and base64 of 24 to 64 bytes."""
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise InvalidRequestError(
+            field, f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
+        )
+    try:
+        key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequestError(
+            field, f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
+        ) from None
+    if not 24 <= len(key) <= 64:
+        raise InvalidRequestError(field, "must encode 24 to 64 random bytes")
+    return key
+
+
+def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value of one message (``v1,<base64 HMAC-SHA256>``)."""
+    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def message_id(entry: _Entry) -> str:
+    """The ``webhook-id`` of an entry's terminal state: the same on every retry and dispatcher.
+
+    A receiver that saw the id already can answer 2xx and do nothing (deliveries are at least
+    once).
+    """
+    finished = entry.finished_at.isoformat() if entry.finished_at else ""
+    digest = hashlib.sha256(f"{entry.key}\0{entry.state}\0{finished}".encode()).digest()
+    return "msg_" + base64.b32encode(digest[:15]).decode().lower()
+
+
+def verify_webhook(
+    body: bytes | str,
+    headers: Mapping[str, str],
+    secret: str,
+    *,
+    tolerance: float = TOLERANCE,
+    now: float | None = None,
+) -> Any:
+    """Check a delivery's signature (Standard Webhooks) and return its parsed JSON payload.
+
+    Args:
+        body: The raw request body, exactly as received.
+        headers: The request headers (any case).
+        secret: The destination's secret (``whsec_...``).
+        tolerance: Seconds the ``webhook-timestamp`` may be away from now.
+        now: The current time (``time.time()`` by default).
+
+    Returns:
+        The payload: ``{"type": ..., "timestamp": ..., "data": {...the entry...}}``.
+
+    Raises:
+        WebhookVerificationError: A header missing or malformed, a timestamp out of
+            tolerance, no matching signature, or a body that is not JSON.
+        InvalidRequestError: ``secret`` is not a Standard Webhooks secret.
+    """
+    key = _secret_key(secret)
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    lower = {name.lower(): value for name, value in headers.items()}
+    msg_id = lower.get("webhook-id")
+    stamp = lower.get("webhook-timestamp")
+    signatures = lower.get("webhook-signature")
+    if not (msg_id and stamp and signatures):
+        raise WebhookVerificationError("webhook: a webhook-id, -timestamp or -signature is missing")
+    try:
+        timestamp = int(stamp)
+    except ValueError:
+        raise WebhookVerificationError("webhook: the webhook-timestamp is not a number") from None
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance:
+        raise WebhookVerificationError("webhook: the webhook-timestamp is outside the tolerance")
+    expected = sign(key, msg_id, timestamp, raw).encode()
+    if not any(
+        hmac.compare_digest(expected, candidate.encode())
+        for candidate in signatures.split()
+        if candidate.isascii()
+    ):
+        raise WebhookVerificationError("webhook: no signature matches")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise WebhookVerificationError("webhook: the body is not JSON") from None
+
+
+def _check_url(url: object) -> str:
+    if not isinstance(url, str):
+        raise InvalidRequestError("url", "must be an http(s) URL")
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+        _ = parts.port
+    except ValueError:
+        raise InvalidRequestError("url", "must be an http(s) URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise InvalidRequestError("url", "must be an http(s) URL with a host")
+    if any(c.isspace() or not c.isprintable() for c in url.strip()):
+        raise InvalidRequestError("url", "must not contain white space or control characters")
+    return url.strip()
+
+
+class Webhook:
+    """A ``deliver`` that POSTs each entry to one receiver, signed (see :func:`webhook`).
+
+    Call it with an entry; it returns once the receiver answered 2xx and raises
+    :class:`WebhookDeliveryError` otherwise (the dispatcher then retries later). Close it with
+    :meth:`aclose` (a dispatch does when it ends).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        secret: str,
+        *,
+        timeout: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+        event_type: str = "video.{state}",
+    ) -> None:
+        self.url = _check_url(url)
+        self._key = _secret_key(secret)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise InvalidRequestError("timeout", "must be a number of seconds > 0")
+        extra = dict(headers or {})
+        for name, value in extra.items():
+            if name.lower() in _RESERVED:
+                raise InvalidRequestError("headers", f"{name!r} is set by the signature")
+            if contains_secret(str(value)):
+                raise InvalidRequestError("headers", f"{name!r} would carry the API key")
+        self._headers = {"User-Agent": user_agent(), **extra}
+        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
+        self._event_type = event_type
+        self._proxy = proxy_for(self.url)
+        self._session: aiohttp.ClientSession | None = None
+        parts = urlsplit(self.url)
+        self._where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+    def __repr__(self) -> str:
+        return f"Webhook({self._where!r})"
+
+    async def __call__(self, entry: _Entry) -> None:
+        """POST one entry, signed; return when the receiver answered 2xx.
+
+        Raises:
+            WebhookDeliveryError: No 2xx answer (an error status, a redirect, a timeout or a
+                connection failure); the dispatcher retries later.
+        """
+        payload = {
+            "type": self._event_type.format(state=entry.state),
+            "timestamp": datetime.now(timezone.utc).isoformat(),
+            "data": entry.to_dict(),
+        }
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        msg_id = message_id(entry)
+        stamp = int(time.time())
+        headers = {
+            **self._headers,
+            "Content-Type": "application/json",
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": sign(self._key, msg_id, stamp, body),
+        }
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(trust_env=False)
+        try:
+            async with self._session.post(
+                self.url,
+                data=body,
+                headers=headers,
+                timeout=self._timeout,
+                allow_redirects=False,
+                proxy=self._proxy,
+            ) as response:
+                if 200 <= response.status < 300:
+                    return
+                excerpt = (await response.content.read(_EXCERPT)).decode("utf-8", "replace")
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise WebhookDeliveryError(
+                f"webhook {self._where}: {type(exc).__name__}: {exc}"
+            ) from None
+        what = "a redirect, not followed" if 300 <= status < 400 else "not 2xx"
+        raise WebhookDeliveryError(
+            f"webhook {self._where}: HTTP {status} ({what}): {redact_text(excerpt)!r}",
+            status_code=status,
+        )
+
+    async def aclose(self) -> None:
+        """Close the connections to the receiver. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+def webhook(
+    url: str,
+    secret: str,
+    *,
+    timeout: float = 10.0,
+    headers: Mapping[str, str] | None = None,
+) -> Webhook:
+    """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
+
+    The body is ``{"type": "video.<state>", "timestamp": ISO 8601, "data": entry.to_dict()}``;
+    the headers follow the Standard Webhooks specification (check them with
+    :func:`verify_webhook`, or any Standard Webhooks library). ``webhook-id`` is the same
+    for every retry of one entry's terminal state, so a receiver can drop duplicates.
+
+    Args:
+        url: The receiver, ``http(s)://``.
+        secret: The destination's secret: ``whsec_`` and the base64 of 24 to 64 random bytes
+            (e.g. ``"whsec_" + base64.b64encode(os.urandom(32)).decode()``).
+        timeout: Seconds one delivery may take, connection to answer.
+        headers: Extra headers to send (e.g. the receiver's own token); never the SDK's key.
+
+    Returns:
+        The ``deliver`` callable.
+
+    Raises:
+        InvalidRequestError: A URL that is not http(s), a secret that is not a Standard
+            Webhooks secret, a bad timeout, or a header that is reserved or carries the key.
+    """
+    return Webhook(url, secret, timeout=timeout, headers=headers)
