@@ -15,6 +15,7 @@ before the copy commits leaves the journal to import again.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import sqlite3
@@ -92,9 +93,7 @@ def _unlock(path: Path, handle: IO[str] | None) -> None:
 
 def _read(path: Path, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> list[Any]:
     """The journal's lines, once its service and every line are found to match the input."""
-    importing = path.with_name(path.name + ".importing")
-    for suffix in ("", "-wal", "-shm"):  # what a run that stopped mid-import left
-        Path(f"{importing}{suffix}").unlink(missing_ok=True)
+    _drop(path.with_name(path.name + ".importing"))  # what a run that stopped mid-import left
     with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT)) as conn:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         rows = conn.execute(
@@ -152,8 +151,13 @@ def _replace(source: Path, target: Path) -> None:
         contextlib.closing(sqlite3.connect(target, timeout=_BUSY_TIMEOUT)) as dst,
     ):
         src.backup(dst)  # through the target's own journal: readers keep a whole file
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{source}{suffix}").unlink(missing_ok=True)
+    _drop(source)
+
+
+def _drop(ledger: Path) -> None:
+    """Remove a SQLite file and whatever beside it carries its name (its WAL, its locks)."""
+    for found in ledger.parent.glob(glob.escape(ledger.name) + "*"):
+        found.unlink(missing_ok=True)
 
 
 async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
