@@ -13,15 +13,14 @@ import anyio
 
 from .._contract._exceptions import LedgerError
 from .._ledger import Ledger, LedgerEntry
-from .._ledger._entry import STATES
 from ._batch_report import redact_url
 from ._batch_store import is_old_journal, sqlite_path
 from ._common import EXIT_OK, EXIT_USAGE, Context, fmt_credits
 
 __all__ = ["LEDGER_STATES", "cmd_ledger_list", "cmd_ledger_summary"]
 
-LEDGER_STATES = STATES
-"""Every state of a ledger entry (the choices of ``--state``)."""
+LEDGER_STATES = ("creating", "unknown", "refused", "pending", "succeeded", "failed", "error")
+"""Every state of a ledger entry (the choices of ``--state``; ``LedgerEntry.state``)."""
 
 
 async def _check_file(ctx: Context, url: str) -> bool:
