@@ -18,6 +18,7 @@ import contextlib
 import glob
 import hashlib
 import json
+import shutil
 import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -157,7 +158,10 @@ def _replace(source: Path, target: Path) -> None:
 def _drop(ledger: Path) -> None:
     """Remove a SQLite file and whatever beside it carries its name (its WAL, its locks)."""
     for found in ledger.parent.glob(glob.escape(ledger.name) + "*"):
-        found.unlink(missing_ok=True)
+        if found.is_dir():
+            shutil.rmtree(found, ignore_errors=True)
+        else:
+            found.unlink(missing_ok=True)
 
 
 async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
