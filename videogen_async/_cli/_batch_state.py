@@ -43,15 +43,7 @@ UNKNOWN = "unknown"
 
 @attrs.frozen
 class InputLine:
-    """One line of the input file.
-
-    Attributes:
-        line_no: The line number, from 1.
-        raw: The decoded JSON (or the text, when it is not JSON).
-        request: The validated request body; ``None`` for a bad line.
-        problem: Why the line is bad.
-        key: The line's own ledger key (its ``key`` field), if it has one.
-    """
+    """One input line: its JSON (or text), its checked request or ``problem``, its ``key``."""
 
     line_no: int
     raw: Any
@@ -99,11 +91,7 @@ def default_paths(input_path: Path) -> tuple[Path, Path]:
 
 
 class BatchState:
-    """The records of a batch's lines (one manifest row each) and how the run ends.
-
-    Args:
-        manifest: Where the manifest is written.
-    """
+    """The records of a batch's lines (one ``manifest`` row each) and how the run ends."""
 
     def __init__(self, manifest: Path) -> None:
         self.manifest = manifest

@@ -124,11 +124,7 @@ _FIELD = re.compile(r"\b(" + "|".join(_FIELDS) + r")\b")
 
 
 def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> str:
-    """``ClassName: message (trace_id=...)``, on one line.
-
-    With ``command_line_fields`` a refused request's fields are named by their options
-    (``--image-url`` for ``image_urls``), for a request made from options.
-    """
+    """``ClassName: message (trace_id=...)`` on one line (fields as options if asked)."""
     text = " ".join(str(exc).split()) or repr(exc)
     if isinstance(exc, ConfigurationError):
         text = cli_advice(text)
@@ -140,11 +136,7 @@ def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> 
 
 
 def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[str, str]:
-    """Why a task could not be read: the problem (never a task status) and a sentence.
-
-    ``exc`` is a :class:`TaskPollError` with its cause, or the error; ``waiting``: the read
-    was part of a wait (the service was *lost* during it).
-    """
+    """Why a task could not be read (``waiting``: during a wait): the problem and a sentence."""
     cause = exc.__cause__ if isinstance(exc, TaskPollError) and exc.__cause__ else exc
     if cause is None:
         return UNREADABLE, "no answer about this task"
