@@ -63,9 +63,8 @@ from typing import Any
 import aiohttp
 import attrs
 
-from videogen_async import AsyncVideoGen, Task, VideoGenError
+from videogen_async import AsyncVideoGen, PollPolicy, Task, VideoGenError
 from videogen_async._waiting._gather import DEFAULT_MAX_CONCURRENCY, gather_until_done
-from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import SandboxProcess
 
 TERMINAL = {"succeeded", "failed", "error"}
@@ -419,10 +418,6 @@ TIME_FIELDS = (
     "dense_interval",
     "sparse_cap",
     "coalesce",
-    "error_initial",
-    "error_max",
-    "rate_limit_initial",
-    "rate_limit_max",
 )
 
 

@@ -36,12 +36,13 @@ from videogen_async import (
     APIConnectionError,
     APIStatusError,
     AsyncVideoGen,
+    BackoffPolicy,
     CreatedTask,
+    PollPolicy,
     Task,
     TaskPollError,
     VideoGenError,
 )
-from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import SandboxServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,10 +65,12 @@ FAST = PollPolicy(
     dense_interval=0.05,
     sparse_cap=0.5,
     coalesce=0.005,
-    error_initial=0.02,
-    error_max=0.2,
-    rate_limit_initial=0.01,
-    rate_limit_max=0.1,
+)
+FAST_BACKOFF = BackoffPolicy(
+    initial_delay=0.02,
+    max_delay=0.2,
+    rate_limit_pause=0.01,
+    max_retry_after=0.1,
     rate_recovery=5.0,
 )
 
@@ -151,7 +154,9 @@ async def test_chaos_run_loses_nothing(request: pytest.FixtureRequest) -> None:
         retry_after=0.01,
         latency=jitter,
     )
-    client = server.client(max_retries=3, connection_limit=CONNECTION_LIMIT, poll_policy=FAST)
+    client = server.client(
+        max_retries=3, connection_limit=CONNECTION_LIMIT, poll_policy=FAST, backoff=FAST_BACKOFF
+    )
     try:
         # --- create ---------------------------------------------------------------------
         known, errors = await _create_all(client)

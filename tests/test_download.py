@@ -313,6 +313,23 @@ async def test_transient_host_errors_are_retried(
     assert len(b.seen) == 3
 
 
+async def test_a_media_hosts_425_is_retried_but_not_a_501(
+    host: tuple[str, Behaviour], client: AsyncVideoGen, tmp_path: Path
+) -> None:
+    # The one retry decision, with a media host's 425 Too Early as transient for downloads.
+    base, b = host
+    b.statuses = [425]
+    dest = await client.download(f"{base}/media/e.mp4", tmp_path / "e.mp4")
+    assert dest.read_bytes() == VIDEO
+    assert len(b.seen) == 2
+    b.seen.clear()
+    b.statuses = [501]
+    with pytest.raises(DownloadError, match="HTTP 501") as info:
+        await client.download(f"{base}/media/n.mp4", tmp_path / "n.mp4")
+    assert info.value.status_code == 501
+    assert len(b.seen) == 1
+
+
 async def test_overwrite_false_keeps_existing_file(
     host: tuple[str, Behaviour], client: AsyncVideoGen, tmp_path: Path
 ) -> None:

@@ -33,18 +33,18 @@ from videogen_async._contract._exceptions import (
 )
 from videogen_async._contract._models import Task, TaskResult
 from videogen_async._http._pacing import Pacing, paced
-from videogen_async._waiting._gather import GatherProgress, GatherResults, gather_until_done
-from videogen_async._waiting._polling import PollPolicy, TaskSource
+from videogen_async._http._retry import BackoffPolicy
+from videogen_async._waiting._gather import GatherResults, gather_until_done
+from videogen_async._waiting._policy import PollPolicy
+from videogen_async._waiting._polling import TaskSource
+from videogen_async._waiting._progress import GatherProgress
 
-FAST = PollPolicy(
-    min_interval=0.005,
-    max_interval=0.03,
-    dense_interval=0.005,
-    sparse_cap=0.03,
-    error_initial=0.002,
-    error_max=0.01,
-    rate_limit_initial=0.01,
-    rate_limit_max=0.05,
+FAST = PollPolicy(min_interval=0.005, max_interval=0.03, dense_interval=0.005, sparse_cap=0.03)
+FAST_BACKOFF = BackoffPolicy(
+    initial_delay=0.002,
+    max_delay=0.01,
+    rate_limit_pause=0.01,
+    max_retry_after=0.05,
     rate_recovery=100.0,
 )
 
@@ -63,6 +63,8 @@ class FakeTasks:
 
 class FakeClient:
     """``with_options`` returns itself; ``tasks.get`` answers from a schedule."""
+
+    backoff = FAST_BACKOFF
 
     def __init__(
         self,
@@ -369,19 +371,12 @@ async def test_permanent_error_with_return_exceptions_yields_task_poll_error() -
 
 @pytest.mark.parametrize("return_exceptions", [False, True])
 async def test_repeated_transient_failures_become_permanent(return_exceptions: bool) -> None:
-    policy = PollPolicy(
-        min_interval=0.005,
-        max_interval=0.03,
-        dense_interval=0.005,
-        error_initial=0.001,
-        error_max=0.002,
-        max_consecutive_failures=3,
-    )
     fake = FakeClient(
         {"ok": 0.0, "flaky": 0.0}, always={"flaky": ServerError("503", status_code=503)}
     )
+    fake.backoff = BackoffPolicy(initial_delay=0.001, max_delay=0.002, max_consecutive_failures=3)
     results = gather_until_done(
-        fake, ["ok", "flaky"], poll_policy=policy, return_exceptions=return_exceptions
+        fake, ["ok", "flaky"], poll_policy=FAST, return_exceptions=return_exceptions
     )
     if return_exceptions:
         got = await collect(results)
@@ -407,10 +402,10 @@ async def test_rate_limit_pauses_everyone_then_recovers() -> None:
 
     fake.rate_limit = limiter
     snapshots: list[GatherProgress] = []
-    # One pacing per client: a Retry-After is honoured up to `rate_limit_max`.
-    policy = attrs.evolve(FAST, rate_limit_max=0.5)
+    # One pacing per client: a Retry-After is honoured up to `max_retry_after`.
+    fake.backoff = attrs.evolve(FAST_BACKOFF, max_retry_after=0.5)
     async with gather_until_done(
-        fake, names, poll_policy=policy, max_concurrency=8, on_progress=snapshots.append
+        fake, names, poll_policy=FAST, max_concurrency=8, on_progress=snapshots.append
     ) as results:
         got = await collect(results)
     assert len(got) == 40
@@ -439,7 +434,7 @@ async def test_rate_limit_without_retry_after_backs_off() -> None:
     got = await collect(gather_until_done(fake, ["a"], poll_policy=FAST))
     assert len(got) == 1
     gaps = [b - a for a, b in itertools.pairwise(seen)]
-    assert gaps[0] >= 0.004  # rate_limit_initial 0.01 with jitter in [0.5, 1)
+    assert gaps[0] >= 0.004  # rate_limit_pause 0.01 with jitter in [0.5, 1)
     assert gaps[1] >= 0.009  # doubled
 
 
@@ -736,14 +731,14 @@ async def test_a_429_cuts_the_one_pacing_of_the_client_once() -> None:
     start = time.monotonic()
     window = (start + 0.03, start + 0.05)
     fake.rate_limit = lambda now: 0.05 if window[0] <= now < window[1] else None
-    policy = attrs.evolve(FAST, rate_limit_max=0.5)
-    pacing = Pacing(policy)
-    source = TaskSource(fetch=paced(fake.get, pacing), pacing=pacing)
+    backoff = attrs.evolve(FAST_BACKOFF, max_retry_after=0.5)
+    pacing = Pacing()
+    source = TaskSource(fetch=paced(fake.get, pacing, backoff), pacing=pacing, backoff=backoff)
     seen: list[tuple[int, float]] = []
     async with gather_until_done(
         source,
         names,
-        poll_policy=policy,
+        poll_policy=FAST,
         max_concurrency=8,
         on_progress=lambda p: seen.append((p.concurrency_limit, pacing.limit)),
     ) as results:

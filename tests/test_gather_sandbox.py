@@ -20,19 +20,18 @@ import videogen_async as vg
 from videogen_async import AsyncVideoGen
 from videogen_async._contract._exceptions import NotFoundError, TaskPollError, WaitTimeoutError
 from videogen_async._contract._models import Task
+from videogen_async._http._retry import BackoffPolicy
 from videogen_async._waiting._gather import gather_until_done
-from videogen_async._waiting._polling import PollPolicy, poll_until, wait_for_task
+from videogen_async._waiting._policy import PollPolicy
+from videogen_async._waiting._polling import poll_until, source_of, wait_on_source
 from videogen_async.testing import FaultRule, SandboxServer
 
-FAST = PollPolicy(
-    min_interval=0.005,
-    max_interval=0.03,
-    dense_interval=0.005,
-    sparse_cap=0.03,
-    error_initial=0.002,
-    error_max=0.01,
-    rate_limit_initial=0.01,
-    rate_limit_max=0.05,
+FAST = PollPolicy(min_interval=0.005, max_interval=0.03, dense_interval=0.005, sparse_cap=0.03)
+FAST_BACKOFF = BackoffPolicy(
+    initial_delay=0.002,
+    max_delay=0.01,
+    rate_limit_pause=0.01,
+    max_retry_after=1.0,
     rate_recovery=100.0,
 )
 
@@ -73,7 +72,7 @@ async def drained(server: SandboxServer) -> None:
 
 async def test_every_task_once_with_bounded_concurrency(fast_server: SandboxServer) -> None:
     fast_server.faults.set(TASKS_ROUTE, latency=0.003)
-    async with fast_server.client() as client:
+    async with fast_server.client(backoff=FAST_BACKOFF) as client:
         names = await create(client, 40)
         fast_server.reset_stats()
         async with gather_until_done(
@@ -94,7 +93,7 @@ async def test_breaking_out_leaves_no_request_or_connection(frozen_server: Sandb
     frozen_server.faults.set(TASKS_ROUTE, latency=0.05)
     connector = aiohttp.TCPConnector(limit=100)
     async with aiohttp.ClientSession(connector=connector) as session:
-        client = frozen_server.client(session=session)
+        client = frozen_server.client(backoff=FAST_BACKOFF, session=session)
         names = await create(client, 20)
         frozen_server.schedule_task(names[7], finish_in=0)
         async with gather_until_done(client, names, max_concurrency=8, poll_policy=FAST) as res:
@@ -112,7 +111,7 @@ async def test_plain_iteration_closed_leaves_no_connection(frozen_server: Sandbo
     frozen_server.faults.set(TASKS_ROUTE, latency=0.05)
     connector = aiohttp.TCPConnector(limit=100)
     async with aiohttp.ClientSession(connector=connector) as session:
-        client = frozen_server.client(session=session)
+        client = frozen_server.client(backoff=FAST_BACKOFF, session=session)
         names = await create(client, 10)
         frozen_server.schedule_task(names[0], finish_in=0)
         results = gather_until_done(client, names, poll_policy=FAST)
@@ -141,7 +140,7 @@ async def test_sandbox_429_pauses_then_recovers(fast_server: SandboxServer) -> N
             limited_at.append(time.monotonic())
 
     hooks = {"request": [on_request], "response": [on_response]}
-    async with fast_server.client(event_hooks=hooks) as client:
+    async with fast_server.client(backoff=FAST_BACKOFF, event_hooks=hooks) as client:
         names = await create(client, 20)
         fast_server.faults.add(
             FaultRule(route=TASKS_ROUTE, rate_limit_rate=1.0, retry_after=0.2, times=1)
@@ -158,7 +157,7 @@ async def test_sandbox_429_pauses_then_recovers(fast_server: SandboxServer) -> N
 
 
 async def test_sandbox_transient_faults_never_end_the_batch(fast_server: SandboxServer) -> None:
-    async with fast_server.client() as client:
+    async with fast_server.client(backoff=FAST_BACKOFF) as client:
         names = await create(client, 25)
         fast_server.faults.set(
             TASKS_ROUTE, error_rate=0.2, html_rate=0.1, drop_before_rate=0.05, retry_after=None
@@ -172,7 +171,7 @@ async def test_sandbox_transient_faults_never_end_the_batch(fast_server: Sandbox
 
 
 async def test_sandbox_unknown_id(fast_server: SandboxServer) -> None:
-    async with fast_server.client() as client:
+    async with fast_server.client(backoff=FAST_BACKOFF) as client:
         names = await create(client, 3)
         with pytest.raises(NotFoundError):
             async for _ in gather_until_done(client, [*names, "nope"], poll_policy=FAST):
@@ -189,7 +188,7 @@ async def test_sandbox_unknown_id(fast_server: SandboxServer) -> None:
 
 
 async def test_sandbox_timeout_names_the_pending_ids(frozen_server: SandboxServer) -> None:
-    async with frozen_server.client() as client:
+    async with frozen_server.client(backoff=FAST_BACKOFF) as client:
         names = await create(client, 4)
         frozen_server.schedule_task(names[2], finish_in=0)
         got: list[Any] = []
@@ -206,7 +205,7 @@ async def test_sandbox_timeout_names_the_pending_ids(frozen_server: SandboxServe
 
 
 async def test_the_clock_moving_forward_finishes_the_gather(frozen_server: SandboxServer) -> None:
-    async with frozen_server.client() as client:
+    async with frozen_server.client(backoff=FAST_BACKOFF) as client:
         names = await create(client, 10)
         async with gather_until_done(client, names, poll_policy=FAST) as results:
             frozen_server.clock.advance(3600)
@@ -214,8 +213,12 @@ async def test_the_clock_moving_forward_finishes_the_gather(frozen_server: Sandb
     assert len(got) == 10
 
 
+async def wait_for_task(client: AsyncVideoGen, task_id: str, **options: Any) -> Task:
+    return await wait_on_source(source_of(client), task_id, **options)
+
+
 async def test_wait_for_task_over_http(frozen_server: SandboxServer) -> None:
-    async with frozen_server.client() as client:
+    async with frozen_server.client(backoff=FAST_BACKOFF) as client:
         (name,) = await create(client, 1)
         with pytest.raises(WaitTimeoutError) as caught:
             await wait_for_task(
@@ -231,7 +234,7 @@ async def test_wait_for_task_over_http(frozen_server: SandboxServer) -> None:
 
 
 async def test_poll_until_over_http(frozen_server: SandboxServer) -> None:
-    async with frozen_server.client() as client:
+    async with frozen_server.client(backoff=FAST_BACKOFF) as client:
         (name,) = await create(client, 1)
         frozen_server.schedule_task(name, finish_in=0, outcome="failed")
         task = await poll_until(
@@ -240,5 +243,6 @@ async def test_poll_until_over_http(frozen_server: SandboxServer) -> None:
             timeout=5,
             poll_policy=FAST,
             what=name,
+            backoff=client.backoff,
         )
     assert task.status == "failed"

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 import videogen_async as vg
-from videogen_async import AsyncVideoGen, PollPolicy, Timeout
+from videogen_async import AsyncVideoGen, BackoffPolicy, PollPolicy, Timeout
 
 KEY = "sk-hostile-test"
 PROMPT = "a cat on a skateboard"
@@ -272,9 +272,8 @@ FAST = PollPolicy(
     max_interval=0.02,
     growth=0.0,
     jitter=0.0,
-    rate_limit_initial=0.05,
-    rate_limit_max=2.0,
 )
+QUICK_PAUSE = BackoffPolicy(rate_limit_pause=0.05, max_retry_after=2.0)
 
 
 async def test_a_429_pauses_every_wait_of_the_client_and_its_views() -> None:
@@ -300,7 +299,9 @@ async def test_a_429_pauses_every_wait_of_the_client_and_its_views() -> None:
         return web.Response(body=envelope(task_data(task_id, status)))
 
     async with serve(handler) as base:
-        async with AsyncVideoGen(api_key=KEY, base_url=base, poll_policy=FAST) as client:
+        async with AsyncVideoGen(
+            api_key=KEY, base_url=base, poll_policy=FAST, backoff=QUICK_PAUSE
+        ) as client:
             view = client.with_options(timeout=5.0)
             waits = [(client if i % 2 else view).tasks.wait(f"t{i}", timeout=20) for i in range(20)]
             with anyio.fail_after(30):
@@ -343,7 +344,7 @@ async def test_a_429_seen_by_a_gather_pauses_other_calls_of_the_client() -> None
     hooks = {"response": [on_response]}
     async with serve(handler) as base:
         async with AsyncVideoGen(
-            api_key=KEY, base_url=base, poll_policy=FAST, event_hooks=hooks
+            api_key=KEY, base_url=base, poll_policy=FAST, backoff=QUICK_PAUSE, event_hooks=hooks
         ) as client:
             async with client.tasks.gather_until_done(["a"]) as results:
                 with anyio.fail_after(10):
@@ -523,16 +524,11 @@ async def test_wait_loops_own_the_backoff_alone(what: str) -> None:
         requests += 1
         return web.Response(status=503, body=json.dumps({"code": 503, "message": "x"}).encode())
 
-    policy = PollPolicy(
-        min_interval=0.01,
-        max_interval=0.02,
-        error_initial=0.01,
-        error_max=0.02,
-        max_consecutive_failures=3,
-    )
+    policy = PollPolicy(min_interval=0.01, max_interval=0.02)
+    backoff = BackoffPolicy(initial_delay=0.01, max_delay=0.02, max_consecutive_failures=3)
     async with serve(handler) as base:
         async with AsyncVideoGen(
-            api_key=KEY, base_url=base, max_retries=2, poll_policy=policy
+            api_key=KEY, base_url=base, max_retries=2, poll_policy=policy, backoff=backoff
         ) as client:
             if what == "task":
                 call = client.tasks.wait("t1", timeout=20)

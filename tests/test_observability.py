@@ -23,12 +23,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import videogen_async as vg
+from videogen_async import PollPolicy
 from videogen_async._contract._models import structure_lenient
 from videogen_async._observe import _otel
-from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import FaultRule, SandboxServer
 
-FAST = PollPolicy(first_delay=0.0, min_interval=0.005, max_interval=0.02, error_initial=0.002)
+FAST = PollPolicy(first_delay=0.0, min_interval=0.005, max_interval=0.02)
 
 _EXPORTER = InMemorySpanExporter()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -28,32 +29,14 @@ from videogen_async._contract._exceptions import (
     WaitTimeoutError,
 )
 from videogen_async._contract._models import Task, TaskResult
-from videogen_async._waiting._polling import (
-    FinishWindow,
-    PollPolicy,
-    aimd_decrease,
-    aimd_increase,
-    batch_delay,
-    dense_interval,
-    error_delay,
-    estimate_window,
-    growth_interval,
-    is_transient,
-    poll_until,
-    probe_count,
-    rate_limit_pause,
-    recovered_rate,
-    sparse_interval,
-    wait_for_task,
-)
+from videogen_async._http._pacing import Pacing, rate_limit_pause, recovered_rate
+from videogen_async._http._retry import DEFAULT_BACKOFF, BackoffPolicy, decide_retry
+from videogen_async._waiting._policy import PollPolicy, growth_interval, probe_count
+from videogen_async._waiting._polling import poll_until, source_of, wait_on_source
 
-FAST = PollPolicy(
-    min_interval=0.005,
-    max_interval=0.02,
-    error_initial=0.002,
-    error_max=0.01,
-    rate_limit_initial=0.005,
-    rate_limit_max=0.02,
+FAST = PollPolicy(min_interval=0.005, max_interval=0.02)
+FAST_BACKOFF = BackoffPolicy(
+    initial_delay=0.002, max_delay=0.01, rate_limit_pause=0.005, max_retry_after=0.1
 )
 
 rand = st.floats(min_value=0.0, max_value=1.0, exclude_max=True)
@@ -71,21 +54,27 @@ def policies(draw: st.DrawFn) -> PollPolicy:
         growth=draw(st.floats(min_value=0, max_value=5)),
         jitter=draw(st.floats(min_value=0, max_value=0.5)),
         dense_interval=draw(positive),
-        relative_interval=draw(st.floats(min_value=0, max_value=1)),
         sparse_growth=draw(st.floats(min_value=0, max_value=5)),
         sparse_cap=draw(positive),
         window_quantile=draw(st.floats(min_value=0, max_value=0.5)),
         overdue_growth=draw(st.floats(min_value=0, max_value=5)),
-        error_initial=draw(positive),
-        error_max=draw(positive),
-        rate_limit_initial=draw(positive),
-        rate_limit_max=draw(positive),
-        rate_decrease=draw(st.floats(min_value=0.01, max_value=1)),
-        rate_recovery=draw(positive),
     )
 
 
-# -- the policy object ------------------------------------------------------------------------
+@st.composite
+def backoffs(draw: st.DrawFn) -> BackoffPolicy:
+    return BackoffPolicy(
+        initial_delay=draw(positive),
+        max_delay=draw(positive),
+        max_retry_after=draw(positive),
+        rate_limit_pause=draw(positive),
+        rate_decrease=draw(st.floats(min_value=0.01, max_value=1)),
+        rate_recovery=draw(positive),
+        max_consecutive_failures=None,
+    )
+
+
+# -- the policy objects -----------------------------------------------------------------------
 
 
 def test_policy_is_frozen_and_has_sane_defaults() -> None:
@@ -98,22 +87,31 @@ def test_policy_is_frozen_and_has_sane_defaults() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("cls", "kwargs"),
     [
-        {"min_interval": 0},
-        {"max_interval": 0.5, "min_interval": 1},
-        {"jitter": 0.6},
-        {"dense_interval": -1},
-        {"probes": 0},
-        {"max_consecutive_failures": 0},
-        {"rate_decrease": 0},
-        {"rate_decrease": 1.5},
-        {"window_quantile": 0.9},
+        (PollPolicy, {"min_interval": 0}),
+        (PollPolicy, {"max_interval": 0.5, "min_interval": 1}),
+        (PollPolicy, {"jitter": 0.6}),
+        (PollPolicy, {"dense_interval": -1}),
+        (PollPolicy, {"probes": 0}),
+        (PollPolicy, {"window_quantile": 0.9}),
+        (BackoffPolicy, {"max_consecutive_failures": 0}),
+        (BackoffPolicy, {"rate_decrease": 0}),
+        (BackoffPolicy, {"rate_decrease": 1.5}),
+        (BackoffPolicy, {"max_retries": -1}),
+        (BackoffPolicy, {"rate_limit_pause": 0}),
     ],
 )
-def test_policy_rejects_bad_values(kwargs: dict[str, Any]) -> None:
+def test_policies_reject_bad_values(cls: type[Any], kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        PollPolicy(**kwargs)
+        cls(**kwargs)
+
+
+def test_each_setting_lives_in_one_policy() -> None:
+    poll = {f.name for f in attrs.fields(PollPolicy)}
+    backoff = {f.name for f in attrs.fields(BackoffPolicy)}
+    assert not poll & backoff
+    assert "relative_interval" not in poll
 
 
 # -- delays -----------------------------------------------------------------------------------
@@ -135,124 +133,73 @@ def test_growth_interval_grows_with_age_up_to_the_cap() -> None:
     assert growth_interval(jittery, 50, 0.9999) == pytest.approx(6.0, rel=1e-3)
 
 
-@given(policies(), age, rand)
-def test_dense_and_sparse_interval_bounds(policy: PollPolicy, a: float, r: float) -> None:
-    j = policy.jitter
-    dense = dense_interval(policy, a, r)
-    assert policy.dense_interval * (1 - j) - 1e-9 <= dense
-    assert dense <= max(policy.dense_interval, policy.max_interval) * (1 + j) + 1e-9
-    sparse = sparse_interval(policy, a, r)
-    assert policy.min_interval * (1 - j) - 1e-9 <= sparse <= policy.max_interval
+class _Highest(random.Random):
+    """A random source whose draws are the top of their range."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
 
 
-@given(
-    policies(),
-    age,
-    st.floats(min_value=0, max_value=1e6),
-    st.one_of(st.none(), st.tuples(st.floats(0, 1e5), st.floats(0, 1e5), st.booleans())),
-    st.booleans(),
-    rand,
-)
-def test_batch_delay_bounds(
-    policy: PollPolicy,
-    a: float,
-    elapsed: float,
-    window_spec: tuple[float, float, bool] | None,
-    probe: bool,
-    r: float,
-) -> None:
-    window = None
-    if window_spec is not None:
-        start, width, open_end = window_spec
-        window = FinishWindow(start, math.inf if open_end else start + width, 1)
-    delay = batch_delay(policy, age=a, elapsed=elapsed, window=window, probe=probe, rand=r)
-    assert delay >= 0
-    longest = max(policy.max_interval, policy.dense_interval) * (1 + policy.jitter)
-    assert delay <= longest + 1e-9
-    if window is not None and a < window.start:
-        assert delay <= policy.sparse_cap
-        assert delay <= window.start - a + 1e-9  # never sleeps past the window's start
-
-
-def test_batch_delay_phases() -> None:
-    policy = PollPolicy(
-        jitter=0.0,
-        dense_interval=0.8,
-        min_interval=1.0,
-        max_interval=15.0,
-        relative_interval=0,
-        sparse_growth=1.0,
+def _poll_delay(
+    policy: BackoffPolicy, failures: int, exc: Exception | None = None, **options: Any
+) -> float | None:
+    error = exc if exc is not None else ServerError("502", status_code=502)
+    decision = decide_retry(
+        error, method="GET", failures=failures, policy=policy, poll=True, **options
     )
-    window = FinishWindow(start=24.0, end=45.0, samples=10)
-    kw: dict[str, Any] = {"elapsed": 1e9, "probe": False, "rand": 0.5}
-    # Before anything finished: probes are dense, the others grow with age.
-    assert batch_delay(policy, age=10, window=None, probe=True, elapsed=1e9, rand=0.5) == 0.8
-    assert batch_delay(policy, age=10, window=None, **kw) == 10.0
-    assert batch_delay(policy, age=1, window=None, **kw) == 1.0
-    # Before the window: sleep until it starts (at most the sparse gap).
-    assert batch_delay(policy, age=20, window=window, **kw) == pytest.approx(4.0)
-    assert batch_delay(policy, age=5, window=window, **kw) == 5.0
-    # Inside: dense. Past the end: growing again.
-    assert batch_delay(policy, age=30, window=window, **kw) == 0.8
-    assert batch_delay(policy, age=45, window=window, **kw) == 0.8
-    assert batch_delay(policy, age=55, window=window, **kw) == 5.0
-    assert batch_delay(policy, age=500, window=window, **kw) == 15.0
+    return decision.delay
 
 
-def test_batch_delay_trusts_the_local_clock_for_growth() -> None:
-    # A service clock far ahead (or a sandbox running 100x faster) makes ages huge; the
-    # growing gaps then follow the local elapsed time instead, so polls only get denser.
-    policy = PollPolicy(jitter=0.0, sparse_growth=1.0)
-    far = batch_delay(policy, age=1e6, elapsed=2.0, window=None, probe=False, rand=0.5)
-    assert far == 2.0
-    window = FinishWindow(start=1e6 + 30, end=math.inf, samples=1)
-    ahead = batch_delay(policy, age=1e6, elapsed=3.0, window=window, probe=False, rand=0.5)
-    assert ahead == 3.0
+@given(backoffs(), st.integers(min_value=1, max_value=10_000), st.none() | positive)
+def test_a_polls_backoff_bounds(policy: BackoffPolicy, failures: int, ra: float | None) -> None:
+    error = ServerError("503", status_code=503)
+    error.headers = {} if ra is None else {"Retry-After": repr(ra)}
+    delay = _poll_delay(policy, failures, error)
+    assert delay is not None
+    ceiling = min(policy.max_delay, policy.initial_delay * 2.0 ** min(failures - 1, 62))
+    if ra is not None and ra <= policy.max_retry_after:
+        assert delay == pytest.approx(ra)
+    else:
+        assert 0 <= delay <= ceiling
 
 
-@given(policies(), st.integers(min_value=1, max_value=10_000), rand, st.none() | positive)
-def test_error_delay_bounds(policy: PollPolicy, failures: int, r: float, ra: float | None) -> None:
-    delay = error_delay(policy, failures, r, ra)
-    ceiling = min(policy.error_max, policy.error_initial * 2.0 ** min(failures - 1, 62))
-    assert ceiling / 2 - 1e-9 <= delay
-    assert delay <= max(ceiling, ra or 0.0)
-    if ra is not None:
-        assert delay >= ra
+def test_a_polls_backoff_doubles_up_to_the_cap() -> None:
+    policy = BackoffPolicy(initial_delay=0.5, max_delay=30.0, max_consecutive_failures=None)
+    delays = [_poll_delay(policy, n, rng=_Highest()) for n in (1, 2, 3, 6, 7, 50)]
+    assert delays == pytest.approx([0.5, 1, 2, 16, 30, 30])
 
 
-def test_error_delay_doubles_up_to_the_cap() -> None:
-    policy = PollPolicy(error_initial=1.0, error_max=30.0)
-    assert [error_delay(policy, n, 0.999999) for n in (1, 2, 3, 6, 50)] == pytest.approx(
-        [1, 2, 4, 30, 30], rel=1e-5
-    )
-
-
-@given(policies(), st.integers(min_value=1, max_value=10_000), rand, st.none() | positive)
+@given(backoffs(), st.integers(min_value=1, max_value=10_000), rand, st.none() | positive)
 def test_rate_limit_pause_follows_retry_after(
-    policy: PollPolicy, n: int, r: float, ra: float | None
+    policy: BackoffPolicy, n: int, r: float, ra: float | None
 ) -> None:
     pause = rate_limit_pause(policy, n, r, ra)
     if ra is not None:
-        assert pause == ra
+        assert pause == min(ra, policy.max_retry_after)
     else:
-        assert 0 < pause <= policy.rate_limit_max
+        assert 0 < pause <= policy.max_retry_after
 
 
-def test_aimd() -> None:
-    assert aimd_decrease(32, 0.5) == 16
-    assert aimd_decrease(1.5, 0.5) == 1
-    limit = 4.0
+async def test_aimd() -> None:
+    # A 429 halves the allowed concurrency, never below one request...
+    pacing = Pacing()
+    sent = await pacing.acquire()
+    pacing.rate_limited(0.0, sent)
+    assert pacing.limit == 1
+    # ...and each success adds about one per round of `limit` requests, up to where it was.
+    pacing = Pacing()
+    sents = [await pacing.acquire() for _ in range(8)]
+    pacing.rate_limited(0.0, sents[0])
+    assert pacing.limit == 4
     steps = 0
-    while limit < 8:
-        limit = aimd_increase(limit, 8)
+    while pacing.limit != math.inf:
+        pacing.succeeded()
         steps += 1
-    assert limit == 8
-    assert 15 <= steps <= 30  # about one per round of `limit` successes
-    assert aimd_increase(8, 8) == 8
+    assert 15 <= steps <= 30
 
 
-@given(policies(), positive, st.floats(min_value=0, max_value=1e5))
-def test_recovered_rate_grows_then_lifts(policy: PollPolicy, reduced: float, t: float) -> None:
+@given(backoffs(), positive, st.floats(min_value=0, max_value=1e5))
+def test_recovered_rate_grows_then_lifts(policy: BackoffPolicy, reduced: float, t: float) -> None:
     rate = recovered_rate(policy, reduced, t)
     assert rate >= reduced
     later = recovered_rate(policy, reduced, t + 1)
@@ -262,13 +209,13 @@ def test_recovered_rate_grows_then_lifts(policy: PollPolicy, reduced: float, t: 
 
 
 def test_recovered_rate_example() -> None:
-    policy = PollPolicy(rate_decrease=0.5, rate_recovery=0.1)
+    policy = BackoffPolicy(rate_decrease=0.5, rate_recovery=0.1)
     assert recovered_rate(policy, 100, 0) == 100
     assert recovered_rate(policy, 100, 5) == pytest.approx(150)
     assert recovered_rate(policy, 100, 10) == math.inf
 
 
-# -- the finish window ------------------------------------------------------------------------
+# -- the probes -------------------------------------------------------------------------------
 
 
 def test_probe_count() -> None:
@@ -279,35 +226,6 @@ def test_probe_count() -> None:
     assert probe_count(policy, 100_000) == 64
     assert probe_count(attrs.evolve(policy, probes=3), 100) == 3
     assert probe_count(attrs.evolve(policy, adaptive=False), 100) == 0
-
-
-def test_estimate_window() -> None:
-    policy = PollPolicy(dense_interval=1.0, window_quantile=0.02)
-    assert estimate_window(policy, [], 100) is None
-    assert estimate_window(attrs.evolve(policy, adaptive=False), [30.0], 100) is None
-    one = estimate_window(policy, [26.0], 100)
-    assert one == FinishWindow(start=25.0, end=math.inf, samples=1)
-    half = [25.0 + i * 0.1 for i in range(50)]
-    window = estimate_window(policy, half, 100)
-    assert window is not None
-    assert window.start == pytest.approx(25.0 - 1.0 + 0.1)  # the 2 % quantile, one gap early
-    high = half[-1]
-    assert window.end == pytest.approx(high + max(high - half[1], 0.25 * high))
-
-
-@given(
-    st.lists(st.floats(min_value=0, max_value=1e5), min_size=1, max_size=200),
-    st.integers(min_value=1, max_value=400),
-)
-def test_estimate_window_properties(durations: list[float], total: int) -> None:
-    durations.sort()
-    policy = PollPolicy()
-    window = estimate_window(policy, durations, total)
-    assert window is not None
-    assert 0 <= window.start <= durations[0] + (durations[-1] - durations[0])
-    assert window.start <= durations[-1]
-    assert window.end >= durations[-1]
-    assert window.samples == len(durations)
 
 
 # -- classification ---------------------------------------------------------------------------
@@ -329,8 +247,8 @@ def test_estimate_window_properties(durations: list[float], total: int) -> None:
         (ValueError("bug"), False),
     ],
 )
-def test_is_transient(error: Exception, transient: bool) -> None:
-    assert is_transient(error) is transient
+def test_a_poll_tries_again_after_transient_failures(error: Exception, transient: bool) -> None:
+    assert (_poll_delay(DEFAULT_BACKOFF, 1, error) is not None) is transient
 
 
 # -- wait helpers -----------------------------------------------------------------------------
@@ -347,8 +265,15 @@ class _Tasks:
 class OneTaskClient:
     """Answers a script of results (a Task, an exception, or a status string) in order."""
 
-    def __init__(self, script: list[Any], *, created: datetime | None = None) -> None:
+    def __init__(
+        self,
+        script: list[Any],
+        *,
+        created: datetime | None = None,
+        backoff: BackoffPolicy = FAST_BACKOFF,
+    ) -> None:
         self.script = list(script)
+        self.backoff = backoff
         self.created = created or datetime.now(timezone.utc)
         self.calls: list[float] = []
         self.options: list[dict[str, Any]] = []
@@ -369,6 +294,10 @@ class OneTaskClient:
                 result = TaskResult(error_message="bad" if step != "succeeded" else None)
             return Task(task_id=task_id, status=step, created_at=self.created, result=result)
         return step  # type: ignore[no-any-return]
+
+
+async def wait_for_task(client: OneTaskClient, task_id: str, **options: Any) -> Task:
+    return await wait_on_source(source_of(client), task_id, **options)
 
 
 async def test_wait_for_task_returns_the_terminal_task() -> None:
@@ -401,6 +330,18 @@ async def test_wait_for_task_honours_retry_after() -> None:
     assert client.calls[1] - client.calls[0] >= 0.045
 
 
+async def test_a_wait_fails_fast_when_a_retry_after_passes_its_deadline() -> None:
+    limited = RateLimitError("slow down", status_code=429)
+    limited.retry_after = 0.09  # honoured (within max_retry_after), but past the deadline
+    client = OneTaskClient([limited, "succeeded"])
+    with pytest.raises(WaitTimeoutError) as caught:
+        await wait_for_task(client, "t1", timeout=0.05, raise_on_failure=False, poll_policy=FAST)
+    assert caught.value.__cause__ is limited
+    assert "0.09 s (Retry-After)" in str(caught.value)
+    assert caught.value.pending == ("t1",)
+    assert len(client.calls) == 1
+
+
 async def test_wait_for_task_raises_permanent_errors() -> None:
     client = OneTaskClient([NotFoundError("no such task", status_code=404)])
     with pytest.raises(NotFoundError):
@@ -409,10 +350,10 @@ async def test_wait_for_task_raises_permanent_errors() -> None:
 
 
 async def test_wait_for_task_gives_up_after_repeated_failures() -> None:
-    policy = attrs.evolve(FAST, max_consecutive_failures=3)
-    client = OneTaskClient([ServerError("503", status_code=503)])
+    backoff = attrs.evolve(FAST_BACKOFF, max_consecutive_failures=3)
+    client = OneTaskClient([ServerError("503", status_code=503)], backoff=backoff)
     with pytest.raises(ServerError):
-        await wait_for_task(client, "t1", timeout=5, raise_on_failure=False, poll_policy=policy)
+        await wait_for_task(client, "t1", timeout=5, raise_on_failure=False, poll_policy=FAST)
     assert len(client.calls) == 3
 
 
@@ -423,6 +364,7 @@ async def test_wait_for_task_timeout_carries_the_last_state() -> None:
         await wait_for_task(client, "t1", timeout=0.05, raise_on_failure=False, poll_policy=FAST)
     assert 0.045 <= time.monotonic() - started < 1
     assert isinstance(caught.value.last, Task)
+    assert caught.value.__cause__ is None
     assert caught.value.last.status == "running"
     assert caught.value.pending == ("t1",)
     assert caught.value.timeout == 0.05
@@ -516,7 +458,9 @@ async def test_poll_until_transient_then_permanent() -> None:
         raise script.pop(0)
 
     with pytest.raises(PermissionDeniedError):
-        await poll_until(fetch, lambda v: True, timeout=1, poll_policy=FAST, what="x")
+        await poll_until(
+            fetch, lambda v: True, timeout=1, poll_policy=FAST, what="x", backoff=FAST_BACKOFF
+        )
     assert script == []
 
 
@@ -525,7 +469,7 @@ async def test_poll_until_transient_then_permanent() -> None:
 def test_max_consecutive_failures_is_exact(limit: int) -> None:
     import anyio
 
-    policy = attrs.evolve(FAST, max_consecutive_failures=limit, error_initial=1e-4, error_max=1e-4)
+    backoff = BackoffPolicy(max_consecutive_failures=limit, initial_delay=1e-4, max_delay=1e-4)
     calls = []
 
     async def fetch() -> int:
@@ -534,7 +478,9 @@ def test_max_consecutive_failures_is_exact(limit: int) -> None:
 
     async def main() -> None:
         with pytest.raises(ServerError):
-            await poll_until(fetch, lambda v: True, timeout=5, poll_policy=policy, what="x")
+            await poll_until(
+                fetch, lambda v: True, timeout=5, poll_policy=FAST, what="x", backoff=backoff
+            )
 
     anyio.run(main)
     assert len(calls) == limit

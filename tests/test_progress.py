@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import videogen_async as vg
-from videogen_async._waiting._polling import PollPolicy
+from videogen_async import PollPolicy
 from videogen_async.testing import SandboxServer
 
 FAST = PollPolicy(first_delay=0.0, min_interval=0.001, max_interval=0.002, growth=0.0)

@@ -1,4 +1,4 @@
-"""The one retry engine's decision table and the client's pacing state, tested on their own."""
+"""The one retry decision's table and the client's pacing state, tested on their own."""
 
 from __future__ import annotations
 
@@ -17,11 +17,8 @@ from videogen_async._http._envelope import make_status_error
 from videogen_async._http._pacing import Pacing
 from videogen_async._http._retry import (
     DEFAULT_BACKOFF,
-    NO_RETRY,
-    RetryPolicy,
-    is_transient,
-    may_retry,
-    next_delay,
+    BackoffPolicy,
+    decide_retry,
     retry_after_of,
 )
 
@@ -40,7 +37,15 @@ def timeout_error(*, sent: bool) -> vg.APITimeoutError:
     return vg.APITimeoutError("slow", request_may_have_taken_effect=sent)
 
 
-# The decision table, row by row: (error, may a GET retry, may a POST retry, transient).
+def retries(exc: BaseException, method: str = "GET", **options: object) -> bool:
+    """Whether the one decision tries again after a first failure."""
+    options.setdefault("policy", DEFAULT_BACKOFF)
+    decision = decide_retry(exc, method=method, failures=1, **options)  # type: ignore[arg-type]
+    return decision.delay is not None
+
+
+# The decision table, row by row: (error, may a GET retry, may a POST retry, may a poll
+# poll again).
 TABLE = [
     (lambda: status_error(429), True, True, True),
     (lambda: status_error(500), True, False, True),
@@ -53,6 +58,9 @@ TABLE = [
     (lambda: status_error(403), False, False, False),
     (lambda: status_error(404), False, False, False),
     (lambda: status_error(409), False, False, False),
+    (lambda: status_error(425), False, False, False),
+    (lambda: status_error(501), False, False, True),
+    (lambda: status_error(505), False, False, True),
     (lambda: connection_error(sent=False), True, True, True),
     (lambda: connection_error(sent=True), True, False, True),
     (lambda: timeout_error(sent=False), True, True, True),
@@ -62,19 +70,47 @@ TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("make", "get_ok", "post_ok", "transient"), TABLE)
-def test_decision_table(make: object, get_ok: bool, post_ok: bool, transient: bool) -> None:
+@pytest.mark.parametrize(("make", "get_ok", "post_ok", "poll_ok"), TABLE)
+def test_decision_table(make: object, get_ok: bool, post_ok: bool, poll_ok: bool) -> None:
     exc = make()  # type: ignore[operator]
-    assert may_retry(exc, method="GET") is get_ok
-    assert may_retry(exc, method="POST") is post_ok
-    assert is_transient(exc) is transient
+    assert retries(exc, "GET") is get_ok
+    assert retries(exc, "POST") is post_ok
+    assert retries(exc, poll=True) is poll_ok
+
+
+def test_the_callers_differences_are_parameters() -> None:
+    # A media host's 425 (a download), a database fault judged by its caller (the ledger).
+    assert retries(status_error(425), extra_statuses={425})
+    assert not retries(status_error(404), extra_statuses={425})
+    assert retries(ConnectionRefusedError(), transient=True)
+    assert not retries(ConnectionRefusedError(), transient=False)
+    assert not retries(ConnectionRefusedError())
 
 
 def test_envelope_code_under_http_200_decides() -> None:
     exc = make_status_error(200, 503, "busy", method="GET", path="/x")
-    assert may_retry(exc, method="GET")
+    assert retries(exc)
     exc = make_status_error(200, 404, "gone", method="GET", path="/x")
-    assert not may_retry(exc, method="GET")
+    assert not retries(exc)
+
+
+@given(
+    failures=st.integers(min_value=1, max_value=40), limit=st.integers(min_value=1, max_value=20)
+)
+def test_a_poll_gives_up_after_its_failures_in_a_row_but_never_on_a_429(
+    failures: int, limit: int
+) -> None:
+    policy = BackoffPolicy(max_consecutive_failures=limit, max_retries=0)
+    server = decide_retry(
+        status_error(502), method="GET", failures=failures, policy=policy, poll=True
+    )
+    assert (server.delay is None) is (failures >= limit)
+    if server.delay is None:
+        assert server.reason == "exhausted"
+    limited = decide_retry(
+        status_error(429), method="GET", failures=failures, policy=policy, poll=True
+    )
+    assert limited.delay is not None
 
 
 @given(
@@ -82,17 +118,20 @@ def test_envelope_code_under_http_200_decides() -> None:
     attempt=st.integers(min_value=1, max_value=50),
     remaining=st.floats(min_value=0, max_value=1e7, allow_nan=False),
 )
-def test_next_delay_honours_retry_after_and_the_deadline(
+def test_the_decision_honours_retry_after_and_the_deadline(
     seconds: float, attempt: int, remaining: float
 ) -> None:
-    policy = RetryPolicy(max_retries=100)
+    policy = BackoffPolicy(max_retries=100)
     exc = status_error(429, **{"Retry-After": repr(seconds)})
     assert retry_after_of(exc) == pytest.approx(seconds)
-    delay = next_delay(policy, exc, method="POST", attempt=attempt, remaining=remaining)
+    decision = decide_retry(
+        exc, method="POST", failures=attempt, policy=policy, remaining=remaining
+    )
     if seconds > policy.max_retry_after or seconds >= remaining:
-        assert delay is None
+        assert decision.delay is None
+        assert decision.reason == "too long"
     else:
-        assert delay == pytest.approx(seconds)
+        assert decision.delay == pytest.approx(seconds)
 
 
 @given(
@@ -100,13 +139,13 @@ def test_next_delay_honours_retry_after_and_the_deadline(
     retries=st.integers(min_value=0, max_value=20),
     seed=st.integers(),
 )
-def test_next_delay_backs_off_with_full_jitter_under_a_cap(
+def test_the_decision_backs_off_with_full_jitter_under_a_cap(
     attempt: int, retries: int, seed: int
 ) -> None:
-    policy = RetryPolicy(max_retries=retries, initial_delay=0.5, max_delay=8.0)
-    delay = next_delay(
-        policy, status_error(503), method="GET", attempt=attempt, rng=random.Random(seed)
-    )
+    policy = BackoffPolicy(max_retries=retries, initial_delay=0.5, max_delay=8.0)
+    delay = decide_retry(
+        status_error(503), method="GET", failures=attempt, policy=policy, rng=random.Random(seed)
+    ).delay
     if attempt > retries:
         assert delay is None
     else:
@@ -114,8 +153,9 @@ def test_next_delay_backs_off_with_full_jitter_under_a_cap(
         assert 0 <= delay <= min(8.0, 0.5 * 2 ** (attempt - 1))
 
 
-def test_no_retry_policy_never_retries() -> None:
-    assert next_delay(NO_RETRY, status_error(503), method="GET", attempt=1) is None
+def test_no_retries_never_retries() -> None:
+    no_retry = BackoffPolicy(max_retries=0)
+    assert decide_retry(status_error(503), method="GET", failures=1, policy=no_retry).delay is None
 
 
 def test_retry_after_of_an_http_date_on_a_503() -> None:
@@ -130,18 +170,18 @@ def test_retry_after_of_an_http_date_on_a_503() -> None:
 
 
 async def test_pacing_costs_nothing_when_never_limited() -> None:
-    pacing = Pacing(DEFAULT_BACKOFF)
+    pacing = Pacing()
     sent = [await pacing.acquire() for _ in range(50)]
     assert pacing.in_flight == 50
     for _ in sent:
         pacing.release()
         pacing.succeeded()
     assert pacing.in_flight == 0
-    assert not pacing.throttled
+    assert (pacing.limit, pacing.rate, pacing.paused_until) == (math.inf, math.inf, -math.inf)
 
 
 async def test_a_429_pauses_halves_and_recovers_additively() -> None:
-    pacing = Pacing(DEFAULT_BACKOFF)
+    pacing = Pacing()
     sents = [await pacing.acquire() for _ in range(8)]
     pause = pacing.rate_limited(0.05, sents[0])
     assert 0 < pause <= 0.05 + 1e-9
@@ -166,7 +206,7 @@ async def test_a_429_pauses_halves_and_recovers_additively() -> None:
 
 
 async def test_the_allowed_concurrency_holds_requests_back() -> None:
-    pacing = Pacing(DEFAULT_BACKOFF)
+    pacing = Pacing()
     sents = [await pacing.acquire() for _ in range(4)]
     pacing.rate_limited(0.0, sents[0])
     assert pacing.limit == 2
@@ -188,7 +228,7 @@ async def test_the_allowed_concurrency_holds_requests_back() -> None:
 
 
 async def test_a_cancelled_waiter_passes_its_wake_up_on() -> None:
-    pacing = Pacing(DEFAULT_BACKOFF)
+    pacing = Pacing()
     sents = [await pacing.acquire() for _ in range(2)]
     pacing.rate_limited(0.0, sents[0])
     pacing.rate = math.inf
@@ -210,3 +250,27 @@ async def _queued(pacing: Pacing, count: int) -> None:
     with anyio.fail_after(5):
         while len(pacing._waiters) < count:
             await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The client's one backoff policy
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_client_takes_one_backoff_policy() -> None:
+    options = {"api_key": "vg-test-backoff-key", "base_url": "http://127.0.0.1:1"}
+    patient = BackoffPolicy(max_retries=5, max_retry_after=120.0)
+    client = vg.AsyncVideoGen(**options, backoff=patient)
+    assert client.backoff is patient
+    assert client.max_retries == 5
+    assert vg.AsyncVideoGen(**options).backoff == DEFAULT_BACKOFF
+    # max_retries, when given, overrides the policy's own; a view keeps the rest.
+    assert vg.AsyncVideoGen(**options, backoff=patient, max_retries=1).backoff == BackoffPolicy(
+        max_retries=1, max_retry_after=120.0
+    )
+    assert client.with_options(max_retries=0).backoff.max_retry_after == 120.0
+    assert client.with_options(backoff=BackoffPolicy()).max_retries == 2
+    with pytest.raises(vg.ConfigurationError, match="backoff must be a BackoffPolicy"):
+        vg.AsyncVideoGen(**options, backoff=vg.PollPolicy())  # type: ignore[arg-type]
+    with pytest.raises(vg.ConfigurationError, match="max_retries"):
+        client.with_options(max_retries=-1)

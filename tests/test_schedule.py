@@ -17,14 +17,14 @@ from videogen_async import TaskPollError
 from videogen_async._contract._models import Task, TaskResult
 from videogen_async._waiting._classes import _PROBING, BatchSchedule, ClassState, IdState
 from videogen_async._waiting._gather import gather_until_done
-from videogen_async._waiting._polling import PollPolicy
+from videogen_async._waiting._policy import PollPolicy
 from videogen_async._waiting._schedule import (
     ClassModel,
     FinishSketch,
     FinishTimeStats,
     InMemoryFinishTimes,
     Support,
-    next_delay,
+    batch_gap,
     overdue_after,
 )
 
@@ -34,16 +34,15 @@ durations_st = st.lists(
     st.floats(min_value=0.1, max_value=10_000, allow_nan=False), min_size=1, max_size=200
 )
 
-GAPS = {
-    "interval": 1.0,
-    "probe_interval": 0.75,
-    "min_interval": 1.0,
-    "sparse_growth": 2.0,
-    "sparse_cap": 30.0,
-    "max_interval": 15.0,
-    "overdue_growth": 0.5,
-    "jitter": 0.1,
-}
+GAPS = PollPolicy(
+    dense_interval=1.0,
+    min_interval=1.0,
+    sparse_growth=2.0,
+    sparse_cap=30.0,
+    max_interval=15.0,
+    overdue_growth=0.5,
+    jitter=0.1,
+)
 
 
 # -- the sketch ---------------------------------------------------------------------------------
@@ -235,29 +234,29 @@ supports = st.builds(
     st.floats(min_value=0.0, max_value=0.999),
 )
 @settings(max_examples=300)
-def test_next_delay_bounds(
+def test_batch_gap_bounds(
     support: Support | None, age: float, elapsed: float, probe: bool, rand: float
 ) -> None:
-    delay = next_delay(age=age, elapsed=elapsed, support=support, probe=probe, rand=rand, **GAPS)
-    assert 0.0 <= delay <= max(GAPS["sparse_cap"], GAPS["max_interval"]) * 1.1
+    delay = batch_gap(GAPS, age=age, elapsed=elapsed, support=support, probe=probe, rand=rand)
+    assert 0.0 <= delay <= max(GAPS.sparse_cap, GAPS.max_interval) * 1.1
     if support is None:
         return
-    if support.start - GAPS["interval"] <= age <= support.end:
+    if support.start - GAPS.dense_interval <= age <= support.end:
         # Inside the observed finish times: never sparser than a loop at `interval`.
-        assert delay <= GAPS["interval"]
-    if age < support.start - GAPS["interval"]:
+        assert delay <= GAPS.dense_interval
+    if age < support.start - GAPS.dense_interval:
         # Before them: never past the start.
         assert age + delay <= support.start
 
 
-def test_next_delay_spends_nothing_before_a_known_support() -> None:
+def test_batch_gap_spends_nothing_before_a_known_support() -> None:
     support = Support(start=30.0, end=32.0, samples=300)
-    delay = next_delay(age=0.5, elapsed=0.5, support=support, probe=False, rand=0.0, **GAPS)
+    delay = batch_gap(GAPS, age=0.5, elapsed=0.5, support=support, probe=False, rand=0.0)
     assert delay == pytest.approx(28.5)
-    probe = next_delay(age=0.5, elapsed=0.5, support=support, probe=True, rand=0.0, **GAPS)
+    probe = batch_gap(GAPS, age=0.5, elapsed=0.5, support=support, probe=True, rand=0.0)
     assert probe == pytest.approx(1.0)  # a probe keeps looking on the growing schedule
-    late = next_delay(age=200.0, elapsed=200.0, support=support, probe=False, rand=0.0, **GAPS)
-    assert late == GAPS["max_interval"]  # long overdue: the gaps grew
+    late = batch_gap(GAPS, age=200.0, elapsed=200.0, support=support, probe=False, rand=0.0)
+    assert late == GAPS.max_interval  # long overdue: the gaps grew
 
 
 # -- wiring into gather_until_done ------------------------------------------------------------
@@ -267,8 +266,6 @@ SLOW_START = PollPolicy(
     max_interval=0.1,
     dense_interval=0.01,
     sparse_cap=1.0,
-    error_initial=0.002,
-    error_max=0.01,
 )
 
 
@@ -399,21 +396,21 @@ def test_gap_is_between_a_quarter_and_one_interval(durations: list[float]) -> No
 
 def test_gap_is_used_inside_the_support_only() -> None:
     support = Support(start=29.5, end=30.5, samples=300)
-    inside = next_delay(
-        age=30.0, elapsed=30.0, support=support, probe=False, rand=0.5, dense=0.3, **GAPS
+    inside = batch_gap(
+        GAPS, age=30.0, elapsed=30.0, support=support, probe=False, rand=0.5, dense=0.3
     )
     assert inside == pytest.approx(0.3)
-    before = next_delay(
-        age=10.0, elapsed=10.0, support=support, probe=False, rand=0.5, dense=0.3, **GAPS
+    before = batch_gap(
+        GAPS, age=10.0, elapsed=10.0, support=support, probe=False, rand=0.5, dense=0.3
     )
     assert before > 1.0
 
 
 def test_a_cold_id_probes_while_it_is_probing() -> None:
     cold = {"age": 5.0, "elapsed": 5.0, "support": None, "rand": 0.0}
-    assert next_delay(probe=False, probing=True, **cold, **GAPS) == GAPS["probe_interval"]
-    waiting = next_delay(probe=False, probing=False, **cold, **GAPS)
-    assert waiting == min(GAPS["sparse_cap"], 2 * GAPS["max_interval"])
+    assert batch_gap(GAPS, probe=False, probing=True, **cold) == GAPS.dense_interval
+    waiting = batch_gap(GAPS, probe=False, probing=False, **cold)
+    assert waiting == min(GAPS.sparse_cap, 2 * GAPS.max_interval)
 
 
 def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
@@ -437,7 +434,7 @@ def test_a_cold_class_probes_with_fewer_ids_as_time_passes() -> None:
         state.created = 0.0
 
     def probing(elapsed: float) -> float:
-        gaps = [schedule.next_delay(s, elapsed) for s in klass.states]
+        gaps = [schedule.next_gap(s, elapsed) for s in klass.states]
         return sum(g <= policy.dense_interval for g in gaps) / len(gaps)
 
     fixed = 64 / 2000

@@ -38,8 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import videogen_async as vg
-from videogen_async import AsyncVideoGen, ConfigurationError
-from videogen_async._waiting._polling import PollPolicy
+from videogen_async import AsyncVideoGen, ConfigurationError, PollPolicy
 from videogen_async.testing import ProjectTiming, SandboxServer
 
 from .hostile._behaviours import ECHOES, Misbehaviour

@@ -58,15 +58,16 @@ from ._contract._models import (
     VideoBatch,
 )
 from ._download import DownloadResult
-from ._http._retry import RetryPolicy
+from ._http._retry import BackoffPolicy
 from ._http._transport import Timeout
 from ._http._webhooks import Webhook, verify_webhook, webhook
 from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 from ._resources._raw import HTTPRequestInfo, RawResponse
 from ._version import __version__
-from ._waiting._gather import GatherProgress, GatherResults, gather_until_done
-from ._waiting._polling import PollPolicy
+from ._waiting._gather import GatherResults, gather_until_done
+from ._waiting._policy import PollPolicy
+from ._waiting._progress import GatherProgress
 from ._waiting._schedule import FinishTimeMemory, FinishTimeStats, InMemoryFinishTimes
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "AspectRatio",
     "AsyncVideoGen",
     "AuthenticationError",
+    "BackoffPolicy",
     "BadRequestError",
     "Billing",
     "BudgetExceededError",
@@ -120,7 +122,6 @@ __all__ = [
     "ResponseEvent",
     "ResponseInfo",
     "RetryEvent",
-    "RetryPolicy",
     "ServerError",
     "SpeechLanguage",
     "Task",

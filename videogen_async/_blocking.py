@@ -27,18 +27,20 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from ._client import DEFAULT_CONNECTION_LIMIT, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, AsyncVideoGen
+from ._client import DEFAULT_CONNECTION_LIMIT, DEFAULT_TIMEOUT, AsyncVideoGen
 from ._contract._exceptions import TaskPollError
 from ._contract._meta import HasResponse
 from ._contract._models import Task
+from ._http._retry import BackoffPolicy
 from ._http._transport import DEFAULT_MAX_BODY, Timeout
 from ._observe._hooks import EventHook
 from ._resources._credits import Credits
 from ._resources._projects import Projects
 from ._resources._raw import RawResponse
 from ._resources._tasks import Tasks
-from ._waiting._gather import GatherProgress, GatherResults
-from ._waiting._polling import PollPolicy
+from ._waiting._gather import GatherResults
+from ._waiting._policy import PollPolicy
+from ._waiting._progress import GatherProgress
 from ._waiting._schedule import FinishTimeMemory
 
 __all__ = ["BlockingGather", "BlockingIterator", "VideoGen"]
@@ -383,9 +385,10 @@ class VideoGen(_Namespace):
         base_url: str | None = None,
         *,
         timeout: Timeout | float | None = DEFAULT_TIMEOUT,
-        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retries: int | None = None,
         connection_limit: int = DEFAULT_CONNECTION_LIMIT,
         poll_policy: PollPolicy | None = None,
+        backoff: BackoffPolicy | None = None,
         default_headers: dict[str, str] | None = None,
         allow_insecure_http: bool = False,
         max_body_size: int = DEFAULT_MAX_BODY,
@@ -400,6 +403,7 @@ class VideoGen(_Namespace):
             max_retries=max_retries,
             connection_limit=connection_limit,
             poll_policy=poll_policy,
+            backoff=backoff,
             default_headers=default_headers,
             allow_insecure_http=allow_insecure_http,
             max_body_size=max_body_size,
@@ -460,6 +464,11 @@ class VideoGen(_Namespace):
     def poll_policy(self) -> PollPolicy:
         """The default poll policy of the waits and ``gather_until_done``."""
         return self._client.poll_policy
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        """How the client slows down under failure."""
+        return self._client.backoff
 
     @property
     def finish_times(self) -> FinishTimeMemory:

@@ -12,12 +12,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import attrs
 
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
 from ._download import DownloadCalls, GetTask
-from ._http._pacing import Pacing
-from ._http._retry import RetryPolicy
+from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
 from ._http._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
 from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
@@ -25,13 +25,13 @@ from ._resources._credits import Credits
 from ._resources._projects import Projects
 from ._resources._raw import RawResponseClient
 from ._resources._tasks import Tasks
-from ._waiting._polling import DEFAULT_POLICY, PollPolicy, TaskSource
+from ._waiting._policy import DEFAULT_POLICY, PollPolicy
+from ._waiting._polling import TaskSource
 from ._waiting._schedule import FinishTimeMemory, InMemoryFinishTimes
 
-__all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
+__all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
 
 DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
-DEFAULT_MAX_RETRIES = 2
 DEFAULT_CONNECTION_LIMIT = 100
 
 _NOT_GIVEN: Any = object()
@@ -107,6 +107,17 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
     return text.rstrip("/")
 
 
+def _backoff_with(backoff: object, max_retries: object) -> BackoffPolicy:
+    """The backoff policy of a client, checked, with ``max_retries`` (when given) in it."""
+    if not isinstance(backoff, BackoffPolicy):
+        raise ConfigurationError(f"backoff must be a BackoffPolicy, got {backoff!r}")
+    if max_retries is None:
+        return backoff
+    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
+        raise ConfigurationError(f"max_retries must be a whole number >= 0, got {max_retries!r}")
+    return attrs.evolve(backoff, max_retries=max_retries)
+
+
 def _check_deadline(deadline: object) -> None:
     if deadline is None:
         return
@@ -133,14 +144,18 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         timeout: Per-attempt timeouts: a :class:`Timeout`, or a number of seconds that bounds
             each attempt as a whole (connect to last byte); ``None`` for no limit. By
             default 10 s to connect, 60 s between reads and 120 s for the whole attempt.
-        max_retries: Retries of a request after a transient failure (0 turns them off).
-            Creating calls are retried only when the request provably did not take effect.
+        max_retries: Retries of a request after a transient failure (0 turns them off;
+            ``None``: the backoff policy's, 2 by default). Creating calls are retried only
+            when the request provably did not take effect.
         deadline: Seconds for a whole call, all its attempts and the waits between them
             included (``None``: only ``timeout`` bounds each attempt).
         session: An ``aiohttp.ClientSession`` of your own; it is used as it is and never
             closed by the client.
         connection_limit: The size of the client's own connection pool.
-        poll_policy: The default poll policy of the wait helpers and ``gather_until_done``.
+        poll_policy: When the wait helpers and ``gather_until_done`` poll, by default.
+        backoff: How the client slows down under failure: the backoff between retries, the
+            longest ``Retry-After`` honoured, the pause and pacing after a 429, and when a
+            wait gives up on an id (a :class:`BackoffPolicy`; see ``docs/errors.md``).
         default_headers: Extra headers sent with every request to the service.
         allow_insecure_http: Allow a plain ``http://`` base URL to a host that is not
             loopback.
@@ -170,10 +185,11 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         base_url: str | None = None,
         *,
         timeout: Timeout | float | None = DEFAULT_TIMEOUT,
-        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retries: int | None = None,
         session: aiohttp.ClientSession | None = None,
         connection_limit: int = DEFAULT_CONNECTION_LIMIT,
         poll_policy: PollPolicy | None = None,
+        backoff: BackoffPolicy | None = None,
         default_headers: dict[str, str] | None = None,
         allow_insecure_http: bool = False,
         max_body_size: int = DEFAULT_MAX_BODY,
@@ -195,10 +211,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
                 "no base URL: pass base_url=... or set the VIDEOGEN_BASE_URL environment"
                 " variable (for a local sandbox: `videogen sandbox`)"
             )
-        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-            raise ConfigurationError(
-                f"max_retries must be a whole number >= 0, got {max_retries!r}"
-            )
+        policy = _backoff_with(backoff or DEFAULT_BACKOFF, max_retries)
         _check_deadline(deadline)
         headers = dict(default_headers or {})
         if any(k.lower() == "authorization" for k in headers):
@@ -209,7 +222,6 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
             owner = SessionOwner(
                 session=session,
                 connection_limit=connection_limit,
-                pacing=Pacing(poll_policy or DEFAULT_POLICY),
                 # Where the client was made, named if it is dropped without aclose().
                 created_at=traceback.StackSummary.extract(
                     traceback.walk_stack(sys._getframe(1)), limit=8, lookup_lines=False
@@ -222,7 +234,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
             base_url=base,
             owner=owner,
             timeout=timeouts,
-            retry=RetryPolicy(max_retries=max_retries),
+            backoff=policy,
             default_headers=headers,
             max_body_size=max_body_size,
             deadline=deadline,
@@ -292,7 +304,12 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
     @property
     def max_retries(self) -> int:
         """Retries of a request after a transient failure."""
-        return self._transport.retry.max_retries
+        return self._transport.backoff.max_retries
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        """How the client slows down under failure."""
+        return self._transport.backoff
 
     @property
     def poll_policy(self) -> PollPolicy:
@@ -310,6 +327,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         timeout: Timeout | float | None = _NOT_GIVEN,
         max_retries: int | None = None,
         poll_policy: PollPolicy | None = None,
+        backoff: BackoffPolicy | None = None,
         deadline: float | None = _NOT_GIVEN,
     ) -> AsyncVideoGen:
         """A view of this client with other options, sharing its connection pool and pacing.
@@ -323,6 +341,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
             timeout: New per-attempt timeouts (a :class:`Timeout` or seconds).
             max_retries: New number of retries.
             poll_policy: New default poll policy.
+            backoff: New backoff policy (``max_retries``, when given, overrides its own).
             deadline: New deadline of a whole call with its retries (``None``: none).
 
         Returns:
@@ -331,16 +350,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         Raises:
             ConfigurationError: An option is invalid.
         """
-        retry = self._transport.retry
-        if max_retries is not None:
-            if isinstance(max_retries, bool) or max_retries < 0:
-                raise ConfigurationError(f"max_retries must be >= 0, got {max_retries!r}")
-            retry = RetryPolicy(
-                max_retries=max_retries,
-                initial_delay=retry.initial_delay,
-                max_delay=retry.max_delay,
-                max_retry_after=retry.max_retry_after,
-            )
+        policy = _backoff_with(backoff or self._transport.backoff, max_retries)
         new_timeout = None
         if timeout is not _NOT_GIVEN:
             try:
@@ -350,7 +360,9 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         if deadline is not _NOT_GIVEN:
             _check_deadline(deadline)
         transport = self._transport.copy(
-            timeout=new_timeout, retry=retry, deadline=UNSET if deadline is _NOT_GIVEN else deadline
+            timeout=new_timeout,
+            backoff=policy,
+            deadline=UNSET if deadline is _NOT_GIVEN else deadline,
         )
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 

@@ -8,19 +8,12 @@ from typing import Any
 
 import attrs
 
-from videogen_async import AsyncVideoGen
-from videogen_async._waiting._polling import PollPolicy
+from videogen_async import AsyncVideoGen, PollPolicy
 
 from ._server import HostileServer
 
-#: Fast polling that gives up at the first transient failure (the error itself is raised).
-FAST = PollPolicy(
-    min_interval=0.01,
-    max_interval=0.02,
-    dense_interval=0.01,
-    coalesce=0.001,
-    max_consecutive_failures=1,
-)
+#: Fast polling; the waits give up at the first transient failure (see `_quick`).
+FAST = PollPolicy(min_interval=0.01, max_interval=0.02, dense_interval=0.01, coalesce=0.001)
 WAIT = 0.5  # a wait's deadline: hostile answers end a wait long before
 
 Call = Callable[[AsyncVideoGen, HostileServer, Path], Awaitable[Any]]
@@ -39,10 +32,15 @@ class RequestPath:
         return self.name
 
 
+def _quick(client: AsyncVideoGen) -> AsyncVideoGen:
+    """The client, its waits giving up at the first transient failure (raising it)."""
+    return client.with_options(backoff=attrs.evolve(client.backoff, max_consecutive_failures=1))
+
+
 async def _gather(client: AsyncVideoGen, server: HostileServer, tmp: Path) -> list[Any]:
     return [
         task
-        async for task in client.tasks.gather_until_done(
+        async for task in _quick(client).tasks.gather_until_done(
             ["t-1", "t-2"], timeout=WAIT, poll_policy=FAST
         )
     ]
@@ -52,7 +50,9 @@ PATHS = (
     RequestPath("credits.get", lambda c, s, t: c.credits.get()),
     RequestPath("tasks.create", lambda c, s, t: c.tasks.create("a cat"), creates=True),
     RequestPath("tasks.get", lambda c, s, t: c.tasks.get("t-1")),
-    RequestPath("tasks.wait", lambda c, s, t: c.tasks.wait("t-1", timeout=WAIT, poll_policy=FAST)),
+    RequestPath(
+        "tasks.wait", lambda c, s, t: _quick(c).tasks.wait("t-1", timeout=WAIT, poll_policy=FAST)
+    ),
     RequestPath("gather_until_done", _gather),
     RequestPath(
         "projects.create",
@@ -67,10 +67,11 @@ PATHS = (
     ),
     RequestPath(
         "projects.wait_for_script",
-        lambda c, s, t: c.projects.wait_for_script("p-1", timeout=WAIT, poll_policy=FAST),
+        lambda c, s, t: _quick(c).projects.wait_for_script("p-1", timeout=WAIT, poll_policy=FAST),
     ),
     RequestPath(
-        "projects.wait", lambda c, s, t: c.projects.wait("p-1", timeout=WAIT, poll_policy=FAST)
+        "projects.wait",
+        lambda c, s, t: _quick(c).projects.wait("p-1", timeout=WAIT, poll_policy=FAST),
     ),
     RequestPath("download(task id)", lambda c, s, t: c.download("t-1", t / "by-id.mp4")),
     RequestPath(

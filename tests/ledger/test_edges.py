@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from videogen_async import AmbiguousCreateError, Ledger, PollPolicy
+from videogen_async import AmbiguousCreateError, BackoffPolicy, Ledger
 from videogen_async._ledger import _claims as claims
 from videogen_async._ledger._plans import Hold, NewEntry, begin_create, get
 from videogen_async.testing import SandboxServer
@@ -56,10 +56,8 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
             return done
 
         ledger.store.write = recording  # type: ignore[method-assign]
-        policy = PollPolicy(max_consecutive_failures=1)
-        watch = ledger.watch(
-            client, claim_interval=0.05, max_concurrency=2, poll_policy=policy, lease=60
-        )
+        giving_up = client.with_options(backoff=BackoffPolicy(max_consecutive_failures=1))
+        watch = ledger.watch(giving_up, claim_interval=0.05, max_concurrency=2, lease=60)
         async with watch as finished:
             entry = await finished.__anext__()
             assert entry.task_id == good

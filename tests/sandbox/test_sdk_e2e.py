@@ -17,12 +17,12 @@ from videogen_async import (
     InvalidRequestError,
     MediaStorageError,
     NotFoundError,
+    PollPolicy,
     ProjectFailedError,
     RateLimitError,
     ServerError,
     TaskStatus,
 )
-from videogen_async._waiting._polling import PollPolicy
 from videogen_async.testing import SandboxServer
 
 from .conftest import PRODUCT, REFERENCE, SCRIPT_READY, TASK_SECONDS, exact_options

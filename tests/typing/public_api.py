@@ -72,7 +72,10 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
         print(item.task_id)
 
     policy = vg.PollPolicy(min_interval=0.5, max_interval=10.0)
-    fast = client.with_options(poll_policy=policy)
+    backoff = vg.BackoffPolicy(max_retries=5, max_retry_after=120.0)
+    fast = client.with_options(poll_policy=policy, backoff=backoff)
+    retries: int = fast.backoff.max_retries
+    print(retries)
     seen: list[vg.GatherProgress] = []
     gather: vg.GatherResults = vg.gather_until_done(
         fast, ids, timeout=60.0, poll_policy=policy, on_progress=seen.append

@@ -17,11 +17,18 @@ from pathlib import Path
 from typing import BinaryIO
 
 import anyio
+import attrs
 
-from .._contract._exceptions import APIConnectionError, DownloadError
+from .._contract._exceptions import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    DownloadError,
+    VideoGenError,
+)
 from .._contract._redact import drop_locals
-from .._http._retry import RESUME_POLICY, retry_delay
-from .._http._transport import Transport
+from .._http._retry import decide_retry
+from .._http._transport import Transport, make_status_error
 from ._sources import (
     check_url,
     redact_url,
@@ -41,8 +48,9 @@ DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_ATTEMPTS = 4
 """Requests made for one file in all: the first and up to three resumes or restarts."""
 
-#: HTTP statuses of the media host after which a download is tried again.
-_RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Statuses of a media host transient for a download beyond the SDK's own (``_retry``): 425
+#: Too Early (a CDN still filling its cache).
+_MEDIA_HOST_STATUSES = frozenset({425})
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)\s*-\s*(\d+)\s*/\s*(\d+|\*)\s*$", re.IGNORECASE)
 
 ProgressCallback = Callable[[int, int | None], None]
@@ -184,11 +192,12 @@ class _DiskError(Exception):
 
 
 class _Retry(Exception):
-    """One attempt failed in a way worth another attempt (internal)."""
+    """One attempt failed; ``error`` is what the retry decision judges (internal)."""
 
-    def __init__(self, reason: str, *, restart: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, error: VideoGenError, *, restart: bool = False) -> None:
+        super().__init__(error.message)
+        self.reason = error.message
+        self.error = error
         self.restart = restart
 
 
@@ -218,6 +227,10 @@ async def download_url(
         task_id: The task the video belongs to, for error messages.
         rng: Random source of the backoff jitter.
 
+    Whether and when to try again after a failed attempt is the one retry decision's
+    (``decide_retry``, with the client's backoff policy, ``attempts - 1`` retries and a
+    media host's 425 as transient).
+
     Returns:
         The number of bytes written.
 
@@ -234,6 +247,7 @@ async def download_url(
     what = f"task {task_id}" if task_id else redact_url(url)
     part = _PartFile(dest)
     state = _State()
+    backoff = attrs.evolve(transport.backoff, max_retries=attempts - 1)
 
     def failed(message: str) -> DownloadError:
         return DownloadError(
@@ -259,11 +273,27 @@ async def download_url(
                 if retry.restart:
                     await part.truncate()
                     state.received = 0
-                if attempt >= attempts:
+                decision = decide_retry(
+                    retry.error,
+                    method="GET",
+                    failures=attempt,
+                    policy=backoff,
+                    extra_statuses=_MEDIA_HOST_STATUSES,
+                    rng=rng,
+                )
+                delay = decision.delay
+                if decision.reason == "permanent" and isinstance(retry.error, APIStatusError):
+                    raise DownloadError(
+                        f"download of {what}: {retry.reason}",
+                        url=url,
+                        status_code=retry.error.status_code,
+                        path=dest,
+                    ) from None
+                if delay is None:
                     raise failed(
                         f"download of {what} failed after {attempt} attempt(s): {retry.reason}"
+                        + (f" ({decision.detail})" if decision.reason == "too long" else "")
                     ) from retry.__cause__
-                delay = retry_delay(RESUME_POLICY, attempt, rng=rng) or 0.0
                 logger.info(
                     "download of %s: %s; %s in %.2fs (attempt %d of %d)",
                     what,
@@ -315,9 +345,9 @@ async def _attempt(
     """One request, appending to ``part`` and updating ``state``; returns once complete.
 
     Raises:
-        _Retry: Worth another attempt (a broken connection, a short body, a 5xx, a range
-            the host got wrong).
-        DownloadError: Not worth another attempt (a 4xx, more bytes than declared).
+        _Retry: The attempt failed (a broken connection, a short body, an HTTP failure, a
+            range the host got wrong): the retry decision judges its ``error``.
+        DownloadError: Not worth another attempt (more bytes than declared).
     """
     headers = {"Accept-Encoding": "identity"}
     if state.received > 0 and not state.ranges_ok:
@@ -348,15 +378,12 @@ async def _attempt(
                 if not exact or hdrs.get("accept-ranges", "").strip().lower() == "none":
                     state.ranges_ok = False
             elif resuming and status == 416:
-                raise _Retry("the host refused the resume range (416)", restart=True)
+                raise _Retry(_broken("the host refused the resume range (416)"), restart=True)
             else:
                 excerpt = await resp.read_excerpt()
                 text = f"the host answered HTTP {status}" + (f": {excerpt}" if excerpt else "")
-                if status in _RETRYABLE_STATUSES:
-                    raise _Retry(text)
-                raise DownloadError(
-                    f"download of {what}: {text}", url=url, status_code=status, path=part.dest
-                )
+                answer = dict(resp.headers)
+                raise _Retry(make_status_error(status, None, text, headers=answer, method="GET"))
             total = state.total
             async for chunk in resp.iter_chunks(chunk_size):
                 if total is not None and state.received + len(chunk) > total:
@@ -373,9 +400,10 @@ async def _attempt(
                 if progress is not None:
                     progress(state.received, total)
     except APIConnectionError as exc:
-        raise _Retry(f"the connection broke at byte {state.received}: {exc.message}") from exc
+        exc.message = f"the connection broke at byte {state.received}: {exc.message}"
+        raise _Retry(exc) from exc
     if state.total is not None and state.received < state.total:
-        raise _Retry(f"short body: got {state.received} of {state.total} bytes")
+        raise _Retry(_broken(f"short body: got {state.received} of {state.total} bytes"))
 
 
 def _check_resumed(headers: Mapping[str, str], state: _State) -> None:
@@ -388,11 +416,18 @@ def _check_resumed(headers: Mapping[str, str], state: _State) -> None:
         or (state.total is not None and span[2] is not None and span[2] != state.total)
     ):
         raise _Retry(
-            f"the host answered Range bytes={state.received}- with Content-Range {raw!r}",
+            _broken(f"the host answered Range bytes={state.received}- with Content-Range {raw!r}"),
             restart=True,
         )
     length = _content_length(headers)
     if length is not None and length != span[1] - span[0] + 1:
-        raise _Retry("the host's Content-Length does not match its Content-Range", restart=True)
+        raise _Retry(
+            _broken("the host's Content-Length does not match its Content-Range"), restart=True
+        )
     if span[2] is not None:
         state.total = span[2]
+
+
+def _broken(reason: str) -> APIResponseError:
+    """An answer that is not the file the host declared: transient, as a garbled body is."""
+    return APIResponseError(reason)

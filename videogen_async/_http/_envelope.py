@@ -34,7 +34,7 @@ from .._contract._redact import scrub_exception
 from .._version import __version__
 from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
 from ._jsonbody import excerpt as _body_excerpt
-from ._retry import parse_retry_after
+from ._retry import retry_after_of
 
 __all__ = [
     "CODE_INSUFFICIENT_CREDITS",
@@ -111,13 +111,6 @@ def excerpt(raw: bytes) -> str:
 
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _header_retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After")
-    if value is None:
-        value = headers.get("retry-after")
-    return parse_retry_after(value)
 
 
 def connection_error(
@@ -291,5 +284,5 @@ def make_status_error(
         **details,
     )
     if isinstance(error, RateLimitError):
-        error.retry_after = _header_retry_after(error.headers)
+        error.retry_after = retry_after_of(error)  # from its headers
     return error

@@ -6,15 +6,17 @@ sent and gives it back when the answer (or the failure) is in, so the single-obj
 the gather's workers, reads, create retries and any loop built on the transport are all paced
 by the same state:
 
-* A 429 pauses *every* request of the client until its ``Retry-After`` (or a backoff that
-  doubles per 429 in a row), capped by ``rate_limit_max``.
+* A 429 pauses *every* request of the client until its ``Retry-After`` when the client honours
+  it (see ``_retry.honoured_retry_after``), else for a backoff that doubles per 429 in a row;
+  never longer than ``max_retry_after``.
 * The same 429 halves the allowed concurrency and the allowed request rate (multiplicative
   decrease); each success then adds about one request of concurrency per round, and the rate
   grows back linearly (additive increase), until the limits are lifted.
 * One cut per 429 *event*: answers to requests sent before the last cut do not cut again.
 
 Nothing is paid when the service never answers 429: taking a slot is then a counter
-increment, without a suspension.
+increment, without a suspension. The settings are those of the ``BackoffPolicy`` of the
+request that met the 429.
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ from typing import TypeVar
 import anyio
 
 from .._contract._exceptions import RateLimitError
-from .._waiting._policy import PollPolicy
-from ._retry import aimd_decrease, aimd_increase, rate_limit_pause, recovered_rate
+from ._retry import DEFAULT_BACKOFF, BackoffPolicy, honoured_retry_after
 
-__all__ = ["Pacing", "paced"]
+__all__ = ["Pacing", "paced", "rate_limit_pause", "recovered_rate"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -44,13 +45,11 @@ class Pacing:
     """The pacing state shared by a client and its views (see the module docstring).
 
     Args:
-        policy: The backoff settings (``rate_limit_initial``, ``rate_limit_max``,
-            ``rate_decrease``, ``rate_recovery``); a ``PollPolicy`` has them.
         rng: The random source of the pause's jitter.
     """
 
-    def __init__(self, policy: PollPolicy, *, rng: random.Random | None = None) -> None:
-        self.policy = policy
+    def __init__(self, *, rng: random.Random | None = None) -> None:
+        self._policy = DEFAULT_BACKOFF  # the policy of the last cut, for the recovery
         self._rng = rng or random.Random()
         self.paused_until = -math.inf
         self.limit = math.inf  # allowed requests in flight (inf: no limit)
@@ -65,18 +64,12 @@ class Pacing:
         self._window_sent = 0
         self._measured_rate = 0.0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.limited_answers = 0  # 429 answers seen (diagnostics)
 
     def __repr__(self) -> str:
         return (
             f"Pacing(in_flight={self.in_flight}, limit={self.limit}, rate={self.rate},"
             f" paused_until={self.paused_until})"
         )
-
-    @property
-    def throttled(self) -> bool:
-        """Whether a 429 currently limits the client (paused, or limits not yet lifted)."""
-        return self.limit != math.inf or self.rate != math.inf or self.paused_until > _now()
 
     def try_acquire(self) -> float | None:
         """Take a slot at once when nothing limits the client (the common case), else ``None``.
@@ -98,10 +91,6 @@ class Pacing:
             The time the slot was taken (``anyio.current_time()``), to hand back to
             :meth:`rate_limited`.
         """
-        now = _now()
-        if self.limit == math.inf and self.rate == math.inf and now >= self.paused_until:
-            self._taken(now)
-            return now
         while True:
             now = _now()
             if now < self.paused_until:
@@ -114,7 +103,7 @@ class Pacing:
                     await waiter
                 except BaseException:
                     if waiter.done() and not waiter.cancelled():
-                        self._wake_one()  # pass the wake-up on to the next waiter
+                        self._wake()  # pass the wake-up on to the next waiter
                     else:
                         waiter.cancel()
                     raise
@@ -131,46 +120,50 @@ class Pacing:
         """Give a slot back (the request's answer or failure is in)."""
         self.in_flight -= 1
         if self._waiters:
-            self._wake_one()
+            self._wake()
 
     def succeeded(self) -> None:
         """Record a successful answer: the additive increase of the allowed concurrency."""
         self._events = 0
         if self.limit != math.inf:
-            self.limit = aimd_increase(self.limit, self._ceiling)
+            # Additive increase: about one more request in flight per round of `limit`.
+            self.limit = min(self._ceiling, self.limit + 1.0 / max(self.limit, 1.0))
             if self.limit >= self._ceiling:
                 self.limit = math.inf
                 if self.rate == math.inf:
                     self._ceiling = math.inf
-                self._wake_all()
+                self._wake(every=True)
 
-    def rate_limited(self, retry_after: float | None, sent: float) -> float:
+    def rate_limited(
+        self, retry_after: float | None, sent: float, policy: BackoffPolicy = DEFAULT_BACKOFF
+    ) -> float:
         """Record a 429: pause every request of the client and cut the allowed load.
 
         Args:
-            retry_after: The answer's ``Retry-After`` in seconds, if any.
+            retry_after: The ``Retry-After`` the client honours, in seconds (``None``: none
+                usable; see ``_retry.honoured_retry_after``).
             sent: When the limited request took its slot (from :meth:`acquire`).
+            policy: The backoff policy of the limited request.
 
         Returns:
             Seconds until the client's pause ends (0 when it is over).
         """
         now = _now()
-        self.limited_answers += 1
-        policy = self.policy
         if sent >= self._last_cut:  # one cut per 429 event, not per answer
+            self._policy = policy
             self._events += 1
             self._last_cut = now
             current = self.in_flight if self.limit == math.inf else self.limit
             if self._ceiling == math.inf:
                 self._ceiling = max(2.0, float(self.in_flight))
-            self.limit = aimd_decrease(current, policy.rate_decrease)
+            # Multiplicative decrease of the allowed concurrency and rate.
+            self.limit = max(1.0, current * policy.rate_decrease)
             partial = self._window_sent / max(now - self._window_start, 0.1)
             measured = max(self._measured_rate, partial, 1.0)
             base = measured if self.rate == math.inf else min(self.rate, measured)
             self._reduced_rate = max(1.0, base * policy.rate_decrease)
             self.rate = self._reduced_rate
             pause = rate_limit_pause(policy, self._events, self._rng.random(), retry_after)
-            pause = min(pause, policy.rate_limit_max)
             self.paused_until = max(self.paused_until, now + pause)
             logger.info(
                 "rate limited (429): every request of the client pauses %.2fs; concurrency %.0f,"
@@ -205,23 +198,18 @@ class Pacing:
 
     def _refresh_rate(self, now: float) -> None:
         self.rate = recovered_rate(
-            self.policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
+            self._policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
         )
         if self.rate == math.inf and self.limit == math.inf:
             self._ceiling = math.inf
 
-    def _wake_one(self) -> None:
+    def _wake(self, *, every: bool = False) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
-
-    def _wake_all(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+                if not every:
+                    return
 
 
 def _now() -> float:
@@ -230,21 +218,21 @@ def _now() -> float:
     return asyncio.get_running_loop().time()
 
 
-def paced(fetch: Callable[[str], Awaitable[_T]], pacing: Pacing) -> Callable[[str], Awaitable[_T]]:
+def paced(
+    fetch: Callable[[str], Awaitable[_T]], pacing: Pacing, policy: BackoffPolicy
+) -> Callable[[str], Awaitable[_T]]:
     """``fetch`` taking a slot of ``pacing`` per call, for a reader below no transport.
 
     A 429 (:class:`RateLimitError`) is recorded in ``pacing`` as the transport records it.
     """
 
     async def call(key: str) -> _T:
-        sent = pacing.try_acquire()
-        if sent is None:
-            sent = await pacing.acquire()
+        sent = await pacing.acquire()
         try:
             value = await fetch(key)
         except RateLimitError as exc:
             pacing.release()
-            pacing.rate_limited(exc.retry_after, sent)
+            pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
             raise
         except BaseException:
             pacing.release()
@@ -254,3 +242,42 @@ def paced(fetch: Callable[[str], Awaitable[_T]], pacing: Pacing) -> Callable[[st
         return value
 
     return call
+
+
+def rate_limit_pause(
+    policy: BackoffPolicy, consecutive: int, rand: float, retry_after: float | None = None
+) -> float:
+    """How long every request of a client pauses after a 429.
+
+    Args:
+        policy: The backoff policy.
+        consecutive: 429 events in a row, from 1.
+        rand: A random number in ``[0, 1)``.
+        retry_after: The ``Retry-After`` the client honours, if any.
+
+    Returns:
+        The ``Retry-After`` when given (at most ``max_retry_after``), else a delay in
+        ``[c / 2, c)`` with ``c = min(max_retry_after, rate_limit_pause * 2 ** (consecutive
+        - 1))``.
+    """
+    if retry_after is not None:
+        return min(max(0.0, retry_after), policy.max_retry_after)
+    exponent = min(max(consecutive - 1, 0), 62)
+    ceiling = min(policy.max_retry_after, policy.rate_limit_pause * 2.0**exponent)
+    return ceiling * (0.5 + 0.5 * rand)
+
+
+def recovered_rate(policy: BackoffPolicy, reduced: float, elapsed: float) -> float:
+    """The allowed request rate some time after a 429 cut it.
+
+    Args:
+        policy: The backoff policy.
+        reduced: The rate (requests per second) set when the 429 arrived.
+        elapsed: Seconds since then (after the pause).
+
+    Returns:
+        ``reduced * (1 + rate_recovery * elapsed)``, or ``inf`` (no limit) once that is back
+        to the rate before the cut (``reduced / rate_decrease``).
+    """
+    rate = reduced * (1.0 + policy.rate_recovery * max(elapsed, 0.0))
+    return math.inf if rate >= reduced / policy.rate_decrease else rate

@@ -1,24 +1,25 @@
-"""The one retry engine: pure decisions and arithmetic, no I/O.
+"""Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
-Every loop of the client (the transport's retries, the single-object waits, the gather, the
-download's resumes) asks this module the same questions: is this failure transient
-(:func:`is_transient`), may this request be sent again (:func:`may_retry`, by method), how
-long to wait (:func:`next_delay`, :func:`backoff_delay` with full jitter and a cap,
-:func:`parse_retry_after` for seconds or an HTTP date), and how the AIMD pacing of a client
-cuts and recovers after a 429 (:func:`aimd_decrease`, :func:`aimd_increase`,
-:func:`recovered_rate`). The pacing *state* shared by a client lives in ``_pacing``.
+Every loop of the SDK asks :func:`decide_retry`, for one failure of one request, whether and
+when to try again: the transport's retries of a request, the single waits and the gather's
+polls, a download's resumes and the ledger's watchers. :data:`TRANSIENT_STATUSES` is the one
+list of what is transient; where a caller differs on purpose, the difference is a parameter
+of the decision (``poll``, ``extra_statuses``, ``transient``), never a table of its own.
+:class:`BackoffPolicy` says how the client slows down under failure; the client-wide 429
+pause and its recovery are the state of ``_pacing``, configured by the same policy.
 
-Retrying (a transient failure of *one request*) is separate from polling (waiting for a task
-that is still running, which is not a failure); the polling schedule lives in ``_polling``.
+Pure decisions and arithmetic, no I/O. Retrying (a failure of *one request*) is apart from
+polling (a task still running is not a failure): the poll schedule is ``_waiting``'s.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from typing import Any, Literal
 
 import attrs
 
@@ -27,57 +28,184 @@ from .._contract._exceptions import (
     APIResponseError,
     APIStatusError,
     RateLimitError,
-    ServerError,
 )
-from .._waiting._policy import DEFAULT_POLICY, PollPolicy
 
 __all__ = [
     "DEFAULT_BACKOFF",
-    "NO_RETRY",
-    "RESUME_POLICY",
-    "RETRYABLE_STATUSES",
-    "RetryPolicy",
-    "aimd_decrease",
-    "aimd_increase",
+    "TRANSIENT_STATUSES",
+    "BackoffPolicy",
+    "RetryDecision",
     "backoff_delay",
-    "error_delay",
-    "is_transient",
-    "may_retry",
-    "next_delay",
+    "decide_retry",
+    "honoured_retry_after",
     "parse_retry_after",
-    "rate_limit_pause",
-    "recovered_rate",
     "retry_after_of",
-    "retry_delay",
 ]
+
+_ge0 = attrs.validators.ge(0.0)
+_gt0 = attrs.validators.gt(0.0)
+_optional_ge1: Any = attrs.validators.optional(attrs.validators.ge(1))
+
+#: The HTTP statuses (or envelope codes under HTTP 200) after which a request may be tried
+#: again: the one list of what is transient.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
 @attrs.frozen
-class RetryPolicy:
-    """How one request is retried after a transient failure.
+class BackoffPolicy:
+    """How the client slows down under failure: retries, backoff, ``Retry-After``, 429 pacing.
+
+    One policy per client (``AsyncVideoGen(backoff=...)``, ``with_options(backoff=...)``),
+    for its requests, its waits and gathers, and its downloads. All times are in seconds.
 
     Attributes:
-        max_retries: Retries after the first attempt (0 turns retrying off).
-        initial_delay: Upper bound of the first backoff, in seconds.
-        max_delay: Cap of any backoff, in seconds.
-        max_retry_after: The longest ``Retry-After`` the client waits by itself; a longer
-            one is raised to the caller as a ``RateLimitError`` with ``retry_after`` set.
+        max_retries: Retries of one request after its first attempt (0 turns them off);
+            ``AsyncVideoGen(max_retries=...)`` sets it.
+        initial_delay: Upper bound of the first backoff after a transient failure; each
+            further failure in a row doubles it. The delay is drawn uniformly below that
+            bound (full jitter).
+        max_delay: The cap of that bound.
+        max_retry_after: The longest ``Retry-After`` the client waits by itself, and the
+            longest client-wide pause after a 429. A request asked to wait longer raises its
+            ``RateLimitError`` at once (``retry_after`` says how long the service asked
+            for); a poll treats it as absent. An unreadable value is absent too.
+        rate_limit_pause: The client-wide pause after a 429 without a usable ``Retry-After``,
+            doubled for each 429 in a row (jittered down to half), at most
+            ``max_retry_after``.
+        rate_decrease: Factor applied on a 429 to the allowed concurrency and request rate.
+        rate_recovery: After a 429, the allowed rate grows back by this fraction of the
+            reduced rate per second, until the limit is lifted.
+        max_consecutive_failures: Transient failures in a row after which a wait or a gather
+            gives up on one id (``None``: never; the wait's deadline still applies). 429s do
+            not count: the pacing answers them.
     """
 
     max_retries: int = attrs.field(default=2, validator=attrs.validators.ge(0))
-    initial_delay: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
-    max_delay: float = attrs.field(default=8.0, validator=attrs.validators.ge(0))
-    max_retry_after: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
+    initial_delay: float = attrs.field(default=0.5, validator=_ge0)
+    max_delay: float = attrs.field(default=30.0, validator=_ge0)
+    max_retry_after: float = attrs.field(default=60.0, validator=_ge0)
+    rate_limit_pause: float = attrs.field(default=1.0, validator=_gt0)
+    rate_decrease: float = attrs.field(
+        default=0.5, validator=attrs.validators.and_(_gt0, attrs.validators.le(1.0))
+    )
+    rate_recovery: float = attrs.field(default=0.1, validator=_gt0)
+    max_consecutive_failures: int | None = attrs.field(default=10, validator=_optional_ge1)
 
-    def with_retries(self, max_retries: int) -> RetryPolicy:
-        """The same policy with another number of retries."""
-        return attrs.evolve(self, max_retries=max_retries)
+
+DEFAULT_BACKOFF = BackoffPolicy()
 
 
-#: One attempt only: for loops that own their retrying (waits, gathers).
-NO_RETRY = RetryPolicy(max_retries=0)
-#: The backoff between the resumes of a download.
-RESUME_POLICY = RetryPolicy(initial_delay=0.25, max_delay=4.0)
+@attrs.frozen
+class RetryDecision:
+    """The answer of :func:`decide_retry`.
+
+    Attributes:
+        delay: Seconds to wait before trying again; ``None``: do not (raise the failure).
+        reason: Why not: ``"permanent"`` (not transient), ``"unsafe"`` (a create that may
+            have taken effect), ``"exhausted"`` (the failures allowed are used up) or
+            ``"too long"`` (the wait would exceed ``max_retry_after`` or the caller's bound);
+            ``""`` when trying again.
+        detail: The reason in words, for logs and error messages.
+    """
+
+    delay: float | None
+    reason: Literal["", "permanent", "unsafe", "exhausted", "too long"] = ""
+    detail: str = ""
+
+
+def decide_retry(
+    exc: BaseException,
+    *,
+    method: str,
+    failures: int,
+    policy: BackoffPolicy,
+    poll: bool = False,
+    extra_statuses: Collection[int] = (),
+    transient: bool | None = None,
+    remaining: float = math.inf,
+    rng: random.Random | None = None,
+) -> RetryDecision:
+    """Whether and when to try again after ``exc``: the one retry decision of the SDK.
+
+    Transient: connection errors and timeouts, a body that is not the envelope, and the
+    statuses of :data:`TRANSIENT_STATUSES`. A ``GET`` is tried again after any transient
+    failure; any other method (a create, which charges credits) only after a 429 or when the
+    connection provably never carried it. The wait is the service's ``Retry-After`` when it
+    is usable (readable and at most ``policy.max_retry_after``), else the backoff: uniform
+    in ``[0, min(max_delay, initial_delay * 2 ** (failures - 1))]``.
+
+    Args:
+        exc: The failure.
+        method: The request's method (``GET`` for anything safe to repeat).
+        failures: Failures in a row of this request (its attempt number) or of this polled
+            id, this one included.
+        policy: The backoff policy.
+        poll: A poll of a waiting loop: a failure means "poll this id later" rather than
+            "retry this request". Any 5xx is then transient; the limit is
+            ``max_consecutive_failures`` rather than ``max_retries``, and a 429 never
+            reaches it (the caller does not count it: the pacing answers it); a
+            ``Retry-After`` beyond ``max_retry_after`` is ignored rather than raised.
+        extra_statuses: Statuses also transient for this caller (a media host's 425).
+        transient: The caller's own verdict for a failure that is not HTTP (a database
+            fault); ``None`` judges ``exc`` as above.
+        remaining: Seconds left before the caller's bound (a deadline): a wait that would
+            end past it is ``"too long"``.
+        rng: The random source of the jitter.
+
+    Returns:
+        The decision.
+    """
+    limited = isinstance(exc, RateLimitError)
+    if transient is None:
+        transient = _is_transient(exc, poll, extra_statuses)
+    if not transient:
+        return RetryDecision(None, "permanent", f"{type(exc).__name__} is not transient")
+    never_sent = isinstance(exc, APIConnectionError) and not exc.request_may_have_taken_effect
+    if method != "GET" and not limited and not never_sent:
+        return RetryDecision(None, "unsafe", f"a {method} that may have taken effect")
+    limit = policy.max_consecutive_failures if poll else policy.max_retries + 1
+    if limit is not None and failures >= limit and not (poll and limited):
+        return RetryDecision(None, "exhausted", f"{failures} failures in a row")
+    delay = honoured_retry_after(exc, policy)
+    source = "Retry-After"
+    if delay is None:
+        source = "backoff"
+        asked = retry_after_of(exc)
+        if asked is not None and not poll:
+            return RetryDecision(
+                None,
+                "too long",
+                f"the service asked to wait {_seconds(asked)} (Retry-After), longer than the"
+                f" {policy.max_retry_after:g} s the client waits by itself (max_retry_after)",
+            )
+        delay = backoff_delay(failures, initial=policy.initial_delay, cap=policy.max_delay, rng=rng)
+    if delay >= remaining:
+        return RetryDecision(
+            None,
+            "too long",
+            f"waiting {_seconds(delay)} ({source}) before trying again would pass the"
+            f" call's bound ({_seconds(max(remaining, 0.0))} left)",
+        )
+    return RetryDecision(delay)
+
+
+def _is_transient(exc: BaseException, poll: bool, extra: Collection[int]) -> bool:
+    if isinstance(exc, (APIConnectionError, APIResponseError)):
+        return True
+    if not isinstance(exc, APIStatusError):
+        return False
+    status = exc.status_code
+    if (status is None or status < 400) and exc.code is not None:
+        status = exc.code  # an envelope's failure code under HTTP 200 decides as a status
+    if status is None:
+        return False
+    return status in TRANSIENT_STATUSES or status in extra or (poll and 500 <= status < 600)
+
+
+def _seconds(value: float) -> str:
+    if value >= 86_400 * 365:
+        return f"{value / (86_400 * 365.25):.3g} years"
+    return f"{value:.3g} s"
 
 
 def backoff_delay(
@@ -86,7 +214,7 @@ def backoff_delay(
     """Exponential backoff with full jitter.
 
     Args:
-        attempt: The retry about to be made, from 1.
+        attempt: The failures so far, from 1.
         initial: The upper bound of the first delay.
         cap: The largest upper bound.
         rng: The random source (``random`` module's by default).
@@ -95,8 +223,7 @@ def backoff_delay(
         A delay drawn uniformly from ``[0, min(cap, initial * 2 ** (attempt - 1))]``.
     """
     exponent = min(max(attempt - 1, 0), 62)
-    ceiling = min(cap, initial * (2.0**exponent))
-    return (rng or random).uniform(0.0, ceiling)
+    return (rng or random).uniform(0.0, min(cap, initial * (2.0**exponent)))
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -107,12 +234,10 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
         now: The current time, for the HTTP-date form (defaults to now, UTC).
 
     Returns:
-        The delay in seconds (never negative), or ``None`` when the header is absent or
-        unreadable.
+        The delay in seconds (0 for a past date or a negative number), or ``None`` when the
+        header is absent, empty, not a number or a date, or not finite.
     """
-    if value is None:
-        return None
-    text = value.strip()
+    text = (value or "").strip()
     if not text:
         return None
     try:
@@ -120,239 +245,34 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     except ValueError:
         pass
     else:
-        if not math.isfinite(seconds):
-            return None
-        return max(seconds, 0.0)
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    current = now or datetime.now(timezone.utc)
-    return max((when - current).total_seconds(), 0.0)
-
-
-def retry_delay(
-    policy: RetryPolicy,
-    attempt: int,
-    *,
-    retry_after: float | None = None,
-    rng: random.Random | None = None,
-) -> float | None:
-    """The wait before retry ``attempt``, or ``None`` when the service asked for too long.
-
-    Args:
-        policy: The retry policy.
-        attempt: The retry about to be made, from 1.
-        retry_after: The service's ``Retry-After`` in seconds, if it sent one.
-        rng: The random source.
-
-    Returns:
-        Seconds to wait: the ``Retry-After`` when given and within
-        ``policy.max_retry_after``, otherwise the jittered backoff; ``None`` when the
-        ``Retry-After`` exceeds ``policy.max_retry_after`` (the caller should give up and
-        let its own caller decide).
-    """
-    if retry_after is not None:
-        if retry_after > policy.max_retry_after:
-            return None
-        return retry_after
-    return backoff_delay(attempt, initial=policy.initial_delay, cap=policy.max_delay, rng=rng)
-
-
-# --------------------------------------------------------------------------------------------
-# The decision table: what is transient, what a request may retry
-# --------------------------------------------------------------------------------------------
-
-#: HTTP statuses after which a read is retried.
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a failure is worth repeating later (the same answer for every loop).
-
-    Transient: connection errors and timeouts, 5xx, 429, 408, and a garbled body. Permanent:
-    everything else (404, 401, 403, 400, ...).
-
-    Args:
-        exc: The error a request raised.
-
-    Returns:
-        ``True`` for a transient failure.
-    """
-    if isinstance(exc, (APIConnectionError, ServerError, RateLimitError, APIResponseError)):
-        return True
-    return isinstance(exc, APIStatusError) and exc.status_code == 408
-
-
-def may_retry(exc: BaseException, *, method: str) -> bool:
-    """Whether one request may be sent again after ``exc``, by its method.
-
-    A read (``GET``) is retried after any transient failure whose status (the HTTP status,
-    or the envelope code under HTTP 200) is retryable. A creating call (``POST``) charges
-    credits and the service has no idempotency key: it is retried only after a 429 or when
-    the connection provably never carried the request.
-
-    Args:
-        exc: The error of the attempt.
-        method: The request's method.
-
-    Returns:
-        ``True`` when a retry is safe.
-    """
-    if isinstance(exc, RateLimitError):
-        return True
-    if method != "GET":
-        return isinstance(exc, APIConnectionError) and not exc.request_may_have_taken_effect
-    if isinstance(exc, APIStatusError):
-        status = exc.code if exc.status_code is None or exc.status_code < 400 else exc.status_code
-        return status in RETRYABLE_STATUSES
-    return isinstance(exc, (APIConnectionError, APIResponseError))
+    return max((when - (now or datetime.now(timezone.utc))).total_seconds(), 0.0)
 
 
 def retry_after_of(exc: BaseException) -> float | None:
-    """The ``Retry-After`` an error carries (a 429, or a 503 that sent one), in seconds."""
+    """The ``Retry-After`` a failure carries (a 429, or a 503 that sent one), in seconds."""
     value = getattr(exc, "retry_after", None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if value >= 0 and math.isfinite(value) else None
     headers = getattr(exc, "headers", None)
     if isinstance(headers, Mapping):
-        raw = headers.get("Retry-After")
-        if raw is None:
-            raw = headers.get("retry-after")
+        raw = headers.get("Retry-After", headers.get("retry-after"))
         return parse_retry_after(raw if isinstance(raw, str) else None)
     return None
 
 
-def next_delay(
-    policy: RetryPolicy,
-    exc: BaseException,
-    *,
-    method: str,
-    attempt: int,
-    remaining: float = math.inf,
-    rng: random.Random | None = None,
-) -> float | None:
-    """The whole retry decision of one request: the wait before the next attempt, or ``None``.
-
-    Args:
-        policy: The retry policy.
-        exc: The error of attempt ``attempt``.
-        method: The request's method.
-        attempt: The attempt that failed, from 1.
-        remaining: Seconds left before the call's deadline.
-        rng: The random source.
+def honoured_retry_after(exc: BaseException, policy: BackoffPolicy) -> float | None:
+    """The ``Retry-After`` of ``exc`` the client waits by itself.
 
     Returns:
-        Seconds to wait before retrying; ``None`` to raise ``exc``: retries are used up, the
-        failure is not safe to retry, the ``Retry-After`` is above ``max_retry_after``, or the
-        wait would end past the deadline.
+        The seconds asked for, or ``None`` when there are none, they are unreadable or they
+        exceed ``policy.max_retry_after``: such a value never becomes a pause.
     """
-    if attempt > policy.max_retries or not may_retry(exc, method=method):
-        return None
-    delay = retry_delay(policy, attempt, retry_after=retry_after_of(exc), rng=rng)
-    if delay is None or delay >= remaining:
-        return None
-    return delay
-
-
-# --------------------------------------------------------------------------------------------
-# Backoff of the waiting loops, and the AIMD arithmetic of the pacing
-# --------------------------------------------------------------------------------------------
-
-
-#: The backoff settings of a client made without a poll policy: those of ``PollPolicy()``.
-DEFAULT_BACKOFF = DEFAULT_POLICY
-
-
-def error_delay(
-    policy: PollPolicy, failures: int, rand: float, retry_after: float | None = None
-) -> float:
-    """The backoff of one waited object after transient failures.
-
-    Args:
-        policy: The backoff settings.
-        failures: Transient failures in a row, from 1.
-        rand: A random number in ``[0, 1)``.
-        retry_after: The service's ``Retry-After``, if it sent one.
-
-    Returns:
-        A delay in ``[c / 2, c)`` with ``c = min(error_max, error_initial * 2 ** (failures -
-        1))``, or the ``Retry-After`` when that is longer.
-    """
-    exponent = min(max(failures - 1, 0), 62)
-    ceiling = min(policy.error_max, policy.error_initial * 2.0**exponent)
-    delay = ceiling * (0.5 + 0.5 * rand)
-    if retry_after is not None and retry_after > delay:
-        return retry_after
-    return delay
-
-
-def rate_limit_pause(
-    policy: PollPolicy, consecutive: int, rand: float, retry_after: float | None = None
-) -> float:
-    """How long every request pauses after a 429.
-
-    Args:
-        policy: The backoff settings.
-        consecutive: 429 events in a row, from 1.
-        rand: A random number in ``[0, 1)``.
-        retry_after: The service's ``Retry-After``, if it sent one.
-
-    Returns:
-        The ``Retry-After`` when given; otherwise a delay in ``[c / 2, c)`` with
-        ``c = min(rate_limit_max, rate_limit_initial * 2 ** (consecutive - 1))``.
-    """
-    if retry_after is not None:
-        return max(0.0, retry_after)
-    exponent = min(max(consecutive - 1, 0), 62)
-    ceiling = min(policy.rate_limit_max, policy.rate_limit_initial * 2.0**exponent)
-    return ceiling * (0.5 + 0.5 * rand)
-
-
-def aimd_decrease(limit: float, factor: float) -> float:
-    """Multiplicative decrease of an allowed concurrency (or rate) on a 429.
-
-    Args:
-        limit: The current limit.
-        factor: The decrease factor, in ``(0, 1]``.
-
-    Returns:
-        ``max(1, limit * factor)``.
-    """
-    return max(1.0, limit * factor)
-
-
-def aimd_increase(limit: float, maximum: float) -> float:
-    """Additive increase of an allowed concurrency after a success.
-
-    One call per success adds ``1 / limit``, so the limit grows by about one per round of
-    ``limit`` successful requests.
-
-    Args:
-        limit: The current limit (at least 1).
-        maximum: The ceiling.
-
-    Returns:
-        ``min(maximum, limit + 1 / limit)``.
-    """
-    return min(maximum, limit + 1.0 / max(limit, 1.0))
-
-
-def recovered_rate(policy: PollPolicy, reduced: float, elapsed: float) -> float:
-    """The allowed request rate some time after a 429 cut it.
-
-    Args:
-        policy: The backoff settings.
-        reduced: The rate (requests per second) set when the 429 arrived.
-        elapsed: Seconds since then (after the pause).
-
-    Returns:
-        ``reduced * (1 + rate_recovery * elapsed)``, or ``inf`` (no limit) once that is back
-        to the rate before the cut (``reduced / rate_decrease``).
-    """
-    rate = reduced * (1.0 + policy.rate_recovery * max(elapsed, 0.0))
-    if rate >= reduced / policy.rate_decrease:
-        return math.inf
-    return rate
+    asked = retry_after_of(exc)
+    return asked if asked is not None and asked <= policy.max_retry_after else None

@@ -24,7 +24,6 @@ import aiohttp
 import attrs
 
 from ._pacing import Pacing
-from ._retry import DEFAULT_BACKOFF
 
 __all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "proxy_for"]
 
@@ -163,7 +162,6 @@ class SessionOwner:
         *,
         session: aiohttp.ClientSession | None = None,
         connection_limit: int = 100,
-        pacing: Pacing | None = None,
         created_at: traceback.StackSummary | None = None,
     ) -> None:
         if connection_limit < 1:
@@ -174,7 +172,7 @@ class SessionOwner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._in_flight: dict[asyncio.Future[Any], float] = {}
-        self.pacing = pacing or Pacing(DEFAULT_BACKOFF)
+        self.pacing = Pacing()
         self._created_at = created_at
 
     def track(self, job: asyncio.Future[Any], bound: float | None = None) -> None:

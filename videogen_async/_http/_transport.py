@@ -4,7 +4,7 @@ It owns (or borrows) the ``aiohttp.ClientSession`` and sends one request with it
 timeouts; ``_envelope`` decodes the service's envelope ``{code, trace_id, message, data}`` and
 maps every failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
 
-Whether and when to retry is decided by ``_retry`` (one rule: a request is retried only when
+Whether and when to retry is decided by ``_retry.decide_retry`` (a request is retried only when
 retrying cannot charge credits twice); every attempt takes a slot of the client's ``_pacing``
 first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (connect, each
 read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import aiohttp
 import anyio
+import attrs
 from yarl import URL
 
 from .._contract._exceptions import (
@@ -53,11 +54,10 @@ from ._envelope import excerpt as _excerpt
 from ._envelope import url_path as _url_path
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
-from ._retry import RETRYABLE_STATUSES, RetryPolicy, next_delay
+from ._retry import BackoffPolicy, decide_retry, honoured_retry_after
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 
 __all__ = [
-    "RETRYABLE_STATUSES",
     "UNSET",
     "Response",
     "SessionOwner",
@@ -152,7 +152,7 @@ class Transport:
         base_url: str,
         owner: SessionOwner,
         timeout: Timeout,
-        retry: RetryPolicy,
+        backoff: BackoffPolicy,
         default_headers: Mapping[str, str] | None = None,
         max_body_size: int = DEFAULT_MAX_BODY,
         rng: random.Random | None = None,
@@ -172,7 +172,7 @@ class Transport:
         self._base_parts = (base.scheme, base.raw_authority, base.raw_path.rstrip("/"))
         self.owner = owner
         self.timeout = timeout
-        self.retry = retry
+        self.backoff = backoff
         self.deadline = deadline
         self.trust_env = trust_env
         self.max_body_size = max_body_size
@@ -212,14 +212,14 @@ class Transport:
         self,
         *,
         timeout: Timeout | None = None,
-        retry: RetryPolicy | None = None,
+        backoff: BackoffPolicy | None = None,
         deadline: float | _Unset | None = UNSET,
     ) -> Transport:
         """A transport sharing this one's session and pacing, with other settings.
 
         Args:
             timeout: The new per-attempt timeouts (unchanged when ``None``).
-            retry: The new retry policy (unchanged when ``None``).
+            backoff: The new backoff policy (unchanged when ``None``).
             deadline: The new deadline of a whole call (unchanged when not given).
 
         Returns:
@@ -230,7 +230,7 @@ class Transport:
             base_url=self.base_url,
             owner=self.owner,
             timeout=timeout or self.timeout,
-            retry=retry or self.retry,
+            backoff=backoff or self.backoff,
             default_headers=self._default_headers,
             max_body_size=self.max_body_size,
             rng=self._rng,
@@ -262,7 +262,7 @@ class Transport:
         *,
         params: Mapping[str, str] | None = None,
         json_body: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
+        retries: int | None = None,
         options: CallOptions = NO_OPTIONS,
     ) -> Response:
         """Send a request, retrying what is safe to retry, and return the envelope.
@@ -272,7 +272,8 @@ class Transport:
             path: The path under the base URL, e.g. ``/v1/tasks``.
             params: Query parameters.
             json_body: The JSON body of a POST.
-            retry: Retry rules of this call (default: the transport's).
+            retries: Retries of this call (default: the backoff policy's ``max_retries``;
+                a waiting loop passes 0: it owns the backoff).
             options: The call's extra headers, query and body (each winning over the
                 call's own) and its timeouts.
 
@@ -285,7 +286,6 @@ class Transport:
             APIStatusError: The service answered with a failure (a subclass per status).
             APIResponseError: The answer was not the documented envelope.
         """
-        policy = retry or self.retry
         if options.extra_query:
             params = _without_none({**(params or {}), **options.extra_query})
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
@@ -340,17 +340,25 @@ class Transport:
                     pacing.release()
             except VideoGenError as exc:
                 now = time.monotonic()
-                if isinstance(exc, RateLimitError) and exc.status_code is not None:
-                    pacing.rate_limited(exc.retry_after, sent)
-                delay = next_delay(
-                    policy, exc, method=method, attempt=attempt, remaining=deadline - now,
-                    rng=self._rng,
+                policy = self.backoff
+                if retries is not None and retries != policy.max_retries:
+                    policy = attrs.evolve(policy, max_retries=retries)
+                if isinstance(exc, RateLimitError):
+                    pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
+                decision = decide_retry(
+                    exc, method=method, failures=attempt, policy=policy,
+                    remaining=deadline - now, rng=self._rng,
                 )  # fmt: skip
+                delay = decision.delay
                 if delay is None:
                     logger.debug(
-                        "%s %s failed after %.1f ms (attempt %d): %s",
+                        "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
                         method, path, (now - started) * 1000, attempt, _describe(exc),
+                        decision.detail,
                     )  # fmt: skip
+                    if decision.reason == "too long":
+                        exc.message = f"{exc.message}; not retried: {decision.detail}"
+                        exc.args = (exc.message,)
                     drop_locals(exc)  # the answer the frames below held, key echoed and all
                     raise
                 logger.debug(
@@ -393,14 +401,22 @@ class Transport:
         return merged
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
-        """Take a slot of the client's pacing, within the call's deadline."""
+        """Take a slot of the client's pacing, within the call's deadline.
+
+        A pause that ends past the deadline fails the call at once, saying so.
+        """
         if deadline == math.inf:
             return await pacing.acquire()
-        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-            return await pacing.acquire()
+        left = deadline - time.monotonic()
+        paused = pacing.paused_until - asyncio.get_running_loop().time()
+        if paused < left:
+            with anyio.move_on_after(max(0.0, left)):
+                return await pacing.acquire()
+            why = "passed while the client was paused by a 429"
+        else:
+            why = f"ends in {max(left, 0.0):.3g} s, before the client's 429 pause ({paused:.3g} s)"
         raise APITimeoutError(
-            f"{method} {path}: the call's deadline of {self.deadline:g} s passed while the"
-            " client was paused by a 429",
+            f"{method} {path}: the call's deadline of {self.deadline:g} s {why}",
             method=method,
             path=path,
             request_may_have_taken_effect=False,

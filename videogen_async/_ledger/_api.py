@@ -25,7 +25,7 @@ from ._store import Engine, Store
 from ._watch import Watch
 
 if TYPE_CHECKING:
-    from .._waiting._polling import PollPolicy
+    from .._waiting._policy import PollPolicy
 
 __all__ = ["Ledger", "LedgerOpener"]
 

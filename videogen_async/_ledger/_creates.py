@@ -286,7 +286,7 @@ class Creator:
         for key, (plan, args, _path) in list(self._kept.items()):
             try:
                 row = await self.store.write_once(plan, *args)
-            except LedgerError:
+            except Exception:  # still away (or failing): kept for the next operation
                 return
             if plan is settle_created:
                 await self._checked(key, args[2], row)

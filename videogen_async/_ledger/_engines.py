@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -32,7 +33,6 @@ import anyio
 
 from .._contract._exceptions import LedgerError
 from ._schema import POSTGRES, SQLITE, Plan, Step, q
-from ._sqlite_wal import enter_wal
 from ._store import DatabaseUnavailable, Engine
 
 try:
@@ -45,7 +45,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: a creator's death is known by its lease
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PostgresEngine", "SQLiteEngine", "engine_for", "new_creator"]
+__all__ = ["PostgresEngine", "SQLiteEngine", "engine_for", "enter_wal", "is_busy", "new_creator"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -141,8 +141,35 @@ def _sqlite_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     if code is not None:
         return int(code) & 0xFF
-    words = {"locked": 5, "disk is full": 13, "disk I/O error": 10, "not a database": 26}
+    words = {"is locked": 5, "disk is full": 13, "disk I/O error": 10, "not a database": 26}
     return next((value for word, value in words.items() if word in str(exc)), None)
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's ``SQLITE_BUSY`` (another connection holds the file)."""
+    return _sqlite_code(exc) == 5
+
+
+def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
+    """Switch a file to WAL mode, waiting out the other connections (in a worker thread).
+
+    Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once,
+    without its busy handler, while another connection reads it (as processes opening a new
+    file together do): the switch is retried, backing off from 1 ms to 50 ms, for ``timeout``
+    seconds; then the last ``sqlite3.OperationalError`` is raised.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        else:
+            return
 
 
 def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:

@@ -18,14 +18,12 @@ import attrs
 
 from .._contract._exceptions import RateLimitError
 from .._contract._models import Task
+from .._http._retry import honoured_retry_after
 from .._waiting._polling import TaskSource, source_of
 
-__all__ = ["DEFAULT_PAUSE", "SharedPause", "shared_source"]
+__all__ = ["SharedPause", "shared_source"]
 
 logger = logging.getLogger("videogen_async")
-
-DEFAULT_PAUSE = 1.0
-"""Seconds every watcher pauses after a 429 that named no ``Retry-After``."""
 
 
 class SharedPause:
@@ -46,11 +44,10 @@ class SharedPause:
         if remaining > 0:
             self.until = max(self.until, time.monotonic() + remaining)
 
-    def report(self, seconds: float | None) -> None:
+    def report(self, seconds: float) -> None:
         """A poll of this watcher was answered 429: pause here at once, write it soon."""
-        pause = seconds if seconds and seconds > 0 else DEFAULT_PAUSE
-        self.reported = max(self.reported, pause)
-        self.learn(pause)
+        self.reported = max(self.reported, seconds)
+        self.learn(seconds)
         self.changed.set()
 
     def take_report(self) -> float:
@@ -71,7 +68,9 @@ def shared_source(client: Any, pause: SharedPause) -> TaskSource:
 
     The client's own source is kept (its ``fetch`` and its :class:`Pacing`, which holds every
     request of the client); each 429 it meets is reported to ``pause`` (and so written to the
-    ledger for every watcher), and the watcher applies the ledger's pause to the client's
+    ledger for every watcher) for the ``Retry-After`` the client honours, else the client's
+    ``rate_limit_pause`` (a value that is unreadable or beyond ``max_retry_after`` never
+    becomes the shared pause), and the watcher applies the ledger's pause to the client's
     pacing before each round. A client without a pacing of its own waits out ``pause`` before
     each poll instead.
 
@@ -86,6 +85,7 @@ def shared_source(client: Any, pause: SharedPause) -> TaskSource:
     source = source_of(client)
     fetch = source.fetch
     own_pacing = source.pacing is not None
+    backoff = source.backoff
 
     async def shared_fetch(task_id: str) -> Task:
         if not own_pacing:
@@ -93,7 +93,7 @@ def shared_source(client: Any, pause: SharedPause) -> TaskSource:
         try:
             return await fetch(task_id)
         except RateLimitError as exc:
-            pause.report(exc.retry_after)
+            pause.report(honoured_retry_after(exc, backoff) or backoff.rate_limit_pause)
             raise
 
     return attrs.evolve(source, fetch=shared_fetch)

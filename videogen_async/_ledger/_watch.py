@@ -38,7 +38,7 @@ from ._store import Store
 
 if TYPE_CHECKING:
     from .._contract._models import Task
-    from .._waiting._polling import PollPolicy
+    from .._waiting._policy import PollPolicy
 
 __all__ = ["Watch"]
 

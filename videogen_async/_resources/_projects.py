@@ -16,10 +16,10 @@ from .._contract._validation import (
     validate_videos_request,
 )
 from .._http._options import CallOptions, Headers, Query
-from .._http._retry import NO_RETRY
 from .._http._transport import Timeout, Transport
 from .._observe._spans import end_wait, wait_span
-from .._waiting._polling import PollPolicy, UpdateCallback, on_read, poll_until
+from .._waiting._policy import PollPolicy
+from .._waiting._polling import UpdateCallback, on_read, poll_until
 from ._resource import Resource
 
 __all__ = ["Projects"]
@@ -247,11 +247,12 @@ class Projects(Resource):
         on_value = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
         with wait_span("script", project_id) as span:
             project = await poll_until(
-                lambda: self._get(_path(project_id), Project, retry=NO_RETRY, options=options),
+                lambda: self._get(_path(project_id), Project, retries=0, options=options),
                 ready,
                 timeout=timeout,
                 poll_policy=poll_policy or self._poll_policy,
                 what=f"project {project_id}",
+                backoff=self._transport.backoff,
                 on_value=on_value,
             )
             end_wait(span, project)
@@ -295,7 +296,7 @@ class Projects(Resource):
         settled: set[str] = set()
 
         async def snapshot() -> tuple[Project, bool]:
-            project = await self._get(_path(project_id), Project, retry=NO_RETRY, options=options)
+            project = await self._get(_path(project_id), Project, retries=0, options=options)
             if project.is_failed:
                 return project, True
             if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
@@ -325,6 +326,7 @@ class Projects(Resource):
                     timeout=timeout,
                     poll_policy=poll_policy or self._poll_policy,
                     what=f"project {project_id}",
+                    backoff=self._transport.backoff,
                     on_value=on_value if seen is not None else None,
                 )
                 end_wait(span, project)

@@ -20,9 +20,8 @@ from .._contract._models import structure_lenient
 from .._contract._redact import scrub_exception
 from .._http._jsonbody import clip, short_repr
 from .._http._options import NO_OPTIONS, CallOptions
-from .._http._retry import RetryPolicy
 from .._http._transport import Response, Transport
-from .._waiting._polling import PollPolicy
+from .._waiting._policy import PollPolicy
 
 __all__ = ["Resource"]
 
@@ -44,16 +43,16 @@ class Resource:
         cls: type[_T],
         *,
         params: Mapping[str, str] | None = None,
-        retry: RetryPolicy | None = None,
+        retries: int | None = None,
         options: CallOptions = NO_OPTIONS,
     ) -> _T:
         """Read one object: ``GET path``, its answer parsed into ``cls``.
 
-        ``retry`` overrides the client's retry policy (a wait loop passes ``NO_RETRY``: it
-        owns the backoff).
+        ``retries`` overrides the client's ``max_retries`` (a wait loop passes 0: it owns the
+        backoff).
         """
         response = await self._transport.request(
-            "GET", path, params=params, retry=retry, options=options
+            "GET", path, params=params, retries=retries, options=options
         )
         return self._parse(response, cls)
 

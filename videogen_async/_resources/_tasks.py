@@ -13,11 +13,10 @@ from .._contract._exceptions import WaitTimeoutError
 from .._contract._models import CreatedTask, Task
 from .._contract._validation import as_url_list, check_id, validate_task_request
 from .._http._options import NO_OPTIONS, CallOptions, Headers, Query
-from .._http._retry import NO_RETRY
 from .._http._transport import Timeout, Transport
 from .._waiting._gather import GatherResults, gather_until_done
+from .._waiting._policy import PollPolicy
 from .._waiting._polling import (
-    PollPolicy,
     TaskSource,
     UpdateCallback,
     on_read,
@@ -139,7 +138,7 @@ class Tasks(Resource):
 
     async def _fetch_once(self, task_id: str, options: CallOptions = NO_OPTIONS) -> Task:
         return await self._get(
-            "/v1/tasks", Task, params=_query(task_id), retry=NO_RETRY, options=options
+            "/v1/tasks", Task, params=_query(task_id), retries=0, options=options
         )
 
     def __init__(
@@ -161,8 +160,8 @@ class Tasks(Resource):
     def _source(self, options: CallOptions = NO_OPTIONS) -> TaskSource:
         """The narrow interface the waiting engines poll through.
 
-        One read, no retries of its own (the engine's loop owns the backoff), paced by the
-        client; ``options`` go with every read.
+        One read, no retries of its own (the engine's loop owns the backoff, by the client's
+        backoff policy), paced by the client; ``options`` go with every read.
         """
         return TaskSource(
             fetch=self._fetch_once
@@ -170,6 +169,7 @@ class Tasks(Resource):
             else functools.partial(self._fetch_once, options=options),
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
+            backoff=self._transport.backoff,
             finish_times=self._finish_times,
             hooks=self._transport.hooks,
         )
@@ -274,6 +274,7 @@ class Tasks(Resource):
                     timeout=left,
                     poll_policy=policy,
                     what=task_id,
+                    backoff=self._transport.backoff,
                     on_value=on_value,
                 )
             except WaitTimeoutError as exc:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from .._contract._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
-from ._schedule import ClassModel, FinishTimeMemory, Support, next_delay, overdue_after
+from ._schedule import ClassModel, FinishTimeMemory, Support, batch_gap, overdue_after
 
 __all__ = ["BatchSchedule", "ClassState", "IdState"]
 
@@ -78,16 +78,6 @@ class IdState:
         self.rank = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
 
 
-def _cold_probes(size: int) -> int:
-    """How many of a class's first ``size`` ids go on probing while nothing is known of it.
-
-    ``2 * sqrt(size)``, between 8 and 64: about ``sqrt(size) / 2`` ids of the class
-    finish before the first probe does (they are found late, when it is), under 5 % of a
-    class of 100 or more.
-    """
-    return min(size, max(8, min(64, round(2.0 * math.sqrt(size)))))
-
-
 class BatchSchedule:
     """What one gather knows of its classes, and when each pending id is polled next.
 
@@ -126,7 +116,7 @@ class BatchSchedule:
         The probes of each class (see :func:`probe_count`) poll first. The other ids poll at
         once too unless their class is remembered, in which case their first poll waits
         for the class's support (assuming the ids were just created; a probe that shows them
-        older brings them forward, see :meth:`next_delay`).
+        older brings them forward, see :meth:`next_gap`).
         """
         self._started = now
         self.wall_offset = wall_offset
@@ -155,15 +145,12 @@ class BatchSchedule:
         policy = self._policy
         first = now + policy.first_delay
         rand = self._rng.random
-        # The probes of a class are its first ids, up to the count its size asks for.
+        # The probes of a class are its first ids, up to the count its size asks for. With
+        # nothing known, every id also probes at first, fewer as time passes (`_PROBING`).
         support = klass.support
-        if support is None and policy.probes is None:
-            # Nothing known: every id probes at first, fewer as time passes (see `_PROBING`),
-            # and twice the square root of the class (8-64) goes on probing however long the
-            # first finish takes (see `_cold_probes`).
-            probes = _cold_probes(len(klass.states)) - _cold_probes(before)
-        else:
-            probes = probe_count(policy, len(klass.states)) - probe_count(policy, before)
+        cold = support is None
+        probes = probe_count(policy, len(klass.states), cold=cold)
+        probes -= probe_count(policy, before, cold=cold)
         for index, state in enumerate(states):
             state.probe = index < probes
             state.phase = rand()
@@ -208,8 +195,8 @@ class BatchSchedule:
         if not task.is_terminal:
             state.sent = sent + self.wall_offset
 
-    def next_delay(self, state: IdState, now: float) -> float:
-        """The gap before the next poll of a pending id (see :func:`next_delay`)."""
+    def next_gap(self, state: IdState, now: float) -> float:
+        """The gap before the next poll of a pending id (see :func:`batch_gap`)."""
         policy = self._policy
         elapsed = now - self._started
         age = self.age(state, now)
@@ -222,7 +209,11 @@ class BatchSchedule:
         dense = None
         if support is not None and model is not None:
             dense = model.gap(age, policy.dense_interval)
-        delay = next_delay(
+        # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
+        # from an answer to the next send is longer than this, a loop's sleep: the longest
+        # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).
+        return batch_gap(
+            policy,
             age=age,
             elapsed=elapsed,
             support=support,
@@ -233,20 +224,8 @@ class BatchSchedule:
             probing=support is None and state.rank * elapsed < _PROBING * policy.dense_interval,
             dense=dense,
             rand=self._rng.random(),
-            interval=policy.dense_interval,
-            probe_interval=policy.dense_interval,
-            min_interval=policy.min_interval,
-            sparse_growth=policy.sparse_growth,
-            sparse_cap=policy.sparse_cap,
-            max_interval=policy.max_interval,
-            overdue_growth=policy.overdue_growth,
-            jitter=policy.jitter,
             phase=state.phase,
         )
-        # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
-        # from an answer to the next send is longer than `delay`, a loop's sleep: the longest
-        # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).
-        return delay
 
     def _saw_age(self, start_age: float, now: float) -> None:
         """Note an id's age at the gather's start; ids older than assumed come forward."""

@@ -12,7 +12,9 @@
   the client until its ``Retry-After`` (or a backoff), halves the allowed concurrency and the
   request rate, which then recover additively (AIMD). The gather reads the client's pacing
   (its pause and its lowered concurrency) and keeps no second copy of that state; a source
-  without a pacing gets one of its own. Other transient failures back off only their id.
+  without a pacing gets one of its own. Whether and when an id is polled again after any
+  failure is the one retry decision's (``decide_retry`` as a poll); a transient failure other
+  than a 429 backs off only its id.
 * **No cancel scope across a yield.** The polling runs in a task group owned by the caller
   (``_gather.GatherResults``); results leave through an anyio memory object stream.
 """
@@ -33,7 +35,7 @@ import attrs
 from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from .._contract._models import Task
 from .._http._pacing import Pacing, paced
-from .._http._retry import error_delay, is_transient, retry_after_of
+from .._http._retry import decide_retry
 from .._observe._spans import observe_gather
 from ._classes import BatchSchedule, ClassState, IdState
 from ._due import DueHeap
@@ -45,7 +47,7 @@ from ._schedule import FinishTimeMemory
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["GatherProgress"]  # re-exported for `_gather`
+__all__: list[str] = []
 
 logger = logging.getLogger("videogen_async")
 
@@ -79,7 +81,7 @@ class _Coordinator:
         policy: PollPolicy,
         on_progress: Callable[[GatherProgress], object] | None,
         progress_interval: float,
-        classes: dict[object, ClassState] | None = None,
+        classes: dict[object, ClassState],
         memory: FinishTimeMemory | None = None,
         open_ended: bool = False,
     ) -> None:
@@ -89,21 +91,17 @@ class _Coordinator:
         # it once, for every request of the client); a bare source gets one of its own here.
         pacing = source.pacing
         if pacing is None:
-            pacing = Pacing(policy)
-            self._fetch = paced(source.fetch, pacing)
+            pacing = Pacing()
+            self._fetch = paced(source.fetch, pacing, source.backoff)
         self._pacing: Pacing = pacing
         self._states = ids
-        if classes is None:
-            classes = {}
-            for state in ids.values():
-                classes.setdefault(state.klass.key, state.klass)
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
         self._policy = policy
         self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
-        self._counts = GatherCounts(total=len(ids), remaining=len(ids))
+        self._counts = GatherCounts(total=len(ids), pending=len(ids))
         # Scheduling.
         self._due = DueHeap()
         self._now: Callable[[], float] = time.monotonic
@@ -146,7 +144,7 @@ class _Coordinator:
         for state in states:
             self._states[state.task_id] = state
         self._counts.total += len(states)
-        self._counts.remaining += len(states)
+        self._counts.pending += len(states)
         if self._running:
             self.schedule.add(states, self._now())
             return
@@ -164,7 +162,7 @@ class _Coordinator:
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
         self._counts.total -= 1
-        self._counts.remaining -= 1
+        self._counts.pending -= 1
         self._wake()
         return True
 
@@ -219,7 +217,7 @@ class _Coordinator:
                                 workers_wanted = (
                                     self._max_concurrency
                                     if self._open
-                                    else min(self._max_concurrency, self._counts.remaining)
+                                    else min(self._max_concurrency, self._counts.pending)
                                 )
                                 for _ in range(workers_wanted):
                                     workers.start_soon(self._worker)
@@ -240,7 +238,7 @@ class _Coordinator:
         if self._stopped:
             return
         try:
-            if self._fatal is None and timed_out and self._counts.remaining > 0:
+            if self._fatal is None and timed_out and self._counts.pending > 0:
                 self._on_timeout(send)
             if self._fatal is None:
                 self._progress.report()  # the last call; it may still fail the gather
@@ -340,7 +338,7 @@ class _Coordinator:
         wakes once for them rather than once each.
         """
         counts = self._counts
-        while (counts.remaining > 0 or self._open) and self._fatal is None and not self._stopped:
+        while (counts.pending > 0 or self._open) and self._fatal is None and not self._stopped:
             now = loop.time()
             wait = self._ready_in(now)
             if wait <= 0:
@@ -403,7 +401,7 @@ class _Coordinator:
             else:
                 self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
-            if self._counts.remaining <= 0 or self._fatal is not None:
+            if self._counts.pending <= 0 or self._fatal is not None:
                 self._wake()
                 state = None
             else:
@@ -433,7 +431,7 @@ class _Coordinator:
             schedule.learn(state, task, now)
             self._complete(state, task)
             return
-        self._push(state, now + schedule.next_delay(state, now))
+        self._push(state, now + schedule.next_gap(state, now))
 
     def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
         state.done = True
@@ -451,11 +449,22 @@ class _Coordinator:
         if state.done:  # discarded while in flight
             return
         now = self._now()
-        policy = self._policy
-        if not is_transient(exc):
+        decision = decide_retry(
+            exc,
+            method="GET",
+            failures=state.failures + 1,
+            policy=self._source.backoff,
+            poll=True,
+            rng=self._rng,
+        )
+        if decision.delay is None:
+            if decision.reason == "exhausted":
+                logger.warning(
+                    "gather_until_done: giving up on %s: %s", state.task_id, decision.detail
+                )
             self._give_up(state, exc)
             return
-        self._counts.transient += 1
+        self._counts.transient_errors += 1
         if isinstance(exc, RateLimitError):
             # The pacing already counted it (the client's transport, or `_paced` for a bare
             # source): one cut per 429 event, for every request of the client.
@@ -469,21 +478,13 @@ class _Coordinator:
                     self._limit(),
                 )
                 self._progress.report()
-            self._push(state, max(now, paused_until))
+            self._push(state, max(now + decision.delay, paused_until))
             return
         state.failures += 1
-        limit = policy.max_consecutive_failures
-        if limit is not None and state.failures >= limit:
-            logger.warning(
-                "gather_until_done: giving up on %s after %d failures in a row",
-                state.task_id,
-                state.failures,
-            )
-            self._give_up(state, exc)
-            return
-        delay = error_delay(policy, state.failures, self._rng.random(), retry_after_of(exc))
-        logger.debug("gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, delay)
-        self._push(state, now + delay)
+        logger.debug(
+            "gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, decision.delay
+        )
+        self._push(state, now + decision.delay)
 
     def _give_up(self, state: IdState, exc: Exception) -> None:
         if self._return_exceptions:

@@ -25,7 +25,8 @@ from .._contract._models import Task
 from .._contract._validation import check_id
 from ._classes import ClassState, IdState
 from ._coordinator import _Coordinator, _Fatal, _Item
-from ._polling import PollingClient, PollPolicy, TaskSource, _policy_of, source_of
+from ._policy import DEFAULT_POLICY, PollPolicy
+from ._polling import PollingClient, TaskSource, source_of
 from ._progress import GatherProgress
 from ._schedule import FinishTimeMemory
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
-    "GatherProgress",
     "GatherResults",
     "gather_until_done",
 ]
@@ -303,7 +303,7 @@ def gather_until_done(
         timeout=timeout,
         max_concurrency=max_concurrency,
         return_exceptions=return_exceptions,
-        policy=poll_policy or source.poll_policy or _policy_of(client, None),
+        policy=poll_policy or source.poll_policy or DEFAULT_POLICY,
         on_progress=on_progress,
         progress_interval=progress_interval,
         classes=by_key,

@@ -64,28 +64,28 @@ class GatherProgress(Serializable):
 
 @attrs.define
 class GatherCounts:
-    """The running counts of one gather, kept by its coordinator."""
+    """The running counts of one gather, kept by its coordinator (named as in the snapshot)."""
 
     total: int
-    remaining: int
+    pending: int
     succeeded: int = 0
     failed: int = 0
     errors: int = 0
     requests: int = 0
-    transient: int = 0
+    transient_errors: int = 0
     rate_limited: int = 0
     in_flight: int = 0
-    peak: int = 0
+    peak_in_flight: int = 0
 
     def sent(self) -> None:
         """Count a poll sent."""
         self.requests += 1
         self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
     def finished(self, item: Task | TaskPollError) -> None:
         """Count an id finished: a terminal task, or an error that ends the id."""
-        self.remaining -= 1
+        self.pending -= 1
         if isinstance(item, TaskPollError):
             self.errors += 1
         elif item.is_succeeded:
@@ -96,16 +96,7 @@ class GatherCounts:
     def snapshot(self, *, concurrency_limit: int, paused: bool, elapsed: float) -> GatherProgress:
         """The counts now, with what the coordinator knows of its pacing and its clock."""
         return GatherProgress(
-            total=self.total,
-            succeeded=self.succeeded,
-            failed=self.failed,
-            errors=self.errors,
-            pending=self.remaining,
-            requests=self.requests,
-            transient_errors=self.transient,
-            rate_limited=self.rate_limited,
-            in_flight=self.in_flight,
-            peak_in_flight=self.peak,
+            **attrs.asdict(self, recurse=False),
             concurrency_limit=concurrency_limit,
             paused=paused,
             elapsed=elapsed,

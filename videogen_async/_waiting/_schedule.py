@@ -1,20 +1,11 @@
 """Finish-time models for ``gather_until_done``: what is known of when tasks end, per class.
 
-Pure data structures and arithmetic, no I/O:
-
-* :class:`FinishSketch`: a compact histogram of durations (``finished_at - created_at``) on
-  log-spaced bins (2 % wide), in which each new observation weighs a little more than the one
-  before (exponential decay by a half-life counted in observations), so that the estimate
-  follows a service that gets faster or slower. Quantiles cost one pass over the occupied bins
-  (a few hundred at most) and are cached between observations.
-* :class:`FinishTimeStats`: an immutable snapshot of a sketch, what a
-  :class:`FinishTimeMemory` keeps between gathers.
-* :class:`FinishTimeMemory`: the protocol of a store of snapshots per class key;
-  :class:`InMemoryFinishTimes` is the one each client holds.
-* :class:`ClassModel`: one class's estimate: its own observations, with the remembered
-  snapshot (if any) as a prior of bounded weight; :meth:`ClassModel.support` gives the
-  :class:`Support` (the ages between which finishes are expected).
-* :func:`next_delay`: the gap before the next poll of one pending id.
+Pure data structures and arithmetic, no I/O. A :class:`FinishSketch` is a decaying histogram
+of durations on 2 % log bins; a :class:`ClassModel` is one class's estimate (its own finishes,
+with a remembered :class:`FinishTimeStats` as a prior of bounded weight) and gives the
+:class:`Support`, the ages between which finishes are expected; :func:`batch_gap` is the gap
+before the next poll of one pending id. A :class:`FinishTimeMemory` (by default
+:class:`InMemoryFinishTimes`, one per client) keeps the stats between gathers.
 """
 
 from __future__ import annotations
@@ -26,6 +17,8 @@ from typing import Protocol
 
 import attrs
 
+from ._policy import PollPolicy
+
 __all__ = [
     "ClassModel",
     "FinishSketch",
@@ -33,7 +26,7 @@ __all__ = [
     "FinishTimeStats",
     "InMemoryFinishTimes",
     "Support",
-    "next_delay",
+    "batch_gap",
     "overdue_after",
 ]
 
@@ -364,74 +357,62 @@ def overdue_after(start: float, end: float, interval: float) -> float:
     return end + max(2.0 * interval, 0.1 * end, 0.25 * (end - start))
 
 
-def next_delay(
+def batch_gap(
+    policy: PollPolicy,
     *,
     age: float,
     elapsed: float,
     support: Support | None,
     probe: bool,
     rand: float,
-    interval: float,
-    probe_interval: float,
-    min_interval: float,
-    sparse_growth: float,
-    sparse_cap: float,
-    max_interval: float,
-    overdue_growth: float,
-    jitter: float,
     phase: float = 1.0,
     dense: float | None = None,
     probing: bool = False,
 ) -> float:
-    """The gap before the next poll of one pending id.
+    """The gap before the next poll of one pending id of a gather.
 
     Inside the support (from ``phase`` gaps before its start to a margin past its end) the
-    gap is ``interval``, measured from the previous answer like a loop's period: never sparser
-    there than a fixed loop at that gap (``dense``, when given, is shorter where finishes
-    crowd: see :meth:`ClassModel.gap`). Ids are kept out of step by their
-    ``phase`` (a random number drawn once per id: where in its first gap an id enters the
-    support), not by shrinking every gap. Before the support the id waits for its start (at
-    most ``sparse_cap``; a probe at most its growing gap, so that a service that got faster is
-    noticed); past its end the gap grows with the time overdue. With nothing known a probe
-    (or an id still ``probing``) polls every ``probe_interval`` and the others every
-    ``sparse_cap``, at most twice ``max_interval`` (the probes' first finish brings them
-    forward).
+    gap is ``dense_interval``, measured from the previous answer like a loop's period: never
+    sparser there than a fixed loop at that gap (``dense``, when given, is shorter where
+    finishes crowd: see :meth:`ClassModel.gap`). Ids are kept out of step by their ``phase``
+    (a random number drawn once per id: where in its first gap an id enters the support), not
+    by shrinking every gap. Before the support the id waits for its start (at most
+    ``sparse_cap``; a probe at most its growing gap, ``sparse_growth`` of its age but at least
+    ``min_interval``, so that a service that got faster is noticed); past its end the gap
+    grows by ``overdue_growth`` of the time overdue, up to ``max_interval``. With nothing
+    known a probe (or an id still ``probing``) polls every ``dense_interval`` and the others
+    every ``sparse_cap``, at most twice ``max_interval`` (the probes' first finish brings them
+    forward); these gaps are shortened by up to ``jitter``.
 
     Args:
+        policy: The poll policy.
         age: Seconds since the task was created, on the service's clock.
         elapsed: Local seconds since the gather began: the growing gaps use
             ``min(age, elapsed)``, so that an odd service clock can only make them denser.
         support: The class's support, if known.
         probe: Whether the id is a probe of its class.
         rand: A random number in ``[0, 1)``.
-        interval: The gap inside the support.
-        probe_interval: The gap of a probe while nothing is known.
-        min_interval: The shortest growing gap.
-        sparse_growth: A probe's growing gap before a known support, as a fraction of its age.
-        sparse_cap: The longest wait before the support.
-        max_interval: The longest gap.
-        overdue_growth: Past the support, the gap as a fraction of the time overdue.
-        jitter: Relative jitter of the gaps outside the support.
         phase: The id's phase in ``[0, 1]``: it enters the support ``phase`` gaps early.
-        dense: The gap inside the support at this age (``None``: ``interval``).
+        dense: The gap inside the support at this age (``None``: ``dense_interval``).
         probing: Whether the id probes too while nothing is known of its class.
 
     Returns:
         Seconds, at least 0.
     """
+    interval = policy.dense_interval
     local_age = max(0.0, min(age, elapsed))
     if support is None:
         if probe or probing:
-            return probe_interval * (1.0 - jitter * rand)
-        return min(sparse_cap, max_interval * 2.0) * (1.0 - jitter * rand)
+            return interval * (1.0 - policy.jitter * rand)
+        return min(policy.sparse_cap, policy.max_interval * 2.0) * (1.0 - policy.jitter * rand)
     start = support.start - phase * interval
     if age < start:
-        wait = min(sparse_cap, start - age)
+        wait = min(policy.sparse_cap, start - age)
         if probe:  # a probe keeps looking on the growing schedule: the service may be faster
-            wait = min(wait, max(min_interval, local_age * sparse_growth))
+            wait = min(wait, max(policy.min_interval, local_age * policy.sparse_growth))
         return max(0.0, wait)
     past = overdue_after(support.start, support.end, interval)
     if age <= past:
         return interval if dense is None else min(interval, dense)
     overdue = min(age - past, elapsed)
-    return max(interval, min(max_interval, overdue * overdue_growth))
+    return max(interval, min(policy.max_interval, overdue * policy.overdue_growth))
