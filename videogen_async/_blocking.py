@@ -32,7 +32,8 @@ from ._contract._exceptions import TaskPollError
 from ._contract._meta import HasResponse
 from ._contract._models import Task
 from ._http._retry import BackoffPolicy
-from ._http._transport import DEFAULT_MAX_BODY, Timeout
+from ._http._session import Timeout
+from ._http._transport import DEFAULT_MAX_BODY
 from ._observe._hooks import EventHook
 from ._resources._credits import Credits
 from ._resources._projects import Projects

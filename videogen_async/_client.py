@@ -16,9 +16,11 @@ import attrs
 
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
-from ._download import DownloadCalls, GetTask
+from ._download._calls import DownloadCalls
+from ._download._sources import GetTask
 from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
-from ._http._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
+from ._http._session import UNSET, SessionOwner, Timeout
+from ._http._transport import DEFAULT_MAX_BODY, Transport
 from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
 from ._resources._credits import Credits

@@ -345,7 +345,6 @@ def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
 
 _TASK_STATUS = {m.value: m for m in TaskStatus}
 _MODEL = {m.value: m for m in Model}
-_RESULT_KEYS = frozenset({"video_url", "error_message", "finished_at", "status"})
 
 
 def _fast_text(value: Any) -> str | None:
@@ -457,9 +456,8 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
     return converter.structure(kept, cls), dropped
 
 
-def unstructure(value: Any) -> Any:
-    """Turn a model back into JSON-ready data (dates as ISO 8601 strings)."""
-    return converter.unstructure(value)
+#: ``to_dict()`` of a model, for the CLI's and the ledger's callers (prefer ``to_dict()``).
+unstructure = converter.unstructure
 
 
 _EMPTY_WHEN_NULL = frozenset({"task_ids", "tasks", "billing"})

@@ -19,33 +19,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ._exceptions import InvalidRequestError
-from ._service import (
-    DURATION_MAX,
-    DURATION_MIN,
-    FIRST_LAST_FRAMES_MAX_IMAGES,
-    MAX_AUDIO_URLS,
-    MAX_IMAGE_URLS,
-    MAX_VIDEO_URLS,
-    OUT_NUMBER_MAX,
-    OUT_NUMBER_MIN,
-    PROJECT_REQUEST,
-    TASK_REQUEST,
-    VIDEOS_REQUEST,
-    Body,
-    Field,
-    MaxItemsWhen,
-)
+from ._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST, Body, Field, MaxItemsWhen
 
 __all__ = [
-    "DURATION_MAX",
-    "DURATION_MIN",
-    "FIRST_LAST_FRAMES_MAX_IMAGES",
     "ID_UNSAFE",
-    "MAX_AUDIO_URLS",
-    "MAX_IMAGE_URLS",
-    "MAX_VIDEO_URLS",
-    "OUT_NUMBER_MAX",
-    "OUT_NUMBER_MIN",
     "as_url_list",
     "check_body",
     "check_id",
@@ -53,10 +30,6 @@ __all__ = [
     "validate_task_request",
     "validate_videos_request",
 ]
-
-TASK_FIELDS = TASK_REQUEST.names
-PROJECT_FIELDS = PROJECT_REQUEST.names
-VIDEOS_FIELDS = VIDEOS_REQUEST.names
 
 
 def _fail(field: str, rule: str, value: Any = None, *, show: bool = True) -> InvalidRequestError:

@@ -22,37 +22,3 @@ One download goes like this:
    On any failure, or cancellation, the temporary file is removed: a file at the destination
    path is always a complete download.
 """
-
-from __future__ import annotations
-
-from ._calls import DownloadCalls
-from ._file import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_CHUNK_SIZE,
-    ProgressCallback,
-    download_url,
-)
-from ._many import DownloadResult
-from ._sources import (
-    DownloadSource,
-    GetTask,
-    default_filename,
-    is_url,
-    redact_url,
-    resolve_source,
-)
-
-__all__ = [
-    "DEFAULT_ATTEMPTS",
-    "DEFAULT_CHUNK_SIZE",
-    "DownloadCalls",
-    "DownloadResult",
-    "DownloadSource",
-    "GetTask",
-    "ProgressCallback",
-    "default_filename",
-    "download_url",
-    "is_url",
-    "redact_url",
-    "resolve_source",
-]

@@ -27,8 +27,9 @@ from .._contract._exceptions import (
     VideoGenError,
 )
 from .._contract._redact import drop_locals
+from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
-from .._http._transport import Transport, make_status_error
+from .._http._transport import Transport
 from ._sources import (
     check_url,
     redact_url,

@@ -19,8 +19,6 @@ import aiohttp
 import attrs
 
 from .._contract._exceptions import (
-    CODE_INSUFFICIENT_CREDITS,
-    CODE_MEDIA_STORAGE,
     APIConnectionError,
     APIResponseError,
     APIStatusError,
@@ -32,26 +30,27 @@ from .._contract._exceptions import (
 from .._contract._meta import ResponseInfo
 from .._contract._redact import scrub_exception
 from .._version import __version__
-from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
-from ._jsonbody import excerpt as _body_excerpt
+from ._jsonbody import (
+    MESSAGE_CHARS,
+    clip,
+    decode_json,
+    excerpt,
+    int_text,
+    nested_too_deep,
+    short_repr,
+)
 from ._retry import retry_after_of
 
 __all__ = [
-    "CODE_INSUFFICIENT_CREDITS",
-    "CODE_MEDIA_STORAGE",
-    "EXCERPT_CHARS",
     "Response",
     "connection_error",
     "decode",
     "describe",
-    "excerpt",
     "make_status_error",
     "url_path",
     "user_agent",
 ]
 
-#: How many characters of a body an error quotes.
-EXCERPT_CHARS = 200
 # aiohttp names its "could not open the connection" timeout differently across versions.
 _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
@@ -105,10 +104,6 @@ def url_path(url: str) -> str:
     return path.split("?", 1)[0]
 
 
-def excerpt(raw: bytes) -> str:
-    return _body_excerpt(raw, EXCERPT_CHARS)
-
-
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -154,9 +149,9 @@ def decode(
     body, is_json = decode_json(raw)
     # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
     code = _as_int(body.get("code")) if isinstance(body, dict) else None
-    envelope = body if code is not None else None
-    if envelope is None:
+    if code is None:
         _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
+    envelope: dict[str, Any] = body
     trace = _trace_id(envelope.get("trace_id"))
     message = envelope.get("message")
     if 200 <= status < 300 and code == 200:
@@ -170,7 +165,7 @@ def decode(
     text = (
         clip(message, MESSAGE_CHARS)
         if isinstance(message, str) and message
-        else f"HTTP {status}, code {_code_text(code)}"
+        else f"HTTP {status}, code {int_text(code)}"
     )
     raise make_status_error(
         status,
@@ -189,15 +184,8 @@ def _trace_id(value: Any) -> str | None:
     if isinstance(value, str):
         return clip(value, 200) if value else None
     if isinstance(value, int) and not isinstance(value, bool):
-        return clip(_code_text(value), 200)
+        return clip(int_text(value), 200)
     return None
-
-
-def _code_text(code: int | None) -> str:
-    try:
-        return str(code)
-    except ValueError:  # an integer beyond the int-to-str digit limit
-        return "<a very large integer>"
 
 
 def _as_int(value: Any) -> int | None:

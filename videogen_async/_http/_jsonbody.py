@@ -20,7 +20,15 @@ from typing import Any
 
 from .._contract._redact import redact_text
 
-__all__ = ["MAX_DEPTH", "clip", "decode_json", "excerpt", "nested_too_deep", "short_repr"]
+__all__ = [
+    "MAX_DEPTH",
+    "clip",
+    "decode_json",
+    "excerpt",
+    "int_text",
+    "nested_too_deep",
+    "short_repr",
+]
 
 #: The deepest nesting of arrays and objects accepted in a body.
 MAX_DEPTH = 64
@@ -30,8 +38,6 @@ EXCERPT_CHARS = 200
 MESSAGE_CHARS = 1000
 # Room beyond an excerpt's end, so that a key crossing the cut is redacted whole before it.
 _WINDOW = 4096
-
-_NOT_JSON = object()
 
 
 def _refuse_constant(name: str) -> Any:
@@ -188,7 +194,7 @@ def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
         elif isinstance(item, str):
             piece = repr(item[:budget])
         elif isinstance(item, int) and not isinstance(item, bool):
-            piece = _int_text(item)
+            piece = int_text(item)
         else:
             piece = repr(item)
         parts.append(piece)
@@ -196,7 +202,8 @@ def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
     return clip("".join(parts), limit)
 
 
-def _int_text(value: int) -> str:
+def int_text(value: int) -> str:
+    """``str(value)``, or a placeholder for an integer beyond the int-to-str digit limit."""
     try:
         return str(value)
     except ValueError:  # beyond the int-to-str digit limit

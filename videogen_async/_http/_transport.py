@@ -45,28 +45,14 @@ from .._contract._redact import drop_locals, register_secret
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._envelope import EXCERPT_CHARS as _EXCERPT
-from ._envelope import Response, make_status_error, user_agent
-from ._envelope import connection_error as _connection_error
-from ._envelope import decode as _decode
-from ._envelope import describe as _describe
-from ._envelope import excerpt as _excerpt
-from ._envelope import url_path as _url_path
+from ._envelope import Response, connection_error, decode, describe, url_path, user_agent
+from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
 from ._retry import BackoffPolicy, decide_retry, honoured_retry_after
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 
-__all__ = [
-    "UNSET",
-    "Response",
-    "SessionOwner",
-    "StreamResponse",
-    "Timeout",
-    "Transport",
-    "make_status_error",
-    "proxy_for",
-]
+__all__ = ["DEFAULT_MAX_BODY", "StreamResponse", "Transport"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -124,7 +110,7 @@ class StreamResponse:
             async for chunk in self._response.content.iter_chunked(size):
                 yield chunk
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise _connection_error(
+            raise connection_error(
                 exc, self._method, self._path, may_have_taken_effect=False
             ) from exc
 
@@ -132,10 +118,10 @@ class StreamResponse:
         """The first characters of the body, for error messages."""
         try:
             # More than is shown, so that a key across the cut is redacted whole.
-            raw = await self._response.content.read(_EXCERPT + 4096)
+            raw = await self._response.content.read(EXCERPT_CHARS + 4096)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return ""
-        return _excerpt(raw)
+        return excerpt(raw)
 
 
 class Transport:
@@ -161,8 +147,6 @@ class Transport:
         proxy: str | _Unset | None = UNSET,
         hooks: EventHooks | None = None,
     ) -> None:
-        if deadline is not None and not deadline > 0:
-            raise ValueError(f"deadline must be positive seconds or None, got {deadline!r}")
         self._api_key = _Secret(api_key)
         register_secret(api_key)
         self.base_url = base_url.rstrip("/")
@@ -186,7 +170,6 @@ class Transport:
         }
         self._aio_timeout = timeout.to_aiohttp()
         self.hooks = hooks or EventHooks()
-        base = URL(self.base_url)
         # Hooks and spans: no observer (and no cost) when there is neither.
         self._observer = (
             RequestObserver(self.hooks, base.host or "", base.port)
@@ -353,7 +336,7 @@ class Transport:
                 if delay is None:
                     logger.debug(
                         "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                        method, path, (now - started) * 1000, attempt, _describe(exc),
+                        method, path, (now - started) * 1000, attempt, describe(exc),
                         decision.detail,
                     )  # fmt: skip
                     if decision.reason == "too long":
@@ -364,7 +347,7 @@ class Transport:
                 logger.debug(
                     "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
                     method, path, (now - started) * 1000, attempt, policy.max_retries + 1,
-                    _describe(exc), delay,
+                    describe(exc), delay,
                 )  # fmt: skip
                 if observer is not None:
                     await observer.retry(method, path, attempt, delay, exc)
@@ -462,8 +445,8 @@ class Transport:
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise _connection_error(exc, method, path, may_have_taken_effect=not is_read) from exc
-        return _decode(status, raw, resp_headers, method=method, path=path)
+            raise connection_error(exc, method, path, may_have_taken_effect=not is_read) from exc
+        return decode(status, raw, resp_headers, method=method, path=path)
 
     async def _read_bounded(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
         length = resp.content_length
@@ -517,7 +500,7 @@ class Transport:
         session = self.owner.get()
         sent = {"User-Agent": self._headers["User-Agent"], **(headers or {})}
         sent.pop("Authorization", None)
-        path = _url_path(url)
+        path = url_path(url)
         proxy = proxy_for(url, trust_env=self.trust_env)
         try:
             async with session.get(
@@ -527,4 +510,4 @@ class Transport:
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise _connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
+            raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .._version import __version__
 
-__all__ = ["ENABLED", "SpanLike", "client_span", "recording", "span"]
+__all__ = ["ENABLED", "SpanLike", "recording", "set_error", "span"]
 
 
 class SpanLike(Protocol):
@@ -23,10 +23,6 @@ class SpanLike(Protocol):
 
     def set_attribute(self, key: str, value: Any) -> None:
         """Set one attribute."""
-
-    def is_recording(self) -> bool:
-        """Whether the span records anything."""
-        ...
 
 
 try:
@@ -71,11 +67,6 @@ def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> I
     kind = _trace.SpanKind.CLIENT if client else _trace.SpanKind.INTERNAL
     with tracer.start_as_current_span(name, kind=kind, attributes=dict(attributes)) as current:
         yield current
-
-
-def client_span(name: str, attributes: Mapping[str, Any]) -> Any:
-    """A ``CLIENT`` span (see :func:`span`)."""
-    return span(name, attributes, client=True)
 
 
 def set_error(current: SpanLike, error_type: str) -> None:

@@ -89,7 +89,7 @@ class RequestObserver:
         }
         if attempt > 1:
             attributes["http.request.resend_count"] = attempt - 1
-        with _otel.client_span(method, attributes) as span:
+        with _otel.span(method, attributes, client=True) as span:
             return await self._answer(send, span, method, path, url, attempt)
 
     async def _answer(
@@ -204,10 +204,9 @@ def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
         return
     if isinstance(value, Project):
         span.set_attribute("videogen.credits_charged", value.billing.total_credits_cost)
-        span.set_attribute("videogen.outcome", str(value.status))
     else:
         span.set_attribute("videogen.credits_charged", value.credits_cost)
-        span.set_attribute("videogen.outcome", str(value.status))
+    span.set_attribute("videogen.outcome", str(value.status))
 
 
 class GatherWatch:

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._contract._models import CreditBalance
 from .._http._options import CallOptions, Headers, Query
-from .._http._transport import Timeout
+from .._http._session import Timeout
 from ._resource import Resource
 
 __all__ = ["Credits"]

@@ -16,7 +16,8 @@ from .._contract._validation import (
     validate_videos_request,
 )
 from .._http._options import CallOptions, Headers, Query
-from .._http._transport import Timeout, Transport
+from .._http._session import Timeout
+from .._http._transport import Transport
 from .._observe._spans import end_wait, wait_span
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import UpdateCallback, on_read, poll_until

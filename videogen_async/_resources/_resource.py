@@ -18,9 +18,10 @@ from .._contract._exceptions import APIResponseError
 from .._contract._meta import RESPONSE_SLOT
 from .._contract._models import structure_lenient
 from .._contract._redact import scrub_exception
+from .._http._envelope import Response
 from .._http._jsonbody import clip, short_repr
 from .._http._options import NO_OPTIONS, CallOptions
-from .._http._transport import Response, Transport
+from .._http._transport import Transport
 from .._waiting._policy import PollPolicy
 
 __all__ = ["Resource"]

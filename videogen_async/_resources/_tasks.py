@@ -13,7 +13,8 @@ from .._contract._exceptions import WaitTimeoutError
 from .._contract._models import CreatedTask, Task
 from .._contract._validation import as_url_list, check_id, validate_task_request
 from .._http._options import NO_OPTIONS, CallOptions, Headers, Query
-from .._http._transport import Timeout, Transport
+from .._http._session import Timeout
+from .._http._transport import Transport
 from .._waiting._gather import GatherResults, gather_until_done
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import (
