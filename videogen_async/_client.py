@@ -19,7 +19,7 @@ from ._contract._exceptions import ConfigurationError
 from ._download._calls import DownloadCalls
 from ._download._sources import GetTask
 from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
-from ._http._session import UNSET, SessionOwner, Timeout
+from ._http._session import UNSET, SessionOwner, Timeout, is_loopback
 from ._http._transport import DEFAULT_MAX_BODY, Transport
 from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
@@ -56,19 +56,6 @@ def _encodable(host: str) -> bool:
     return True
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    # An IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged by its IPv4 address, as Python
-    # 3.13 does and earlier versions did not.
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool((mapped or address).is_loopback)
-
-
 # The authority of a base URL: a bracketed IPv6 address or a name without the characters that
 # parsers read differently (so the host checked here is the host aiohttp connects to), and an
 # optional port.
@@ -100,7 +87,7 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
         raise ConfigurationError(f"base_url has an invalid host or port: {text!r}")
     if parts.query or parts.fragment:
         raise ConfigurationError(f"base_url must not have a query or fragment: {text!r}")
-    if parts.scheme == "http" and not allow_insecure_http and not _is_loopback(host):
+    if parts.scheme == "http" and not allow_insecure_http and not is_loopback(host):
         raise ConfigurationError(
             f"base_url {text!r} uses plain http to a host that is not loopback: the API key"
             " would cross the network unencrypted. Use https, or pass"

@@ -25,7 +25,7 @@ import attrs
 
 from ._pacing import Pacing
 
-__all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "proxy_for"]
+__all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "is_loopback", "proxy_for"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -96,22 +96,29 @@ class Timeout:
         return Timeout(connect=self.connect, read=self.read, total=None)
 
 
-def _is_loopback_address(host: str) -> bool:
-    if host == "localhost":
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine: ``localhost``, a ``*.localhost`` name or a loopback IP.
+
+    An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) is judged by its IPv4 address, as
+    Python 3.13 does and earlier versions did not.
+    """
+    if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
 
 
 def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     """The proxy the environment sets for ``url``, as requests and httpx read it.
 
     ``HTTPS_PROXY`` for an ``https`` URL, ``HTTP_PROXY`` for ``http``, else ``ALL_PROXY``
-    (any case); none when ``NO_PROXY`` names the host (or is ``*``), and none for
-    ``localhost`` and loopback addresses. Only ``http(s)://``
-    proxies are used (aiohttp has no SOCKS support); another scheme is ignored and logged.
+    (any case); none when ``NO_PROXY`` names the host (or is ``*``), and none for this
+    machine (:func:`is_loopback`). Only ``http(s)://`` proxies are used (aiohttp has no SOCKS
+    support); another scheme is ignored and logged.
 
     Args:
         url: The URL to be requested.
@@ -128,7 +135,7 @@ def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or not host:
         return None
-    if _is_loopback_address(host):
+    if is_loopback(host):
         return None  # as Go's ProxyFromEnvironment: a local sandbox is never proxied
     if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
         return None
