@@ -245,20 +245,11 @@ def make_status_error(
     request_may_have_taken_effect: bool | None = None,
     **details: Any,
 ) -> APIStatusError:
-    """Build the error for a failed answer, of the class ``status_error_class`` picks.
+    """The error for a failed answer, of the class ``status_error_class`` picks.
 
-    Args:
-        status: The HTTP status.
-        code: The envelope code, or ``None`` when there was no envelope.
-        message: The error text.
-        method: The request method.
-        request_may_have_taken_effect: Whether the request may have acted; by default,
-            ``True`` for a POST answered 5xx.
-        **details: The error's other attributes (``trace_id``, ``body``, ``headers``,
-            ``path``), as ``APIStatusError`` takes them.
-
-    Returns:
-        The error, of the most specific class.
+    ``code`` is the envelope's (``None``: no envelope); ``request_may_have_taken_effect`` is,
+    by default, ``True`` for a POST answered 5xx; ``details`` are the error's other attributes
+    as ``APIStatusError`` takes them (``trace_id``, ``body``, ``headers``, ``path``).
     """
     cls = status_error_class(status, code)
     if request_may_have_taken_effect is None:

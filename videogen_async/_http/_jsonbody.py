@@ -51,14 +51,10 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignor
 
 
 def decode_json(raw: bytes) -> tuple[Any, bool]:
-    """Decode a body.
+    """Decode a body as ``json`` reads bytes (UTF-8, or UTF-16/32 with or without a BOM).
 
-    Args:
-        raw: The body's bytes (UTF-8, or UTF-16/32 with or without a BOM, as ``json`` reads).
-
-    Returns:
-        ``(value, True)`` for a JSON body within :data:`MAX_DEPTH`, else ``(None, False)``
-        (an empty body included).
+    ``(value, True)`` for a JSON body within :data:`MAX_DEPTH`, else ``(None, False)`` (an
+    empty body included).
     """
     if not raw:
         return None, False
@@ -118,13 +114,6 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
 
     The redaction runs on a window larger than the cut, so a key that crosses the cut is
     replaced whole rather than left half-visible.
-
-    Args:
-        text: A text from the wire.
-        limit: The most characters kept.
-
-    Returns:
-        The redacted, bounded text.
     """
     window = redact_text(text[: limit + _WINDOW])
     if len(window) <= limit and len(text) <= limit + _WINDOW:
@@ -133,14 +122,9 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 
 def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
-    """The first characters of a body for an error message: decoded, redacted, one line.
+    """The first ``limit`` characters of a body, for an error message, ``...`` if it is longer.
 
-    Args:
-        raw: The body.
-        limit: The most characters kept.
-
-    Returns:
-        The excerpt, ending in ``...`` when the body was longer.
+    Decoded, redacted, on one line.
     """
     head = raw[: (limit + _WINDOW) * 4]
     text = head.decode("utf-8", errors="replace")
@@ -152,17 +136,10 @@ def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
 
 
 def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
-    """A ``repr``-like text of a decoded JSON value, bounded in length and depth, redacted.
+    """A ``repr``-like text of a decoded JSON value, redacted, cut after ``limit`` characters.
 
     Unlike ``repr``, it cannot exhaust the stack on a deeply nested value nor spend time on a
-    huge one: it stops after ``limit`` characters.
-
-    Args:
-        value: A decoded JSON value.
-        limit: The most characters produced.
-
-    Returns:
-        The text, ending in ``...`` when cut.
+    huge one.
     """
     budget = limit + _WINDOW
     parts: list[str] = []

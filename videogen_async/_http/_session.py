@@ -58,13 +58,7 @@ class Timeout:
 
     @classmethod
     def of(cls, value: Timeout | float | None) -> Timeout:
-        """Build a ``Timeout`` from a number of seconds (an overall limit) or keep one.
-
-        Args:
-            value: A ``Timeout``, a number of seconds, or ``None`` for no limit at all.
-
-        Returns:
-            The ``Timeout``.
+        """A ``Timeout`` from a number of seconds (the whole attempt) or ``None`` (no limit).
 
         Raises:
             ValueError: The number is not positive.
@@ -79,11 +73,7 @@ class Timeout:
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
     def to_aiohttp(self, *, total: float | None = None) -> aiohttp.ClientTimeout:
-        """The equivalent ``aiohttp.ClientTimeout``.
-
-        Args:
-            total: A shorter bound of the whole attempt (what is left of a deadline).
-        """
+        """The ``aiohttp.ClientTimeout``, bounded by ``total`` (what is left of a deadline)."""
         bound = (
             self.total
             if total is None or (self.total is not None and self.total < total)
@@ -113,19 +103,12 @@ def is_loopback(host: str) -> bool:
 
 
 def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
-    """The proxy the environment sets for ``url``, as requests and httpx read it.
+    """The proxy the environment sets for ``url`` as requests and httpx read it, or ``None``.
 
     ``HTTPS_PROXY`` for an ``https`` URL, ``HTTP_PROXY`` for ``http``, else ``ALL_PROXY``
-    (any case); none when ``NO_PROXY`` names the host (or is ``*``), and none for this
-    machine (:func:`is_loopback`). Only ``http(s)://`` proxies are used (aiohttp has no SOCKS
-    support); another scheme is ignored and logged.
-
-    Args:
-        url: The URL to be requested.
-        trust_env: ``False`` always answers ``None``.
-
-    Returns:
-        The proxy URL, or ``None`` for a direct connection.
+    (any case); none when ``NO_PROXY`` names the host (or is ``*``), for this machine
+    (:func:`is_loopback`) or without ``trust_env``. Only ``http(s)://`` proxies are used
+    (aiohttp has no SOCKS support); another scheme is ignored and logged.
     """
     if not trust_env:
         return None
@@ -185,10 +168,8 @@ class SessionOwner:
     def track(self, job: asyncio.Future[Any], bound: float | None = None) -> None:
         """Keep a creating request that must finish before the session closes.
 
-        Args:
-            job: The request's future.
-            bound: Seconds within which the call ends by the client's timeout settings
-                (``None``: they set no bound); ``aclose()`` waits at most that long for it.
+        ``aclose()`` waits for it at most ``bound`` seconds (the call's bound by the client's
+        timeout settings; ``None``: they set none).
         """
         end = math.inf if bound is None else time.monotonic() + bound
         self._in_flight[job] = end

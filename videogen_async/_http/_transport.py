@@ -10,9 +10,7 @@ first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (
 read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
 their waits included.
 
-Proxies: like requests and httpx (``trust_env=True``), the client's own session honours
-``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` from the environment, read when
-the client is made; ``trust_env=False`` turns that off.
+The environment's proxy (``_session.proxy_for``) is read once, when the client is made.
 """
 
 from __future__ import annotations
@@ -96,15 +94,9 @@ class StreamResponse:
     async def iter_chunks(self, size: int = 256 * 1024) -> AsyncIterator[bytes]:
         """Yield the body in chunks of at most ``size`` bytes.
 
-        Args:
-            size: The largest chunk.
-
-        Yields:
-            The next chunk.
-
         Raises:
-            APIConnectionError: The connection broke before the body was complete.
-            APITimeoutError: A read timed out.
+            APIConnectionError: The connection broke, or a read timed out
+                (``APITimeoutError``), before the body was complete.
         """
         try:
             async for chunk in self._response.content.iter_chunked(size):
@@ -198,16 +190,7 @@ class Transport:
         backoff: BackoffPolicy | None = None,
         deadline: float | _Unset | None = UNSET,
     ) -> Transport:
-        """A transport sharing this one's session and pacing, with other settings.
-
-        Args:
-            timeout: The new per-attempt timeouts (unchanged when ``None``).
-            backoff: The new backoff policy (unchanged when ``None``).
-            deadline: The new deadline of a whole call (unchanged when not given).
-
-        Returns:
-            The new transport.
-        """
+        """A transport sharing this one's session and pacing, with the settings given."""
         return Transport(
             api_key=self._api_key,
             base_url=self.base_url,
@@ -224,11 +207,7 @@ class Transport:
         )
 
     def call_bound(self, timeout: Timeout | None = None) -> float | None:
-        """Seconds within which one call ends by these settings (``None``: no bound).
-
-        Args:
-            timeout: The call's own timeouts, when it has them.
-        """
+        """Seconds within which one call (with its own ``timeout``) ends (``None``: no bound)."""
         if self.deadline is not None:
             return self.deadline
         total = (timeout or self.timeout).total
@@ -248,20 +227,11 @@ class Transport:
         retries: int | None = None,
         options: CallOptions = NO_OPTIONS,
     ) -> Response:
-        """Send a request, retrying what is safe to retry, and return the envelope.
+        """Send a request under the base URL, retrying what is safe to retry; its envelope.
 
-        Args:
-            method: ``GET`` or ``POST``.
-            path: The path under the base URL, e.g. ``/v1/tasks``.
-            params: Query parameters.
-            json_body: The JSON body of a POST.
-            retries: Retries of this call (default: the backoff policy's ``max_retries``;
-                a waiting loop passes 0: it owns the backoff).
-            options: The call's extra headers, query and body (each winning over the
-                call's own) and its timeouts.
-
-        Returns:
-            The decoded successful envelope.
+        ``retries`` overrides the backoff policy's ``max_retries`` (a waiting loop passes 0: it
+        owns the backoff); ``options`` are the call's extras (each winning over the call's own
+        values) and timeouts.
 
         Raises:
             APIConnectionError: The service could not be reached or the connection broke.
@@ -481,21 +451,13 @@ class Transport:
     async def stream(
         self, url: str, *, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[StreamResponse]:
-        """Open a streamed GET of ``url`` *without* the API key (for downloads).
+        """Open a streamed GET of ``url`` (a media host's) *without* the API key, for downloads.
 
-        The ``Authorization`` header is never sent here: the URL points at a media host, not
-        at the service. Redirects are followed by aiohttp, which drops nothing we did not add.
-
-        Args:
-            url: The absolute URL.
-            headers: Extra headers, e.g. ``Range``.
-
-        Yields:
-            The response; its body is read through ``iter_chunks``.
+        Redirects are followed by aiohttp, which sends on nothing we did not add.
 
         Raises:
-            APIConnectionError: The host could not be reached.
-            APITimeoutError: No answer within the timeout.
+            APIConnectionError: The host could not be reached, or did not answer in time
+                (``APITimeoutError``).
         """
         session = self.owner.get()
         sent = {"User-Agent": self._headers["User-Agent"], **(headers or {})}

@@ -48,6 +48,7 @@ _V = TypeVar("_V", Task, Project)
 #: A progress callback of a single wait: a plain or async callable taking each new state.
 UpdateCallback = Callable[[_V], Union[Awaitable[object], object]]  # noqa: UP007
 
+
 class _TasksAPI(Protocol):
     async def get(self, task_id: str) -> Task: ...
 
