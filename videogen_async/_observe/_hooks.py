@@ -25,8 +25,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
-from .._contract._exceptions import APIStatusError, ConfigurationError
-from .._contract._redact import redact_text, redact_value
+from .._contract._exceptions import ConfigurationError
 
 __all__ = [
     "EVENT_NAMES",
@@ -188,47 +187,3 @@ class EventHooks:
 
 def _name_of(hook: object) -> str:
     return getattr(hook, "__qualname__", None) or type(hook).__name__
-
-
-def response_event(
-    method: str,
-    path: str,
-    url: str,
-    attempt: int,
-    status_code: int,
-    trace_id: str | None,
-    elapsed: float,
-    headers: Mapping[str, str],
-    error: str | None = None,
-) -> ResponseEvent:
-    """A :class:`ResponseEvent` with what the service sent redacted."""
-    plain: dict[str, str] = redact_value(dict(headers.items()))
-    return ResponseEvent(
-        method=method,
-        path=path,
-        url=url,
-        attempt=attempt,
-        status_code=status_code,
-        trace_id=None if trace_id is None else redact_text(trace_id),
-        elapsed=elapsed,
-        headers=plain,
-        error=error,
-    )
-
-
-def retry_event(
-    method: str, path: str, attempt: int, delay: float, exc: BaseException
-) -> RetryEvent:
-    """A :class:`RetryEvent` for the failure ``exc``."""
-    status = exc.status_code if isinstance(exc, APIStatusError) else None
-    trace = getattr(exc, "trace_id", None)
-    return RetryEvent(
-        method=method,
-        path=path,
-        attempt=attempt,
-        delay=delay,
-        reason=redact_text(f"{type(exc).__name__}: {exc}"),
-        error=type(exc).__name__,
-        status_code=status,
-        trace_id=redact_text(trace) if isinstance(trace, str) else None,
-    )
