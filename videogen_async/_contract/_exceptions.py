@@ -57,8 +57,6 @@ if TYPE_CHECKING:
     from ._models import Project, Task
 
 __all__ = [
-    "CODE_INSUFFICIENT_CREDITS",
-    "CODE_MEDIA_STORAGE",
     "APIConnectionError",
     "APIResponseError",
     "APIStatusError",
@@ -185,12 +183,7 @@ class InvalidRequestError(VideoGenError, ValueError):
 
 
 class APIConnectionError(VideoGenError):
-    """The service could not be reached, or the connection broke before a full answer.
-
-    Attributes:
-        method: The HTTP method of the failed request.
-        path: The path of the failed request.
-    """
+    """The service could not be reached, or the connection broke before a full answer."""
 
 
 class APITimeoutError(APIConnectionError, TimeoutError):

@@ -90,11 +90,6 @@ def _validator(headers: Mapping[str, str]) -> str | None:
     return str(modified) if modified else None
 
 
-# --------------------------------------------------------------------------------------------
-# The temporary file (every call runs in a worker thread)
-# --------------------------------------------------------------------------------------------
-
-
 class _PartFile:
     """The temporary ``.part`` file beside the destination; all I/O off the event loop."""
 
@@ -179,11 +174,6 @@ class _PartFile:
             raise
 
 
-# --------------------------------------------------------------------------------------------
-# One URL to one file
-# --------------------------------------------------------------------------------------------
-
-
 class _DiskError(Exception):
     """Writing the temporary file failed (internal; kept apart from network ``OSError``)."""
 
@@ -216,24 +206,10 @@ async def download_url(
 ) -> int:
     """Stream ``url`` into ``dest`` atomically, resuming after a broken connection.
 
-    Args:
-        transport: The client's transport (its ``stream`` never sends the API key).
-        url: The video's ``http(s)`` URL.
-        dest: The destination file.
-        overwrite: Replace an existing file at ``dest``; otherwise fail before any request.
-        attempts: Requests made in all (at least 1).
-        chunk_size: Bytes read and written at a time.
-        progress: Called as ``progress(received, total)`` after each chunk (``total`` is
-            ``None`` when the host does not say).
-        task_id: The task the video belongs to, for error messages.
-        rng: Random source of the backoff jitter.
-
+    The arguments are those of ``client.download`` (``task_id`` names the video in errors).
     Whether and when to try again after a failed attempt is the one retry decision's
     (``decide_retry``, with the client's backoff policy, ``attempts - 1`` retries and a
-    media host's 425 as transient).
-
-    Returns:
-        The number of bytes written.
+    media host's 425 as transient). Returns the number of bytes written.
 
     Raises:
         DownloadError: The video could not be downloaded; nothing is left at ``dest`` (an

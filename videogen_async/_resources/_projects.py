@@ -42,15 +42,8 @@ class Projects(Resource):
         poll_policy: PollPolicy,
         get_task: Callable[[str, CallOptions], Awaitable[Task]],
     ) -> None:
-        """A namespace over ``transport``.
-
-        Args:
-            transport: The client's transport.
-            poll_policy: The client's default poll policy.
-            get_task: Reads one task once, with a call's options and without retries of
-                its own (the wait loop owns the backoff).
-        """
         super().__init__(transport, poll_policy)
+        # Reads one task once with a call's options, without retries (the wait owns them).
         self._get_task = get_task
 
     async def create(

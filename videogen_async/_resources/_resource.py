@@ -1,7 +1,6 @@
 """What every resource namespace shares: the transport it sends through and response parsing.
 
-A resource depends on the transport and on its poll policy only, never on the client that
-composes it.
+A resource depends on the transport and its poll policy only, never on the client.
 """
 
 from __future__ import annotations
@@ -47,11 +46,7 @@ class Resource:
         retries: int | None = None,
         options: CallOptions = NO_OPTIONS,
     ) -> _T:
-        """Read one object: ``GET path``, its answer parsed into ``cls``.
-
-        ``retries`` overrides the client's ``max_retries`` (a wait loop passes 0: it owns the
-        backoff).
-        """
+        """``GET path``, its answer parsed into ``cls`` (``retries``: see ``Transport.request``)."""
         response = await self._transport.request(
             "GET", path, params=params, retries=retries, options=options
         )

@@ -132,21 +132,14 @@ class Tasks(Resource):
         poll_policy: PollPolicy,
         finish_times: FinishTimeMemory | None = None,
     ) -> None:
-        """A namespace over ``transport``.
-
-        Args:
-            transport: The client's transport.
-            poll_policy: The client's default poll policy.
-            finish_times: What the client remembers of finish times, for its gathers.
-        """
         super().__init__(transport, poll_policy)
-        self._finish_times = finish_times
+        self._finish_times = finish_times  # the client's, for its gathers
 
     def _source(self, options: CallOptions = NO_OPTIONS) -> TaskSource:
-        """The narrow interface the waiting engines poll through.
+        """The narrow interface the waiting engines poll through (``options`` with every read).
 
-        One read, no retries of its own (the engine's loop owns the backoff, by the client's
-        backoff policy), paced by the client; ``options`` go with every read.
+        One read with no retries of its own (the engine's loop owns the backoff), paced by
+        the client.
         """
         return TaskSource(
             fetch=self._fetch_once

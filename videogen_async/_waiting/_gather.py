@@ -70,21 +70,13 @@ class GatherResults:
         """A snapshot of the progress so far (cheap; readable at any time)."""
         return self._core.snapshot()
 
-    # -- ids joining and leaving a running gather ------------------------------------------------
-
     def add(self, task_ids: Iterable[str]) -> int:
-        """Join more ids to this gather, polled on the schedule of their class.
+        """Join more ids to this gather, polled on the schedule of their class; how many joined.
 
         Each id's class comes from the gather's ``classes`` (looked up now). An id the gather
         is polling is not added again; an id it finished (or discarded) joins again, polled
         anew. Made for a gather started with ``open_ended=True``; adding to a gather that has
         ended polls nothing.
-
-        Args:
-            task_ids: The ids.
-
-        Returns:
-            How many ids joined.
 
         Raises:
             TypeError: An id is not a string.
@@ -96,19 +88,13 @@ class GatherResults:
     def discard(self, task_ids: Iterable[str]) -> list[str]:
         """Stop polling pending ids without yielding them (e.g. handed to another poller).
 
-        Args:
-            task_ids: The ids.
-
-        Returns:
-            The ids that were pending and are no longer polled.
+        Returns the ids that were pending and are no longer polled.
         """
         return [task_id for task_id in task_ids if self._core.discard(task_id)]
 
     def end_input(self) -> None:
         """Say that no more ids join (``open_ended=True``): the gather ends when they are done."""
         self._core.end_input()
-
-    # -- the structured form --------------------------------------------------------------------
 
     async def __aenter__(self) -> GatherResults:
         if self._mode != "new":
@@ -132,8 +118,6 @@ class GatherResults:
         # cancellation from outside, re-raised by the task group) is the one that propagates.
         await tg.__aexit__(None, None, None)
         return None
-
-    # -- iteration ------------------------------------------------------------------------------
 
     def __aiter__(self) -> GatherResults:
         return self
