@@ -86,7 +86,9 @@ class ResponseInfo:
             f" elapsed={self.elapsed:.3f})"
         )
 
-    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[ResponseInfo], tuple[int, dict[str, str], str | None, str, str, int, float]]:
         # What is pickled is what is shown: the redacted headers (a plain dict: the answer's
         # are a read-only view that does not pickle) and the redacted trace id.
         return (

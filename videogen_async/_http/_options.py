@@ -83,15 +83,7 @@ class CallOptions:
 
     @classmethod
     def of(cls, options: Mapping[str, Any], *, polls: bool = False) -> CallOptions:
-        """Check the options of a call (of a wait's polls, with ``polls``).
-
-        Args:
-            options: The call's ``**options`` (:class:`RequestOptions`, or
-                :class:`PollOptions` with ``polls``).
-            polls: The options of a wait, sent with every poll.
-
-        Returns:
-            The options (one shared object when none is given).
+        """Check a call's ``**options`` (with ``polls``, a wait's); one object when none is given.
 
         Raises:
             TypeError: A keyword argument the call does not take.

@@ -66,10 +66,9 @@ class Pacing:
         )
 
     def try_acquire(self) -> float | None:
-        """Take a slot at once when nothing limits the client (the common case), else ``None``.
+        """Take a slot at once when nothing limits the client (the common case): its time.
 
-        Returns:
-            The time the slot was taken, or ``None`` when :meth:`acquire` must wait.
+        ``None`` when :meth:`acquire` must wait.
         """
         if self.limit == math.inf and self.rate == math.inf:
             now = _now()
@@ -81,9 +80,7 @@ class Pacing:
     async def acquire(self) -> float:
         """Wait for the client's pacing to allow one more request and take a slot.
 
-        Returns:
-            The time the slot was taken (``anyio.current_time()``), to hand back to
-            :meth:`rate_limited`.
+        Returns the time it was taken (``anyio.current_time()``), for :meth:`rate_limited`.
         """
         while True:
             now = _now()
@@ -133,14 +130,9 @@ class Pacing:
     ) -> float:
         """Record a 429: pause every request of the client and cut the allowed load.
 
-        Args:
-            retry_after: The ``Retry-After`` the client honours, in seconds (``None``: none
-                usable; see ``_retry.honoured_retry_after``).
-            sent: When the limited request took its slot (from :meth:`acquire`).
-            policy: The backoff policy of the limited request.
-
-        Returns:
-            Seconds until the client's pause ends (0 when it is over).
+        ``retry_after`` is the one the client honours (``_retry.honoured_retry_after``),
+        ``sent`` when the limited request took its slot, ``policy`` its backoff policy.
+        Returns the seconds until the client's pause ends (0 when it is over).
         """
         now = _now()
         if sent >= self._last_cut:  # one cut per 429 event, not per answer

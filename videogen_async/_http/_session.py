@@ -179,11 +179,6 @@ class SessionOwner:
         self._in_flight.pop(job, None)
 
     @property
-    def connection_limit(self) -> int:
-        """The most connections the client's own pool opens at once."""
-        return self._connection_limit
-
-    @property
     def closed(self) -> bool:
         """Whether :meth:`aclose` was called."""
         return self._closed

@@ -50,17 +50,10 @@ def recording() -> bool:
 
 @contextmanager
 def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> Iterator[SpanLike]:
-    """A span made current for the block; an exception leaving it marks the span failed.
+    """A span made current for the block (only when :func:`recording`).
 
-    Only called when :func:`recording`.
-
-    Args:
-        name: The span's name.
-        attributes: Its first attributes.
-        client: A ``CLIENT`` span (an outgoing HTTP request) rather than an ``INTERNAL`` one.
-
-    Yields:
-        The span.
+    An exception leaving it marks the span failed; ``client`` makes a ``CLIENT`` span (an
+    outgoing HTTP request) rather than an ``INTERNAL`` one.
     """
     assert _trace is not None  # noqa: S101 - the callers check ENABLED
     tracer = _trace.get_tracer(_SCOPE, __version__)

@@ -79,14 +79,10 @@ class IdState:
 
 
 class BatchSchedule:
-    """What one gather knows of its classes, and when each pending id is polled next.
+    """What one gather knows of its classes (by key), and when each pending id is polled next.
 
-    Args:
-        classes: The classes of the gather, by key.
-        policy: The poll policy.
-        memory: Where each class's estimate is remembered between gathers, if anywhere.
-        push: Schedules an id's next poll at a monotonic time (the coordinator's heap).
-        rng: The random source of phases and jitter.
+    ``memory`` remembers each class's estimate between gathers; ``push`` schedules an id's next
+    poll at a monotonic time (on the coordinator's heap).
     """
 
     def __init__(

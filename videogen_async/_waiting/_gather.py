@@ -270,8 +270,6 @@ def gather_until_done(
         raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
     if not progress_interval > 0:
         raise ValueError(f"progress_interval must be > 0, got {progress_interval!r}")
-    if isinstance(task_ids, str):
-        raise TypeError("task_ids must be an iterable of ids, not a single string")
     key_of = _class_keys(classes)
     by_key: dict[object, ClassState] = {}
     states: dict[str, IdState] = {}
@@ -329,22 +327,15 @@ def _class_keys(
     if classes is None:
         return lambda _task_id: None
     if isinstance(classes, Mapping):
-        table = classes
-
-        def lookup(task_id: str) -> object:
-            return _checked_key(task_id, table.get(task_id))
-
-        return lookup
-    if callable(classes):
-        function = classes
-
-        def call(task_id: str) -> object:
-            return _checked_key(task_id, function(task_id))
-
-        return call
-    raise TypeError(
-        f"classes must be a mapping of id to class key or a callable, got {type(classes).__name__}"
-    )
+        find: Callable[[str], object] = classes.get
+    elif callable(classes):
+        find = classes
+    else:
+        raise TypeError(
+            "classes must be a mapping of id to class key or a callable, got"
+            f" {type(classes).__name__}"
+        )
+    return lambda task_id: _checked_key(task_id, find(task_id))
 
 
 def _checked_key(task_id: str, key: object) -> object:
