@@ -243,6 +243,7 @@ def test_it_takes_the_arguments_of_the_async_client_but_a_session() -> None:
         for name in ("base_url", "timeout", "max_retries", "deadline", "poll_policy", "backoff"):
             assert getattr(client, name) == getattr(same, name)
             assert getattr(VideoGen, name).__doc__ == getattr(AsyncVideoGen, name).__doc__
+        assert client.finish_times is client._client.finish_times
 
 
 def test_gather_is_a_plain_iterator_that_leaves_nothing_running(sandbox: Sandbox) -> None:

@@ -37,7 +37,6 @@ from ._resources._raw import RawResponse
 from ._resources._tasks import Tasks
 from ._waiting._gather import GatherResults
 from ._waiting._progress import GatherProgress
-from ._waiting._schedule import FinishTimeMemory
 
 __all__ = ["BlockingGather", "BlockingIterator", "VideoGen"]
 
@@ -457,11 +456,7 @@ class VideoGen(_Namespace):
     max_retries = _Attribute(AsyncVideoGen.max_retries)
     poll_policy = _Attribute(AsyncVideoGen.poll_policy)
     backoff = _Attribute(AsyncVideoGen.backoff)
-
-    @property
-    def finish_times(self) -> FinishTimeMemory:
-        """What ``gather_until_done`` learned of each class of tasks' finish times."""
-        return self._client.finish_times
+    finish_times = _Attribute(AsyncVideoGen.finish_times)
 
     @property
     def is_closed(self) -> bool:

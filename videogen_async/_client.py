@@ -161,11 +161,6 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
-
-    Attributes:
-        finish_times: What ``gather_until_done`` learned of each class of tasks' finish
-            times, kept in memory for the client's next gathers (shared with its
-            ``with_options`` views).
     """
 
     def __init__(
@@ -244,10 +239,8 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         self._owns_session = owns_session
         self._poll_policy = poll_policy
         policy = poll_policy or DEFAULT_POLICY
-        self.finish_times: FinishTimeMemory = (
-            finish_times if finish_times is not None else InMemoryFinishTimes()
-        )
-        self.tasks = Tasks(transport, policy, self.finish_times)
+        self._finish_times = finish_times if finish_times is not None else InMemoryFinishTimes()
+        self.tasks = Tasks(transport, policy, self._finish_times)
         self.projects = Projects(transport, policy, self.tasks._fetch_once)
         self.credits = Credits(transport, policy)
         #: The same calls, each returning a :class:`RawResponse` (status, headers,
@@ -304,6 +297,14 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
     def poll_policy(self) -> PollPolicy:
         """The default poll policy of the wait helpers and ``gather_until_done``."""
         return self._poll_policy or DEFAULT_POLICY
+
+    @property
+    def finish_times(self) -> FinishTimeMemory:
+        """What ``gather_until_done`` learned of each class of tasks' finish times.
+
+        Kept in memory for the client's next gathers, and shared with its views.
+        """
+        return self._finish_times
 
     @property
     def is_closed(self) -> bool:

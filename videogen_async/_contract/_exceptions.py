@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from ._models import Project, Task
 
 __all__ = [
+    "CODE_INSUFFICIENT_CREDITS",
+    "CODE_MEDIA_STORAGE",
     "APIConnectionError",
     "APIResponseError",
     "APIStatusError",

@@ -9,11 +9,11 @@ anything is sent; ``Transport.request`` merges them into the request it builds, 
 winning over the call's own value of the same name.
 
 Headers that carry credentials are refused: ``Authorization`` (the client sends the key
-itself; replacing it would send another key, or none, where the user meant this one) and
+itself; replacing it would send another key, or none, where the user meant this one),
 ``Proxy-Authorization`` (a proxy's credentials belong in its URL, where aiohttp sends them
-only to the proxy). A header whose value holds the client's API key is refused by the
-transport, which knows the key. ``Cookie`` is allowed: the service authenticates by the key
-alone, so a cookie neither carries nor replaces it.
+only to the proxy) and, when the transport merges them, a header whose value holds the
+client's API key. ``Cookie`` is allowed: the service authenticates by the key alone, so a
+cookie neither carries nor replaces it.
 """
 
 from __future__ import annotations
@@ -108,6 +108,26 @@ class CallOptions:
             None if body is None else _body(body),
             None if timeout is None else _timeout(timeout),
         )
+
+    def with_headers(self, headers: Mapping[str, str], api_key: str) -> dict[str, str]:
+        """``headers`` with this call's ``extra_headers`` (names compare case-insensitively).
+
+        Raises:
+            InvalidRequestError: An extra header carries ``api_key`` (the client sends it in
+                ``Authorization`` only); nothing was sent.
+        """
+        extra = self.extra_headers
+        for name, value in extra.items():
+            if value is not None and api_key in value:
+                raise _fail(
+                    "extra_headers",
+                    f"{name!r} must not carry the API key: the client sends it in"
+                    " Authorization only",
+                )
+        replaced = {name.lower() for name in extra}
+        merged = {k: v for k, v in headers.items() if k.lower() not in replaced}
+        merged.update((k, v) for k, v in extra.items() if v is not None)
+        return merged
 
 
 NO_OPTIONS = CallOptions()

@@ -31,13 +31,7 @@ import anyio
 import attrs
 from yarl import URL
 
-from .._contract._exceptions import (
-    APIResponseError,
-    APITimeoutError,
-    InvalidRequestError,
-    RateLimitError,
-    VideoGenError,
-)
+from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
 from .._contract._meta import ResponseInfo
 from .._contract._redact import drop_locals, register_secret
 from .._observe import _otel
@@ -261,7 +255,7 @@ class Transport:
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
         if options.extra_headers:
-            headers = self._with_extra_headers(headers, options.extra_headers)
+            headers = options.with_headers(headers, self._api_key)
         timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
         observer = self._observer
@@ -336,22 +330,6 @@ class Transport:
                 attempt, time.monotonic() - first,
             )  # fmt: skip
             return response
-
-    def _with_extra_headers(
-        self, headers: Mapping[str, str], extra: Mapping[str, str | None]
-    ) -> dict[str, str]:
-        """``headers`` with a call's ``extra_headers`` (names compare case-insensitively)."""
-        for name, value in extra.items():
-            if value is not None and self._api_key in value:
-                raise InvalidRequestError(
-                    "extra_headers",
-                    f"{name!r} must not carry the API key: the client sends it in"
-                    " Authorization only",
-                )
-        replaced = {name.lower() for name in extra}
-        merged = {k: v for k, v in headers.items() if k.lower() not in replaced}
-        merged.update((k, v) for k, v in extra.items() if v is not None)
-        return merged
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
