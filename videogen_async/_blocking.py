@@ -1,11 +1,11 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
-A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop running in one daemon thread of
-its own; each call is handed to that loop and the calling thread blocks until its answer.
-Nothing is implemented twice: each blocking namespace declares, one line per call, which call
-of the async namespace it runs (``create = _blocking(Tasks.create)``) and takes its signature,
-types and docstring, so results, errors, retries, waits, pacing and the one connection pool
-every thread shares are the async client's own.
+A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop in one daemon thread of its own;
+each call is handed to that loop and the calling thread blocks until its answer. Nothing is
+implemented twice: each blocking namespace declares, one line per call, which async call it
+runs (``create = _blocking(Tasks.create)``) and takes its signature, types and docstring, as
+the client takes its arguments and properties: results, errors, retries, waits, pacing and
+the one connection pool every thread shares are the async client's own.
 
 A call is handed over with ``asyncio.run_coroutine_threadsafe``: one wake-up of each thread.
 An anyio blocking portal (``start_task_soon``) makes two round trips per call, which doubles

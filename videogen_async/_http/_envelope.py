@@ -47,7 +47,6 @@ __all__ = [
     "decode",
     "describe",
     "make_status_error",
-    "url_path",
     "user_agent",
 ]
 
@@ -94,14 +93,6 @@ def user_agent() -> str:
         f"videogen-async/{__version__} python/{platform.python_version()}"
         f" aiohttp/{aiohttp.__version__}"
     )
-
-
-def url_path(url: str) -> str:
-    scheme_sep = url.find("://")
-    rest = url[scheme_sep + 3 :] if scheme_sep >= 0 else url
-    slash = rest.find("/")
-    path = rest[slash:] if slash >= 0 else "/"
-    return path.split("?", 1)[0]
 
 
 def describe(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import anyio
@@ -37,7 +37,7 @@ from .._contract._redact import drop_locals, register_secret
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._envelope import Response, connection_error, decode, describe, url_path, user_agent
+from ._envelope import Response, connection_error, decode, describe, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
@@ -400,12 +400,7 @@ class Transport:
         length = resp.content_length
         limit = self.max_body_size
         if length is not None and length > limit:
-            raise APIResponseError(
-                f"{method} {path}: HTTP {resp.status} body of {length} bytes exceeds the"
-                f" {limit}-byte limit",
-                status_code=resp.status,
-                request_may_have_taken_effect=method != "GET",
-            )
+            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
         if length is not None and "Content-Encoding" not in resp.headers:
             # An identity body of a known size within the limit: one read (the hot path).
             return await resp.read()
@@ -417,11 +412,7 @@ class Transport:
         async for chunk in resp.content.iter_chunked(64 * 1024):
             size += len(chunk)
             if size > limit:
-                raise APIResponseError(
-                    f"{method} {path}: HTTP {resp.status} body exceeds the {limit}-byte limit",
-                    status_code=resp.status,
-                    request_may_have_taken_effect=method != "GET",
-                )
+                raise _too_large(resp.status, method, path, "body", limit)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -440,7 +431,7 @@ class Transport:
         session = self.owner.get()
         sent = {"User-Agent": self._headers["User-Agent"], **(headers or {})}
         sent.pop("Authorization", None)
-        path = url_path(url)
+        path = urlsplit(url).path or "/"  # for messages: a media URL's query may be signed
         proxy = proxy_for(url, trust_env=self.trust_env)
         try:
             async with session.get(
@@ -451,3 +442,11 @@ class Transport:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
+
+
+def _too_large(status: int, method: str, path: str, what: str, limit: int) -> APIResponseError:
+    return APIResponseError(
+        f"{method} {path}: HTTP {status} {what} exceeds the {limit}-byte limit",
+        status_code=status,
+        request_may_have_taken_effect=method != "GET",
+    )

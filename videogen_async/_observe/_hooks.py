@@ -9,11 +9,10 @@ An event carries what a user needs to watch the client (method, path, attempt, s
 the API key: it never sees the request's headers, and whatever the service sent back is
 redacted.
 
-A hook that raises is logged (at ERROR, with its traceback, on the ``videogen_async`` logger)
-and the client goes on. httpx lets the exception propagate; here a hook runs inside
-calls that must keep their promises (a create whose answer names what was charged, a wait or
-gather that must not drop the ids it holds), so an observer's bug never changes what a call
-does. A cancellation is not an error and propagates.
+A hook that raises is logged (at ERROR, with its traceback) and the client goes on. httpx lets
+the exception propagate; here a hook runs inside calls that must keep their promises (a
+create whose answer names what was charged, a gather that must not drop its ids), so an
+observer's bug never changes what a call does. A cancellation propagates.
 """
 
 from __future__ import annotations
