@@ -8,7 +8,6 @@ import re
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -35,8 +34,6 @@ __all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
 
 DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_CONNECTION_LIMIT = 100
-
-_NOT_GIVEN: Any = object()
 
 
 def _is_ip(text: str) -> bool:
@@ -314,11 +311,11 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
     def with_options(
         self,
         *,
-        timeout: Timeout | float | None = _NOT_GIVEN,
+        timeout: Timeout | float | None = UNSET,
         max_retries: int | None = None,
         poll_policy: PollPolicy | None = None,
         backoff: BackoffPolicy | None = None,
-        deadline: float | None = _NOT_GIVEN,
+        deadline: float | None = UNSET,
     ) -> AsyncVideoGen:
         """A view of this client with other options, sharing its connection pool and pacing.
 
@@ -342,17 +339,17 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         """
         policy = _backoff_with(backoff or self._transport.backoff, max_retries)
         new_timeout = None
-        if timeout is not _NOT_GIVEN:
+        if timeout is not UNSET:
             try:
                 new_timeout = Timeout.of(timeout)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if deadline is not _NOT_GIVEN:
+        if deadline is not UNSET:
             _check_deadline(deadline)
         transport = self._transport.copy(
             timeout=new_timeout,
             backoff=policy,
-            deadline=UNSET if deadline is _NOT_GIVEN else deadline,
+            deadline=deadline,
         )
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 

@@ -218,24 +218,16 @@ ID_UNSAFE = (
     r"\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064\u2066-\u206f\u3000\ufeff"
     r"\ufff9-\ufffb"
 )
-"""The characters of the Basic Multilingual Plane an id may not contain, as the inside of a
-regex class (valid in Python and ECMA-262): white space, control and format characters (a soft
-hyphen, zero-width and bidirectional marks) as of Unicode 15.1, whatever the Unicode version
-of the running Python. The one statement of the rule, which the OpenAPI document's id pattern
-reuses."""
+"""The characters of the Basic Multilingual Plane an id may not contain (white space, control
+and format characters as of Unicode 15.1, whatever the running Python's), as the inside of a
+regex class valid in Python and ECMA-262: the OpenAPI document's id pattern reuses it."""
 _UNSAFE = re.compile(f"[{ID_UNSAFE}\\ud800-\\udfff]")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_~.-]+")
-"""Ids made only of these characters (every id the service hands out) are one path segment
-unless they are ``.`` or ``..``: the per-character checks are skipped for them (a poll checks
-its id each time)."""
+"""Ids of these characters only (all the service hands out) skip the per-character checks."""
 
 
 def _has_unsafe(text: str) -> bool:
-    """Whether ``text`` holds a character an id may not contain.
-
-    The characters of :data:`ID_UNSAFE`, lone surrogates, and the few format characters
-    beyond the Basic Multilingual Plane (tag and notation marks).
-    """
+    """Whether ``text`` holds an id's unsafe character (beyond the BMP too) or a surrogate."""
     return _UNSAFE.search(text) is not None or any(
         c > "\uffff" and unicodedata.category(c) == "Cf" for c in text
     )

@@ -1,11 +1,9 @@
 """The service's envelope: decoding an answer and mapping every failure to the error tree.
 
-Pure functions, used by the transport: :func:`decode` turns one answer (status, body, headers)
-into a :class:`Response` or raises the matching error of ``_exceptions``;
-:func:`make_status_error` builds the error of the class ``_exceptions`` draws for the HTTP
-status and the envelope code;
-:func:`connection_error` maps an aiohttp or OS failure to ``APIConnectionError`` /
-``APITimeoutError`` (aiohttp is imported only for its exception classes).
+Pure functions, used by the transport: :func:`decode` turns one answer into a
+:class:`Response` or raises the error ``make_status_error`` builds; :func:`connection_error`
+maps an aiohttp or OS failure to ``APIConnectionError`` / ``APITimeoutError`` (aiohttp is
+imported only for its exception classes).
 """
 
 from __future__ import annotations
@@ -58,17 +56,7 @@ _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
 
 @attrs.define(repr=False)
 class Response:
-    """A successful envelope (``attempts`` and ``info`` are filled in by the request loop).
-
-    Attributes:
-        status_code: The HTTP status.
-        data: The envelope's ``data``.
-        trace_id: The envelope's ``trace_id``.
-        message: The envelope's ``message``.
-        headers: The response headers.
-        attempts: How many attempts the request took.
-        info: What a result parsed from it keeps (set by the request loop).
-    """
+    """A successful envelope; the request loop sets ``attempts`` and ``info`` (for results)."""
 
     status_code: int
     data: Any

@@ -80,9 +80,7 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
 def nested_too_deep(raw: bytes) -> bool:
     """Whether the brackets of ``raw`` nest deeper than :data:`MAX_DEPTH` (strings skipped).
 
-    Scans the bytes without decoding: for UTF-16/32 bodies the count of brackets is the same,
-    as every bracket and quote is one code unit. A body with few brackets is answered at
-    once (the polling hot path).
+    Scans the bytes without decoding (in UTF-16/32 every bracket and quote is one code unit).
     """
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return False

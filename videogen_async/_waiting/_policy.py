@@ -1,14 +1,10 @@
 """The waiting policy (:class:`PollPolicy`: when to poll) and its pure arithmetic.
 
 Waiting is not retrying: a task that is still running is not a failure, so it is not backed
-off like one. How the client slows down under failure is the ``BackoffPolicy`` of
-``_http._retry``. Pure functions with no I/O (randomness comes in as a number in ``[0, 1)``):
-
-* :func:`growth_interval`: one object on its own (``tasks.wait``, ``projects.wait``): a first
-  poll soon, then gaps that grow with the object's age (a fixed fraction of it, so the expected
-  detection lag stays a fixed fraction of the run time), with jitter, up to a cap.
-* :func:`probe_count`: how many ids of a class of a batch are probes (the gather's learning
-  of each class's finish times is ``_schedule``'s).
+off like one (that is ``_http._retry.BackoffPolicy``). Pure functions, no I/O:
+:func:`growth_interval` spaces the polls of one object on its own (``tasks.wait``): a first
+poll soon, then gaps that grow with its age (so the expected detection lag stays a fixed
+fraction of the run time); :func:`probe_count` says how many ids of a class of a batch probe.
 """
 
 from __future__ import annotations
