@@ -110,20 +110,20 @@ class _PartFile:
 
         self.path, self._file = await anyio.to_thread.run_sync(_open)
 
-    def _open_file(self) -> BinaryIO:
-        if self._file is None:
+    def _opened(self) -> tuple[BinaryIO, Path]:
+        if self._file is None or self.path is None:
             raise RuntimeError("the temporary file is not open")
-        return self._file
+        return self._file, self.path
 
     async def write(self, chunk: bytes) -> None:
-        file = self._open_file()
+        file, _ = self._opened()
         try:
             await anyio.to_thread.run_sync(file.write, chunk)
         except OSError as exc:
             raise _DiskError(exc) from exc
 
     async def truncate(self) -> None:
-        file = self._open_file()
+        file, _ = self._opened()
 
         def _truncate() -> None:
             file.seek(0)
@@ -136,9 +136,7 @@ class _PartFile:
 
     async def commit(self) -> None:
         """Flush, fsync, close, and rename over the destination (atomic)."""
-        file, part = self._open_file(), self.path
-        if part is None:
-            raise RuntimeError("the temporary file is not open")
+        file, part = self._opened()
 
         def _commit() -> None:
             file.flush()

@@ -1,12 +1,10 @@
 """Per-call options: ``extra_headers``, ``extra_query``, ``extra_body`` and ``timeout``.
 
-As in the Stainless SDKs (openai-python, anthropic-sdk-python), every call that sends a request
-takes them (:class:`RequestOptions`), and every wait the first two, for its polls
-(:class:`PollOptions`): a way past this version's lists (a model, a ratio or a field the
-service added since) and a timeout for one call. They are stated once, here, and typed on
-every call (``**options: Unpack[RequestOptions]``). :meth:`CallOptions.of` checks them before
-anything is sent; ``Transport.request`` merges them into the request it builds, each one
-winning over the call's own value of the same name.
+As in openai-python and anthropic-sdk-python, every call that sends a request takes them
+(:class:`RequestOptions`, typed on every call as ``**options: Unpack[RequestOptions]``), and
+every wait the first two, for its polls (:class:`PollOptions`): a way past this version's
+lists and a timeout for one call. :meth:`CallOptions.of` checks them before anything is sent;
+``Transport.request`` merges them into its request, each winning over the call's own value.
 
 Headers that carry credentials are refused: ``Authorization`` (the client sends the key
 itself; replacing it would send another key, or none, where the user meant this one),

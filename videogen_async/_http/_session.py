@@ -226,10 +226,9 @@ class SessionOwner:
     async def aclose(self) -> None:
         """Close the session if this owner created it. Idempotent.
 
-        Creates whose callers were cancelled are waited for first, so that the id of what
-        they created is logged; each at most until the end of its own bound by the client's
-        timeout settings (its deadline, else its ``Timeout.total``; ``DRAIN_TIMEOUT`` when
-        neither is set). One still running then is cancelled and logged as possibly done.
+        Creates whose callers were cancelled are waited for first (each within its bound, see
+        :meth:`track`; ``DRAIN_TIMEOUT`` when there is none), so that the id of what they
+        created is logged; one still running then is cancelled and logged as possibly done.
         """
         if self._closed:
             return

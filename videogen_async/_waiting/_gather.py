@@ -1,9 +1,8 @@
 """``gather_until_done``: wait on many task ids at once, with one scheduler for all of them.
 
-This module is the public face: the function (argument checks, ids and their classes) and
-the results object (the two ways to consume it, and the clean-up). The polling itself is the
-coordinator's (``_coordinator``); when each id is polled is the class state's (``_classes``,
-on the finish-time models of ``_schedule``). See ``docs/waiting.md`` for the user's view.
+The public face: the function (argument checks, ids and their classes) and the results object
+(the two ways to consume it, and the clean-up). The polling is ``_coordinator``'s; when each id
+is polled, ``_classes``' (on the finish-time models of ``_schedule``).
 
 **No cancel scope across a yield.** The polling runs in a task group owned either by the
 ``async with`` block or by a background asyncio task started by the first ``__anext__`` of a

@@ -1,11 +1,11 @@
 """Finish-time models for ``gather_until_done``: what is known of when tasks end, per class.
 
-Pure data structures and arithmetic, no I/O. A :class:`FinishSketch` is a decaying histogram
-of durations on 2 % log bins; a :class:`ClassModel` is one class's estimate (its own finishes,
-with a remembered :class:`FinishTimeStats` as a prior of bounded weight) and gives the
-:class:`Support`, the ages between which finishes are expected; :func:`batch_gap` is the gap
-before the next poll of one pending id. A :class:`FinishTimeMemory` (by default
-:class:`InMemoryFinishTimes`, one per client) keeps the stats between gathers.
+Pure data structures and arithmetic. A :class:`FinishSketch` is a decaying histogram of
+durations on 2 % log bins; a :class:`ClassModel`, one class's estimate (with a remembered
+:class:`FinishTimeStats` as a prior of bounded weight), gives the :class:`Support`, the ages
+between which finishes are expected; :func:`batch_gap` is the gap before an id's next poll.
+A :class:`FinishTimeMemory` (by default one :class:`InMemoryFinishTimes` per client) keeps the
+stats between gathers.
 """
 
 from __future__ import annotations
