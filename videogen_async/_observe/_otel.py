@@ -40,10 +40,9 @@ _NO_OP: tuple[type, ...] = (
 
 
 def recording() -> bool:
-    """Whether spans would record: the extra is installed and a tracer provider is set.
+    """Whether spans would record (the extra is installed and a tracer provider is set).
 
-    Asked per call (about a microsecond), so that a provider set after the client was made
-    is used from the next call on.
+    Asked per call (about a microsecond): a provider set later is used from the next call on.
     """
     return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_OP)
 

@@ -1,9 +1,8 @@
 """``client.with_raw_response``: the same calls, returning the HTTP answer beside the result.
 
 In openai-python's style: ``raw = await client.with_raw_response.tasks.get(task_id)`` gives a
-:class:`RawResponse` with the status, headers, ``trace_id`` (also ``request_id``), the request
-(``http_request``) and the time taken; ``raw.parse()`` returns the result the plain call
-returns. Every result also carries its answer's ``trace_id`` as ``result._request_id``.
+:class:`RawResponse`, the answer's :class:`ResponseInfo` (status, headers, ``trace_id``, time
+taken) and the request (``http_request``); ``raw.parse()`` returns what the plain call does.
 """
 
 from __future__ import annotations

@@ -71,15 +71,12 @@ class TaskSource:
     """What the waiting engines poll through: the narrow interface to a client.
 
     Attributes:
-        fetch: Reads one task once, with no retries of its own (the engine's loop owns the
-            backoff); a failure is raised as the ``VideoGenError`` it is.
-        pacing: The client's pacing state, if it has one (the gather aligns its 429 pause
-            with it; a source without one is paced on its own).
+        fetch: Reads one task once, with no retries of its own (the engine owns the backoff).
+        pacing: The client's pacing, if it has one (a source without one is paced on its own).
         poll_policy: The client's default poll policy, if it has one.
         backoff: The client's backoff policy.
-        finish_times: What the client remembers of finish times for its gathers (a
-            ``FinishTimeMemory``), if it has one.
-        hooks: The client's event hooks (the engines emit ``poll`` events), if it has any.
+        finish_times: What the client remembers of finish times for its gathers, if anything.
+        hooks: The client's event hooks (the engines emit ``poll`` events), if any.
     """
 
     fetch: Callable[[str], Awaitable[Task]]
