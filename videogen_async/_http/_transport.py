@@ -56,12 +56,10 @@ def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
 
 
 class _Secret(str):
-    """A string that never shows itself in a ``repr``.
+    """A string whose ``repr`` is ``'<redacted>'``: the API key and its header are held as this.
 
-    The API key and the ``Authorization`` header are held as this, so that a traceback that
-    shows local variables (``pytest --showlocals``, rich's ``show_locals``, error trackers), a
-    debugger or a ``repr`` of the headers shows ``'<redacted>'``; on the wire (``str()``,
-    formatting, concatenation) it is the plain value.
+    A traceback that shows its locals, a debugger or a ``repr`` of the headers shows no key;
+    on the wire (``str()``, formatting, concatenation) it is the plain value.
     """
 
     __slots__ = ()
@@ -71,12 +69,7 @@ class _Secret(str):
 
 
 class StreamResponse:
-    """A streamed response body (downloads), free of aiohttp types.
-
-    Attributes:
-        status_code: The HTTP status.
-        headers: The response headers.
-    """
+    """A streamed response (of a download), free of aiohttp types: status, headers, body."""
 
     def __init__(self, response: aiohttp.ClientResponse, *, method: str, path: str) -> None:
         self._response = response
