@@ -169,7 +169,7 @@ async def test_plays_a_finished_video(page: Page, sandbox: SandboxServer) -> Non
     )
     await page.evaluate("() => document.getElementById('video').play()")
     await page.wait_for_function("() => document.getElementById('video').currentTime > 0")
-    assert await page.evaluate("() => document.getElementById('video').duration") == 1
+    assert await page.evaluate("() => document.getElementById('video').duration") == 2
 
 
 async def test_a_hostile_prompt_is_shown_as_text(page: Page, sandbox: SandboxServer) -> None:

@@ -1,8 +1,9 @@
 """Switching a shared SQLite file to WAL mode while another connection reads it.
 
 Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once
-(without its busy handler) while a reader holds it: the switch must wait the reader out, in
-the ledger and in the command line's batch journal alike.
+(without its busy handler) while a reader holds it: the switch must wait the reader out. The
+command line's import of a batch journal of the earlier format into a ledger writes through
+the journal's own WAL instead, so a reader neither blocks it nor sees half a file.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
-from videogen_async._cli import _journal
+from videogen_async import Ledger
+from videogen_async._cli._batch_store import import_journal
 from videogen_async._ledger._sqlite_wal import enter_wal, is_busy
+
+from .cli.test_batch_import import request_of, write_old_journal
 
 
 @contextlib.contextmanager
@@ -90,31 +93,25 @@ def test_a_reader_held_past_the_timeout_raises_busy(tmp_path: Path) -> None:
         assert is_busy(caught.value)
 
 
-async def test_a_new_journal_opened_while_a_reader_holds_it_opens(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_journal_imported_while_a_reader_holds_it_stays_whole_for_the_reader(
+    tmp_path: Path,
 ) -> None:
-    path = tmp_path / "batch.journal"
-    new_rollback_file(path)
-    attempted = threading.Event()
-
-    def watched(conn: sqlite3.Connection, *, timeout: float) -> None:
-        traced(conn, attempted)
-        conn.execute("PRAGMA busy_timeout = 0")  # busy at once, as a reader mid-open makes it
-        enter_wal(conn, timeout=timeout)
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-
-    monkeypatch.setattr(_journal, "enter_wal", watched)
+    path = tmp_path / "prompts.journal.sqlite"
+    write_old_journal(path, "http://127.0.0.1:1", {1: ("created", "t-1"), 2: ("unknown", None)})
+    keys = {no: (f"key-{no}", request_of(no)) for no in (1, 2)}
     with reading(path) as reader:
-        async with anyio.create_task_group() as group:
-            opened: list[_journal.Journal] = []
-
-            async def open_it() -> None:
-                opened.append(await _journal.Journal.open(path, base_url="http://127.0.0.1:1"))
-
-            group.start_soon(open_it)
-            assert await anyio.to_thread.run_sync(attempted.wait, 10.0)
-            reader.execute("COMMIT")
-    (journal,) = opened
-    await journal.close()
+        before = reader.execute("SELECT line_no, state FROM lines ORDER BY line_no").fetchall()
+        # The copy goes through the file's own journal: it does not wait for the reader,
+        # and the reader keeps the whole journal it began with.
+        assert await import_journal(path, base_url="http://127.0.0.1:1", keys=keys) == 2
+        assert reader.execute("SELECT line_no, state FROM lines").fetchall() == before
+    async with Ledger.open(path) as ledger:
+        entry = await ledger.get("key-1")
+        assert entry is not None
+        assert (entry.state, entry.task_id) == ("pending", "t-1")
+        unknown = await ledger.get("key-2")
+        assert unknown is not None
+        assert unknown.state == "unknown"
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert not names & {"meta", "lines"}

@@ -1,4 +1,4 @@
-"""``videogen batch``: the manifest, the journal, and the crash tests.
+"""``videogen batch``: the manifest, the ledger it keeps its lines in, and the crash tests.
 
 The crash tests interrupt a batch of 30 lines after some creations, three ways: the sandbox
 drops the connection after a create took effect; an exception is raised inside the batch
@@ -19,11 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from videogen_async._cli import _journal
-from videogen_async._cli._journal import Journal, JournalError
 from videogen_async._ledger._sqlite import SQLiteStore
 from videogen_async.testing import sample_mp4
 
@@ -39,10 +36,6 @@ from .conftest import (
 )
 
 MEDIA_ROUTE = "GET /media/{file_name}"
-
-
-def anyio_run(func: Callable[..., Any], *args: Any) -> None:
-    anyio.run(func, *args)
 
 
 def write_input(folder: Path, count: int, *extra: str) -> Path:
@@ -62,7 +55,7 @@ def journal_states(path: Path) -> dict[int, tuple[str, str | None]]:
     if not path.exists():
         return {}
     try:
-        with _journal.read_only(path) as conn:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
             rows = conn.execute(
                 "SELECT key, state, task_id FROM videogen_ledger_entries"
             ).fetchall()
@@ -167,60 +160,6 @@ def test_changed_line_or_other_service_is_another_line(
     again = cli("batch", str(path))
     assert again.code == 0, again
     assert sandbox.routes(CREATE_ROUTE) == 3
-
-
-async def write_old_journal(path: Path, base_url: str, lines: dict[int, str]) -> None:
-    """A journal as earlier versions wrote it: lines created, one unknown."""
-    journal = await Journal.open(path, base_url=base_url)
-    try:
-        for no, task_id in lines.items():
-            await journal.mark_attempted(no, {"prompt": f"line {no} of the batch",
-                                              "duration": 4 + no % 3})  # fmt: skip
-            if task_id:
-                await journal.mark_created(no, task_id, 10.0)
-            else:
-                await journal.mark_failed_create(no, unknown=True, error="dropped")
-    finally:
-        await journal.close()
-
-
-def test_a_journal_of_the_earlier_format_keeps_working(
-    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
-) -> None:
-    path = write_input(tmp_path, 3)
-    first = cli("batch", str(path), "--journal", str(tmp_path / "scratch.db"))
-    assert first.code == 0, first
-    ids = [r["task_id"] for r in read_manifest(tmp_path / "prompts.results.jsonl")]
-    old = tmp_path / "prompts.journal.sqlite"  # the default name, in the earlier format
-    anyio_run(write_old_journal, old, sandbox.base_url, {1: ids[0], 2: None})
-    run = cli("batch", str(path))
-    assert run.code == 1, run  # line 2 stays unknown
-    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
-    assert [r["status"] for r in manifest] == ["succeeded", "unknown", "succeeded"]
-    assert manifest[0]["task_id"] == ids[0]
-    assert sandbox.routes(CREATE_ROUTE) == 4  # 3 for scratch, line 3 once; 1 and 2 not sent
-    with _journal.read_only(old) as conn:
-        states = dict(conn.execute("SELECT line_no, state FROM lines").fetchall())
-    assert states == {1: "done", 2: "unknown", 3: "done"}
-    path.write_text(path.read_text().replace("line 2", "line two"))
-    changed = cli("batch", str(path))
-    assert changed.code == 2
-    assert "line 2 of the input differs" in changed.err
-
-
-def test_a_journal_of_the_earlier_format_in_use_is_refused(
-    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
-) -> None:
-    fcntl = pytest.importorskip("fcntl")
-    path = write_input(tmp_path, 1)
-    old = tmp_path / "prompts.journal.sqlite"
-    anyio_run(write_old_journal, old, sandbox.base_url, {})
-    with open(tmp_path / "prompts.journal.sqlite.lock", "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        run = cli("batch", str(path))
-    assert run.code == 2
-    assert "in use by another videogen batch" in run.err
-    assert sandbox.routes(CREATE_ROUTE) == 0
 
 
 def test_insufficient_credits_stops_creating_then_a_rerun_finishes(
@@ -413,33 +352,6 @@ def test_crash_sigint_to_a_batch_subprocess_then_resume(
     manifest = read_manifest(tmp_path / "prompts.results.jsonl")
     assert check_exactly_once(sandbox, manifest, 30) == set()
     assert all(r["status"] == "succeeded" for r in manifest)
-
-
-# -- the journal on its own -----------------------------------------------------------------------
-
-
-async def test_journal_never_lets_a_created_line_be_sent_again(tmp_path: Path) -> None:
-    path = tmp_path / "j.sqlite"
-    journal = await Journal.open(path, base_url="http://svc")
-    try:
-        await journal.mark_attempted(1, {"prompt": "a"})
-        await journal.mark_created(1, "t-1", 10.0)
-        with pytest.raises(JournalError, match="already has a task id"):
-            await journal.mark_attempted(1, {"prompt": "a"})
-        await journal.mark_attempted(2, {"prompt": "b"})
-        await journal.mark_failed_create(2, unknown=True, error="dropped")
-        await journal.mark_done(1, status="succeeded", video_url="u", error=None, credits=10.0)
-        entries = await journal.entries()
-    finally:
-        await journal.close()
-    assert entries[1].state == "done"
-    assert entries[1].task_id == "t-1"
-    assert entries[2].state == "unknown"
-    assert entries[2].attempts == 1
-    reopened = await Journal.open(path, base_url="http://svc")
-    await reopened.close()
-    with pytest.raises(JournalError, match="was made for"):
-        await Journal.open(path, base_url="http://elsewhere")
 
 
 def test_sigint_while_waiting_stops_cleanly_and_a_rerun_waits_again(

@@ -6,15 +6,21 @@ sandbox's own records (tasks created, create requests) prove each line was creat
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
+
+from videogen_async import AmbiguousCreateError, AsyncVideoGen, Ledger, VideoGenError
+from videogen_async._cli._ui import UI
 
 from ..ledger.conftest import postgres_cluster, postgres_url  # noqa: F401 - the fixtures
 from .conftest import (
     CREATE_ROUTE,
+    KEY,
     Run,
     ThreadedSandbox,
     read_manifest,
@@ -76,6 +82,60 @@ def test_the_ledger_command_writes_nothing_where_there_is_no_ledger(
     bad = cli("ledger", "summary", "mysql://somewhere/db")
     assert bad.code == 2
     assert "mysql" in bad.err
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\u202e"  # a title, a bell, a cleared screen, a bidi override
+
+
+class _Dropped:
+    """A client whose create may have taken effect: the error text is the service's."""
+
+    tasks = projects = property(lambda self: self)
+
+    def with_options(self, **_: object) -> _Dropped:
+        return self
+
+    async def create(self, *_: object, **__: object) -> None:
+        raise VideoGenError(f"dropped {HOSTILE}", request_may_have_taken_effect=True)
+
+    get = create_videos = create
+
+
+def test_the_ledger_command_escapes_control_characters(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    ledger_path = tmp_path / "hostile.db"
+
+    async def fill() -> None:
+        async with (
+            Ledger.open(ledger_path) as ledger,
+            AsyncVideoGen(api_key=KEY, base_url=sandbox.base_url) as client,
+        ):
+            await ledger.create_task(client, "a fox", key=f"key {HOSTILE}")
+            with pytest.raises(AmbiguousCreateError):
+                await ledger.create_task(_Dropped(), "a cat", key=f"other {HOSTILE}")
+
+    anyio.run(fill)
+    human = cli("ledger", "list", str(ledger_path))
+    assert human.code == 0, human
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in human.out + human.err
+    assert "key \\x1b]0;owned\\x07\\x1b[2J\\u202e" in human.out
+    assert "dropped \\x1b]0;owned" in human.out  # the stored error, escaped too
+    listed = cli("--json", "ledger", "list", str(ledger_path))
+    assert {e["key"] for e in listed.json()} == {f"key {HOSTILE}", f"other {HOSTILE}"}
+    assert "\x1b" not in listed.out  # JSON escapes it its own way
+
+    # A terminal: rich draws the table with its own codes, never the stored ones.
+    class TTY(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = TTY()
+    UI(stdout=out, stderr=TTY()).table(("task id",), [[f"t-1{HOSTILE}"]])
+    assert "\x1b]0;owned" not in out.getvalue()
+    assert "\u202e" not in out.getvalue()
+    assert "t-1\\x1b]0;owned\\x07" in out.getvalue()
 
 
 def test_unknown_lines_are_reported_and_resent_only_when_asked(

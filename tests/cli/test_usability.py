@@ -18,7 +18,8 @@ import pytest
 from videogen_async import BackoffPolicy
 from videogen_async._cli._common import Context
 from videogen_async._cli._parser import build_parser
-from videogen_async.testing import Pricing
+from videogen_async._cli._spending import project_video_estimate, task_estimate
+from videogen_async.testing import Pricing, SandboxServer
 
 from .conftest import KEY, Run, ThreadedSandbox, read_manifest, subprocess_env, videogen
 
@@ -431,3 +432,20 @@ def test_a_charge_above_max_credits_is_reported(
     assert run.code == 0, run
     assert "the service charged 25 credits" in run.err
     assert "more than --max-credits 12" in run.err
+
+
+async def test_the_estimate_is_what_the_sandbox_charges() -> None:
+    """One price table: the command line's estimates and the sandbox's charges agree."""
+    async with SandboxServer(manual_clock=True, seed=1) as server, server.client() as client:
+        for model in (None, "videomodel_2_0", "videomodel_2_0_fast"):
+            for duration in (None, 4, 15):
+                created = await client.tasks.create("a fox", model=model, duration=duration)
+                request = {"model": model, "duration": duration}
+                assert created.credits_cost == task_estimate(request), request
+        project = await client.projects.create(REFERENCE, [PRODUCT], mode="manual", duration=8)
+        server.clock.advance(3600)
+        for resolution in (None, 720, 1080, "1440p"):
+            batch = await client.projects.create_videos(project.project_id, resolution=resolution)
+            server.clock.advance(3600)
+            task = server.describe_task(batch.task_ids[0])
+            assert task["charged"] == project_video_estimate(8, resolution), resolution

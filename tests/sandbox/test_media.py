@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -38,34 +39,52 @@ def child(data: bytes, parent: tuple[int, int], *path: bytes, skip: int = 0) -> 
     return span
 
 
+def boxes_in_order(data: bytes) -> list[bytes]:
+    order, pos = [], 0
+    while pos < len(data):
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        order.append(kind)
+        pos += size
+    return order
+
+
 def test_sample_is_a_well_formed_mp4() -> None:
     data = sample_mp4()
     assert 1000 < len(data) < 10_000
+    assert data == files("videogen_async.testing").joinpath("sample.mp4").read_bytes()
+    order = [k for k in boxes_in_order(data) if k != b"free"]
+    assert order == [b"ftyp", b"moov", b"mdat"]  # "fast start": the index before the media
     top = boxes(data)
-    assert list(top) == [b"ftyp", b"moov", b"mdat"]
     assert data[top[b"ftyp"][0] : top[b"ftyp"][0] + 4] == b"isom"
     stbl = child(data, top[b"moov"], b"trak", b"mdia", b"minf", b"stbl")
     inner = boxes(data, *stbl)
     assert {b"stsd", b"stts", b"stss", b"stsc", b"stsz", b"stco"} <= set(inner)
     stsd = inner[b"stsd"]
     assert data[stsd[0] + 12 : stsd[0] + 16] == b"avc1"
+    avcc = data.index(b"avcC", stsd[0], stsd[1]) + 4
+    assert data[avcc + 1] == 66  # profile_idc: Baseline
     stsz = inner[b"stsz"]
     _, _, count = struct.unpack(">III", data[stsz[0] : stsz[0] + 12])
     sizes = struct.unpack(f">{count}I", data[stsz[0] + 12 : stsz[0] + 12 + 4 * count])
-    (offset,) = struct.unpack(">I", data[inner[b"stco"][1] - 4 : inner[b"stco"][1]])
+    assert count == 20  # two seconds at 10 frames per second
+    (chunks, offset) = struct.unpack(">II", data[inner[b"stco"][0] + 4 : inner[b"stco"][0] + 12])
     mdat = top[b"mdat"]
-    assert offset == mdat[0]
+    assert (chunks, offset) == (1, mdat[0])
     assert sum(sizes) == mdat[1] - mdat[0]
-    assert count == 10
-    # every sample is one length-prefixed NAL unit: IDR first, then P slices
+    # every sample is whole length-prefixed NAL units; a key frame (IDR) every ten
+    stss = inner[b"stss"]
+    (keys,) = struct.unpack(">I", data[stss[0] + 4 : stss[0] + 8])
+    key_samples = struct.unpack(f">{keys}I", data[stss[0] + 8 : stss[0] + 8 + 4 * keys])
+    assert key_samples == (1, 11)
     pos = mdat[0]
-    kinds = []
-    for size in sizes:
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        assert length == size - 4
-        kinds.append(data[pos + 4] & 0x1F)
-        pos += size
-    assert kinds == [5] + [1] * 9
+    for number, size in enumerate(sizes, start=1):
+        end, kinds = pos + size, []
+        while pos < end:
+            (length,) = struct.unpack(">I", data[pos : pos + 4])
+            kinds.append(data[pos + 4] & 0x1F)
+            pos += 4 + length
+        assert pos == end
+        assert (5 in kinds) == (number in key_samples), (number, kinds)
 
 
 @pytest.mark.skipif(shutil.which("ffprobe") is None, reason="ffprobe is not installed")
@@ -93,7 +112,7 @@ def test_sample_decodes_with_ffprobe(tmp_path: Path) -> None:
         check=True,
         timeout=30,
     )
-    assert out.stdout.strip() == "h264,48,48,10"
+    assert out.stdout.strip() == "h264,64,64,20"
     assert out.stderr == ""
 
 

@@ -1,25 +1,18 @@
 """``videogen``: the command line of videogen-async.
 
-The parser is built with :mod:`argparse` from the standard library, not click or typer: the
-library keeps its four runtime dependencies (aiohttp, attrs, cattrs, anyio) and a command line
-that ships inside it must not add a fifth. rich, for tables and the live progress bar, is the
-optional ``cli`` extra (``pip install "videogen-async[cli]"``); without it every command
-prints plain text.
+The parser is :mod:`argparse`, not click or typer, so that the SDK keeps its four runtime
+dependencies; rich (tables, the live bar) is the optional ``cli`` extra.
 
-Layout: :mod:`._parser` (commands and options), :mod:`._help` (help texts), :mod:`._common`
-(exit codes, configuration, Ctrl-C, error lines), :mod:`._ui` (tables, JSON, progress), one
-module per area (:mod:`._tasks`, :mod:`._projects`, :mod:`._batch` with :mod:`._journal`,
-:mod:`._spending` for estimates and ``--max-credits``, :mod:`._completion`, :mod:`._demo`,
-:mod:`._sandbox`). See ``docs/cli.md``.
+:mod:`._parser` holds the commands and options, :mod:`._common` what they share (exit codes,
+configuration, Ctrl-C), :mod:`._ui` the output; one module per area. See ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
-from ._common import EXIT_USAGE, Context, unwrap_group
+from ._common import EXIT_USAGE, Context, logging_to, unwrap_group
 from ._parser import build_parser
 from ._ui import UI
 
@@ -27,15 +20,7 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``videogen`` with the given arguments.
-
-    Args:
-        argv: The arguments without the program name (``sys.argv[1:]`` when ``None``).
-
-    Returns:
-        The exit code: 0 success, 1 some tasks failed, 2 usage error, 3 API or connection
-        error, 130 interrupted.
-    """
+    """Run ``videogen`` with ``argv`` (``sys.argv[1:]`` when ``None``); return the exit code."""
     parser = build_parser()
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -44,24 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     ui = UI(json_mode=bool(getattr(args, "json", False)), debug=debug)
     ctx = Context(args, ui)
-    logger = logging.getLogger("videogen_async")
-    level = logger.level
-    handler: logging.Handler | None = None
-    if debug:
-        handler = logging.StreamHandler(ui.err)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-    else:
-        # The command line says what happened in its own words; without this, Python's
-        # last-resort handler would print the library's internal warnings on stderr.
-        handler = logging.NullHandler()
-        logger.addHandler(handler)
-    try:
-        return ctx.run(args.func)
-    except Exception as exc:  # one clear line, a traceback only with --debug
-        return ctx.fail(unwrap_group(exc))
-    finally:
-        if handler is not None:
-            logger.removeHandler(handler)
-            logger.setLevel(level)
+    with logging_to(ui.err if debug else None):
+        try:
+            return ctx.run(args.func)
+        except Exception as exc:  # one clear line, a traceback only with --debug
+            return ctx.fail(unwrap_group(exc))

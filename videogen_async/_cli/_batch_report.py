@@ -1,4 +1,4 @@
-"""The end of ``videogen batch``: the summary and the command that resumes it."""
+"""The end of ``videogen batch``: the downloads, the summary and the command that resumes it."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from ._common import Context, fmt_credits
-from ._journal import UNKNOWN
+import anyio
+
+from ._batch_state import UNKNOWN, BatchState
+from ._common import Context, describe_error, fmt_credits
+from ._tasks import download_with_progress
 
 if TYPE_CHECKING:
-    from ._batch import BatchRun
+    from .._client import AsyncVideoGen
 
-__all__ = ["print_summary", "redact_url"]
+__all__ = ["download_all", "print_summary", "redact_url"]
 
 
 def redact_url(where: str) -> str:
@@ -49,7 +52,8 @@ def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
     return shlex.join(parts)
 
 
-def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -> None:
+def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int) -> None:
+    """The end of a run: counts, credits, the lines to look at, and how to resume."""
     counts = run.counts()
     total_credits = sum(
         float(r["credits"] or 0) for r in run.records.values() if r["task_id"] is not None
@@ -74,7 +78,7 @@ def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -
         ctx.ui.table(("status", "lines"), sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         attention = [
             [r["line"], r["status"], r["task_id"], r.get("download_error") or r["error"]]
-            for r in run.ordered_records()
+            for r in run.ordered()
             if r["status"] != "succeeded" or r.get("download_error")
         ]
         if attention:
@@ -82,9 +86,10 @@ def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -
             if len(attention) > 50:
                 ctx.ui.print(f"... and {len(attention) - 50} more (see the manifest)")
         ctx.ui.print(f"manifest: {run.manifest}")
-    if counts.get(UNKNOWN):
+    unknown = counts[UNKNOWN] - len(run.in_doubt)  # those in doubt were said at the start
+    if unknown:
         ctx.ui.note(
-            f"{counts[UNKNOWN]} line(s) have an unknown outcome: their create may have taken"
+            f"{unknown} line(s) have an unknown outcome: their create may have taken"
             " effect (a paid task may exist). They are not sent again unless you pass"
             " --retry-unknown."
         )
@@ -97,3 +102,36 @@ def print_summary(ctx: Context, run: BatchRun, journal: str | None, code: int) -
                 f"no journal was kept (--no-journal): the ids of the {created} task(s) created"
                 f" are in {run.manifest}; running the batch again would create every line again"
             )
+
+
+async def download_all(
+    ctx: Context, client: AsyncVideoGen, state: BatchState, directory: Path, max_concurrency: int
+) -> None:
+    """Save each succeeded line's video as ``TASK_ID.mp4``; record where each went."""
+    wanted = [r for r in state.ordered() if r["status"] == "succeeded" and r["task_id"]]
+    if not wanted:
+        return
+
+    def existing() -> set[str]:
+        # Files appear only complete (an atomic rename): one that exists is kept.
+        return {r["task_id"] for r in wanted if (directory / f"{r['task_id']}.mp4").is_file()}
+
+    present = await anyio.to_thread.run_sync(existing)
+    for record in wanted:
+        if record["task_id"] in present:
+            record["path"] = str(directory / f"{record['task_id']}.mp4")
+    if present:
+        ctx.ui.note(f"{len(present)} video(s) already downloaded to {directory}")
+    todo = [r for r in wanted if r["task_id"] not in present]
+    if not todo:
+        return
+    results = await download_with_progress(
+        ctx, client, [r["task_id"] for r in todo], directory, max_concurrency=max_concurrency
+    )
+    for record, result in zip(todo, results, strict=True):
+        if result.ok and result.path is not None:
+            record["path"] = str(result.path)
+        else:
+            state.download_failures += 1
+            record["download_error"] = describe_error(result.error) if result.error else None
+            ctx.ui.warn(f"line {record['line']}: download failed: {record['download_error']}")

@@ -1,100 +1,59 @@
-"""Where ``videogen batch`` keeps its lines: a ledger, or a journal of the earlier format.
+"""Where ``videogen batch`` keeps its lines: a ledger (``--journal URL``).
 
-``--journal URL`` names a ledger (a file path, ``sqlite:///PATH`` or ``postgresql://...``).
-Each input line has a ledger key: the line's own ``key`` field when it has one, else
-``batch:NAME:LINE:HASH`` (``NAME`` the input file's name, ``HASH`` the start of the SHA-256
-of the validated request and the service's base URL). The ledger decides in the database
-that a key is created once, so a rerun, or several processes running the same batch on one
-PostgreSQL URL, create each line once; they wait on the lines with the ledger's shared
-watchers.
+Each input line has a ledger key, so a rerun, or several processes running the same batch on
+one PostgreSQL URL, create each line once.
 
-A SQLite journal written by earlier versions (tables ``meta`` and ``lines``) keeps working: it
-is detected by its tables and used as before, with one process at a time (:mod:`._journal`).
-``--no-journal`` keeps such a journal in memory.
+A batch journal of the earlier format (tables ``meta`` and ``lines``) at the path is made a
+ledger the first time a batch opens it: a line with a task id becomes a ``pending`` entry, one
+whose create may have taken effect an ``unknown`` one, a refused one nothing (it is created
+again). The ledger is written beside the journal with ``Ledger.create_task`` (a client that
+answers with what the journal recorded), then copied over it with SQLite's backup in one
+transaction of the journal's own file: the path always holds one complete store, and a crash
+before the copy commits leaves the journal to import again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
+import json
+import shutil
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping
+import tempfile
+from collections.abc import AsyncIterator, Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, Any
 
 import anyio
-import attrs
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory lock
+    fcntl = None  # type: ignore[assignment]
 
 from .._contract._exceptions import AmbiguousCreateError, VideoGenError
+from .._contract._models import CreatedTask
 from .._ledger import Ledger, LedgerEntry
-from ._common import describe_error
-from ._journal import (
-    CREATED,
-    DONE,
-    REFUSED,
-    UNKNOWN,
-    Journal,
-    JournalEntry,
-    JournalError,
-    request_hash,
-)
+from ._common import UsageError
 from ._spending import task_estimate
-from ._tasks import wait_for_ids
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
-    from .._contract._exceptions import TaskPollError
-    from .._contract._models import Task
-    from ._common import Context
 
 __all__ = [
-    "JournalLines",
-    "LedgerLines",
-    "LineStore",
-    "Waiting",
+    "import_journal",
     "is_old_journal",
     "line_key",
-    "open_store",
+    "open_ledger",
+    "read_entries",
+    "sqlite_path",
 ]
 
-OnResult = Callable[[int, "Task | TaskPollError"], Awaitable[None]]
+_BUSY_TIMEOUT = 10.0
 
 
-@attrs.frozen
-class Waiting:
-    """The lines a batch waits on, and how.
-
-    Attributes:
-        lines: ``(line number, key, task id)`` of each line.
-        timeout: The batch's ``--timeout`` (a deadline for all), or ``None``.
-        max_concurrency: Polls in flight at most.
-        on_result: Called with each line's number and result as it finishes.
-    """
-
-    lines: list[tuple[int, str, str]]
-    timeout: float | None
-    max_concurrency: int
-    on_result: OnResult
-
-
-def line_key(
-    batch: str, line_no: int, request: Mapping[str, Any], given: str | None, service: str
-) -> str:
-    """The ledger key of an input line.
-
-    Args:
-        batch: The batch's name (the input file's name).
-        line_no: The line number.
-        request: The validated request.
-        given: The line's own ``key`` field, if any (used as it is).
-        service: The service's base URL (a batch sent to another service is another batch).
-
-    Returns:
-        The key.
-    """
-    if given is not None:
-        return given
-    digest = request_hash({"request": dict(request), "service": service.rstrip("/")})
-    return f"batch:{batch}:{line_no}:{digest[:16]}"
+def request_hash(request: Mapping[str, Any]) -> str:
+    """The SHA-256 of a request's canonical JSON (sorted keys, no spaces), as journals kept it."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def is_old_journal(path: Path) -> bool:
@@ -103,246 +62,201 @@ def is_old_journal(path: Path) -> bool:
         return False
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-            names = {
-                row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     except sqlite3.DatabaseError:
         return False
-    return {"meta", "lines"} <= names and not any(n.startswith("videogen_ledger") for n in names)
+    names = {row[0] for row in rows}
+    return {"meta", "lines"} <= names and "videogen_ledger_meta" not in names
 
 
-class LineStore(Protocol):
-    """What a batch needs from where it keeps its lines."""
-
-    label: str
-    enforces_cap: bool
-
-    async def load(self, lines: Mapping[int, tuple[str, dict[str, Any]]]) -> dict[int, Any]: ...
-
-    async def create(
-        self, client: AsyncVideoGen, line_no: int, key: str, request: dict[str, Any], resend: bool
-    ) -> JournalEntry: ...
-
-    async def finished(self, line_no: int, task: Task) -> None: ...
-
-    async def downloaded(self, line_no: int, path: str) -> None: ...
-
-    async def wait(self, ctx: Context, client: AsyncVideoGen, waiting: Waiting) -> list[int]: ...
-
-    async def close(self) -> None: ...
+def _lock(path: Path) -> IO[str] | None:
+    """Take the advisory lock earlier versions hold on a journal (``PATH.lock``)."""
+    flock = getattr(fcntl, "flock", None)
+    if flock is None:  # pragma: no cover - Windows
+        return None
+    lock_path = path.with_name(path.name + ".lock")
+    handle = open(lock_path, "a+")  # noqa: SIM115 - held until _unlock
+    try:
+        flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UsageError(
+            f"the journal {path} is in use by another videogen batch (lock {lock_path.name})"
+        ) from None
+    return handle
 
 
-class JournalLines:
-    """A journal of the earlier format, used as before (one process at a time)."""
+def _unlock(path: Path, handle: IO[str] | None) -> None:
+    if handle is not None:
+        path.with_name(path.name + ".lock").unlink(missing_ok=True)
+        handle.close()
 
-    enforces_cap = False
 
-    def __init__(self, journal: Journal, label: str) -> None:
-        self.journal = journal
-        self.label = label
-
-    async def load(self, lines: Mapping[int, tuple[str, dict[str, Any]]]) -> dict[int, Any]:
-        entries = await self.journal.entries()
-        for line_no, entry in entries.items():
-            line = lines.get(line_no)
-            if line is None:
-                raise JournalError(
-                    f"the journal has line {line_no}, which is not a valid request line of"
-                    " the input now: the input changed since the journal was written"
-                )
-            if request_hash(line[1]) != entry.request_hash:
-                raise JournalError(
-                    f"line {line_no} of the input differs from the request the journal"
-                    " recorded for it: the input changed since the journal was written"
-                )
-        return dict(entries)
-
-    async def create(
-        self, client: AsyncVideoGen, line_no: int, key: str, request: dict[str, Any], resend: bool
-    ) -> JournalEntry:
-        await self.journal.mark_attempted(line_no, request)
-        try:
-            created = await client.tasks.create(**request)
-        except VideoGenError as exc:
-            await self.journal.mark_failed_create(
-                line_no, unknown=exc.request_may_have_taken_effect, error=describe_error(exc)
+def _read(path: Path, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> list[Any]:
+    """The journal's lines, once its service and every line are found to match the input."""
+    _drop(path.with_name(path.name + ".importing"))  # what a run that stopped mid-import left
+    with contextlib.closing(sqlite3.connect(path, timeout=_BUSY_TIMEOUT)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        rows = conn.execute(
+            "SELECT line_no, request_hash, state, task_id, credits, error FROM lines"
+            " ORDER BY line_no"
+        ).fetchall()
+    if meta.get("schema") != "1":
+        raise UsageError(f"{path} has journal schema {meta.get('schema')!r}, not 1")
+    if meta.get("base_url") != base_url:
+        raise UsageError(
+            f"the journal {path} was made for {meta.get('base_url')}, not {base_url}: its task"
+            " ids mean nothing there. Use another --journal."
+        )
+    for line_no, digest, *_ in rows:
+        line = keys.get(line_no)
+        if line is None or request_hash(line[1]) != digest:
+            raise UsageError(
+                f"line {line_no} of the input differs from the request the journal recorded"
+                " for it (or is no longer a valid request line): the input changed since the"
+                " journal was written"
             )
-            raise
-        await self.journal.mark_created(line_no, created.task_id, created.credits_cost)
-        return JournalEntry(
-            line_no, "", CREATED, task_id=created.task_id, credits=created.credits_cost
-        )
-
-    async def finished(self, line_no: int, task: Task) -> None:
-        await self.journal.mark_done(
-            line_no,
-            status=str(task.status),
-            video_url=task.video_url,
-            error=task.error_message,
-            credits=task.credits_cost,
-        )
-
-    async def downloaded(self, line_no: int, path: str) -> None:
-        await self.journal.mark_downloaded(line_no, path)
-
-    async def wait(self, ctx: Context, client: AsyncVideoGen, waiting: Waiting) -> list[int]:
-        line_of = {task_id: no for no, _, task_id in waiting.lines}
-
-        async def each(task_id: str, item: Task | TaskPollError) -> None:
-            await waiting.on_result(line_of[task_id], item)
-
-        await wait_for_ids(
-            ctx,
-            client,
-            list(line_of),
-            timeout=waiting.timeout,
-            max_concurrency=waiting.max_concurrency,
-            on_result=each,
-        )
-        return []
-
-    async def close(self) -> None:
-        await self.journal.close()
+    return rows
 
 
-def _entry_of(line_no: int, entry: LedgerEntry) -> JournalEntry | None:
-    task = entry.task
-    if entry.state == "pending":
-        return JournalEntry(line_no, "", CREATED, task_id=entry.task_id, credits=entry.credits_cost)
-    if entry.state in ("unknown", "refused"):
-        state = UNKNOWN if entry.state == "unknown" else REFUSED
-        return JournalEntry(line_no, "", state, error=entry.error)
-    if entry.is_terminal:
-        return JournalEntry(
-            line_no,
-            "",
-            DONE,
-            task_id=entry.task_id,
-            credits=entry.credits_cost,
-            status=entry.state,
-            video_url=task.video_url if task is not None else None,
-            error=(task.error_message if task is not None else None) or entry.error,
-        )
-    return None  # creating: another process is sending it; create_task waits for it
+class _Replay:
+    """A client whose one create answers with what the journal recorded for a line."""
+
+    def __init__(self, task_id: str | None, credits: float | None, error: str | None) -> None:
+        self._answer = task_id, credits, error
+
+    @property
+    def tasks(self) -> _Replay:
+        return self
+
+    @property
+    def projects(self) -> _Replay:
+        return self
+
+    def with_options(self, **_: Any) -> _Replay:
+        return self
+
+    async def create(self, *_: Any, **__: Any) -> CreatedTask:
+        task_id, credits, error = self._answer
+        if task_id is None:
+            raise VideoGenError(error or "", request_may_have_taken_effect=True)
+        return CreatedTask(task_id=task_id, credits_cost=float(credits or 0.0))
+
+    get = create_videos = create
 
 
-class LedgerLines:
-    """The batch on a ledger: creates by key, waits with the ledger's shared watchers."""
-
-    enforces_cap = True
-
-    def __init__(self, ledger: Ledger, label: str) -> None:
-        self.ledger = ledger
-        self.label = label
-        self.keys: dict[int, str] = {}
-
-    async def load(self, lines: Mapping[int, tuple[str, dict[str, Any]]]) -> dict[int, Any]:
-        found: dict[int, Any] = {}
-        for line_no, (key, _) in lines.items():
-            self.keys[line_no] = key
-            entry = await self.ledger.get(key)
-            known = None if entry is None else _entry_of(line_no, entry)
-            if known is not None:
-                found[line_no] = known
-        return found
-
-    async def create(
-        self, client: AsyncVideoGen, line_no: int, key: str, request: dict[str, Any], resend: bool
-    ) -> JournalEntry:
-        fields = {name: value for name, value in request.items() if name != "prompt"}
-        try:
-            if resend:
-                entry = await self.ledger.resend(client, key)
-            else:
-                entry = await self.ledger.create_task(client, request["prompt"], key=key, **fields)
-        except AmbiguousCreateError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, VideoGenError):
-                raise cause from None
-            raise
-        known = _entry_of(line_no, entry)
-        if known is None:  # pragma: no cover - create_task answers only settled entries
-            raise VideoGenError(f"ledger key {key!r}: left in state {entry.state!r}")
-        return known
-
-    async def finished(self, line_no: int, task: Task) -> None:
-        return None  # the watcher wrote it
-
-    async def downloaded(self, line_no: int, path: str) -> None:
-        return None  # the manifest has the path; the ledger keeps the task
-
-    async def wait(self, ctx: Context, client: AsyncVideoGen, waiting: Waiting) -> list[int]:
-        line_of = {key: no for no, key, _ in waiting.lines}
-        remaining = dict(line_of)
-        with ctx.ui.progress("waiting", len(line_of)) as bar:
-
-            async def settle(entry: LedgerEntry) -> None:
-                no = remaining.pop(entry.key, None)
-                if no is not None and entry.task is not None:
-                    await waiting.on_result(no, entry.task)
-                    bar.advance(detail=f"{len(line_of) - len(remaining)} finished")
-
-            async def look(tg: Any) -> None:
-                # Lines finished by the watchers of other processes.
-                while remaining:
-                    if len(remaining) > 200:  # one paged scan rather than a query per line
-                        found = [e async for e in self.ledger.entries() if e.key in remaining]
-                    else:
-                        keys = list(remaining)
-                        found = [e for e in [await self.ledger.get(k) for k in keys] if e]
-                    for entry in found:
-                        if entry.is_terminal:
-                            await settle(entry)
-                    if not remaining:
-                        break
-                    await anyio.sleep(1.0)
-                tg.cancel_scope.cancel()
-
-            timeout = waiting.timeout
-            with anyio.move_on_after(timeout if timeout is not None else float("inf")):
-                async with (
-                    self.ledger.watch(
-                        client, max_concurrency=waiting.max_concurrency, claim_interval=0.5
-                    ) as finished,
-                    anyio.create_task_group() as tg,
-                ):
-                    tg.start_soon(look, tg)
-                    async for entry in finished:
-                        await settle(entry)
-                        if not remaining:
-                            tg.cancel_scope.cancel()
-                            break
-        return sorted(remaining.values())
-
-    async def close(self) -> None:
-        await self.ledger.aclose()
+def _replace(source: Path, target: Path) -> None:
+    """Copy the ledger over the journal in one transaction of the journal's file; drop it."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target, timeout=_BUSY_TIMEOUT)) as dst,
+    ):
+        src.backup(dst)  # through the target's own journal: readers keep a whole file
+    _drop(source)
 
 
-async def open_store(where: str | None, *, base_url: str, max_credits: float | None) -> LineStore:
-    """Open what ``--journal`` names: a ledger, or a journal of the earlier format.
+def _drop(ledger: Path) -> None:
+    """Remove a SQLite file and whatever beside it carries its name (its WAL, its locks)."""
+    for found in ledger.parent.glob(glob.escape(ledger.name) + "*"):
+        if found.is_dir():
+            shutil.rmtree(found, ignore_errors=True)
+        else:
+            found.unlink(missing_ok=True)
 
-    Args:
-        where: The ``--journal`` value; ``None`` (``--no-journal``): a journal in memory.
-        base_url: The service (a journal of the earlier format is bound to one).
-        max_credits: The ledger's cap (``--max-credits``).
 
-    Returns:
-        The store.
+async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[str, Any]]) -> int:
+    """Make the journal at ``path`` a ledger at the same path; the number of lines imported.
+
+    ``keys`` maps each valid input line's number to its ledger key and request.
 
     Raises:
-        JournalError: A journal of the earlier format that cannot be used.
+        UsageError: The journal is in use, of another service or input, or unreadable.
+    """
+    importing = path.with_name(path.name + ".importing")
+    try:
+        lock = await anyio.to_thread.run_sync(_lock, path)
+    except OSError as exc:
+        raise UsageError(f"the journal {path} could not be locked: {exc}") from exc
+    try:
+        rows = await anyio.to_thread.run_sync(_read, path, base_url, keys)
+        async with Ledger.open(importing) as ledger:
+            for line_no, _digest, state, task_id, credits, error in rows:
+                if state == "refused":
+                    continue  # nothing was created: the batch sends it again
+                known = task_id if state in ("created", "done") else None
+                key, request = keys[line_no]
+                fields = {k: v for k, v in request.items() if k != "prompt"}
+                replay = _Replay(known, credits, error or "the earlier run stopped mid-create")
+                with contextlib.suppress(AmbiguousCreateError):
+                    await ledger.create_task(replay, request["prompt"], key=key, **fields)
+        await anyio.to_thread.run_sync(_replace, importing, path)
+    except (sqlite3.Error, OSError) as exc:
+        raise UsageError(f"the journal {path} could not be imported into a ledger: {exc}") from exc
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_unlock, path, lock)
+    return sum(1 for row in rows if row[2] != "refused")
+
+
+def line_key(
+    batch: str, line_no: int, request: Mapping[str, Any], given: str | None, service: str
+) -> str:
+    """The ledger key of an input line: its own ``key``, else ``batch:NAME:LINE:HASH``.
+
+    ``NAME`` is the input file's name, ``HASH`` the start of the SHA-256 of the request and of
+    the service's base URL (a batch sent to another service is another batch).
+    """
+    if given is not None:
+        return given
+    digest = request_hash({"request": dict(request), "service": service.rstrip("/")})
+    return f"batch:{batch}:{line_no}:{digest[:16]}"
+
+
+def sqlite_path(where: str) -> Path | None:
+    """The file of a SQLite ledger URL (a path or ``sqlite:///PATH``); ``None`` for another."""
+    if where.startswith("sqlite:///"):
+        return Path(where.removeprefix("sqlite:///"))
+    return None if "://" in where else Path(where)
+
+
+@contextlib.asynccontextmanager
+async def open_ledger(
+    where: str | None,
+    *,
+    base_url: str,
+    max_credits: float | None,
+    lines: Mapping[int, tuple[str, Any]],
+) -> AsyncIterator[tuple[Ledger, int]]:
+    """The batch's ledger and the number of lines imported into it from a journal.
+
+    ``where`` is ``--journal`` (``None``, ``--no-journal``: a ledger in a temporary directory);
+    ``lines`` maps each valid line's number to its key and request.
+
+    Raises:
+        UsageError: A journal of the earlier format that cannot be imported.
         LedgerError: A ledger that cannot be opened.
     """
-    if where is None:
-        return JournalLines(await Journal.open(None, base_url=base_url), "(in memory)")
-    is_url = "://" in where
-    if not is_url and await anyio.to_thread.run_sync(is_old_journal, Path(where)):
-        return JournalLines(await Journal.open(where, base_url=base_url), where)
-    ledger = await Ledger.open(
-        where,
-        max_credits=max_credits,
-        price_estimate=lambda model, duration: task_estimate(
-            {"model": model, "duration": duration}
-        ),
-    )
-    return LedgerLines(ledger, where)
+    with contextlib.ExitStack() as stack:
+        if where is None:
+            where = str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "batch.db")
+        imported = 0
+        path = sqlite_path(where)
+        if path is not None and await anyio.to_thread.run_sync(is_old_journal, path):
+            imported = await import_journal(path, base_url=base_url, keys=lines)
+        async with Ledger.open(
+            where,
+            max_credits=max_credits,
+            price_estimate=lambda model, duration: task_estimate(
+                {"model": model, "duration": duration}
+            ),
+        ) as ledger:
+            yield ledger, imported
+
+
+async def read_entries(ledger: Ledger, keys: Collection[str]) -> dict[str, LedgerEntry]:
+    """The entries of ``keys`` that the ledger holds: one query each, or one scan for many."""
+    if len(keys) > 200:
+        wanted = set(keys)
+        return {e.key: e async for e in ledger.entries() if e.key in wanted}
+    found = {key: await ledger.get(key) for key in keys}
+    return {key: entry for key, entry in found.items() if entry is not None}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
@@ -28,7 +29,6 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._contract._models import unstructure
 from ._ui import UI
 
 __all__ = [
@@ -46,22 +46,19 @@ __all__ = [
     "cli_advice",
     "describe_error",
     "exit_code_for",
+    "logging_to",
     "poll_failure",
+    "stdin_mode",
     "task_row",
-    "task_to_json",
     "unwrap_group",
 ]
 
+# The exit codes (EXIT_CODES_HELP says what each means).
 EXIT_OK = 0
-"""Success: everything asked for was done (every task succeeded)."""
 EXIT_SOME_FAILED = 1
-"""Some tasks failed (or could not be created, downloaded, or finished in time)."""
 EXIT_USAGE = 2
-"""A usage error: bad options, a bad input file, missing configuration."""
 EXIT_API_ERROR = 3
-"""The service could not be reached, refused the key, or answered with an error."""
-EXIT_INTERRUPTED = 130
-"""Stopped by Ctrl-C (128 + SIGINT)."""
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -102,16 +99,7 @@ _ADVICE = (
 
 
 def cli_advice(text: str) -> str:
-    """A library's configuration message in the command line's terms.
-
-    Its Python argument names become the flags and environment variables of ``videogen``.
-
-    Args:
-        text: The library's message.
-
-    Returns:
-        The message a command-line user can act on.
-    """
+    """A library's configuration message with the command line's flags for its arguments."""
     for pattern, replacement in _ADVICE:
         text = pattern.sub(replacement, text)
     return text
@@ -136,16 +124,7 @@ _FIELD = re.compile(r"\b(" + "|".join(_FIELDS) + r")\b")
 
 
 def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> str:
-    """One line naming an error: its class, its message and (inside it) the trace id.
-
-    Args:
-        exc: The error.
-        command_line_fields: Name the fields of a refused request by their options
-            (``--image-url`` for ``image_urls``), for a request made from options.
-
-    Returns:
-        ``ClassName: message (trace_id=...)``.
-    """
+    """``ClassName: message (trace_id=...)`` on one line (fields as options if asked)."""
     text = " ".join(str(exc).split()) or repr(exc)
     if isinstance(exc, ConfigurationError):
         text = cli_advice(text)
@@ -157,16 +136,7 @@ def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> 
 
 
 def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[str, str]:
-    """Why a task could not be read, in the user's terms (never a task status).
-
-    Args:
-        exc: What stopped the read (a :class:`TaskPollError` with its cause, or the error).
-        waiting: The read was part of a wait (the service was *lost* during it).
-
-    Returns:
-        The problem (:data:`NOT_FOUND`, :data:`UNREACHABLE`, :data:`TIMED_OUT` or
-        :data:`UNREADABLE`) and a sentence saying what happened.
-    """
+    """Why a task could not be read (``waiting``: during a wait): the problem and a sentence."""
     cause = exc.__cause__ if isinstance(exc, TaskPollError) and exc.__cause__ else exc
     if cause is None:
         return UNREADABLE, "no answer about this task"
@@ -186,15 +156,7 @@ def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[st
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The exit code of a command that ended with ``exc``.
-
-    Args:
-        exc: The error.
-
-    Returns:
-        2 for configuration and invalid requests, 3 for API and connection errors, 1 for
-        other SDK errors (a failed task, a timeout, a download).
-    """
+    """2 for configuration and invalid requests, 3 for API and connection errors, else 1."""
     if isinstance(exc, (ConfigurationError, InvalidRequestError, UsageError)):
         return EXIT_USAGE
     if isinstance(exc, TaskPollError) and isinstance(exc.__cause__, WaitTimeoutError):
@@ -204,37 +166,24 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT_SOME_FAILED
 
 
-def task_to_json(task: Task) -> dict[str, Any]:
-    """A task as JSON-ready data (dates as ISO 8601)."""
-    data: dict[str, Any] = unstructure(task)
-    return data
-
-
 def task_row(task: Task) -> list[Any]:
     """The cells of a task in the status tables."""
     outcome = task.video_url if task.is_succeeded else task.error_message
-    return [task.task_id, str(task.status), _credits(task.credits_cost), outcome]
-
-
-def _credits(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:g}"
+    return [task.task_id, str(task.status), fmt_credits(task.credits_cost), outcome]
 
 
 def fmt_credits(value: float | None) -> str:
-    """Credits as shown to a user (``12.5``, ``10``)."""
-    return _credits(value)
+    """Credits as shown to a user (``12.5``, ``10``; ``-`` for none)."""
+    return "-" if value is None else f"{value:g}"
 
 
 class Context:
     """One run of the command line: the parsed options, the output, and Ctrl-C.
 
-    Ctrl-C is handled like this: the first one cancels the *work* of the command (the cancel
-    scopes entered with :meth:`cancellable`), while the clean-up that follows (journal
-    writes, closing the client) still runs; the command then exits with 130. A second Ctrl-C
-    ends the process at once (the batch journal stays consistent: every write to it is one
-    SQLite transaction).
+    The first Ctrl-C cancels the *work* of the command (the scopes entered with
+    :meth:`cancellable`), while the clean-up that follows (the manifest, closing the ledger
+    and the client) still runs; the command then exits with 130. A second Ctrl-C ends the
+    process at once (a ledger stays consistent: each of its writes is one transaction).
     """
 
     def __init__(self, args: argparse.Namespace, ui: UI) -> None:
@@ -250,14 +199,8 @@ class Context:
         return self.interrupts > 0 and not self._stoppers
 
     def stop_on_interrupt(self, callback: Callable[[], object]) -> None:
-        """Make Ctrl-C the normal way out: it calls ``callback`` and the exit code is kept.
-
-        Args:
-            callback: Called (in the event loop) at the first Ctrl-C.
-        """
+        """Make Ctrl-C the normal way out: it calls ``callback``, the exit code is kept."""
         self._stoppers.append(callback)
-
-    # -- configuration ----------------------------------------------------------------------
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments of ``AsyncVideoGen`` from the options and the environment."""
@@ -280,11 +223,9 @@ class Context:
     def make_client(self) -> AsyncVideoGen:
         """A client configured from the options, then the environment.
 
-        Missing settings are reported here, in the command line's terms (flags and
-        environment variables), before the library is asked.
-
         Raises:
-            ConfigurationError: No key or base URL, or an invalid one.
+            ConfigurationError: No key or base URL (said in the command line's terms), or an
+                invalid one.
         """
         options = self.client_options()
         if not (options["api_key"] or "").strip():
@@ -299,15 +240,9 @@ class Context:
             )
         return AsyncVideoGen(**options)
 
-    # -- Ctrl-C -----------------------------------------------------------------------------
-
     @contextlib.contextmanager
     def cancellable(self) -> Iterator[anyio.CancelScope]:
-        """A cancel scope that the first Ctrl-C cancels.
-
-        Yields:
-            The scope (already cancelled if Ctrl-C came before it was entered).
-        """
+        """A cancel scope that the first Ctrl-C cancels (at once if it came already)."""
         with anyio.CancelScope() as scope:
             if self.interrupts:
                 scope.cancel()
@@ -337,14 +272,7 @@ class Context:
         os._exit(EXIT_INTERRUPTED)
 
     def run(self, command: Callable[[Context], Awaitable[int]]) -> int:
-        """Run an async command in a fresh event loop, with Ctrl-C handled.
-
-        Args:
-            command: The command.
-
-        Returns:
-            Its exit code (130 when interrupted).
-        """
+        """Run an async command in a fresh event loop, with Ctrl-C handled; its exit code."""
 
         async def _main() -> int:
             loop = asyncio.get_running_loop()
@@ -366,14 +294,7 @@ class Context:
             return EXIT_INTERRUPTED
 
     async def with_client(self, work: Callable[[AsyncVideoGen], Awaitable[int]]) -> int:
-        """Open the client, run ``work`` under Ctrl-C, close the client whatever happens.
-
-        Args:
-            work: The command's body.
-
-        Returns:
-            Its exit code (130 if it was interrupted).
-        """
+        """Open the client, run ``work`` under Ctrl-C, close the client; the exit code."""
         async with self.make_client() as client:
             code = EXIT_INTERRUPTED
             with self.cancellable():
@@ -381,14 +302,7 @@ class Context:
         return EXIT_INTERRUPTED if self.interrupted else code
 
     def fail(self, exc: BaseException) -> int:
-        """Report an error as one line (and a traceback with ``--debug``).
-
-        Args:
-            exc: The error.
-
-        Returns:
-            Its exit code.
-        """
+        """Report an error as one line (and a traceback with ``--debug``); its exit code."""
         if self.ui.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
         from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
@@ -396,12 +310,38 @@ class Context:
         return exit_code_for(exc)
 
 
-def unwrap_group(exc: BaseException) -> BaseException:
-    """The one error inside (nested) exception groups of one error, else ``exc`` itself.
+def stdin_mode() -> int:
+    """The ``st_mode`` of stdin (0 when it is closed or not a file); ``stat.S_ISFIFO`` it."""
+    try:
+        return os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return 0
 
-    Task groups wrap what their tasks raise in an exception group; a user wants to see the
-    error, not the group.
+
+@contextlib.contextmanager
+def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iterator[None]:
+    """Show the SDK's log records from ``level`` on ``stream`` for a while.
+
+    ``None`` shows none: the command line says what happened in its own words, and without a
+    handler Python's last-resort one would print the library's internal warnings.
     """
+    logger = logging.getLogger("videogen_async")
+    old_level = logger.level
+    handler: logging.Handler = logging.NullHandler()
+    if stream is not None:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def unwrap_group(exc: BaseException) -> BaseException:
+    """The one error inside (nested) exception groups of one error, else ``exc`` itself."""
     while True:
         inner = getattr(exc, "exceptions", None)
         if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):

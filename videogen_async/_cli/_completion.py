@@ -26,14 +26,9 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def walk(
     parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
 ) -> dict[tuple[str, ...], dict[str, Any]]:
-    """Every command path of the parser with its sub-commands, options and option choices.
+    """Every command path below ``path`` with its sub-commands, options and option choices.
 
-    Args:
-        parser: The parser.
-        path: The command words that lead to it.
-
-    Returns:
-        ``{("project", "create"): {"commands": [...], "options": [...], "choices": {...}}}``.
+    ``{("project", "create"): {"commands": [...], "options": [...], "choices": {...}}}``.
     """
     subs = _subparsers(parser)
     options: list[str] = []
@@ -140,15 +135,7 @@ def _fish(tree: dict[tuple[str, ...], dict[str, Any]]) -> str:
 
 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
-    """The completion script of ``shell`` for ``parser``.
-
-    Args:
-        parser: The ``videogen`` parser.
-        shell: ``bash``, ``zsh`` or ``fish``.
-
-    Returns:
-        The script.
-    """
+    """The completion script of ``shell`` (``bash``, ``zsh`` or ``fish``) for ``parser``."""
     tree = walk(parser)
     return {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](tree)
 

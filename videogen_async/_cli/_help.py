@@ -4,19 +4,9 @@ from __future__ import annotations
 
 from ._common import EXIT_CODES_HELP
 
-__all__ = [
-    "BATCH_EPILOG",
-    "COMPLETION_EPILOG",
-    "CREATE_EPILOG",
-    "DEMO_EPILOG",
-    "DOWNLOAD_EPILOG",
-    "MAIN_EPILOG",
-    "PROJECT_EPILOG",
-    "SANDBOX_EPILOG",
-    "WAIT_EPILOG",
-]
+__all__ = ["EPILOGS"]
 
-MAIN_EPILOG = f"""\
+_MAIN = f"""\
 configuration:
   The API key and the service's base URL come from --api-key / --base-url, else from the
   environment variables VIDEOGEN_API_KEY and VIDEOGEN_BASE_URL. Prefer the environment for
@@ -36,7 +26,7 @@ examples:
 
 Run "videogen COMMAND --help" for the options of a command. More: docs/cli.md."""
 
-CREATE_EPILOG = """\
+_CREATE = """\
 examples:
   videogen create "a paper boat on a rainy street"
   videogen create "a hummingbird at a flower" --model videomodel_2_0_fast --ratio 9:16 \\
@@ -49,7 +39,7 @@ examples:
 Every rule of the service is checked before anything is sent, so a refused request costs no
 credits. Without --wait the task id is printed at once; follow it with "videogen wait ID"."""
 
-BATCH_EPILOG = """\
+_BATCH = """\
 input (JSON lines): one direct-task request per line, with the fields of "create":
   {"prompt": "a red fox in the snow", "duration": 6}
   {"prompt": "a lighthouse in a storm", "model": "videomodel_2_0_fast", "ratio": "9:16"}
@@ -57,8 +47,8 @@ input (JSON lines): one direct-task request per line, with the fields of "create
 A bad line is reported with its number and skipped; it costs nothing.
 
 the journal (resuming):
-  Each line's progress is recorded in a SQLite journal (by default NAME.journal.sqlite beside
-  the input): "create attempted" before the request is sent, the task id the moment it comes
+  Each line is recorded in a ledger (--journal: a file, by default NAME.journal.sqlite beside
+  the input, or a PostgreSQL URL): before its create is sent, the task id the moment it comes
   back, then the final status. Run the same command again after a crash or Ctrl-C and it
   resumes: lines already created are waited for, never created again. A line whose create may
   or may not have reached the service (a crash at that instant, a dropped connection, a
@@ -67,8 +57,7 @@ the journal (resuming):
 
 the manifest (NAME.results.jsonl unless --manifest): one JSON object per input line, in
 input order: line, input, task_id, status, video_url, error, credits, path.
-  status: succeeded | failed | error | invalid | unknown | refused | pending | not_created |
-          poll_error
+  status: succeeded | failed | error | invalid | unknown | refused | pending | not_created
 
 examples:
   videogen batch prompts.jsonl
@@ -79,7 +68,7 @@ examples:
 Ctrl-C stops cleanly (creates in flight are finished and recorded, the manifest is written)
 and prints the command that resumes. Exit code 0 only when every line succeeded."""
 
-PROJECT_EPILOG = """\
+_PROJECT = """\
 A project turns a reference ad video and product images into a script, then into videos.
 In auto mode the first batch of videos is made as soon as the script is ready; in manual
 mode you review the script and make batches with "videogen project videos".
@@ -94,7 +83,7 @@ examples:
   videogen project download p_123 videos/
   videogen project get p_123 --script"""
 
-DEMO_EPILOG = """\
+_DEMO = """\
 The demo starts the sandbox inside this process (nothing leaves the machine, no key is
 needed) with its clock sped up, and goes through the service as you would: the balance, a
 batch of direct tasks with a progress bar, a manual project with its script and two video
@@ -105,7 +94,7 @@ examples:
   videogen demo --to ./demo-videos --tasks 12
   videogen --json demo > demo.json"""
 
-DOWNLOAD_EPILOG = """\
+_DOWNLOAD = """\
 Each video is streamed into a temporary file beside its destination and renamed only when it
 is complete and of the size the host declared, so DIR never holds a partial video. A broken
 connection is resumed with a Range request. The API key is never sent to the video's host.
@@ -114,7 +103,7 @@ examples:
   videogen download t_123 t_456 --to videos/
   videogen download https://cdn.example.com/v/abc.mp4 --to videos/"""
 
-WAIT_EPILOG = """\
+_WAIT = """\
 examples:
   videogen wait t_123
   videogen wait t_123 t_456 t_789 --timeout 900
@@ -123,7 +112,7 @@ examples:
 Exit code 0 when every task succeeded, 1 when one failed or was still running at --timeout,
 3 when one could not be read (e.g. an unknown id)."""
 
-COMPLETION_EPILOG = """\
+_COMPLETION = """\
 The script is generated from this program's own commands and options.
 
 examples:
@@ -132,7 +121,7 @@ examples:
   videogen completion fish > ~/.config/fish/completions/videogen.fish
   eval "$(videogen completion bash)"            # this shell only"""
 
-SANDBOX_EPILOG = """\
+_SANDBOX = """\
 The sandbox is the whole service in memory (tasks, projects, credits, errors), for trying the
 commands and for tests. It prints the two environment variables that point videogen at it.
 
@@ -140,3 +129,16 @@ examples:
   videogen sandbox
   videogen sandbox --port 0 --time-scale 0.01 --seed 1     # 100x faster, reproducible
   videogen sandbox --failure-rate 0.1 --credits 500"""
+
+#: The epilog of each command's help (``main`` for ``videogen --help``).
+EPILOGS = {
+    "main": _MAIN,
+    "create": _CREATE,
+    "batch": _BATCH,
+    "project": _PROJECT,
+    "demo": _DEMO,
+    "download": _DOWNLOAD,
+    "wait": _WAIT,
+    "completion": _COMPLETION,
+    "sandbox": _SANDBOX,
+}

@@ -7,7 +7,6 @@ read the ledger: nothing is sent to the service and nothing is written.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,27 +14,27 @@ import anyio
 from .._contract._exceptions import LedgerError
 from .._ledger import Ledger, LedgerEntry
 from ._batch_report import redact_url
-from ._batch_store import is_old_journal
+from ._batch_store import is_old_journal, sqlite_path
 from ._common import EXIT_OK, EXIT_USAGE, Context, fmt_credits
 
 __all__ = ["LEDGER_STATES", "cmd_ledger_list", "cmd_ledger_summary"]
 
 LEDGER_STATES = ("creating", "unknown", "refused", "pending", "succeeded", "failed", "error")
-"""Every state of a ledger entry (the choices of ``--state``)."""
+"""Every state of a ledger entry (the choices of ``--state``; ``LedgerEntry.state``)."""
 
 
 async def _check_file(ctx: Context, url: str) -> bool:
     """A SQLite ledger must exist already: reading never creates one."""
-    if "://" in url and not url.startswith("sqlite:///"):
+    path = sqlite_path(url)
+    if path is None:
         return True
-    path = Path(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url)
     if not await anyio.Path(path).is_file():
         ctx.ui.error(f"ledger {url}: no such file")
         return False
     if await anyio.to_thread.run_sync(is_old_journal, path):
         ctx.ui.error(
-            f"ledger {url}: a batch journal of the earlier format, not a ledger (videogen"
-            " batch reads it as before; its manifest lists its lines)"
+            f"ledger {url}: a batch journal of the earlier format, not a ledger yet (the next"
+            " videogen batch run with --journal on it imports it into a ledger)"
         )
         return False
     return True
@@ -87,7 +86,7 @@ async def cmd_ledger_list(ctx: Context) -> int:
                 row["key"],
                 row["state"],
                 row["task_id"] or row["project_id"],
-                fmt_credits(row["credits"]) if row["credits"] is not None else None,
+                fmt_credits(row["credits"]),
                 (row["updated_at"] or "")[:19].replace("T", " "),
                 row["video_url"] or row["error"],
             )

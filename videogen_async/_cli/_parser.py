@@ -7,22 +7,13 @@ import functools
 from typing import Any
 
 from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
+from .._contract import _service as service
 from ..testing import add_sandbox_arguments
+from ..testing._cli import number_type
 from ._batch import cmd_batch
 from ._completion import cmd_completion
-from ._demo import cmd_demo
 from ._doctor import add_doctor_parser
-from ._help import (
-    BATCH_EPILOG,
-    COMPLETION_EPILOG,
-    CREATE_EPILOG,
-    DEMO_EPILOG,
-    DOWNLOAD_EPILOG,
-    MAIN_EPILOG,
-    PROJECT_EPILOG,
-    SANDBOX_EPILOG,
-    WAIT_EPILOG,
-)
+from ._help import EPILOGS
 from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
 from ._projects import (
     cmd_project_create,
@@ -33,7 +24,8 @@ from ._projects import (
     cmd_project_wait,
     parse_resolution,
 )
-from ._sandbox import cmd_sandbox
+from ._sandbox import cmd_demo, cmd_sandbox
+from ._spending import SCRIPT_CREDITS
 from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 
 __all__ = ["build_parser"]
@@ -41,41 +33,20 @@ __all__ = ["build_parser"]
 _FMT = argparse.RawDescriptionHelpFormatter
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+def _task(name: str) -> Any:
+    """The service's default of a task field (for the help texts)."""
+    return service.TASK_REQUEST.field(name).default
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+def _project(name: str) -> Any:
+    """The service's default of a project field (for the help texts)."""
+    return service.PROJECT_REQUEST.field(name).default
 
 
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return value
-
-
-def _credits(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of credits, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+_positive_float = number_type(float, minimum=0, strict=True, what="a number of seconds")
+_non_negative_int = number_type(int, minimum=0, what="a whole number")
+_positive_int = number_type(int, minimum=1, what="a whole number")
+_credits = number_type(float, minimum=0, what="a number of credits")
 
 
 def _spending(parser: argparse.ArgumentParser) -> None:
@@ -124,19 +95,30 @@ def _wait_timeout(parser: argparse.ArgumentParser, what: str, extra: str = "") -
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``videogen`` parser.
+def _downloads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="downloads at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-overwrite",
+        action="store_true",
+        help="keep files that already exist (an existing file is always complete)",
+    )
 
-    Returns:
-        The parser; each command's namespace carries ``func``, the command to run.
-    """
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``videogen`` parser; each command's namespace carries ``func``, the command."""
     output = _output_options()
     parser = argparse.ArgumentParser(
         prog="videogen",
         description="videogen: the command line of the video generation service.\n"
         "Create videos, follow them, download them, run resumable batches, or try\n"
         "everything offline with the built-in sandbox (videogen demo).",
-        epilog=MAIN_EPILOG,
+        epilog=EPILOGS["main"],
         formatter_class=_FMT,
         parents=[output],
     )
@@ -200,36 +182,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_credits)
 
     # create
-    p = command("create", "create a direct video task from a prompt", CREATE_EPILOG)
+    p = command("create", "create a direct video task from a prompt", EPILOGS["create"])
     p.add_argument(
         "prompt",
         nargs="?",
         help="the text prompt; - (or no prompt, with stdin a pipe or a file) reads it from stdin",
     )
-    p.add_argument("--model", choices=Model.values(), help="default videomodel_2_0")
-    p.add_argument("--function-mode", choices=FunctionMode.values(), help="default omni_reference")
-    p.add_argument("--ratio", choices=Ratio.values(), help="aspect ratio (default 16:9)")
-    p.add_argument("--duration", type=int, metavar="SECONDS", help="4 to 15 seconds (default 5)")
+    p.add_argument("--model", choices=Model.values(), help=f"default {_task('model')}")
+    p.add_argument(
+        "--function-mode", choices=FunctionMode.values(), help=f"default {_task('function_mode')}"
+    )
+    p.add_argument(
+        "--ratio", choices=Ratio.values(), help=f"aspect ratio (default {_task('ratio')})"
+    )
+    p.add_argument(
+        "--duration",
+        type=int,
+        metavar="SECONDS",
+        help=f"{service.DURATION_MIN} to {service.DURATION_MAX} seconds"
+        f" (default {_task('duration')})",
+    )
     p.add_argument(
         "--image-url",
         dest="image_urls",
         action="append",
         metavar="URL",
-        help="a reference image (repeat for more; up to 9, or 2 with first_last_frames)",
+        help=f"a reference image (repeat for more; up to {service.MAX_IMAGE_URLS}, or"
+        f" {service.FIRST_LAST_FRAMES_MAX_IMAGES} with first_last_frames)",
     )
     p.add_argument(
         "--audio-url",
         dest="audio_urls",
         action="append",
         metavar="URL",
-        help="a reference audio (repeat; up to 3; needs an image or video beside it)",
+        help=f"a reference audio (repeat; up to {service.MAX_AUDIO_URLS}; needs an image or"
+        " video beside it)",
     )
     p.add_argument(
         "--video-url",
         dest="video_urls",
         action="append",
         metavar="URL",
-        help="a reference video (repeat; up to 3)",
+        help=f"a reference video (repeat; up to {service.MAX_VIDEO_URLS})",
     )
     p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
     _wait_timeout(p, "the task (with --wait)")
@@ -251,40 +245,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     # wait
-    p = command("wait", "wait until tasks finish, with a progress bar", WAIT_EPILOG)
+    p = command("wait", "wait until tasks finish, with a progress bar", EPILOGS["wait"])
     p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
     _wait_timeout(p, "the tasks")
     p.set_defaults(func=cmd_wait)
 
     # download
-    p = command("download", "download finished videos", DOWNLOAD_EPILOG)
+    p = command("download", "download finished videos", EPILOGS["download"])
     p.add_argument("sources", nargs="+", metavar="TASK_ID_OR_URL", help="task ids (or video URLs)")
     p.add_argument(
         "--to", required=True, metavar="DIR", help="directory to save into (created if missing)"
     )
-    p.add_argument(
-        "--max-concurrency",
-        type=_positive_int,
-        default=4,
-        metavar="N",
-        help="downloads at once (default 4)",
-    )
-    p.add_argument(
-        "--no-overwrite",
-        action="store_true",
-        help="keep files that already exist (an existing file is always complete)",
-    )
+    _downloads(p)
     p.set_defaults(func=cmd_download)
 
     # batch
-    p = command("batch", "create, wait for and download many tasks, resumably", BATCH_EPILOG)
+    p = command("batch", "create, wait for and download many tasks, resumably", EPILOGS["batch"])
     p.add_argument("file", metavar="FILE.jsonl", help="one request per line (JSON)")
     p.add_argument(
         "--journal",
         metavar="URL",
         help="the ledger that makes the batch resumable and shareable: a file path,"
         " sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DBNAME (default: FILE's"
-        " name + .journal.sqlite, beside it; a journal of the earlier format is read as before)",
+        " name + .journal.sqlite, beside it; a journal of the earlier format is imported)",
     )
     p.add_argument(
         "--no-journal",
@@ -347,14 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ledger_summary)
 
     # project
-    project = command("project", "viral ad clone projects: script, then videos", PROJECT_EPILOG)
+    project = command("project", "viral ad clone projects: script, then videos", EPILOGS["project"])
     actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
 
     def action(name: str, help_text: str) -> Any:
-        return command(name, help_text, PROJECT_EPILOG, group=actions)
+        return command(name, help_text, EPILOGS["project"], group=actions)
 
-    p = action("create", "create a project (charges 10 credits for the script)")
+    p = action(
+        "create",
+        f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)",
+    )
     p.add_argument("reference_video_url", metavar="REFERENCE_VIDEO_URL", help="the reference ad")
     p.add_argument(
         "--product-image-url",
@@ -366,20 +352,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--avatar-image-url", metavar="URL", help="a person or avatar image")
     p.add_argument("--prompt", help="selling points, style, restrictions, language preference")
-    p.add_argument("--aspect-ratio", choices=AspectRatio.values(), help="default 9:16")
+    p.add_argument(
+        "--aspect-ratio", choices=AspectRatio.values(), help=f"default {_project('aspect_ratio')}"
+    )
     p.add_argument(
         "--speech-language",
+        dest="speech_language_option",
         choices=[v for v in SpeechLanguage.values() if v],
         help="language of the generated speech (default: that of the reference video)",
     )
-    p.add_argument("--duration", type=int, metavar="SECONDS", help="target duration (default 15)")
     p.add_argument(
-        "--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 (default) or 1080"
+        "--duration",
+        type=int,
+        metavar="SECONDS",
+        help=f"target duration (default {_project('duration')})",
     )
     p.add_argument(
-        "--out-number", type=int, metavar="N", help="videos per batch, 1 to 4 (default 1)"
+        "--resolution",
+        type=parse_resolution,
+        metavar="RES",
+        help=f"e.g. 720 or 1080 (default {_project('resolution')})",
     )
-    p.add_argument("--mode", choices=ProjectMode.values(), help="default auto")
+    p.add_argument(
+        "--out-number",
+        type=int,
+        metavar="N",
+        help=f"videos per batch, {service.OUT_NUMBER_MIN} to {service.OUT_NUMBER_MAX} (default"
+        f" {_project('out_number')})",
+    )
+    p.add_argument("--mode", choices=ProjectMode.values(), help=f"default {_project('mode')}")
     p.add_argument("--wait", action="store_true", help="wait until the project is done")
     _wait_timeout(p, "the project (with --wait)")
     _spending(p)
@@ -401,7 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--script", help="a script for this batch only (the project's is kept)")
     source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
-    p.add_argument("--out-number", type=int, metavar="N", help="1 to 4 videos")
+    p.add_argument(
+        "--out-number",
+        type=int,
+        metavar="N",
+        help=f"{service.OUT_NUMBER_MIN} to {service.OUT_NUMBER_MAX} videos",
+    )
     p.add_argument("--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 or 1080")
     p.add_argument("--aspect-ratio", choices=AspectRatio.values())
     p.add_argument("--wait", action="store_true", help="wait for the videos")
@@ -418,20 +424,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = action("download", "save the finished videos of a project into a directory")
     p.add_argument("project_id", metavar="PROJECT_ID")
     p.add_argument("directory", metavar="DIR", help="where to save (created if missing)")
-    p.add_argument(
-        "--max-concurrency", type=_positive_int, default=4, metavar="N", help="default 4"
-    )
-    p.add_argument("--no-overwrite", action="store_true", help="keep files that already exist")
+    _downloads(p)
     p.set_defaults(func=cmd_project_download)
 
     # download, sandbox, demo
     p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
-                SANDBOX_EPILOG)  # fmt: skip
+                EPILOGS["sandbox"])  # fmt: skip
     add_sandbox_arguments(p)
     p.set_defaults(func=cmd_sandbox)
 
     p = command("demo", "run the whole service end to end against a built-in sandbox",
-                DEMO_EPILOG)  # fmt: skip
+                EPILOGS["demo"])  # fmt: skip
     p.add_argument("--to", metavar="DIR", help="save the videos here (default: a new temp dir)")
     p.add_argument(
         "--tasks", type=_positive_int, default=8, metavar="N", help="direct tasks (default 8)"
@@ -448,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_doctor_parser(command)
 
-    p = command("completion", "print a shell completion script", COMPLETION_EPILOG)
+    p = command("completion", "print a shell completion script", EPILOGS["completion"])
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
     p.set_defaults(func=functools.partial(cmd_completion, parser=parser))
     return parser

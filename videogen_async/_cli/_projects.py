@@ -17,13 +17,13 @@ from .. import (
     WaitTimeoutError,
 )
 from .._contract._models import unstructure
+from .._contract._service import PROJECT_REQUEST
 from .._contract._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
     EXIT_SOME_FAILED,
     EXIT_USAGE,
-    TIMED_OUT,
     Context,
     fmt_credits,
     poll_failure,
@@ -34,6 +34,7 @@ from ._tasks import (
     download_exit_code,
     download_with_progress,
     show_downloads,
+    task_report,
     wait_for_ids,
 )
 
@@ -100,26 +101,15 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
         ctx.ui.print(project.view_script)
 
 
-async def _guard_project(ctx: Context) -> None:
-    """The spending guard of ``project create``: the script, and in auto mode its videos.
+def _project_request(args: Any) -> dict[str, Any]:
+    """The ``projects.create`` keyword arguments given on the command line (one per field)."""
+    return {field.name: getattr(args, field.name) for field in PROJECT_REQUEST.fields}
 
-    The request is checked first, so a bad one is reported as such (and costs nothing).
-    """
+
+async def _guard_project(ctx: Context) -> None:
+    """Check a ``project create``, then guard its spending: the script, in auto mode videos."""
     args = ctx.args
-    validate_project_request(
-        {
-            "reference_video_url": args.reference_video_url,
-            "product_image_urls": list(args.product_image_urls),
-            "avatar_image_url": args.avatar_image_url,
-            "prompt": args.prompt,
-            "aspect_ratio": args.aspect_ratio,
-            "speech_language_option": args.speech_language,
-            "duration": args.duration,
-            "resolution": args.resolution,
-            "out_number": args.out_number,
-            "mode": args.mode,
-        }
-    )
+    validate_project_request(_project_request(args))
     if args.mode == "manual":
         await check_spend(ctx, "this project (its script)", SCRIPT_CREDITS, USUAL_PROJECT)
         return
@@ -136,23 +126,12 @@ async def _guard_project(ctx: Context) -> None:
 
 
 async def cmd_project_create(ctx: Context) -> int:
-    """``videogen project create``: a new project (10 credits, then its videos in auto mode)."""
+    """``videogen project create``: a new project (its script, then in auto mode its videos)."""
     args = ctx.args
     await _guard_project(ctx)
 
     async def work(client: AsyncVideoGen) -> int:
-        created = await client.projects.create(
-            args.reference_video_url,
-            args.product_image_urls,
-            avatar_image_url=args.avatar_image_url,
-            prompt=args.prompt,
-            aspect_ratio=args.aspect_ratio,
-            speech_language_option=args.speech_language,
-            duration=args.duration,
-            resolution=args.resolution,
-            out_number=args.out_number,
-            mode=args.mode,
-        )
+        created = await client.projects.create(**_project_request(args))
         if not args.wait:
             row = [
                 created.project_id,
@@ -255,35 +234,14 @@ async def cmd_project_videos(ctx: Context) -> int:
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-        tasks = [r for r in results.values() if isinstance(r, Task)]
+        rows, _, code = task_report(batch.task_ids, dict(results), failed_tasks_fail=True)
         if ctx.ui.json_mode:
-            ctx.ui.emit_json(
-                {
-                    **unstructure(batch),
-                    "tasks": [unstructure(t) for t in tasks],
-                    "errors": {
-                        k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)
-                    },
-                }
-            )
+            tasks = [unstructure(r) for r in results.values() if isinstance(r, Task)]
+            errors = {k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)}
+            ctx.ui.emit_json({**unstructure(batch), "tasks": tasks, "errors": errors})
         else:
-            rows = []
-            for task_id in batch.task_ids:
-                item = results.get(task_id)
-                if isinstance(item, Task):
-                    outcome = item.video_url if item.is_succeeded else item.error_message
-                    rows.append(
-                        [task_id, str(item.status), fmt_credits(item.credits_cost), outcome]
-                    )
-                else:
-                    problem, text = poll_failure(item)
-                    rows.append([task_id, f"({problem})", None, text])
             ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
-        unread = [poll_failure(v)[0] for v in results.values() if not isinstance(v, Task)]
-        if any(problem != TIMED_OUT for problem in unread):
-            return EXIT_API_ERROR
-        ok = len(tasks) == len(batch.task_ids) and all(t.is_succeeded for t in tasks)
-        return EXIT_OK if ok else EXIT_SOME_FAILED
+        return code
 
     return await ctx.with_client(work)
 
@@ -306,12 +264,8 @@ async def _wait_and_show(
         return EXIT_API_ERROR
     if download is None or not ctx.ui.json_mode:
         show_project(ctx, project)
-    code = EXIT_OK
-    if project.is_failed:
-        code = EXIT_SOME_FAILED
     failed = [t for t in project.tasks if t.is_terminal and t.status != "succeeded"]
-    if failed:
-        code = EXIT_SOME_FAILED
+    code = EXIT_SOME_FAILED if project.is_failed or failed else EXIT_OK
     if download is not None:
         code = max(code, await _download_project(ctx, client, project, download))
     return code
@@ -358,14 +312,8 @@ async def cmd_project_download(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         project = await client.projects.get(args.project_id)
-        code = await _download_project(
-            ctx,
-            client,
-            project,
-            args.directory,
-            max_concurrency=args.max_concurrency,
-            overwrite=not args.no_overwrite,
-        )
+        options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
+        code = await _download_project(ctx, client, project, args.directory, **options)
         unfinished = [t for t in project.tasks if not t.is_terminal]
         if unfinished:
             ctx.ui.note(

@@ -1,33 +1,37 @@
-"""``videogen sandbox``: serve the sandbox (the whole service, in memory) on a port."""
+"""``videogen sandbox`` and ``videogen demo``: the whole service, in memory, on this machine.
+
+``videogen sandbox`` serves the sandbox on a port until Ctrl-C or SIGTERM, through the
+sandbox's own ``serve``. ``videogen demo`` runs one inside the process with its clock sped up
+(``--time-scale``), no network and no key, and goes through the balance, a batch of direct
+tasks (one fails, to show a refunded failure is a result), a manual project and its two video
+batches, the downloads and the final bill; ``docs/cli.md`` shows it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import errno
-import logging
 import signal
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
-from ..testing import DEFAULT_API_KEY, sandbox_options_from_args, serve
-from ._common import EXIT_OK, Context, UsageError
+from .. import AsyncVideoGen, BackoffPolicy, Model, PollPolicy, Task
+from .._contract._models import unstructure
+from ..testing import DEFAULT_API_KEY, SandboxServer, sandbox_options_from_args, serve
+from ..testing._cli import announce
+from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits, logging_to
+from ._projects import show_project
+from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_for_ids
 
-__all__ = ["cmd_sandbox"]
+__all__ = ["DEMO_PROMPTS", "cmd_demo", "cmd_sandbox"]
 
 
 async def cmd_sandbox(ctx: Context) -> int:
-    """Serve until Ctrl-C or SIGTERM, through the sandbox's own ``serve`` function."""
-    if not ctx.args.time_scale > 0:
-        raise UsageError(
-            f"--time-scale must be a positive number of real seconds per simulated second,"
-            f" got {ctx.args.time_scale:g} (0.01 runs 100x faster)"
-        )
-    if not 0 <= ctx.args.port <= 65535:
-        raise UsageError(f"--port must be from 0 to 65535, got {ctx.args.port}")
-    try:
-        options: dict[str, Any] = sandbox_options_from_args(ctx.args)
-    except ValueError as exc:
-        raise UsageError(f"bad sandbox option: {exc}") from None
+    """``videogen sandbox``: serve until Ctrl-C or SIGTERM."""
+    options: dict[str, Any] = sandbox_options_from_args(ctx.args)
     show_key = ctx.args.api_key is None or options.get("api_key") == DEFAULT_API_KEY
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
@@ -36,26 +40,15 @@ async def cmd_sandbox(ctx: Context) -> int:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
 
     def ready(server: Any) -> None:
-        ctx.ui.print(f"videogen sandbox serving at {server.base_url} (Ctrl-C to stop)")
-        ctx.ui.print(f"VIDEOGEN_BASE_URL={server.base_url}")
-        if show_key:  # the sandbox's well-known default key is not a secret
-            ctx.ui.print(f"VIDEOGEN_API_KEY={server.api_key}")
-        else:
-            ctx.ui.print("# VIDEOGEN_API_KEY: the key given with --api-key")
+        announce(server, show_key=show_key, write=ctx.ui.print)
         ctx.ui.note("try: videogen credits   (with the two variables above exported)")
         ctx.ui.note(f"console: {server.url('/_sandbox/console')}   (open it in a browser)")
 
-    logger = logging.getLogger("videogen_async")
-    level = logger.level
-    handler: logging.Handler | None = None
-    wanted = getattr(ctx.args, "log_level", None)
-    if wanted and not ctx.ui.debug:  # --debug already logs everything to stderr
-        handler = logging.StreamHandler(ctx.ui.err)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(str(wanted).upper())
+    wanted = ctx.args.log_level  # --debug already logs everything to stderr
+    logs = ctx.ui.err if wanted and not ctx.ui.debug else None
     try:
-        await serve(ready=ready, stop=stop, **options)
+        with logging_to(logs, str(wanted or "warning").upper()):
+            await serve(ready=ready, stop=stop, **options)
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise UsageError(
@@ -66,9 +59,198 @@ async def cmd_sandbox(ctx: Context) -> int:
     except ValueError as exc:
         raise UsageError(f"bad sandbox option: {exc}") from None
     finally:
-        if handler is not None:
-            logger.removeHandler(handler)
-            logger.setLevel(level)
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.remove_signal_handler(signal.SIGTERM)
     return EXIT_OK
+
+
+DEMO_PROMPTS = (
+    "a paper boat drifting down a rainy street, macro lens",
+    "a red fox trotting through fresh snow at dawn",
+    "a lighthouse in a storm, waves crashing, cinematic",
+    "time-lapse of a city skyline from dusk to night",
+    "a barista pouring latte art in slow motion",
+    "a hummingbird hovering at a purple flower",
+    "an astronaut planting a flag on a pastel moon",
+    "a hot air balloon over misty hills at sunrise",
+    "a cat playing a tiny piano, studio lighting",
+    "waves over a coral reef, underwater sunlight",
+)
+FAILING_PROMPT = "sandbox-fail: this prompt asks the sandbox to fail, to show a refund"
+REFERENCE_AD = "https://cdn.example.com/ads/reference-ad.mp4"
+PRODUCT_IMAGES = ("https://cdn.example.com/products/bottle-front.png",)
+CUSTOM_SCRIPT = (
+    "0-5s: close-up of the bottle on a sunlit kitchen counter, water droplets.\n"
+    "5-10s: a runner grabs the bottle and drinks, city park background.\n"
+    "10-15s: logo and tagline: stay cold, all day."
+)
+
+
+#: Short backoffs after a failure, for the sandbox's sped-up clock.
+_DEMO_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=0.5, rate_limit_pause=0.05)
+
+
+def _demo_policy(time_scale: float) -> PollPolicy:
+    """Poll gaps scaled to the sandbox's sped-up clock (a real service needs the defaults)."""
+    scale = max(time_scale, 0.001)
+    return PollPolicy(
+        min_interval=max(0.02, 1.0 * scale * 5),
+        max_interval=max(0.1, 15.0 * scale),
+        dense_interval=max(0.02, 0.85 * scale * 5),
+        sparse_cap=max(0.1, 30.0 * scale),
+    )
+
+
+def _generated_in(task: Task) -> str:
+    if task.created_at is None or task.finished_at is None:
+        return "-"
+    return f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
+
+
+async def cmd_demo(ctx: Context) -> int:
+    """Run the demo (see the module docstring)."""
+    args = ctx.args
+    started = time.monotonic()
+    directory = Path(args.to) if args.to else Path(tempfile.mkdtemp(prefix="videogen-demo-"))
+    summary: dict[str, Any] = {}
+    ui = ctx.ui
+    async with SandboxServer(time_scale=args.time_scale, seed=args.seed, credits=1000) as server:
+        ui.print("videogen demo: the whole service against a local sandbox (no network, no key)")
+        ui.print(
+            f"sandbox at {server.base_url}; its clock runs {1 / args.time_scale:g}x faster than"
+            f" real time (a 30 s generation takes {30 * args.time_scale:g} s here)"
+        )
+        ui.print(f"console: {server.url('/_sandbox/console')} (open it while the demo runs)")
+        policy = _demo_policy(args.time_scale)
+        async with server.client(poll_policy=policy, backoff=_DEMO_BACKOFF) as client:
+            code = EXIT_OK
+            with ctx.cancellable():
+                code = await _run(ctx, client, directory, summary)
+    summary["seconds"] = round(time.monotonic() - started, 2)
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json(summary)
+    elif not ctx.interrupted:
+        ui.print(f"\ndemo finished in {summary['seconds']:.1f} s; videos are in {directory}")
+    return code
+
+
+async def _run(
+    ctx: Context, client: AsyncVideoGen, directory: Path, summary: dict[str, Any]
+) -> int:
+    ui = ctx.ui
+    args = ctx.args
+
+    # 1. Balance --------------------------------------------------------------------------------
+    ui.heading("1. Your balance")
+    before = await client.credits.get()
+    ui.table(
+        ("available", "total"),
+        [[fmt_credits(before.api_available_credits), fmt_credits(before.api_total_credits)]],
+    )
+    summary["balance_before"] = unstructure(before)
+
+    # 2. Direct tasks ---------------------------------------------------------------------------
+    count = max(1, args.tasks)
+    prompts = [DEMO_PROMPTS[i % len(DEMO_PROMPTS)] for i in range(count - 1)] + [FAILING_PROMPT]
+    ui.heading(f"2. A batch of {count} direct tasks")
+    created = []
+    for index, prompt in enumerate(prompts):
+        fast = index % 2 == 1
+        created.append(
+            await client.tasks.create(
+                prompt,
+                model=Model.VIDEOMODEL_2_0_FAST if fast else Model.VIDEOMODEL_2_0,
+                duration=5 if fast else 6,
+                ratio="9:16" if index % 3 == 0 else "16:9",
+            )
+        )
+    spent = sum(c.credits_cost for c in created)
+    ui.print(
+        f"created {len(created)} tasks for {fmt_credits(spent)} credits; gathering them as they"
+        " finish (the last prompt asks the sandbox to fail):"
+    )
+    ids = [c.task_id for c in created]
+    results = await wait_for_ids(ctx, client, ids, timeout=120, description="generating")
+    tasks = [r for r in (results.get(i) for i in ids) if isinstance(r, Task)]
+    ui.table(
+        (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3]),
+        [
+            [
+                t.task_id,
+                str(t.status),
+                fmt_credits(t.credits_cost),
+                _generated_in(t),
+                t.video_url if t.is_succeeded else t.error_message,
+            ]
+            for t in tasks
+        ],
+    )
+    refunded = [t for t in tasks if t.is_failed]
+    if refunded:
+        ui.print(
+            f"{len(refunded)} task failed and was refunded (credits 0): a failed task is a"
+            " result you can read, not an exception."
+        )
+    summary["tasks"] = [unstructure(t) for t in tasks]
+
+    # 3. A manual project -----------------------------------------------------------------------
+    ui.heading("3. A viral ad clone project, in manual mode")
+    project = await client.projects.create(
+        REFERENCE_AD,
+        list(PRODUCT_IMAGES),
+        prompt="Highlight that it keeps drinks cold for 24 hours; upbeat tone.",
+        mode="manual",
+        out_number=2,
+        duration=15,
+    )
+    ui.print(
+        f"created project {project.project_id} ({fmt_credits(project.credits_cost)} credits for"
+        " the script); waiting for its script..."
+    )
+    ready = await client.projects.wait_for_script(project.project_id, timeout=120)
+    ui.print("the script, ready for review:")
+    for line in (ready.view_script or "").splitlines():
+        ui.print(f"  {line}")
+    first = await client.projects.create_videos(project.project_id)
+    ui.print(f"batch 1: {len(first.task_ids)} videos from the project's script")
+    second = await client.projects.create_videos(
+        project.project_id, script=CUSTOM_SCRIPT, out_number=1, aspect_ratio="1:1"
+    )
+    ui.print(f"batch 2: {len(second.task_ids)} video from a script of its own (this batch only)")
+    batch_ids = [*first.task_ids, *second.task_ids]
+    batch_results = await wait_for_ids(
+        ctx, client, batch_ids, timeout=120, description="generating"
+    )
+    final = await client.projects.wait(project.project_id, timeout=120)
+    if not ui.json_mode:  # in --json mode the demo prints one summary document at the end
+        show_project(ctx, final)
+    project_tasks = [r for r in (batch_results.get(i) for i in batch_ids) if isinstance(r, Task)]
+    summary["project"] = unstructure(final)
+
+    # 4. Downloads ------------------------------------------------------------------------------
+    finished = [t for t in [*tasks, *project_tasks] if t.is_succeeded]
+    ui.heading(f"4. Downloading {len(finished)} videos to {directory}")
+    downloads = await download_with_progress(ctx, client, finished, directory, max_concurrency=4)
+    if not ui.json_mode:
+        show_downloads(ctx, downloads)
+    summary["downloads"] = [
+        {"task_id": d.task_id, "path": str(d.path) if d.path else None, "size": d.size}
+        for d in downloads
+    ]
+
+    # 5. The bill -------------------------------------------------------------------------------
+    ui.heading("5. Final balance and the project's billing")
+    after = await client.credits.get()
+    had, has = before.api_available_credits, after.api_available_credits
+    balance = [[fmt_credits(v) for v in (had, had - has, has)]]
+    ui.table(("before", "spent", "after"), balance, title="Balance")
+    bill = final.billing
+    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
+    ui.table(
+        ("script", "videos", "total"),
+        [[fmt_credits(v) for v in costs]],
+        title="The project's billing",
+    )
+    summary["balance_after"] = unstructure(after)
+    ok = all(d.ok for d in downloads) and len(tasks) == len(ids)
+    return EXIT_OK if ok else EXIT_SOME_FAILED

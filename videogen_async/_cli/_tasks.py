@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from .. import (
     WaitTimeoutError,
 )
 from .._contract._models import unstructure
+from .._contract._service import TASK_REQUEST
 from .._contract._validation import validate_task_request
 from ._common import (
     EXIT_API_ERROR,
@@ -35,8 +35,8 @@ from ._common import (
     describe_error,
     fmt_credits,
     poll_failure,
+    stdin_mode,
     task_row,
-    task_to_json,
 )
 from ._spending import check_spend, task_estimate
 
@@ -62,25 +62,13 @@ async def cmd_credits(ctx: Context) -> int:
 
 
 def task_request_from_args(args: Any) -> dict[str, Any]:
-    """The ``tasks.create`` keyword arguments given on the command line."""
-    return {
-        "prompt": args.prompt,
-        "model": args.model,
-        "function_mode": args.function_mode,
-        "ratio": args.ratio,
-        "duration": args.duration,
-        "image_urls": args.image_urls or None,
-        "audio_urls": args.audio_urls or None,
-        "video_urls": args.video_urls or None,
-    }
+    """The ``tasks.create`` keyword arguments given on the command line (one per field)."""
+    return {field.name: getattr(args, field.name) for field in TASK_REQUEST.fields}
 
 
 def _stdin_is_data() -> bool:
     """Whether stdin is a pipe or a file (not a terminal, not closed)."""
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (AttributeError, OSError, ValueError):
-        return False
+    mode = stdin_mode()
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
@@ -136,13 +124,7 @@ async def cmd_create(ctx: Context) -> int:
                     " waiting for it...")  # fmt: skip
         try:
             task = await client.tasks.wait(created.task_id, timeout=args.timeout)
-        except WaitTimeoutError:
-            ctx.ui.error(f"task {created.task_id} was still running when --timeout ended")
-            ctx.ui.note(f"it is still running: videogen wait {created.task_id}")
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json({"task_id": created.task_id, "status": None, "problem": TIMED_OUT})
-            return EXIT_SOME_FAILED
-        except (APIConnectionError, APIStatusError, APIResponseError) as exc:
+        except (WaitTimeoutError, APIConnectionError, APIStatusError, APIResponseError) as exc:
             problem, text = poll_failure(exc)
             ctx.ui.error(f"task {created.task_id} was created, then {text}")
             ctx.ui.note(f"it may still be running: videogen wait {created.task_id}")
@@ -150,7 +132,7 @@ async def cmd_create(ctx: Context) -> int:
                 ctx.ui.emit_json(
                     {"task_id": created.task_id, "status": None, "problem": problem, "error": text}
                 )
-            return EXIT_API_ERROR
+            return EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR
         if args.download is None or not task.is_succeeded:
             _show_tasks(ctx, [task])
             return EXIT_OK if task.is_succeeded else EXIT_SOME_FAILED
@@ -161,7 +143,7 @@ async def cmd_create(ctx: Context) -> int:
         )
         if ctx.ui.json_mode:
             ctx.ui.emit_json(
-                {**task_to_json(task), "path": str(results[0].path) if results[0].ok else None}
+                {**unstructure(task), "path": str(results[0].path) if results[0].ok else None}
             )
         else:
             show_downloads(ctx, results)
@@ -172,7 +154,7 @@ async def cmd_create(ctx: Context) -> int:
 
 def _show_tasks(ctx: Context, tasks: Sequence[Task], *, title: str | None = None) -> None:
     if ctx.ui.json_mode:
-        data = [task_to_json(t) for t in tasks]
+        data = [unstructure(t) for t in tasks]
         ctx.ui.emit_json(data[0] if len(data) == 1 else data)
         return
     ctx.ui.table(TASK_COLUMNS, [task_row(t) for t in tasks], title=title)
@@ -196,28 +178,20 @@ async def cmd_status(ctx: Context) -> int:
         async with anyio.create_task_group() as tg:
             for task_id in ids:
                 tg.start_soon(one, task_id)
-        return _report(ctx, ids, found, failed_tasks_fail=False, waiting=False)
+        return _report(ctx, ids, found, failed=False, waiting=False)
 
     return await ctx.with_client(work)
 
 
-def _report(
-    ctx: Context,
-    ids: Sequence[str],
-    found: dict[str, Any],
-    *,
-    failed_tasks_fail: bool,
-    waiting: bool = True,
-) -> int:
-    """Show tasks, and the ids that could not be read, in the order of ``ids``.
+def task_report(
+    ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
+) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
+    """The table rows and JSON of tasks in the order of ``ids``, and the exit code.
 
-    A task's ``status`` is always a real task status; an id that could not be read has
-    ``status`` ``None`` and a ``problem`` (``not found``, ``unreachable``, ``timed out``,
-    ``unreadable``), shown in parentheses in the table.
-
-    Returns:
-        The exit code: 1 for a failed task or one still running at the deadline, 3 when
-        an id is unknown to the service or the service could not be read.
+    An id that could not be read has ``status`` ``None`` and a ``problem`` (``not found``,
+    ``unreachable``, ``timed out``, ``unreadable``; in parentheses in the table). The code:
+    1 for a failed task (``failed_tasks_fail``) or one running at the deadline, 3 for an id
+    the service does not know or could not report.
     """
     code = EXIT_OK
     rows: list[list[Any]] = []
@@ -226,7 +200,7 @@ def _report(
         item = found.get(task_id)
         if isinstance(item, Task):
             rows.append(task_row(item))
-            data.append(task_to_json(item))
+            data.append(unstructure(item))
             if failed_tasks_fail and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue
@@ -235,6 +209,14 @@ def _report(
         rows.append([task_id, f"({problem})", None, text])
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
+    return rows, data, code
+
+
+def _report(
+    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
+) -> int:
+    """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
+    rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
     if lost:
@@ -252,46 +234,23 @@ async def wait_for_ids(
     *,
     timeout: float | None,  # noqa: ASYNC109 - handed to gather_until_done, which owns it
     description: str = "waiting",
-    max_concurrency: int | None = None,
-    on_result: Callable[[str, Task | TaskPollError], Awaitable[None]] | None = None,
 ) -> dict[str, Task | TaskPollError]:
-    """Wait for many tasks with a progress display; never raises for one id.
-
-    Args:
-        ctx: The run.
-        client: The client.
-        ids: The task ids.
-        timeout: The deadline in seconds (``None``: none).
-        description: The progress label.
-        max_concurrency: Polls in flight at most (the SDK's default when ``None``).
-        on_result: Awaited with each id and its result as soon as it is known (the batch
-            records it in its journal there).
-
-    Returns:
-        Each id's terminal :class:`Task`, or the :class:`TaskPollError` that stopped it (a
-        :class:`WaitTimeoutError` cause for an id still pending at the deadline).
-    """
+    """Wait with a progress display: each id's terminal Task, or its TaskPollError."""
     results: dict[str, Task | TaskPollError] = {}
     if not ids:
         return results
-    options: dict[str, Any] = {"timeout": timeout, "return_exceptions": True}
-    if max_concurrency is not None:
-        options["max_concurrency"] = max_concurrency
     succeeded = failed = unread = 0
     with ctx.ui.progress(description, len(set(ids))) as bar:
-        async with client.tasks.gather_until_done(ids, **options) as gathered:
-            async for item in gathered:
-                if isinstance(item, Task):
-                    results[item.task_id] = item
-                    if item.is_succeeded:
-                        succeeded += 1
-                    else:
-                        failed += 1
-                else:
-                    results[item.task_id] = item
+        gathered = client.tasks.gather_until_done(ids, timeout=timeout, return_exceptions=True)
+        async with gathered as items:
+            async for item in items:
+                results[item.task_id] = item
+                if not isinstance(item, Task):
                     unread += 1
-                if on_result is not None:
-                    await on_result(item.task_id, item)
+                elif item.is_succeeded:
+                    succeeded += 1
+                else:
+                    failed += 1
                 detail = f"{succeeded} succeeded, {failed} failed"
                 bar.advance(detail=detail + (f", {unread} could not be read" if unread else ""))
     return results
@@ -303,7 +262,7 @@ async def cmd_wait(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
-        return _report(ctx, ids, dict(results), failed_tasks_fail=True)
+        return _report(ctx, ids, dict(results), failed=True)
 
     return await ctx.with_client(work)
 
@@ -382,19 +341,7 @@ async def download_with_progress(
     max_concurrency: int,
     overwrite: bool = True,
 ) -> list[DownloadResult]:
-    """``download_many`` with a progress display.
-
-    Args:
-        ctx: The run.
-        client: The client.
-        items: Tasks, task ids or URLs.
-        directory: Where to write.
-        max_concurrency: Downloads at once.
-        overwrite: Replace existing files.
-
-    Returns:
-        One result per item, in order.
-    """
+    """``download_many`` of tasks, task ids or URLs with a progress display, in order."""
     ok = kept = bad = 0
     with ctx.ui.progress("downloading", len(items)) as bar:
 

@@ -1,16 +1,13 @@
 """Everything the command line shows: tables, notes, errors, JSON and progress.
 
-Results go to stdout; notes, progress and errors go to stderr, so that stdout can be piped.
-With ``--json`` stdout carries exactly one JSON document (or JSON lines for a stream) and
-nothing else.
-
-rich (the optional ``cli`` extra) draws the tables and the live progress bar when the stream
-is a terminal. Without rich, or when the stream is not a terminal (a pipe, a file, CI logs),
-tables are plain aligned text and progress is a plain line per step, throttled.
+Results go to stdout (with ``--json``, one JSON document and nothing else); notes, progress
+and errors go to stderr. rich (the ``cli`` extra) draws tables and a live bar on a terminal;
+elsewhere tables are plain aligned text and progress a throttled plain line per step.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -30,12 +27,26 @@ except ImportError:
 else:
     _RICH = True
 
-__all__ = ["UI", "Progress", "rich_available"]
+__all__ = ["UI", "Progress", "printable", "rich_available"]
 
 
 def rich_available() -> bool:
     """Whether the optional ``rich`` package is installed."""
     return _RICH
+
+
+def printable(text: str, *, keep: str = "\n\t") -> str:
+    r"""``text`` with every control or format character escaped (``\x1b``), except ``keep``.
+
+    Keys, ids, prompts and error messages come from users and from the service; shown raw, an
+    ESC or BEL in one would drive the terminal (``--json`` escapes them in JSON's way).
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
 
 
 def _is_tty(stream: IO[str]) -> bool:
@@ -46,15 +57,7 @@ def _is_tty(stream: IO[str]) -> bool:
 
 
 class UI:
-    """The command line's output.
-
-    Args:
-        json_mode: ``--json``: stdout carries JSON only.
-        debug: ``--debug``: tracebacks are shown with errors.
-        stdout: Where results go (``sys.stdout`` at the time of the call by default).
-        stderr: Where notes, progress and errors go.
-        use_rich: Use rich when it is installed (``False`` forces plain text).
-    """
+    """The command line's output (``json_mode``: stdout carries JSON only; rich if wanted)."""
 
     def __init__(
         self,
@@ -72,12 +75,9 @@ class UI:
         self.rich = use_rich and rich_available()
         self.out_tty = _is_tty(self.out)
         self.err_tty = _is_tty(self.err)
-        self._err_console: Any = None
-        self._out_console: Any = None
 
-    # -- consoles ---------------------------------------------------------------------------
-
-    def _console(self, stream: IO[str], tty: bool) -> Any:
+    @staticmethod
+    def _console(stream: IO[str], tty: bool) -> Any:
         return Console(file=stream, force_terminal=tty, highlight=False, soft_wrap=not tty)
 
     @property
@@ -90,26 +90,23 @@ class UI:
         """Whether progress is a live rich bar on stderr."""
         return self.rich and self.err_tty
 
+    @functools.cached_property
     def out_console(self) -> Any:
         """The rich console of stdout."""
-        if self._out_console is None:
-            self._out_console = self._console(self.out, self.out_tty)
-        return self._out_console
+        return self._console(self.out, self.out_tty)
 
+    @functools.cached_property
     def err_console(self) -> Any:
         """The rich console of stderr."""
-        if self._err_console is None:
-            self._err_console = self._console(self.err, self.err_tty)
-        return self._err_console
-
-    # -- text -------------------------------------------------------------------------------
+        return self._console(self.err, self.err_tty)
 
     def print(self, text: str = "") -> None:
         """A line of human output on stdout (nothing in ``--json`` mode)."""
         if self.json_mode:
             return
+        text = printable(text)
         if self.fancy_out:
-            self.out_console().print(text, markup=False)
+            self.out_console.print(text, markup=False)
         else:
             print(text, file=self.out, flush=True)
 
@@ -117,15 +114,17 @@ class UI:
         """A section title on stdout (human mode)."""
         if self.json_mode:
             return
+        text = printable(text)
         if self.fancy_out:
-            self.out_console().print(Rule(text, align="left"))
+            self.out_console.print(Rule(text, align="left"))
         else:
             print(f"\n== {text} ==", file=self.out, flush=True)
 
     def note(self, text: str) -> None:
         """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
+        text = printable(text)
         if self.fancy_err:
-            self.err_console().print(text, markup=False, highlight=False)
+            self.err_console.print(text, markup=False, highlight=False)
         else:
             print(text, file=self.err, flush=True)
 
@@ -135,14 +134,12 @@ class UI:
 
     def error(self, text: str) -> None:
         """An error line on stderr."""
-        print(f"videogen: error: {text}", file=self.err, flush=True)
+        print(f"videogen: error: {printable(text)}", file=self.err, flush=True)
 
     def emit_json(self, data: Any) -> None:
         """One JSON document on stdout."""
         print(json.dumps(data, indent=2, ensure_ascii=False, default=str), file=self.out)
         self.out.flush()
-
-    # -- tables -----------------------------------------------------------------------------
 
     def show(
         self,
@@ -153,12 +150,6 @@ class UI:
         title: str | None = None,
     ) -> bool:
         """One result: ``data`` as the JSON document in ``--json`` mode, else a table.
-
-        Args:
-            data: The JSON-ready result.
-            columns: Column titles of the table.
-            rows: The table's cells.
-            title: A title above the table.
 
         Returns:
             Whether it was shown as a table (human mode), for the notes that follow it.
@@ -176,16 +167,10 @@ class UI:
         *,
         title: str | None = None,
     ) -> None:
-        """A table on stdout (human mode only).
-
-        Args:
-            columns: Column titles.
-            rows: The cells (``None`` is shown as ``-``).
-            title: A title above the table.
-        """
+        """A table on stdout (human mode only); a ``None`` cell is shown as ``-``."""
         if self.json_mode:
             return
-        cells = [["-" if c is None else str(c) for c in row] for row in rows]
+        cells = [["-" if c is None else printable(str(c), keep="") for c in row] for row in rows]
         if self.fancy_out:
             table = Table(title=title, title_justify="left", show_lines=False)
             for index, name in enumerate(columns):
@@ -193,35 +178,21 @@ class UI:
                 table.add_column(name, overflow="fold", no_wrap=index == 0)
             for row in cells:
                 table.add_row(*(Text(cell) for cell in row))  # text, never rich markup
-            self.out_console().print(table)
+            self.out_console.print(table)
             return
-        widths = [len(c) for c in columns]
-        for row in cells:
-            for i, cell in enumerate(row):
-                widths[i] = max(widths[i], len(cell))
-        lines = []
-        if title:
-            lines.append(title)
-        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(columns)).rstrip())
-        lines.append("  ".join("-" * w for w in widths))
-        for row in cells:
-            lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
+
+        def line(row: Sequence[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+        lines = [title] if title else []
+        lines += [line(columns), "  ".join("-" * w for w in widths), *map(line, cells)]
         print("\n".join(lines), file=self.out, flush=True)
 
-    # -- progress ---------------------------------------------------------------------------
-
     @contextmanager
-    def progress(self, description: str, total: int) -> Iterator[Progress]:
-        """A progress display on stderr: a live bar on a terminal, plain lines otherwise.
-
-        Args:
-            description: What is counted ("creating", "waiting").
-            total: The number of steps.
-
-        Yields:
-            The :class:`Progress` to move.
-        """
-        bar = Progress(self, description, total)
+    def progress(self, description: str, total: int, detail: str = "") -> Iterator[Progress]:
+        """A progress display of ``total`` steps on stderr (``detail`` after the counter)."""
+        bar = Progress(self, description, total, detail)
         bar.start()
         try:
             yield bar
@@ -235,12 +206,12 @@ class Progress:
     #: Plain-text mode prints at most one line per this many seconds (plus the last one).
     PLAIN_INTERVAL = 2.0
 
-    def __init__(self, ui: UI, description: str, total: int) -> None:
+    def __init__(self, ui: UI, description: str, total: int, detail: str = "") -> None:
         self._ui = ui
         self.description = description
         self.total = total
         self.completed = 0
-        self.detail = ""
+        self.detail = detail
         self._rich: Any = None
         self._task: Any = None
         self._last_print = 0.0
@@ -255,30 +226,20 @@ class Progress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.fields[detail]}"),
-                console=self._ui.err_console(),
+                console=self._ui.err_console,
                 transient=False,
             )
             self._rich.start()
-            self._task = self._rich.add_task(self.description, total=self.total, detail="")
+            self._task = self._rich.add_task(self.description, total=self.total, detail=self.detail)
         else:
             self._plain(force=False)
 
     def advance(self, steps: int = 1, *, detail: str | None = None) -> None:
-        """Move forward.
-
-        Args:
-            steps: Steps done.
-            detail: A short text shown after the counter.
-        """
+        """Move ``steps`` forward (``detail``: the text after the counter)."""
         self.update(self.completed + steps, detail=detail)
 
     def update(self, completed: int, *, detail: str | None = None) -> None:
-        """Set the count.
-
-        Args:
-            completed: Steps done so far.
-            detail: A short text shown after the counter.
-        """
+        """Set the count (``detail``: the text after the counter)."""
         self.completed = completed
         if detail is not None:
             self.detail = detail

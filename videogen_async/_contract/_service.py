@@ -9,7 +9,9 @@ derived from it:
 * the sandbox's JSON answers (:mod:`videogen_async.testing._render` takes its field names
   from the shapes below);
 * the response models (``_contract._models``; a test holds every attrs class and the
-  fast ``Task`` parser to the shapes below).
+  fast ``Task`` parser to the shapes below);
+* the reference prices (:class:`Pricing`): what the sandbox charges, and what the command
+  line's spending estimate assumes, since the service publishes only the script's price.
 
 Adding an optional request field is one line in a ``Body`` below (and its test).
 
@@ -33,6 +35,8 @@ Field types (``Field.type``):
 
 from __future__ import annotations
 
+import types
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import attrs
@@ -42,12 +46,14 @@ from . import _enums as enums
 __all__ = [
     "BODIES",
     "ENDPOINTS",
+    "REFERENCE_PRICES",
     "SHAPES",
     "Body",
     "Endpoint",
     "Field",
     "MaxItemsWhen",
     "NeedsOneOfWhen",
+    "Pricing",
     "Shape",
 ]
 
@@ -347,3 +353,67 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 # fmt: on
 
 BODIES: dict[str, Body] = {b.name: b for b in (TASK_REQUEST, PROJECT_REQUEST, VIDEOS_REQUEST)}
+
+
+# --------------------------------------------------------------------------------------------
+# Reference prices
+# --------------------------------------------------------------------------------------------
+
+
+def _frozen_map(value: Mapping[Any, Any]) -> Mapping[str, float]:
+    return types.MappingProxyType({str(k): float(v) for k, v in dict(value).items()})
+
+
+@attrs.frozen
+class Pricing:
+    """Prices in API credits. The service publishes one: 10 credits for a project's script.
+
+    The defaults are the reference prices: what the sandbox charges, and what the command
+    line's spending estimate assumes for the videos, whose price is not published.
+
+    Attributes:
+        script_credits: A project's script, charged at its creation.
+        per_second: Credits per second of a direct task's video, by model.
+        default_per_second: The rate of a model missing from ``per_second``.
+        project_video_per_second: Credits per second of a project's video (its ``duration``).
+        resolution_factors: A project video's price multiplier by resolution (``"1080"``:
+            1.5); another number of lines costs 1x.
+    """
+
+    script_credits: float = 10.0
+    per_second: Mapping[str, float] = attrs.field(
+        default={"videomodel_2_0": 2.0, "videomodel_2_0_fast": 1.0},
+        converter=_frozen_map,
+        hash=False,
+    )
+    default_per_second: float = 2.0
+    project_video_per_second: float = 2.0
+    resolution_factors: Mapping[str, float] = attrs.field(
+        default={"720": 1.0, "1080": 1.5, "1440": 2.0, "2160": 3.0},
+        converter=_frozen_map,
+        hash=False,
+    )
+
+    def task_cost(self, model: str | None, duration: int | None) -> float:
+        """The price of a direct task (the service's default model and duration for ``None``)."""
+        rate = self.per_second.get(model or TASK_REQUEST.field("model").default)
+        seconds = duration or TASK_REQUEST.field("duration").default
+        return round((self.default_per_second if rate is None else rate) * seconds, 2)
+
+    def resolution_factor(self, resolution: int | str | None) -> float | None:
+        """A project video's price factor; ``None`` for a resolution that is not a number."""
+        default = PROJECT_REQUEST.field("resolution").default
+        text = str(default if resolution is None else resolution).strip().lower().removesuffix("p")
+        if text in self.resolution_factors:
+            return self.resolution_factors[text]
+        return 1.0 if text.isdigit() else None
+
+    def project_video_cost(self, duration: int | None, resolution: int | str | None) -> float:
+        """The price of one project video (1x for a resolution that is not a number)."""
+        seconds = duration or PROJECT_REQUEST.field("duration").default
+        factor = self.resolution_factor(resolution) or 1.0
+        return round(self.project_video_per_second * seconds * factor, 2)
+
+
+REFERENCE_PRICES = Pricing()
+"""The reference prices (the defaults of :class:`Pricing`)."""

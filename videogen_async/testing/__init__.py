@@ -13,14 +13,14 @@ fault injection. See ``docs/sandbox.md``::
             task = await client.tasks.get(created.task_id)
             assert task.status == "succeeded"
 
-Run it on a port with ``python -m videogen_async.testing`` (or ``videogen sandbox``), or in a
-child process of your program with :class:`SandboxProcess`; use it in pytest through the
-``videogen_sandbox`` fixture.
+Serve it on a port with ``python -m videogen_async.testing`` (``videogen sandbox``), in a
+child process with :class:`SandboxProcess`, or in pytest with the ``videogen_sandbox`` fixture.
 """
 
+from .._contract._service import Pricing
 from ._cli import add_sandbox_arguments, main, sandbox_options_from_args, serve
 from ._clock import SandboxClock
-from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
+from ._config import DEFAULT_API_KEY, Duration, ProjectTiming
 from ._faults import FAULT_KINDS, FaultDecision, FaultInjector, FaultRule
 from ._media import sample_mp4
 from ._openapi import build_openapi, openapi_json, write_openapi

@@ -1,17 +1,9 @@
 """Serving the sandbox from the command line: ``python -m videogen_async.testing``.
 
-Once listening it prints, and flushes, three lines that a script can parse::
-
-    videogen sandbox serving at http://127.0.0.1:8765 (Ctrl-C to stop)
-    VIDEOGEN_BASE_URL=http://127.0.0.1:8765
-    VIDEOGEN_API_KEY=sandbox-key
-
-(the key line is printed only for the default sandbox key; a key given with ``--api-key`` is
-not echoed). It serves until Ctrl-C or SIGTERM. ``--port 0`` picks a free port.
-``--write-openapi PATH`` writes the OpenAPI document and exits.
-
-:func:`add_sandbox_arguments`, :func:`sandbox_options_from_args`, :func:`serve` and
-:func:`main` are reusable by other command lines (the project's ``videogen sandbox``).
+Once listening it prints, and flushes, where it serves (:func:`announce`: the URL, then
+``VIDEOGEN_BASE_URL=...`` and, for the default key only, ``VIDEOGEN_API_KEY=...``), and serves
+until Ctrl-C or SIGTERM. ``--write-openapi PATH`` writes the OpenAPI document and exits.
+``videogen sandbox`` is the same program, through the functions of this module.
 """
 
 from __future__ import annotations
@@ -19,7 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -29,80 +23,112 @@ from ._config import DEFAULT_API_KEY, Duration
 from ._openapi import write_openapi
 from ._server import SandboxServer
 
-__all__ = ["DEFAULT_PORT", "add_sandbox_arguments", "main", "sandbox_options_from_args", "serve"]
+__all__ = [
+    "DEFAULT_PORT",
+    "add_sandbox_arguments",
+    "announce",
+    "main",
+    "number_type",
+    "sandbox_options_from_args",
+    "serve",
+]
 
 DEFAULT_PORT = 8765
 """The port the command line serves on unless told otherwise."""
 
+_DEFAULTS = {n: p.default for n, p in inspect.signature(SandboxServer).parameters.items()}
+
 
 def _duration(text: str) -> Duration:
-    """Parse ``30`` or ``20-40`` (seconds) into a duration setting."""
+    """``30`` or ``20-40`` (seconds) as a duration setting."""
     low, sep, high = text.partition("-")
     try:
-        if sep:
-            return (float(low), float(high))
-        return float(text)
+        return (float(low), float(high)) if sep else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected seconds (30) or a range (20-40), got {text!r}"
         ) from None
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
-    return value
+def number_type(
+    convert: Callable[[str], Any],
+    *,
+    minimum: int,
+    maximum: int | None = None,
+    strict: bool = False,
+    what: str = "a number",
+) -> Callable[[str], Any]:
+    """An ``argparse`` type: a finite number from ``minimum`` (above it when ``strict``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (
+            (value > minimum if strict else value >= minimum)  # NaN fails both
+            and math.isfinite(value)
+            and (maximum is None or value <= maximum)
+        ):
+            bound = f"{'>' if strict else '>='} {minimum}"
+            if maximum is not None:
+                bound = f"from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+_time_scale = number_type(float, minimum=0, strict=True, what="real seconds per simulated second")
+_port = number_type(int, minimum=0, maximum=65535, what="a port")
+_rate = number_type(float, minimum=0, maximum=1)
 
 
 def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the sandbox's options to a parser.
+    """Add the sandbox's options to a parser (their defaults are ``SandboxServer``'s).
 
     Args:
         parser: The parser (or sub-command parser) to extend.
     """
-    parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port, 0 for any (default {DEFAULT_PORT})"
-    )
-    parser.add_argument(
+    low, high = _DEFAULTS["task_duration"]
+    add = parser.add_argument
+    add("--host", default=_DEFAULTS["host"], help="interface (default %(default)s)")
+    add("--port", type=_port, default=DEFAULT_PORT, help="port, 0 for any (default %(default)s)")
+    add(
         "--time-scale",
+        type=_time_scale,
+        default=_DEFAULTS["time_scale"],
+        help="real seconds per simulated second; 0.01 runs 100x faster (default %(default)g)",
+    )
+    add("--seed", default=None, help="seed of every random draw")
+    add(
+        "--credits",
         type=float,
-        default=1.0,
-        help="real seconds per simulated second; 0.01 runs 100x faster (default 1)",
+        default=_DEFAULTS["credits"],
+        help="starting balance (default %(default)g)",
     )
-    parser.add_argument("--seed", default=None, help="seed of every random draw")
-    parser.add_argument(
-        "--credits", type=float, default=10_000, help="starting balance (default 10000)"
-    )
-    parser.add_argument(
-        "--api-key", default=None, help=f"the key to accept (default {DEFAULT_API_KEY!r})"
-    )
-    parser.add_argument(
+    add("--api-key", default=None, help=f"the key to accept (default {DEFAULT_API_KEY!r})")
+    add(
         "--task-duration",
         type=_duration,
-        default=(20.0, 40.0),
-        help="simulated seconds a task runs: 30 or a range 20-40 (default 20-40)",
+        default=(low, high),
+        help=f"simulated seconds a task runs: 30 or a range 20-40 (default {low:g}-{high:g})",
     )
-    parser.add_argument(
-        "--queue-delay", type=_duration, default=0.0, help="simulated seconds queued (default 0)"
+    add(
+        "--queue-delay",
+        type=_duration,
+        default=_DEFAULTS["queue_delay"],
+        help="simulated seconds queued (default %(default)g)",
     )
-    parser.add_argument(
-        "--failure-rate", type=_rate, default=0.0, help="share of tasks that end failed"
-    )
-    parser.add_argument("--error-rate", type=_rate, default=0.0, help="share that end error")
-    parser.add_argument(
-        "--project-failure-rate", type=_rate, default=0.0, help="share of projects that fail"
-    )
-    parser.add_argument(
+    add("--failure-rate", type=_rate, default=0.0, help="share of tasks that end failed")
+    add("--error-rate", type=_rate, default=0.0, help="share that end error")
+    add("--project-failure-rate", type=_rate, default=0.0, help="share of projects that fail")
+    add(
         "--manual-clock",
         action="store_true",
         help="pause the clock; it moves only through POST /_sandbox/clock/advance",
     )
-    parser.add_argument(
+    add(
         "--log-level",
         default=None,
         choices=["debug", "info", "warning", "error"],
@@ -111,31 +137,31 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Turn parsed arguments into ``SandboxServer`` keyword arguments.
-
-    Args:
-        args: The namespace from a parser extended by :func:`add_sandbox_arguments`.
-
-    Returns:
-        The keyword arguments.
-    """
+    """The ``SandboxServer`` keyword arguments of options from :func:`add_sandbox_arguments`."""
     seed: int | str | None = args.seed
     if isinstance(seed, str) and seed.lstrip("-").isdigit():
         seed = int(seed)
+    names = ("host", "port", "time_scale", "credits", "task_duration", "queue_delay")
+    rates = ("failure_rate", "error_rate", "project_failure_rate", "manual_clock")
     return {
-        "host": args.host,
-        "port": args.port,
-        "time_scale": args.time_scale,
+        **{name: getattr(args, name) for name in (*names, *rates)},
         "seed": seed,
-        "credits": args.credits,
         "api_key": args.api_key or DEFAULT_API_KEY,
-        "task_duration": args.task_duration,
-        "queue_delay": args.queue_delay,
-        "failure_rate": args.failure_rate,
-        "error_rate": args.error_rate,
-        "project_failure_rate": args.project_failure_rate,
-        "manual_clock": args.manual_clock,
     }
+
+
+def announce(server: SandboxServer, *, show_key: bool, write: Callable[[str], Any]) -> None:
+    """Write (with ``write``, one line a call) the three lines that say where it serves.
+
+    ``show_key``: print the key (the default key is no secret; a given one is not echoed).
+    """
+    write(f"videogen sandbox serving at {server.base_url} (Ctrl-C to stop)")
+    write(f"VIDEOGEN_BASE_URL={server.base_url}")
+    write(
+        f"VIDEOGEN_API_KEY={server.api_key}"
+        if show_key
+        else "# VIDEOGEN_API_KEY: the key given with --api-key"
+    )
 
 
 async def serve(
@@ -151,20 +177,10 @@ async def serve(
         stop: An event that ends serving when set; without it, serve until cancelled.
         **options: ``SandboxServer`` keyword arguments.
     """
-    stop = stop or asyncio.Event()
     async with SandboxServer(**options) as server:
         if ready is not None:
             ready(server)
-        await stop.wait()
-
-
-def _announce(server: SandboxServer, *, show_key: bool) -> None:
-    print(f"videogen sandbox serving at {server.base_url} (Ctrl-C to stop)", flush=True)
-    print(f"VIDEOGEN_BASE_URL={server.base_url}", flush=True)
-    if show_key:
-        print(f"VIDEOGEN_API_KEY={server.api_key}", flush=True)
-    else:
-        print("# VIDEOGEN_API_KEY: the key given with --api-key", flush=True)
+        await (stop or asyncio.Event()).wait()
 
 
 async def _serve_until_signal(options: dict[str, Any], show_key: bool) -> None:
@@ -173,19 +189,19 @@ async def _serve_until_signal(options: dict[str, Any], show_key: bool) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
-    await serve(ready=lambda s: _announce(s, show_key=show_key), stop=stop, **options)
+    await serve(
+        ready=lambda s: announce(s, show_key=show_key, write=lambda t: print(t, flush=True)),
+        stop=stop,
+        **options,
+    )
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    """Serve the sandbox from the command line.
-
-    Args:
-        argv: The arguments (``sys.argv[1:]`` when omitted).
-        prog: The program name shown in help.
+    """Serve the sandbox from the command line (``argv``: ``sys.argv[1:]`` when omitted).
 
     Returns:
-        The exit status: 0 after Ctrl-C/SIGTERM or ``--write-openapi``, 2 for bad options
-        (from argparse), 1 when the server could not start.
+        0 after Ctrl-C/SIGTERM or ``--write-openapi``, 2 for bad options, 1 when the server
+        could not start.
     """
     parser = argparse.ArgumentParser(
         prog=prog or "python -m videogen_async.testing",
@@ -209,9 +225,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     level = aiohttp_server.level
     if not args.log_level:
         aiohttp_server.setLevel(logging.CRITICAL)
-    options = sandbox_options_from_args(args)
     try:
-        asyncio.run(_serve_until_signal(options, show_key=args.api_key is None))
+        asyncio.run(_serve_until_signal(sandbox_options_from_args(args), args.api_key is None))
     except KeyboardInterrupt:
         return 0
     except (OSError, ValueError) as exc:

@@ -101,16 +101,10 @@ class SandboxClock:
         return self._base_sim + (self._timer() - self._base_mono) / self._time_scale
 
     def advance(self, seconds: float) -> float:
-        """Move the clock forward at once.
+        """Skip ``seconds`` of simulated time at once; return the new time.
 
         Everything due in the skipped span (tasks finishing, project steps) is seen as done by
         the next request, exactly as if that much time had passed.
-
-        Args:
-            seconds: Simulated seconds to skip (``>= 0``).
-
-        Returns:
-            The new simulated time.
 
         Raises:
             ValueError: ``seconds`` is negative or not a number.
@@ -146,18 +140,11 @@ class SandboxClock:
         return self._mono_to_unix(self._timer())
 
     def wall_time_of(self, sim: float) -> float | None:
-        """Return the real (wall-clock) Unix time at which the clock reaches ``sim``.
+        """Return the real (Unix) time at which the clock reaches ``sim`` simulated seconds.
 
-        For a past instant this is when the clock actually passed it (the moment of the
-        :meth:`advance` that jumped over it, if one did). For a future instant it is a
-        forecast assuming the clock keeps running at its time scale.
-
-        Args:
-            sim: Simulated seconds.
-
-        Returns:
-            Unix seconds of real time, or ``None`` for a future instant while the clock is
-            paused (it will be reached only when someone advances or resumes the clock).
+        For a past instant this is when the clock passed it (the moment of the :meth:`advance`
+        that jumped over it, if one did); for a future one a forecast at the time scale, or
+        ``None`` while the clock is paused (it is reached only once someone moves the clock).
         """
         index = bisect.bisect_right(self._history_sim, sim) - 1
         if index < 0:

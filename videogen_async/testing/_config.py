@@ -1,11 +1,13 @@
-"""Configuration objects of the sandbox: durations, prices, project step timings."""
+"""Settings of the sandbox: simulated durations, rates and a project's step timings.
+
+Its prices are the reference prices of the service statement (``Pricing``).
+"""
 
 from __future__ import annotations
 
 import math
 import random
-import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -13,7 +15,6 @@ import attrs
 __all__ = [
     "DEFAULT_API_KEY",
     "Duration",
-    "Pricing",
     "ProjectTiming",
     "check_duration",
     "check_rate",
@@ -28,19 +29,16 @@ Duration = float | tuple[float, float] | Callable[[random.Random], float]
 or a callable that draws one from the sandbox's seeded ``random.Random``."""
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_duration(value: Any, name: str) -> Duration:
-    """Check a :data:`Duration` setting.
-
-    Args:
-        value: The setting.
-        name: Its name, for the error message.
-
-    Returns:
-        The setting, with a list range turned into a tuple.
+    """A :data:`Duration` setting as the sandbox keeps it (a list range becomes a tuple).
 
     Raises:
-        ValueError: The value is not a number ``>= 0``, an ordered ``(low, high)`` pair of
-            such numbers, or a callable.
+        ValueError: Not a number ``>= 0``, an ordered ``(low, high)`` pair of such numbers,
+            or a callable; the message names the setting.
     """
     if callable(value):
         return value  # type: ignore[no-any-return]
@@ -59,15 +57,7 @@ def check_duration(value: Any, name: str) -> Duration:
 
 
 def sample_duration(spec: Duration, rng: random.Random) -> float:
-    """Draw one duration from a :data:`Duration` setting.
-
-    Args:
-        spec: The setting (already checked).
-        rng: The sandbox's seeded random generator.
-
-    Returns:
-        Simulated seconds, never negative.
-    """
+    """Draw simulated seconds (never negative) from a checked :data:`Duration`."""
     if isinstance(spec, tuple):
         low, high = spec
         return low if low == high else rng.uniform(low, high)
@@ -77,104 +67,26 @@ def sample_duration(spec: Duration, rng: random.Random) -> float:
 
 
 def check_rate(value: Any, name: str) -> float:
-    """Check a probability setting.
-
-    Args:
-        value: The setting.
-        name: Its name, for the error message.
-
-    Returns:
-        The rate as a float.
+    """A probability setting as a float.
 
     Raises:
-        ValueError: The value is not a number from 0 to 1.
+        ValueError: Not a number from 0 to 1; the message names the setting.
     """
     if not _is_number(value) or not 0 <= value <= 1:
         raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
     return float(value)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _frozen_map(value: Mapping[Any, Any]) -> Mapping[str, float]:
-    return types.MappingProxyType({str(k): float(v) for k, v in dict(value).items()})
-
-
-def _check_preparing_media(value: Any) -> Duration:
+def _preparing_media(value: Any) -> Duration:
     return check_duration(value, "preparing_media")
 
 
-def _check_analyzing(value: Any) -> Duration:
+def _analyzing(value: Any) -> Duration:
     return check_duration(value, "analyzing")
 
 
-def _check_generating_script(value: Any) -> Duration:
+def _generating_script(value: Any) -> Duration:
     return check_duration(value, "generating_script")
-
-
-def _default_per_second() -> Mapping[str, float]:
-    return _frozen_map({"videomodel_2_0": 2.0, "videomodel_2_0_fast": 1.0})
-
-
-def _default_resolution_factors() -> Mapping[str, float]:
-    return _frozen_map({"720": 1.0, "1080": 1.5})
-
-
-@attrs.frozen
-class Pricing:
-    """What the sandbox charges, in API credits.
-
-    The service documents only the script charge (10 credits per project); the price of a
-    video task is not published, so the sandbox uses a per-second rate by model.
-
-    Attributes:
-        script_credits: Charged when a project is created (refunded if the project fails before
-            its script is generated).
-        per_second: Credits per second of video of a direct task, by model.
-        default_per_second: Rate of a model missing from ``per_second``.
-        project_video_per_second: Credits per second of video of a project's video task
-            (the project's ``duration``, 15 s by default).
-        resolution_factors: Multiplier of a project video task's price by resolution (keys
-            are the resolution as text, ``"1080"``); a resolution not listed costs 1x.
-    """
-
-    script_credits: float = 10.0
-    per_second: Mapping[str, float] = attrs.field(
-        factory=_default_per_second, converter=_frozen_map, hash=False
-    )
-    default_per_second: float = 2.0
-    project_video_per_second: float = 2.0
-    resolution_factors: Mapping[str, float] = attrs.field(
-        factory=_default_resolution_factors, converter=_frozen_map, hash=False
-    )
-
-    def task_cost(self, model: str, duration: int) -> float:
-        """Price of a direct video task.
-
-        Args:
-            model: The model value.
-            duration: Seconds of video.
-
-        Returns:
-            Credits, rounded to 2 decimals.
-        """
-        rate = self.per_second.get(model, self.default_per_second)
-        return round(rate * duration, 2)
-
-    def project_video_cost(self, duration: int, resolution: int | str) -> float:
-        """Price of one video task of a project batch.
-
-        Args:
-            duration: The project's target duration in seconds.
-            resolution: The batch's resolution.
-
-        Returns:
-            Credits, rounded to 2 decimals.
-        """
-        factor = self.resolution_factors.get(str(resolution).strip().lower().rstrip("p"), 1.0)
-        return round(self.project_video_per_second * duration * factor, 2)
 
 
 @attrs.frozen
@@ -187,8 +99,6 @@ class ProjectTiming:
         generating_script: Writing the script (status ``running``).
     """
 
-    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_check_preparing_media)
-    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_check_analyzing)
-    generating_script: Duration = attrs.field(
-        default=(8.0, 15.0), converter=_check_generating_script
-    )
+    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_preparing_media)
+    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_analyzing)
+    generating_script: Duration = attrs.field(default=(8.0, 15.0), converter=_generating_script)

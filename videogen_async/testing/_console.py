@@ -7,15 +7,10 @@ faults that fired, and the latest finished video playing in a ``<video>`` elemen
 the sandbox's own media URL. A small inline script reloads the live part of the page every
 second (``GET /_sandbox/console?part=live``); without scripts, a meta refresh reloads the page.
 
-Every value is HTML-escaped: prompts, paths and project inputs come from users' requests. The
-page also forbids any script but its own (a ``Content-Security-Policy`` with a nonce).
-
-The page is read-only and asks for no key (a browser cannot send the Bearer header): it shows
-no secret, only what was sent to this sandbox.
-
-The console reads the sandbox through :class:`ConsoleSource` (public members of
-``SandboxServer``): the ``code`` of each answer from the request log, the prompt of each task
-from the simulation's description of it. It keeps no record of its own.
+Every value is HTML-escaped (prompts, paths and inputs come from users' requests) and the
+page forbids any script but its own (a ``Content-Security-Policy`` nonce). It asks for no key
+(a browser cannot send the Bearer header) and shows no secret. It reads the sandbox's public
+truth (:class:`~._truth.ServerTruth`) and keeps no record of its own.
 """
 
 from __future__ import annotations
@@ -25,14 +20,14 @@ import json
 import secrets
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ._stats import RequestRecord, SandboxStats
+from ._truth import ServerTruth
 
-__all__ = ["CONSOLE_PATH", "ConsoleSource", "add_console"]
+__all__ = ["CONSOLE_PATH", "add_console"]
 
 CONSOLE_PATH = "/_sandbox/console"
 _SHOWN_TASKS = 200
@@ -41,39 +36,8 @@ _SHOWN_REQUESTS = 100
 _PROMPT_LIMIT = 300
 
 
-class _Rule(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class _Faults(Protocol):
-    @property
-    def rules(self) -> tuple[_Rule, ...]: ...
-
-
-class ConsoleSource(Protocol):
-    """What the console reads from a sandbox (all public members of ``SandboxServer``)."""
-
-    @property
-    def task_ids(self) -> tuple[str, ...]: ...
-    @property
-    def project_ids(self) -> tuple[str, ...]: ...
-    def describe_task(self, task_id: str) -> dict[str, Any]: ...
-    def describe_project(self, project_id: str) -> dict[str, Any]: ...
-    def credits(self) -> dict[str, float | int]: ...
-    @property
-    def request_log(self) -> tuple[RequestRecord, ...]: ...
-    def stats(self) -> SandboxStats: ...
-    @property
-    def faults(self) -> _Faults: ...
-
-
-def add_console(app: web.Application, source: ConsoleSource) -> None:
-    """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``.
-
-    Args:
-        app: The sandbox's application.
-        source: The sandbox whose state the page shows.
-    """
+def add_console(app: web.Application, source: ServerTruth) -> None:
+    """Serve the console of ``source`` at ``/_sandbox/console`` on ``app``."""
 
     async def console(request: web.Request) -> web.StreamResponse:
         nonce = secrets.token_urlsafe(12)
@@ -130,7 +94,7 @@ def _media_path(url: Any) -> str | None:
     return parts.path if parts.path.startswith("/media/") else None
 
 
-def _live(source: ConsoleSource) -> str:
+def _live(source: ServerTruth) -> str:
     balance = source.credits()
     tasks = [source.describe_task(task_id) for task_id in source.task_ids[-_SHOWN_TASKS:]]
     projects = [source.describe_project(pid) for pid in source.project_ids[-_SHOWN_PROJECTS:]]

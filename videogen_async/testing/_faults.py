@@ -1,20 +1,11 @@
 """Fault injection: make the sandbox misbehave like a real network and a real service.
 
-A :class:`FaultRule` says what can go wrong on a route, with a probability for each kind:
-
-* ``error``: an HTTP 5xx answer with a JSON error envelope (500, 502 or 503 by default);
-* ``html``: an nginx-style HTML error page (502 by default), as a proxy in front of the
-  service sends; it is not the envelope, so a client must cope with a body it cannot parse;
-* ``rate_limit``: 429 with a ``Retry-After`` header;
-* ``drop_before``: the connection is closed before the request takes effect (nothing is
-  created, nothing is charged);
-* ``drop_after``: the request takes full effect (a task is created and charged) but the
-  connection is closed instead of answering, so the client cannot know it worked;
-* ``latency``: real seconds (not simulated ones) added before the request is handled.
-
-The kinds are exclusive for one request (one draw of a seeded random generator picks at most
-one); latency adds to any of them. Rules are set per route at run time through
-:class:`FaultInjector` (``server.faults``), in code or over HTTP (``POST /_sandbox/faults``).
+A :class:`FaultRule` gives each kind of fault on a route a probability: a 5xx envelope
+(``error``), a proxy's HTML page (``html``), a 429 (``rate_limit``), a connection dropped
+before the request takes effect (``drop_before``) or after it took effect (``drop_after``).
+The kinds are exclusive for one request (one seeded draw picks at most one); real-time
+``latency`` adds to any. Rules are set per route at run time through :class:`FaultInjector`
+(``server.faults``), in code or over HTTP (``POST /_sandbox/faults``).
 """
 
 from __future__ import annotations
@@ -110,15 +101,9 @@ class FaultRule:
         if self.retry_after is not None and not self.retry_after >= 0:
             raise ValueError(f"retry_after must be >= 0 or None, got {self.retry_after!r}")
 
-    def rates(self) -> tuple[float, float, float, float, float]:
+    def rates(self) -> tuple[float, ...]:
         """The probabilities of the exclusive kinds, in :data:`FAULT_KINDS` order."""
-        return (
-            self.drop_before_rate,
-            self.rate_limit_rate,
-            self.error_rate,
-            self.html_rate,
-            self.drop_after_rate,
-        )
+        return tuple(getattr(self, f"{kind}_rate") for kind in FAULT_KINDS)
 
     def to_dict(self) -> dict[str, Any]:
         """The rule as JSON-ready data (a callable latency is shown as ``"callable"``)."""
@@ -133,12 +118,6 @@ class FaultRule:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
         """Build a rule from JSON data (as ``POST /_sandbox/faults`` receives it).
-
-        Args:
-            data: Field names and values; unknown names are an error.
-
-        Returns:
-            The rule.
 
         Raises:
             ValueError: An unknown field or a bad value.
@@ -192,15 +171,17 @@ class FaultInjector:
 
     Args:
         seed: Seed of the fault draws (``None`` for entropy).
-        rules: Rules to start with.
+        rules: Rules to start with (one rule, or several).
     """
 
-    def __init__(self, seed: int | str | None = None, rules: Iterable[FaultRule] = ()) -> None:
+    def __init__(
+        self, seed: int | str | None = None, rules: FaultRule | Iterable[FaultRule] | None = ()
+    ) -> None:
         self._rng = random.Random(None if seed is None else f"{seed}:faults")
         self._rules: dict[str, _Active] = {}
         self._serial = 0
         self.injected: dict[str, int] = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
-        for rule in rules:
+        for rule in [rules] if isinstance(rules, FaultRule) else rules or ():
             self.add(rule)
 
     def __repr__(self) -> str:
@@ -212,14 +193,9 @@ class FaultInjector:
         return tuple(a.rule for a in self._rules.values())
 
     def add(self, rule: FaultRule) -> FaultRule:
-        """Activate a rule, replacing any rule for the same route.
-
-        Args:
-            rule: The rule.
-
-        Returns:
-            The rule.
-        """
+        """Activate ``rule`` (and return it), replacing any rule for the same route."""
+        if not isinstance(rule, FaultRule):
+            raise TypeError(f"faults must be FaultRule objects, got {rule!r}")
         self._serial += 1
         self._rules.pop(rule.route, None)
         self._rules[rule.route] = _Active(rule, self._serial)
@@ -232,26 +208,19 @@ class FaultInjector:
 
         Args:
             route: ``"*"``, ``"METHOD /path"`` or ``"/path"``, wildcards allowed.
-            **settings: The rule's other fields, with the rule's defaults (see
-                :class:`FaultRule`): ``error_rate``, ``error_statuses``, ``html_rate``,
-                ``html_status``, ``rate_limit_rate``, ``retry_after``, ``drop_before_rate``,
-                ``drop_after_rate``, ``latency``, ``times``.
+            **settings: The rule's other fields (see :class:`FaultRule`).
 
         Returns:
             The active rule.
 
         Raises:
-            ValueError: A bad value (see :class:`FaultRule`).
+            ValueError: A bad value.
             TypeError: A setting the rule does not have.
         """
         return self.add(FaultRule(route=route, **settings))
 
     def clear(self, route: str | None = None) -> None:
-        """Remove the rule of one route, or every rule.
-
-        Args:
-            route: The route as the rule names it; ``None`` removes all rules.
-        """
+        """Remove the rule of ``route`` (as the rule names it), or every rule (``None``)."""
         if route is None:
             self._rules.clear()
         else:
@@ -277,12 +246,7 @@ class FaultInjector:
         return best
 
     def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
-        """Draw the fate of one request.
-
-        Args:
-            method: The HTTP method.
-            pattern: The route's pattern (``/v1/video/viral-ads-clone/{project_id}``).
-            path: The concrete path.
+        """Draw the fate of one request (``pattern``: its route's, ``path``: the concrete one).
 
         Returns:
             ``None`` when no rule applies, else the decision (whose ``kind`` may be ``None``

@@ -13,13 +13,12 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from .._contract._exceptions import InvalidRequestError
-from ._faults import FaultInjector
+from ._faults import FaultDecision, FaultInjector
 from ._render import envelope_response
 from ._simulation import SandboxError
 from ._stats import RequestRecord, RequestStats
@@ -70,7 +69,9 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(500, 500, "Internal sandbox error")
 
 
-def _fault_response(kind: str | None, status: int, decision: Any) -> web.StreamResponse | None:
+def _fault_response(decision: FaultDecision) -> web.StreamResponse | None:
+    kind, status = decision.kind, decision.status
+    reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Server Error"
     if kind == "rate_limit":
         headers = {}
         if decision.retry_after is not None:
@@ -79,10 +80,8 @@ def _fault_response(kind: str | None, status: int, decision: Any) -> web.StreamR
             429, 429, "Too many requests (sandbox fault injection)", headers=headers
         )
     if kind == "error":
-        reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Server Error"
         return error_response(status, status, f"{reason} (sandbox fault injection)")
     if kind == "html":
-        reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Error"
         return web.Response(
             text=_HTML_PAGE.format(status=status, reason=reason),
             status=status,
@@ -138,7 +137,7 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
                 if decision.kind == "drop_before":
                     _drop(request)
                     return web.Response(status=503)
-                response = _fault_response(decision.kind, decision.status, decision)
+                response = _fault_response(decision)
             if response is None:
                 # Yield once, as a real service waiting on its database would: requests that
                 # arrived together are then in flight together, and the peak shows a client's

@@ -4,12 +4,9 @@ It is generated here, served by every sandbox at ``/openapi.json`` and kept in t
 as ``docs/openapi.json`` (``python -m videogen_async.testing --write-openapi docs/openapi.json``
 regenerates it; a test checks that the two are equal).
 
-Every request and response schema and every service path is generated from the statement of
-the service (:mod:`videogen_async._contract._service`), the same statement the request checks of
-:mod:`videogen_async._contract._validation` are derived from (JSON Schema 2020-12 can say all its
-rules, including the cross-field ones), so a request that fits the schema is accepted and one
-that does not is answered 400. Control endpoints under ``/_sandbox/`` are not part of the
-service and are left out.
+Every schema and service path is generated from the statement of the service, as the
+request checks are, so a request that fits the schema is accepted and one that does not is
+answered 400. The control endpoints under ``/_sandbox/`` are left out.
 """
 
 from __future__ import annotations
@@ -62,44 +59,24 @@ _COMMON_ERRORS = {
 }
 
 
-def _operation(
-    operation_id: str,
-    summary: str,
-    ok: dict[str, Any],
-    errors: dict[str, Any],
-    *,
-    parameters: list[dict[str, Any]] | None = None,
-    body: tuple[str, bool] | None = None,
-    tag: str,
-) -> dict[str, Any]:
-    op: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
-    if parameters:
-        op["parameters"] = parameters
-    if body is not None:
-        schema, required = body
-        op["requestBody"] = {
-            "required": required,
-            "content": {"application/json": {"schema": ref(schema)}},
-        }
-    op["responses"] = {"200": ok, **errors, **_COMMON_ERRORS}
-    return op
-
-
-def _endpoint_operation(endpoint: Endpoint, errors: dict[str, Any]) -> dict[str, Any]:
+def _operation(endpoint: Endpoint, errors: dict[str, Any]) -> dict[str, Any]:
     parameters = [_id_parameter(name, "path") for name in endpoint.path_params]
     parameters += [_id_parameter(name, "query") for name in endpoint.query_params]
-    body = None
+    op: dict[str, Any] = {
+        "operationId": endpoint.operation_id,
+        "summary": endpoint.summary,
+        "tags": [endpoint.tag],
+    }
+    if parameters:
+        op["parameters"] = parameters
     if endpoint.body is not None:
-        body = (endpoint.body.name, endpoint.body_required)
-    return _operation(
-        endpoint.operation_id,
-        endpoint.summary,
-        _ok(endpoint.response, endpoint.ok),
-        errors,
-        parameters=parameters,
-        body=body,
-        tag=endpoint.tag,
-    )
+        op["requestBody"] = {
+            "required": endpoint.body_required,
+            "content": {"application/json": {"schema": ref(endpoint.body.name)}},
+        }
+    ok = _ok(endpoint.response, endpoint.ok)
+    op["responses"] = {"200": ok, **errors, **_COMMON_ERRORS}
+    return op
 
 
 def _id_parameter(name: str, where: str) -> dict[str, Any]:
@@ -131,12 +108,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
         " has failed (videos endpoint only)."
     )
     too_large = _error("The body is larger than the sandbox accepts (1 MiB).")
-    responses = {
-        "400": bad_request,
-        "404": not_found,
-        "409": conflict,
-        "413": too_large,
-    }
+    responses = {"400": bad_request, "404": not_found, "409": conflict, "413": too_large}
     special_400 = {
         "getTask": _error("task_id is missing, blank, or not one path segment."),
         "getCredits": _error("The request failed."),
@@ -147,9 +119,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
         errors = {code: responses[code] for code in endpoint.errors}
         if endpoint.operation_id in special_400:
             errors["400"] = special_400[endpoint.operation_id]
-        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _endpoint_operation(
-            endpoint, errors
-        )
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint, errors)
     paths.update(
         {
             "/media/{file_name}": {
@@ -203,12 +173,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
     document.update(
         {
             "security": [{"bearerAuth": []}],
-            "tags": [
-                {"name": "tasks"},
-                {"name": "projects"},
-                {"name": "credits"},
-                {"name": "media"},
-            ],
+            "tags": [{"name": tag} for tag in ("tasks", "projects", "credits", "media")],
             "paths": paths,
             "components": {
                 "securitySchemes": {
@@ -257,26 +222,16 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
 
 
 def openapi_json(server_url: str | None = None) -> str:
-    """Return the document as the text kept in ``docs/openapi.json``.
+    """The document as the text kept in ``docs/openapi.json`` (indented, a final newline).
 
     Args:
         server_url: As for :func:`build_openapi`.
-
-    Returns:
-        Indented JSON with a final newline.
     """
     return json.dumps(build_openapi(server_url), indent=2, ensure_ascii=False) + "\n"
 
 
 def write_openapi(path: str | Path) -> Path:
-    """Write the document to a file.
-
-    Args:
-        path: Where to write it (``docs/openapi.json`` in the repository).
-
-    Returns:
-        The path written.
-    """
+    """Write the document to ``path`` (``docs/openapi.json`` in the repository); return it."""
     target = Path(path)
     target.write_text(openapi_json(), encoding="utf-8")
     return target

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-from types import TracebackType
 
 from ._config import DEFAULT_API_KEY
 
@@ -54,10 +53,7 @@ class SandboxProcess:
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> SandboxProcess:
-        """Start the child and wait for its announcement.
-
-        Returns:
-            This object, with ``base_url`` set.
+        """Start the child and wait for its announcement; return this object (``base_url`` set).
 
         Raises:
             RuntimeError: The child ended, or said nothing in time, before announcing its URL.
@@ -103,10 +99,5 @@ class SandboxProcess:
     def __enter__(self) -> SandboxProcess:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -5,18 +5,9 @@ in any test suite without configuration. Importing this module only defines fixt
 starts until a test asks for one. The async fixtures need pytest-asyncio; they work in both its
 ``auto`` and ``strict`` modes (in strict mode mark your tests ``@pytest.mark.asyncio``).
 
-Fixtures:
-
-* ``videogen_sandbox``: a started :class:`~videogen_async.testing.SandboxServer`, closed after
-  the test. Built from ``videogen_sandbox_options``.
-* ``videogen_sandbox_options``: the keyword arguments of that server; by default
-  ``{"time_scale": 0.01, "seed": 0}`` (a 30 s generation takes 0.3 s). Override this fixture
-  in your ``conftest.py`` to change them for a directory.
-* ``videogen_sandbox_factory``: an async callable ``make(**options)`` returning a started
-  server built from ``videogen_sandbox_options`` updated with ``options``; every server it
-  made is closed after the test.
-
-Example::
+The fixtures: ``videogen_sandbox`` (a started server, closed after the test),
+``videogen_sandbox_options`` (its keyword arguments; override it in a ``conftest.py``) and
+``videogen_sandbox_factory`` (``await make(**options)`` starts more). Example::
 
     async def test_generation(videogen_sandbox):
         async with videogen_sandbox.client() as client:

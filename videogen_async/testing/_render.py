@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from .._contract._service import SHAPES
-from ._billing import Wallet
 from ._clock import SandboxClock
-from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, iso, num
+from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
 
 __all__ = ["Renderer", "envelope_response"]
 
@@ -194,11 +194,7 @@ _PROJECT = _table(
 
 
 class Renderer:
-    """The ``data`` of each answer of the service, on one sandbox clock.
-
-    Args:
-        clock: The sandbox clock (timestamps are the real times the clock reached instants).
-    """
+    """The ``data`` of each answer of the service, stamped with the times the clock reached."""
 
     def __init__(self, clock: SandboxClock) -> None:
         self.clock = clock
@@ -265,16 +261,7 @@ class Renderer:
             "inputs": dict(project.inputs),
             "script": project.script,
             "batches": [
-                {
-                    "batch": b.index,
-                    "automatic": b.automatic,
-                    "created_at": b.created_at,
-                    "out_number": b.out_number,
-                    "resolution": b.resolution,
-                    "aspect_ratio": b.aspect_ratio,
-                    "script": b.script,
-                    "task_ids": list(b.task_ids),
-                }
+                {"batch": b.index, **attrs.asdict(b, filter=lambda a, _: a.name != "index")}
                 for b in project.batches
             ],
             "now": now,

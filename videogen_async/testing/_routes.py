@@ -2,55 +2,11 @@
 
 Requests are checked with the client's own rule functions (derived from the statement of the
 service), so the sandbox refuses exactly what the client refuses; answers are rendered from
-the statement's shapes (:mod:`._render`).
-
-Where the spec says "not shown", the sandbox does what a careful service would, as follows:
-
-* **Missing or invalid key**: HTTP 401, code 401, a ``WWW-Authenticate: Bearer`` header; the
-  key is never echoed. The ``Bearer`` scheme word is case-insensitive.
-* **Unknown task or project id**: HTTP 404, code 404. An id that is blank or not exactly one
-  path segment (``.``, ``..``, ``/``, raw or percent-encoded): 400, by the shared ``check_id``.
-* **Omitted ``task_id`` query parameter**: HTTP 400, code 400, ``task_id: is required``.
-* **Bad JSON, a body that is not a JSON object**: HTTP 400, code 400. An empty body counts as
-  ``{}`` (so a missing required field is named). ``NaN``/``Infinity`` are not JSON. JSON has
-  one number type, so an integral number written ``4.0`` counts as the integer 4.
-* **Unknown body fields** (including the ``functionMode`` alias): HTTP 400 naming the field:
-  the shared rules accept the documented names only.
-* **Videos requested before the script is ready**, or for a failed project: HTTP 409,
-  code 409, with the current step in the message. 409 because the request is valid but
-  conflicts with the project's present state; repeating it later succeeds.
-* **Unknown route / wrong method**: 404 / 405 with the error envelope.
-* **Task statuses**: ``queued`` (only with a ``queue_delay``), ``running``, then ``succeeded``,
-  ``failed`` or ``error``. A direct task is ``running`` right after creation (no queue delay
-  by default). ``result`` is ``null`` until the task ends; then it carries ``video_url``
-  (succeeded), ``error_message`` (failed/error), ``finished_at`` and, like one example of the
-  spec, ``status``.
-* **Task prices** (not published): a per-second rate by model (2 credits/s for
-  ``videomodel_2_0``, 1 for ``videomodel_2_0_fast``; a 5 s task costs 10 or 5), charged at
-  creation; a project video task costs 2 credits per second of the project's duration (x1.5 at
-  1080), charged per task when its batch is created. See :class:`Pricing`.
-* **Refunds**: a task that ends ``failed`` or ``error`` is refunded at that moment and shows
-  ``credits_cost`` 0. A project that fails before its script is generated is refunded its 10
-  credits. A project's ``billing`` is always script + the non-failed video tasks.
-* **Insufficient credits** on a direct task or a videos batch: HTTP 409 / 300111
-  ``Insufficient API credits``, as on project creation; nothing is created.
-* **Project status**: ``draft`` while ``preparing_media``; ``running`` while ``analyzing`` and
-  ``generating_script``; then auto mode creates its one batch (``running`` /
-  ``generating_video``) and manual mode is ``succeeded`` / ``script_ready``. While any task of
-  any batch is pending the project is ``running`` / ``generating_video``; once every task has
-  ended it is ``succeeded`` / ``script_ready`` (a failed video task does not fail the project,
-  which can still make more batches). ``view_script`` is ``null`` until generated.
-* **Project failure**: a ``reference_video_url`` containing the failure marker
-  (``sandbox-fail`` by default), a ``project_failure_rate`` draw, or
-  :meth:`SandboxServer.schedule_project` moves the project to ``failed`` / ``failed`` with an
-  ``error_message``. An auto project whose balance cannot pay for its automatic batch fails
-  the same way when its script gets ready (its script stays visible and paid for).
-* **Media**: a project media URL whose host is under ``.invalid`` (or rejected by
-  ``media_rejects``) cannot be stored: 409 / 100099, nothing charged. The sandbox never
-  fetches a URL. A *direct task* given such a URL is created but ends ``failed`` ("Failed to
-  fetch media from URL"); a prompt containing the failure marker ends ``failed`` too.
-* **Timestamps** are real times: the moment the sandbox clock reached the instant (see
-  :class:`SandboxClock`), so a client's own clock agrees with them at any time scale.
+the statement's shapes (:mod:`._render`). What the sandbox answers where the spec says "not
+shown" (a missing key, an unknown id, a body that is not JSON, an unknown field, videos
+before the script, prices, refunds, timestamps) is listed in ``docs/sandbox.md``. A
+project's creation (store the media, charge the script, start its steps) and a batch of its
+videos are written here, as the service's desk takes them.
 """
 
 from __future__ import annotations
@@ -64,16 +20,28 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from .._contract._exceptions import InvalidRequestError
+from .._contract._service import ENDPOINTS, PROJECT_REQUEST
 from .._contract._validation import (
     check_id,
     validate_project_request,
     validate_task_request,
     validate_videos_request,
 )
+from ._config import sample_duration
 from ._media import parse_range, sample_mp4
 from ._openapi import build_openapi
 from ._render import envelope_response
-from ._simulation import SUCCEEDED, SandboxError, lookup
+from ._simulation import (
+    EV_PROJECT_SCRIPT,
+    MEDIA_NOT_STORED,
+    SUCCEEDED,
+    Batch,
+    Project,
+    SandboxError,
+    host_is_invalid,
+    lookup,
+    make_script,
+)
 from ._state import SandboxState
 
 __all__ = ["ServiceRoutes", "read_json_body"]
@@ -128,33 +96,115 @@ def _checked_id(field: str, value: str | None) -> str:
         raise SandboxError(400, 400, str(exc)) from None
 
 
-class ServiceRoutes:
-    """The service's endpoints, the media stand-in and ``/openapi.json``.
+def create_project(state: SandboxState, body: Mapping[str, Any]) -> Project:
+    """Create a project from a validated body: store its media, charge the script, start it.
 
-    Args:
-        state: The simulated service.
-        api_key: The key requests must carry.
-        base_url: Returns the server's base URL (``None`` before it listens).
+    Raises:
+        SandboxError: 409 / 100099 when a media URL cannot be stored, 409 / 300111 when the
+            balance does not cover the script charge. Nothing is created or charged.
     """
+    now = state.settle()
+    inputs: dict[str, Any] = {
+        f.name: f.default if body.get(f.name) is None else body[f.name]
+        for f in PROJECT_REQUEST.fields
+    }
+    inputs["product_image_urls"] = list(inputs["product_image_urls"])
+    inputs["duration"] = int(inputs["duration"])
+    inputs["out_number"] = int(inputs["out_number"])
+    urls = [inputs["reference_video_url"], *inputs["product_image_urls"]]
+    if inputs["avatar_image_url"]:
+        urls.append(inputs["avatar_image_url"])
+    rejects = state.media_rejects
+    if any(host_is_invalid(u) or (rejects is not None and rejects(u)) for u in urls):
+        raise SandboxError(409, 100099, MEDIA_NOT_STORED)
+    state.wallet.charge(state.pricing.script_credits)
+    project = Project(
+        state.new_id(state.projects), inputs, now, state.clock.wall_now(), make_script(inputs)
+    )
+    project.script_cost = state.pricing.script_credits
+    timing, rng = state.project_timing, state.rng
+    project.media_done_at = now + sample_duration(timing.preparing_media, rng)
+    project.analysis_done_at = project.media_done_at + sample_duration(timing.analyzing, rng)
+    project.script_ready_at = project.analysis_done_at + sample_duration(
+        timing.generating_script, rng
+    )
+    draw = rng.random()
+    if state.marked(inputs["reference_video_url"]):
+        state.fail_before_script(project, project.analysis_done_at, None)
+    elif draw < state.project_failure_rate:
+        state.fail_before_script(
+            project, rng.choice((project.analysis_done_at, project.script_ready_at)), None
+        )
+    else:
+        state.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
+    state.projects[project.project_id] = project
+    return project
+
+
+def create_videos(
+    state: SandboxState, project_id: str, body: Mapping[str, Any]
+) -> tuple[Project, Batch]:
+    """Create a batch of video tasks from a project's script (a validated body).
+
+    Raises:
+        SandboxError: 404 for an unknown project; 409 / 409 when the project has failed or
+            its script is not generated yet; 409 / 300111 when the balance does not cover the
+            batch. Nothing is created or charged on failure.
+    """
+    now = state.settle()
+    project = lookup(state.projects, "Project", project_id)
+    if project.failed(now):
+        raise SandboxError(
+            409, 409, f"Project {project_id} has failed; no video tasks can be created"
+        )
+    if not project.script_ready(now):
+        raise SandboxError(
+            409,
+            409,
+            f"The script of project {project_id} is not ready yet (current_step:"
+            f" {project.phase(now)[1]}); create videos once current_step is script_ready",
+        )
+    batch = state.create_batch(
+        project,
+        now,
+        out_number=int(body.get("out_number") or project.inputs["out_number"]),
+        resolution=body.get("resolution") or project.inputs["resolution"],
+        aspect_ratio=body.get("aspect_ratio") or project.inputs["aspect_ratio"],
+        script=body.get("script"),
+        automatic=False,
+    )
+    return project, batch
+
+
+class ServiceRoutes:
+    """The service's endpoints, the media stand-in and ``/openapi.json``."""
 
     def __init__(
         self, state: SandboxState, api_key: str, base_url: Callable[[], str | None]
     ) -> None:
         self._state = state
         self._key_bytes = api_key.encode()
-        self._base_url = base_url
+        self.base_url = base_url
 
     def register(self, router: web.UrlDispatcher) -> None:
-        """Add the routes to an application's router."""
-        r = router
-        r.add_post("/v1/video/videomodel-2", self._create_task)
-        r.add_get("/v1/tasks", self._get_task)
-        r.add_get("/v1/credits", self._get_credits)
-        r.add_post("/v1/video/viral-ads-clone", self._create_project)
-        r.add_get(f"/v1/video/viral-ads-clone/{{project_id:{_ID}}}", self._get_project)
-        r.add_post(f"/v1/video/viral-ads-clone/{{project_id:{_ID}}}/videos", self._create_videos)
-        r.add_get("/media/{file_name}", self._media)
-        r.add_get("/openapi.json", self._openapi)
+        """Add the statement's endpoints, the media stand-in and ``/openapi.json``."""
+        handlers = {
+            "createVideoTask": self._create_task,
+            "getTask": self._get_task,
+            "getCredits": self._get_credits,
+            "createProject": self._create_project,
+            "getProject": self._get_project,
+            "createProjectVideos": self._create_videos,
+        }
+        for endpoint in ENDPOINTS:
+            path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
+            handler = handlers[endpoint.operation_id]
+            if endpoint.method == "GET":
+                router.add_get(path, handler)
+            else:
+                router.add_route(endpoint.method, path, handler)
+        router.add_get("/media/{file_name}", self._media)
+        router.add_get("/openapi.json", self._openapi)
 
     def authorize(self, request: web.Request) -> None:
         """Check the ``Authorization: Bearer`` header.
@@ -183,7 +233,7 @@ class ServiceRoutes:
             host = request.host
             if host and _HOST_HEADER.match(host):
                 return f"{request.scheme}://{host}"
-        return self._base_url() or "http://127.0.0.1"
+        return self.base_url() or "http://127.0.0.1"
 
     def _show(
         self,
@@ -216,7 +266,7 @@ class ServiceRoutes:
     async def _create_project(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         body = validate_project_request(await read_json_body(request))
-        project = self._state.desk.create_project(body)
+        project = create_project(self._state, body)
         return envelope_response(self._state.render.created_project(project, project.created_at))
 
     async def _get_project(self, request: web.Request) -> web.StreamResponse:
@@ -229,7 +279,7 @@ class ServiceRoutes:
         self.authorize(request)
         project_id = _checked_id("project_id", request.match_info["project_id"])
         body = validate_videos_request(await read_json_body(request))
-        project, batch = self._state.desk.create_videos(project_id, body)
+        project, batch = create_videos(self._state, project_id, body)
         return envelope_response(self._state.render.video_batch(project, batch))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:

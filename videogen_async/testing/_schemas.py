@@ -94,25 +94,25 @@ def _items(schema: dict[str, Any], field: Field) -> dict[str, Any]:
     return schema
 
 
+_SIMPLE: dict[str, dict[str, Any]] = {
+    "text": {"type": "string", "pattern": NON_BLANK},
+    "string": {"type": "string"},
+    "id": {"type": "string", "minLength": 1},
+    "datetime": {"type": "string", "format": "date-time"},
+}
+
+
 def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
     """The JSON Schema of one field of the statement."""
     kind = field.type
     schema: dict[str, Any]
-    if kind == "enum":
+    if kind in _SIMPLE:
+        schema = dict(_SIMPLE[kind])
+    elif kind == "enum":
         assert field.choices is not None  # noqa: S101  # the statement gives every enum's values
         schema = {"type": "string", "enum": list(field.choices.values())}
-    elif kind == "text":
-        schema = {"type": "string", "pattern": NON_BLANK}
-    elif kind == "string":
-        schema = {"type": "string"}
-    elif kind == "id":
-        schema = {"type": "string", "minLength": 1}
-    elif kind == "number":
-        schema = _bounds({"type": "number"}, field)
-    elif kind == "integer":
-        schema = _bounds({"type": "integer"}, field)
-    elif kind == "datetime":
-        schema = {"type": "string", "format": "date-time"}
+    elif kind in ("number", "integer"):
+        schema = _bounds({"type": kind}, field)
     elif kind == "resolution":
         schema = (
             {

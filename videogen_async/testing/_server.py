@@ -1,17 +1,9 @@
 """``SandboxServer``: the whole video generation service, in memory, over real HTTP on loopback.
 
-The sandbox answers every endpoint of the service spec with the spec's envelope
-``{code, trace_id, message, data}`` (a fresh ``trace_id`` per response, also sent as the
-``X-Trace-Id`` header) and checks requests with the same rule functions the client uses
-(:mod:`videogen_async._contract._validation`).
-
-The service's behaviour where the spec says "not shown" is described in
-:mod:`videogen_async.testing._routes`; the methods tests use to read and steer the
-simulation are in :class:`~videogen_async.testing._truth.ServerTruth` (the base class).
-
-Control endpoints for tests and benchmarks live under ``/_sandbox/`` (same Bearer key, JSON,
-same envelope); they are not part of the service, are left out of the request log and the
-statistics, and are described in ``docs/sandbox.md``.
+It composes the service's routes (:mod:`._routes`), the control API under ``/_sandbox/``
+(:mod:`._control`), the console, fault injection and the counters behind one middleware; the
+methods tests use to read and steer the simulation are its base class
+(:class:`~._truth.ServerTruth`).
 """
 
 from __future__ import annotations
@@ -20,15 +12,18 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import anyio
 from aiohttp import web
 
 from .._client import AsyncVideoGen
 from .._contract._closing import AsyncClosing
+from .._contract._service import Pricing
 from ._clock import SandboxClock
-from ._config import DEFAULT_API_KEY, Duration, Pricing, ProjectTiming
+from ._config import DEFAULT_API_KEY, Duration, ProjectTiming
 from ._console import add_console
 from ._control import ControlAPI
 from ._faults import FaultInjector, FaultRule
+from ._media import sample_mp4
 from ._middleware import service_middleware
 from ._routes import ServiceRoutes
 from ._state import SandboxState
@@ -38,17 +33,6 @@ from ._truth import ServerTruth
 __all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 
 logger = logging.getLogger("videogen_async.testing")
-
-
-def _as_rules(faults: FaultRule | Iterable[FaultRule] | None) -> list[FaultRule]:
-    if faults is None:
-        return []
-    if isinstance(faults, FaultRule):
-        return [faults]
-    rules = list(faults)
-    if not all(isinstance(r, FaultRule) for r in rules):
-        raise TypeError("faults must be a FaultRule or an iterable of FaultRule")
-    return rules
 
 
 class SandboxServer(ServerTruth, AsyncClosing):
@@ -126,7 +110,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._port = port
         self._api_key = api_key
         self.clock = SandboxClock(time_scale=time_scale, paused=manual_clock)
-        self.faults = FaultInjector(seed, _as_rules(faults))
+        self.faults = FaultInjector(seed, faults)
         self._state = SandboxState(
             clock=self.clock,
             seed=seed,
@@ -157,15 +141,8 @@ class SandboxServer(ServerTruth, AsyncClosing):
         where = self._base_url_or_none() or "not started"
         return f"<SandboxServer {where} tasks={len(self._state.tasks)}>"
 
-    # ----------------------------------------------------------------------------------------
-    # Life cycle
-    # ----------------------------------------------------------------------------------------
-
     async def start(self) -> SandboxServer:
-        """Start listening.
-
-        Returns:
-            The server itself.
+        """Start listening; return the server itself.
 
         Raises:
             RuntimeError: The server was already started or closed.
@@ -173,6 +150,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         """
         if self._runner is not None or self._closed:
             raise RuntimeError("a SandboxServer can be started once")
+        await anyio.to_thread.run_sync(sample_mp4)  # read the clip once, off the event loop
         runner = web.AppRunner(
             self._build_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
         )
@@ -250,34 +228,16 @@ class SandboxServer(ServerTruth, AsyncClosing):
         return self._api_key
 
     def url(self, path: str) -> str:
-        """Return the absolute URL of a path on this server.
-
-        Args:
-            path: A path starting with ``/``.
-
-        Returns:
-            ``base_url + path``.
-        """
+        """The absolute URL of ``path`` (starting with ``/``) on this server."""
         return self.base_url + path
 
     def client(self, **options: Any) -> AsyncVideoGen:
-        """Return an ``AsyncVideoGen`` client of this sandbox.
-
-        Args:
-            **options: Passed on to ``AsyncVideoGen`` (``timeout``, ``max_retries``,
-                ``session``, ...).
-
-        Returns:
-            A new client; close it (``async with`` or ``aclose()``) when done.
+        """A new ``AsyncVideoGen`` of this sandbox (``options`` go to it); close it when done.
 
         Raises:
             RuntimeError: The server is not started.
         """
         return AsyncVideoGen(api_key=self.api_key, base_url=self.base_url, **options)
-
-    # ----------------------------------------------------------------------------------------
-    # The application: every route is registered here
-    # ----------------------------------------------------------------------------------------
 
     def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
@@ -285,6 +245,3 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._control.register(app.router)
         add_console(app, self)
         return app
-
-    def _origin(self) -> str:
-        return self._routes.origin()

@@ -1,4 +1,4 @@
-"""The simulation's objects: a video task, a batch and a project, as state machines on time.
+"""The simulation's objects: tasks, batches and projects as state machines on time; the balance.
 
 Nothing here runs in the background. A task or project stores the simulated instants at which
 it changes (start, finish, each project step) and its state is computed from the clock when it
@@ -15,17 +15,18 @@ from urllib.parse import urlsplit
 import attrs
 
 from .._contract._enums import ProjectStatus, ProjectStep, TaskStatus
+from .._contract._service import TASK_REQUEST
 
 __all__ = [
     "Batch",
     "Project",
     "SandboxError",
     "Task",
+    "Wallet",
     "iso",
     "lookup",
     "make_script",
     "num",
-    "shorten",
 ]
 
 _V = TypeVar("_V")
@@ -38,8 +39,9 @@ FAILED = TaskStatus.FAILED.value
 ERROR = TaskStatus.ERROR.value
 TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
 
-DEFAULT_MODEL = "videomodel_2_0"
-PROJECT_TASK_MODEL = "videomodel_2_0"
+DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
+DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
+PROJECT_TASK_MODEL = DEFAULT_MODEL  # the model a project's video tasks show
 
 # Kinds of the events of SandboxState's heap.
 EV_TASK_REFUND = 0
@@ -78,14 +80,7 @@ _SCRIPT_BEATS = (
 
 
 class SandboxError(Exception):
-    """A failure the sandbox answers with the service's error envelope.
-
-    Attributes:
-        status: The HTTP status.
-        code: The envelope ``code``.
-        message: The envelope ``message``.
-        headers: Extra HTTP headers of the answer.
-    """
+    """A failure answered with the service's error envelope (``status``, ``code``, ``message``)."""
 
     def __init__(
         self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
@@ -95,6 +90,42 @@ class SandboxError(Exception):
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+
+
+class Wallet:
+    """The API credit balance of the sandbox's one user."""
+
+    __slots__ = ("available", "total")
+
+    def __init__(self, credits: float) -> None:
+        self.total = float(credits)
+        self.available = float(credits)
+
+    def can_pay(self, amount: float) -> bool:
+        """Whether ``amount`` credits are available."""
+        return amount <= self.available
+
+    def charge(self, amount: float) -> None:
+        """Take ``amount`` credits.
+
+        Raises:
+            SandboxError: 409 / 300111 when the balance is too low (nothing is taken).
+        """
+        if amount > self.available:
+            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+        self.available = round(self.available - amount, 2)
+
+    def refund(self, amount: float) -> None:
+        """Give ``amount`` credits back."""
+        self.available = round(self.available + amount, 2)
+
+    def set(self, *, available: float | None = None, total: float | None = None) -> None:
+        """Set the balance (``total`` is raised to ``available`` if lower)."""
+        if available is not None:
+            self.available = float(available)
+        if total is not None:
+            self.total = float(total)
+        self.total = max(self.total, self.available)
 
 
 def iso(unix: float) -> str:
@@ -237,10 +268,6 @@ class Project:
         return latest
 
 
-def shorten(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     """The task or project ``key`` of ``table`` (``kind`` names it in the error).
 
@@ -249,7 +276,8 @@ def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     """
     found = table.get(key)
     if found is None:
-        raise SandboxError(404, 404, f"{kind} not found: {shorten(key)}")
+        shown = key if len(key) <= 80 else key[:77] + "..."
+        raise SandboxError(404, 404, f"{kind} not found: {shown}")
     return found
 
 

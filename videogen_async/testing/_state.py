@@ -11,8 +11,8 @@ Each event runs exactly once (settling is synchronous, so concurrent requests of
 cannot interleave with it) and in time order, so the ledger is the same whether a test reads it
 after every simulated second or once after a jump of an hour.
 
-The objects themselves are in :mod:`._simulation`, the balance in :mod:`._billing` and the
-JSON answers in :mod:`._render`.
+The objects and the balance are in :mod:`._simulation`; a project's creation and the exact
+schedules tests set are in :mod:`._routes` and :mod:`._truth`, which use this module.
 """
 
 from __future__ import annotations
@@ -24,26 +24,29 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._contract._enums import ProjectMode
-from ._billing import Wallet
+from .._contract._enums import ProjectMode, ProjectStep
+from .._contract._service import Pricing
 from ._clock import SandboxClock
-from ._config import Duration, Pricing, ProjectTiming, check_duration, check_rate, sample_duration
-from ._project_desk import ProjectDesk
+from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
 from ._render import Renderer
-from ._scheduling import Scheduler
 from ._simulation import (
     AUTO_BATCH_NO_CREDITS,
+    DEFAULT_DURATION,
     DEFAULT_MODEL,
     ERROR,
     EV_PROJECT_FAIL,
     EV_TASK_REFUND,
     FAILED,
+    PROJECT_FAILURES,
+    PROJECT_TASK_MODEL,
     SUCCEEDED,
     TASK_ERROR_MESSAGE,
     TASK_FAILURE_MESSAGES,
+    Batch,
     Project,
     SandboxError,
     Task,
+    Wallet,
     host_is_invalid,
     lookup,
 )
@@ -52,23 +55,7 @@ __all__ = ["SandboxError", "SandboxState"]
 
 
 class SandboxState:
-    """The whole simulated service behind one sandbox.
-
-    Args:
-        clock: The sandbox clock.
-        seed: Seed of the random draws (durations, outcomes, ids); ``None`` for entropy.
-        credits: Starting balance (total and available).
-        pricing: Prices.
-        task_duration: Simulated running time of a video task.
-        queue_delay: Simulated time a video task spends ``queued`` before it runs.
-        failure_rate: Probability that a task ends ``failed``.
-        error_rate: Probability that a task ends ``error``.
-        project_timing: Durations of a project's steps.
-        project_failure_rate: Probability that a project fails before its script.
-        failure_marker: Text that makes a project (in ``reference_video_url``) or a task (in
-            its prompt or batch script) fail; ``None`` disables it.
-        media_rejects: Extra predicate: a project media URL for which it returns ``True``
-            cannot be stored.
+    """The whole simulated service behind one sandbox (the settings: see ``SandboxServer``).
 
     Raises:
         ValueError: A setting is out of range (the balance, a rate, a duration).
@@ -113,23 +100,13 @@ class SandboxState:
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
         self.wallet = Wallet(credits)
         self.render = Renderer(clock)
-        self.schedule = Scheduler(self)
-        self.desk = ProjectDesk(self)
         self.tasks: dict[str, Task] = {}
         self.projects: dict[str, Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
         self._seq = itertools.count()
 
-    # ----------------------------------------------------------------------------------------
-    # Clock and events
-    # ----------------------------------------------------------------------------------------
-
     def settle(self) -> float:
-        """Apply every event due by now, in time order.
-
-        Returns:
-            The current simulated time.
-        """
+        """Apply every event due by now, in time order; return the current simulated time."""
         now = self.clock.now()
         events = self._events
         while events and events[0][0] <= now:
@@ -168,7 +145,7 @@ class SandboxState:
             project.fail_at = at
             project.fail_message = AUTO_BATCH_NO_CREDITS
             return
-        self.desk.create_batch(
+        self.create_batch(
             project,
             at,
             out_number=out_number,
@@ -178,9 +155,59 @@ class SandboxState:
             automatic=True,
         )
 
-    # ----------------------------------------------------------------------------------------
-    # Credits
-    # ----------------------------------------------------------------------------------------
+    def fail_before_script(self, project: Project, at: float, message: str | None) -> None:
+        """Make a project fail at ``at``, before its script (the script charge is refunded)."""
+        project.fails_before_script = True
+        project.fail_at = at
+        if message is None:
+            step = (
+                ProjectStep.ANALYZING.value
+                if at <= project.analysis_done_at
+                else ProjectStep.GENERATING_SCRIPT.value
+            )
+            message = PROJECT_FAILURES[step]
+        project.fail_message = message
+        self.push(at, EV_PROJECT_FAIL, project)
+
+    def create_batch(
+        self,
+        project: Project,
+        at: float,
+        *,
+        out_number: int,
+        resolution: int | str,
+        aspect_ratio: str,
+        script: str | None,
+        automatic: bool,
+    ) -> Batch:
+        """Charge and create one batch of a project's video tasks at ``at``."""
+        cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
+        self.wallet.charge(cost * out_number)
+        batch = Batch(
+            len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
+        )
+        forced = (
+            "The batch script was rejected (sandbox failure marker)."
+            if self.marked(script)
+            else None
+        )
+        for _ in range(out_number):
+            task = self.new_task(
+                at,
+                PROJECT_TASK_MODEL,
+                project.inputs["duration"],
+                cost,
+                forced,
+                floor=project.created_wall,
+            )
+            task.project_id = project.project_id
+            task.batch = batch.index
+            task.aspect_ratio = aspect_ratio
+            task.resolution = resolution
+            batch.task_ids.append(task.task_id)
+            project.tasks.append(task)
+        project.batches.append(batch)
+        return batch
 
     def credits_data(self) -> dict[str, Any]:
         """The ``data`` of ``GET /v1/credits``, after settling."""
@@ -191,10 +218,6 @@ class SandboxState:
         """Set the balance (``total`` defaults to ``max(total, available)``)."""
         self.settle()
         self.wallet.set(available=available, total=total)
-
-    # ----------------------------------------------------------------------------------------
-    # Tasks
-    # ----------------------------------------------------------------------------------------
 
     def new_id(self, taken: Mapping[str, Any]) -> str:
         while True:
@@ -219,9 +242,7 @@ class SandboxState:
         with the current real time.
         """
         wall = self.clock.wall_time_of(sim) if sim < self.clock.now() else None
-        if wall is None:
-            wall = self.clock.wall_now()
-        return max(wall, floor)
+        return max(self.clock.wall_now() if wall is None else wall, floor)
 
     def new_task(
         self,
@@ -255,26 +276,19 @@ class SandboxState:
         return task
 
     def marked(self, text: Any) -> bool:
+        """Whether ``text`` holds the failure marker."""
         marker = self.failure_marker
-        if not marker or not isinstance(text, str):
-            return False
-        return marker in text
+        return bool(marker) and isinstance(text, str) and str(marker) in text
 
     def create_task(self, body: Mapping[str, Any]) -> Task:
-        """Create a direct video task from a validated request body.
-
-        Args:
-            body: The body, already checked by ``validate_task_request``.
-
-        Returns:
-            The new task.
+        """Create a direct video task from a validated body.
 
         Raises:
             SandboxError: 409 / 300111 when the balance does not cover its price.
         """
         now = self.settle()
         model = body.get("model") or DEFAULT_MODEL
-        duration = int(body.get("duration") or 5)
+        duration = int(body.get("duration") or DEFAULT_DURATION)
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
         forced: str | None = None
@@ -295,10 +309,6 @@ class SandboxState:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
         now = self.settle()
         return self.render.describe_task(lookup(self.tasks, "Task", task_id), now, origin)
-
-    # ----------------------------------------------------------------------------------------
-    # Projects
-    # ----------------------------------------------------------------------------------------
 
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""

@@ -78,28 +78,11 @@ class SandboxStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The statistics as JSON-ready data."""
-        return {
-            "requests": self.requests,
-            "by_route": dict(self.by_route),
-            "by_status": dict(self.by_status),
-            "in_flight": self.in_flight,
-            "peak_in_flight": self.peak_in_flight,
-            "peak_in_flight_by_route": dict(self.peak_in_flight_by_route),
-            "tasks_created": self.tasks_created,
-            "projects_created": self.projects_created,
-            "faults": dict(self.faults),
-            "since": self.since,
-        }
+        return attrs.asdict(self)
 
 
 class RequestStats:
-    """The counters and the request log of one sandbox.
-
-    Args:
-        log_size: How many recent requests the log keeps.
-        created: Returns ``(tasks, projects)`` created so far, for the ``*_created`` counts.
-        faults_injected: Returns the injected faults per kind.
-    """
+    """The counters and the request log of one sandbox."""
 
     def __init__(
         self,

@@ -2,25 +2,41 @@
 
 The server-side truth (every task and project, as the sandbox sees it), exact scheduling of
 outcomes, the balance, the statistics and the request log. The same operations are served
-over HTTP under ``/_sandbox/`` by :mod:`._control`.
+over HTTP under ``/_sandbox/`` by :mod:`._control`. The schedules are set by the functions
+at the end of this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from .._contract._enums import ProjectStatus
 from .._contract._exceptions import InvalidRequestError
 from .._contract._validation import validate_task_request
 from ._clock import SandboxClock
-from ._config import Duration, check_duration
+from ._config import Duration, check_duration, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
-from ._simulation import SandboxError
+from ._routes import ServiceRoutes
+from ._simulation import (
+    ERROR,
+    EV_PROJECT_SCRIPT,
+    EV_TASK_REFUND,
+    INSUFFICIENT_CREDITS,
+    SUCCEEDED,
+    TASK_ERROR_MESSAGE,
+    TASK_FAILURE_MESSAGES,
+    TASK_OUTCOMES,
+    Project,
+    SandboxError,
+    Task,
+    lookup,
+)
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
 
-__all__ = ["ServerTruth"]
+__all__ = ["ServerTruth", "reschedule_project", "reschedule_task"]
 
 _T = TypeVar("_T")
 _BULK_MAX = 1_000_000
@@ -33,12 +49,7 @@ class ServerTruth:
     faults: FaultInjector
     _state: SandboxState
     _stats: RequestStats
-
-    def _origin(self) -> str:
-        raise NotImplementedError
-
-    def _base_url_or_none(self) -> str | None:
-        raise NotImplementedError
+    _routes: ServiceRoutes
 
     @property
     def task_ids(self) -> tuple[str, ...]:
@@ -51,37 +62,30 @@ class ServerTruth:
         return tuple(self._state.projects)
 
     def describe_task(self, task_id: str) -> dict[str, Any]:
-        """Return what the status query would show, plus the sandbox's own view.
-
-        Args:
-            task_id: The task.
+        """What the status query would show of a task, plus the sandbox's own view.
 
         Returns:
-            The ``GET /v1/tasks`` data plus ``project_id``, ``batch``, ``charged``,
-            ``refunded``, ``now`` and ``schedule`` (``created_at``, ``started_at`` and
-            ``finish_at`` in simulated seconds; ``finish_at_wall``, the real Unix time at which
-            it ends or ended, ``None`` while a paused clock has not reached it; ``outcome``,
-            ``error_message``).
+            The ``GET /v1/tasks`` data plus ``project_id``, ``prompt``, ``batch``,
+            ``charged``, ``refunded``, ``now`` and ``schedule`` (``created_at``,
+            ``started_at``, ``finish_at`` in simulated seconds; ``finish_at_wall``, the Unix
+            time it ends or ended, ``None`` while a paused clock has not reached it;
+            ``outcome``, ``error_message``).
 
         Raises:
             KeyError: No such task.
         """
-        return self._wrap_lookup(lambda: self._state.describe_task(task_id, self._origin()))
+        origin = self._routes.origin()
+        return self._wrap_lookup(lambda: self._state.describe_task(task_id, origin))
 
     def describe_project(self, project_id: str) -> dict[str, Any]:
-        """Return what the project endpoint would show, plus inputs, batches and schedule.
-
-        Args:
-            project_id: The project.
-
-        Returns:
-            The project data plus ``inputs``, ``script``, ``batches``, ``now`` and
-            ``schedule``.
+        """What the project endpoint would show, plus inputs, script, batches and schedule.
 
         Raises:
             KeyError: No such project.
         """
-        return self._wrap_lookup(lambda: self._state.describe_project(project_id, self._origin()))
+        return self._wrap_lookup(
+            lambda: self._state.describe_project(project_id, self._routes.origin())
+        )
 
     def schedule_task(
         self,
@@ -91,7 +95,7 @@ class ServerTruth:
         outcome: str | None = None,
         error_message: str | None = None,
     ) -> dict[str, Any]:
-        """Set exactly when and how a pending task ends.
+        """Set exactly when and how a pending task ends; return it as :meth:`describe_task`.
 
         Args:
             task_id: The task.
@@ -99,16 +103,17 @@ class ServerTruth:
             outcome: ``"succeeded"``, ``"failed"`` or ``"error"``; unchanged when omitted.
             error_message: The failure text of a failed/error outcome.
 
-        Returns:
-            The task as :meth:`describe_task` shows it.
-
         Raises:
             KeyError: No such task.
             ValueError: The task has already ended, or a bad argument.
         """
         self._wrap_lookup(
-            lambda: self._state.schedule.schedule_task(
-                task_id, finish_in=finish_in, outcome=outcome, error_message=error_message
+            lambda: reschedule_task(
+                self._state,
+                task_id,
+                finish_in=finish_in,
+                outcome=outcome,
+                error_message=error_message,
             )
         )
         return self.describe_task(task_id)
@@ -123,18 +128,16 @@ class ServerTruth:
         finish_in: Duration | None = None,
         outcome: str | None = None,
     ) -> list[str]:
-        """Create many direct tasks at once, each as if created through the service.
+        """Create many direct tasks at once, each charged as if created through the service.
 
-        For benchmarks and soak runs that need many ids quickly (``POST
-        /_sandbox/tasks/bulk`` over HTTP). Each task is charged like a created task and
-        appears in :attr:`task_ids` and in the statistics' ``tasks_created``; no request is
-        logged.
+        For benchmarks and soak runs that need many ids quickly (``POST /_sandbox/tasks/bulk``
+        over HTTP); the tasks count in ``tasks_created``, no request is logged.
 
         Args:
             count: How many tasks, 1 to 1,000,000.
             prompt: Their prompt (the failure marker works as usual).
-            model: Their model (default ``videomodel_2_0``).
-            duration: Their duration in seconds, 4 to 15 (default 5).
+            model: Their model, ``duration`` their duration (the service's defaults).
+            duration: Seconds of video.
             finish_in: When each ends, in simulated seconds from now: a number, a
                 ``(low, high)`` range drawn per task, or a callable(rng); the sandbox's task
                 duration when ``None``. A very large value keeps them pending.
@@ -156,7 +159,7 @@ class ServerTruth:
         except InvalidRequestError as exc:
             raise ValueError(str(exc)) from None
         tasks = self._wrap_lookup(
-            lambda: self._state.schedule.create_tasks(body, count, finish_in=spec, outcome=outcome)
+            lambda: _create_tasks(self._state, body, count, finish_in=spec, outcome=outcome)
         )
         return [task.task_id for task in tasks]
 
@@ -170,6 +173,8 @@ class ServerTruth:
     ) -> dict[str, Any]:
         """Set exactly when a project's script gets ready, or when it fails instead.
 
+        Returns the project as :meth:`describe_project` shows it.
+
         Args:
             project_id: The project (its script must not be ready yet).
             script_ready_in: Simulated seconds from now until the script is ready, or with
@@ -177,15 +182,13 @@ class ServerTruth:
             outcome: ``"succeeded"`` or ``"failed"``.
             error_message: The project's ``error_message`` when it fails.
 
-        Returns:
-            The project as :meth:`describe_project` shows it.
-
         Raises:
             KeyError: No such project.
             ValueError: The script is already ready or the project failed; a bad argument.
         """
         self._wrap_lookup(
-            lambda: self._state.schedule.schedule_project(
+            lambda: reschedule_project(
+                self._state,
                 project_id,
                 script_ready_in=script_ready_in,
                 outcome=outcome,
@@ -208,20 +211,11 @@ class ServerTruth:
         return self._state.credits_data()
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
-        """Set the balance.
-
-        Args:
-            available: New ``api_available_credits``.
-            total: New ``api_total_credits`` (raised to ``available`` if lower).
-        """
+        """Set ``api_available_credits`` and ``api_total_credits`` (raised to ``available``)."""
         self._state.set_credits(available=available, total=total)
 
     def add_credits(self, amount: float) -> None:
-        """Top the balance up (both total and available).
-
-        Args:
-            amount: Credits to add.
-        """
+        """Add ``amount`` credits to the balance (total and available)."""
         state = self._state
         state.set_credits(
             available=state.wallet.available + amount, total=state.wallet.total + amount
@@ -240,12 +234,8 @@ class ServerTruth:
         """Wait until ``condition()`` is true: checked now, then as each request arrives or ends.
 
         For a test that must act at a point of the traffic (every id polled once, a create in
-        flight, a second client polling) without sleeping and looking again. Await it on the
-        server's event loop, under the caller's deadline (``anyio.fail_after``).
-
-        Args:
-            condition: Reads the server (``stats()``, ``request_log``, ...); called on the
-                server's event loop, after every change of the counters.
+        flight) without sleeping. ``condition`` reads the server (``stats()``,
+        ``request_log``); await this on the server's loop, under a deadline (``fail_after``).
         """
         while not condition():
             await self._stats.changed()
@@ -257,4 +247,109 @@ class ServerTruth:
 
     def openapi(self) -> dict[str, Any]:
         """Return the OpenAPI 3.1 document of the service, with this server's URL."""
-        return build_openapi(self._base_url_or_none())
+        return build_openapi(self._routes.base_url())
+
+
+def _create_tasks(
+    state: SandboxState,
+    body: Mapping[str, Any],
+    count: int,
+    *,
+    finish_in: Duration | None = None,
+    outcome: str | None = None,
+) -> list[Task]:
+    """:meth:`ServerTruth.create_tasks` (a balance too low: 409 / 300111)."""
+    if outcome is not None and outcome not in TASK_OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+    state.settle()
+    price = state.pricing.task_cost(body.get("model"), body.get("duration"))
+    if not state.wallet.can_pay(price * count):
+        raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+    tasks = []
+    for _ in range(count):
+        task = state.create_task(body)
+        if finish_in is not None or outcome is not None:
+            seconds = (
+                task.finished_at - task.created_at
+                if finish_in is None
+                else sample_duration(finish_in, state.rng)
+            )
+            reschedule_task(state, task.task_id, finish_in=seconds, outcome=outcome)
+        tasks.append(task)
+    return tasks
+
+
+def reschedule_task(
+    state: SandboxState,
+    task_id: str,
+    *,
+    finish_in: float,
+    outcome: str | None = None,
+    error_message: str | None = None,
+) -> Task:
+    """:meth:`ServerTruth.schedule_task` (404 for an unknown task, 409 for one that ended)."""
+    now = state.settle()
+    task = lookup(state.tasks, "Task", task_id)
+    if now >= task.finished_at:
+        raise SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
+    if not isinstance(finish_in, (int, float)) or isinstance(finish_in, bool) or finish_in < 0:
+        raise ValueError(f"finish_in must be a number >= 0, got {finish_in!r}")
+    if outcome is not None and outcome not in TASK_OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+    task.version += 1
+    task.finished_at = now + float(finish_in)
+    task.started_at = min(task.started_at, task.finished_at)
+    if outcome is not None:
+        task.outcome = outcome
+    if task.outcome == SUCCEEDED:
+        task.error_message = None
+    else:
+        default = TASK_ERROR_MESSAGE if task.outcome == ERROR else TASK_FAILURE_MESSAGES[2]
+        task.error_message = error_message or task.error_message or default
+        state.push(task.finished_at, EV_TASK_REFUND, task)
+    state.settle()
+    return task
+
+
+def reschedule_project(
+    state: SandboxState,
+    project_id: str,
+    *,
+    script_ready_in: float,
+    outcome: str = "succeeded",
+    error_message: str | None = None,
+) -> Project:
+    """:meth:`ServerTruth.schedule_project` (404 unknown, 409 past its script step).
+
+    The steps still ahead are squeezed or stretched into the new span in proportion.
+    """
+    now = state.settle()
+    project = lookup(state.projects, "Project", project_id)
+    if project.failed(now) or now >= project.script_ready_at:
+        raise SandboxError(
+            409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
+        )
+    span = script_ready_in
+    if not isinstance(span, (int, float)) or isinstance(span, bool) or span < 0:
+        raise ValueError(f"script_ready_in must be a number >= 0, got {span!r}")
+    if outcome not in (ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value):
+        raise ValueError(f"outcome must be 'succeeded' or 'failed', got {outcome!r}")
+    old_span = project.script_ready_at - now
+    ratio = float(span) / old_span if old_span > 0 else 0.0
+
+    def rescale(boundary: float) -> float:
+        return boundary if boundary <= now else now + (boundary - now) * ratio
+
+    project.media_done_at = rescale(project.media_done_at)
+    project.analysis_done_at = rescale(project.analysis_done_at)
+    project.script_ready_at = now + float(span)
+    project.version += 1
+    project.fail_at = None
+    project.fail_message = None
+    project.fails_before_script = False
+    if outcome == ProjectStatus.FAILED.value:
+        state.fail_before_script(project, project.script_ready_at, error_message)
+    else:
+        state.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
+    state.settle()
+    return project
