@@ -13,7 +13,7 @@ from typing import Any
 
 from videogen_async._contract._meta import ResponseInfo
 from videogen_async._contract._models import Task, structure_lenient
-from videogen_async._http._transport import Response
+from videogen_async._http._envelope import Response
 from videogen_async._resources._resource import Resource
 
 RUNNING = {

@@ -24,6 +24,8 @@ import pytest
 from tests.test_docs import ThreadedSandbox
 from videogen_async import (
     AsyncVideoGen,
+    BackoffPolicy,
+    ConfigurationError,
     InvalidRequestError,
     NotFoundError,
     PollPolicy,
@@ -228,6 +230,20 @@ def test_every_async_call_has_its_blocking_form() -> None:
         )
     finally:
         blocking.close()
+
+
+def test_it_takes_the_arguments_of_the_async_client_but_a_session() -> None:
+    own = inspect.signature(AsyncVideoGen).parameters
+    assert list(inspect.signature(VideoGen).parameters) == [n for n in own if n != "session"]
+    with pytest.raises(ConfigurationError, match="VideoGen takes no session"):
+        VideoGen(api_key="k" * 12, base_url="http://127.0.0.1:9", session=object())  # type: ignore[arg-type]
+    options = {"timeout": 7.0, "max_retries": 1, "deadline": 30.0, "backoff": BackoffPolicy()}
+    with VideoGen(api_key="k" * 12, base_url="http://127.0.0.1:9/", **options) as client:
+        same = AsyncVideoGen(api_key="k" * 12, base_url="http://127.0.0.1:9/", **options)
+        for name in ("base_url", "timeout", "max_retries", "deadline", "poll_policy", "backoff"):
+            assert getattr(client, name) == getattr(same, name)
+            assert getattr(VideoGen, name).__doc__ == getattr(AsyncVideoGen, name).__doc__
+        assert client.finish_times is client._client.finish_times
 
 
 def test_gather_is_a_plain_iterator_that_leaves_nothing_running(sandbox: Sandbox) -> None:

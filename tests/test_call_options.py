@@ -253,3 +253,17 @@ async def test_a_bad_timeout_is_refused(recorder: tuple[Recorder, str], timeout:
         with pytest.raises(InvalidRequestError, match=r"^timeout: "):
             await client.credits.get(timeout=timeout)
     assert rec.requests == []
+
+
+async def test_an_option_a_call_does_not_take_is_refused_before_sending(
+    recorder: tuple[Recorder, str],
+) -> None:
+    rec, base = recorder
+    async with AsyncVideoGen(api_key=KEY, base_url=base) as client:
+        with pytest.raises(TypeError, match="'extra_header'"):
+            await client.tasks.create("p", extra_header={"X-A": "b"})  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"'extra_body'.* extra_headers, extra_query"):
+            await client.tasks.wait("t-1", extra_body={"a": 1})  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="'retries'"):
+            await client.projects.wait_for_script("p-1", retries=0)  # type: ignore[call-arg]
+    assert rec.requests == []

@@ -21,7 +21,7 @@ from aiohttp import web
 
 import videogen_async as vg
 from videogen_async import AsyncVideoGen, DownloadError
-from videogen_async._download import default_filename, redact_url
+from videogen_async._download._sources import default_filename, redact_url
 
 from .helpers import KEY, envelope, task_data
 
@@ -434,7 +434,7 @@ def test_names_and_redaction() -> None:
 
 async def test_not_a_url_is_refused(client: AsyncVideoGen, tmp_path: Path) -> None:
     with pytest.raises(DownloadError, match="not an http"):
-        await vg._download.download_url(client._transport, "ftp://x/y.mp4", tmp_path / "y")
+        await vg._download._file.download_url(client._transport, "ftp://x/y.mp4", tmp_path / "y")
     assert os.listdir(tmp_path) == []
 
 

@@ -23,6 +23,7 @@ from aiohttp import web
 
 import videogen_async as vg
 from videogen_async import AsyncVideoGen, BackoffPolicy, PollPolicy, Timeout
+from videogen_async._http._session import proxy_for
 
 KEY = "sk-hostile-test"
 PROMPT = "a cat on a skateboard"
@@ -408,11 +409,14 @@ async def test_http_proxy_from_the_environment_is_used(
         clean_proxy_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         # A host that does not resolve: only the proxy can answer for it.
         async with AsyncVideoGen(
-            api_key=KEY, base_url="http://service.localhost:8123", max_retries=0
+            api_key=KEY,
+            base_url="http://service.invalid:8123",
+            max_retries=0,
+            allow_insecure_http=True,
         ) as client:
             balance = await client.credits.get()
     assert balance.api_available_credits == 7
-    assert proxy.lines == ["GET http://service.localhost:8123/v1/credits HTTP/1.1"]
+    assert proxy.lines == ["GET http://service.invalid:8123/v1/credits HTTP/1.1"]
 
 
 async def test_https_proxy_gets_a_connect(clean_proxy_env: pytest.MonkeyPatch) -> None:
@@ -447,6 +451,33 @@ async def test_proxy_is_skipped_by_no_proxy_or_for_loopback(
             balance = await client.credits.get()
     assert balance.api_available_credits == 3
     assert proxy.lines == []
+
+
+@pytest.mark.parametrize(
+    ("host", "proxied"),
+    [
+        ("localhost", False),
+        ("api.localhost", False),  # plain http is allowed to it: it must not reach a proxy
+        ("127.0.0.2", False),
+        ("[::1]", False),
+        ("[::ffff:127.0.0.1]", False),
+        ("[::ffff:10.0.0.5]", True),
+        ("localhost.example.com", True),
+    ],
+)
+def test_the_proxy_rule_and_the_plain_http_rule_agree_on_this_machine(
+    host: str, proxied: bool, clean_proxy_env: pytest.MonkeyPatch
+) -> None:
+    clean_proxy_env.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    url = f"http://{host}:8080"
+    assert (proxy_for(url) is not None) is proxied
+    try:
+        AsyncVideoGen(api_key=KEY, base_url=url)
+    except vg.ConfigurationError:
+        insecure_refused = True
+    else:
+        insecure_refused = False
+    assert insecure_refused is proxied
 
 
 @pytest.mark.parametrize("method", ["get", "create"])
@@ -486,7 +517,11 @@ async def test_trust_env_false_never_uses_the_proxy(clean_proxy_env: pytest.Monk
         clean_proxy_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         clean_proxy_env.setenv("ALL_PROXY", f"http://127.0.0.1:{port}")
         async with AsyncVideoGen(
-            api_key=KEY, base_url="http://service.localhost:8123", max_retries=0, trust_env=False
+            api_key=KEY,
+            base_url="http://service.invalid:8123",
+            max_retries=0,
+            trust_env=False,
+            allow_insecure_http=True,
         ) as client:
             with anyio.fail_after(30), pytest.raises(vg.APIConnectionError):
                 await client.credits.get()  # direct: the name does not resolve

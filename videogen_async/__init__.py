@@ -57,9 +57,9 @@ from ._contract._models import (
     TaskResult,
     VideoBatch,
 )
-from ._download import DownloadResult
+from ._download._many import DownloadResult
 from ._http._retry import BackoffPolicy
-from ._http._transport import Timeout
+from ._http._session import Timeout
 from ._http._webhooks import Webhook, verify_webhook, webhook
 from ._ledger import Ledger, LedgerEntry
 from ._observe._hooks import EventHook, PollEvent, RequestEvent, ResponseEvent, RetryEvent

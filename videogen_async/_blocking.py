@@ -1,11 +1,11 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
-A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop running in one daemon thread of
-its own; each call is handed to that loop and the calling thread blocks until its answer.
-Nothing is implemented twice: each blocking namespace declares, one line per call, which call
-of the async namespace it runs (``create = _blocking(Tasks.create)``) and takes its signature,
-types and docstring, so results, errors, retries, waits, pacing and the one connection pool
-every thread shares are the async client's own.
+A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop in one daemon thread of its own;
+each call is handed to that loop and the calling thread blocks until its answer. Nothing is
+implemented twice: each blocking namespace declares, one line per call, which async call it
+runs (``create = _blocking(Tasks.create)``) and takes its signature, types and docstring, as
+the client takes its arguments and properties: results, errors, retries, waits, pacing and
+the one connection pool every thread shares are the async client's own.
 
 A call is handed over with ``asyncio.run_coroutine_threadsafe``: one wake-up of each thread.
 An anyio blocking portal (``start_task_soon``) makes two round trips per call, which doubles
@@ -24,24 +24,19 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from ._client import DEFAULT_CONNECTION_LIMIT, DEFAULT_TIMEOUT, AsyncVideoGen
-from ._contract._exceptions import TaskPollError
+from ._client import AsyncVideoGen
+from ._contract._exceptions import ConfigurationError, TaskPollError
 from ._contract._meta import HasResponse
 from ._contract._models import Task
-from ._http._retry import BackoffPolicy
-from ._http._transport import DEFAULT_MAX_BODY, Timeout
-from ._observe._hooks import EventHook
 from ._resources._credits import Credits
 from ._resources._projects import Projects
 from ._resources._raw import RawResponse
 from ._resources._tasks import Tasks
 from ._waiting._gather import GatherResults
-from ._waiting._policy import PollPolicy
 from ._waiting._progress import GatherProgress
-from ._waiting._schedule import FinishTimeMemory
 
 __all__ = ["BlockingGather", "BlockingIterator", "VideoGen"]
 
@@ -347,6 +342,44 @@ class _RawResponses:
         self.credits = _RawCredits(loop, raw.credits)
 
 
+class _Attribute(Generic[_T]):
+    """A read-only attribute of :class:`VideoGen`: the same-named one of its async client."""
+
+    def __init__(self, attribute: Callable[[AsyncVideoGen], _T]) -> None:
+        self.__doc__ = attribute.__doc__  # the async client's property: its type and its doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Attribute[_T]: ...
+
+    @overload
+    def __get__(self, obj: VideoGen, owner: type | None = None) -> _T: ...
+
+    def __get__(self, obj: VideoGen | None, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj._target, self._name)
+
+
+def _arguments_of(
+    init: Callable[Concatenate[Any, _P], None], *, but: str
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, _P], None]]:
+    """Give a constructor the parameters of ``init``: their types, and their signature but one.
+
+    Type checkers still see the one left out: the constructor refuses it.
+    """
+    signature = inspect.signature(init)
+    kept = [p for p in signature.parameters.values() if p.name != but]
+    shown = signature.replace(parameters=kept)
+
+    def same(method: Callable[..., None]) -> Callable[Concatenate[Any, _P], None]:
+        method.__dict__["__signature__"] = shown
+        return method
+
+    return same
+
+
 def _view(loop: _Loop, client: AsyncVideoGen) -> VideoGen:
     return VideoGen._over(loop, client, owns_loop=False)
 
@@ -376,41 +409,18 @@ class VideoGen(_Namespace):
     client's own.
 
     Raises:
-        ConfigurationError: The key or base URL is missing or invalid.
+        ConfigurationError: The key or base URL is missing or invalid, or a ``session`` was
+            given.
     """
 
-    def __init__(
-        self,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        *,
-        timeout: Timeout | float | None = DEFAULT_TIMEOUT,
-        max_retries: int | None = None,
-        connection_limit: int = DEFAULT_CONNECTION_LIMIT,
-        poll_policy: PollPolicy | None = None,
-        backoff: BackoffPolicy | None = None,
-        default_headers: dict[str, str] | None = None,
-        allow_insecure_http: bool = False,
-        max_body_size: int = DEFAULT_MAX_BODY,
-        deadline: float | None = None,
-        trust_env: bool = True,
-        event_hooks: Mapping[str, Sequence[EventHook]] | None = None,
-    ) -> None:
-        client = AsyncVideoGen(
-            api_key,
-            base_url,
-            timeout=timeout,
-            max_retries=max_retries,
-            connection_limit=connection_limit,
-            poll_policy=poll_policy,
-            backoff=backoff,
-            default_headers=default_headers,
-            allow_insecure_http=allow_insecure_http,
-            max_body_size=max_body_size,
-            deadline=deadline,
-            trust_env=trust_env,
-            event_hooks=event_hooks,
-        )
+    @_arguments_of(AsyncVideoGen.__init__, but="session")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "session" in kwargs:
+            raise ConfigurationError(
+                "VideoGen takes no session: an aiohttp session belongs to an event loop, and"
+                " the blocking client's loop is its own"
+            )
+        client = AsyncVideoGen(*args, **kwargs)
         self._attach(_Loop(client), client, owns_loop=True)
 
     def _attach(self, loop: _Loop, client: AsyncVideoGen, *, owns_loop: bool) -> None:
@@ -440,40 +450,13 @@ class VideoGen(_Namespace):
     def __repr__(self) -> str:
         return repr(self._client).replace("AsyncVideoGen", "VideoGen", 1)
 
-    @property
-    def base_url(self) -> str:
-        """The service's base URL."""
-        return self._client.base_url
-
-    @property
-    def timeout(self) -> Timeout:
-        """The per-attempt timeouts."""
-        return self._client.timeout
-
-    @property
-    def deadline(self) -> float | None:
-        """Seconds for a whole call with all its retries (``None``: no such bound)."""
-        return self._client.deadline
-
-    @property
-    def max_retries(self) -> int:
-        """Retries of a request after a transient failure."""
-        return self._client.max_retries
-
-    @property
-    def poll_policy(self) -> PollPolicy:
-        """The default poll policy of the waits and ``gather_until_done``."""
-        return self._client.poll_policy
-
-    @property
-    def backoff(self) -> BackoffPolicy:
-        """How the client slows down under failure."""
-        return self._client.backoff
-
-    @property
-    def finish_times(self) -> FinishTimeMemory:
-        """What ``gather_until_done`` learned of each class of tasks' finish times."""
-        return self._client.finish_times
+    base_url = _Attribute(AsyncVideoGen.base_url)
+    timeout = _Attribute(AsyncVideoGen.timeout)
+    deadline = _Attribute(AsyncVideoGen.deadline)
+    max_retries = _Attribute(AsyncVideoGen.max_retries)
+    poll_policy = _Attribute(AsyncVideoGen.poll_policy)
+    backoff = _Attribute(AsyncVideoGen.backoff)
+    finish_times = _Attribute(AsyncVideoGen.finish_times)
 
     @property
     def is_closed(self) -> bool:

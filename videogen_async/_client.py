@@ -8,7 +8,6 @@ import re
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -16,9 +15,11 @@ import attrs
 
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
-from ._download import DownloadCalls, GetTask
+from ._download._calls import DownloadCalls
+from ._download._sources import GetTask
 from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
-from ._http._transport import DEFAULT_MAX_BODY, UNSET, SessionOwner, Timeout, Transport
+from ._http._session import UNSET, SessionOwner, Timeout, is_loopback
+from ._http._transport import DEFAULT_MAX_BODY, Transport
 from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
 from ._resources._credits import Credits
@@ -33,8 +34,6 @@ __all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
 
 DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_CONNECTION_LIMIT = 100
-
-_NOT_GIVEN: Any = object()
 
 
 def _is_ip(text: str) -> bool:
@@ -52,19 +51,6 @@ def _encodable(host: str) -> bool:
     except UnicodeError:
         return False
     return True
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    # An IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged by its IPv4 address, as Python
-    # 3.13 does and earlier versions did not.
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool((mapped or address).is_loopback)
 
 
 # The authority of a base URL: a bracketed IPv6 address or a name without the characters that
@@ -98,7 +84,7 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
         raise ConfigurationError(f"base_url has an invalid host or port: {text!r}")
     if parts.query or parts.fragment:
         raise ConfigurationError(f"base_url must not have a query or fragment: {text!r}")
-    if parts.scheme == "http" and not allow_insecure_http and not _is_loopback(host):
+    if parts.scheme == "http" and not allow_insecure_http and not is_loopback(host):
         raise ConfigurationError(
             f"base_url {text!r} uses plain http to a host that is not loopback: the API key"
             " would cross the network unencrypted. Use https, or pass"
@@ -172,11 +158,6 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
-
-    Attributes:
-        finish_times: What ``gather_until_done`` learned of each class of tasks' finish
-            times, kept in memory for the client's next gathers (shared with its
-            ``with_options`` views).
     """
 
     def __init__(
@@ -255,10 +236,8 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         self._owns_session = owns_session
         self._poll_policy = poll_policy
         policy = poll_policy or DEFAULT_POLICY
-        self.finish_times: FinishTimeMemory = (
-            finish_times if finish_times is not None else InMemoryFinishTimes()
-        )
-        self.tasks = Tasks(transport, policy, self.finish_times)
+        self._finish_times = finish_times if finish_times is not None else InMemoryFinishTimes()
+        self.tasks = Tasks(transport, policy, self._finish_times)
         self.projects = Projects(transport, policy, self.tasks._fetch_once)
         self.credits = Credits(transport, policy)
         #: The same calls, each returning a :class:`RawResponse` (status, headers,
@@ -317,6 +296,14 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         return self._poll_policy or DEFAULT_POLICY
 
     @property
+    def finish_times(self) -> FinishTimeMemory:
+        """What ``gather_until_done`` learned of each class of tasks' finish times.
+
+        Kept in memory for the client's next gathers, and shared with its views.
+        """
+        return self._finish_times
+
+    @property
     def is_closed(self) -> bool:
         """Whether :meth:`aclose` was called (on this client or the one it was made from)."""
         return self._transport.owner.closed
@@ -324,11 +311,11 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
     def with_options(
         self,
         *,
-        timeout: Timeout | float | None = _NOT_GIVEN,
+        timeout: Timeout | float | None = UNSET,
         max_retries: int | None = None,
         poll_policy: PollPolicy | None = None,
         backoff: BackoffPolicy | None = None,
-        deadline: float | None = _NOT_GIVEN,
+        deadline: float | None = UNSET,
     ) -> AsyncVideoGen:
         """A view of this client with other options, sharing its connection pool and pacing.
 
@@ -352,17 +339,17 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         """
         policy = _backoff_with(backoff or self._transport.backoff, max_retries)
         new_timeout = None
-        if timeout is not _NOT_GIVEN:
+        if timeout is not UNSET:
             try:
                 new_timeout = Timeout.of(timeout)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if deadline is not _NOT_GIVEN:
+        if deadline is not UNSET:
             _check_deadline(deadline)
         transport = self._transport.copy(
             timeout=new_timeout,
             backoff=policy,
-            deadline=UNSET if deadline is _NOT_GIVEN else deadline,
+            deadline=deadline,
         )
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 

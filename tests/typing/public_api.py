@@ -186,3 +186,13 @@ def blocking() -> None:
         quick: vg.VideoGen = client.with_options(max_retries=0)
         path: Path = quick.download(task, "out.mp4")
         print(balance, raw.parse(), path, client.is_closed)
+
+
+async def per_call_options(client: AsyncVideoGen) -> None:
+    """The per-call options are typed on every call: a misspelled or mistyped one is an error
+    (``warn_unused_ignores`` fails this file if one is not)."""
+    await client.tasks.get("t", extra_header={"X-A": "b"})  # type: ignore[call-arg]
+    await client.credits.get(timeout="5")  # type: ignore[arg-type]
+    await client.tasks.wait("t", extra_body={"a": 1})  # type: ignore[call-arg]
+    await client.projects.create_videos("p", extra_query={"a": [1]})  # type: ignore[dict-item]
+    vg.VideoGen().credits.get(extra_headers={"X-A": 1})  # type: ignore[dict-item]

@@ -12,15 +12,10 @@ _FRACTION = re.compile(r"\.(\d+)")
 
 
 def parse_datetime(value: Any) -> datetime | None:
-    """Parse an ISO 8601 date-time (or epoch seconds) into an aware ``datetime``.
+    """An aware ``datetime`` (UTC without an offset) of ISO 8601 text or epoch seconds.
 
-    Args:
-        value: A string such as ``2026-01-02T03:04:05.123456789Z``, a number of seconds since
-            the epoch, a ``datetime``, or ``None``.
-
-    Returns:
-        The aware ``datetime`` (UTC when the text has no offset), or ``None`` for ``None`` or
-        an empty string.
+    Takes text such as ``2026-01-02T03:04:05.123456789Z``, a number, a ``datetime``;
+    ``None`` for ``None`` or an empty string.
 
     Raises:
         ValueError: The value is not a date-time.

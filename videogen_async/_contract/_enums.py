@@ -131,9 +131,6 @@ class SpeechLanguage(_StrEnum):
 TERMINAL_TASK_STATUSES: frozenset[str] = frozenset(
     {TaskStatus.SUCCEEDED.value, TaskStatus.FAILED.value, TaskStatus.ERROR.value}
 )
-PENDING_TASK_STATUSES: frozenset[str] = frozenset(
-    {TaskStatus.QUEUED.value, TaskStatus.RUNNING.value}
-)
 TERMINAL_PROJECT_STATUSES: frozenset[str] = frozenset(
     {ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value}
 )

@@ -185,12 +185,7 @@ class InvalidRequestError(VideoGenError, ValueError):
 
 
 class APIConnectionError(VideoGenError):
-    """The service could not be reached, or the connection broke before a full answer.
-
-    Attributes:
-        method: The HTTP method of the failed request.
-        path: The path of the failed request.
-    """
+    """The service could not be reached, or the connection broke before a full answer."""
 
 
 class APITimeoutError(APIConnectionError, TimeoutError):
@@ -273,23 +268,12 @@ class APIResponseError(VideoGenError):
     Attributes:
         status_code: The HTTP status.
         body_excerpt: The first characters of the body.
+
+    The other keywords are those of :class:`VideoGenError`.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status_code: int | None = None,
-        body_excerpt: str = "",
-        trace_id: str | None = None,
-        request_may_have_taken_effect: bool = False,
-    ) -> None:
-        super().__init__(
-            message,
-            status_code=status_code,
-            trace_id=trace_id,
-            request_may_have_taken_effect=request_may_have_taken_effect,
-        )
+    def __init__(self, message: str, *, body_excerpt: str = "", **context: Any) -> None:
+        super().__init__(message, **context)
         self.body_excerpt = redact_text(body_excerpt)
 
 
@@ -498,13 +482,6 @@ def status_error_class(status: int, code: int | None) -> type[APIStatusError]:
 
     The business codes (300111, 100099) win; then an HTTP error status; then, under HTTP 200,
     an HTTP-like envelope code (``{"code": 404}`` is a not-found even when the status is 200).
-
-    Args:
-        status: The HTTP status.
-        code: The envelope code, or ``None`` when there was no envelope.
-
-    Returns:
-        The most specific class.
     """
     cls = _BY_CODE.get(code) if code is not None else None
     if cls is not None:

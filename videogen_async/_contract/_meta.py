@@ -1,14 +1,11 @@
 """What a result knows of the HTTP answer it was parsed from: ``ResponseInfo``.
 
-Every result of a call (``Task``, ``CreatedTask``, ``Project``, ``CreatedProject``,
-``VideoBatch``, ``CreditBalance``) carries the :class:`ResponseInfo` of the answer it was read
-from, in a private slot outside its attrs fields: equality, hashing, ``repr``, ``attrs.fields``
-and ``attrs.asdict`` ignore it, and the model stays immutable. It is read as
-``result._request_id`` (the service's ``trace_id``, the name openai-python and anthropic use)
-and ``result._response`` (status, headers, method, URL, attempts, elapsed time).
-
-A copy (``attrs.evolve``, ``copy.copy``, ``pickle``) or a model built by hand carries none:
-it is not the answer of a request, so both read ``None``.
+Every result of a call carries the :class:`ResponseInfo` of the answer it was read from, in a
+private slot outside its attrs fields (equality, hashing, ``repr`` and ``attrs.asdict`` ignore
+it, and the model stays immutable), read as ``result._request_id`` (the service's
+``trace_id``, the name openai-python and anthropic use) and ``result._response``. A copy
+(``attrs.evolve``, ``copy.copy``, ``pickle``) or a model built by hand is not the answer of a
+request: both read ``None``.
 """
 
 from __future__ import annotations
@@ -86,7 +83,9 @@ class ResponseInfo:
             f" elapsed={self.elapsed:.3f})"
         )
 
-    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[ResponseInfo], tuple[int, dict[str, str], str | None, str, str, int, float]]:
         # What is pickled is what is shown: the redacted headers (a plain dict: the answer's
         # are a read-only view that does not pickle) and the redacted trace id.
         return (

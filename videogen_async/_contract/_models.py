@@ -301,11 +301,7 @@ class VideoBatch(HasResponse, Serializable):
     task_ids: tuple[str, ...] = ()
 
 
-# --------------------------------------------------------------------------------------------
-# Parsing (by the converter of ``_serial``)
-# --------------------------------------------------------------------------------------------
-
-
+# Parsing, by the converter of ``_serial`` (which reads the field types resolved here).
 for _cls in (
     CreditBalance,
     CreatedTask,
@@ -322,14 +318,7 @@ del _cls
 
 
 def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
-    """Parse a JSON object into a model.
-
-    Args:
-        data: The decoded ``data`` object of an envelope.
-        cls: The model class.
-
-    Returns:
-        The model instance.
+    """Parse the decoded ``data`` object of an envelope into a model of ``cls``.
 
     Raises:
         TypeError: ``data`` is not a JSON object.
@@ -345,7 +334,6 @@ def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
 
 _TASK_STATUS = {m.value: m for m in TaskStatus}
 _MODEL = {m.value: m for m in Model}
-_RESULT_KEYS = frozenset({"video_url", "error_message", "finished_at", "status"})
 
 
 def _fast_text(value: Any) -> str | None:
@@ -355,23 +343,12 @@ def _fast_text(value: Any) -> str | None:
 
 
 def structure_task(data: Any) -> Task:
-    """Parse a ``Task``: the polling hot path.
+    """``structure(data, Task)`` for the answer every poll decodes: the polling hot path.
 
-    A hand-written parser for the answer every poll decodes; it gives exactly what
-    :func:`structure` gives (a property test holds them equal) and hands anything unusual
-    (a wrong type, an odd number) to it. It builds ``Task`` and ``TaskResult`` by position,
-    in the order of their shapes in ``_contract._service`` (``tests/test_models.py``
-    holds the models and this parser to the statement).
-
-    Args:
-        data: The decoded ``data`` object of a task status answer.
-
-    Returns:
-        The task.
-
-    Raises:
-        TypeError: ``data`` is not a JSON object.
-        cattrs.BaseValidationError: A required field is missing or unreadable.
+    A hand-written parser that gives exactly what :func:`structure` gives (a property test
+    holds them equal) and hands anything unusual (a wrong type, an odd number) to it. It
+    builds ``Task`` and ``TaskResult`` by position, in the order of their shapes in
+    ``_contract._service`` (``tests/test_models.py`` holds the three together).
     """
     try:
         status = data["status"]
@@ -415,19 +392,10 @@ def structure_task(data: Any) -> Task:
 def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
     """Parse like :func:`structure`, but leave a field that does not parse at its default.
 
-    Used for answers that carry an identifier the caller must not lose (a created task's
-    ``task_id``): one unreadable date must not hide it.
-
-    Args:
-        data: The decoded ``data`` object of an envelope.
-        cls: The model class (an attrs class).
-
-    Returns:
-        The model and the names of the fields left at their default.
-
-    Raises:
-        TypeError: ``data`` is not a JSON object.
-        cattrs.BaseValidationError: A field with no default is missing or unreadable.
+    For answers that carry an identifier the caller must not lose (a created task's
+    ``task_id``): one unreadable date must not hide it. Returns the model and the names of
+    the fields left at their default; a field with no default that does not parse raises as
+    in :func:`structure`.
     """
     try:
         if cls is Task:
@@ -457,9 +425,8 @@ def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
     return converter.structure(kept, cls), dropped
 
 
-def unstructure(value: Any) -> Any:
-    """Turn a model back into JSON-ready data (dates as ISO 8601 strings)."""
-    return converter.unstructure(value)
+#: ``to_dict()`` of a model, for the CLI's and the ledger's callers (prefer ``to_dict()``).
+unstructure = converter.unstructure
 
 
 _EMPTY_WHEN_NULL = frozenset({"task_ids", "tasks", "billing"})

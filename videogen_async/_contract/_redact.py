@@ -6,8 +6,7 @@ broken by whitespace or a line break. Every text that comes from the wire passes
 :func:`redact_text` before it becomes part of an error or a log record; the logging filter
 installed on the ``videogen_async`` logger is the safety net for everything else.
 
-The secrets are the API keys of the clients created in this process (registered by the
-transport); the registry holds the most recent :data:`MAX_SECRETS` of them.
+The secrets are the API keys of the process's clients (the most recent :data:`MAX_SECRETS`).
 """
 
 from __future__ import annotations
@@ -67,11 +66,7 @@ def _secret_regex(secret: str) -> str:
 
 
 def register_secret(secret: str) -> None:
-    """Remember a secret (an API key) so that it is redacted from now on.
-
-    Args:
-        secret: The key. Values shorter than :data:`MIN_SECRET_LENGTH` are ignored.
-    """
+    """Redact ``secret`` (an API key) from now on (not one below ``MIN_SECRET_LENGTH``)."""
     global _pattern  # noqa: PLW0603
     secret = str(secret)  # a ``_Secret`` str subclass becomes a plain str
     if len(secret.strip()) < MIN_SECRET_LENGTH:
@@ -95,14 +90,7 @@ def contains_secret(text: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """Replace every registered secret in ``text`` (in any recognised form) by ``<redacted>``.
-
-    Args:
-        text: Any text, typically from the wire.
-
-    Returns:
-        The text without secrets (the same object when there was nothing to replace).
-    """
+    """``text`` with every registered secret (in any recognised form) as ``<redacted>``."""
     pattern = _pattern
     if pattern is None or not text:
         return text
@@ -115,16 +103,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
     The walk is iterative (a deeply nested value cannot exhaust the stack) and returns the
     value itself when no string in it holds a secret. Its cost is bounded, so a hostile body
     cannot stall the event loop: past ``max_items`` strings, dicts and lists, or once
-    ``max_chars`` characters have been searched, the rest is replaced by ``<redacted>``
-    rather than searched.
-
-    Args:
-        value: A JSON-like value: ``dict``, ``list``, ``str``, numbers, ``None``.
-        max_items: The most containers and strings walked.
-        max_chars: The most characters searched.
-
-    Returns:
-        The redacted value.
+    ``max_chars`` characters have been searched, the rest is replaced by ``<redacted>``.
     """
     pattern = _pattern
     if pattern is None:
@@ -207,15 +186,11 @@ def _chain(exc: BaseException | None) -> list[BaseException]:
 def drop_locals(exc: BaseException | None) -> None:
     """Clear the local variables of the finished frames an exception chain went through.
 
-    A traceback printed with its locals (``traceback.TracebackException(...,
-    capture_locals=True)``, ``pytest --showlocals``, rich's ``show_locals``, error trackers)
-    would show the raw answer a frame held (a body, headers, a decoded envelope), key echoed
-    and all. The first frame of each traceback, where the exception was caught, may still be
-    running (or be a suspended coroutine, which clearing would close): it is left alone; the
-    frames below it were left by the exception and are done.
-
-    Args:
-        exc: The first exception of the chain, or ``None``.
+    A traceback printed with its locals (``pytest --showlocals``, rich's ``show_locals``,
+    error trackers) would show the raw answer a frame held, key echoed and all. The first
+    frame of each traceback, where the exception was caught, may still be running (or be a
+    suspended coroutine, which clearing would close): it is left alone; the frames below it
+    were left by the exception and are done.
     """
     for current in _chain(exc):
         tb = current.__traceback__
@@ -226,12 +201,8 @@ def drop_locals(exc: BaseException | None) -> None:
 def scrub_exception(exc: BaseException | None) -> None:
     """Redact, in place, the texts an exception chain holds (``args`` and string attributes).
 
-    Used on exceptions of other libraries (aiohttp, cattrs) that quote what a server sent
-    and become the ``__cause__`` of one of ours; the locals of the frames they went through
-    are dropped too (:func:`drop_locals`).
-
-    Args:
-        exc: The first exception of the chain, or ``None``.
+    For exceptions of other libraries (aiohttp, cattrs) that quote what a server sent and
+    become the ``__cause__`` of one of ours; the locals of their frames are dropped too.
     """
     drop_locals(exc)
     if _pattern is None:

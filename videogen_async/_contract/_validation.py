@@ -19,33 +19,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ._exceptions import InvalidRequestError
-from ._service import (
-    DURATION_MAX,
-    DURATION_MIN,
-    FIRST_LAST_FRAMES_MAX_IMAGES,
-    MAX_AUDIO_URLS,
-    MAX_IMAGE_URLS,
-    MAX_VIDEO_URLS,
-    OUT_NUMBER_MAX,
-    OUT_NUMBER_MIN,
-    PROJECT_REQUEST,
-    TASK_REQUEST,
-    VIDEOS_REQUEST,
-    Body,
-    Field,
-    MaxItemsWhen,
-)
+from ._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST, Body, Field, MaxItemsWhen
 
 __all__ = [
-    "DURATION_MAX",
-    "DURATION_MIN",
-    "FIRST_LAST_FRAMES_MAX_IMAGES",
     "ID_UNSAFE",
-    "MAX_AUDIO_URLS",
-    "MAX_IMAGE_URLS",
-    "MAX_VIDEO_URLS",
-    "OUT_NUMBER_MAX",
-    "OUT_NUMBER_MIN",
     "as_url_list",
     "check_body",
     "check_id",
@@ -53,10 +30,6 @@ __all__ = [
     "validate_task_request",
     "validate_videos_request",
 ]
-
-TASK_FIELDS = TASK_REQUEST.names
-PROJECT_FIELDS = PROJECT_REQUEST.names
-VIDEOS_FIELDS = VIDEOS_REQUEST.names
 
 
 def _fail(field: str, rule: str, value: Any = None, *, show: bool = True) -> InvalidRequestError:
@@ -66,9 +39,8 @@ def _fail(field: str, rule: str, value: Any = None, *, show: bool = True) -> Inv
 def _integer(value: Any) -> int | None:
     """The integer a value stands for: an ``int`` (not a ``bool``) or an integral ``float``.
 
-    JSON has one number type: the sandbox, like most JSON services, reads ``4.0`` as 4, so
-    ``duration=4.0`` is not refused here either; it is sent as ``4`` (see :func:`check_body`),
-    which a stricter service takes too.
+    JSON has one number type: like most JSON services the sandbox reads ``4.0`` as 4, so
+    ``duration=4.0`` is taken here too, and sent as ``4``.
     """
     if isinstance(value, bool):
         return None
@@ -190,9 +162,8 @@ def _check_rules(spec: Body, body: Mapping[str, Any]) -> None:
 def as_url_list(value: Iterable[str] | None) -> list[str] | None:
     """The URLs of any iterable as a list; anything else goes to the rules as it is.
 
-    For the resources' list arguments. A string, a mapping or a value that is not iterable
-    at all is a mistake the rules name (``InvalidRequestError``) rather than a ``TypeError``
-    or a list of a dict's keys.
+    A string, a mapping or a value that is not iterable is a mistake the rules name
+    (``InvalidRequestError``), rather than a ``TypeError`` or a list of a dict's keys.
     """
     if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         return value  # type: ignore[return-value]  # the validator names the mistake
@@ -202,18 +173,12 @@ def as_url_list(value: Iterable[str] | None) -> list[str] | None:
 def check_body(
     spec: Body, body: Mapping[str, Any], *, unknown_hint: bool = False
 ) -> dict[str, Any]:
-    """Check a request body against its statement and return the body to send.
+    """Check a JSON request body against its statement (``spec``); return the body to send.
 
-    Args:
-        spec: The body's statement (from :mod:`~videogen_async._contract._service`).
-        body: The JSON body; ``None`` values count as omitted.
-        unknown_hint: The client is about to send it: the error for a value outside an
-            enum's list names ``extra_body`` as the way to send a value the SDK does not
-            know (the sandbox, answering as the service, leaves it out).
-
-    Returns:
-        The body to send: omitted (``None``) fields dropped, enum members as plain strings,
-        integral floats of integer fields as integers.
+    ``None`` values count as omitted and are dropped; enum members are sent as plain strings,
+    integral floats of integer fields as integers. With ``unknown_hint`` (the client is about
+    to send it) the error for a value outside an enum's list names ``extra_body`` as the way
+    to send a value the SDK does not know (the sandbox, answering as the service, does not).
 
     Raises:
         InvalidRequestError: A rule is broken; the error names the field and the rule.
@@ -253,24 +218,16 @@ ID_UNSAFE = (
     r"\u1680\u180e\u2000-\u200f\u2028-\u202f\u205f-\u2064\u2066-\u206f\u3000\ufeff"
     r"\ufff9-\ufffb"
 )
-"""The characters of the Basic Multilingual Plane an id may not contain, as the inside of a
-regex class (valid in Python and ECMA-262): white space, control and format characters (a soft
-hyphen, zero-width and bidirectional marks) as of Unicode 15.1, whatever the Unicode version
-of the running Python. The one statement of the rule, which the OpenAPI document's id pattern
-reuses."""
+"""The characters of the Basic Multilingual Plane an id may not contain (white space, control
+and format characters as of Unicode 15.1, whatever the running Python's), as the inside of a
+regex class valid in Python and ECMA-262: the OpenAPI document's id pattern reuses it."""
 _UNSAFE = re.compile(f"[{ID_UNSAFE}\\ud800-\\udfff]")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_~.-]+")
-"""Ids made only of these characters (every id the service hands out) are one path segment
-unless they are ``.`` or ``..``: the per-character checks are skipped for them (a poll checks
-its id each time)."""
+"""Ids of these characters only (all the service hands out) skip the per-character checks."""
 
 
 def _has_unsafe(text: str) -> bool:
-    """Whether ``text`` holds a character an id may not contain.
-
-    The characters of :data:`ID_UNSAFE`, lone surrogates, and the few format characters
-    beyond the Basic Multilingual Plane (tag and notation marks).
-    """
+    """Whether ``text`` holds an id's unsafe character (beyond the BMP too) or a surrogate."""
     return _UNSAFE.search(text) is not None or any(
         c > "\uffff" and unicodedata.category(c) == "Cf" for c in text
     )
@@ -301,18 +258,12 @@ def _id_problem(value: str) -> str | None:
 
 
 def check_id(field: str, value: Any) -> str:
-    r"""Check a task or project id before it goes into a path or a query.
+    r"""Check a task or project id (named ``field``) before it goes into a path or a query.
 
     An id must reach the service as exactly one path segment, whatever a proxy on the way
     does with the path: ``.`` and ``..``, a ``/`` or ``\\`` (raw or percent-encoded), white
-    space and control characters are refused before any request is sent.
-
-    Args:
-        field: ``task_id`` or ``project_id``.
-        value: The id.
-
-    Returns:
-        The id as a plain string.
+    space and control characters are refused before any request is sent. Returns the id as
+    a plain string.
 
     Raises:
         InvalidRequestError: The id is not a non-empty string that is one path segment.

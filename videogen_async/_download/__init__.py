@@ -5,54 +5,16 @@ One download goes like this:
 1. The source is resolved to a URL: a :class:`~videogen_async.Task` that succeeded carries its
    ``video_url``; a task id is fetched first (and must have succeeded); an ``http(s)`` URL is
    used as it is.
-2. The body is streamed in chunks (bounded memory) through ``Transport.stream``, which never
-   sends the ``Authorization`` header: the video lives on a media host, not on the service,
-   and the key must not leak there. ``Accept-Encoding: identity`` is asked for, so that the
-   bytes counted are the bytes declared by ``Content-Length``.
-3. Chunks go to a temporary file *in the destination's directory* (``.NAME.XXXX.part``), written
+2. The body is streamed in chunks through ``Transport.stream``, which never sends the
+   ``Authorization`` header to the media host, asking for ``Accept-Encoding: identity`` so that
+   the bytes counted are the bytes ``Content-Length`` declares.
+3. Chunks go to a temporary file in the destination's directory (``.NAME.XXXX.part``), written
    from a worker thread so that the event loop never blocks on the disk.
-4. A connection that breaks mid-file is resumed with ``Range: bytes=N-`` (plus ``If-Range`` when
-   the first answer carried a validator). A resumed answer is used only when it is a ``206``
-   whose ``Content-Range`` starts exactly at ``N`` and names the same total size; a ``200`` (the
-   host ignored ``Range``) or any other range starts the file over. A few attempts are made in
-   all, with a short jittered backoff between them.
-5. The received size must equal ``Content-Length`` (or the total of ``Content-Range``): a short
-   body is never accepted, a longer one neither. Only then is the temporary file flushed,
-   ``fsync``-ed and renamed over the destination (``os.replace``, atomic on one filesystem).
-   On any failure, or cancellation, the temporary file is removed: a file at the destination
-   path is always a complete download.
+4. A broken connection is resumed with ``Range: bytes=N-`` (and ``If-Range`` when the first
+   answer carried a validator), used only when it is a ``206`` whose ``Content-Range`` starts
+   exactly at ``N`` with the same total size; anything else starts the file over. A few
+   attempts are made in all, as the one retry decision says.
+5. The received size must equal the declared one, neither shorter nor longer. Only then is the
+   temporary file flushed, ``fsync``-ed and renamed over the destination (``os.replace``). On
+   any failure, or cancellation, it is removed: a file at the destination is always complete.
 """
-
-from __future__ import annotations
-
-from ._calls import DownloadCalls
-from ._file import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_CHUNK_SIZE,
-    ProgressCallback,
-    download_url,
-)
-from ._many import DownloadResult
-from ._sources import (
-    DownloadSource,
-    GetTask,
-    default_filename,
-    is_url,
-    redact_url,
-    resolve_source,
-)
-
-__all__ = [
-    "DEFAULT_ATTEMPTS",
-    "DEFAULT_CHUNK_SIZE",
-    "DownloadCalls",
-    "DownloadResult",
-    "DownloadSource",
-    "GetTask",
-    "ProgressCallback",
-    "default_filename",
-    "download_url",
-    "is_url",
-    "redact_url",
-    "resolve_source",
-]

@@ -141,7 +141,6 @@ class DownloadCalls:
         folder = Path(directory)
         results: list[DownloadResult | None] = [None] * len(sources)
         limiter = anyio.Semaphore(max_concurrency)
-        # Every item is fetched with the same settings.
         fetch = functools.partial(
             _file.download_url,
             transport,

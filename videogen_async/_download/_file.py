@@ -27,8 +27,9 @@ from .._contract._exceptions import (
     VideoGenError,
 )
 from .._contract._redact import drop_locals
+from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
-from .._http._transport import Transport, make_status_error
+from .._http._transport import Transport
 from ._sources import (
     check_url,
     redact_url,
@@ -89,11 +90,6 @@ def _validator(headers: Mapping[str, str]) -> str | None:
     return str(modified) if modified else None
 
 
-# --------------------------------------------------------------------------------------------
-# The temporary file (every call runs in a worker thread)
-# --------------------------------------------------------------------------------------------
-
-
 class _PartFile:
     """The temporary ``.part`` file beside the destination; all I/O off the event loop."""
 
@@ -114,20 +110,20 @@ class _PartFile:
 
         self.path, self._file = await anyio.to_thread.run_sync(_open)
 
-    def _open_file(self) -> BinaryIO:
-        if self._file is None:
+    def _opened(self) -> tuple[BinaryIO, Path]:
+        if self._file is None or self.path is None:
             raise RuntimeError("the temporary file is not open")
-        return self._file
+        return self._file, self.path
 
     async def write(self, chunk: bytes) -> None:
-        file = self._open_file()
+        file, _ = self._opened()
         try:
             await anyio.to_thread.run_sync(file.write, chunk)
         except OSError as exc:
             raise _DiskError(exc) from exc
 
     async def truncate(self) -> None:
-        file = self._open_file()
+        file, _ = self._opened()
 
         def _truncate() -> None:
             file.seek(0)
@@ -140,9 +136,7 @@ class _PartFile:
 
     async def commit(self) -> None:
         """Flush, fsync, close, and rename over the destination (atomic)."""
-        file, part = self._open_file(), self.path
-        if part is None:
-            raise RuntimeError("the temporary file is not open")
+        file, part = self._opened()
 
         def _commit() -> None:
             file.flush()
@@ -178,11 +172,6 @@ class _PartFile:
             raise
 
 
-# --------------------------------------------------------------------------------------------
-# One URL to one file
-# --------------------------------------------------------------------------------------------
-
-
 class _DiskError(Exception):
     """Writing the temporary file failed (internal; kept apart from network ``OSError``)."""
 
@@ -215,24 +204,10 @@ async def download_url(
 ) -> int:
     """Stream ``url`` into ``dest`` atomically, resuming after a broken connection.
 
-    Args:
-        transport: The client's transport (its ``stream`` never sends the API key).
-        url: The video's ``http(s)`` URL.
-        dest: The destination file.
-        overwrite: Replace an existing file at ``dest``; otherwise fail before any request.
-        attempts: Requests made in all (at least 1).
-        chunk_size: Bytes read and written at a time.
-        progress: Called as ``progress(received, total)`` after each chunk (``total`` is
-            ``None`` when the host does not say).
-        task_id: The task the video belongs to, for error messages.
-        rng: Random source of the backoff jitter.
-
+    The arguments are those of ``client.download`` (``task_id`` names the video in errors).
     Whether and when to try again after a failed attempt is the one retry decision's
     (``decide_retry``, with the client's backoff policy, ``attempts - 1`` retries and a
-    media host's 425 as transient).
-
-    Returns:
-        The number of bytes written.
+    media host's 425 as transient). Returns the number of bytes written.
 
     Raises:
         DownloadError: The video could not be downloaded; nothing is left at ``dest`` (an

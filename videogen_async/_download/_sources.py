@@ -33,28 +33,15 @@ _VIDEO_SUFFIXES = frozenset({".mp4", ".mov", ".m4v", ".webm", ".mkv"})
 
 
 def is_url(text: str) -> bool:
-    """Whether ``text`` is an ``http(s)`` URL (as opposed to a task id).
-
-    Args:
-        text: A task id or a URL.
-
-    Returns:
-        ``True`` for a string starting with ``http://`` or ``https://``.
-    """
+    """Whether ``text`` is an ``http(s)`` URL (as opposed to a task id)."""
     return text.strip().lower().startswith(("http://", "https://"))
 
 
 def redact_url(url: str) -> str:
-    """A URL fit for messages and logs: without its query, fragment or credentials.
+    """``scheme://host[:port]/path`` of a URL (``?...`` for a query), for messages and logs.
 
-    Signed media URLs carry their signature in the query; it is a secret of sorts and is
-    kept out of error texts.
-
-    Args:
-        url: The URL.
-
-    Returns:
-        ``scheme://host[:port]/path``, with ``?...`` shown when a query was dropped.
+    Signed media URLs carry their signature in the query: it is kept out of error texts, as
+    are credentials and the fragment.
     """
     try:
         parts = urlsplit(url)
@@ -85,14 +72,10 @@ def _safe_name(text: str) -> str:
 
 
 def default_filename(*, url: str | None, task_id: str | None) -> str:
-    """The file name a video is saved under when only a directory is given.
+    """The safe file name (letters, digits, ``.``, ``_``, ``-``) of a video in a directory.
 
-    Args:
-        url: The video's URL (its extension is kept when it is a video one).
-        task_id: The task's id, when known: ``{task_id}.mp4``.
-
-    Returns:
-        A safe file name (letters, digits, ``.``, ``_``, ``-``).
+    ``{task_id}.mp4`` when the id is known, else the URL's last segment; a video extension of
+    the URL is kept.
     """
     suffix = ".mp4"
     base = ""
@@ -142,14 +125,10 @@ def planned_names(items: Sequence[DownloadSource]) -> list[str]:
 
 
 async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str, str | None]:
-    """Find the URL of a source: ``(url, task_id)``.
+    """The video URL of a source and its task id (``None`` for a plain URL).
 
-    Args:
-        get_task: Reads a task given by id (the client's ``tasks.get``).
-        source: A :class:`Task`, a task listed in a project, a task id, or a URL.
-
-    Returns:
-        The video URL and the task id (``None`` for a plain URL).
+    A task id is read with ``get_task`` (the client's ``tasks.get``), as is a task that is
+    not terminal yet or listed in a project.
 
     Raises:
         DownloadError: The task has not succeeded, or has no video URL.

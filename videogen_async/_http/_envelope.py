@@ -1,11 +1,9 @@
 """The service's envelope: decoding an answer and mapping every failure to the error tree.
 
-Pure functions, used by the transport: :func:`decode` turns one answer (status, body, headers)
-into a :class:`Response` or raises the matching error of ``_exceptions``;
-:func:`make_status_error` builds the error of the class ``_exceptions`` draws for the HTTP
-status and the envelope code;
-:func:`connection_error` maps an aiohttp or OS failure to ``APIConnectionError`` /
-``APITimeoutError`` (aiohttp is imported only for its exception classes).
+Pure functions, used by the transport: :func:`decode` turns one answer into a
+:class:`Response` or raises the error ``make_status_error`` builds; :func:`connection_error`
+maps an aiohttp or OS failure to ``APIConnectionError`` / ``APITimeoutError`` (aiohttp is
+imported only for its exception classes).
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ import aiohttp
 import attrs
 
 from .._contract._exceptions import (
-    CODE_INSUFFICIENT_CREDITS,
-    CODE_MEDIA_STORAGE,
     APIConnectionError,
     APIResponseError,
     APIStatusError,
@@ -32,26 +28,26 @@ from .._contract._exceptions import (
 from .._contract._meta import ResponseInfo
 from .._contract._redact import scrub_exception
 from .._version import __version__
-from ._jsonbody import MESSAGE_CHARS, clip, decode_json, nested_too_deep, short_repr
-from ._jsonbody import excerpt as _body_excerpt
+from ._jsonbody import (
+    MESSAGE_CHARS,
+    clip,
+    decode_json,
+    excerpt,
+    int_text,
+    nested_too_deep,
+    short_repr,
+)
 from ._retry import retry_after_of
 
 __all__ = [
-    "CODE_INSUFFICIENT_CREDITS",
-    "CODE_MEDIA_STORAGE",
-    "EXCERPT_CHARS",
     "Response",
     "connection_error",
     "decode",
     "describe",
-    "excerpt",
     "make_status_error",
-    "url_path",
     "user_agent",
 ]
 
-#: How many characters of a body an error quotes.
-EXCERPT_CHARS = 200
 # aiohttp names its "could not open the connection" timeout differently across versions.
 _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
@@ -60,17 +56,7 @@ _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
 
 @attrs.define(repr=False)
 class Response:
-    """A successful envelope (``attempts`` and ``info`` are filled in by the request loop).
-
-    Attributes:
-        status_code: The HTTP status.
-        data: The envelope's ``data``.
-        trace_id: The envelope's ``trace_id``.
-        message: The envelope's ``message``.
-        headers: The response headers.
-        attempts: How many attempts the request took.
-        info: What a result parsed from it keeps (set by the request loop).
-    """
+    """A successful envelope; the request loop sets ``attempts`` and ``info`` (for results)."""
 
     status_code: int
     data: Any
@@ -95,18 +81,6 @@ def user_agent() -> str:
         f"videogen-async/{__version__} python/{platform.python_version()}"
         f" aiohttp/{aiohttp.__version__}"
     )
-
-
-def url_path(url: str) -> str:
-    scheme_sep = url.find("://")
-    rest = url[scheme_sep + 3 :] if scheme_sep >= 0 else url
-    slash = rest.find("/")
-    path = rest[slash:] if slash >= 0 else "/"
-    return path.split("?", 1)[0]
-
-
-def excerpt(raw: bytes) -> str:
-    return _body_excerpt(raw, EXCERPT_CHARS)
 
 
 def describe(exc: BaseException) -> str:
@@ -154,9 +128,9 @@ def decode(
     body, is_json = decode_json(raw)
     # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
     code = _as_int(body.get("code")) if isinstance(body, dict) else None
-    envelope = body if code is not None else None
-    if envelope is None:
+    if code is None:
         _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
+    envelope: dict[str, Any] = body
     trace = _trace_id(envelope.get("trace_id"))
     message = envelope.get("message")
     if 200 <= status < 300 and code == 200:
@@ -170,7 +144,7 @@ def decode(
     text = (
         clip(message, MESSAGE_CHARS)
         if isinstance(message, str) and message
-        else f"HTTP {status}, code {_code_text(code)}"
+        else f"HTTP {status}, code {int_text(code)}"
     )
     raise make_status_error(
         status,
@@ -189,15 +163,8 @@ def _trace_id(value: Any) -> str | None:
     if isinstance(value, str):
         return clip(value, 200) if value else None
     if isinstance(value, int) and not isinstance(value, bool):
-        return clip(_code_text(value), 200)
+        return clip(int_text(value), 200)
     return None
-
-
-def _code_text(code: int | None) -> str:
-    try:
-        return str(code)
-    except ValueError:  # an integer beyond the int-to-str digit limit
-        return "<a very large integer>"
 
 
 def _as_int(value: Any) -> int | None:
@@ -257,20 +224,11 @@ def make_status_error(
     request_may_have_taken_effect: bool | None = None,
     **details: Any,
 ) -> APIStatusError:
-    """Build the error for a failed answer, of the class ``status_error_class`` picks.
+    """The error for a failed answer, of the class ``status_error_class`` picks.
 
-    Args:
-        status: The HTTP status.
-        code: The envelope code, or ``None`` when there was no envelope.
-        message: The error text.
-        method: The request method.
-        request_may_have_taken_effect: Whether the request may have acted; by default,
-            ``True`` for a POST answered 5xx.
-        **details: The error's other attributes (``trace_id``, ``body``, ``headers``,
-            ``path``), as ``APIStatusError`` takes them.
-
-    Returns:
-        The error, of the most specific class.
+    ``code`` is the envelope's (``None``: no envelope); ``request_may_have_taken_effect`` is,
+    by default, ``True`` for a POST answered 5xx; ``details`` are the error's other attributes
+    as ``APIStatusError`` takes them (``trace_id``, ``body``, ``headers``, ``path``).
     """
     cls = status_error_class(status, code)
     if request_may_have_taken_effect is None:

@@ -20,7 +20,15 @@ from typing import Any
 
 from .._contract._redact import redact_text
 
-__all__ = ["MAX_DEPTH", "clip", "decode_json", "excerpt", "nested_too_deep", "short_repr"]
+__all__ = [
+    "MAX_DEPTH",
+    "clip",
+    "decode_json",
+    "excerpt",
+    "int_text",
+    "nested_too_deep",
+    "short_repr",
+]
 
 #: The deepest nesting of arrays and objects accepted in a body.
 MAX_DEPTH = 64
@@ -30,8 +38,6 @@ EXCERPT_CHARS = 200
 MESSAGE_CHARS = 1000
 # Room beyond an excerpt's end, so that a key crossing the cut is redacted whole before it.
 _WINDOW = 4096
-
-_NOT_JSON = object()
 
 
 def _refuse_constant(name: str) -> Any:
@@ -45,14 +51,10 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignor
 
 
 def decode_json(raw: bytes) -> tuple[Any, bool]:
-    """Decode a body.
+    """Decode a body as ``json`` reads bytes (UTF-8, or UTF-16/32 with or without a BOM).
 
-    Args:
-        raw: The body's bytes (UTF-8, or UTF-16/32 with or without a BOM, as ``json`` reads).
-
-    Returns:
-        ``(value, True)`` for a JSON body within :data:`MAX_DEPTH`, else ``(None, False)``
-        (an empty body included).
+    ``(value, True)`` for a JSON body within :data:`MAX_DEPTH`, else ``(None, False)`` (an
+    empty body included).
     """
     if not raw:
         return None, False
@@ -78,9 +80,7 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
 def nested_too_deep(raw: bytes) -> bool:
     """Whether the brackets of ``raw`` nest deeper than :data:`MAX_DEPTH` (strings skipped).
 
-    Scans the bytes without decoding: for UTF-16/32 bodies the count of brackets is the same,
-    as every bracket and quote is one code unit. A body with few brackets is answered at
-    once (the polling hot path).
+    Scans the bytes without decoding (in UTF-16/32 every bracket and quote is one code unit).
     """
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return False
@@ -112,13 +112,6 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
 
     The redaction runs on a window larger than the cut, so a key that crosses the cut is
     replaced whole rather than left half-visible.
-
-    Args:
-        text: A text from the wire.
-        limit: The most characters kept.
-
-    Returns:
-        The redacted, bounded text.
     """
     window = redact_text(text[: limit + _WINDOW])
     if len(window) <= limit and len(text) <= limit + _WINDOW:
@@ -127,14 +120,9 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 
 def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
-    """The first characters of a body for an error message: decoded, redacted, one line.
+    """The first ``limit`` characters of a body, for an error message, ``...`` if it is longer.
 
-    Args:
-        raw: The body.
-        limit: The most characters kept.
-
-    Returns:
-        The excerpt, ending in ``...`` when the body was longer.
+    Decoded, redacted, on one line.
     """
     head = raw[: (limit + _WINDOW) * 4]
     text = head.decode("utf-8", errors="replace")
@@ -146,17 +134,10 @@ def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
 
 
 def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
-    """A ``repr``-like text of a decoded JSON value, bounded in length and depth, redacted.
+    """A ``repr``-like text of a decoded JSON value, redacted, cut after ``limit`` characters.
 
     Unlike ``repr``, it cannot exhaust the stack on a deeply nested value nor spend time on a
-    huge one: it stops after ``limit`` characters.
-
-    Args:
-        value: A decoded JSON value.
-        limit: The most characters produced.
-
-    Returns:
-        The text, ending in ``...`` when cut.
+    huge one.
     """
     budget = limit + _WINDOW
     parts: list[str] = []
@@ -188,7 +169,7 @@ def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
         elif isinstance(item, str):
             piece = repr(item[:budget])
         elif isinstance(item, int) and not isinstance(item, bool):
-            piece = _int_text(item)
+            piece = int_text(item)
         else:
             piece = repr(item)
         parts.append(piece)
@@ -196,7 +177,8 @@ def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
     return clip("".join(parts), limit)
 
 
-def _int_text(value: int) -> str:
+def int_text(value: int) -> str:
+    """``str(value)``, or a placeholder for an integer beyond the int-to-str digit limit."""
     try:
         return str(value)
     except ValueError:  # beyond the int-to-str digit limit

@@ -1,17 +1,17 @@
 """Per-call options: ``extra_headers``, ``extra_query``, ``extra_body`` and ``timeout``.
 
-As in the Stainless SDKs (openai-python, anthropic-sdk-python), every call that sends a request
-takes them: a way past this version's lists (a model, a ratio or a field the service added
-since) and a timeout for one call. :meth:`CallOptions.of` checks them before anything is sent;
-``Transport.request`` merges them into the request it builds, each one winning over the
-call's own value of the same name.
+As in openai-python and anthropic-sdk-python, every call that sends a request takes them
+(:class:`RequestOptions`, typed on every call as ``**options: Unpack[RequestOptions]``), and
+every wait the first two, for its polls (:class:`PollOptions`): a way past this version's
+lists and a timeout for one call. :meth:`CallOptions.of` checks them before anything is sent;
+``Transport.request`` merges them into its request, each winning over the call's own value.
 
 Headers that carry credentials are refused: ``Authorization`` (the client sends the key
-itself; replacing it would send another key, or none, where the user meant this one) and
+itself; replacing it would send another key, or none, where the user meant this one),
 ``Proxy-Authorization`` (a proxy's credentials belong in its URL, where aiohttp sends them
-only to the proxy). A header whose value holds the client's API key is refused by the
-transport, which knows the key. ``Cookie`` is allowed: the service authenticates by the key
-alone, so a cookie neither carries nor replaces it.
+only to the proxy) and, when the transport merges them, a header whose value holds the
+client's API key. ``Cookie`` is allowed: the service authenticates by the key alone, so a
+cookie neither carries nor replaces it.
 """
 
 from __future__ import annotations
@@ -19,19 +19,47 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 
 from .._contract._exceptions import InvalidRequestError
 from ._session import Timeout
 
-__all__ = ["NO_OPTIONS", "CallOptions", "Headers", "Query"]
+__all__ = ["NO_OPTIONS", "CallOptions", "Headers", "PollOptions", "Query", "RequestOptions"]
 
 Headers = Mapping[str, str | None]
-"""Extra headers: a value of ``None`` removes a header the client would send."""
 Query = Mapping[str, str | int | float | None]
-"""Extra query parameters: a value of ``None`` removes a parameter the call would send."""
+
+
+class PollOptions(TypedDict, total=False):
+    """The options a wait sends with every poll (its own ``timeout`` bounds the whole wait).
+
+    Attributes:
+        extra_headers: Headers sent as given, names compared case-insensitively; a value of
+            ``None`` removes a header the client would send.
+        extra_query: Query parameters sent as given, winning over the call's own; ``None``
+            removes one.
+    """
+
+    extra_headers: Headers | None
+    extra_query: Query | None
+
+
+class RequestOptions(PollOptions, total=False):
+    """The per-call options of every call that sends a request (and :class:`PollOptions`).
+
+    Attributes:
+        extra_body: JSON fields merged into the body, winning over the call's own and sent
+            unchecked: the way to send a value or a field this version does not know
+            (``extra_body={"model": "videomodel_2_1"}``).
+        timeout: This call's per-attempt timeouts: seconds or a :class:`Timeout` (``None``:
+            the client's).
+    """
+
+    extra_body: Mapping[str, Any] | None
+    timeout: Timeout | float | None
+
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _REFUSED = {
@@ -52,38 +80,57 @@ class CallOptions:
     timeout: Timeout | None = None
 
     @classmethod
-    def of(
-        cls,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
-    ) -> CallOptions:
-        """Check a call's options.
-
-        Args:
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given (``None`` removes the call's).
-            extra_body: JSON fields merged into the body, winning over the call's own.
-            timeout: Per-attempt timeouts of this call (``None``: the client's).
-
-        Returns:
-            The options (one shared object when none is given).
+    def of(cls, options: Mapping[str, Any], *, polls: bool = False) -> CallOptions:
+        """Check a call's ``**options`` (with ``polls``, a wait's); one object when none is given.
 
         Raises:
+            TypeError: A keyword argument the call does not take.
             InvalidRequestError: An option breaks a rule; nothing was sent.
         """
-        if extra_headers is None and extra_query is None and extra_body is None and timeout is None:
+        known = _POLL_OPTIONS if polls else _REQUEST_OPTIONS
+        for name in options:
+            if name not in known:
+                raise TypeError(
+                    f"unexpected keyword argument {name!r} (the call's options are"
+                    f" {', '.join(sorted(known))})"
+                )
+        headers = options.get("extra_headers")
+        query = options.get("extra_query")
+        body = options.get("extra_body")
+        timeout = options.get("timeout")
+        if headers is None and query is None and body is None and timeout is None:
             return NO_OPTIONS
         return cls(
-            _headers(extra_headers or {}),
-            _query(extra_query or {}),
-            None if extra_body is None else _body(extra_body),
+            _headers(headers or {}),
+            _query(query or {}),
+            None if body is None else _body(body),
             None if timeout is None else _timeout(timeout),
         )
 
+    def with_headers(self, headers: Mapping[str, str], api_key: str) -> dict[str, str]:
+        """``headers`` with this call's ``extra_headers`` (names compare case-insensitively).
+
+        Raises:
+            InvalidRequestError: An extra header carries ``api_key`` (the client sends it in
+                ``Authorization`` only); nothing was sent.
+        """
+        extra = self.extra_headers
+        for name, value in extra.items():
+            if value is not None and api_key in value:
+                raise _fail(
+                    "extra_headers",
+                    f"{name!r} must not carry the API key: the client sends it in"
+                    " Authorization only",
+                )
+        replaced = {name.lower() for name in extra}
+        merged = {k: v for k, v in headers.items() if k.lower() not in replaced}
+        merged.update((k, v) for k, v in extra.items() if v is not None)
+        return merged
+
 
 NO_OPTIONS = CallOptions()
+_POLL_OPTIONS = PollOptions.__optional_keys__
+_REQUEST_OPTIONS = RequestOptions.__optional_keys__
 
 
 def _fail(field: str, rule: str) -> InvalidRequestError:

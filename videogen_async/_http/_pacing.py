@@ -1,10 +1,9 @@
 """One pacing state per client: a 429 slows every request of the client, then AIMD recovery.
 
-A client and every view made with ``with_options`` share one :class:`Pacing` (it lives on the
-shared ``SessionOwner``). Every request of the transport takes a slot from it before it is
-sent and gives it back when the answer (or the failure) is in, so the single-object waits,
-the gather's workers, reads, create retries and any loop built on the transport are all paced
-by the same state:
+A client and every view made with ``with_options`` share one :class:`Pacing` (on the shared
+``SessionOwner``). Every request of the transport takes a slot before it is sent and gives it
+back when the answer (or the failure) is in, so everything built on the transport is paced by
+the same state:
 
 * A 429 pauses *every* request of the client until its ``Retry-After`` when the client honours
   it (see ``_retry.honoured_retry_after``), else for a backoff that doubles per 429 in a row;
@@ -15,8 +14,7 @@ by the same state:
 * One cut per 429 *event*: answers to requests sent before the last cut do not cut again.
 
 Nothing is paid when the service never answers 429: taking a slot is then a counter
-increment, without a suspension. The settings are those of the ``BackoffPolicy`` of the
-request that met the 429.
+increment. The settings are those of the ``BackoffPolicy`` of the request that met the 429.
 """
 
 from __future__ import annotations
@@ -42,11 +40,7 @@ _T = TypeVar("_T")
 
 
 class Pacing:
-    """The pacing state shared by a client and its views (see the module docstring).
-
-    Args:
-        rng: The random source of the pause's jitter.
-    """
+    """The pacing state shared by a client and its views (see the module docstring)."""
 
     def __init__(self, *, rng: random.Random | None = None) -> None:
         self._policy = DEFAULT_BACKOFF  # the policy of the last cut, for the recovery
@@ -72,10 +66,9 @@ class Pacing:
         )
 
     def try_acquire(self) -> float | None:
-        """Take a slot at once when nothing limits the client (the common case), else ``None``.
+        """Take a slot at once when nothing limits the client (the common case): its time.
 
-        Returns:
-            The time the slot was taken, or ``None`` when :meth:`acquire` must wait.
+        ``None`` when :meth:`acquire` must wait.
         """
         if self.limit == math.inf and self.rate == math.inf:
             now = _now()
@@ -87,9 +80,7 @@ class Pacing:
     async def acquire(self) -> float:
         """Wait for the client's pacing to allow one more request and take a slot.
 
-        Returns:
-            The time the slot was taken (``anyio.current_time()``), to hand back to
-            :meth:`rate_limited`.
+        Returns the time it was taken (``anyio.current_time()``), for :meth:`rate_limited`.
         """
         while True:
             now = _now()
@@ -139,14 +130,9 @@ class Pacing:
     ) -> float:
         """Record a 429: pause every request of the client and cut the allowed load.
 
-        Args:
-            retry_after: The ``Retry-After`` the client honours, in seconds (``None``: none
-                usable; see ``_retry.honoured_retry_after``).
-            sent: When the limited request took its slot (from :meth:`acquire`).
-            policy: The backoff policy of the limited request.
-
-        Returns:
-            Seconds until the client's pause ends (0 when it is over).
+        ``retry_after`` is the one the client honours (``_retry.honoured_retry_after``),
+        ``sent`` when the limited request took its slot, ``policy`` its backoff policy.
+        Returns the seconds until the client's pause ends (0 when it is over).
         """
         now = _now()
         if sent >= self._last_cut:  # one cut per 429 event, not per answer
@@ -179,9 +165,6 @@ class Pacing:
 
         A pause decided elsewhere (e.g. a 429 met by another process sharing a ledger); it
         never shortens a pause already in force and does not cut the allowed load.
-
-        Args:
-            until: When requests may go again.
         """
         self.paused_until = max(self.paused_until, until)
 
@@ -247,18 +230,11 @@ def paced(
 def rate_limit_pause(
     policy: BackoffPolicy, consecutive: int, rand: float, retry_after: float | None = None
 ) -> float:
-    """How long every request of a client pauses after a 429.
+    """How long every request of a client pauses after ``consecutive`` 429s (from 1).
 
-    Args:
-        policy: The backoff policy.
-        consecutive: 429 events in a row, from 1.
-        rand: A random number in ``[0, 1)``.
-        retry_after: The ``Retry-After`` the client honours, if any.
-
-    Returns:
-        The ``Retry-After`` when given (at most ``max_retry_after``), else a delay in
-        ``[c / 2, c)`` with ``c = min(max_retry_after, rate_limit_pause * 2 ** (consecutive
-        - 1))``.
+    The honoured ``retry_after`` when given (at most ``max_retry_after``), else a delay in
+    ``[c / 2, c)`` by ``rand`` in ``[0, 1)``, with
+    ``c = min(max_retry_after, rate_limit_pause * 2 ** (consecutive - 1))``.
     """
     if retry_after is not None:
         return min(max(0.0, retry_after), policy.max_retry_after)
@@ -268,16 +244,10 @@ def rate_limit_pause(
 
 
 def recovered_rate(policy: BackoffPolicy, reduced: float, elapsed: float) -> float:
-    """The allowed request rate some time after a 429 cut it.
+    """The allowed rate ``elapsed`` seconds after a 429 cut it to ``reduced`` (per second).
 
-    Args:
-        policy: The backoff policy.
-        reduced: The rate (requests per second) set when the 429 arrived.
-        elapsed: Seconds since then (after the pause).
-
-    Returns:
-        ``reduced * (1 + rate_recovery * elapsed)``, or ``inf`` (no limit) once that is back
-        to the rate before the cut (``reduced / rate_decrease``).
+    ``reduced * (1 + rate_recovery * elapsed)``, or ``inf`` (no limit) once that is back to
+    the rate before the cut (``reduced / rate_decrease``).
     """
     rate = reduced * (1.0 + policy.rate_recovery * max(elapsed, 0.0))
     return math.inf if rate >= reduced / policy.rate_decrease else rate

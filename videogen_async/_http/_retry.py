@@ -1,15 +1,13 @@
 """Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
 Every loop of the SDK asks :func:`decide_retry`, for one failure of one request, whether and
-when to try again: the transport's retries of a request, the single waits and the gather's
-polls, a download's resumes and the ledger's watchers. :data:`TRANSIENT_STATUSES` is the one
-list of what is transient; where a caller differs on purpose, the difference is a parameter
-of the decision (``poll``, ``extra_statuses``, ``transient``), never a table of its own.
-:class:`BackoffPolicy` says how the client slows down under failure; the client-wide 429
-pause and its recovery are the state of ``_pacing``, configured by the same policy.
-
-Pure decisions and arithmetic, no I/O. Retrying (a failure of *one request*) is apart from
-polling (a task still running is not a failure): the poll schedule is ``_waiting``'s.
+when to try again: the transport's retries, the single waits and the gather's polls, a
+download's resumes and the ledger's watchers. :data:`TRANSIENT_STATUSES` is the one list of
+what is transient; where a caller differs on purpose, the difference is a parameter of the
+decision (``poll``, ``extra_statuses``, ``transient``), never a table of its own.
+:class:`BackoffPolicy` says how the client slows down under failure (the client-wide 429 pause
+of ``_pacing`` included). Pure decisions and arithmetic, no I/O: retrying (a failure of *one
+request*) is apart from polling (a task still running is not a failure).
 """
 
 from __future__ import annotations
@@ -211,27 +209,16 @@ def _seconds(value: float) -> str:
 def backoff_delay(
     attempt: int, *, initial: float, cap: float, rng: random.Random | None = None
 ) -> float:
-    """Exponential backoff with full jitter.
+    """Exponential backoff with full jitter, after ``attempt`` failures (from 1).
 
-    Args:
-        attempt: The failures so far, from 1.
-        initial: The upper bound of the first delay.
-        cap: The largest upper bound.
-        rng: The random source (``random`` module's by default).
-
-    Returns:
-        A delay drawn uniformly from ``[0, min(cap, initial * 2 ** (attempt - 1))]``.
+    A delay drawn uniformly from ``[0, min(cap, initial * 2 ** (attempt - 1))]``.
     """
     exponent = min(max(attempt - 1, 0), 62)
     return (rng or random).uniform(0.0, min(cap, initial * (2.0**exponent)))
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Read a ``Retry-After`` header: delay-seconds or an HTTP date.
-
-    Args:
-        value: The header's value, or ``None``.
-        now: The current time, for the HTTP-date form (defaults to now, UTC).
+    """Read a ``Retry-After`` header: delay-seconds or an HTTP date (against ``now``).
 
     Returns:
         The delay in seconds (0 for a past date or a negative number), or ``None`` when the
@@ -268,11 +255,10 @@ def retry_after_of(exc: BaseException) -> float | None:
 
 
 def honoured_retry_after(exc: BaseException, policy: BackoffPolicy) -> float | None:
-    """The ``Retry-After`` of ``exc`` the client waits by itself.
+    """The ``Retry-After`` of ``exc`` the client waits by itself, in seconds.
 
-    Returns:
-        The seconds asked for, or ``None`` when there are none, they are unreadable or they
-        exceed ``policy.max_retry_after``: such a value never becomes a pause.
+    ``None`` when there is none, or it is unreadable or longer than ``max_retry_after``: such a
+    value never becomes a pause.
     """
     asked = retry_after_of(exc)
     return asked if asked is not None and asked <= policy.max_retry_after else None

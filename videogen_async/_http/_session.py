@@ -25,7 +25,7 @@ import attrs
 
 from ._pacing import Pacing
 
-__all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "proxy_for"]
+__all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "is_loopback", "proxy_for"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -58,13 +58,7 @@ class Timeout:
 
     @classmethod
     def of(cls, value: Timeout | float | None) -> Timeout:
-        """Build a ``Timeout`` from a number of seconds (an overall limit) or keep one.
-
-        Args:
-            value: A ``Timeout``, a number of seconds, or ``None`` for no limit at all.
-
-        Returns:
-            The ``Timeout``.
+        """A ``Timeout`` from a number of seconds (the whole attempt) or ``None`` (no limit).
 
         Raises:
             ValueError: The number is not positive.
@@ -79,11 +73,7 @@ class Timeout:
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
     def to_aiohttp(self, *, total: float | None = None) -> aiohttp.ClientTimeout:
-        """The equivalent ``aiohttp.ClientTimeout``.
-
-        Args:
-            total: A shorter bound of the whole attempt (what is left of a deadline).
-        """
+        """The ``aiohttp.ClientTimeout``, bounded by ``total`` (what is left of a deadline)."""
         bound = (
             self.total
             if total is None or (self.total is not None and self.total < total)
@@ -96,29 +86,29 @@ class Timeout:
         return Timeout(connect=self.connect, read=self.read, total=None)
 
 
-def _is_loopback_address(host: str) -> bool:
-    if host == "localhost":
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine: ``localhost``, a ``*.localhost`` name or a loopback IP.
+
+    An IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) is judged by its IPv4 address, as
+    Python 3.13 does and earlier versions did not.
+    """
+    if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
 
 
 def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
-    """The proxy the environment sets for ``url``, as requests and httpx read it.
+    """The proxy the environment sets for ``url`` as requests and httpx read it, or ``None``.
 
     ``HTTPS_PROXY`` for an ``https`` URL, ``HTTP_PROXY`` for ``http``, else ``ALL_PROXY``
-    (any case); none when ``NO_PROXY`` names the host (or is ``*``), and none for
-    ``localhost`` and loopback addresses. Only ``http(s)://``
-    proxies are used (aiohttp has no SOCKS support); another scheme is ignored and logged.
-
-    Args:
-        url: The URL to be requested.
-        trust_env: ``False`` always answers ``None``.
-
-    Returns:
-        The proxy URL, or ``None`` for a direct connection.
+    (any case); none when ``NO_PROXY`` names the host (or is ``*``), for this machine
+    (:func:`is_loopback`) or without ``trust_env``. Only ``http(s)://`` proxies are used
+    (aiohttp has no SOCKS support); another scheme is ignored and logged.
     """
     if not trust_env:
         return None
@@ -128,7 +118,7 @@ def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or not host:
         return None
-    if _is_loopback_address(host):
+    if is_loopback(host):
         return None  # as Go's ProxyFromEnvironment: a local sandbox is never proxied
     if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
         return None
@@ -178,10 +168,8 @@ class SessionOwner:
     def track(self, job: asyncio.Future[Any], bound: float | None = None) -> None:
         """Keep a creating request that must finish before the session closes.
 
-        Args:
-            job: The request's future.
-            bound: Seconds within which the call ends by the client's timeout settings
-                (``None``: they set no bound); ``aclose()`` waits at most that long for it.
+        ``aclose()`` waits for it at most ``bound`` seconds (the call's bound by the client's
+        timeout settings; ``None``: they set none).
         """
         end = math.inf if bound is None else time.monotonic() + bound
         self._in_flight[job] = end
@@ -189,11 +177,6 @@ class SessionOwner:
 
     def _untrack(self, job: asyncio.Future[Any]) -> None:
         self._in_flight.pop(job, None)
-
-    @property
-    def connection_limit(self) -> int:
-        """The most connections the client's own pool opens at once."""
-        return self._connection_limit
 
     @property
     def closed(self) -> bool:
@@ -243,10 +226,9 @@ class SessionOwner:
     async def aclose(self) -> None:
         """Close the session if this owner created it. Idempotent.
 
-        Creates whose callers were cancelled are waited for first, so that the id of what
-        they created is logged; each at most until the end of its own bound by the client's
-        timeout settings (its deadline, else its ``Timeout.total``; ``DRAIN_TIMEOUT`` when
-        neither is set). One still running then is cancelled and logged as possibly done.
+        Creates whose callers were cancelled are waited for first (each within its bound, see
+        :meth:`track`; ``DRAIN_TIMEOUT`` when there is none), so that the id of what they
+        created is logged; one still running then is cancelled and logged as possibly done.
         """
         if self._closed:
             return

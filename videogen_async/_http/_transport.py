@@ -10,9 +10,7 @@ first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (
 read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
 their waits included.
 
-Proxies: like requests and httpx (``trust_env=True``), the client's own session honours
-``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` from the environment, read when
-the client is made; ``trust_env=False`` turns that off.
+The environment's proxy (``_session.proxy_for``) is read once, when the client is made.
 """
 
 from __future__ import annotations
@@ -26,47 +24,27 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import anyio
 import attrs
 from yarl import URL
 
-from .._contract._exceptions import (
-    APIResponseError,
-    APITimeoutError,
-    InvalidRequestError,
-    RateLimitError,
-    VideoGenError,
-)
+from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
 from .._contract._meta import ResponseInfo
 from .._contract._redact import drop_locals, register_secret
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._envelope import EXCERPT_CHARS as _EXCERPT
-from ._envelope import Response, make_status_error, user_agent
-from ._envelope import connection_error as _connection_error
-from ._envelope import decode as _decode
-from ._envelope import describe as _describe
-from ._envelope import excerpt as _excerpt
-from ._envelope import url_path as _url_path
+from ._envelope import Response, connection_error, decode, describe, user_agent
+from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
 from ._retry import BackoffPolicy, decide_retry, honoured_retry_after
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 
-__all__ = [
-    "UNSET",
-    "Response",
-    "SessionOwner",
-    "StreamResponse",
-    "Timeout",
-    "Transport",
-    "make_status_error",
-    "proxy_for",
-]
+__all__ = ["DEFAULT_MAX_BODY", "StreamResponse", "Transport"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -78,12 +56,10 @@ def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
 
 
 class _Secret(str):
-    """A string that never shows itself in a ``repr``.
+    """A string whose ``repr`` is ``'<redacted>'``: the API key and its header are held as this.
 
-    The API key and the ``Authorization`` header are held as this, so that a traceback that
-    shows local variables (``pytest --showlocals``, rich's ``show_locals``, error trackers), a
-    debugger or a ``repr`` of the headers shows ``'<redacted>'``; on the wire (``str()``,
-    formatting, concatenation) it is the plain value.
+    A traceback that shows its locals, a debugger or a ``repr`` of the headers shows no key;
+    on the wire (``str()``, formatting, concatenation) it is the plain value.
     """
 
     __slots__ = ()
@@ -93,12 +69,7 @@ class _Secret(str):
 
 
 class StreamResponse:
-    """A streamed response body (downloads), free of aiohttp types.
-
-    Attributes:
-        status_code: The HTTP status.
-        headers: The response headers.
-    """
+    """A streamed response (of a download), free of aiohttp types: status, headers, body."""
 
     def __init__(self, response: aiohttp.ClientResponse, *, method: str, path: str) -> None:
         self._response = response
@@ -110,21 +81,15 @@ class StreamResponse:
     async def iter_chunks(self, size: int = 256 * 1024) -> AsyncIterator[bytes]:
         """Yield the body in chunks of at most ``size`` bytes.
 
-        Args:
-            size: The largest chunk.
-
-        Yields:
-            The next chunk.
-
         Raises:
-            APIConnectionError: The connection broke before the body was complete.
-            APITimeoutError: A read timed out.
+            APIConnectionError: The connection broke, or a read timed out
+                (``APITimeoutError``), before the body was complete.
         """
         try:
             async for chunk in self._response.content.iter_chunked(size):
                 yield chunk
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise _connection_error(
+            raise connection_error(
                 exc, self._method, self._path, may_have_taken_effect=False
             ) from exc
 
@@ -132,10 +97,10 @@ class StreamResponse:
         """The first characters of the body, for error messages."""
         try:
             # More than is shown, so that a key across the cut is redacted whole.
-            raw = await self._response.content.read(_EXCERPT + 4096)
+            raw = await self._response.content.read(EXCERPT_CHARS + 4096)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return ""
-        return _excerpt(raw)
+        return excerpt(raw)
 
 
 class Transport:
@@ -161,8 +126,6 @@ class Transport:
         proxy: str | _Unset | None = UNSET,
         hooks: EventHooks | None = None,
     ) -> None:
-        if deadline is not None and not deadline > 0:
-            raise ValueError(f"deadline must be positive seconds or None, got {deadline!r}")
         self._api_key = _Secret(api_key)
         register_secret(api_key)
         self.base_url = base_url.rstrip("/")
@@ -186,7 +149,6 @@ class Transport:
         }
         self._aio_timeout = timeout.to_aiohttp()
         self.hooks = hooks or EventHooks()
-        base = URL(self.base_url)
         # Hooks and spans: no observer (and no cost) when there is neither.
         self._observer = (
             RequestObserver(self.hooks, base.host or "", base.port)
@@ -215,16 +177,7 @@ class Transport:
         backoff: BackoffPolicy | None = None,
         deadline: float | _Unset | None = UNSET,
     ) -> Transport:
-        """A transport sharing this one's session and pacing, with other settings.
-
-        Args:
-            timeout: The new per-attempt timeouts (unchanged when ``None``).
-            backoff: The new backoff policy (unchanged when ``None``).
-            deadline: The new deadline of a whole call (unchanged when not given).
-
-        Returns:
-            The new transport.
-        """
+        """A transport sharing this one's session and pacing, with the settings given."""
         return Transport(
             api_key=self._api_key,
             base_url=self.base_url,
@@ -241,11 +194,7 @@ class Transport:
         )
 
     def call_bound(self, timeout: Timeout | None = None) -> float | None:
-        """Seconds within which one call ends by these settings (``None``: no bound).
-
-        Args:
-            timeout: The call's own timeouts, when it has them.
-        """
+        """Seconds within which one call (with its own ``timeout``) ends (``None``: no bound)."""
         if self.deadline is not None:
             return self.deadline
         total = (timeout or self.timeout).total
@@ -265,20 +214,11 @@ class Transport:
         retries: int | None = None,
         options: CallOptions = NO_OPTIONS,
     ) -> Response:
-        """Send a request, retrying what is safe to retry, and return the envelope.
+        """Send a request under the base URL, retrying what is safe to retry; its envelope.
 
-        Args:
-            method: ``GET`` or ``POST``.
-            path: The path under the base URL, e.g. ``/v1/tasks``.
-            params: Query parameters.
-            json_body: The JSON body of a POST.
-            retries: Retries of this call (default: the backoff policy's ``max_retries``;
-                a waiting loop passes 0: it owns the backoff).
-            options: The call's extra headers, query and body (each winning over the
-                call's own) and its timeouts.
-
-        Returns:
-            The decoded successful envelope.
+        ``retries`` overrides the backoff policy's ``max_retries`` (a waiting loop passes 0: it
+        owns the backoff); ``options`` are the call's extras (each winning over the call's own
+        values) and timeouts.
 
         Raises:
             APIConnectionError: The service could not be reached or the connection broke.
@@ -308,7 +248,7 @@ class Transport:
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
         if options.extra_headers:
-            headers = self._with_extra_headers(headers, options.extra_headers)
+            headers = options.with_headers(headers, self._api_key)
         timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
         observer = self._observer
@@ -353,7 +293,7 @@ class Transport:
                 if delay is None:
                     logger.debug(
                         "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                        method, path, (now - started) * 1000, attempt, _describe(exc),
+                        method, path, (now - started) * 1000, attempt, describe(exc),
                         decision.detail,
                     )  # fmt: skip
                     if decision.reason == "too long":
@@ -364,7 +304,7 @@ class Transport:
                 logger.debug(
                     "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
                     method, path, (now - started) * 1000, attempt, policy.max_retries + 1,
-                    _describe(exc), delay,
+                    describe(exc), delay,
                 )  # fmt: skip
                 if observer is not None:
                     await observer.retry(method, path, attempt, delay, exc)
@@ -383,22 +323,6 @@ class Transport:
                 attempt, time.monotonic() - first,
             )  # fmt: skip
             return response
-
-    def _with_extra_headers(
-        self, headers: Mapping[str, str], extra: Mapping[str, str | None]
-    ) -> dict[str, str]:
-        """``headers`` with a call's ``extra_headers`` (names compare case-insensitively)."""
-        for name, value in extra.items():
-            if value is not None and self._api_key in value:
-                raise InvalidRequestError(
-                    "extra_headers",
-                    f"{name!r} must not carry the API key: the client sends it in"
-                    " Authorization only",
-                )
-        replaced = {name.lower() for name in extra}
-        merged = {k: v for k, v in headers.items() if k.lower() not in replaced}
-        merged.update((k, v) for k, v in extra.items() if v is not None)
-        return merged
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
@@ -462,19 +386,14 @@ class Transport:
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise _connection_error(exc, method, path, may_have_taken_effect=not is_read) from exc
-        return _decode(status, raw, resp_headers, method=method, path=path)
+            raise connection_error(exc, method, path, may_have_taken_effect=not is_read) from exc
+        return decode(status, raw, resp_headers, method=method, path=path)
 
     async def _read_bounded(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
         length = resp.content_length
         limit = self.max_body_size
         if length is not None and length > limit:
-            raise APIResponseError(
-                f"{method} {path}: HTTP {resp.status} body of {length} bytes exceeds the"
-                f" {limit}-byte limit",
-                status_code=resp.status,
-                request_may_have_taken_effect=method != "GET",
-            )
+            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
         if length is not None and "Content-Encoding" not in resp.headers:
             # An identity body of a known size within the limit: one read (the hot path).
             return await resp.read()
@@ -486,11 +405,7 @@ class Transport:
         async for chunk in resp.content.iter_chunked(64 * 1024):
             size += len(chunk)
             if size > limit:
-                raise APIResponseError(
-                    f"{method} {path}: HTTP {resp.status} body exceeds the {limit}-byte limit",
-                    status_code=resp.status,
-                    request_may_have_taken_effect=method != "GET",
-                )
+                raise _too_large(resp.status, method, path, "body", limit)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -498,26 +413,18 @@ class Transport:
     async def stream(
         self, url: str, *, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[StreamResponse]:
-        """Open a streamed GET of ``url`` *without* the API key (for downloads).
+        """Open a streamed GET of ``url`` (a media host's) *without* the API key, for downloads.
 
-        The ``Authorization`` header is never sent here: the URL points at a media host, not
-        at the service. Redirects are followed by aiohttp, which drops nothing we did not add.
-
-        Args:
-            url: The absolute URL.
-            headers: Extra headers, e.g. ``Range``.
-
-        Yields:
-            The response; its body is read through ``iter_chunks``.
+        Redirects are followed by aiohttp, which sends on nothing we did not add.
 
         Raises:
-            APIConnectionError: The host could not be reached.
-            APITimeoutError: No answer within the timeout.
+            APIConnectionError: The host could not be reached, or did not answer in time
+                (``APITimeoutError``).
         """
         session = self.owner.get()
         sent = {"User-Agent": self._headers["User-Agent"], **(headers or {})}
         sent.pop("Authorization", None)
-        path = _url_path(url)
+        path = urlsplit(url).path or "/"  # for messages: a media URL's query may be signed
         proxy = proxy_for(url, trust_env=self.trust_env)
         try:
             async with session.get(
@@ -527,4 +434,12 @@ class Transport:
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise _connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
+            raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
+
+
+def _too_large(status: int, method: str, path: str, what: str, limit: int) -> APIResponseError:
+    return APIResponseError(
+        f"{method} {path}: HTTP {status} {what} exceeds the {limit}-byte limit",
+        status_code=status,
+        request_may_have_taken_effect=method != "GET",
+    )

@@ -9,11 +9,10 @@ An event carries what a user needs to watch the client (method, path, attempt, s
 the API key: it never sees the request's headers, and whatever the service sent back is
 redacted.
 
-A hook that raises is logged (at ERROR, with its traceback, on the ``videogen_async`` logger)
-and the client goes on. httpx lets the exception propagate; here a hook runs inside
-calls that must keep their promises (a create whose answer names what was charged, a wait or
-gather that must not drop the ids it holds), so an observer's bug never changes what a call
-does. A cancellation is not an error and propagates.
+A hook that raises is logged (at ERROR, with its traceback) and the client goes on. httpx lets
+the exception propagate; here a hook runs inside calls that must keep their promises (a
+create whose answer names what was charged, a gather that must not drop its ids), so an
+observer's bug never changes what a call does. A cancellation propagates.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
-from .._contract._exceptions import APIStatusError, ConfigurationError
-from .._contract._redact import redact_text, redact_value
+from .._contract._exceptions import ConfigurationError
 
 __all__ = [
     "EVENT_NAMES",
@@ -188,47 +186,3 @@ class EventHooks:
 
 def _name_of(hook: object) -> str:
     return getattr(hook, "__qualname__", None) or type(hook).__name__
-
-
-def response_event(
-    method: str,
-    path: str,
-    url: str,
-    attempt: int,
-    status_code: int,
-    trace_id: str | None,
-    elapsed: float,
-    headers: Mapping[str, str],
-    error: str | None = None,
-) -> ResponseEvent:
-    """A :class:`ResponseEvent` with what the service sent redacted."""
-    plain: dict[str, str] = redact_value(dict(headers.items()))
-    return ResponseEvent(
-        method=method,
-        path=path,
-        url=url,
-        attempt=attempt,
-        status_code=status_code,
-        trace_id=None if trace_id is None else redact_text(trace_id),
-        elapsed=elapsed,
-        headers=plain,
-        error=error,
-    )
-
-
-def retry_event(
-    method: str, path: str, attempt: int, delay: float, exc: BaseException
-) -> RetryEvent:
-    """A :class:`RetryEvent` for the failure ``exc``."""
-    status = exc.status_code if isinstance(exc, APIStatusError) else None
-    trace = getattr(exc, "trace_id", None)
-    return RetryEvent(
-        method=method,
-        path=path,
-        attempt=attempt,
-        delay=delay,
-        reason=redact_text(f"{type(exc).__name__}: {exc}"),
-        error=type(exc).__name__,
-        status_code=status,
-        trace_id=redact_text(trace) if isinstance(trace, str) else None,
-    )

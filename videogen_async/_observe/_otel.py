@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .._version import __version__
 
-__all__ = ["ENABLED", "SpanLike", "client_span", "recording", "span"]
+__all__ = ["ENABLED", "SpanLike", "recording", "set_error", "span"]
 
 
 class SpanLike(Protocol):
@@ -23,10 +23,6 @@ class SpanLike(Protocol):
 
     def set_attribute(self, key: str, value: Any) -> None:
         """Set one attribute."""
-
-    def is_recording(self) -> bool:
-        """Whether the span records anything."""
-        ...
 
 
 try:
@@ -44,38 +40,25 @@ _NO_OP: tuple[type, ...] = (
 
 
 def recording() -> bool:
-    """Whether spans would record: the extra is installed and a tracer provider is set.
+    """Whether spans would record (the extra is installed and a tracer provider is set).
 
-    Asked per call (about a microsecond), so that a provider set after the client was made
-    is used from the next call on.
+    Asked per call (about a microsecond): a provider set later is used from the next call on.
     """
     return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_OP)
 
 
 @contextmanager
 def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> Iterator[SpanLike]:
-    """A span made current for the block; an exception leaving it marks the span failed.
+    """A span made current for the block (only when :func:`recording`).
 
-    Only called when :func:`recording`.
-
-    Args:
-        name: The span's name.
-        attributes: Its first attributes.
-        client: A ``CLIENT`` span (an outgoing HTTP request) rather than an ``INTERNAL`` one.
-
-    Yields:
-        The span.
+    An exception leaving it marks the span failed; ``client`` makes a ``CLIENT`` span (an
+    outgoing HTTP request) rather than an ``INTERNAL`` one.
     """
     assert _trace is not None  # noqa: S101 - the callers check ENABLED
     tracer = _trace.get_tracer(_SCOPE, __version__)
     kind = _trace.SpanKind.CLIENT if client else _trace.SpanKind.INTERNAL
     with tracer.start_as_current_span(name, kind=kind, attributes=dict(attributes)) as current:
         yield current
-
-
-def client_span(name: str, attributes: Mapping[str, Any]) -> Any:
-    """A ``CLIENT`` span (see :func:`span`)."""
-    return span(name, attributes, client=True)
 
 
 def set_error(current: SpanLike, error_type: str) -> None:

@@ -1,11 +1,10 @@
 """Where the client is observed: event hooks and OpenTelemetry spans around requests and waits.
 
-* :class:`RequestObserver` wraps one attempt of a request (the transport's request loop): the
-  ``request`` and ``response`` hooks, and one ``CLIENT`` span per attempt following the
-  OpenTelemetry HTTP client conventions (a retry is a new span with
-  ``http.request.resend_count``).
+* :class:`RequestObserver` wraps one attempt of a request: the ``request``, ``response`` and
+  ``retry`` hooks, and one ``CLIENT`` span per attempt following the OpenTelemetry HTTP client
+  conventions (a retry is a new span with ``http.request.resend_count``).
 * :func:`wait_span` and :func:`observe_gather` put one span around a wait or a gather with
-  the ids' count, the credits charged and the outcome; :func:`poll_event` builds the ``poll``
+  the ids' count, the credits charged and the outcome; :func:`poll_event` is the ``poll``
   hook's event.
 
 With no hook and without ``opentelemetry-api`` (``_otel.ENABLED`` false) none of this runs:
@@ -24,8 +23,9 @@ from typing import Any, Protocol, TypeVar
 
 from .._contract._exceptions import APIStatusError, WaitTimeoutError
 from .._contract._models import Project, Task
+from .._contract._redact import redact_text, redact_value
 from . import _otel
-from ._hooks import EventHooks, PollEvent, RequestEvent, response_event, retry_event
+from ._hooks import EventHooks, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 
 __all__ = ["GatherWatch", "RequestObserver", "observe_gather", "poll_event", "wait_span"]
 
@@ -34,7 +34,7 @@ _R = TypeVar("_R", bound="_Answer")
 
 class _Answer(Protocol):
     @property
-    def status_code(self) -> int: ...
+    def status_code(self) -> int | None: ...
     @property
     def trace_id(self) -> str | None: ...
     @property
@@ -65,18 +65,7 @@ class RequestObserver:
         url: str,
         attempt: int,
     ) -> _R:
-        """Run one attempt ``send()`` under the hooks and a ``CLIENT`` span.
-
-        Args:
-            send: Sends the attempt and decodes its answer.
-            method: The method.
-            path: The path under the base URL.
-            url: The full URL.
-            attempt: 1 for the first attempt.
-
-        Returns:
-            What ``send`` returned.
-        """
+        """Run one attempt under the hooks and a ``CLIENT`` span (``send()`` sends, decodes)."""
         hooks = self.hooks
         if hooks.wants("request"):
             await hooks.emit("request", RequestEvent(method, path, url, attempt))
@@ -89,7 +78,7 @@ class RequestObserver:
         }
         if attempt > 1:
             attributes["http.request.resend_count"] = attempt - 1
-        with _otel.client_span(method, attributes) as span:
+        with _otel.span(method, attributes, client=True) as span:
             return await self._answer(send, span, method, path, url, attempt)
 
     async def _answer(
@@ -105,43 +94,62 @@ class RequestObserver:
         try:
             response = await send()
         except APIStatusError as exc:
+            error = type(exc).__name__
             if span is not None:
-                _answered(span, exc.status_code, exc.trace_id)
-                _otel.set_error(span, str(exc.status_code or type(exc).__name__))
-            if self.hooks.wants("response") and exc.status_code is not None:
-                event = response_event(
-                    method, path, url, attempt, exc.status_code, exc.trace_id,
-                    time.monotonic() - started, exc.headers, type(exc).__name__,
-                )  # fmt: skip
-                await self.hooks.emit("response", event)
+                _otel.set_error(span, str(exc.status_code or error))
+            await self._answered(span, exc, error, started, method, path, url, attempt)
             raise
         except Exception as exc:
             if span is not None:
                 _otel.set_error(span, type(exc).__name__)
             raise
-        if span is not None:
-            _answered(span, response.status_code, response.trace_id)
-        if self.hooks.wants("response"):
-            event = response_event(
-                method, path, url, attempt, response.status_code, response.trace_id,
-                time.monotonic() - started, response.headers,
-            )  # fmt: skip
-            await self.hooks.emit("response", event)
+        await self._answered(span, response, None, started, method, path, url, attempt)
         return response
+
+    async def _answered(
+        self,
+        span: _otel.SpanLike | None,
+        answer: _Answer,
+        error: str | None,
+        started: float,
+        method: str,
+        path: str,
+        url: str,
+        attempt: int,
+    ) -> None:
+        """Record an answer (a success, or a failure the service sent) on the span and hooks."""
+        status, trace_id = answer.status_code, answer.trace_id
+        if span is not None:
+            if status is not None:
+                span.set_attribute("http.response.status_code", status)
+            if trace_id:
+                span.set_attribute("videogen.trace_id", trace_id)
+        if status is None or not self.hooks.wants("response"):
+            return
+        headers: dict[str, str] = redact_value(dict(answer.headers.items()))
+        trace = None if trace_id is None else redact_text(trace_id)
+        elapsed = time.monotonic() - started
+        event = ResponseEvent(method, path, url, attempt, status, trace, elapsed, headers, error)
+        await self.hooks.emit("response", event)
 
     async def retry(
         self, method: str, path: str, attempt: int, delay: float, exc: BaseException
     ) -> None:
         """Tell the ``retry`` hooks that ``attempt`` failed with ``exc`` and is retried."""
-        if self.hooks.wants("retry"):
-            await self.hooks.emit("retry", retry_event(method, path, attempt, delay, exc))
-
-
-def _answered(span: _otel.SpanLike, status: int | None, trace_id: str | None) -> None:
-    if status is not None:
-        span.set_attribute("http.response.status_code", status)
-    if trace_id:
-        span.set_attribute("videogen.trace_id", trace_id)
+        if not self.hooks.wants("retry"):
+            return
+        trace = getattr(exc, "trace_id", None)
+        event = RetryEvent(
+            method=method,
+            path=path,
+            attempt=attempt,
+            delay=delay,
+            reason=redact_text(f"{type(exc).__name__}: {exc}"),
+            error=type(exc).__name__,
+            status_code=exc.status_code if isinstance(exc, APIStatusError) else None,
+            trace_id=redact_text(trace) if isinstance(trace, str) else None,
+        )
+        await self.hooks.emit("retry", event)
 
 
 def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
@@ -173,29 +181,31 @@ def _outcome(exc: BaseException) -> str:
 
 
 @contextmanager
-def wait_span(kind: str, object_id: str) -> Iterator[_otel.SpanLike | None]:
-    """One span around a single wait (``None`` without OpenTelemetry).
+def _waiting_span(name: str, attributes: dict[str, Any]) -> Iterator[_otel.SpanLike | None]:
+    """The span of a wait or a gather (``None`` when spans would not record).
 
-    The caller sets the outcome with :func:`end_wait`; an exception sets it to ``timeout``,
-    ``cancelled`` or ``error``.
-
-    Args:
-        kind: ``"task"``, ``"project"`` or ``"script"``.
-        object_id: The id waited for.
-
-    Yields:
-        The span, or ``None``.
+    An exception leaving it sets its outcome: ``timeout``, ``cancelled`` or ``error``.
     """
     if not _otel.recording():
         yield None
         return
-    attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
-    with _otel.span(f"videogen.wait {kind}", attributes) as current:
+    with _otel.span(name, attributes) as current:
         try:
             yield current
         except BaseException as exc:
             current.set_attribute("videogen.outcome", _outcome(exc))
             raise
+
+
+@contextmanager
+def wait_span(kind: str, object_id: str) -> Iterator[_otel.SpanLike | None]:
+    """The span (or ``None``) of a single wait: of a ``task``, a ``project`` or a ``script``.
+
+    The caller sets the outcome with :func:`end_wait`.
+    """
+    attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
+    with _waiting_span(f"videogen.wait {kind}", attributes) as span:
+        yield span
 
 
 def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
@@ -204,10 +214,9 @@ def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
         return
     if isinstance(value, Project):
         span.set_attribute("videogen.credits_charged", value.billing.total_credits_cost)
-        span.set_attribute("videogen.outcome", str(value.status))
     else:
         span.set_attribute("videogen.credits_charged", value.credits_cost)
-        span.set_attribute("videogen.outcome", str(value.status))
+    span.set_attribute("videogen.outcome", str(value.status))
 
 
 class GatherWatch:
@@ -259,23 +268,10 @@ class GatherWatch:
 def observe_gather(
     fetch: Callable[[str], Awaitable[Task]], hooks: EventHooks | None, count: int
 ) -> Iterator[GatherWatch]:
-    """One span around a gather's polling, and its ``poll`` hooks.
+    """One span around the polling of a gather of ``count`` ids, and its ``poll`` hooks.
 
-    Args:
-        fetch: The gather's read of one task.
-        hooks: The client's hooks, if any.
-        count: The distinct ids gathered.
-
-    Yields:
-        The watch: poll through its ``fetch``, and call its ``done`` at the end.
+    The gather polls through the watch's ``fetch`` (its own read, observed) and calls its
+    ``done`` at the end.
     """
-    if not _otel.recording():
-        yield GatherWatch(fetch, hooks, None)
-        return
-    attributes = {"videogen.ids.count": count}
-    with _otel.span("videogen.gather", attributes) as current:
-        try:
-            yield GatherWatch(fetch, hooks, current)
-        except BaseException as exc:
-            current.set_attribute("videogen.outcome", _outcome(exc))
-            raise
+    with _waiting_span("videogen.gather", {"videogen.ids.count": count}) as span:
+        yield GatherWatch(fetch, hooks, span)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._contract._models import CreditBalance
-from .._http._options import CallOptions, Headers, Query
-from .._http._transport import Timeout
+from .._http._options import CallOptions, RequestOptions
 from ._resource import Resource
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Credits"]
 
@@ -16,21 +17,11 @@ __all__ = ["Credits"]
 class Credits(Resource):
     """The credit balance of the authenticated user."""
 
-    async def get(
-        self,
-        *,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
-    ) -> CreditBalance:
+    async def get(self, **options: Unpack[RequestOptions]) -> CreditBalance:
         """Read the API credit balance (``GET /v1/credits``).
 
         Args:
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given.
-            extra_body: A JSON body sent as given.
-            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
+            **options: The per-call options (:class:`RequestOptions`).
 
         Returns:
             The available and total API credits.
@@ -39,5 +30,4 @@ class Credits(Resource):
             APIStatusError: The service answered with a failure.
             APIConnectionError: The service could not be reached.
         """
-        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
-        return await self._get("/v1/credits", CreditBalance, options=options)
+        return await self._get("/v1/credits", CreditBalance, options=CallOptions.of(options))

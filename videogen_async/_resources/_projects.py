@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from .._contract._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
-from .._contract._exceptions import ProjectFailedError, WaitTimeoutError
+from .._contract._exceptions import ProjectFailedError
 from .._contract._models import CreatedProject, Project, Task, VideoBatch
 from .._contract._validation import (
     as_url_list,
@@ -15,12 +15,15 @@ from .._contract._validation import (
     validate_project_request,
     validate_videos_request,
 )
-from .._http._options import CallOptions, Headers, Query
-from .._http._transport import Timeout, Transport
+from .._http._options import CallOptions, PollOptions, RequestOptions
+from .._http._transport import Transport
 from .._observe._spans import end_wait, wait_span
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import UpdateCallback, on_read, poll_until
 from ._resource import Resource
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Projects"]
 
@@ -39,15 +42,8 @@ class Projects(Resource):
         poll_policy: PollPolicy,
         get_task: Callable[[str, CallOptions], Awaitable[Task]],
     ) -> None:
-        """A namespace over ``transport``.
-
-        Args:
-            transport: The client's transport.
-            poll_policy: The client's default poll policy.
-            get_task: Reads one task once, with a call's options and without retries of
-                its own (the wait loop owns the backoff).
-        """
         super().__init__(transport, poll_policy)
+        # Reads one task once with a call's options, without retries (the wait owns them).
         self._get_task = get_task
 
     async def create(
@@ -63,10 +59,7 @@ class Projects(Resource):
         resolution: int | str | None = None,
         out_number: int | None = None,
         mode: ProjectMode | str | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
+        **options: Unpack[RequestOptions],
     ) -> CreatedProject:
         """Create a project (``POST /v1/video/viral-ads-clone``); charges 10 credits.
 
@@ -87,11 +80,8 @@ class Projects(Resource):
             out_number: 1 to 4 (default 1): videos of the automatic batch, or the default
                 batch size of :meth:`create_videos` in manual mode.
             mode: ``auto`` (default) or ``manual``.
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given.
-            extra_body: JSON fields sent as given, unchecked, winning over the arguments
-                above (a value or a field this version does not know).
-            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
+            **options: The per-call options (:class:`RequestOptions`); ``extra_body`` wins
+                over the arguments above, unchecked (a value this version does not know).
 
         Returns:
             The created project.
@@ -119,26 +109,15 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
-        return await self._create("/v1/video/viral-ads-clone", body, CreatedProject, options)
+        call = CallOptions.of(options)
+        return await self._create("/v1/video/viral-ads-clone", body, CreatedProject, call)
 
-    async def get(
-        self,
-        project_id: str,
-        *,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
-    ) -> Project:
+    async def get(self, project_id: str, **options: Unpack[RequestOptions]) -> Project:
         """Read a project with its script, tasks and billing.
 
         Args:
             project_id: The id returned by :meth:`create`.
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given.
-            extra_body: A JSON body sent as given.
-            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
+            **options: The per-call options (:class:`RequestOptions`).
 
         Returns:
             The project.
@@ -149,8 +128,7 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
-        return await self._get(_path(project_id), Project, options=options)
+        return await self._get(_path(project_id), Project, options=CallOptions.of(options))
 
     async def create_videos(
         self,
@@ -160,10 +138,7 @@ class Projects(Resource):
         out_number: int | None = None,
         resolution: int | str | None = None,
         aspect_ratio: AspectRatio | str | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
+        **options: Unpack[RequestOptions],
     ) -> VideoBatch:
         """Create a new batch of video tasks from a project whose script is ready.
 
@@ -177,11 +152,8 @@ class Projects(Resource):
             out_number: 1 to 4 videos.
             resolution: Resolution of this batch.
             aspect_ratio: ``9:16``, ``1:1`` or ``16:9``.
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given.
-            extra_body: JSON fields sent as given, unchecked, winning over the arguments
-                above (a value or a field this version does not know).
-            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
+            **options: The per-call options (:class:`RequestOptions`); ``extra_body`` wins
+                over the arguments above, unchecked (a value this version does not know).
 
         Returns:
             The batch, with one task id per video.
@@ -203,8 +175,7 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
-        return await self._create(path, body, VideoBatch, options)
+        return await self._create(path, body, VideoBatch, CallOptions.of(options))
 
     async def wait_for_script(
         self,
@@ -213,8 +184,7 @@ class Projects(Resource):
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
         on_update: UpdateCallback[Project] | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
+        **options: Unpack[PollOptions],
     ) -> Project:
         """Poll a project until its script is ready.
 
@@ -225,8 +195,7 @@ class Projects(Resource):
             on_update: Called (or awaited) with the first state read and then with each
                 state that differs from the one before (a new ``current_step``, a script,
                 new tasks), the final one included; an exception it raises ends the wait.
-            extra_headers: Headers sent as given with every poll.
-            extra_query: Query parameters sent as given with every poll.
+            **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
             The project, with ``view_script`` set.
@@ -237,26 +206,18 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         check_id("project_id", project_id)
-        options = CallOptions.of(extra_headers, extra_query)
+        call = CallOptions.of(options, polls=True)
+
+        async def read() -> Project:
+            return await self._get(_path(project_id), Project, retries=0, options=call)
 
         def ready(project: Project) -> bool:
             if project.is_failed:
                 raise ProjectFailedError(project)
             return project.has_script
 
-        on_value = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
-        with wait_span("script", project_id) as span:
-            project = await poll_until(
-                lambda: self._get(_path(project_id), Project, retries=0, options=options),
-                ready,
-                timeout=timeout,
-                poll_policy=poll_policy or self._poll_policy,
-                what=f"project {project_id}",
-                backoff=self._transport.backoff,
-                on_value=on_value,
-            )
-            end_wait(span, project)
-        return project
+        scripted = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
+        return await self._poll("script", project_id, read, ready, scripted, timeout, poll_policy)
 
     async def wait(
         self,
@@ -265,8 +226,7 @@ class Projects(Resource):
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
         on_update: UpdateCallback[Project] | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
+        **options: Unpack[PollOptions],
     ) -> Project:
         """Poll a project until it and every one of its video tasks are terminal.
 
@@ -281,8 +241,7 @@ class Projects(Resource):
                 state that differs from the one before (its status, step, script, billing
                 or listed tasks changed), the final one included; an exception it raises
                 ends the wait.
-            extra_headers: Headers sent as given with every poll.
-            extra_query: Query parameters sent as given with every poll.
+            **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
             The project in its final state.
@@ -292,46 +251,58 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         check_id("project_id", project_id)
-        options = CallOptions.of(extra_headers, extra_query)
-        settled: set[str] = set()
+        call = CallOptions.of(options, polls=True)
+        settled: set[str] = set()  # listed tasks seen terminal
+        finished = False
 
-        async def snapshot() -> tuple[Project, bool]:
-            project = await self._get(_path(project_id), Project, retries=0, options=options)
-            if project.is_failed:
-                return project, True
-            if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
-                return project, False
-            # Tasks the project lists without a status are checked one by one.
-            listed = {t.task_id for t in project.tasks if t.task_id and t.status is not None}
-            for task_id in project.task_ids:
-                if task_id in listed or task_id in settled:
-                    continue
-                task = await self._get_task(task_id, options)
-                if not task.is_terminal:
-                    return project, False
-                settled.add(task_id)
-            return project, True
+        async def read() -> Project:
+            nonlocal finished
+            project = await self._get(_path(project_id), Project, retries=0, options=call)
+            finished = await self._finished(project, settled, call)
+            return project
 
         seen = on_read(self._transport.hooks, on_update, lambda p: p.is_terminal)
+        return await self._poll(
+            "project", project_id, read, lambda _: finished, seen, timeout, poll_policy
+        )
 
-        async def on_value(state: tuple[Project, bool]) -> None:
-            if seen is not None:
-                await seen(state[0])
+    async def _finished(self, project: Project, settled: set[str], call: CallOptions) -> bool:
+        """Whether a project is failed, or terminal with every task it lists."""
+        if project.is_failed:
+            return True
+        if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
+            return False
+        # Tasks the project lists without a status are checked one by one.
+        listed = {t.task_id for t in project.tasks if t.task_id and t.status is not None}
+        for task_id in project.task_ids:
+            if task_id in listed or task_id in settled:
+                continue
+            task = await self._get_task(task_id, call)
+            if not task.is_terminal:
+                return False
+            settled.add(task_id)
+        return True
 
-        try:
-            with wait_span("project", project_id) as span:
-                project, _ = await poll_until(
-                    snapshot,
-                    lambda state: state[1],
-                    timeout=timeout,
-                    poll_policy=poll_policy or self._poll_policy,
-                    what=f"project {project_id}",
-                    backoff=self._transport.backoff,
-                    on_value=on_value if seen is not None else None,
-                )
-                end_wait(span, project)
-        except WaitTimeoutError as exc:
-            if isinstance(exc.last, tuple):
-                exc.last = exc.last[0]
-            raise
+    async def _poll(
+        self,
+        kind: str,
+        project_id: str,
+        read: Callable[[], Awaitable[Project]],
+        done: Callable[[Project], bool],
+        on_value: Callable[[Project], Awaitable[object]] | None,
+        timeout: float | None,
+        poll_policy: PollPolicy | None,
+    ) -> Project:
+        """One wait on a project, in its span: ``read`` polled until ``done``."""
+        with wait_span(kind, project_id) as span:
+            project = await poll_until(
+                read,
+                done,
+                timeout=timeout,
+                poll_policy=poll_policy or self._poll_policy,
+                what=f"project {project_id}",
+                backoff=self._transport.backoff,
+                on_value=on_value,
+            )
+            end_wait(span, project)
         return project

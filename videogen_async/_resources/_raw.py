@@ -1,16 +1,15 @@
 """``client.with_raw_response``: the same calls, returning the HTTP answer beside the result.
 
 In openai-python's style: ``raw = await client.with_raw_response.tasks.get(task_id)`` gives a
-:class:`RawResponse` with the status, headers, ``trace_id`` (also ``request_id``), the request
-(``http_request``) and the time taken; ``raw.parse()`` returns the result the plain call
-returns. Every result also carries its answer's ``trace_id`` as ``result._request_id``.
+:class:`RawResponse`, the answer's :class:`ResponseInfo` (status, headers, ``trace_id``, time
+taken) and the request (``http_request``); ``raw.parse()`` returns what the plain call does.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Generic, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import attrs
 
@@ -45,49 +44,27 @@ class HTTPRequestInfo:
     url: str
 
 
-class RawResponse(Generic[_T]):
-    """An HTTP answer of the service and the result parsed from it."""
+class RawResponse(ResponseInfo, Generic[_T]):
+    """An HTTP answer of the service (its :class:`ResponseInfo`) and the result parsed from it."""
 
-    __slots__ = ("_info", "_parsed")
+    __slots__ = ("_parsed",)
 
     def __init__(self, parsed: _T, info: ResponseInfo) -> None:
+        super().__init__(
+            info.status_code,
+            info._headers,
+            info._trace_id,
+            info.method,
+            info.url,
+            info.attempts,
+            info.elapsed,
+        )
         self._parsed = parsed
-        self._info = info
-
-    @property
-    def status_code(self) -> int:
-        """The HTTP status."""
-        return self._info.status_code
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """The response headers (names compare case-insensitively)."""
-        return self._info.headers
-
-    @property
-    def trace_id(self) -> str | None:
-        """The service's ``trace_id`` of this answer: quote it when reporting a problem."""
-        return self._info.trace_id
-
-    @property
-    def request_id(self) -> str | None:
-        """The same as :attr:`trace_id` (the name other SDKs use)."""
-        return self._info.trace_id
 
     @property
     def http_request(self) -> HTTPRequestInfo:
         """The request's method and URL."""
-        return HTTPRequestInfo(self._info.method, self._info.url)
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds from the first attempt to the decoded answer, retries included."""
-        return self._info.elapsed
-
-    @property
-    def retries_taken(self) -> int:
-        """Attempts beyond the first."""
-        return self._info.retries_taken
+        return HTTPRequestInfo(self.method, self.url)
 
     def parse(self) -> _T:
         """The result, as the plain call returns it.
@@ -99,9 +76,13 @@ class RawResponse(Generic[_T]):
 
     def __repr__(self) -> str:
         return (
-            f"<RawResponse [{self.status_code}] {self._info.method} {self._info.url}"
+            f"<RawResponse [{self.status_code}] {self.method} {self.url}"
             f" trace_id={self.trace_id!r}>"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        _, answer = super().__reduce__()  # the answer as it pickles: redacted
+        return (RawResponse, (self._parsed, ResponseInfo(*answer)))
 
 
 def _raw(call: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[RawResponse[_T]]]:

@@ -1,7 +1,6 @@
 """What every resource namespace shares: the transport it sends through and response parsing.
 
-A resource depends on the transport and on its poll policy only, never on the client that
-composes it.
+A resource depends on the transport and its poll policy only, never on the client.
 """
 
 from __future__ import annotations
@@ -18,9 +17,10 @@ from .._contract._exceptions import APIResponseError
 from .._contract._meta import RESPONSE_SLOT
 from .._contract._models import structure_lenient
 from .._contract._redact import scrub_exception
+from .._http._envelope import Response
 from .._http._jsonbody import clip, short_repr
 from .._http._options import NO_OPTIONS, CallOptions
-from .._http._transport import Response, Transport
+from .._http._transport import Transport
 from .._waiting._policy import PollPolicy
 
 __all__ = ["Resource"]
@@ -46,11 +46,7 @@ class Resource:
         retries: int | None = None,
         options: CallOptions = NO_OPTIONS,
     ) -> _T:
-        """Read one object: ``GET path``, its answer parsed into ``cls``.
-
-        ``retries`` overrides the client's ``max_retries`` (a wait loop passes 0: it owns the
-        backoff).
-        """
+        """``GET path``, its answer parsed into ``cls`` (``retries``: see ``Transport.request``)."""
         response = await self._transport.request(
             "GET", path, params=params, retries=retries, options=options
         )

@@ -5,15 +5,15 @@ from __future__ import annotations
 import functools
 import operator
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .._contract._enums import FunctionMode, Model, Ratio
 from .._contract._exceptions import WaitTimeoutError
 from .._contract._models import CreatedTask, Task
 from .._contract._validation import as_url_list, check_id, validate_task_request
-from .._http._options import NO_OPTIONS, CallOptions, Headers, Query
-from .._http._transport import Timeout, Transport
+from .._http._options import NO_OPTIONS, CallOptions, Headers, PollOptions, Query, RequestOptions
+from .._http._transport import Transport
 from .._waiting._gather import GatherResults, gather_until_done
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import (
@@ -25,6 +25,9 @@ from .._waiting._polling import (
 )
 from .._waiting._schedule import FinishTimeMemory
 from ._resource import Resource
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Tasks"]
 
@@ -47,10 +50,7 @@ class Tasks(Resource):
         image_urls: Sequence[str] | None = None,
         audio_urls: Sequence[str] | None = None,
         video_urls: Sequence[str] | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
+        **options: Unpack[RequestOptions],
     ) -> CreatedTask:
         """Create a video generation task (``POST /v1/video/videomodel-2``).
 
@@ -73,12 +73,8 @@ class Tasks(Resource):
             audio_urls: Up to 3 audio URLs; with ``omni_reference`` they need an image or
                 a video beside them.
             video_urls: Up to 3 video URLs.
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given.
-            extra_body: JSON fields sent as given, unchecked, winning over the arguments
-                above: the way to send a value or a field this version does not know, e.g.
-                ``extra_body={"model": "videomodel_2_1"}``.
-            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
+            **options: The per-call options (:class:`RequestOptions`); ``extra_body`` wins
+                over the arguments above, unchecked (a value this version does not know).
 
         Returns:
             The created task (its ``task_id``, status ``running``, cost).
@@ -103,26 +99,15 @@ class Tasks(Resource):
             },
             unknown_hint=True,
         )
-        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
-        return await self._create("/v1/video/videomodel-2", body, CreatedTask, options)
+        call = CallOptions.of(options)
+        return await self._create("/v1/video/videomodel-2", body, CreatedTask, call)
 
-    async def get(
-        self,
-        task_id: str,
-        *,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        timeout: Timeout | float | None = None,
-    ) -> Task:
+    async def get(self, task_id: str, **options: Unpack[RequestOptions]) -> Task:
         """Read a task's status and result (``GET /v1/tasks?task_id=``).
 
         Args:
             task_id: The id returned by :meth:`create` (or listed in a project).
-            extra_headers: Headers sent as given (a ``None`` value removes the client's).
-            extra_query: Query parameters sent as given, winning over ``task_id``.
-            extra_body: A JSON body sent as given.
-            timeout: This call's per-attempt timeouts (seconds or a :class:`Timeout`).
+            **options: The per-call options (:class:`RequestOptions`).
 
         Returns:
             The task; ``result`` is ``None`` while it runs.
@@ -133,8 +118,8 @@ class Tasks(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        options = CallOptions.of(extra_headers, extra_query, extra_body, timeout)
-        return await self._get("/v1/tasks", Task, params=_query(task_id), options=options)
+        call = CallOptions.of(options)
+        return await self._get("/v1/tasks", Task, params=_query(task_id), options=call)
 
     async def _fetch_once(self, task_id: str, options: CallOptions = NO_OPTIONS) -> Task:
         return await self._get(
@@ -147,21 +132,14 @@ class Tasks(Resource):
         poll_policy: PollPolicy,
         finish_times: FinishTimeMemory | None = None,
     ) -> None:
-        """A namespace over ``transport``.
-
-        Args:
-            transport: The client's transport.
-            poll_policy: The client's default poll policy.
-            finish_times: What the client remembers of finish times, for its gathers.
-        """
         super().__init__(transport, poll_policy)
-        self._finish_times = finish_times
+        self._finish_times = finish_times  # the client's, for its gathers
 
     def _source(self, options: CallOptions = NO_OPTIONS) -> TaskSource:
-        """The narrow interface the waiting engines poll through.
+        """The narrow interface the waiting engines poll through (``options`` with every read).
 
-        One read, no retries of its own (the engine's loop owns the backoff, by the client's
-        backoff policy), paced by the client; ``options`` go with every read.
+        One read with no retries of its own (the engine's loop owns the backoff), paced by
+        the client.
         """
         return TaskSource(
             fetch=self._fetch_once
@@ -182,8 +160,7 @@ class Tasks(Resource):
         raise_on_failure: bool = False,
         poll_policy: PollPolicy | None = None,
         on_update: UpdateCallback[Task] | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
+        **options: Unpack[PollOptions],
     ) -> Task:
         """Poll one task until it is terminal (succeeded, failed or error).
 
@@ -201,8 +178,7 @@ class Tasks(Resource):
                 read and then with each state that differs from the one before, the final
                 one included (like fal's ``on_queue_update``). An exception it raises ends
                 the wait with that exception.
-            extra_headers: Headers sent as given with every poll.
-            extra_query: Query parameters sent as given with every poll.
+            **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
             The task in a terminal state.
@@ -215,7 +191,7 @@ class Tasks(Resource):
         """
         task_id = check_id("task_id", task_id)
         return await wait_on_source(
-            self._source(CallOptions.of(extra_headers, extra_query)),
+            self._source(CallOptions.of(options, polls=True)),
             task_id,
             timeout=timeout,
             raise_on_failure=raise_on_failure,
@@ -229,8 +205,7 @@ class Tasks(Resource):
         *,
         timeout: float | None = None,
         poll_policy: PollPolicy | None = None,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
+        **options: Unpack[PollOptions],
     ) -> AsyncIterator[Task]:
         """Yield each distinct state of a task until it is terminal.
 
@@ -249,8 +224,7 @@ class Tasks(Resource):
             timeout: The deadline in seconds for the whole watch (``None``: no deadline);
                 the time your loop body takes counts.
             poll_policy: Overrides the client's poll policy.
-            extra_headers: Headers sent as given with every poll.
-            extra_query: Query parameters sent as given with every poll.
+            **options: Sent with every poll (:class:`PollOptions`).
 
         Yields:
             Each new state of the task.
@@ -260,7 +234,7 @@ class Tasks(Resource):
             NotFoundError: No such task.
         """
         task_id = check_id("task_id", task_id)
-        options = CallOptions.of(extra_headers, extra_query)
+        call = CallOptions.of(options, polls=True)
         policy = poll_policy or self._poll_policy
         deadline = None if timeout is None else time.monotonic() + timeout
         on_value = on_read(self._transport.hooks, None, lambda task: task.is_terminal)
@@ -269,7 +243,7 @@ class Tasks(Resource):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 current = await poll_until(
-                    lambda: self._fetch_once(task_id, options),
+                    lambda: self._fetch_once(task_id, call),
                     functools.partial(operator.ne, last),
                     timeout=left,
                     poll_policy=policy,
@@ -309,5 +283,6 @@ class Tasks(Resource):
         Returns:
             An async iterator of :class:`Task`, also usable as an async context manager.
         """
-        source = self._source(CallOptions.of(extra_headers, extra_query))
+        polls = {"extra_headers": extra_headers, "extra_query": extra_query}
+        source = self._source(CallOptions.of(polls, polls=True))
         return gather_until_done(source, task_ids, **options)

@@ -79,14 +79,10 @@ class IdState:
 
 
 class BatchSchedule:
-    """What one gather knows of its classes, and when each pending id is polled next.
+    """What one gather knows of its classes (by key), and when each pending id is polled next.
 
-    Args:
-        classes: The classes of the gather, by key.
-        policy: The poll policy.
-        memory: Where each class's estimate is remembered between gathers, if anywhere.
-        push: Schedules an id's next poll at a monotonic time (the coordinator's heap).
-        rng: The random source of phases and jitter.
+    ``memory`` remembers each class's estimate between gathers; ``push`` schedules an id's next
+    poll at a monotonic time (on the coordinator's heap).
     """
 
     def __init__(
@@ -113,10 +109,9 @@ class BatchSchedule:
     def start(self, now: float, wall_offset: float) -> None:
         """Build each class's model (from the memory, if any) and push every id's first poll.
 
-        The probes of each class (see :func:`probe_count`) poll first. The other ids poll at
-        once too unless their class is remembered, in which case their first poll waits
-        for the class's support (assuming the ids were just created; a probe that shows them
-        older brings them forward, see :meth:`next_gap`).
+        Every id polls at once, but those of a remembered class other than its probes, which
+        wait for the class's support (as if just created: a probe that shows them older
+        brings them forward, see :meth:`next_gap`).
         """
         self._started = now
         self.wall_offset = wall_offset
@@ -237,14 +232,12 @@ class BatchSchedule:
                     self._pull_forward(klass, now)
 
     def learn(self, state: IdState, task: Task, now: float) -> None:
-        """Learn the clock skew and the class's finish times from a terminal task.
+        """Learn the clock skew and the class's finish times from a terminal task (any end).
 
-        Every terminal state counts (failed and error tasks end on a schedule too). The
-        support is recomputed for each of a class's first 64 finishes, then after every
+        The support is recomputed for each of a class's first 64 finishes, then after every
         1/32 more (and at the class's last): a pass over a few hundred bins, never per poll,
-        and, once its end would close, a pass over the class's ids counting the pending ones
-        already overdue for that end (a finish seen is biased short while many are pending;
-        see :meth:`ClassModel.support`).
+        and, once its end would close, over the class's ids to count those already overdue
+        for it (see :meth:`ClassModel.support`).
         """
         klass = state.klass
         klass.pending -= 1

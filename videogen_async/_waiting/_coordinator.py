@@ -8,13 +8,11 @@
   and hands every id due before its next wake to an idle worker through a future: no task is
   created per poll, and the event loop wakes at most once per ``coalesce`` seconds for the
   dispatching, however many ids are due.
-* **Overload.** One pacing per client (``_pacing.Pacing``): a 429 pauses every request of
-  the client until its ``Retry-After`` (or a backoff), halves the allowed concurrency and the
-  request rate, which then recover additively (AIMD). The gather reads the client's pacing
-  (its pause and its lowered concurrency) and keeps no second copy of that state; a source
-  without a pacing gets one of its own. Whether and when an id is polled again after any
-  failure is the one retry decision's (``decide_retry`` as a poll); a transient failure other
-  than a 429 backs off only its id.
+* **Overload.** The gather reads the client's one pacing (``_pacing.Pacing``: a 429's pause
+  and its lowered concurrency) and keeps no copy of it; a source without a pacing gets one of
+  its own. Whether and when an id is polled again after a failure is the one retry
+  decision's (``decide_retry`` as a poll); a transient failure other than a 429 backs off
+  only its id.
 * **No cancel scope across a yield.** The polling runs in a task group owned by the caller
   (``_gather.GatherResults``); results leave through an anyio memory object stream.
 """

@@ -1,9 +1,8 @@
 """``gather_until_done``: wait on many task ids at once, with one scheduler for all of them.
 
-This module is the public face: the function (argument checks, ids and their classes) and
-the results object (the two ways to consume it, and the clean-up). The polling itself is the
-coordinator's (``_coordinator``); when each id is polled is the class state's (``_classes``,
-on the finish-time models of ``_schedule``). See ``docs/waiting.md`` for the user's view.
+The public face: the function (argument checks, ids and their classes) and the results object
+(the two ways to consume it, and the clean-up). The polling is ``_coordinator``'s; when each id
+is polled, ``_classes``' (on the finish-time models of ``_schedule``).
 
 **No cancel scope across a yield.** The polling runs in a task group owned either by the
 ``async with`` block or by a background asyncio task started by the first ``__anext__`` of a
@@ -70,21 +69,13 @@ class GatherResults:
         """A snapshot of the progress so far (cheap; readable at any time)."""
         return self._core.snapshot()
 
-    # -- ids joining and leaving a running gather ------------------------------------------------
-
     def add(self, task_ids: Iterable[str]) -> int:
-        """Join more ids to this gather, polled on the schedule of their class.
+        """Join more ids to this gather, polled on the schedule of their class; how many joined.
 
         Each id's class comes from the gather's ``classes`` (looked up now). An id the gather
         is polling is not added again; an id it finished (or discarded) joins again, polled
         anew. Made for a gather started with ``open_ended=True``; adding to a gather that has
         ended polls nothing.
-
-        Args:
-            task_ids: The ids.
-
-        Returns:
-            How many ids joined.
 
         Raises:
             TypeError: An id is not a string.
@@ -96,19 +87,13 @@ class GatherResults:
     def discard(self, task_ids: Iterable[str]) -> list[str]:
         """Stop polling pending ids without yielding them (e.g. handed to another poller).
 
-        Args:
-            task_ids: The ids.
-
-        Returns:
-            The ids that were pending and are no longer polled.
+        Returns the ids that were pending and are no longer polled.
         """
         return [task_id for task_id in task_ids if self._core.discard(task_id)]
 
     def end_input(self) -> None:
         """Say that no more ids join (``open_ended=True``): the gather ends when they are done."""
         self._core.end_input()
-
-    # -- the structured form --------------------------------------------------------------------
 
     async def __aenter__(self) -> GatherResults:
         if self._mode != "new":
@@ -132,8 +117,6 @@ class GatherResults:
         # cancellation from outside, re-raised by the task group) is the one that propagates.
         await tg.__aexit__(None, None, None)
         return None
-
-    # -- iteration ------------------------------------------------------------------------------
 
     def __aiter__(self) -> GatherResults:
         return self
@@ -286,8 +269,6 @@ def gather_until_done(
         raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
     if not progress_interval > 0:
         raise ValueError(f"progress_interval must be > 0, got {progress_interval!r}")
-    if isinstance(task_ids, str):
-        raise TypeError("task_ids must be an iterable of ids, not a single string")
     key_of = _class_keys(classes)
     by_key: dict[object, ClassState] = {}
     states: dict[str, IdState] = {}
@@ -345,22 +326,15 @@ def _class_keys(
     if classes is None:
         return lambda _task_id: None
     if isinstance(classes, Mapping):
-        table = classes
-
-        def lookup(task_id: str) -> object:
-            return _checked_key(task_id, table.get(task_id))
-
-        return lookup
-    if callable(classes):
-        function = classes
-
-        def call(task_id: str) -> object:
-            return _checked_key(task_id, function(task_id))
-
-        return call
-    raise TypeError(
-        f"classes must be a mapping of id to class key or a callable, got {type(classes).__name__}"
-    )
+        find: Callable[[str], object] = classes.get
+    elif callable(classes):
+        find = classes
+    else:
+        raise TypeError(
+            "classes must be a mapping of id to class key or a callable, got"
+            f" {type(classes).__name__}"
+        )
+    return lambda task_id: _checked_key(task_id, find(task_id))
 
 
 def _checked_key(task_id: str, key: object) -> object:

@@ -1,14 +1,10 @@
 """The waiting policy (:class:`PollPolicy`: when to poll) and its pure arithmetic.
 
 Waiting is not retrying: a task that is still running is not a failure, so it is not backed
-off like one. How the client slows down under failure is the ``BackoffPolicy`` of
-``_http._retry``. Pure functions with no I/O (randomness comes in as a number in ``[0, 1)``):
-
-* :func:`growth_interval`: one object on its own (``tasks.wait``, ``projects.wait``): a first
-  poll soon, then gaps that grow with the object's age (a fixed fraction of it, so the expected
-  detection lag stays a fixed fraction of the run time), with jitter, up to a cap.
-* :func:`probe_count`: how many ids of a class of a batch are probes (the gather's learning
-  of each class's finish times is ``_schedule``'s).
+off like one (that is ``_http._retry.BackoffPolicy``). Pure functions, no I/O:
+:func:`growth_interval` spaces the polls of one object on its own (``tasks.wait``): a first
+poll soon, then gaps that grow with its age (so the expected detection lag stays a fixed
+fraction of the run time); :func:`probe_count` says how many ids of a class of a batch probe.
 """
 
 from __future__ import annotations
@@ -104,34 +100,22 @@ DEFAULT_POLICY = PollPolicy()
 
 
 def growth_interval(policy: PollPolicy, age: float, rand: float) -> float:
-    """The gap before the next poll of a lone object.
+    """The gap before the next poll of a lone object of ``age`` seconds.
 
-    Args:
-        policy: The poll policy.
-        age: Seconds since the object was created (or since the wait began).
-        rand: A random number in ``[0, 1)``.
-
-    Returns:
-        ``clamp(age * growth, min_interval, max_interval)`` scaled by a jitter factor in
-        ``[1 - jitter, 1 + jitter)``, never above ``max_interval``.
+    ``clamp(age * growth, min_interval, max_interval)`` scaled by a jitter factor in
+    ``[1 - jitter, 1 + jitter)`` (by ``rand`` in ``[0, 1)``), never above ``max_interval``.
     """
     base = min(policy.max_interval, max(policy.min_interval, max(age, 0.0) * policy.growth))
     return min(policy.max_interval, base * (1.0 + policy.jitter * (2.0 * rand - 1.0)))
 
 
 def probe_count(policy: PollPolicy, total: int, *, cold: bool = False) -> int:
-    """How many ids of a class of a batch are probes.
+    """How many of the ``total`` ids of a class of a batch are probes.
 
-    Args:
-        policy: The poll policy.
-        total: Distinct ids in the class.
-        cold: Nothing is known of the class: about ``sqrt(total) / 2`` of its ids finish
-            before the first probe does (found late, when it is), under 5 % of a class of
-            100 or more, with twice the square root of it probing.
-
-    Returns:
-        ``policy.probes`` if set, otherwise ``isqrt(total)`` (``2 * sqrt(total)`` when
-        ``cold``) between 8 and 64; never more than ``total``; 0 when not adaptive.
+    ``policy.probes`` if set, otherwise ``isqrt(total)`` between 8 and 64, never more than
+    ``total``; 0 when not adaptive. With nothing known of the class (``cold``), twice the
+    square root: about ``sqrt(total) / 2`` of its ids then finish before the first probe does
+    (found late, when it is), under 5 % of a class of 100 or more.
     """
     if not policy.adaptive:
         return 0

@@ -1,14 +1,11 @@
-"""The single-object wait helpers, and the narrow interface every waiting engine polls.
+"""The single-object waits, and the narrow interface every waiting engine polls.
 
-* :func:`poll_until`, :func:`wait_on_source`: one object
-  (``tasks.wait``, ``projects.wait``), polled on the growing gaps of the waiting policy
-  (``_policy``: :class:`PollPolicy`, :func:`growth_interval`).
-* After a failure the loops ask the one retry decision (``_http._retry.decide_retry``, as a
-  poll) whether and when to poll again, and every request is paced by the client's
-  ``_pacing`` state, so a 429 slows the whole client.
+* :func:`poll_until`: one object (``tasks.wait``, ``projects.wait``), polled on the growing
+  gaps of the waiting policy (``_policy.growth_interval``). After a failure it asks the one
+  retry decision (``decide_retry``, as a poll) whether and when to poll again; every request
+  is paced by the client's ``_pacing``, so a 429 slows the whole client.
 * :class:`TaskSource`: the waiting engines never see the client: they poll through one read
   of one task, with no retries of its own, the client's pacing and its backoff policy.
-  :func:`source_of` makes one from a client.
 """
 
 from __future__ import annotations
@@ -51,10 +48,6 @@ _V = TypeVar("_V", Task, Project)
 #: A progress callback of a single wait: a plain or async callable taking each new state.
 UpdateCallback = Callable[[_V], Union[Awaitable[object], object]]  # noqa: UP007
 
-# ---------------------------------------------------------------------------------------------
-# Single-object waits
-# ---------------------------------------------------------------------------------------------
-
 
 class _TasksAPI(Protocol):
     async def get(self, task_id: str) -> Task: ...
@@ -78,15 +71,12 @@ class TaskSource:
     """What the waiting engines poll through: the narrow interface to a client.
 
     Attributes:
-        fetch: Reads one task once, with no retries of its own (the engine's loop owns the
-            backoff); a failure is raised as the ``VideoGenError`` it is.
-        pacing: The client's pacing state, if it has one (the gather aligns its 429 pause
-            with it; a source without one is paced on its own).
+        fetch: Reads one task once, with no retries of its own (the engine owns the backoff).
+        pacing: The client's pacing, if it has one (a source without one is paced on its own).
         poll_policy: The client's default poll policy, if it has one.
         backoff: The client's backoff policy.
-        finish_times: What the client remembers of finish times for its gathers (a
-            ``FinishTimeMemory``), if it has one.
-        hooks: The client's event hooks (the engines emit ``poll`` events), if it has any.
+        finish_times: What the client remembers of finish times for its gathers, if anything.
+        hooks: The client's event hooks (the engines emit ``poll`` events), if any.
     """
 
     fetch: Callable[[str], Awaitable[Task]]
@@ -98,18 +88,10 @@ class TaskSource:
 
 
 def source_of(client: object) -> TaskSource:
-    """The :class:`TaskSource` of a client (the top layer's one look at the client).
+    """The :class:`TaskSource` of a client: ``AsyncVideoGen``'s own, else a new one.
 
-    ``AsyncVideoGen`` hands out its own; any other object with ``with_options`` and
-    ``tasks.get`` (a :class:`PollingClient`) is read through
-    ``with_options(max_retries=0).tasks.get``, with its ``poll_policy`` and ``backoff`` if
-    it has them.
-
-    Args:
-        client: The client.
-
-    Returns:
-        Its task source.
+    Another client (a :class:`PollingClient`) is read through
+    ``with_options(max_retries=0).tasks.get``, with its ``poll_policy`` and ``backoff``.
     """
     if isinstance(client, TaskSource):
         return client
@@ -134,20 +116,11 @@ def on_read(
     on_update: UpdateCallback[_V] | None,
     terminal: Callable[[_V], bool],
 ) -> Callable[[_V], Awaitable[object]] | None:
-    """What a single wait does with each state it reads: the ``poll`` hooks, ``on_update``.
+    """What a single wait does with each state it reads (``None``: nothing).
 
-    ``on_update`` is called with the first state and then with each one that differs (by
-    equality, which ignores the answer's metadata) from the one before; a coroutine it
-    returns is awaited. Its exceptions propagate: it is the caller's own code, run inside the
-    caller's call.
-
-    Args:
-        hooks: The client's event hooks, if any.
-        on_update: The caller's progress callback, if any.
-        terminal: Whether a state ends the wait.
-
-    Returns:
-        The callback for the wait loop, or ``None`` when there is nothing to do.
+    The ``poll`` hooks hear of every state (``terminal`` says whether it ends the wait);
+    ``on_update`` of the first and of each one that differs (by equality, which ignores the
+    answer's metadata) from the one before. Its exceptions propagate: it is the caller's code.
     """
     polls = hooks if hooks is not None and hooks.wants("poll") else None
     if polls is None and on_update is None:
@@ -178,33 +151,18 @@ async def poll_until(
     age_of: Callable[[_T, float], float] | None = None,
     pending: str | None = None,
 ) -> _T:
-    """Poll one object until ``done`` says so.
+    """Poll one object (named ``what`` in errors and logs) until ``done`` says so.
 
-    The gaps grow with the object's age (see :func:`growth_interval`). After a failure the
-    one retry decision (``decide_retry`` as a poll) says whether and when to poll again: a
-    transient failure backs off and goes on, a 429 waits for its ``Retry-After`` (or the
-    client's pause); ``backoff.max_consecutive_failures`` transient failures in a row, or any
-    other error, are raised. An exception raised by ``done`` propagates as it is.
-
-    Args:
-        fetch: Reads the object once.
-        done: Whether the object read is final.
-        timeout: Deadline in seconds for the whole wait (``None``: none).
-        poll_policy: The poll policy (``None``: the defaults).
-        what: Names the object in errors and logs, e.g. ``"project p_123"``.
-        backoff: The client's backoff policy.
-        on_value: Awaited with each value read, after ``done`` has judged it (an exception
-            it raises ends the wait with that exception).
-        age_of: The object's age from a value read and the seconds waited (default: the
-            seconds waited).
-        pending: The entry of ``WaitTimeoutError.pending`` (default: ``what``).
-
-    Returns:
-        The first value for which ``done`` is true.
+    The gaps grow with the object's age (``age_of`` a value and the seconds waited; by default
+    the seconds waited). After a failure the one retry decision (``decide_retry`` as a poll)
+    says whether and when to poll again: a transient failure backs off, a 429 waits for its
+    ``Retry-After`` (or the client's pause); ``backoff.max_consecutive_failures`` transient
+    failures in a row, or any other error, are raised, as is what ``done`` or ``on_value``
+    (awaited with each value read) raises.
 
     Raises:
         WaitTimeoutError: The deadline passed, or a wait asked for after a failure would
-            pass it (the message says so); ``.last`` is the last value read (or ``None``).
+            pass it; ``.last`` is the last value read, ``.pending`` is ``(pending or what,)``.
         VideoGenError: A permanent failure, or the last of too many transient ones.
     """
     policy = poll_policy or DEFAULT_POLICY
@@ -263,30 +221,11 @@ async def wait_on_source(
     poll_policy: PollPolicy | None,
     on_update: UpdateCallback[Task] | None = None,
 ) -> Task:
-    """Poll one task until it is terminal.
+    """``tasks.wait`` below the client: :func:`poll_until` on ``source.fetch``.
 
-    Polls ``source.fetch`` (one read, no retries of its own, paced by the source's pacing or
-    one of its own) so that this loop alone owns the backoff; gaps grow with the task's age
-    (from its ``created_at``).
-
-    Args:
-        source: Where the task is read.
-        task_id: The task.
-        timeout: Deadline in seconds for the whole wait (``None``: none).
-        raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or error.
-        poll_policy: The poll policy (``None``: the source's, else the defaults).
-        on_update: Called (or awaited) with each state of the task that differs from the
-            one before, the first read included; an exception it raises ends the wait.
-
-    Returns:
-        The task in a terminal state.
-
-    Raises:
-        WaitTimeoutError: The deadline passed; ``.last`` is the last ``Task`` seen (or
-            ``None``), ``.pending`` is ``(task_id,)``.
-        TaskFailedError: The task failed and ``raise_on_failure`` was set.
-        VideoGenError: A permanent failure (e.g. ``NotFoundError``), or the last of too many
-            transient ones.
+    The source's reads have no retries of their own (this loop owns the backoff) and are
+    paced by its pacing, or one of this wait's own; the gaps grow with the task's age (from
+    its ``created_at``). The arguments and errors are those of ``tasks.wait``.
     """
     get = (
         source.fetch if source.pacing is not None else paced(source.fetch, Pacing(), source.backoff)

@@ -20,8 +20,24 @@ __all__ = ["GatherCounts", "GatherProgress", "ProgressReporter"]
 logger = logging.getLogger("videogen_async")
 
 
+@attrs.define
+class _Counts:
+    """The counts of a gather: the fields of its snapshot that its coordinator keeps."""
+
+    total: int
+    succeeded: int = 0
+    failed: int = 0
+    errors: int = 0
+    pending: int = 0
+    requests: int = 0
+    transient_errors: int = 0
+    rate_limited: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+
+
 @attrs.frozen
-class GatherProgress(Serializable):
+class GatherProgress(_Counts, Serializable):
     """A snapshot of a gather's progress, readable at any time without consuming results.
 
     ``to_dict()`` and ``to_json()`` give its fields, for a dashboard or a log line.
@@ -42,16 +58,6 @@ class GatherProgress(Serializable):
         elapsed: Seconds since the gather started (0 before).
     """
 
-    total: int
-    succeeded: int = 0
-    failed: int = 0
-    errors: int = 0
-    pending: int = 0
-    requests: int = 0
-    transient_errors: int = 0
-    rate_limited: int = 0
-    in_flight: int = 0
-    peak_in_flight: int = 0
     concurrency_limit: int = 0
     paused: bool = False
     elapsed: float = 0.0
@@ -63,19 +69,8 @@ class GatherProgress(Serializable):
 
 
 @attrs.define
-class GatherCounts:
-    """The running counts of one gather, kept by its coordinator (named as in the snapshot)."""
-
-    total: int
-    pending: int
-    succeeded: int = 0
-    failed: int = 0
-    errors: int = 0
-    requests: int = 0
-    transient_errors: int = 0
-    rate_limited: int = 0
-    in_flight: int = 0
-    peak_in_flight: int = 0
+class GatherCounts(_Counts):
+    """The running counts of one gather, kept by its coordinator."""
 
     def sent(self) -> None:
         """Count a poll sent."""

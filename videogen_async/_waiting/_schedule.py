@@ -1,11 +1,11 @@
 """Finish-time models for ``gather_until_done``: what is known of when tasks end, per class.
 
-Pure data structures and arithmetic, no I/O. A :class:`FinishSketch` is a decaying histogram
-of durations on 2 % log bins; a :class:`ClassModel` is one class's estimate (its own finishes,
-with a remembered :class:`FinishTimeStats` as a prior of bounded weight) and gives the
-:class:`Support`, the ages between which finishes are expected; :func:`batch_gap` is the gap
-before the next poll of one pending id. A :class:`FinishTimeMemory` (by default
-:class:`InMemoryFinishTimes`, one per client) keeps the stats between gathers.
+Pure data structures and arithmetic. A :class:`FinishSketch` is a decaying histogram of
+durations on 2 % log bins; a :class:`ClassModel`, one class's estimate (with a remembered
+:class:`FinishTimeStats` as a prior of bounded weight), gives the :class:`Support`, the ages
+between which finishes are expected; :func:`batch_gap` is the gap before an id's next poll.
+A :class:`FinishTimeMemory` (by default one :class:`InMemoryFinishTimes` per client) keeps the
+stats between gathers.
 """
 
 from __future__ import annotations
@@ -110,11 +110,9 @@ class InMemoryFinishTimes:
 class FinishSketch:
     """A decaying histogram of durations on log-spaced bins.
 
-    Args:
-        half_life: Observations after which an observation weighs half as much as a new one.
-        prior: A remembered summary to start from.
-        prior_weight: The most observations the prior counts for (its weights are scaled down
-            to that total), so that new observations outweigh it soon.
+    An observation weighs half as much as a new one after ``half_life`` more; a remembered
+    ``prior`` counts for at most ``prior_weight`` observations, so that new ones outweigh it
+    soon.
     """
 
     __slots__ = ("_bins", "_cache", "_growth", "_step", "_total", "count", "high", "low")
@@ -241,12 +239,8 @@ class Support:
 class ClassModel:
     """What is known of one class's finish times: its own observations and a prior.
 
-    Args:
-        half_life: See :class:`FinishSketch`.
-        prior: The remembered summary of the class, if any.
-        prior_weight: See :class:`FinishSketch`.
-        low_quantile: The support starts at this quantile.
-        high_quantile: The support ends at this quantile (once closed).
+    The support starts at ``low_quantile`` and (once closed) ends at ``high_quantile``; the
+    other arguments are those of :class:`FinishSketch`.
     """
 
     __slots__ = ("_dirty", "_high_q", "_low_q", "_support", "_table", "remembered", "sketch")
@@ -281,17 +275,13 @@ class ClassModel:
     def support(self, pending: int, older: Callable[[float], int] | None = None) -> Support | None:
         """The support, or ``None`` when nothing is known.
 
-        Args:
-            pending: Ids of the class still pending in this gather: the end stays open
-                while they outnumber the observations (a batch that is half done shows
-                its spread), unless a prior was remembered.
-            older: Counts the class's pending ids overdue for a given end (older than it
-                by more than the polls' margin, see :func:`overdue_after`). Their durations
-                are known to be longer than their ages (censored observations): while more
-                of them are overdue than the ``1 - high_quantile`` share of the class
-                (observations and pending ids) may exceed the end, the end is too early (the
-                finishes seen so far are the short ones, as when detection is behind, or a
-                remembered class got slower) and stays open. ``None``: none is known to be.
+        The end stays open while the class's ``pending`` ids outnumber the observations (a
+        batch that is half done shows its spread), unless a prior was remembered. ``older``
+        counts the pending ids overdue for a given end (see :func:`overdue_after`): their
+        durations are known to be longer than their ages (censored observations), so while
+        more of them are overdue than the ``1 - high_quantile`` share of the class may exceed
+        the end, the end is too early (the finishes seen are the short ones, as when detection
+        is behind, or a remembered class got slower) and stays open.
         """
         if not self._dirty and older is None:
             return self._support
@@ -369,35 +359,22 @@ def batch_gap(
     dense: float | None = None,
     probing: bool = False,
 ) -> float:
-    """The gap before the next poll of one pending id of a gather.
+    """The gap (seconds, at least 0) before the next poll of one pending id of a gather.
 
-    Inside the support (from ``phase`` gaps before its start to a margin past its end) the
-    gap is ``dense_interval``, measured from the previous answer like a loop's period: never
-    sparser there than a fixed loop at that gap (``dense``, when given, is shorter where
-    finishes crowd: see :meth:`ClassModel.gap`). Ids are kept out of step by their ``phase``
-    (a random number drawn once per id: where in its first gap an id enters the support), not
-    by shrinking every gap. Before the support the id waits for its start (at most
-    ``sparse_cap``; a probe at most its growing gap, ``sparse_growth`` of its age but at least
-    ``min_interval``, so that a service that got faster is noticed); past its end the gap
-    grows by ``overdue_growth`` of the time overdue, up to ``max_interval``. With nothing
-    known a probe (or an id still ``probing``) polls every ``dense_interval`` and the others
-    every ``sparse_cap``, at most twice ``max_interval`` (the probes' first finish brings them
-    forward); these gaps are shortened by up to ``jitter``.
+    Inside the class's ``support`` (from ``phase`` gaps before its start to a margin past its
+    end) the gap is ``dense_interval``, measured from the previous answer like a loop's
+    period: never sparser there than a fixed loop at that gap (``dense``, when given, is
+    shorter where finishes crowd: see :meth:`ClassModel.gap`). Ids are kept out of step by
+    their ``phase`` (drawn once per id in ``[0, 1]``), not by shrinking every gap. Before the
+    support the id waits for its start (at most ``sparse_cap``; a ``probe`` at most its growing
+    gap, ``sparse_growth`` of its age but at least ``min_interval``, so that a service that got
+    faster is noticed); past its end the gap grows by ``overdue_growth`` of the time overdue,
+    up to ``max_interval``. With nothing known a probe (or an id still ``probing``) polls every
+    ``dense_interval`` and the others every ``sparse_cap``, at most twice ``max_interval``;
+    these gaps are shortened by up to ``jitter`` (by ``rand``).
 
-    Args:
-        policy: The poll policy.
-        age: Seconds since the task was created, on the service's clock.
-        elapsed: Local seconds since the gather began: the growing gaps use
-            ``min(age, elapsed)``, so that an odd service clock can only make them denser.
-        support: The class's support, if known.
-        probe: Whether the id is a probe of its class.
-        rand: A random number in ``[0, 1)``.
-        phase: The id's phase in ``[0, 1]``: it enters the support ``phase`` gaps early.
-        dense: The gap inside the support at this age (``None``: ``dense_interval``).
-        probing: Whether the id probes too while nothing is known of its class.
-
-    Returns:
-        Seconds, at least 0.
+    ``age`` is on the service's clock; the growing gaps use ``min(age, elapsed)`` (local
+    seconds since the gather began), so that an odd service clock can only make them denser.
     """
     interval = policy.dense_interval
     local_age = max(0.0, min(age, elapsed))
