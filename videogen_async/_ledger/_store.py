@@ -10,8 +10,13 @@ does not answer (a restart, a failover, killed connections, a full disk) as
 :class:`DatabaseUnavailable`; the store then runs the whole transaction again with the SDK's
 backoff for up to ``outage_timeout`` seconds, and raises :class:`LedgerError` only when it
 gives up. Every write plan may be run again safely: each change is conditional on the state
-it changes, since a commit whose answer was lost may have taken effect. Every committed
-write passes through :meth:`Store._attempt`: the one place a change notice belongs.
+it changes, since a commit whose answer was lost may have taken effect.
+
+Where things are added once: every write transaction passes through :meth:`Store._attempt`,
+where a wrapper around the plan can yield a last step in the same transaction (a change
+notice: PostgreSQL's ``pg_notify``, a SQLite counter row); an entry's column is a field of
+``_plans.NewEntry`` (its insert is built from the fields), a migration and a field of
+``LedgerEntry``; terminal states are written in one place, ``_claims.finish_many``.
 """
 
 from __future__ import annotations
