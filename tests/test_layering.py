@@ -1,5 +1,7 @@
 """The package's dependencies point down: checked by walking every import with ``ast``.
 
+* Every module belongs to a layer (its folder, or a top-level module), and imports only from
+  its own folder or from layers below it (:data:`LAYERS`): the folders show the layers.
 * No import circle between the package's modules. In the runtime (everything below the
   client) type-only imports count too: ``if TYPE_CHECKING:`` is how a circle used to hide.
 * Nothing below the client imports ``_client`` or ``AsyncVideoGen``: resources and engines
@@ -28,14 +30,40 @@ ABOVE_CLIENT = (
 )
 ABOVE_CLIENT_PACKAGES = ("videogen_async._cli", "videogen_async.testing")
 
-#: Imports inside functions that are not circles being dodged: a platform-only module, and the
-#: pytest plugin's loading of the sandbox only when a test asks for it (the plugin is loaded
-#: in every pytest run of a project that installs the package). The runtime has none.
+#: Imports inside functions that are not circles being dodged: the pytest plugin's loading of
+#: the sandbox only when a test asks for it (the plugin is loaded in every pytest run of a
+#: project that installs the package). The runtime has none.
 ALLOWED_FUNCTION_IMPORTS = {
-    ("videogen_async._cli._batch", "videogen_async._cli._tasks"),
-    ("videogen_async._cli._journal", "fcntl"),
     ("videogen_async.testing._pytest_plugin", "videogen_async.testing._server"),
 }
+
+
+#: The layers, bottom first. A module imports from its own folder or from a lower layer only;
+#: two folders of one layer never import each other. A top-level module is its own "folder".
+LAYERS = (
+    ("_version", "_contract"),  # the service stated once: models, rules, errors, redaction
+    ("_observe",),  # hooks, spans, logging
+    ("_http",),  # transport, session, retry decision, pacing, per-call options, webhooks
+    ("_waiting",),  # single waits, the gather and its schedule
+    ("_resources", "_download"),  # the namespaces, the downloads
+    ("_ledger",),  # the durable record, below the client: it takes any client-shaped object
+    ("_client",),  # AsyncVideoGen composes the layers below
+    ("_blocking",),  # VideoGen, over the async client
+    ("",),  # the package's face: videogen_async/__init__.py
+    ("temporal",),  # the Temporal integration (an extra)
+    ("testing",),  # the sandbox
+    ("_cli",),  # the command line
+    ("__main__",),  # python -m videogen_async
+)
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _rank(folder: str) -> int | None:
+    return next((i for i, layer in enumerate(LAYERS) if folder in layer), None)
 
 
 @attrs.frozen
@@ -177,6 +205,26 @@ def test_the_walk_sees_the_package() -> None:
     importers = {e.importer for e in edges}
     assert {"videogen_async._client", "videogen_async._http._transport"} <= importers
     assert any(e.imported == "videogen_async._http._transport" for e in edges)
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    unplaced = sorted({_folder(m) for m in _modules() if _rank(_folder(m)) is None})
+    assert unplaced == [], f"folders or top-level modules in no layer of LAYERS: {unplaced}"
+
+
+def test_imports_point_down_the_layers() -> None:
+    known = set(_modules())
+    offending = []
+    for edge in _edges():
+        if edge.imported not in known:
+            continue
+        mine, theirs = _folder(edge.importer), _folder(edge.imported)
+        if mine == theirs:
+            continue
+        low, high = _rank(theirs), _rank(mine)
+        if low is None or high is None or low >= high:
+            offending.append(str(edge))
+    assert offending == [], "imports that do not point down the layers: " + "; ".join(offending)
 
 
 def test_no_import_circle() -> None:
