@@ -181,10 +181,6 @@ def test_lines_in_doubt_the_ledger_settles_are_reported_unknown_and_the_rerun_en
     rerun_to_the_end(box, path, journal)
 
 
-@pytest.mark.skip(
-    reason="needs the ledger to know at once that a creator died (its liveness); until then"
-    " the rerun waits out the dead creator's 600 s create lease"
-)
 def test_a_rerun_after_a_kill_mid_create_finishes_by_itself(
     held: tuple[ThreadedSandbox, HeldCreates, Path, Path, subprocess.Popen[str]],
 ) -> None:

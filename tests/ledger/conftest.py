@@ -1,14 +1,20 @@
-"""Fixtures of the ledger tests: a throwaway PostgreSQL cluster, ledger URLs of both engines.
+"""Fixtures of the ledger tests: throwaway PostgreSQL clusters, ledger URLs of both engines.
 
-The cluster is started by the suite itself: ``initdb`` and ``pg_ctl`` in a temporary directory,
-listening on 127.0.0.1 at a free port, stopped at the end of the session. PostgreSQL refuses to
-run as root, so under root it runs as the ``postgres`` user (``runuser``). Without the server
-binaries the PostgreSQL tests are skipped with a message that says how to enable them; under
-``CI`` they fail instead, so that CI never passes without them.
+A cluster is started by the suite itself: ``initdb`` and ``pg_ctl`` in a temporary directory,
+listening on 127.0.0.1 at a free port. PostgreSQL refuses to run as root, so under root it runs
+as the ``postgres`` user (``runuser``). Without the server binaries the PostgreSQL tests are
+skipped with a message that says how to enable them; under ``CI`` they fail instead, so that CI
+never passes without them. ``postgres_cluster`` is shared by the session; ``fault_cluster`` is
+a module's own, which its tests stop, restart and whose backends they terminate (those tests
+share an ``xdist_group`` so that one worker runs them, one after the other).
+
+Every test keeps the answers its ledgers could not record in a spool of its own
+(``VIDEOGEN_LEDGER_SPOOL``), never in the user's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import os
@@ -18,6 +24,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -49,41 +56,66 @@ def _free_port() -> int:
 class Cluster:
     """A running throwaway cluster."""
 
-    def __init__(self, bin_dir: str) -> None:
+    def __init__(self, bin_dir: str, *, crashes: bool = False) -> None:
         self.bin_dir = bin_dir
+        # A crash (an immediate stop) keeps what was committed only if commits wait for the
+        # WAL to reach the system (never mind the disk: the machine does not crash).
+        self.commit = "on" if crashes else "off"
         self.root = tempfile.mkdtemp(prefix="videogen-pg-")
         self.data = os.path.join(self.root, "data")
         self.port = _free_port()
         self.as_root = hasattr(os, "geteuid") and os.geteuid() == 0
         self.user = "postgres"
 
-    def _run(self, *args: str) -> None:
+    def _command(self, *args: str) -> list[str]:
         command = [os.path.join(self.bin_dir, args[0]), *args[1:]]
         if self.as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+        return command
+
+    def _run(self, *args: str) -> None:
+        result = subprocess.run(self._command(*args), capture_output=True, text=True, check=False)  # noqa: S603
         if result.returncode:
             raise RuntimeError(f"{args[0]} failed: {result.stdout}\n{result.stderr}")
+
+    def _start_command(self) -> list[str]:
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            f" -c synchronous_commit={self.commit} -c full_page_writes=off"
+            " -c max_connections=200"
+        )
+        log = os.path.join(self.root, "log")
+        return self._command("pg_ctl", "-D", self.data, "-o", options, "-l", log, "-w", "start")
 
     def start(self) -> None:
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
         self._run("initdb", "-D", self.data, "-U", self.user, "--auth=trust", "-E", "UTF8", "-N")
-        options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-        )
-        self._run(
-            "pg_ctl",
-            "-D",
-            self.data,
-            "-o",
-            options,
-            "-l",
-            os.path.join(self.root, "log"),
-            "-w",
-            "start",
-        )
+        subprocess.run(self._start_command(), capture_output=True, check=True)  # noqa: S603
+
+    async def crash(self) -> None:
+        """Stop the server at once, as a crash or a failover would (``-m immediate``)."""
+        stop = self._command("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        await _run_async(stop)
+
+    async def restart(self) -> None:
+        """Start the stopped server again (it recovers what was committed)."""
+        await _run_async(self._start_command())
+
+    async def terminate_backends(self, database: str) -> int:
+        """Kill every connection to ``database`` (as a pooler or an administrator would)."""
+        import asyncpg
+
+        admin = await asyncpg.connect(self.url())
+        try:
+            killed = await admin.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = $1 AND pid <> pg_backend_pid()",
+                database,
+            )
+        finally:
+            await admin.close()
+        return len(killed)
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -100,16 +132,23 @@ class Cluster:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[Cluster]:
-    """A throwaway PostgreSQL cluster for the session (skipped, or failed under CI, without)."""
+async def _run_async(command: list[str]) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    output, _ = await process.communicate()
+    if process.returncode:
+        raise RuntimeError(f"{command} failed: {output.decode(errors='replace')}")
+
+
+def _cluster(*, crashes: bool = False) -> Iterator[Cluster]:
     pytest.importorskip("asyncpg", reason="pip install 'videogen-async[postgres]'")
     bin_dir = find_pg_bin()
     if bin_dir is None:
         if os.environ.get("CI"):
             pytest.fail(f"CI is set but {ENABLE_HINT}")
         pytest.skip(ENABLE_HINT)
-    cluster = Cluster(bin_dir)
+    cluster = Cluster(bin_dir, crashes=crashes)
     try:
         cluster.start()
     except BaseException:
@@ -117,6 +156,35 @@ def postgres_cluster() -> Iterator[Cluster]:
         raise
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL cluster for the session (skipped, or failed under CI, without)."""
+    yield from _cluster()
+
+
+@pytest.fixture(scope="module")
+def fault_cluster() -> Iterator[Cluster]:
+    """A module's own cluster, for tests that crash it, restart it, kill its connections."""
+    yield from _cluster(crashes=True)
+
+
+@pytest.fixture
+def fault_url(fault_cluster: Cluster) -> Iterator[str]:
+    """A fresh database of the module's own cluster (running again after the test)."""
+    yield fault_cluster.new_database()
+    if subprocess.run(fault_cluster._command("pg_ctl", "-D", fault_cluster.data, "status"),  # noqa: S603
+                      capture_output=True, check=False).returncode:  # fmt: skip
+        subprocess.run(fault_cluster._start_command(), capture_output=True, check=True)  # noqa: S603
+
+
+@pytest.fixture(autouse=True)
+def _own_spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The spool of the test's ledgers (inherited by the processes it starts)."""
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("VIDEOGEN_LEDGER_SPOOL", str(spool))
+    return spool
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from videogen_async import AsyncVideoGen, FinishTimeStats, Ledger
+from videogen_async._ledger._claims import load_classes
 from videogen_async._ledger._classes import LedgerFinishTimes, class_text, merge_stats
 from videogen_async.testing import SandboxServer
 
@@ -35,7 +36,7 @@ async def test_a_second_batch_of_a_known_kind_starts_from_the_remembered_class(
     async with SandboxServer(time_scale=0.2, seed=11, task_duration=30.0) as server:
         first = await _batch(server, ledger_url, "first", 30)
         async with Ledger.open(ledger_url) as ledger:
-            remembered = await ledger.store.load_classes()
+            remembered = await ledger.store.read(load_classes)
         assert "videomodel_2_0/5" in remembered
         second = await _batch(server, ledger_url, "second", 30)
     # The first batch probed for the finish time; the second (a new process's client, which

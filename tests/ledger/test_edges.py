@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
 from videogen_async import AmbiguousCreateError, BackoffPolicy, Ledger
-from videogen_async._ledger._store import Hold, NewEntry
+from videogen_async._ledger import _claims as claims
+from videogen_async._ledger._plans import Hold, NewEntry, begin_create, get
 from videogen_async.testing import SandboxServer
 
 
@@ -44,13 +47,15 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
         missing = "00000000-0000-4000-8000-000000000000"  # the service answers 404
         await ledger.record_project_tasks("p", "project-1", [good, missing])
         released = anyio.Event()
-        poll_failed = ledger.store.poll_failed
+        write = ledger.store.write
 
-        async def recording(key: str, owner: str, error: str, retry_in: float) -> None:
-            await poll_failed(key, owner, error, retry_in)
-            released.set()
+        async def recording(plan: Any, *args: Any) -> Any:
+            done = await write(plan, *args)
+            if plan is claims.poll_failed:
+                released.set()
+            return done
 
-        ledger.store.poll_failed = recording  # type: ignore[method-assign]
+        ledger.store.write = recording  # type: ignore[method-assign]
         giving_up = client.with_options(backoff=BackoffPolicy(max_consecutive_failures=1))
         watch = ledger.watch(giving_up, claim_interval=0.05, max_concurrency=2, lease=60)
         async with watch as finished:
@@ -58,13 +63,13 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
             assert entry.task_id == good
             with anyio.fail_after(10):
                 await released.wait()
-            row = await ledger.store.get(f"p/{missing}")
+            row = await ledger.store.read(get, f"p/{missing}")
         assert row is not None
         # Released with its error, and not claimed again before the retry time (the lease).
         assert row["owner"] is None
         assert row["state"] == "pending"
         assert "404" in row["error"] or "not" in row["error"].lower()
-        assert await ledger.store.claim("another", 60.0, 10) == []
+        assert await ledger.store.write(claims.claim, "another", 60.0, 10) == []
 
 
 async def test_a_creator_that_died_mid_create_leaves_its_key_unknown(ledger_url: str) -> None:
@@ -74,7 +79,7 @@ async def test_a_creator_that_died_mid_create_leaves_its_key_unknown(ledger_url:
         Ledger.open(ledger_url) as ledger,
     ):
         new = NewEntry(key="k1", kind="task", request='{"prompt": "x"}', model=None, duration=5)
-        started = await ledger.store.begin_create(new, Hold("dead", 0.0, None, None))
+        started = await ledger.store.write(begin_create, new, Hold("dead", 0.0, None, None))
         assert started.outcome == "new"
         # The same key again: its creator's lease is out, so the entry becomes unknown and
         # the create is never sent again silently.

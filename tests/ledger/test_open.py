@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from videogen_async import InvalidRequestError, Ledger, LedgerError, VideoGenError
-from videogen_async._ledger import _sqlite_conn
+from videogen_async._ledger._claims import pause_for
+from videogen_async._ledger._engines import SQLiteEngine
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ async def test_a_database_that_is_not_a_ledger(tmp_path: Path) -> None:
 
 async def _bump_version(url: str) -> None:
     async with Ledger.open(url) as ledger:
-        await ledger.store.pause_for(0)  # the schema exists
+        await ledger.store.write(pause_for, 0)  # the schema exists
     if "://" in url and not url.startswith("sqlite"):
         import asyncpg
 
@@ -127,7 +128,7 @@ async def test_new_sqlite_files_opened_together_all_open(tmp_path: Path) -> None
 async def test_a_file_held_past_the_busy_timeout_is_named_as_locked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sqlite_conn, "_BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(SQLiteEngine, "busy_timeout", 0.05)
     path = tmp_path / "held.db"
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("CREATE TABLE other (a)")

@@ -6,11 +6,13 @@ import asyncio
 import collections
 import itertools
 import time
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
 
 from videogen_async import AsyncVideoGen, Ledger, LedgerEntry, RequestEvent, ResponseEvent
+from videogen_async._ledger._claims import pause_remaining
 from videogen_async.testing import FaultRule, SandboxServer
 
 GET = "GET /v1/tasks"
@@ -135,15 +137,15 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
                 event_hooks=hooks,
             )
             async with client, Ledger.open(ledger_url) as own:
-                remaining = own.store.pause_remaining
+                read = own.store.read
 
-                async def reading() -> float:
-                    left = await remaining()
-                    if left > 0:
+                async def reading(plan: Any, *args: Any) -> Any:
+                    found = await read(plan, *args)
+                    if plan is pause_remaining and found > 0:
                         learned.setdefault(name, time.monotonic())
-                    return left
+                    return found
 
-                own.store.pause_remaining = reading  # type: ignore[method-assign]
+                own.store.read = reading  # type: ignore[method-assign]
                 watch = own.watch(
                     client, lease=3.0, claim_size=10, claim_interval=0.05, stop_when_idle=True
                 )

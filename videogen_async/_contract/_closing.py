@@ -1,10 +1,10 @@
-"""``async with`` for the objects that are closed by ``aclose()``: :class:`AsyncClosing`."""
+"""``async with`` for objects closed by ``aclose()``, and for exits told if the block raised."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["AsyncClosing"]
+__all__ = ["AsyncClosing", "ExitCloses"]
 
 _Self = TypeVar("_Self", bound="AsyncClosing")
 
@@ -21,3 +21,13 @@ class AsyncClosing:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+class ExitCloses:
+    """An async context manager whose exit is :meth:`_exit`, told whether the block raised."""
+
+    async def _exit(self, ok: bool) -> None:
+        raise NotImplementedError  # pragma: no cover - every subclass defines it
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._exit(exc_info[0] is None)

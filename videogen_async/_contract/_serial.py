@@ -54,8 +54,16 @@ def _number(value: Any, _type: Any) -> float:
         raise ValueError("expected a number, got one beyond the float range") from exc
 
 
+def _text(value: Any, _type: Any) -> str:
+    if isinstance(value, str):
+        return value
+    # Never str(): a null id would read "None", an object its Python repr.
+    raise ValueError(f"expected a string, got {type(value).__name__}")
+
+
 def _make_converter() -> cattrs.Converter:
     made = cattrs.Converter(forbid_extra_keys=False)
+    made.register_structure_hook(str, _text)
     made.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)

@@ -1,7 +1,8 @@
 """The ledger: charged task ids that survive crashes, shared by processes and machines.
 
-See ``docs/ledger.md``. Engines: SQLite (``_sqlite``, embedded) and PostgreSQL (``_postgres``,
-through asyncpg, the ``videogen-async[postgres]`` extra).
+See ``docs/ledger.md``. One store (``_store``) whose statements are written once
+(``_plans``, ``_claims``) for two engines (``_engines``): SQLite, embedded, and PostgreSQL
+through asyncpg (the ``videogen-async[postgres]`` extra).
 """
 
 from ._api import Ledger, LedgerOpener

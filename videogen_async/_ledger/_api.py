@@ -11,24 +11,29 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._contract._closing import AsyncClosing
+from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
-from ._creates import DEFAULT_CREATE_LEASE, LedgerCreates, PriceEstimate, _check_key
+from .._contract._service import TASK_REQUEST
+from .._contract._validation import validate_task_request
+from ._creates import Creator, PriceEstimate, check_key, unpollable
+from ._engines import engine_for
 from ._entry import LedgerEntry, entry_from_row
-from ._exit import ExitCloses
-from ._postgres import PostgresStore
+from ._plans import NewEntry, add_batch_tasks, begin_create, get, page, restart_unknown, summary
 from ._protocol import LedgerClient
-from ._sqlite import SQLiteStore
-from ._store import NewEntry, Store, parse_url
+from ._spool import Spool
+from ._store import Engine, Store
 from ._watch import Watch
 
 if TYPE_CHECKING:
     from .._waiting._policy import PollPolicy
 
-__all__ = ["DEFAULT_CREATE_LEASE", "Ledger", "LedgerOpener"]
+__all__ = ["Ledger", "LedgerOpener"]
+
+DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
+DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
 
 
-class Ledger(LedgerCreates, AsyncClosing):
+class Ledger(AsyncClosing):
     """A durable record of every task created through it, shared by processes and machines.
 
     Open it with :meth:`open`::
@@ -40,12 +45,17 @@ class Ledger(LedgerCreates, AsyncClosing):
                     await notify(entry.key, entry.state, entry.task)
     """
 
+    def __init__(self, store: Store, creator: Creator) -> None:
+        self._store = store
+        self._creator = creator
+
     @staticmethod
     def open(
         url: str | os.PathLike[str],
         *,
         max_credits: float | None = None,
         price_estimate: PriceEstimate | None = None,
+        outage_timeout: float = 30.0,
     ) -> LedgerOpener:
         """Open (and on first use create) a ledger.
 
@@ -59,10 +69,10 @@ class Ledger(LedgerCreates, AsyncClosing):
             max_credits: Refuse creates that could take the credits charged through this
                 ledger (by every process) past this cap (``None``: no cap).
             price_estimate: ``(model, duration) -> credits``, the worst-case price reserved
-                before a create is sent while ``max_credits`` is set. ``None``: the highest
-                price per second of video this ledger has recorded for the model, times the
-                duration; for a model it has not priced yet, the whole remaining budget (see
-                ``docs/ledger.md``).
+                before a create is sent under ``max_credits``. ``None``: the highest price
+                answered for the model and duration (see ``docs/ledger.md``).
+            outage_timeout: Seconds an operation retries a database that does not answer (a
+                restart, a failover, killed connections) before it raises ``LedgerError``.
 
         Returns:
             An async context manager (also awaitable) giving the :class:`Ledger`.
@@ -70,23 +80,101 @@ class Ledger(LedgerCreates, AsyncClosing):
         Raises:
             LedgerError: A malformed URL, an unreachable database, a database that is not a
                 ledger, or a ledger of a newer schema (raised on entering).
-            InvalidRequestError: ``max_credits`` is not a number >= 0.
+            InvalidRequestError: ``max_credits`` is not a number >= 0, or ``outage_timeout``
+                not a number > 0.
         """
-        if max_credits is not None and (
-            isinstance(max_credits, bool)
-            or not isinstance(max_credits, (int, float))
-            or not math.isfinite(max_credits)
-            or max_credits < 0
-        ):
-            raise InvalidRequestError(
-                "max_credits", "must be a number >= 0 or None", value=max_credits, has_value=True
-            )
+        if max_credits is not None and not _number(max_credits, zero=True):
+            rule = "must be a number >= 0 or None"
+            raise InvalidRequestError("max_credits", rule, value=max_credits, has_value=True)
+        if not _number(outage_timeout, zero=False):
+            rule = "must be a number > 0"
+            raise InvalidRequestError("outage_timeout", rule, value=outage_timeout, has_value=True)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
-        engine, where = parse_url(url)
-        return LedgerOpener(engine, where, max_credits, price_estimate)
+        return LedgerOpener(engine_for(url), max_credits, price_estimate, outage_timeout)
 
-    # -- projects ----------------------------------------------------------------------------
+    @property
+    def max_credits(self) -> float | None:
+        """The cap on credits charged through the ledger (``None``: none)."""
+        return self._creator.max_credits
+
+    # -- creates -----------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        client: LedgerClient,
+        prompt: str,
+        *,
+        key: str | None = None,
+        **task_fields: Any,
+    ) -> LedgerEntry:
+        """Create a task through the ledger: written before it is sent, its id the moment known.
+
+        Args:
+            client: The client that sends the create.
+            prompt: The prompt.
+            key: Makes the create idempotent across every process of the ledger: a key already
+                created returns its entry and sends nothing. ``None``: a fresh random key.
+            **task_fields: The other fields of ``client.tasks.create`` (``model``,
+                ``duration``, ``ratio``, ``function_mode``, ``image_urls``, ...).
+
+        Returns:
+            The entry: ``pending`` with its ``task_id`` (or, for a key created before, as the
+            ledger holds it; ``refused`` keys are sent again).
+
+        Raises:
+            InvalidRequestError: A field (or the key) breaks a rule; nothing was written.
+            AmbiguousCreateError: This key's create (now or earlier) may have taken effect and
+                its id is unknown (or cannot be polled); nothing more is sent (see
+                :meth:`resend`).
+            BudgetExceededError: The create could pass ``max_credits``; nothing was sent.
+            APIStatusError: The service refused the create (the entry is ``refused``).
+            LedgerError: The ledger could not be used (nothing was sent), or the answer could
+                not be recorded: its id is then kept and written back later (the message says
+                where).
+        """
+        key = check_key(key) if key is not None else uuid.uuid4().hex
+        body = validate_task_request({"prompt": prompt, **task_fields})
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        model = str(body.get("model") or DEFAULT_MODEL)
+        duration = int(body.get("duration") or DEFAULT_DURATION)
+        new = NewEntry(key, "task", json.dumps(body, sort_keys=True), model, duration)
+        estimate = self._creator.estimate(model, duration)
+        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        return await self._creator.create(begin_create, new, key, estimate, send)
+
+    async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
+        """Send again the create of an ``unknown`` key, accepting the risk of paying twice.
+
+        Use it after checking (on the service's dashboard, or with the support) that the
+        earlier create did not take effect, or when a duplicate is acceptable.
+
+        Args:
+            client: The client that sends the create.
+            key: A key in state ``unknown``.
+
+        Returns:
+            The entry, ``pending`` with its new ``task_id``.
+
+        Raises:
+            LedgerError: No such key, or the key is not ``unknown``.
+            AmbiguousCreateError: The resend too may have taken effect without an id.
+            BudgetExceededError: The create could pass ``max_credits``.
+
+        """
+        row = await self._store.read(get, check_key(key))
+        if row is None:
+            raise LedgerError(f"ledger key {key!r}: no such entry")
+        if row["state"] != "unknown" or row["kind"] != "task":
+            raise LedgerError(
+                f"ledger key {key!r}: only an unknown task entry can be resent"
+                f" (it is a {row['kind']} entry in state {row['state']!r})"
+            )
+        body = json.loads(row["request"])
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        estimate = self._creator.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
+        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        return await self._creator.create(restart_unknown, key, key, estimate, send)
 
     async def create_project(
         self,
@@ -120,34 +208,21 @@ class Ledger(LedgerCreates, AsyncClosing):
             AmbiguousCreateError: The create may have taken effect without an id.
             BudgetExceededError: It could pass ``max_credits``.
         """
-        key = _check_key(key) if key is not None else uuid.uuid4().hex
-        request = {
-            "reference_video_url": reference_video_url,
-            "product_image_urls": list(product_image_urls),
-            **project_fields,
-        }
-        new = NewEntry(
-            key=key,
-            kind="project",
-            request=json.dumps(request, sort_keys=True, default=str),
-            model=None,
-            duration=project_fields.get("duration"),
-        )
-        return await self._write_ahead(
-            new,
-            key,
-            script_credits,
-            lambda: client.projects.create(
-                reference_video_url, list(product_image_urls), **project_fields
-            ),
-        )
+        key = check_key(key) if key is not None else uuid.uuid4().hex
+        urls = list(product_image_urls)
+        request = {"reference_video_url": reference_video_url, "product_image_urls": urls}
+        text = json.dumps({**request, **project_fields}, sort_keys=True, default=str)
+        new = NewEntry(key, "project", text, None, project_fields.get("duration"))
+        send = lambda: client.projects.create(reference_video_url, urls, **project_fields)  # noqa: E731
+        return await self._creator.create(begin_create, new, key, script_credits, send)
 
     async def record_project_tasks(
         self, key: str, project_id: str, task_ids: Sequence[str]
     ) -> list[LedgerEntry]:
         """Record task ids of a project (kind ``project_task``, ``pending``) for watchers.
 
-        Idempotent: an id already recorded is kept as it is.
+        Idempotent: an id already recorded is kept as it is. An id that cannot be polled is
+        recorded ``unknown``, with the reason, as ``KEY/#POSITION "ID"`` (the id escaped).
 
         Args:
             key: The project's ledger key (each task's key is ``KEY/TASK_ID``).
@@ -157,12 +232,22 @@ class Ledger(LedgerCreates, AsyncClosing):
         Returns:
             The entries of these ids.
         """
-        rows: list[Any] = []
-        ids = list(task_ids)
+        check_key(key)
+        tasks: list[tuple[str, str | None, str | None]] = []
+        for position, task_id in enumerate(task_ids):
+            problem = unpollable("task_id", task_id)
+            if problem is None:
+                tasks.append((f"{key}/{task_id}", task_id, None))
+            else:
+                tasks.append(
+                    (f"{key}/#{position} {json.dumps(task_id, default=str)}", None, problem)
+                )
         request = json.dumps({"project_id": project_id})
-        for start in range(0, len(ids), 1000):
-            chunk = ids[start : start + 1000]
-            rows += await self._store.add_batch_tasks(key, project_id, chunk, request)
+        rows: list[Any] = []
+        for start in range(0, len(tasks), 1000):
+            chunk = tasks[start : start + 1000]
+            rows += await self._store.write(add_batch_tasks, project_id, chunk, request)
+        self._creator.settled.fire()
         return [entry_from_row(row) for row in rows]
 
     async def create_videos(
@@ -181,7 +266,7 @@ class Ledger(LedgerCreates, AsyncClosing):
         Raises:
             LedgerError: No such project key, or its project id is not known.
         """
-        row = await self._store.get(_check_key(key))
+        row = await self._store.read(get, check_key(key))
         if row is None or row["kind"] != "project" or not row["project_id"]:
             raise LedgerError(f"ledger key {key!r}: no project with a known id")
         batch = await client.projects.create_videos(row["project_id"], **batch_fields)
@@ -198,7 +283,9 @@ class Ledger(LedgerCreates, AsyncClosing):
         Returns:
             The entry as the ledger holds it now.
         """
-        row = await self._store.get(_check_key(key))
+        key = check_key(key)
+        await self._creator.repair()
+        row = await self._store.read(get, key)
         return None if row is None else entry_from_row(row)
 
     async def entries(self, *, page_size: int = 500) -> AsyncIterator[LedgerEntry]:
@@ -210,9 +297,10 @@ class Ledger(LedgerCreates, AsyncClosing):
         Yields:
             Each entry.
         """
-        after: str | None = None
+        await self._creator.repair()
+        after = ""
         while True:
-            rows = await self._store.page(after, page_size)
+            rows = await self._store.read(page, after, page_size)
             for row in rows:
                 yield entry_from_row(row)
             if len(rows) < page_size:
@@ -225,7 +313,8 @@ class Ledger(LedgerCreates, AsyncClosing):
         Returns:
             ``{"states": {state: count}, "spent": credits, "reserved": credits}``.
         """
-        return await self._store.summary()
+        await self._creator.repair()
+        return await self._store.read(summary)
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -243,11 +332,9 @@ class Ledger(LedgerCreates, AsyncClosing):
     ) -> Watch:
         """Wait on the ledger's pending entries with other watchers; yield each terminal one.
 
-        ::
-
-            async with ledger.watch(client) as finished:
-                async for entry in finished:
-                    ...
+        Use it as ``async with ledger.watch(client) as finished: async for entry in
+        finished: ...``. A database that does not answer is retried for ``outage_timeout``
+        seconds (see :meth:`open`) before the iteration raises ``LedgerError``.
 
         Args:
             client: The client that polls.
@@ -268,8 +355,8 @@ class Ledger(LedgerCreates, AsyncClosing):
             terminal :class:`LedgerEntry`.
         """
         return Watch(
-            self._created,
             self._store,
+            self._creator,
             client,
             lease=lease,
             claim_size=claim_size,
@@ -282,7 +369,7 @@ class Ledger(LedgerCreates, AsyncClosing):
 
     @property
     def store(self) -> Store:
-        """The engine (for tools and benchmarks)."""
+        """The ledger's database (for tools and benchmarks)."""
         return self._store
 
     async def aclose(self) -> None:
@@ -290,7 +377,14 @@ class Ledger(LedgerCreates, AsyncClosing):
         await self._store.close()
 
     def __repr__(self) -> str:
-        return f"<Ledger {type(self._store).__name__}>"
+        return f"<Ledger {self._store.engine.dialect.name}>"
+
+
+def _number(value: Any, zero: bool) -> bool:
+    """Whether ``value`` is a finite number > 0 (or 0 too, when ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= 0 if zero else value > 0
 
 
 class LedgerOpener(ExitCloses):
@@ -298,23 +392,31 @@ class LedgerOpener(ExitCloses):
 
     def __init__(
         self,
-        engine: str,
-        where: str,
+        engine: Engine,
         max_credits: float | None,
         price_estimate: PriceEstimate | None,
+        outage_timeout: float,
     ) -> None:
         self._engine = engine
-        self._where = where
         self._max_credits = max_credits
         self._price_estimate = price_estimate
+        self._outage_timeout = outage_timeout
         self._ledger: Ledger | None = None
 
     async def _open(self) -> Ledger:
-        store: Store = (
-            SQLiteStore(self._where) if self._engine == "sqlite" else PostgresStore(self._where)
-        )
+        engine = self._engine
+        store = Store(engine, self._outage_timeout)
         await store.open()
-        return Ledger(store, max_credits=self._max_credits, price_estimate=self._price_estimate)
+        spool = Spool(engine.where, local=engine.dialect.name == "sqlite")
+        creator = Creator(
+            store, spool, max_credits=self._max_credits, price_estimate=self._price_estimate
+        )
+        try:
+            await creator.repair()  # answers that processes of this machine could not record
+        except BaseException:
+            await store.close()
+            raise
+        return Ledger(store, creator)
 
     def __await__(self) -> Any:
         return self._open().__await__()

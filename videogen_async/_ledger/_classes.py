@@ -14,6 +14,7 @@ import json
 import logging
 
 from .._waiting._schedule import FinishTimeStats
+from ._claims import load_classes, save_class
 from ._store import Store
 
 __all__ = ["LedgerFinishTimes", "class_text", "merge_stats"]
@@ -102,7 +103,7 @@ class LedgerFinishTimes:
 
     async def refresh(self) -> None:
         """Read every class the ledger remembers (classes changed here are kept)."""
-        for text, (encoded, version) in (await self._store.load_classes()).items():
+        for text, (encoded, version) in (await self._store.read(load_classes)).items():
             stats = _decode(encoded)
             if stats is None:
                 logger.warning("ledger class %r: unreadable stats, ignored", text)
@@ -118,10 +119,10 @@ class LedgerFinishTimes:
             mine = self._data[text]
             for _attempt in range(8):
                 base, version = self._base.get(text, (None, 0))
-                if await self._store.save_class(text, _encode(mine), version):
+                if await self._store.write(save_class, text, _encode(mine), version):
                     self._base[text] = (mine, version + 1)
                     break
-                current = (await self._store.load_classes()).get(text)
+                current = (await self._store.read(load_classes)).get(text)
                 if current is None:  # pragma: no cover - classes are never deleted
                     self._base.pop(text, None)
                     continue

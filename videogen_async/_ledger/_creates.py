@@ -1,17 +1,26 @@
-"""The creates of a ledger: reserve, send, record; the write-ahead half of ``Ledger``."""
+"""The creates of a ledger: decided and written ahead, sent, recorded, repaired.
+
+A create is decided in one transaction (its key, and under ``max_credits`` its reservation:
+see ``_plans.decide_budget``), then sent, then its answer recorded. An answer that cannot be
+recorded (the database went away during the request, its disk is full) is kept in the spool
+at once, written again with backoff while the database is away, and written back by any
+later operation or open (see ``_spool``); as a last resort its id is logged at ERROR. A
+creator holds a liveness lock while it lives (see ``_engines``): the ``creating`` entries of
+a dead one are ``unknown`` at once, its lease (600 s) only the last resort.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
-import os
 import random
-import uuid
-from collections.abc import Callable
+import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import attrs
 
 from .._contract._exceptions import (
     AmbiguousCreateError,
@@ -20,170 +29,119 @@ from .._contract._exceptions import (
     LedgerError,
     VideoGenError,
 )
-from .._contract._validation import validate_task_request
+from .._contract._validation import check_id
+from ._engines import new_creator
 from ._entry import LedgerEntry, entry_from_row
-from ._protocol import LedgerClient
-from ._store import CreateStart, Hold, NewEntry, Store
-from ._watch import Signal
+from ._plans import CreateStart, Hold, Refused, Settled, get, settle_created, settle_failed
+from ._spool import Spool
+from ._store import Store
 
-__all__ = ["DEFAULT_CREATE_LEASE", "LedgerCreates", "PriceEstimate"]
+__all__ = ["Creator", "PriceEstimate", "Signal", "check_key", "unpollable"]
 
 logger = logging.getLogger("videogen_async")
-
-DEFAULT_CREATE_LEASE = 600.0
-"""Seconds a ``creating`` entry is held by its process; past it, the entry is ``unknown``."""
-
-DEFAULT_MODEL = "videomodel_2_0"
-DEFAULT_DURATION = 5
 
 PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
-
-def _new_owner(role: str) -> str:
-    return f"{role}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def _check_key(key: Any) -> str:
+def check_key(key: Any) -> str:
+    """Check a ledger key before anything is written (``InvalidRequestError`` naming it)."""
     if not isinstance(key, str) or not key.strip():
         raise InvalidRequestError("key", "must be a non-empty string", value=key, has_value=True)
     if len(key) > 500:
         raise InvalidRequestError("key", "must be at most 500 characters")
+    if _UNSTORABLE.search(key):
+        rule = "must not contain NUL or lone surrogate characters (no database stores them)"
+        raise InvalidRequestError("key", rule, value=key, has_value=True)
     return key
 
 
-class LedgerCreates:
-    """The creates of a :class:`~._api.Ledger`: each reserved, sent and recorded."""
+def unpollable(field: str, value: Any) -> str | None:
+    """Why an id the service answered cannot be polled (its value escaped), or ``None``."""
+    try:
+        check_id(field, value)
+    except InvalidRequestError as exc:
+        shown = json.dumps(value, default=str)
+        return f"the service answered {field} {shown}, which cannot be polled: {exc.rule}"
+    return None
+
+
+class Signal:
+    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def fire(self) -> None:
+        """Wake the waiters of the current event and start a new one."""
+        self.event.set()
+        self.event = anyio.Event()
+
+
+class Creator:
+    """The creates of one ledger (see the module docstring).
+
+    Attributes:
+        owner: This creator's id (the ``owner`` of its entries until they are answered).
+        settled: Fired as each create of this creator is answered.
+    """
 
     def __init__(
         self,
         store: Store,
+        spool: Spool,
         *,
-        max_credits: float | None = None,
-        price_estimate: PriceEstimate | None = None,
-        create_lease: float = DEFAULT_CREATE_LEASE,
+        max_credits: float | None,
+        price_estimate: PriceEstimate | None,
+        create_lease: float = 600.0,
     ) -> None:
-        self._store = store
+        self.store = store
+        self.spool = spool
         self.max_credits = max_credits
-        self._price_estimate = price_estimate
-        self._create_lease = create_lease
-        self._owner = _new_owner("creator")
-        self._created = Signal()
+        self.price_estimate = price_estimate
+        self.create_lease = create_lease
+        self.owner = new_creator()
+        self.settled = Signal()
+        # What could not be written yet: key -> (plan, its arguments, spool file or "").
+        self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
+        self._next_scan = -math.inf
 
-    # -- creates -----------------------------------------------------------------------------
+    def estimate(self, model: str, duration: int) -> float | None:
+        """The price to reserve for a task; ``None``: learned in the create's transaction."""
+        if self.price_estimate is None or self.max_credits is None:
+            return None
+        value = float(self.price_estimate(model, duration))
+        if not math.isfinite(value) or value < 0:
+            raise InvalidRequestError("price_estimate", "must return a number >= 0")
+        return value
 
-    async def create_task(
+    async def create(
         self,
-        client: LedgerClient,
-        prompt: str,
-        *,
-        key: str | None = None,
-        **task_fields: Any,
+        plan: Callable[[Any, Hold], Any],
+        entry: Any,
+        key: str,
+        estimate: float | None,
+        send: Callable[[], Awaitable[Any]],
     ) -> LedgerEntry:
-        """Create a task through the ledger: written before it is sent, its id the moment known.
+        """Write the entry ahead with ``plan(entry, hold)``, send, record.
 
-        Args:
-            client: The client that sends the create.
-            prompt: The prompt.
-            key: Makes the create idempotent across every process of the ledger: a key already
-                created returns its entry and sends nothing. ``None``: a fresh random key.
-            **task_fields: The other fields of ``client.tasks.create`` (``model``,
-                ``duration``, ``ratio``, ``function_mode``, ``image_urls``, ...).
-
-        Returns:
-            The entry: ``pending`` with its ``task_id`` (or, for a key created before, as the
-            ledger holds it; ``refused`` keys are sent again).
-
-        Raises:
-            InvalidRequestError: A field breaks a rule of the service; nothing was written.
-            AmbiguousCreateError: This key's create (now or earlier) may have taken effect and
-                its id is unknown; nothing more is sent (see :meth:`resend`).
-            BudgetExceededError: The create could pass ``max_credits``; nothing was sent.
-            APIStatusError: The service refused the create (the entry is ``refused``).
-            LedgerError: The ledger could not be written.
+        Returns the entry of a key another create holds (``existing``) instead of sending.
         """
-        key = _check_key(key) if key is not None else uuid.uuid4().hex
-        body = validate_task_request({"prompt": prompt, **task_fields})
-        fields = {name: value for name, value in body.items() if name != "prompt"}
-        model = str(body.get("model") or DEFAULT_MODEL)
-        duration = int(body.get("duration") or DEFAULT_DURATION)
-        new = NewEntry(
-            key=key,
-            kind="task",
-            request=json.dumps(body, sort_keys=True),
-            model=model,
-            duration=duration,
-        )
-        estimate = await self._estimate(model, duration)
-        return await self._write_ahead(
-            new, key, estimate, lambda: client.tasks.create(body["prompt"], **fields)
-        )
-
-    async def _write_ahead(
-        self, new: Any, key: str, estimate: float | None, send: Callable[[], Any]
-    ) -> LedgerEntry:
-        """Commit the entry before sending; return the existing entry of a known key instead."""
-        start = await self._begin(self._store.begin_create, new, key, estimate)
-        if start.outcome == "existing":
-            return await self._existing(key, start)
-        return await self._send(key, send)
-
-    async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
-        """Send again the create of an ``unknown`` key, accepting the risk of paying twice.
-
-        Use it after checking (on the service's dashboard, or with the support) that the
-        earlier create did not take effect, or when a duplicate is acceptable.
-
-        Args:
-            client: The client that sends the create.
-            key: A key in state ``unknown``.
-
-        Returns:
-            The entry, ``pending`` with its new ``task_id``.
-
-        Raises:
-            LedgerError: No such key, or the key is not ``unknown``.
-            AmbiguousCreateError: The resend too may have taken effect without an id.
-            BudgetExceededError: The create could pass ``max_credits``.
-        """
-        row = await self._store.get(_check_key(key))
-        if row is None:
-            raise LedgerError(f"ledger key {key!r}: no such entry")
-        if row["state"] != "unknown" or row["kind"] != "task":
-            raise LedgerError(
-                f"ledger key {key!r}: only an unknown task entry can be resent"
-                f" (it is a {row['kind']} entry in state {row['state']!r})"
-            )
-        body = json.loads(row["request"])
-        fields = {name: value for name, value in body.items() if name != "prompt"}
-        estimate = await self._estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 5)
-        start = await self._begin(self._store.restart_unknown, key, key, estimate)
-        if start.outcome == "existing":
-            raise LedgerError(f"ledger key {key!r}: was resent by another process meanwhile")
-        return await self._send(key, lambda: client.tasks.create(body["prompt"], **fields))
-
-    async def _estimate(self, model: str, duration: int) -> float | None:
-        if self.max_credits is None:
-            return 0.0
-        if self._price_estimate is not None:
-            value = float(self._price_estimate(model, duration))
-            if not math.isfinite(value) or value < 0:
-                raise InvalidRequestError("price_estimate", "must return a number >= 0")
-            return value
-        rate = await self._store.rate(model)
-        return None if rate is None else rate * duration
-
-    async def _begin(
-        self, write: Callable[..., Any], entry: Any, key: str, estimate: float | None
-    ) -> CreateStart:
-        """Run the store's write-ahead step ``write(entry, ...)`` until it is decided."""
-        delay = 0.02
+        await self.repair()
+        await self.store.live(self.owner)
+        hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
+        tries = 0
         while True:
-            start: CreateStart = await write(
-                entry, Hold(self._owner, self._create_lease, self.max_credits, estimate)
-            )
-            if start.outcome in {"new", "existing"}:
-                return start
+            try:
+                start: CreateStart = await self.store.write(plan, entry, hold)
+            except Refused as refused:
+                start = refused.start
+            if start.outcome == "new":
+                return await self._send(key, send)
+            if start.outcome == "existing":
+                return await self._existing(key, start.row)
             if start.outcome == "budget":
                 raise BudgetExceededError(
                     key,
@@ -192,22 +150,25 @@ class LedgerCreates:
                     reserved=start.reserved,
                     max_credits=self.max_credits or 0.0,
                 )
-            # A create of unknown price holds the rest of the budget until it is answered.
-            await self._store.expire_creating()
-            await anyio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, 0.5)
+            # A create of unknown price is in flight: its answer (or its creator's death)
+            # prices this one.
+            await self.store.expire_creating(alive=self.owner)
+            tries = await self._nap(tries)
 
-    async def _existing(self, key: str, start: CreateStart) -> LedgerEntry:
-        row = start.row
-        delay = 0.02
+    async def _nap(self, tries: int) -> int:
+        """Wait before looking again: backoff, or less when a create of this ledger settles."""
+        with anyio.move_on_after(min(0.5, 0.02 * 2**tries) * random.uniform(0.5, 1.0)):
+            await self.settled.event.wait()
+        await self.repair()  # this creator's own outcomes kept meanwhile, written back
+        return tries + 1
+
+    async def _existing(self, key: str, row: dict[str, Any] | None) -> LedgerEntry:
+        tries = 0
         while row is not None and row["state"] == "creating":
-            # Another process is sending this key now: wait for its answer.
-            if await self._store.expire_creating(key):
-                row = await self._store.get(key)
-                break
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.5)
-            row = await self._store.get(key)
+            # Another create of this key is in flight: wait for its answer or its death.
+            if row["owner"] == self.owner or not await self.store.expire_creating(self.owner):
+                tries = await self._nap(tries)
+            row = await self.store.read(get, key)
         if row is None:  # pragma: no cover - keys are never deleted
             raise LedgerError(f"ledger key {key!r}: vanished")
         entry = entry_from_row(row)
@@ -215,46 +176,120 @@ class LedgerCreates:
             raise AmbiguousCreateError(key, entry, entry.error)
         return entry
 
-    async def _send(self, key: str, send: Callable[[], Any]) -> LedgerEntry:
-        store = self._store
+    async def _send(self, key: str, send: Callable[[], Awaitable[Any]]) -> LedgerEntry:
         try:
             created = await send()
         except VideoGenError as exc:
             ambiguous = exc.request_may_have_taken_effect
-            with anyio.CancelScope(shield=True):
-                row = await store.settle_failed(
-                    key, state="unknown" if ambiguous else "refused", error=str(exc)
-                )
+            state = "unknown" if ambiguous else "refused"
+            row = await self._settle(key, settle_failed, state, str(exc))
             if ambiguous:
-                raise AmbiguousCreateError(key, entry_from_row(row), str(exc)) from exc
+                raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
             raise
         except BaseException as exc:
-            # Cancelled (or a bug) while the request may have been on the wire.
-            with anyio.CancelScope(shield=True):
-                await store.settle_failed(
-                    key, state="unknown", error=f"interrupted: {type(exc).__name__}"
-                )
+            # Cancelled (or a bug) while the request may have been on the wire: one attempt,
+            # so that a Ctrl-C is not held up; if it fails, the next operation writes it.
+            args = (key, self.owner, "unknown", f"interrupted: {type(exc).__name__}")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                try:
+                    await self.store.write_once(settle_failed, *args)
+                except LedgerError:
+                    self._kept[key] = (settle_failed, args, "")
+            self.settled.fire()
             raise
-        task_id = getattr(created, "task_id", None)
-        project_id = getattr(created, "project_id", None)
+        field = "task_id" if hasattr(created, "task_id") else "project_id"
+        found = getattr(created, field, None)
+        problem = unpollable(field, found)
+        cost = getattr(created, "credits_cost", 0.0)
+        cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
+        known = None if problem else found
+        task_id, project_id = (known, None) if field == "task_id" else (None, known)
+        answer = Settled(task_id, project_id, cost, problem)
+        entry = entry_from_row(
+            await self._checked(key, answer, await self._settle(key, settle_created, answer))
+        )
+        if problem is not None:
+            raise AmbiguousCreateError(key, entry, problem)
+        return entry
+
+    async def _settle(self, key: str, plan: Callable[..., Any], *args: Any) -> Any:
+        """Write a create's outcome, again while the database is away.
+
+        What cannot be written at once is kept (an answer in the spool too) until it is.
+        """
         try:
             with anyio.CancelScope(shield=True):
-                row = await store.settle_created(
-                    key,
-                    task_id=task_id,
-                    project_id=project_id,
-                    cost=float(created.credits_cost or 0.0),
-                )
-        except Exception as exc:
-            logger.error(  # noqa: TRY400 - the id must reach the log even without a traceback
-                "ledger key %r: created %s but the ledger could not record it: %s",
+                return await self.store.write_once(plan, key, self.owner, *args)
+        except Exception as exc:  # whatever failed, the outcome must not be lost
+            kept = await self._keep(key, plan, (key, self.owner, *args), exc)
+        finally:
+            self.settled.fire()
+        try:
+            row = await self.store.write(plan, key, self.owner, *args)
+        except Exception as again:
+            raise LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
+        await self._drop(key)
+        return row
+
+    async def _checked(self, key: str, answer: Settled, row: Any) -> dict[str, Any]:
+        if row is None:  # another create of this key was answered meanwhile
+            logger.error(
+                "ledger key %r: created %s, but the key holds another create: both are charged",
                 key,
-                task_id or project_id,
-                exc,
+                answer.task_id or answer.project_id,
             )
-            raise LedgerError(
-                f"ledger key {key!r}: created {task_id or project_id} but the ledger could not"
-                f" record it: {exc}"
-            ) from exc
-        self._created.fire()
-        return entry_from_row(row)
+            row = await self.store.read(get, key)
+        return dict(row)
+
+    async def _keep(self, key: str, plan: Any, args: tuple[Any, ...], exc: BaseException) -> str:
+        """Keep an outcome to write later (an answer also in the spool); say what was kept."""
+        path = ""
+        if plan is settle_created:
+            answer: Settled = args[2]
+            created = answer.task_id or answer.project_id
+            record = {"key": key, "owner": self.owner, **attrs.asdict(answer)}
+            with anyio.CancelScope(shield=True):
+                try:
+                    path = await anyio.to_thread.run_sync(self.spool.put, record)
+                except OSError as problem:
+                    logger.error(  # noqa: TRY400 - the id must reach the log, traceback or not
+                        "ledger key %r: created %s, but neither the ledger (%s) nor the spool"
+                        " (%s) could record it: keep this id",
+                        *(key, created, exc, problem),
+                    )
+            where = f"it is kept in {path}" if path else "its id was logged at ERROR"
+            kept = f"created {created}, not recorded yet: {where}"
+        else:
+            kept = f"the create failed ({args[2]}), not recorded yet: kept by this process"
+        self._kept[key] = (plan, args, path)
+        logger.warning("ledger key %r: %s (%s)", key, kept, exc)
+        return f"{kept}, and written back when the database answers"
+
+    async def _drop(self, key: str) -> None:
+        _plan, _args, path = self._kept.pop(key, (None, (), ""))
+        if path:
+            await anyio.to_thread.run_sync(Spool.drop, path)
+
+    async def repair(self) -> None:
+        """Write back the outcomes kept while the database was away (here and in the spool).
+
+        Stops at the first that still cannot be written.
+        """
+        now = anyio.current_time()
+        if now >= self._next_scan:  # what other processes of the machine left
+            self._next_scan = now + 5.0
+            for path, record in await anyio.to_thread.run_sync(self.spool.load):
+                if record.get("key") not in self._kept:
+                    answer = Settled(**{name: record[name] for name in attrs.fields_dict(Settled)})
+                    args = (record["key"], record["owner"], answer)
+                    self._kept[record["key"]] = (settle_created, args, path)
+        for key, (plan, args, _path) in list(self._kept.items()):
+            try:
+                row = await self.store.write_once(plan, *args)
+            except Exception:  # still away (or failing): kept for the next operation
+                return
+            if plan is settle_created:
+                await self._checked(key, args[2], row)
+            logger.info("ledger key %r: its create's outcome written back", key)
+            await self._drop(key)
+            self.settled.fire()

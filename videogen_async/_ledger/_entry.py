@@ -12,23 +12,10 @@ import attrs
 from .._contract._models import Task, structure, unstructure
 from .._contract._serial import Serializable
 
-__all__ = [
-    "OPEN_STATES",
-    "STATES",
-    "TERMINAL_STATES",
-    "LedgerEntry",
-    "entry_from_row",
-    "task_to_json",
-]
+__all__ = ["TERMINAL_STATES", "LedgerEntry", "entry_from_row", "task_to_json"]
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
-
-OPEN_STATES = frozenset({"creating", "pending"})
-"""States whose entry may still change without anyone asking."""
-
-STATES = ("creating", "unknown", "refused", "pending", "succeeded", "failed", "error")
-"""Every state of an entry."""
 
 
 def _when(value: float | None) -> datetime | None:

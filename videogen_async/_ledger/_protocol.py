@@ -1,9 +1,4 @@
-"""What the ledger needs of a client: a narrow protocol, never ``AsyncVideoGen`` itself.
-
-The ledger sits below the client: it sends creates through ``tasks.create`` and
-``projects.create``/``create_videos``, and its watchers poll through the client's task source
-(``gather_until_done`` accepts any :class:`LedgerClient`).
-"""
+"""What the ledger needs of a client (a narrow protocol: the ledger sits below the client)."""
 
 from __future__ import annotations
 

@@ -1,124 +1,178 @@
-"""The ledger's schema: one definition for both engines, versioned, with explicit migrations.
+"""The ledger's schema, the two SQL dialects its statements are written in once, and plans.
 
-Version 1 tables (every name prefixed ``videogen_ledger_`` so that a ledger can live in a
-PostgreSQL database beside other tables):
+A *plan* is a generator that yields :class:`Step` statements and receives each one's rows (a
+list of dicts); its return value is the operation's result. An engine (``_engines``) runs a
+plan in one transaction.
 
-* ``videogen_ledger_meta(name, value)``: ``application`` (always :data:`APPLICATION`, how a
-  ledger is told from another database) and ``schema_version``.
-* ``videogen_ledger_entries``: one row per key: what was asked (``kind``, ``model``,
-  ``duration``, ``request``), what is known (``state``, ``task_id``, ``project_id``,
-  ``credits_cost``, ``task``, ``error``), the budget reservation (``reserved``, ``unpriced``),
-  and the watchers' lease (``owner``, ``lease_until``, ``delivered``). ``model`` and
-  ``duration`` are kept per task so that finish times can be learned per class.
-* ``videogen_ledger_budget``: one row: credits ``spent`` and ``reserved`` through the ledger,
-  and ``unpriced``, the creates in flight whose price could not be estimated.
-* ``videogen_ledger_pacing``: one row: ``pause_until``, the shared pause after a 429.
-* ``videogen_ledger_rates``: the highest price per second of video seen, per model.
-
-Version 2 adds:
-
-* ``videogen_ledger_watchers(owner, seen_until)``: the live watchers (each refreshes its row
-  while it lives), so that claims spread the open entries fairly over them.
-* ``videogen_ledger_classes(class_key, stats, version)``: what was learned of the finish times
-  of each class of tasks (``model/duration``), kept across processes and restarts.
-
-Migrations: :data:`MIGRATIONS` maps a version to the statements that bring the previous one
-to it; they only ever add. A ledger of a newer version than this SDK knows is refused.
+Tables, each named ``videogen_ledger_*`` (a ledger may live in an application's database):
+``meta`` (``application`` marks a ledger; ``schema_version``), ``entries`` (one row per key:
+what was asked, what is known, its budget reservation, and its ``owner``: the creator while
+it is ``creating`` or ``unknown``, then the watcher whose lease holds it), ``budget`` (credits
+``spent``, ``reserved``, and ``unpriced``: creates in flight of unknown price), ``pacing``
+(the shared pause after a 429), ``rates`` (version 1's price per second, no longer read),
+``watchers`` and ``classes`` (version 2: the live watchers; finish times learned per class),
+``prices`` (version 3: the highest price answered per model and duration). Migrations only
+ever add; a ledger of a newer version than this SDK knows is refused.
 """
 
-# ruff: noqa: S608 - the SQL interpolates only this module's constant names and fragments;
-# every value is a bound parameter.
+# ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
+# is a bound parameter.
 
 from __future__ import annotations
+
+import re
+from collections.abc import Generator, Sequence
+from typing import Any, TypeVar
+
+import attrs
 
 from .._contract._exceptions import LedgerError
 
 __all__ = [
-    "APPLICATION",
     "MIGRATIONS",
+    "POSTGRES",
     "SCHEMA_VERSION",
-    "TABLES",
+    "SQLITE",
+    "Dialect",
+    "Plan",
+    "Step",
     "check_meta",
-    "create_statements",
+    "create_or_migrate",
+    "first",
+    "many",
+    "q",
+    "read_meta",
 ]
 
 APPLICATION = "videogen_async.ledger"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-TABLES = (
-    "videogen_ledger_meta",
-    "videogen_ledger_entries",
-    "videogen_ledger_budget",
-    "videogen_ledger_pacing",
-    "videogen_ledger_rates",
-    "videogen_ledger_watchers",
-    "videogen_ledger_classes",
+_T = TypeVar("_T")
+
+
+@attrs.frozen
+class Step:
+    """One statement of a plan: answered with its rows, or run once per tuple of ``args``."""
+
+    sql: str
+    args: Any = ()
+    many: bool = False
+
+
+Plan = Generator[Step, Any, _T]
+"""An operation: yields steps, receives each one's rows, returns its result."""
+
+
+def q(sql: str, *args: Any) -> Step:
+    """A statement answered with its rows."""
+    return Step(sql, args)
+
+
+def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
+    """A statement run once per tuple of parameters."""
+    return Step(sql, list(rows), many=True)
+
+
+def first(sql: str, *args: Any) -> Plan[dict[str, Any] | None]:
+    """A statement answered with its first row (``None``: no row)."""
+    rows = yield q(sql, *args)
+    return rows[0] if rows else None
+
+
+class Dialect:
+    """What differs between the engines, as data.
+
+    Statements are written once, with ``$1``-style parameters and words in braces: ``{E}``
+    (the entries table), ``{real}``, ``{now}`` (the database's clock, in seconds since the
+    epoch), ``{greatest}`` (of two values), ``{lock}`` (lock the rows read until the
+    transaction ends), ``{skip_locked}`` (and pass over rows others locked), and a few
+    statements of its own; ``items($n)`` is the set of the elements of a JSON list parameter.
+    """
+
+    def __init__(self, name: str, *, items: str, numbered: bool, **words: str) -> None:
+        self.name = name
+        self._items = items
+        self._numbered = numbered
+        self._words = {"E": "videogen_ledger_entries", **words}
+        self._done: dict[str, str] = {}
+
+    def sql(self, template: str) -> str:
+        """The statement ``template`` in this dialect."""
+        text = self._done.get(template)
+        if text is None:
+            text = template.format(**self._words)
+            text = re.sub(r"items\((\$\d+)\)", lambda m: self._items.format(m[1]), text)
+            self._done[template] = text = text if self._numbered else text.replace("$", "?")
+        return text
+
+
+SQLITE = Dialect(
+    "sqlite",
+    items="SELECT value FROM json_each({})",
+    numbered=False,  # ?1, ?2: SQLite's numbered parameters
+    real="REAL",
+    now="((julianday('now') - 2440587.5) * 86400.0)",  # fixed for a statement, to the ms
+    greatest="MAX",
+    lock="",  # a write transaction holds the whole file (BEGIN IMMEDIATE)
+    skip_locked="",
+    table_exists="SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1",
+    # Another application's tables (a ledger's own, seen half made, do not count).
+    any_table="SELECT name FROM sqlite_master WHERE type = 'table'"
+    " AND name NOT LIKE 'videogen_ledger_%' LIMIT 1",
+    schema_lock="SELECT 1",
+)
+
+POSTGRES = Dialect(
+    "postgresql",
+    items="SELECT jsonb_array_elements_text({}::jsonb)",
+    numbered=True,
+    real="DOUBLE PRECISION",
+    now="extract(epoch from clock_timestamp())",  # the server's: machines need not agree
+    greatest="GREATEST",
+    lock=" FOR UPDATE",
+    skip_locked=" FOR UPDATE SKIP LOCKED",
+    table_exists="SELECT 1 AS one WHERE to_regclass($1) IS NOT NULL",
+    any_table="SELECT 1 AS one WHERE false",  # a ledger may share an application's database
+    schema_lock="SELECT pg_advisory_xact_lock(7451041415555822) AS locked",
 )
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "CREATE TABLE IF NOT EXISTS videogen_ledger_watchers ("
-        " owner TEXT PRIMARY KEY, seen_until DOUBLE PRECISION NOT NULL)",
+        " owner TEXT PRIMARY KEY, seen_until {real} NOT NULL)",
         "CREATE TABLE IF NOT EXISTS videogen_ledger_classes ("
         " class_key TEXT PRIMARY KEY, stats TEXT NOT NULL, version INTEGER NOT NULL)",
+    ),
+    3: (
+        "CREATE TABLE IF NOT EXISTS videogen_ledger_prices (model TEXT NOT NULL,"
+        " duration INTEGER NOT NULL, price {real} NOT NULL, PRIMARY KEY (model, duration))",
     ),
 }
 """Statements from version ``n - 1`` to ``n``; each only adds."""
 
-
-def create_statements(*, real: str) -> list[str]:
-    """The statements that create the schema at :data:`SCHEMA_VERSION`.
-
-    Args:
-        real: The engine's floating point type (``REAL`` or ``DOUBLE PRECISION``).
-
-    Returns:
-        ``CREATE TABLE`` / ``CREATE INDEX`` statements, each idempotent.
-    """
-    return [
-        "CREATE TABLE IF NOT EXISTS videogen_ledger_meta ("
-        " name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS videogen_ledger_entries ("
-        " key TEXT PRIMARY KEY,"
-        " kind TEXT NOT NULL DEFAULT 'task',"
-        " state TEXT NOT NULL,"
-        " task_id TEXT UNIQUE,"
-        " project_id TEXT,"
-        " model TEXT,"
-        " duration INTEGER,"
-        " request TEXT NOT NULL,"
-        f" reserved {real} NOT NULL DEFAULT 0,"
-        " unpriced INTEGER NOT NULL DEFAULT 0,"
-        f" credits_cost {real},"
-        " task TEXT,"
-        " error TEXT,"
-        " owner TEXT,"
-        f" lease_until {real},"
-        " delivered INTEGER NOT NULL DEFAULT 0,"
-        f" created_at {real} NOT NULL,"
-        f" updated_at {real} NOT NULL,"
-        f" finished_at {real})",
-        "CREATE INDEX IF NOT EXISTS videogen_ledger_entries_claim"
-        " ON videogen_ledger_entries (state, lease_until)",
-        "CREATE INDEX IF NOT EXISTS videogen_ledger_entries_owner"
-        " ON videogen_ledger_entries (owner)",
-        "CREATE TABLE IF NOT EXISTS videogen_ledger_budget ("
-        " id INTEGER PRIMARY KEY CHECK (id = 1),"
-        f" spent {real} NOT NULL DEFAULT 0,"
-        f" reserved {real} NOT NULL DEFAULT 0,"
-        " unpriced INTEGER NOT NULL DEFAULT 0)",
-        "CREATE TABLE IF NOT EXISTS videogen_ledger_pacing ("
-        f" id INTEGER PRIMARY KEY CHECK (id = 1), pause_until {real} NOT NULL DEFAULT 0)",
-        "CREATE TABLE IF NOT EXISTS videogen_ledger_rates ("
-        f" model TEXT PRIMARY KEY, per_second {real} NOT NULL)",
-        *(statement for version in sorted(MIGRATIONS) for statement in MIGRATIONS[version]),
-        "INSERT INTO videogen_ledger_budget (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
-        "INSERT INTO videogen_ledger_pacing (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
-        "INSERT INTO videogen_ledger_meta (name, value) VALUES"
-        f" ('application', '{APPLICATION}') ON CONFLICT (name) DO NOTHING",
-        "INSERT INTO videogen_ledger_meta (name, value) VALUES"
-        f" ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING",
-    ]
+_CREATE = (
+    "CREATE TABLE IF NOT EXISTS videogen_ledger_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {E} (key TEXT PRIMARY KEY, kind TEXT NOT NULL DEFAULT 'task',"
+    " state TEXT NOT NULL, task_id TEXT UNIQUE, project_id TEXT, model TEXT, duration INTEGER,"
+    " request TEXT NOT NULL, reserved {real} NOT NULL DEFAULT 0,"
+    " unpriced INTEGER NOT NULL DEFAULT 0, credits_cost {real}, task TEXT, error TEXT,"
+    " owner TEXT, lease_until {real}, delivered INTEGER NOT NULL DEFAULT 0,"
+    " created_at {real} NOT NULL, updated_at {real} NOT NULL, finished_at {real})",
+    "CREATE INDEX IF NOT EXISTS videogen_ledger_entries_claim ON {E} (state, lease_until)",
+    "CREATE INDEX IF NOT EXISTS videogen_ledger_entries_owner ON {E} (owner)",
+    "CREATE TABLE IF NOT EXISTS videogen_ledger_budget (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " spent {real} NOT NULL DEFAULT 0, reserved {real} NOT NULL DEFAULT 0,"
+    " unpriced INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS videogen_ledger_pacing (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " pause_until {real} NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS videogen_ledger_rates ("
+    " model TEXT PRIMARY KEY, per_second {real} NOT NULL)",
+    *(statement for version in sorted(MIGRATIONS) for statement in MIGRATIONS[version]),
+    "INSERT INTO videogen_ledger_budget (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
+    "INSERT INTO videogen_ledger_pacing (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
+    f"INSERT INTO videogen_ledger_meta (name, value) VALUES ('application', '{APPLICATION}')"
+    " ON CONFLICT (name) DO NOTHING",
+)
 
 
 def check_meta(where: str, meta: dict[str, str]) -> int:
@@ -140,3 +194,29 @@ def check_meta(where: str, meta: dict[str, str]) -> int:
             " (nothing was written)"
         )
     return version
+
+
+def read_meta() -> Plan[tuple[dict[str, str] | None, bool]]:
+    """``(the meta rows or None, whether the database holds other tables)``, reading only."""
+    if not (yield q("{table_exists}", "videogen_ledger_meta")):
+        return None, bool((yield q("{any_table}")))
+    rows = yield q("SELECT name, value FROM videogen_ledger_meta")
+    return {row["name"]: row["value"] for row in rows}, False
+
+
+def create_or_migrate(where: str) -> Plan[None]:
+    """Create the schema, or bring an older one to :data:`SCHEMA_VERSION`."""
+    yield q("{schema_lock}")
+    meta, _ = yield from read_meta()
+    if meta is None:
+        statements: Sequence[str] = _CREATE
+    else:
+        version = check_meta(where, meta)
+        statements = [s for v in range(version + 1, SCHEMA_VERSION + 1) for s in MIGRATIONS[v]]
+    for statement in statements:
+        yield q(statement)
+    yield q(
+        "INSERT INTO videogen_ledger_meta (name, value) VALUES ('schema_version', $1)"
+        " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        str(SCHEMA_VERSION),
+    )

@@ -1,20 +1,20 @@
 """``Ledger.watch``: cooperative watchers that share a ledger's pending entries.
 
-Each watcher claims entries with a lease (decided in SQL: a pending entry whose lease is out),
-polls the claimed ids with one :func:`gather_until_done` that lives as long as the watcher
-(``open_ended``: each claim's ids join it, so the schedule, what it learned of each class
-and its pacing carry over from claim to claim, and nothing is probed twice), writes each
-terminal state back and hands the entry to its consumer. While it lives it renews its leases
-every third of the lease; when it dies its entries go to the others once the lease is out.
+Each watcher claims entries with a lease (decided in SQL), polls them with one open-ended
+:func:`gather_until_done` that lives as long as the watcher (each claim's ids join it: what
+it learned carries over), writes each terminal state back and hands the entry to its
+consumer. It renews its leases every third of the lease; when it dies, its entries go to the
+others once the lease is out. Delivery is at least once: an entry is marked delivered when its
+consumer asks for the next one (or leaves the block without an exception).
 
-Delivery is at least once: a terminal entry is marked delivered when its consumer asks for the
-next one (or leaves the block without an exception). A watcher that dies between writing a
-terminal state and that moment leaves the entry, terminal and undelivered, to another watcher,
-which yields it again without polling.
+A database that does not answer is retried by the store while the gather goes on polling; the
+iteration raises ``LedgerError`` only when the store gives up. An entry whose id cannot be
+polled is marked ``unknown`` with the reason, never handed to the gather.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -25,21 +25,22 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .._contract._exceptions import TaskPollError
+from .._contract._closing import ExitCloses
+from .._contract._exceptions import LedgerError, TaskPollError
 from .._waiting._gather import GatherResults, gather_until_done
+from . import _claims as claims
 from ._classes import LedgerFinishTimes
+from ._creates import Creator, unpollable
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
-from ._exit import ExitCloses
 from ._pacing import SharedPause, shared_source
+from ._plans import get, has_open
 from ._store import Store
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
     from .._contract._models import Task
     from .._waiting._policy import PollPolicy
 
-__all__ = ["Signal", "Watch"]
+__all__ = ["Watch"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -52,16 +53,10 @@ def _state_of(task: Task) -> str:
     return str(getattr(status, "value", status))
 
 
-class Signal:
-    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-
-    def fire(self) -> None:
-        """Wake the waiters of the current event and start a new one."""
-        self.event.set()
-        self.event = anyio.Event()
+def _first_error(group: BaseException) -> BaseException:
+    """The first error inside (nested) exception groups: the one to hand to the consumer."""
+    inner = getattr(group, "exceptions", None)  # an ExceptionGroup (also before Python 3.11)
+    return _first_error(inner[0]) if isinstance(inner, tuple) and inner else group
 
 
 class Watch(ExitCloses):
@@ -69,14 +64,12 @@ class Watch(ExitCloses):
 
     Attributes:
         owner: This watcher's id in the ledger's ``owner`` column.
-        claimed: Entries claimed so far.
-        finished: Terminal states written so far.
     """
 
     def __init__(
         self,
-        created: Signal,
         store: Store,
+        creator: Creator,
         client: Any,
         *,
         lease: float,
@@ -93,9 +86,8 @@ class Watch(ExitCloses):
             raise ValueError(f"claim_interval must be > 0 seconds, got {claim_interval!r}")
         if isinstance(claim_size, bool) or not isinstance(claim_size, int) or claim_size < 1:
             raise ValueError(f"claim_size must be an int >= 1, got {claim_size!r}")
-        self._created = created
+        self._creator = creator
         self._store = store
-        self._client = client
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
@@ -115,26 +107,24 @@ class Watch(ExitCloses):
         self._polling: dict[str, tuple[str, float]] = {}  # task id -> (key, claimed at)
         self._results: GatherResults | None = None
         self._tg: TaskGroup | None = None
-        self._send: MemoryObjectSendStream[LedgerEntry | BaseException] | None = None
-        self._receive: MemoryObjectReceiveStream[LedgerEntry | BaseException] | None = None
-        self._last: LedgerEntry | None = None
-        self._drained = anyio.Event()
-        self._acks: list[str] = []
-        self._writing = False
-        self.claimed = 0
-        self.finished = 0
-
-    # -- the context manager -----------------------------------------------------------------
-
-    async def __aenter__(self) -> Watch:
-        if self._tg is not None:
-            raise RuntimeError("this watch() was already entered")
         self._send, self._receive = anyio.create_memory_object_stream[
             "LedgerEntry | BaseException"
         ](max_buffer_size=math.inf)
         self._finished_send, self._finished_receive = anyio.create_memory_object_stream[
             "tuple[str, Task]"
         ](max_buffer_size=math.inf)
+        self._last: LedgerEntry | None = None
+        self._entered = False
+        self._drained = anyio.Event()
+        self._acks: list[str] = []
+        self._writing = False
+
+    # -- the context manager -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Watch:
+        if self._entered:
+            raise RuntimeError("this watch() was already entered")
+        self._entered = True
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -152,11 +142,12 @@ class Watch(ExitCloses):
             with anyio.CancelScope(shield=True):
                 if ok:
                     self._ack_last()
-                await self._flush_acks()
-                # What is still held goes back to the ledger at once, for the next watcher.
-                await self._store.release(self.owner)
-                if self._receive is not None:
-                    self._receive.close()
+                # Once, not retried: what this misses, the leases settle (a redelivery).
+                with contextlib.suppress(LedgerError):
+                    await self._flush_acks(once=True)
+                    # What is still held goes back to the ledger at once, for the next watcher.
+                    await self._store.write_once(claims.release, self.owner)
+                self._receive.close()
                 self._finished_send.close()
                 self._finished_receive.close()
 
@@ -166,12 +157,11 @@ class Watch(ExitCloses):
         return self
 
     async def __anext__(self) -> LedgerEntry:
-        receive = self._receive
-        if receive is None:
+        if not self._entered:
             raise RuntimeError("use the watch as `async with ledger.watch(client) as finished`")
         self._ack_last()
         try:
-            item = await receive.receive()
+            item = await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
         if isinstance(item, BaseException):
@@ -184,27 +174,25 @@ class Watch(ExitCloses):
         if last is not None:
             self._acks.append(last.key)
 
-    async def _flush_acks(self) -> None:
+    async def _flush_acks(self, *, once: bool = False) -> None:
         acks, self._acks = self._acks, []
         if acks:
-            await self._store.finish_many(self.owner, (), acks)
+            write = self._store.write_once if once else self._store.write
+            await write(claims.finish_many, self.owner, (), acks)
 
     # -- the work ----------------------------------------------------------------------------
 
     async def _guarded_run(self) -> None:
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
         try:
             await self._run()
         except Exception as exc:  # handed to the consumer, who raises it
-            send.send_nowait(exc)
+            self._send.send_nowait(_first_error(exc))
         finally:
-            send.close()
+            self._send.close()
 
     async def _run(self) -> None:
         store = self._store
-        await store.register(self.owner, self._lease)
+        await store.write(claims.register, self.owner, self._lease)
         await self._memory.refresh()
         renewed = time.monotonic()
         results = gather_until_done(
@@ -222,6 +210,7 @@ class Watch(ExitCloses):
             while True:
                 if self._acks and not self._polling:
                     await self._flush_acks()
+                await self._creator.repair()  # answers kept while the database was away
                 await self._pacing()
                 await self._wait_out_pause()
                 claimed_any = False
@@ -229,19 +218,21 @@ class Watch(ExitCloses):
                     size = self._claim_size
                     if self._max_held is not None:
                         size = min(size, self._max_held - self._held)
-                    rows = await store.claim(self.owner, self._lease, size)
+                    rows = []
+                    if await store.read(claims.claimable):
+                        rows = await store.write(claims.claim, self.owner, self._lease, size)
                     if rows:
                         # A claim sets the lease of what it claims only: the renewal of what
                         # was held before is not put off by it.
                         claimed_any = True
-                        self._start(tg, rows)
+                        await self._start(tg, rows)
                     if len(rows) < size:
                         break
                 if not claimed_any and self._polling:
                     await self._shed()
                 now = time.monotonic()
                 if now - renewed >= self._lease / 3:
-                    await store.renew(self.owner, self._lease)
+                    await store.write(claims.renew, self.owner, self._lease)
                     renewed = now
                 await self._memory.flush()
                 if (
@@ -250,7 +241,8 @@ class Watch(ExitCloses):
                     and not self._polling
                     and self._finished_receive.statistics().current_buffer_used == 0
                     and not self._writing
-                    and not await store.has_open(self.owner)
+                    and not await store.expire_creating(alive=self._creator.owner)
+                    and not await store.read(has_open, self.owner)
                 ):
                     tg.cancel_scope.cancel()
                     return
@@ -263,7 +255,7 @@ class Watch(ExitCloses):
         a renewal period ago: what was just handed on is not handed back at once). They leave
         the gather first, so that no id is polled by this watcher once another may claim it.
         """
-        share, held = await self._store.share(self.owner)
+        share, held = await self._store.read(claims.share, self.owner)
         excess = held - share
         if excess <= 0 or self._results is None:
             return
@@ -278,16 +270,16 @@ class Watch(ExitCloses):
             self._classes.pop(task_id, None)
         if not keys:
             return
-        await self._store.release_keys(self.owner, keys)
+        await self._store.write(claims.release_keys, self.owner, keys)
         self._held -= len(keys)
         logger.info("ledger watcher: %d entries given back to the other watchers", len(keys))
 
     async def _pacing(self) -> None:
         report = self._pause.take_report()
         if report > 0:
-            await self._store.pause_for(report)
+            await self._store.write(claims.pause_for, report)
             logger.info("ledger watcher: 429 met, every watcher pauses %.2f s", report)
-        remaining = await self._store.pause_remaining()
+        remaining = await self._store.read(claims.pause_remaining)
         self._pause.learn(remaining)
         pacing = self._source.pacing
         if pacing is not None and remaining > 0:
@@ -307,7 +299,7 @@ class Watch(ExitCloses):
             await self._pacing()
 
     async def _sleep(self) -> None:
-        created = self._created.event
+        created = self._creator.settled.event
         changed = self._pause.changed
         drained = self._drained
         with anyio.move_on_after(min(self._interval, self._lease / 3)):
@@ -320,30 +312,36 @@ class Watch(ExitCloses):
                 for event in (created, changed, drained):
                     tg.start_soon(one, event)
 
-    def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
-        self.claimed += len(rows)
+    async def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
         self._held += len(rows)
         now = time.monotonic()
         batch: list[str] = []
+        problems: list[tuple[str, str]] = []
         for row in rows:
+            task_id = row["task_id"]
             if row["state"] in TERMINAL_STATES:
                 tg.start_soon(self._redeliver, row["key"])
-            elif row["task_id"]:
-                batch.append(row["task_id"])
-                self._polling[row["task_id"]] = (row["key"], now)
+            elif task_id:
+                problem = unpollable("task_id", task_id)
+                if problem is not None:
+                    problems.append((row["key"], problem))
+                    continue
+                batch.append(task_id)
+                self._polling[task_id] = (row["key"], now)
                 if row.get("model") and row.get("duration"):
-                    self._classes[row["task_id"]] = (row["model"], int(row["duration"]))
+                    self._classes[task_id] = (row["model"], int(row["duration"]))
         if batch and self._results is not None:
             self._results.add(batch)
+        if problems:  # a problem the user can see, never polled: one bad id stops nobody
+            logger.error("ledger: ids that cannot be polled, marked unknown: %s", problems)
+            await self._store.write(claims.give_up, self.owner, problems)
+            self._held -= len(problems)
 
     async def _redeliver(self, key: str) -> None:
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
-        row = await self._store.get(key)
+        row = await self._store.read(get, key)
         self._held -= 1
         if row is not None and row["owner"] == self.owner:
-            await send.send(entry_from_row(row))
+            await self._send.send(entry_from_row(row))
 
     async def _collect(self, results: GatherResults) -> None:
         """Take the gather's results: terminal tasks to the writer, failed polls released."""
@@ -357,7 +355,7 @@ class Watch(ExitCloses):
             self._held -= 1
             if isinstance(item, TaskPollError):
                 logger.warning("ledger key %r: %s", key, item)
-                await store.poll_failed(key, self.owner, str(item), self._lease)
+                await store.write(claims.poll_failed, key, self.owner, str(item), self._lease)
             else:
                 self._finished_send.send_nowait((key, item))
             if not self._polling:
@@ -366,9 +364,6 @@ class Watch(ExitCloses):
 
     async def _writer(self) -> None:
         """Record terminal states (and the consumer's acks) in batches, one transaction each."""
-        send = self._send
-        if send is None:  # pragma: no cover - set by __aenter__
-            raise RuntimeError("the watch is not entered")
         receive = self._finished_receive
         async for first in receive:
             self._writing = True
@@ -383,9 +378,8 @@ class Watch(ExitCloses):
                 for key, task in found
             ]
             acks, self._acks = self._acks, []
-            rows = await self._store.finish_many(self.owner, items, acks)
-            self.finished += len(rows)
+            rows = await self._store.write(claims.finish_many, self.owner, items, acks)
             tasks = dict(found)
             for row in rows:
-                await send.send(entry_from_row(row, tasks[row["key"]]))
+                await self._send.send(entry_from_row(row, tasks[row["key"]]))
             self._writing = False

@@ -1,0 +1,72 @@
+"""Processes of the ledger tests: started, told to go, read line by line, killed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+CREATOR = Path(__file__).with_name("_creator.py")
+
+
+class Creator:
+    """A ``_creator.py`` process (stdout and stderr as one stream of lines)."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._buffer = b""
+
+    @classmethod
+    async def start(
+        cls, url: str, base_url: str, api_key: str, cap: float | None, *keys: str
+    ) -> Creator:
+        """Start one; it opens the ledger and waits for :meth:`go`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_API")}
+        env["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(Path.cwd())])
+        command = [sys.executable, str(CREATOR), url, base_url, api_key]
+        command += ["-" if cap is None else str(cap), *keys]
+        process = await anyio.open_process(command, env=env, stderr=subprocess.STDOUT)
+        creator = cls(process)
+        await creator.expect(lambda line: line == "ready")
+        return creator
+
+    async def go(self) -> None:
+        """Let it create its keys."""
+        assert self.process.stdin is not None
+        await self.process.stdin.send(b"go\n")
+
+    async def expect(self, wanted: Callable[[str], bool]) -> str:
+        """The first line (from now on) that is ``wanted``; the process's output if it ends."""
+        stream = self.process.stdout
+        assert stream is not None
+        while True:
+            while b"\n" in self._buffer:
+                raw, self._buffer = self._buffer.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                self.lines.append(line)
+                if wanted(line):
+                    return line
+            try:
+                self._buffer += await stream.receive()
+            except anyio.EndOfStream:
+                raise AssertionError("the process ended:\n" + "\n".join(self.lines)) from None
+
+    async def finish(self) -> list[str]:
+        """Wait for it to end; its lines."""
+        with contextlib.suppress(AssertionError):  # it ended
+            await self.expect(lambda line: False)
+        await self.process.wait()
+        return self.lines
+
+    async def kill(self) -> None:
+        """SIGKILL it (it dies between two statements, its locks released by the system)."""
+        self.process.send_signal(signal.SIGKILL)
+        await self.process.wait()

@@ -1,0 +1,118 @@
+"""A SQLite ledger on a file system that fills up (a small tmpfs), or a file turned read-only.
+
+Mounting a tmpfs and making a file immutable (``chattr +i``) need root; elsewhere these
+tests are skipped with the reason. The service of the test's own fills the disk from inside its POST
+handler, while the create is at it; its counts are the truth of what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from videogen_async import Ledger, LedgerError
+
+from ._service import LogEvent, Service
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="tmpfs and chattr are Linux's")
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs, unmounted after the test."""
+    where = tmp_path / "fs"
+    where.mkdir()
+    mounted = subprocess.run(  # noqa: S603
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): run as root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)  # noqa: S603, S607
+
+
+def _fill(path: Path) -> None:
+    """Write to ``path`` until the file system is full."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(descriptor, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+async def test_a_full_disk_during_a_post_keeps_the_id_and_writes_it_back(small_fs: Path) -> None:
+    filler = small_fs / "filler"
+
+    async def fill(number: int) -> None:
+        await anyio.to_thread.run_sync(_fill, filler)
+
+    async with (
+        Service(on_post=fill) as service,
+        service.client() as client,
+        Ledger.open(small_fs / "ledger.db") as ledger,
+    ):
+        with LogEvent("not recorded yet") as kept, anyio.fail_after(60):
+            creating = asyncio.ensure_future(ledger.create_task(client, "a fox", key="fox"))
+            await kept.wait()
+            filler.unlink()  # room again
+            entry = await creating
+        assert (entry.state, entry.task_id) == ("pending", service.ids[0])
+        assert await ledger.get("fox") == entry
+    assert service.posts == 1
+
+
+async def test_a_full_disk_before_a_create_is_a_ledger_error_and_nothing_is_sent(
+    small_fs: Path,
+) -> None:
+    async with (
+        Service() as service,
+        service.client() as client,
+        Ledger.open(small_fs / "ledger.db", outage_timeout=0.3) as ledger,
+    ):
+        await anyio.to_thread.run_sync(_fill, small_fs / "filler")
+        with pytest.raises(LedgerError, match="full") as caught:
+            await ledger.create_task(client, "a fox", key="fox")
+        assert type(caught.value) is LedgerError
+        assert service.posts == 0
+        (small_fs / "filler").unlink()
+        entry = await ledger.create_task(client, "a fox", key="fox")
+        assert (entry.state, entry.task_id) == ("pending", service.ids[0])
+    assert service.posts == 1
+
+
+async def test_a_ledger_file_turned_read_only_is_a_ledger_error_and_nothing_is_sent(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    async with (
+        Service() as service,
+        service.client() as client,
+        Ledger.open(path, outage_timeout=0.3) as ledger,
+    ):
+        await ledger.create_task(client, "a fox", key="fox")
+        files = [str(path), f"{path}-wal"]
+        frozen = await anyio.run_process(["chattr", "+i", *files], check=False)
+        if frozen.returncode:
+            pytest.skip(f"cannot make a file immutable here: {frozen.stderr.decode().strip()}")
+        try:
+            with pytest.raises(LedgerError) as caught:
+                await ledger.create_task(client, "a hare", key="hare")
+        finally:
+            await anyio.run_process(["chattr", "-i", *files])
+        assert type(caught.value) is LedgerError
+    assert service.posts == 1

@@ -1,0 +1,228 @@
+"""The statements watchers run: claims, leases, fair shares, finishes and the shared pause.
+
+Written once for both engines (see ``_schema``). A claim is one ``UPDATE`` whose condition is
+the claim rule (PostgreSQL: over ``FOR UPDATE SKIP LOCKED`` rows, so that watchers never wait
+on nor take each other's rows). A transaction that changes several entries locks them in key
+order, after the budget row where it takes it.
+"""
+
+# ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
+# is a bound parameter.
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ._schema import Plan, first, many, q
+
+__all__ = [
+    "claim",
+    "claimable",
+    "fair_share",
+    "finish_many",
+    "give_up",
+    "load_classes",
+    "pause_for",
+    "pause_remaining",
+    "poll_failed",
+    "register",
+    "release",
+    "release_keys",
+    "renew",
+    "save_class",
+    "share",
+]
+
+Row = dict[str, Any]
+
+_OPEN = "(state = 'pending' OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0))"
+_CLAIMABLE = f"{_OPEN} AND (lease_until IS NULL OR lease_until < {{now}})"
+_COUNTS = (
+    "SELECT count(*) AS open, count(*) FILTER (WHERE owner = $1) AS mine,"
+    " (SELECT count(*) FROM videogen_ledger_watchers WHERE seen_until >= {now}) AS live"
+    f" FROM {{E}} WHERE {_OPEN}"
+)
+_CLAIM = (
+    "UPDATE {E} SET owner = $1, lease_until = {now} + $2 WHERE key IN (SELECT key FROM {E}"
+    f" WHERE {_CLAIMABLE} ORDER BY created_at LIMIT $3{{skip_locked}})"
+    " RETURNING key, task_id, state, model, duration"
+)
+_LOCK_KEYS = "SELECT key FROM {E} WHERE key IN (items($1)) ORDER BY key{lock}"
+_FINISH = (
+    "UPDATE {E} SET state = $2, credits_cost = $3, task = $4, delivered = 0,"
+    " finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1"
+)
+_GIVE_UP = (
+    "UPDATE {E} SET state = 'unknown', error = $3, owner = NULL, lease_until = NULL,"
+    " updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
+)
+
+
+def fair_share(*, open_entries: int, watchers: int) -> int:
+    """``ceil(open / watchers)``: what one of the live watchers may hold of the open entries."""
+    return -(-open_entries // max(watchers, 1))
+
+
+def claimable() -> Plan[bool]:
+    """Whether any entry can be claimed now (read without a write transaction)."""
+    return bool((yield q(f"SELECT 1 AS one FROM {{E}} WHERE {_CLAIMABLE} LIMIT 1")))
+
+
+def share(owner: str) -> Plan[tuple[int, int]]:
+    """``(fair share, entries held)`` of a watcher."""
+    counts = yield from first(_COUNTS, owner)
+    assert counts is not None  # noqa: S101 - an aggregate answers one row
+    return fair_share(open_entries=counts["open"], watchers=counts["live"]), counts["mine"]
+
+
+def claim(owner: str, lease: float, limit: int) -> Plan[list[Row]]:
+    """Claim pending (or terminal, undelivered) entries whose lease is out.
+
+    At most ``limit``, and at most what brings the watcher to its fair share, decided in this
+    transaction.
+    """
+    share_now, held = yield from share(owner)
+    take = max(0, min(limit, share_now - held))
+    rows: list[Row] = (yield q(_CLAIM, owner, lease, take)) if take else []
+    return rows
+
+
+def register(owner: str, lease: float) -> Plan[None]:
+    """Record ``owner`` as a live watcher for ``lease`` seconds (renewed by :func:`renew`)."""
+    yield q("DELETE FROM videogen_ledger_watchers WHERE seen_until < {now}")
+    yield q(
+        "INSERT INTO videogen_ledger_watchers (owner, seen_until) VALUES ($1, {now} + $2)"
+        " ON CONFLICT (owner) DO UPDATE SET seen_until = excluded.seen_until",
+        owner,
+        lease,
+    )
+
+
+def renew(owner: str, lease: float) -> Plan[None]:
+    """Extend every lease held by ``owner``, and its presence as a live watcher."""
+    yield q(
+        "UPDATE videogen_ledger_watchers SET seen_until = {now} + $1 WHERE owner = $2", lease, owner
+    )
+    yield q(
+        "UPDATE {E} SET lease_until = {now} + $1"
+        " WHERE key IN (SELECT key FROM {E} WHERE owner = $2 ORDER BY key{lock})",
+        lease,
+        owner,
+    )
+
+
+def release_keys(owner: str, keys: Sequence[str]) -> Plan[None]:
+    """Release pending entries held by ``owner`` (its share shrank: others joined)."""
+    listed = json.dumps(sorted(keys))
+    yield q(_LOCK_KEYS, listed)
+    yield q(
+        "UPDATE {E} SET owner = NULL, lease_until = NULL"
+        " WHERE key IN (items($1)) AND owner = $2 AND state = 'pending'",
+        listed,
+        owner,
+    )
+
+
+def release(owner: str) -> Plan[None]:
+    """Release every entry held by ``owner``; it is no longer a live watcher."""
+    yield q(
+        "UPDATE {E} SET owner = NULL, lease_until = NULL"
+        " WHERE key IN (SELECT key FROM {E} WHERE owner = $1 ORDER BY key{lock})",
+        owner,
+    )
+    yield q("DELETE FROM videogen_ledger_watchers WHERE owner = $1", owner)
+
+
+def finish_many(
+    owner: str, items: Sequence[tuple[str, str, float, str]], acks: Sequence[str]
+) -> Plan[list[Row]]:
+    """Record terminal states and mark the consumer's ``acks`` delivered, in one transaction.
+
+    ``items``: ``(key, state, cost, task JSON)`` of entries polled; those ``owner`` still
+    holds are recorded and their rows returned.
+    """
+    found = {item[0]: item for item in items}
+    if found:
+        yield q("SELECT spent FROM videogen_ledger_budget WHERE id = 1{lock}")
+    yield q(_LOCK_KEYS, json.dumps(sorted(set(found) | set(acks))))
+    held = []
+    if found:
+        held = yield q(
+            "SELECT key, credits_cost FROM {E} WHERE key IN (items($1)) AND owner = $2"
+            " AND state = 'pending'",
+            json.dumps(sorted(found)),
+            owner,
+        )
+    if held:
+        yield many(_FINISH, [found[row["key"]] for row in held])
+        delta = sum(found[row["key"]][2] - (row["credits_cost"] or 0.0) for row in held)
+        if delta:
+            yield q("UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta)
+    if acks:
+        yield many(
+            "UPDATE {E} SET delivered = 1, owner = NULL, lease_until = NULL"
+            " WHERE key = $1 AND owner = $2",
+            [(key, owner) for key in sorted(set(acks))],
+        )
+    if not held:
+        return []
+    keys = json.dumps([row["key"] for row in held])
+    rows: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1))", keys)
+    return rows
+
+
+def give_up(owner: str, problems: Sequence[tuple[str, str]]) -> Plan[None]:
+    """Mark ``unknown`` the held entries whose ids cannot be polled: ``(key, why)`` each."""
+    yield many(_GIVE_UP, [(key, owner, error) for key, error in problems])
+
+
+def poll_failed(key: str, owner: str, error: str, retry_in: float) -> Plan[None]:
+    """Release an entry whose polls failed, not to be claimed for ``retry_in`` seconds."""
+    yield q(
+        "UPDATE {E} SET owner = NULL, lease_until = {now} + $1, error = $2, updated_at = {now}"
+        " WHERE key = $3 AND owner = $4",
+        retry_in,
+        error,
+        key,
+        owner,
+    )
+
+
+def load_classes() -> Plan[dict[str, tuple[str, int]]]:
+    """Every remembered class: ``{class key: (stats JSON, version)}``."""
+    rows = yield q("SELECT class_key, stats, version FROM videogen_ledger_classes")
+    return {row["class_key"]: (row["stats"], int(row["version"])) for row in rows}
+
+
+def save_class(key: str, stats: str, version: int) -> Plan[bool]:
+    """Store a class's stats if its version is still ``version`` (0: a new class).
+
+    ``False``: another watcher stored it first (merge, and try again).
+    """
+    if version == 0:
+        sql = (
+            "INSERT INTO videogen_ledger_classes (class_key, stats, version) VALUES ($1, $2, 1)"
+            " ON CONFLICT (class_key) DO NOTHING RETURNING class_key"
+        )
+        return bool((yield q(sql, key, stats)))
+    sql = (
+        "UPDATE videogen_ledger_classes SET stats = $2, version = version + 1"
+        " WHERE class_key = $1 AND version = $3 RETURNING class_key"
+    )
+    return bool((yield q(sql, key, stats, version)))
+
+
+def pause_remaining() -> Plan[float]:
+    """Seconds left of the shared pause (0 when none)."""
+    row = yield from first("SELECT pause_until - {now} AS remaining FROM videogen_ledger_pacing")
+    return 0.0 if row is None else max(0.0, float(row["remaining"]))
+
+
+def pause_for(seconds: float) -> Plan[None]:
+    """Extend the shared pause to at least ``seconds`` from now."""
+    yield q(
+        "UPDATE videogen_ledger_pacing SET pause_until = {greatest}(pause_until, {now} + $1)",
+        seconds,
+    )

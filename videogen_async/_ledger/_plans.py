@@ -1,0 +1,326 @@
+"""The statements of creates and reads, written once for both engines (see ``_schema``).
+
+Every change is conditional on the state it changes, so that a plan run again after a commit
+whose answer was lost changes nothing twice. A transaction that takes the budget row takes it
+before any entry (as every writer of several entries takes them in key order after it), so
+that no two writers wait on each other.
+"""
+
+# ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
+# is a bound parameter.
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ._schema import Plan, first, many, q
+
+__all__ = [
+    "CreateStart",
+    "Hold",
+    "NewEntry",
+    "Refused",
+    "Settled",
+    "add_batch_tasks",
+    "begin_create",
+    "creating_owners",
+    "expire_creating",
+    "get",
+    "has_open",
+    "page",
+    "restart_unknown",
+    "settle_created",
+    "settle_failed",
+    "summary",
+]
+
+Row = dict[str, Any]
+
+
+@attrs.frozen
+class NewEntry:
+    """The columns of an entry written before its create is sent (each a column)."""
+
+    key: str
+    kind: str
+    request: str
+    model: str | None
+    duration: int | None
+    project_id: str | None = None
+
+
+@attrs.frozen
+class Hold:
+    """Who writes an entry ahead of its create, for how long, and what it may reserve.
+
+    ``estimate`` ``None``: the highest price answered for the entry's model and duration, or
+    unknown if none was.
+    """
+
+    owner: str
+    lease: float
+    cap: float | None
+    estimate: float | None
+
+
+@attrs.frozen
+class CreateStart:
+    """How a write ahead was decided, and the budget as it stood.
+
+    ``new``: this caller sends; ``existing``: the key is taken (``row``); ``budget``: the cap
+    refuses it; ``wait``: a create of unknown price is in flight.
+    """
+
+    outcome: str
+    row: Row | None = None
+    estimate: float = 0.0
+    spent: float = 0.0
+    reserved: float = 0.0
+
+
+class Refused(Exception):
+    """The budget refused a reservation: raised to roll the transaction back."""
+
+    def __init__(self, start: CreateStart) -> None:
+        super().__init__(start.outcome)
+        self.start = start
+
+
+@attrs.frozen
+class Settled:
+    """A create's answer: its id once checked, its price, or why its id cannot be polled."""
+
+    task_id: str | None
+    project_id: str | None
+    cost: float
+    problem: str | None = None
+
+
+_COLUMNS = [field.name for field in attrs.fields(NewEntry)]
+_N = len(_COLUMNS)
+_INSERT = (
+    f"INSERT INTO {{E}} ({', '.join(_COLUMNS)}, state, owner, lease_until, created_at,"
+    f" updated_at) VALUES ({', '.join(f'${n}' for n in range(1, _N + 1))}, 'creating',"
+    f" ${_N + 1}, {{now}} + ${_N + 2}, {{now}}, {{now}}) ON CONFLICT (key) DO NOTHING RETURNING *"
+)
+_RETAKE = (
+    "UPDATE {E} SET state = 'creating', request = $2, model = $3, duration = $4, owner = $5,"
+    " lease_until = {now} + $6, error = NULL, updated_at = {now}"
+    " WHERE key = $1 AND state = 'refused' RETURNING *"
+)
+_RESEND = (
+    "UPDATE {E} SET state = 'creating', owner = $2, lease_until = {now} + $3,"
+    " updated_at = {now} WHERE key = $1 AND state = 'unknown' AND kind = 'task' RETURNING *"
+)
+_BUDGET = "SELECT spent, reserved, unpriced FROM videogen_ledger_budget WHERE id = 1{lock}"
+_ROW = "SELECT * FROM {E} WHERE key = $1{lock}"
+_PRICE = "SELECT price FROM videogen_ledger_prices WHERE model = $1 AND duration = $2"
+_RESERVE = (
+    "UPDATE videogen_ledger_budget SET reserved = reserved + $1, unpriced = unpriced + $2"
+    " WHERE id = 1"
+)
+_RESERVED = "UPDATE {E} SET reserved = $2, unpriced = $3 WHERE key = $1 RETURNING *"
+_SETTLE_BUDGET = (
+    "UPDATE videogen_ledger_budget SET reserved = {greatest}(0, reserved - $1),"
+    " unpriced = {greatest}(0, unpriced - $2), spent = spent + $3 WHERE id = 1"
+)
+_LEARN_PRICE = (
+    "INSERT INTO videogen_ledger_prices (model, duration, price) VALUES ($1, $2, $3)"
+    " ON CONFLICT (model, duration) DO UPDATE"
+    " SET price = {greatest}(videogen_ledger_prices.price, excluded.price)"
+)
+_ANSWERED = (
+    "UPDATE {E} SET state = $2, task_id = $3, project_id = COALESCE($4, project_id),"
+    " credits_cost = $5, error = $6, owner = $7, reserved = 0, unpriced = 0,"
+    " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+)
+_FAILED = (
+    "UPDATE {E} SET state = $2, error = $3, credits_cost = $4, reserved = 0, unpriced = 0,"
+    " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+)
+
+
+def decide_budget(
+    *, cap: float | None, spent: float, reserved: float, unpriced: int, estimate: float | None
+) -> tuple[str, float]:
+    """Decide a reservation while the budget row is locked: ``(outcome, credits)``.
+
+    While the price is unknown, one create at a time may be in flight, sent only while
+    budget remains: it reserves the whole rest, and only it may pass the cap (by its price).
+    Outcomes: ``ok``, ``budget`` (refused), ``wait`` (a create of unknown price decides).
+    """
+    if cap is None:
+        return "ok", 0.0
+    if estimate is None:
+        rest = cap - spent - reserved
+        return ("wait", 0.0) if unpriced else (("ok", rest) if rest > 0 else ("budget", 0.0))
+    if spent + reserved + estimate <= cap + 1e-9:
+        return "ok", estimate
+    return ("wait" if unpriced else "budget"), estimate
+
+
+def begin_create(new: NewEntry, hold: Hold) -> Plan[CreateStart]:
+    """Write a ``creating`` entry (or take back a ``refused`` one) and reserve its price."""
+    budget = (yield from first(_BUDGET)) if hold.cap is not None else None
+    values = [getattr(new, name) for name in _COLUMNS]
+    taken = yield from first(_INSERT, *values, hold.owner, hold.lease)
+    if taken is None:
+        args = (new.key, new.request, new.model, new.duration, hold.owner, hold.lease)
+        taken = yield from first(_RETAKE, *args)
+    return (yield from _started(new.key, taken, budget, hold))
+
+
+def restart_unknown(key: str, hold: Hold) -> Plan[CreateStart]:
+    """Move an ``unknown`` task entry back to ``creating`` for an explicit resend."""
+    budget = (yield from first(_BUDGET)) if hold.cap is not None else None
+    taken = yield from first(_RESEND, key, hold.owner, hold.lease)
+    return (yield from _started(key, taken, budget, hold))
+
+
+def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Plan[CreateStart]:
+    if taken is None:
+        row = yield from first(_ROW, key)
+        # Ours already: an earlier run of this plan committed, and its answer was lost.
+        mine = row is not None and row["state"] == "creating" and row["owner"] == hold.owner
+        return CreateStart("new" if mine else "existing", row=row)
+    if budget is None:
+        return CreateStart("new", row=taken)
+    estimate = hold.estimate
+    if estimate is None and taken["model"] is not None and taken["duration"] is not None:
+        price = yield from first(_PRICE, taken["model"], taken["duration"])
+        estimate = None if price is None else float(price["price"])
+    spent, reserved = budget["spent"], budget["reserved"]
+    outcome, amount = decide_budget(
+        cap=hold.cap, spent=spent, reserved=reserved, unpriced=budget["unpriced"], estimate=estimate
+    )
+    if outcome != "ok":
+        raise Refused(CreateStart(outcome, estimate=amount, spent=spent, reserved=reserved))
+    unpriced = 1 if estimate is None else 0
+    yield q(_RESERVE, amount, unpriced)
+    return CreateStart("new", row=(yield from first(_RESERVED, key, amount, unpriced)))
+
+
+def settle_created(key: str, owner: str, answer: Settled) -> Plan[Row | None]:
+    """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
+
+    The entry must still be this creator's (``creating``, or ``unknown`` if it was thought
+    dead meanwhile); the price is learned for its model and duration.
+
+    Returns:
+        The entry, or ``None`` when the key holds another create's answer meanwhile.
+    """
+    yield q(_BUDGET)
+    old = yield from first(_ROW, key)
+    if old is None or old["state"] not in ("creating", "unknown") or old["owner"] != owner:
+        answered = answer.task_id or answer.project_id
+        same = old is not None and answered in (old["task_id"], old["project_id"])
+        return old if same and answered else None  # recorded already, or another create's
+    spent = answer.cost - (old["credits_cost"] or 0.0)  # an unknown entry counted its reserve
+    yield q(_SETTLE_BUDGET, old["reserved"], old["unpriced"], spent)
+    if old["kind"] == "task" and old["model"] and old["duration"] and answer.cost > 0:
+        yield q(_LEARN_PRICE, old["model"], old["duration"], answer.cost)
+    state = "pending" if answer.problem is None else "unknown"
+    keeper = None if answer.problem is None else owner  # a pending entry is the watchers'
+    ids = (answer.task_id, answer.project_id)
+    return (yield from first(_ANSWERED, key, state, *ids, answer.cost, answer.problem, keeper))
+
+
+def settle_failed(key: str, owner: str, state: str, error: str) -> Plan[Row | None]:
+    """Record a create that failed: ``refused`` (nothing charged) or ``unknown``."""
+    yield q(_BUDGET)
+    old = yield from first(_ROW, key)
+    if old is None or old["state"] != "creating" or old["owner"] != owner:
+        return old
+    return (yield from _fail(old, state, error))
+
+
+def _fail(old: Row, state: str, error: str) -> Plan[Row | None]:
+    # A refused create charged nothing: its reservation is returned. An unknown one may have
+    # been charged: its reservation counts as spent.
+    spent = old["reserved"] if state == "unknown" else 0.0
+    yield q(_SETTLE_BUDGET, old["reserved"], old["unpriced"], spent)
+    cost = spent if state == "unknown" else None
+    return (yield from first(_FAILED, old["key"], state, error, cost))
+
+
+def creating_owners() -> Plan[list[Row]]:
+    """The creators of ``creating`` entries, and whether any of their leases ran out."""
+    rows: list[Row] = yield q(
+        "SELECT owner, min(lease_until) < {now} AS expired FROM {E}"
+        " WHERE state = 'creating' GROUP BY owner"
+    )
+    return rows
+
+
+def expire_creating(dead: list[str]) -> Plan[int]:
+    """Mark ``unknown`` the ``creating`` entries of dead creators, or past their lease."""
+    yield q(_BUDGET)
+    rows = yield q(
+        "SELECT * FROM {E} WHERE state = 'creating' AND (lease_until < {now}"
+        " OR owner IN (items($1))) ORDER BY key{skip_locked}",
+        json.dumps(dead),
+    )
+    for old in rows:
+        yield from _fail(old, "unknown", "its creating process stopped before an answer")
+    return len(rows)
+
+
+def add_batch_tasks(
+    project_id: str, tasks: Sequence[tuple[str, str | None, str | None]], request: str
+) -> Plan[list[Row]]:
+    """Record a project batch's tasks, ``(key, id, problem)`` each (recorded keys are kept).
+
+    An id that cannot be polled is recorded ``unknown``, with its problem.
+    """
+    yield many(
+        "INSERT INTO {E} (key, kind, state, task_id, project_id, request, error, created_at,"
+        " updated_at) VALUES ($1, 'project_task', $2, $3, $4, $5, $6, {now}, {now})"
+        " ON CONFLICT DO NOTHING",
+        [
+            (key, "unknown" if problem else "pending", task_id, project_id, request, problem)
+            for key, task_id, problem in tasks
+        ],
+    )
+    keys = json.dumps([key for key, _, _ in tasks])
+    rows: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1)) ORDER BY key", keys)
+    return rows
+
+
+def get(key: str) -> Plan[Row | None]:
+    """The row of a key."""
+    return (yield from first("SELECT * FROM {E} WHERE key = $1", key))
+
+
+def page(after: str, limit: int) -> Plan[list[Row]]:
+    """Rows in key order after ``after`` (``""``: from the first)."""
+    rows: list[Row] = yield q(
+        "SELECT * FROM {E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
+    )
+    return rows
+
+
+def summary() -> Plan[dict[str, Any]]:
+    """Counts of entries per state, credits spent and reserved."""
+    counts = yield q("SELECT state, count(*) AS n FROM {E} GROUP BY state")
+    budget = yield from first("SELECT spent, reserved FROM videogen_ledger_budget")
+    assert budget is not None  # noqa: S101 - created with the schema
+    states = {row["state"]: int(row["n"]) for row in counts}
+    return {"states": states, "spent": budget["spent"], "reserved": budget["reserved"]}
+
+
+def has_open(owner: str) -> Plan[bool]:
+    """Whether an entry is ``creating``, ``pending``, or terminal and undelivered.
+
+    Terminal entries held by ``owner`` (on their way to its consumer) do not count.
+    """
+    rows = yield q(
+        "SELECT 1 AS one FROM {E} WHERE state IN ('creating', 'pending') OR"
+        " (state IN ('succeeded', 'failed', 'error') AND delivered = 0"
+        " AND (owner IS NULL OR owner != $1)) LIMIT 1",
+        owner,
+    )
+    return bool(rows)
