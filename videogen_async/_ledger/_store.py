@@ -28,7 +28,7 @@ from typing import ParamSpec, Protocol, TypeVar
 import anyio
 
 from .._contract._exceptions import LedgerError
-from .._http._retry import backoff_delay
+from .._http._retry import BackoffPolicy, decide_retry
 from ._plans import creating_owners, expire_creating
 from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
 
@@ -38,6 +38,10 @@ logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+#: How an operation waits out a database that does not answer: quick first retries (a killed
+#: connection is replaced at once), then up to 2 s apart; ``outage_timeout`` bounds them all.
+DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecutive_failures=None)
 
 
 class DatabaseUnavailable(LedgerError):
@@ -161,10 +165,18 @@ class Store:
                 tries += 1
                 if tries == 1:
                     deadline = now + self.outage_timeout
-                    timeout = self.outage_timeout
-                    logger.warning("%s; retrying for up to %g s", exc, timeout)
-                if now >= deadline:
+                    logger.warning("%s; retrying for up to %g s", exc, self.outage_timeout)
+                decision = decide_retry(
+                    exc,
+                    method="GET",
+                    failures=tries,
+                    policy=DATABASE_BACKOFF,
+                    poll=True,
+                    transient=True,
+                    remaining=deadline - now,
+                )
+                if decision.delay is None:
                     raise LedgerError(
                         f"the database did not answer for {self.outage_timeout:g} s: {exc}"
                     ) from exc
-                await anyio.sleep(min(backoff_delay(tries, initial=0.05, cap=2.0), deadline - now))
+                await anyio.sleep(decision.delay)
