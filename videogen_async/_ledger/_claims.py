@@ -51,12 +51,12 @@ _CLAIM = (
 )
 _LOCK_KEYS = "SELECT key FROM {E} WHERE key IN (items($1)) ORDER BY key{lock}"
 _FINISH = (
-    "UPDATE {E} SET state = $2, credits_cost = $3, task = $4, delivered = 0,"
-    " finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1"
+    "UPDATE {E} SET state = $2, version = version + 1, credits_cost = $3, task = $4,"
+    " delivered = 0, finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1"
 )
 _GIVE_UP = (
-    "UPDATE {E} SET state = 'unknown', error = $3, owner = NULL, lease_until = NULL,"
-    " updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
+    "UPDATE {E} SET state = 'unknown', version = version + 1, error = $3, owner = NULL,"
+    " lease_until = NULL, updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
 )
 
 

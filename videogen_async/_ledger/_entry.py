@@ -11,11 +11,14 @@ import attrs
 
 from .._contract._models import Task, structure, unstructure
 from .._contract._serial import Serializable
+from ._metadata import load_metadata
 
-__all__ = ["TERMINAL_STATES", "LedgerEntry", "entry_from_row", "task_to_json"]
+__all__ = ["STATES", "TERMINAL_STATES", "LedgerEntry", "entry_from_row", "task_to_json"]
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
+STATES = frozenset({"creating", "unknown", "refused", "pending", "created", *TERMINAL_STATES})
+"""Every state of an entry (``created``: a video batch, answered)."""
 
 
 def _when(value: float | None) -> datetime | None:
@@ -37,7 +40,8 @@ class LedgerEntry(Serializable):
             0 for a failed task it refunded).
         task: The last :class:`Task` seen, or ``None``.
         kind: ``task`` for a direct task, ``project`` for a project, ``project_task`` for a
-            task of a project's video batch.
+            task of a project's video batch, ``videos`` for the create of a video batch
+            (state ``created`` once answered; its tasks are entries of their own).
         model: The model asked for (``None``: the service's default).
         duration: The duration asked for, in seconds (``None``: the service's default).
         request: The fields the create was (or will be) sent with.
@@ -46,6 +50,10 @@ class LedgerEntry(Serializable):
         created_at: When the entry was written.
         updated_at: When it last changed.
         finished_at: When a watcher recorded its terminal state.
+        metadata: The JSON object given with the create (``{}``: none), see
+            :meth:`Ledger.update_metadata`.
+        version: The entry's changes so far (of its state or metadata), counted from 0: each
+            process sees an entry's versions in this order.
     """
 
     key: str
@@ -62,6 +70,8 @@ class LedgerEntry(Serializable):
     created_at: datetime | None = None
     updated_at: datetime | None = None
     finished_at: datetime | None = None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    version: int = 0
 
     @property
     def is_terminal(self) -> bool:
@@ -101,4 +111,6 @@ def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEn
         created_at=_when(row["created_at"]),
         updated_at=_when(row["updated_at"]),
         finished_at=_when(row["finished_at"]),
+        metadata=load_metadata(row.get("metadata")),
+        version=int(row.get("version") or 0),
     )

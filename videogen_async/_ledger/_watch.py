@@ -30,10 +30,10 @@ from .._contract._exceptions import LedgerError, TaskPollError
 from .._waiting._gather import GatherResults, gather_until_done
 from . import _claims as claims
 from ._classes import LedgerFinishTimes
-from ._creates import Creator, unpollable
+from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
-from ._plans import get, has_open
+from ._plans import get, has_open, unpollable
 from ._store import Store
 
 if TYPE_CHECKING:
