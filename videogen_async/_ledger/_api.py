@@ -156,9 +156,7 @@ class Ledger(ProjectCreates, Waits, AsyncClosing):
         if isinstance(duration, bool) or not isinstance(duration, int):
             rule = "its duration must be a whole number of seconds (the ledger prices by it)"
             raise InvalidRequestError("extra_body", rule)
-        if extra:
-            body["extra_body"] = extra  # sent again by a resend
-        request = json.dumps(body, sort_keys=True)
+        request = json.dumps({**body, "extra_body": extra} if extra else body, sort_keys=True)
         new = NewEntry(key, "task", request, model, duration, metadata=meta)
         estimate = self._creator.estimate(model, duration)
         fields = {name: value for name, value in body.items() if name != "prompt"}

@@ -34,7 +34,7 @@ import json
 import logging
 import math
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import anyio
@@ -60,7 +60,7 @@ try:
 except ImportError:  # pragma: no cover - the extra is installed in the test environment
     asyncpg = None
 
-__all__ = ["GAP_TTL", "SQLITE_PERIOD", "Listener", "Waits"]
+__all__ = ["GAP_TTL", "SQLITE_PERIOD", "Changes", "Listener", "Waits"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -423,20 +423,23 @@ class Waits:
 
     def changes(
         self, *, keys: Iterable[str] | None = None, states: Iterable[str] | None = None
-    ) -> AsyncIterator[LedgerEntry]:
+    ) -> Changes:
         """Every change of the ledger's entries, from every process, as each is committed.
 
-        Each entry's changes come in the order they were committed (its ``version`` grows by
-        one with each change of its state or metadata), each once. The iteration starts with
-        the changes committed after its first step; its consumer's pace does not hold the
-        ledger up (what it has not taken yet is kept in memory).
+        Use it as ``async for entry in ledger.changes(): ...`` (it starts with the changes
+        committed after its first step), or as ``async with ledger.changes() as changes:``
+        (it starts on entering, so that what the block does next is seen). Each entry's
+        changes come in the order they were committed (its ``version`` grows by one with
+        each change of its state or metadata), each once. The consumer's pace holds nobody
+        up: what it has not taken yet is kept in memory.
 
         Args:
             keys: Only the changes of these keys.
             states: Only changes to these states (``creating``, ``pending``, ``succeeded``...).
 
         Returns:
-            An async iterator of :class:`LedgerEntry`, each as it was at its change.
+            An async iterator of :class:`LedgerEntry`, each as it was at its change (also an
+            async context manager; ``aclose()`` stops it).
 
         Raises:
             InvalidRequestError: A bad key, or an unknown state.
@@ -446,23 +449,54 @@ class Waits:
         if wanted_states is not None and not wanted_states <= STATES:
             unknown = ", ".join(sorted(map(repr, wanted_states - STATES)))
             raise InvalidRequestError("states", f"unknown states {unknown}")
-        return self._changes(wanted_keys, wanted_states)
+        return Changes(self._listening(), wanted_keys, wanted_states)
 
-    async def _changes(
-        self, keys: frozenset[str] | None, states: frozenset[str] | None
-    ) -> AsyncIterator[LedgerEntry]:
-        listener = self._listening()
-        send, receive = anyio.create_memory_object_stream[LedgerEntry](math.inf)
-        subscriber = _Subscriber(keys, states, send)
-        listener.subscribers.add(subscriber)
+
+class Changes:
+    """What ``Ledger.changes`` returns: an async iterator, and an async context manager."""
+
+    def __init__(
+        self, listener: Listener, keys: frozenset[str] | None, states: frozenset[str] | None
+    ) -> None:
+        self._listener = listener
+        self._send, self._receive = anyio.create_memory_object_stream[LedgerEntry](math.inf)
+        self._subscriber = _Subscriber(keys, states, self._send)
+        self._started = False
+
+    async def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._listener.subscribers.add(self._subscriber)
+            await self._listener.start()
+
+    async def __aenter__(self) -> Changes:
+        await self._start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Changes:
+        return self
+
+    async def __anext__(self) -> LedgerEntry:
+        await self._start()
         try:
-            await listener.start()
-            with receive:
-                async for entry in receive:
-                    yield entry
-        finally:
-            listener.subscribers.discard(subscriber)
-            send.close()
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        """Stop receiving changes. Idempotent."""
+        self._close()
+
+    def _close(self) -> None:
+        self._listener.subscribers.discard(self._subscriber)
+        self._send.close()
+        self._receive.close()
+
+    def __del__(self) -> None:
+        self._close()
 
 
 def _check_waitable(entry: LedgerEntry, listener: Listener) -> None:
