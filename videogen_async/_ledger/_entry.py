@@ -21,8 +21,8 @@ STATES = frozenset({"creating", "unknown", "refused", "pending", "created", *TER
 """Every state of an entry (``created``: a video batch, answered)."""
 
 
-def _when(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
+def _when(value: float | str | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(float(value), tz=timezone.utc)
 
 
 @attrs.frozen

@@ -60,7 +60,7 @@ try:
 except ImportError:  # pragma: no cover - the extra is installed in the test environment
     asyncpg = None
 
-__all__ = ["GAP_TTL", "SQLITE_PERIOD", "Changes", "Listener", "Waits"]
+__all__ = ["GAP_TTL", "LISTENER_NAME", "SQLITE_PERIOD", "Changes", "Listener", "Waits"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -68,6 +68,8 @@ GAP_TTL = 120.0
 """Seconds a sequence number passed over is looked for (twice the longest statement)."""
 SQLITE_PERIOD = 0.02
 """Seconds between two reads of SQLite's ``data_version``."""
+LISTENER_NAME = "videogen-async change listener"
+"""The ``application_name`` of a PostgreSQL listener's connection."""
 _PAGE = 1000
 _MAX_GAPS = 10_000
 _DATABASE_ERRORS: tuple[type[Exception], ...] = (
@@ -140,7 +142,8 @@ class _Notices:
 
     async def open(self) -> None:
         self.lost = False
-        self._conn = await asyncpg.connect(self._url, timeout=10)
+        settings = {"application_name": LISTENER_NAME}  # for operators: which backend listens
+        self._conn = await asyncpg.connect(self._url, timeout=10, server_settings=settings)
         self._conn.add_termination_listener(self._lose)
         await self._conn.add_listener(CHANNEL, lambda *_: self._changed.fire())
 

@@ -137,10 +137,16 @@ class Dialect:
 
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # fixed for a statement, to the ms
 _NO_OP = "SELECT 1"
+_TIMES = ("created_at", "updated_at", "finished_at")  # as text: JSON would keep 15 digits
 _LOG = (  # SQLite: the trigger's statement
     "INSERT INTO videogen_ledger_changes (key, version, state, entry, at) VALUES (NEW.key,"
     " NEW.version, NEW.state, json_object("
-    + ", ".join(f"'{name}', NEW.{name}" for name in ENTRY_FIELDS)
+    + ", ".join(
+        f"'{name}', iif(NEW.{name} IS NULL, NULL, printf('%!.17g', NEW.{name}))"
+        if name in _TIMES
+        else f"'{name}', NEW.{name}"
+        for name in ENTRY_FIELDS
+    )
     + f", 'metadata', json(NEW.metadata)), {_SQLITE_NOW});"
 )
 _PG_FUNCTION = (
