@@ -68,10 +68,10 @@ class Creator:
         """Wait for it to end; its lines."""
         with contextlib.suppress(AssertionError):  # it ended
             await self.expect(lambda line: False)
-        await self.process.wait()
+        await self.process.aclose()
         return self.lines
 
     async def kill(self) -> None:
         """SIGKILL it (it dies between two statements, its locks released by the system)."""
         self.process.send_signal(signal.SIGKILL)
-        await self.process.wait()
+        await self.process.aclose()

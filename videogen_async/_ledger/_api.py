@@ -17,6 +17,7 @@ from .._contract._service import TASK_REQUEST
 from .._contract._validation import validate_task_request
 from .._http._options import CallOptions
 from ._creates import Creator, PriceEstimate, check_key
+from ._dispatch import Dispatches
 from ._engines import engine_for
 from ._entry import LedgerEntry, entry_from_row
 from ._listen import Listener, Waits
@@ -38,7 +39,7 @@ DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
 _CALL_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
-class Ledger(ProjectCreates, Waits, AsyncClosing):
+class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
     """A durable record of every task created through it, shared by processes and machines.
 
     Open it with :meth:`open`::

@@ -13,7 +13,14 @@ from .._contract._models import Task, structure, unstructure
 from .._contract._serial import Serializable
 from ._metadata import load_metadata
 
-__all__ = ["STATES", "TERMINAL_STATES", "LedgerEntry", "entry_from_row", "task_to_json"]
+__all__ = [
+    "STATES",
+    "TERMINAL_STATES",
+    "LedgerEntry",
+    "entry_from_row",
+    "from_epoch",
+    "task_to_json",
+]
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
@@ -21,7 +28,8 @@ STATES = frozenset({"creating", "unknown", "refused", "pending", "created", *TER
 """Every state of an entry (``created``: a video batch, answered)."""
 
 
-def _when(value: float | str | None) -> datetime | None:
+def from_epoch(value: float | str | None) -> datetime | None:
+    """A time the ledger stores (seconds since the epoch), as an aware ``datetime``."""
     return None if value is None else datetime.fromtimestamp(float(value), tz=timezone.utc)
 
 
@@ -108,9 +116,9 @@ def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEn
         request=json.loads(request_text) if request_text else {},
         project_id=row["project_id"],
         error=row["error"],
-        created_at=_when(row["created_at"]),
-        updated_at=_when(row["updated_at"]),
-        finished_at=_when(row["finished_at"]),
+        created_at=from_epoch(row["created_at"]),
+        updated_at=from_epoch(row["updated_at"]),
+        finished_at=from_epoch(row["finished_at"]),
         metadata=load_metadata(row.get("metadata")),
         version=int(row.get("version") or 0),
     )

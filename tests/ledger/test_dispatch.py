@@ -1,0 +1,255 @@
+"""Dispatch: every terminal entry delivered at least once, never by two dispatchers at once.
+
+The receiver is a loopback ``aiohttp.web`` server that checks every delivery with the
+``standardwebhooks`` package (the specification's reference implementation, not the SDK's
+code), counts the deliveries of each entry in flight at once (two would be an overlap), and
+can hold a delivery until its sender is SIGKILLed (it notices the dropped connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from aiohttp import web
+
+from videogen_async import (
+    BackoffPolicy,
+    InvalidRequestError,
+    Ledger,
+    LedgerEntry,
+    LedgerError,
+    webhook,
+)
+from videogen_async.testing import SandboxServer
+
+from ._procs import Creator
+
+standardwebhooks = pytest.importorskip(
+    "standardwebhooks", reason="pip install standardwebhooks (in the test extra)"
+)
+
+SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+DISPATCHER = Path(__file__).with_name("_dispatcher.py")
+QUICK = BackoffPolicy(initial_delay=0.01, max_delay=0.02, max_consecutive_failures=3)
+
+
+class Receiver:
+    """Verifies each delivery; counts overlaps; holds the first one when asked to."""
+
+    def __init__(self) -> None:
+        self.verified: list[dict[str, Any]] = []
+        self.bodies: list[tuple[bytes, dict[str, str]]] = []
+        self.in_flight: collections.Counter[str] = collections.Counter()
+        self.overlaps = 0
+        self.hold = False
+        self.held = asyncio.Event()
+        self.held_by = ""
+        self.changed = asyncio.Event()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            payload = standardwebhooks.Webhook(SECRET).verify(body, dict(request.headers))
+        except standardwebhooks.WebhookVerificationError:
+            return web.Response(status=400)
+        key = payload["data"]["key"]
+        self.in_flight[key] += 1
+        self.overlaps += self.in_flight[key] > 1
+        try:
+            if self.hold and not self.held.is_set():
+                self.held_by = request.headers.get("X-Dispatcher", "")
+                self.held.set()
+                await asyncio.Event().wait()  # until its sender dies (the handler is cancelled)
+            self.verified.append(payload)
+            self.bodies.append((body, dict(request.headers)))
+            return web.Response(status=204)
+        finally:
+            self.in_flight[key] -= 1
+            self.changed.set()
+
+    def keys(self) -> list[str]:
+        return sorted(payload["data"]["key"] for payload in self.verified)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_post("/hooks/video", found.handle)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    found.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hooks/video"
+    yield found
+    await runner.cleanup()
+
+
+async def _finished(ledger: Ledger, count: int, **metadata: Any) -> list[str]:
+    """``count`` tasks created and watched to their end: their keys."""
+    async with SandboxServer(time_scale=0.001) as server, server.client() as client:
+        keys = [f"v{n:03d}-{os.urandom(3).hex()}" for n in range(count)]
+        for key in keys:
+            await ledger.create_task(client, f"clip {key}", key=key, metadata=metadata or None)
+        with anyio.fail_after(60):
+            async with ledger.watch(client, claim_interval=0.05, stop_when_idle=True) as done:
+                async for _ in done:
+                    pass
+    return sorted(keys)
+
+
+async def test_each_terminal_entry_is_delivered_signed_as_the_standard_says(
+    ledger_url: str, receiver: Receiver
+) -> None:
+    async with Ledger.open(ledger_url) as ledger:
+        hook = webhook(receiver.url, SECRET)
+        await ledger.dispatch("app-hook", hook, stop_when_idle=True)  # registers it: nothing yet
+        keys = await _finished(ledger, 12, tenant="acme")
+        with anyio.fail_after(60):
+            count = await ledger.dispatch("app-hook", hook, stop_when_idle=True)
+            again = await ledger.dispatch("app-hook", hook, stop_when_idle=True)
+        deliveries = await ledger.deliveries("app-hook")
+        summary = await ledger.summary()
+    assert (count, again) == (12, 0)
+    assert receiver.keys() == keys
+    assert {p["type"] for p in receiver.verified} == {"video.succeeded"}
+    assert all(p["data"]["metadata"] == {"tenant": "acme"} for p in receiver.verified)
+    assert [(d.key, d.state, d.attempts) for d in deliveries] == [
+        (key, "delivered", 1) for key in keys
+    ]
+    assert summary["destinations"] == {"app-hook": {"pending": 0, "delivered": 12, "dead": 0}}
+    body, headers = receiver.bodies[0]
+    tampered = body.replace(b"succeeded", b"failed")
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(SECRET).verify(tampered, headers)
+
+
+async def test_a_failing_delivery_is_retried_then_dead_then_delivered_again(
+    ledger_url: str,
+) -> None:
+    attempts: list[tuple[str, Any]] = []
+    failing = True
+
+    async def deliver(entry: LedgerEntry) -> None:
+        attempts.append((entry.key, entry.metadata.get("try")))
+        if failing:
+            await ledger.update_metadata(entry.key, {"try": len(attempts)})
+            raise RuntimeError("the receiver is down")
+
+    async with Ledger.open(ledger_url) as ledger:
+        await ledger.dispatch("billing", deliver, stop_when_idle=True)
+        [key] = await _finished(ledger, 1)
+        with anyio.fail_after(60):
+            assert (
+                await ledger.dispatch("billing", deliver, stop_when_idle=True, backoff=QUICK) == 0
+            )
+        [dead] = await ledger.deliveries("billing", state="dead")
+        failing = False
+        assert await ledger.redeliver("billing") == 1
+        with anyio.fail_after(60):
+            assert await ledger.dispatch("billing", deliver, stop_when_idle=True) == 1
+        [delivered] = await ledger.deliveries("billing")
+    # Each attempt read the entry as it was then (its metadata changed between attempts).
+    assert attempts == [(key, None), (key, 1), (key, 2), (key, 3)]
+    assert (dead.key, dead.attempts, dead.state) == (key, 3, "dead")
+    assert dead.error == "RuntimeError: the receiver is down"
+    assert (delivered.state, delivered.attempts, delivered.error) == ("delivered", 1, None)
+    assert delivered.delivered_at is not None
+
+
+async def test_a_new_destination_delivers_from_its_first_use_or_its_backlog(
+    ledger_url: str,
+) -> None:
+    seen: dict[str, list[str]] = {"new": [], "all": []}
+
+    def recorder(name: str) -> Any:
+        async def deliver(entry: LedgerEntry) -> None:
+            seen[name].append(entry.key)
+
+        return deliver
+
+    async with Ledger.open(ledger_url) as ledger:
+        before = await _finished(ledger, 3)
+        with anyio.fail_after(60):
+            assert await ledger.dispatch("new", recorder("new"), stop_when_idle=True) == 0
+            after = await _finished(ledger, 2)
+            assert await ledger.dispatch("new", recorder("new"), stop_when_idle=True) == 2
+            await ledger.dispatch("all", recorder("all"), backlog=True, stop_when_idle=True)
+    assert sorted(seen["new"]) == after
+    assert sorted(seen["all"]) == sorted(before + after)
+
+
+async def test_bad_dispatch_input_is_refused_before_anything_is_written(
+    ledger_url: str,
+) -> None:
+    async def deliver(entry: LedgerEntry) -> None:
+        raise AssertionError("never called")
+
+    async with Ledger.open(ledger_url) as ledger:
+        for name in ("", " ", "x" * 201, 7):
+            with pytest.raises(InvalidRequestError, match="name"):
+                await ledger.dispatch(name, deliver)  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequestError, match="deliver"):
+            await ledger.dispatch("hook", "https://app.example/hook")  # type: ignore[arg-type]
+        for option in ({"lease": 0}, {"concurrency": 0}, {"attempt_timeout": -1}):
+            with pytest.raises(InvalidRequestError, match=next(iter(option))):
+                await ledger.dispatch("hook", deliver, **option)  # type: ignore[arg-type]
+        for url in ("ftp://app.example/hook", "app.example/hook", "http://"):
+            with pytest.raises(InvalidRequestError, match="url"):
+                webhook(url, SECRET)
+        for secret in (
+            "s3cr3t",
+            "whsec_not base64",
+            "whsec_" + base64.b64encode(b"short").decode(),
+        ):
+            with pytest.raises(InvalidRequestError, match="secret"):
+                webhook("https://app.example/hook", secret)
+        with pytest.raises(LedgerError, match="no destination named 'hook'"):
+            await ledger.deliveries("hook")
+        with pytest.raises(LedgerError, match="no destination named 'hook'"):
+            await ledger.redeliver("hook")
+        assert (await ledger.summary())["destinations"] == {}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="the dispatchers are killed with SIGKILL")
+async def test_dispatchers_share_the_work_and_a_killed_ones_deliveries_go_to_the_others(
+    ledger_url: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VIDEOGEN_TEST_SECRET", SECRET)
+    async with Ledger.open(ledger_url) as ledger:
+        keys = await _finished(ledger, 40)
+    receiver.hold = True
+    names = ["d1", "d2", "d3"]
+    children = {
+        name: await Creator.script(DISPATCHER, ledger_url, receiver.url, name, "2")
+        for name in names
+    }
+    for child in children.values():
+        await child.go()
+    with anyio.fail_after(60):
+        await receiver.held.wait()  # a delivery is on its way to the receiver: its sender dies
+    await children[receiver.held_by].kill()
+    counts = {}
+    with anyio.fail_after(90):
+        for name, child in children.items():
+            if name != receiver.held_by:
+                line = await child.expect(lambda line: line.startswith("delivered "))
+                counts[name] = int(line.split()[1])
+                await child.finish()
+    assert receiver.keys() == keys  # every entry, the one held by the dead included
+    assert receiver.overlaps == 0  # never two deliveries of one entry at once
+    assert sum(counts.values()) <= len(keys)
+    async with Ledger.open(ledger_url) as ledger:
+        deliveries = await ledger.deliveries("app-hook")
+    assert {d.state for d in deliveries} == {"delivered"}
+    assert sorted(d.key for d in deliveries) == keys
