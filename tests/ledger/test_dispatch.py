@@ -1,25 +1,19 @@
 """Dispatch: every terminal entry delivered at least once, never by two dispatchers at once.
 
-The receiver is a loopback ``aiohttp.web`` server that checks every delivery with the
-``standardwebhooks`` package (the specification's reference implementation, not the SDK's
-code), counts the deliveries of each entry in flight at once (two would be an overlap), and
-can hold a delivery until its sender is SIGKILLed (it notices the dropped connection).
+The receiver (``_hooks.Receiver``) checks every delivery with the ``standardwebhooks``
+package, the specification's reference implementation, and counts overlapping deliveries of
+one entry; it holds one delivery until its sender is SIGKILLed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import collections
-import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from aiohttp import web
 
 from videogen_async import (
     BackoffPolicy,
@@ -29,82 +23,16 @@ from videogen_async import (
     LedgerError,
     webhook,
 )
-from videogen_async.testing import SandboxServer
 
+from ._hooks import SECRET, Receiver, finished
 from ._procs import Creator
 
 standardwebhooks = pytest.importorskip(
     "standardwebhooks", reason="pip install standardwebhooks (in the test extra)"
 )
 
-SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 DISPATCHER = Path(__file__).with_name("_dispatcher.py")
 QUICK = BackoffPolicy(initial_delay=0.01, max_delay=0.02, max_consecutive_failures=3)
-
-
-class Receiver:
-    """Verifies each delivery; counts overlaps; holds the first one when asked to."""
-
-    def __init__(self) -> None:
-        self.verified: list[dict[str, Any]] = []
-        self.bodies: list[tuple[bytes, dict[str, str]]] = []
-        self.in_flight: collections.Counter[str] = collections.Counter()
-        self.overlaps = 0
-        self.hold = False
-        self.held = asyncio.Event()
-        self.held_by = ""
-        self.changed = asyncio.Event()
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        try:
-            payload = standardwebhooks.Webhook(SECRET).verify(body, dict(request.headers))
-        except standardwebhooks.WebhookVerificationError:
-            return web.Response(status=400)
-        key = payload["data"]["key"]
-        self.in_flight[key] += 1
-        self.overlaps += self.in_flight[key] > 1
-        try:
-            if self.hold and not self.held.is_set():
-                self.held_by = request.headers.get("X-Dispatcher", "")
-                self.held.set()
-                await asyncio.Event().wait()  # until its sender dies (the handler is cancelled)
-            self.verified.append(payload)
-            self.bodies.append((body, dict(request.headers)))
-            return web.Response(status=204)
-        finally:
-            self.in_flight[key] -= 1
-            self.changed.set()
-
-    def keys(self) -> list[str]:
-        return sorted(payload["data"]["key"] for payload in self.verified)
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    found = Receiver()
-    app = web.Application()
-    app.router.add_post("/hooks/video", found.handle)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    found.url = f"http://127.0.0.1:{runner.addresses[0][1]}/hooks/video"
-    yield found
-    await runner.cleanup()
-
-
-async def _finished(ledger: Ledger, count: int, **metadata: Any) -> list[str]:
-    """``count`` tasks created and watched to their end: their keys."""
-    async with SandboxServer(time_scale=0.001) as server, server.client() as client:
-        keys = [f"v{n:03d}-{os.urandom(3).hex()}" for n in range(count)]
-        for key in keys:
-            await ledger.create_task(client, f"clip {key}", key=key, metadata=metadata or None)
-        with anyio.fail_after(60):
-            async with ledger.watch(client, claim_interval=0.05, stop_when_idle=True) as done:
-                async for _ in done:
-                    pass
-    return sorted(keys)
 
 
 async def test_each_terminal_entry_is_delivered_signed_as_the_standard_says(
@@ -113,7 +41,7 @@ async def test_each_terminal_entry_is_delivered_signed_as_the_standard_says(
     async with Ledger.open(ledger_url) as ledger:
         hook = webhook(receiver.url, SECRET)
         await ledger.dispatch("app-hook", hook, stop_when_idle=True)  # registers it: nothing yet
-        keys = await _finished(ledger, 12, tenant="acme")
+        keys = await finished(ledger, 12, tenant="acme")
         with anyio.fail_after(60):
             count = await ledger.dispatch("app-hook", hook, stop_when_idle=True)
             again = await ledger.dispatch("app-hook", hook, stop_when_idle=True)
@@ -147,7 +75,7 @@ async def test_a_failing_delivery_is_retried_then_dead_then_delivered_again(
 
     async with Ledger.open(ledger_url) as ledger:
         await ledger.dispatch("billing", deliver, stop_when_idle=True)
-        [key] = await _finished(ledger, 1)
+        [key] = await finished(ledger, 1)
         with anyio.fail_after(60):
             assert (
                 await ledger.dispatch("billing", deliver, stop_when_idle=True, backoff=QUICK) == 0
@@ -178,10 +106,10 @@ async def test_a_new_destination_delivers_from_its_first_use_or_its_backlog(
         return deliver
 
     async with Ledger.open(ledger_url) as ledger:
-        before = await _finished(ledger, 3)
+        before = await finished(ledger, 3)
         with anyio.fail_after(60):
             assert await ledger.dispatch("new", recorder("new"), stop_when_idle=True) == 0
-            after = await _finished(ledger, 2)
+            after = await finished(ledger, 2)
             assert await ledger.dispatch("new", recorder("new"), stop_when_idle=True) == 2
             await ledger.dispatch("all", recorder("all"), backlog=True, stop_when_idle=True)
     assert sorted(seen["new"]) == after
@@ -227,7 +155,7 @@ async def test_dispatchers_share_the_work_and_a_killed_ones_deliveries_go_to_the
 ) -> None:
     monkeypatch.setenv("VIDEOGEN_TEST_SECRET", SECRET)
     async with Ledger.open(ledger_url) as ledger:
-        keys = await _finished(ledger, 40)
+        keys = await finished(ledger, 40)
     receiver.hold = True
     names = ["d1", "d2", "d3"]
     children = {
