@@ -287,3 +287,32 @@ def test_the_checker_names_a_circle() -> None:
     assert cycle is not None
     assert [str(e) for e in cycle] == ["pkg.a -> pkg.b (pkg/a.py:1)", "pkg.b -> pkg.a (pkg/b.py:3)"]
     assert _cycle({"pkg.a": [a]}) is None
+
+
+def _named_on_the_architecture_page(module: str, page: str) -> bool:
+    """Whether ``docs/architecture.md`` names a module: ``folder/name.py`` anywhere, or
+    ``name.py`` in a section or paragraph that names its folder (``folder/``)."""
+    parts = module.split(".")[1:]
+    name = f"{parts[-1]}.py"
+    if len(parts) == 1:
+        return name in page
+    folder = "/".join(parts[:-1]) + "/"
+    blocks = page.split("\n## ") + page.split("\n\n")
+    return f"{folder}{name}" in page or any(folder in b and name in b for b in blocks)
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [
+        module
+        for module, path in _modules().items()
+        if path.name != "__init__.py" and not _named_on_the_architecture_page(module, page)
+    ]
+    assert missing == [], f"modules docs/architecture.md does not name: {missing}"
+
+
+def test_the_page_check_can_fail() -> None:
+    page = "## `_http/`\n\n`_transport.py` sends.\n\n`_retry.py` decides.\n"
+    assert _named_on_the_architecture_page("videogen_async._http._retry", page)
+    assert not _named_on_the_architecture_page("videogen_async._http._pacing", page)
+    assert not _named_on_the_architecture_page("videogen_async._ledger._retry", "`_retry.py`")

@@ -90,7 +90,7 @@ def _deep(levels: int) -> dict[str, Any]:
         (_deep(9), "at most 8 levels"),
         ({"when": datetime.datetime(2026, 1, 1)}, "JSON values only"),
         ({"tags": {"a", "b"}}, "JSON values only"),
-        ({"ratio": math.nan}, "finite numbers"),
+        ({"ratio": math.nan}, "JSON values only"),
         ({"name": "a\x00b"}, "NUL"),
         ({1: "one"}, "string keys"),
     ],

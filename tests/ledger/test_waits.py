@@ -183,7 +183,7 @@ async def test_a_wait_says_why_it_cannot_answer(ledger_url: str) -> None:
             await ledger.create_project(
                 client, "https://a.example/r.mp4", ["https://a.example/p.png"], key="ad"
             )
-            with pytest.raises(LedgerError, match="never becomes terminal"):
+            with pytest.raises(LedgerError, match="never terminal"):
                 await ledger.wait("ad", timeout=10)
             for bad in (-1, "soon", True):
                 with pytest.raises(InvalidRequestError, match="timeout"):

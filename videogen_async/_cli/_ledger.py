@@ -135,18 +135,13 @@ async def cmd_ledger_summary(ctx: Context) -> int:
         f"{total} entries; {fmt_credits(spent)} credits spent,"
         f" {fmt_credits(reserved)} reserved by creates in flight"
     )
-    if groups:
-        ctx.ui.table(
-            (args.group_by, "entries", "credits"),
-            [(str(g["value"]), g["entries"], fmt_credits(g["spent"])) for g in groups],
+    for g in groups:
+        ctx.ui.print(
+            f"{args.group_by} {g['value']}: {g['entries']}, {fmt_credits(g['spent'])} credits"
         )
-    if summary["destinations"]:
-        ctx.ui.table(
-            ("destination", "pending", "delivered", "dead"),
-            [
-                (name, d["pending"], d["delivered"], d["dead"])
-                for name, d in summary["destinations"].items()
-            ],
+    for name, d in summary["destinations"].items():
+        ctx.ui.print(
+            f"{name}: {d['delivered']} delivered, {d['pending']} pending, {d['dead']} dead"
         )
     if counts["unknown"]:
         ctx.ui.note(
@@ -176,7 +171,6 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     if not await _check_file(ctx, str(args.url)):
         return EXIT_USAGE
     shown = redact_url(str(args.url))
-    code = EXIT_OK
     try:
         async with Ledger.open(args.url) as ledger:
             with anyio.CancelScope() as scope:
@@ -186,17 +180,14 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
                 await ledger.dispatch(
                     args.name, deliver, backlog=args.backlog, stop_when_idle=args.stop_when_idle
                 )
-            totals = (await ledger.summary())["destinations"].get(args.name, {})
+            totals = (await ledger.summary())["destinations"].get(args.name)
+            totals = totals or dict.fromkeys(("pending", "delivered", "dead"), 0)
     except (LedgerError, InvalidRequestError) as exc:
         ctx.ui.error(f"ledger {shown}: {exc}")
         return EXIT_USAGE if isinstance(exc, InvalidRequestError) else EXIT_SOME_FAILED
-    if totals.get("dead"):
-        code = EXIT_SOME_FAILED
     if ctx.ui.json_mode:
         ctx.ui.emit_json({"destination": args.name, **totals})
-        return code
-    ctx.ui.print(
-        f"{args.name}: {totals.get('delivered', 0)} delivered, {totals.get('pending', 0)}"
-        f" pending, {totals.get('dead', 0)} dead"
-    )
-    return code
+    else:
+        ctx.ui.print(f"{args.name}: {totals['delivered']} delivered, {totals['pending']} pending,"
+                     f" {totals['dead']} dead")  # fmt: skip
+    return EXIT_SOME_FAILED if totals["dead"] else EXIT_OK

@@ -16,7 +16,6 @@ from .. import (
     Task,
     WaitTimeoutError,
 )
-from .._contract._models import unstructure
 from .._contract._service import PROJECT_REQUEST
 from .._contract._validation import validate_project_request, validate_videos_request
 from ._common import (
@@ -74,7 +73,7 @@ def project_rows(project: Project) -> list[list[Any]]:
 def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
     """A project as a summary, its billing and its tasks (or as JSON)."""
     if ctx.ui.json_mode:
-        ctx.ui.emit_json(unstructure(project))
+        ctx.ui.emit_json(project.to_dict())
         return
     billing = project.billing
     ctx.ui.table(
@@ -141,7 +140,7 @@ async def cmd_project_create(ctx: Context) -> int:
                 fmt_credits(created.credits_cost),
             ]
             columns = ("project id", "status", "step", "mode", "credits")
-            if ctx.ui.show(unstructure(created), columns, [row], title="Created project"):
+            if ctx.ui.show(created.to_dict(), columns, [row], title="Created project"):
                 ctx.ui.note(
                     f"next: videogen project script {created.project_id}   (waits for the script)"
                 )
@@ -230,15 +229,15 @@ async def cmd_project_videos(ctx: Context) -> int:
         )
         if not args.wait:
             ids = [[t] for t in batch.task_ids]
-            if ctx.ui.show(unstructure(batch), ("task id",), ids, title="Created video tasks"):
+            if ctx.ui.show(batch.to_dict(), ("task id",), ids, title="Created video tasks"):
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
         rows, _, code = task_report(batch.task_ids, dict(results), failed_tasks_fail=True)
         if ctx.ui.json_mode:
-            tasks = [unstructure(r) for r in results.values() if isinstance(r, Task)]
+            tasks = [r.to_dict() for r in results.values() if isinstance(r, Task)]
             errors = {k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)}
-            ctx.ui.emit_json({**unstructure(batch), "tasks": tasks, "errors": errors})
+            ctx.ui.emit_json({**batch.to_dict(), "tasks": tasks, "errors": errors})
         else:
             ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
         return code

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import AsyncVideoGen, BackoffPolicy, Model, PollPolicy, Task
-from .._contract._models import unstructure
 from ..testing import DEFAULT_API_KEY, SandboxServer, sandbox_options_from_args, serve
 from ..testing._cli import announce
 from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits, logging_to
@@ -147,7 +146,7 @@ async def _run(
         ("available", "total"),
         [[fmt_credits(before.api_available_credits), fmt_credits(before.api_total_credits)]],
     )
-    summary["balance_before"] = unstructure(before)
+    summary["balance_before"] = before.to_dict()
 
     # 2. Direct tasks ---------------------------------------------------------------------------
     count = max(1, args.tasks)
@@ -191,7 +190,7 @@ async def _run(
             f"{len(refunded)} task failed and was refunded (credits 0): a failed task is a"
             " result you can read, not an exception."
         )
-    summary["tasks"] = [unstructure(t) for t in tasks]
+    summary["tasks"] = [t.to_dict() for t in tasks]
 
     # 3. A manual project -----------------------------------------------------------------------
     ui.heading("3. A viral ad clone project, in manual mode")
@@ -225,7 +224,7 @@ async def _run(
     if not ui.json_mode:  # in --json mode the demo prints one summary document at the end
         show_project(ctx, final)
     project_tasks = [r for r in (batch_results.get(i) for i in batch_ids) if isinstance(r, Task)]
-    summary["project"] = unstructure(final)
+    summary["project"] = final.to_dict()
 
     # 4. Downloads ------------------------------------------------------------------------------
     finished = [t for t in [*tasks, *project_tasks] if t.is_succeeded]
@@ -251,6 +250,6 @@ async def _run(
         [[fmt_credits(v) for v in costs]],
         title="The project's billing",
     )
-    summary["balance_after"] = unstructure(after)
+    summary["balance_after"] = after.to_dict()
     ok = all(d.ok for d in downloads) and len(tasks) == len(ids)
     return EXIT_OK if ok else EXIT_SOME_FAILED

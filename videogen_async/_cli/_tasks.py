@@ -21,7 +21,6 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._contract._models import unstructure
 from .._contract._service import TASK_REQUEST
 from .._contract._validation import validate_task_request
 from ._common import (
@@ -51,7 +50,7 @@ async def cmd_credits(ctx: Context) -> int:
     async def work(client: AsyncVideoGen) -> int:
         balance = await client.credits.get()
         ctx.ui.show(
-            unstructure(balance),
+            balance.to_dict(),
             ("available", "total"),
             [[fmt_credits(balance.api_available_credits), fmt_credits(balance.api_total_credits)]],
             title="API credits",
@@ -117,7 +116,7 @@ async def cmd_create(ctx: Context) -> int:
                 created.created_at.isoformat() if created.created_at else None,
             ]
             columns = ("task id", "status", "credits", "created at")
-            if ctx.ui.show(unstructure(created), columns, [row], title="Created"):
+            if ctx.ui.show(created.to_dict(), columns, [row], title="Created"):
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
         ctx.ui.note(f"created {created.task_id} ({fmt_credits(created.credits_cost)} credits);"
@@ -143,7 +142,7 @@ async def cmd_create(ctx: Context) -> int:
         )
         if ctx.ui.json_mode:
             ctx.ui.emit_json(
-                {**unstructure(task), "path": str(results[0].path) if results[0].ok else None}
+                {**task.to_dict(), "path": str(results[0].path) if results[0].ok else None}
             )
         else:
             show_downloads(ctx, results)
@@ -154,7 +153,7 @@ async def cmd_create(ctx: Context) -> int:
 
 def _show_tasks(ctx: Context, tasks: Sequence[Task], *, title: str | None = None) -> None:
     if ctx.ui.json_mode:
-        data = [unstructure(t) for t in tasks]
+        data = [t.to_dict() for t in tasks]
         ctx.ui.emit_json(data[0] if len(data) == 1 else data)
         return
     ctx.ui.table(TASK_COLUMNS, [task_row(t) for t in tasks], title=title)
@@ -200,7 +199,7 @@ def task_report(
         item = found.get(task_id)
         if isinstance(item, Task):
             rows.append(task_row(item))
-            data.append(unstructure(item))
+            data.append(item.to_dict())
             if failed_tasks_fail and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue

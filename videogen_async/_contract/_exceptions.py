@@ -386,10 +386,12 @@ class DownloadError(VideoGenError):
 
 
 class LedgerError(VideoGenError):
-    """A ledger cannot be opened or used; nothing was written.
+    """A ledger cannot be opened or used.
 
-    Raised for a malformed URL, an unreachable database, a schema of a newer version, a file
-    that is not a ledger, or a missing driver (``videogen-async[postgres]``).
+    Raised for a malformed URL, a schema of a newer version, a file that is not a ledger, a
+    missing driver (``videogen-async[postgres]``), a database that did not answer within the
+    ledger's ``outage_timeout``, or a read-only or full file. Nothing is sent after it; an
+    answer of the service already received is kept (see ``docs/ledger.md``).
     """
 
 

@@ -19,9 +19,8 @@ from .._http._options import CallOptions
 from ._creates import Creator, PriceEstimate, check_key
 from ._dispatch import Dispatches
 from ._engines import engine_for
-from ._entry import LedgerEntry, entry_from_row
+from ._entry import LedgerEntry, check_metadata, entry_from_row
 from ._listen import Listener, Waits
-from ._metadata import check_metadata
 from ._plans import NewEntry, begin_create, get, page, restart_unknown, summary, update_metadata
 from ._projects import ProjectCreates
 from ._protocol import LedgerClient
@@ -123,13 +122,10 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             prompt: The prompt.
             key: Makes the create idempotent across every process of the ledger: a key already
                 created returns its entry and sends nothing. ``None``: a fresh random key.
-            metadata: A JSON object kept with the entry (at most 16 KiB as JSON, 8 levels
-                deep): search by it with :meth:`entries`, count by it with :meth:`summary`.
+            metadata: A JSON object kept with the entry (at most 16 KiB, 8 levels deep).
             **task_fields: The other fields of ``client.tasks.create`` (``model``,
-                ``duration``, ``ratio``, ``function_mode``, ``image_urls``, ...), and its
-                per-call options (``extra_body``, kept with the entry and sent again by
-                :meth:`resend`; ``extra_headers``, ``extra_query``, ``timeout``). The price
-                reserved under ``max_credits`` reads ``extra_body``'s model and duration.
+                ``duration``, ...), and its per-call options (``extra_body``, kept for a
+                :meth:`resend` and read for the price; ``extra_headers``, ``timeout``...).
 
         Returns:
             The entry: ``pending`` with its ``task_id`` (or, for a key created before, as the
@@ -220,7 +216,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
 
         Args:
             metadata: Only entries whose metadata holds each of these keys with an equal JSON
-                value (``{"tenant": "acme"}``); nested objects and lists must be equal whole.
+                value (``{"tenant": "acme"}``).
             page_size: Rows read per query.
 
         Returns:
@@ -247,16 +243,13 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         """Counts of entries per state, the credits spent and reserved, the deliveries.
 
         Args:
-            group_by: A metadata key: also count entries and credits per value of it (a
-                SaaS bills its tenants with ``group_by="tenant"``).
+            group_by: A metadata key: also count entries and credits per value of it.
 
         Returns:
             ``{"states": {state: count}, "spent": credits, "reserved": credits,
             "destinations": {name: {"pending": n, "delivered": n, "dead": n}}}``; with
-            ``group_by``, also ``"groups": {value: {"states": {state: count}, "spent":
-            credits}}``, where ``spent`` sums the entries' ``credits_cost``, the value
-            ``None`` gathers the entries without the key, and an object or a list value is
-            keyed by its JSON text.
+            ``group_by``, also ``"groups": {value: {"states": {...}, "spent": credits}}``
+            (``None``: the entries without the key).
 
         Raises:
             InvalidRequestError: ``group_by`` is not a non-empty string.
@@ -268,11 +261,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         return await self._store.read(summary, group_by)
 
     async def update_metadata(self, key: str, patch: dict[str, Any]) -> LedgerEntry:
-        """Change an entry's metadata: ``patch`` merged into it (RFC 7386 JSON merge patch).
-
-        A key of ``patch`` whose value is ``None`` is removed; an object merges into an
-        object; any other value replaces. The change reaches :meth:`changes` and a dispatch's
-        next attempt of the entry.
+        """Merge ``patch`` into an entry's metadata (RFC 7386: ``None`` removes a key).
 
         Args:
             key: The entry's key.
@@ -282,8 +271,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             The entry with its new metadata.
 
         Raises:
-            InvalidRequestError: ``patch``, or the metadata it makes, breaks a rule; nothing
-                was written.
+            InvalidRequestError: The metadata would break a rule; nothing was written.
             LedgerError: No such key.
         """
         key = check_key(key)

@@ -1,35 +1,19 @@
-"""``Ledger.wait`` and ``Ledger.changes``: the changes of every process, pushed.
+"""``Ledger.wait`` and ``Ledger.changes``: every process's changes, pushed to this one.
 
-**What is read.** The schema's triggers record each change of an entry (its insert, and each
-change of its state or metadata, which bumps its ``version``) in ``videogen_ledger_changes``,
-with the whole entry, in the change's own transaction. One :class:`Listener` per ledger reads
-them in the order of their sequence number ``seq`` and hands each to the waits, the change
-iterators and the dispatchers of its process. Nothing is sent to the service.
-
-**Nothing missed, nothing twice.** A sequence number is taken when a change is made, not when
-it commits: on PostgreSQL a change may commit after one with a higher number was read. The
-listener keeps the numbers it passed over (gaps) and reads them again with each read, in the
-same statement, until they come (committed late) or are :data:`GAP_TTL` old (rolled back). A
-change is handed on once: when its number is above the last read, or leaves the gaps. Per
-entry, a change commits before the next one is made (its row stays locked until then), so its
-number is lower and it is handed on first: each entry's changes arrive in commit order. A
-listener that was away (a lost connection, a database restart) reads on from where it was;
-changes are kept :data:`~._schema.CHANGES_KEPT` seconds, and the awaited entries are read
-again after a reconnect.
-
-**Woken, never looping on the database.** PostgreSQL: the triggers ``pg_notify``; one
-``LISTEN`` connection per ledger (not a pool's), reconnected with backoff when it is lost (its
-termination, a failed ping after 30 quiet seconds), then re-read. SQLite: ``PRAGMA
-data_version`` (which changes with each commit of another connection) read on a connection of
-its own every :data:`SQLITE_PERIOD` seconds, off the event loop. Both: at once after each
-commit of this process.
+One :class:`Listener` per ledger reads the changes the schema's triggers record (see
+``_schema``), in sequence order, and hands them to this process's waits, iterators and
+dispatchers. A sequence number is taken before its change commits, so numbers passed over
+(gaps) are read again until they come or are :data:`GAP_TTL` old: each change is handed on
+once, each entry's in commit order (its row stays locked until its change commits). Woken by
+PostgreSQL ``NOTIFY`` (a ``LISTEN`` connection of its own, connected again when lost), by
+SQLite ``PRAGMA data_version`` (read every :data:`SQLITE_PERIOD` s), and at once by this
+process's commits. See ``docs/waiting-across-processes.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import math
@@ -38,8 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
-import attrs
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._contract._exceptions import (
     AmbiguousCreateError,
@@ -47,13 +30,13 @@ from .._contract._exceptions import (
     LedgerError,
     WaitTimeoutError,
 )
-from .._http._retry import backoff_delay
+from .._http._retry import decide_retry
 from ._creates import check_key
-from ._engines import PostgresEngine, SQLiteEngine
+from ._engines import PostgresEngine
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
-from ._schema import CHANNEL, Plan, q
-from ._store import Signal, Store
+from ._schema import CHANNEL, Plan, first, q
+from ._store import DATABASE_BACKOFF, Signal, Store
 
 try:
     import asyncpg
@@ -71,15 +54,11 @@ SQLITE_PERIOD = 0.02
 LISTENER_NAME = "videogen-async change listener"
 """The ``application_name`` of a PostgreSQL listener's connection."""
 _PAGE = 1000
-_MAX_GAPS = 10_000
-_DATABASE_ERRORS: tuple[type[Exception], ...] = (
-    LedgerError,
-    OSError,
-    asyncio.TimeoutError,
-    sqlite3.Error,
+_ERRORS: tuple[type[Exception], ...] = (
+    *(LedgerError, OSError, asyncio.TimeoutError, sqlite3.Error),
     *(() if asyncpg is None else (asyncpg.PostgresError, asyncpg.InterfaceError)),
 )
-"""What the listener meets when the database goes away: it connects again."""
+_Send = MemoryObjectSendStream[LedgerEntry]
 
 
 def _read_changes(top: int, gaps: list[int]) -> Plan[list[dict[str, Any]]]:
@@ -91,52 +70,20 @@ def _read_changes(top: int, gaps: list[int]) -> Plan[list[dict[str, Any]]]:
     return rows
 
 
-def _newest_changes() -> Plan[list[int]]:
+def _newest() -> Plan[list[int]]:
     rows = yield q("SELECT seq FROM videogen_ledger_changes ORDER BY seq DESC LIMIT 1000")
     return [int(row["seq"]) for row in rows]
 
 
-def _rows(keys: list[str]) -> Plan[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = yield q(
-        "SELECT * FROM {E} WHERE key IN (items($1))", json.dumps(keys)
-    )
-    return rows
-
-
-@attrs.define(eq=False)
-class _Waiter:
-    """One ``wait``: the newest entry of its key the listener has seen."""
-
-    key: str
-    entry: LedgerEntry | None = None
-    event: anyio.Event = attrs.field(factory=anyio.Event)
-
-    def offer(self, entry: LedgerEntry) -> None:
-        if self.entry is None or entry.version > self.entry.version:
-            self.entry = entry
-            self.event.set()
-
-
-@attrs.define(eq=False)
-class _Subscriber:
-    """One ``changes()`` iteration."""
-
-    keys: frozenset[str] | None
-    states: frozenset[str] | None
-    send: MemoryObjectSendStream[LedgerEntry]
-
-    def wants(self, key: str, state: str) -> bool:
-        return (self.keys is None or key in self.keys) and (
-            self.states is None or state in self.states
-        )
+def _data_version() -> Plan[Any]:
+    return (yield from first("PRAGMA data_version"))
 
 
 class _Notices:
     """PostgreSQL: a ``LISTEN`` connection of its own; a notice fires ``changed``."""
 
     def __init__(self, engine: PostgresEngine, changed: Signal) -> None:
-        self._url = engine.url
-        self._changed = changed
+        self._url, self._changed = engine.url, changed
         self._conn: Any = None
         self.lost = False
 
@@ -160,83 +107,80 @@ class _Notices:
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(5),
-                contextlib.suppress(Exception),
-            ):
-                await conn.close()
-                return
-            conn.terminate()
+        if conn is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
+            await conn.close()
+        with contextlib.suppress(Exception):
+            conn.terminate()  # still open: closing it timed out
 
 
 class _Versions:
-    """SQLite: ``PRAGMA data_version`` on a connection of its own, read off the loop."""
+    """SQLite: ``PRAGMA data_version``, read every :data:`SQLITE_PERIOD` s off the loop."""
 
-    def __init__(self, engine: SQLiteEngine, changed: Signal) -> None:
-        self._path = engine.path
-        self._conn: sqlite3.Connection | None = None
-        self._version = -1
-        self._limiter = anyio.CapacityLimiter(1)
-        self.lost = False
+    lost = False
 
-    async def _call(self, call: Any) -> Any:
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._version: Any = None
 
     async def open(self) -> None:
-        self._conn = await self._call(
-            functools.partial(
-                sqlite3.connect, self._path, isolation_level=None, check_same_thread=False
-            )
-        )
-
-    def _read(self) -> int:
-        assert self._conn is not None  # noqa: S101 - opened first
-        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        self._version = await self._store.read(_data_version)
 
     async def wait(self, event: anyio.Event) -> None:
         while not event.is_set():
             with anyio.move_on_after(SQLITE_PERIOD):
                 await event.wait()
                 return
-            version = await self._call(self._read)
+            version = await self._store.read(_data_version)
             if version != self._version:
                 self._version = version
                 return
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._call(conn.close)
+        return None
 
 
 class Listener:
     """The change listener of one ledger (see the module docstring).
 
     Attributes:
-        terminal: Fired when a change to a terminal state was read.
+        terminal: Fired when a change to a terminal state was read (for dispatchers).
     """
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._top: int | None = None
-        self._gaps: dict[int, float] = {}
-        self.waiters: dict[str, set[_Waiter]] = {}
-        self.subscribers: set[_Subscriber] = set()
+        self._gaps: dict[int, float] = {}  # sequence number -> when first missed
+        self._by_key: dict[str | None, dict[_Send, frozenset[str] | None]] = {}
         self.terminal = Signal()
         self._ready = anyio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.failure: BaseException | None = None
+
+    def subscribe(
+        self, keys: frozenset[str] | None, states: frozenset[str] | None
+    ) -> tuple[_Send, MemoryObjectReceiveStream[LedgerEntry]]:
+        """A stream of the changes of ``keys`` (``None``: all) to ``states`` (``None``: any)."""
+        send, receive = anyio.create_memory_object_stream[LedgerEntry](math.inf)
+        for key in (None,) if keys is None else keys:
+            self._by_key.setdefault(key, {})[send] = states
+        return send, receive
+
+    def unsubscribe(self, keys: frozenset[str] | None, send: _Send) -> None:
+        """Close a stream of :meth:`subscribe` (its ``keys``) and forget it."""
+        send.close()
+        for key in (None,) if keys is None else keys:
+            streams = self._by_key.get(key, {})
+            streams.pop(send, None)
+            if not streams:
+                self._by_key.pop(key, None)
 
     async def start(self) -> None:
-        """Start listening (once), and wait until every change from now on will be read."""
+        """Start listening (once); return when every change from now on will be read."""
         if self._task is None:
             loop = asyncio.get_running_loop()
             self._task = loop.create_task(self._guarded(), name="videogen_async.ledger.listen")
         await self._ready.wait()
-        if self.failure is not None:
-            raise LedgerError(f"the ledger's change listener stopped: {self.failure}")
 
     async def stop(self) -> None:
         """Stop listening. Idempotent."""
@@ -249,61 +193,60 @@ class Listener:
     async def _guarded(self) -> None:
         try:
             await self._run()
-        except Exception as exc:  # a bug: tell every wait rather than leave it hanging
+        except Exception:  # a bug: end every wait and iteration rather than leave them hanging
             logger.exception("ledger %r: the change listener stopped", self._store.where)
-            self.failure = exc
             self._ready.set()
-            for waiters in self.waiters.values():
-                for waiter in waiters:
-                    waiter.event.set()
+            for streams in self._by_key.values():
+                for send in streams:
+                    send.close()
 
     async def _run(self) -> None:
         engine, changed = self._store.engine, self._store.changed
         source = (
             _Notices(engine, changed)
             if isinstance(engine, PostgresEngine)
-            else _Versions(engine, changed)  # type: ignore[arg-type]
+            else _Versions(self._store)
         )
         failures = 0
         try:
             while True:
+                error: Exception = LedgerError("its connection was lost")
                 try:
                     await source.open()
-                    if self._ready.is_set():  # back after a loss: what may have been missed
-                        await self._resync()
-                    else:
-                        self._start_at(await self._store.read(_newest_changes))
+                    if not self._ready.is_set():
+                        self._start_after(await self._store.read(_newest))
                         self._ready.set()
                     failures = 0
                     while not source.lost:
                         event = changed.event
                         await self._read()
                         await source.wait(event)
-                except _DATABASE_ERRORS as exc:
-                    failures += 1
+                except _ERRORS as exc:
+                    error, failures = exc, failures + 1
                     logger.warning(
                         "ledger %r: the change listener lost the database (%s: %s); again soon",
                         *(self._store.where, type(exc).__name__, exc),
                     )
                 await source.close()
-                await anyio.sleep(backoff_delay(failures, initial=0.05, cap=2.0))
+                decision = decide_retry(
+                    error, method="GET", failures=max(failures, 1), policy=DATABASE_BACKOFF,
+                    poll=True, transient=True,
+                )  # fmt: skip
+                await anyio.sleep(decision.delay or 0.0)
         finally:
             await source.close()
 
-    def _start_at(self, newest: list[int]) -> None:
-        """Start after the newest change; the numbers missing among the last are gaps."""
-        if newest:
+    def _start_after(self, newest: list[int]) -> None:
+        if newest:  # the numbers missing among the newest may still commit
             self._top = newest[0]
-            now = anyio.current_time()
-            present = set(newest)
+            present, now = set(newest), anyio.current_time()
             self._gaps = {n: now for n in range(newest[-1], newest[0]) if n not in present}
 
     async def _read(self) -> None:
         while True:
-            top = self._top if self._top is not None else -1
+            top = -1 if self._top is None else self._top
             rows = await self._store.read(_read_changes, top, sorted(self._gaps))
-            now = anyio.current_time()
-            terminal = False
+            now, terminal = anyio.current_time(), False
             for row in rows:
                 seq = int(row["seq"])
                 if self._top is None:  # the first change of an empty log: a few below may come
@@ -313,47 +256,24 @@ class Listener:
                     self._top = seq
                 elif self._gaps.pop(seq, None) is None:
                     continue
-                terminal |= self._hand_on(row)
+                self._hand_on(row)
+                terminal |= row["state"] in TERMINAL_STATES
             if terminal:
                 self.terminal.fire()
-            stale = [n for n, since in self._gaps.items() if now - since > GAP_TTL]
-            if len(self._gaps) - len(stale) > _MAX_GAPS:
-                stale = sorted(self._gaps)[: len(self._gaps) - _MAX_GAPS]
-            for n in stale:
+            for n in [n for n, since in self._gaps.items() if now - since > GAP_TTL]:
                 del self._gaps[n]
             if len(rows) < _PAGE:
                 return
 
-    def _hand_on(self, row: dict[str, Any]) -> bool:
+    def _hand_on(self, row: dict[str, Any]) -> None:
         key, state = row["key"], row["state"]
-        waiters = self.waiters.get(key)
-        wanted = [s for s in self.subscribers if s.wants(key, state)]
-        if waiters or wanted:
+        streams = {**self._by_key.get(None, {}), **self._by_key.get(key, {})}
+        wanted = [send for send, states in streams.items() if states is None or state in states]
+        if wanted:
             entry = entry_from_row(json.loads(row["entry"]))
-            for waiter in waiters or ():
-                waiter.offer(entry)
-            for subscriber in wanted:
-                subscriber.send.send_nowait(entry)
-        return state in TERMINAL_STATES
-
-    async def _resync(self) -> None:
-        keys = sorted(self.waiters)
-        for start in range(0, len(keys), _PAGE):
-            for row in await self._store.read(_rows, keys[start : start + _PAGE]):
-                for waiter in self.waiters.get(row["key"], ()):
-                    waiter.offer(entry_from_row(row))
-        self.terminal.fire()  # dispatchers look again too
-
-    def add_waiter(self, key: str) -> _Waiter:
-        waiter = _Waiter(key)
-        self.waiters.setdefault(key, set()).add(waiter)
-        return waiter
-
-    def remove_waiter(self, waiter: _Waiter) -> None:
-        waiters = self.waiters.get(waiter.key, set())
-        waiters.discard(waiter)
-        if not waiters:
-            self.waiters.pop(waiter.key, None)
+            for send in wanted:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    send.send_nowait(entry)
 
 
 class Waits:
@@ -373,53 +293,52 @@ class Waits:
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the documented signature
     ) -> LedgerEntry:
-        """Wait until an entry is terminal, whichever process records it; no request is sent.
+        """Wait until an entry is terminal, whichever process records it; nothing is sent.
 
         Args:
-            key: The entry's key (of a task: ``task`` or ``project_task``).
+            key: The entry's key (a task's).
             timeout: Seconds to wait at most (``None``: no limit).
 
         Returns:
-            The entry, in a terminal state (``succeeded``, ``failed`` or ``error``).
+            The entry, ``succeeded``, ``failed`` or ``error``.
 
         Raises:
-            WaitTimeoutError: Still not terminal after ``timeout`` seconds; ``last`` is the
-                entry as last seen.
-            LedgerError: No such key, or an entry that never becomes terminal (a project,
-                a video batch, a create the service refused).
-            AmbiguousCreateError: The entry is (or becomes) ``unknown``: whether its create
-                took effect cannot be known by waiting (see ``Ledger.resend``).
-            InvalidRequestError: A bad key or timeout.
+            WaitTimeoutError: Not terminal in time (``last``: the entry as last seen).
+            LedgerError: No such key, or an entry that never becomes terminal (a project, a
+                video batch, a create the service refused).
+            AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
         key = check_key(key)
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0
         ):
             raise InvalidRequestError("timeout", "must be seconds >= 0 or None")
-        listener = self._listening()
-        waiter = listener.add_waiter(key)
+        listener, keys, entry = self._listening(), frozenset({key}), None
+        send, receive = listener.subscribe(keys, None)
         try:
-            with anyio.move_on_after(math.inf if timeout is None else timeout):
+            with receive, anyio.move_on_after(math.inf if timeout is None else timeout):
                 await listener.start()
                 row = await self._store.read(get, key)
                 if row is None:
                     raise LedgerError(f"ledger key {key!r}: no such entry")
-                waiter.offer(entry_from_row(row))
-                while True:
-                    entry = waiter.entry
-                    assert entry is not None  # noqa: S101 - offered above
-                    if entry.is_terminal:
-                        return entry
-                    _check_waitable(entry, listener)
-                    waiter.event = anyio.Event()
-                    await waiter.event.wait()
+                entry = entry_from_row(row)
+                while not entry.is_terminal:
+                    if entry.state == "unknown":
+                        raise AmbiguousCreateError(key, entry, entry.error)
+                    if entry.state != "creating" and entry.task_id is None:
+                        raise LedgerError(f"ledger key {key!r}: never terminal (no task id)")
+                    try:
+                        change = await receive.receive()
+                    except anyio.EndOfStream:
+                        raise LedgerError("the ledger's change listener stopped") from None
+                    entry = change if change.version > entry.version else entry
+                return entry
         finally:
-            listener.remove_waiter(waiter)
-        last = waiter.entry
+            listener.unsubscribe(keys, send)
         raise WaitTimeoutError(
             f"ledger key {key!r}: not terminal after {timeout:g} s"
-            f" (last seen: {last.state if last else 'nothing'})",
-            last=last,
+            f" (last seen: {entry.state if entry else 'nothing'})",
+            last=entry,
             pending=(key,),
             timeout=timeout,
         )
@@ -429,20 +348,15 @@ class Waits:
     ) -> Changes:
         """Every change of the ledger's entries, from every process, as each is committed.
 
-        Use it as ``async for entry in ledger.changes(): ...`` (it starts with the changes
-        committed after its first step), or as ``async with ledger.changes() as changes:``
-        (it starts on entering, so that what the block does next is seen). Each entry's
-        changes come in the order they were committed (its ``version`` grows by one with
-        each change of its state or metadata), each once. The consumer's pace holds nobody
-        up: what it has not taken yet is kept in memory.
+        It starts at its first step, or on entering (``async with ledger.changes() as c:``).
+        Each entry's changes come once each, in commit order (``version`` counts them).
 
         Args:
             keys: Only the changes of these keys.
-            states: Only changes to these states (``creating``, ``pending``, ``succeeded``...).
+            states: Only changes to these states (``pending``, ``succeeded``...).
 
         Returns:
-            An async iterator of :class:`LedgerEntry`, each as it was at its change (also an
-            async context manager; ``aclose()`` stops it).
+            An async iterator of :class:`LedgerEntry`, each as it was at its change.
 
         Raises:
             InvalidRequestError: A bad key, or an unknown state.
@@ -461,19 +375,13 @@ class Changes:
     def __init__(
         self, listener: Listener, keys: frozenset[str] | None, states: frozenset[str] | None
     ) -> None:
-        self._listener = listener
-        self._send, self._receive = anyio.create_memory_object_stream[LedgerEntry](math.inf)
-        self._subscriber = _Subscriber(keys, states, self._send)
-        self._started = False
-
-    async def _start(self) -> None:
-        if not self._started:
-            self._started = True
-            self._listener.subscribers.add(self._subscriber)
-            await self._listener.start()
+        self._listener, self._keys, self._states = listener, keys, states
+        self._streams: tuple[_Send, MemoryObjectReceiveStream[LedgerEntry]] | None = None
 
     async def __aenter__(self) -> Changes:
-        await self._start()
+        if self._streams is None:
+            self._streams = self._listener.subscribe(self._keys, self._states)
+            await self._listener.start()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -483,35 +391,18 @@ class Changes:
         return self
 
     async def __anext__(self) -> LedgerEntry:
-        await self._start()
+        await self.__aenter__()
+        assert self._streams is not None  # noqa: S101 - entered above
         try:
-            return await self._receive.receive()
+            return await self._streams[1].receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
         """Stop receiving changes. Idempotent."""
-        self._close()
-
-    def _close(self) -> None:
-        self._listener.subscribers.discard(self._subscriber)
-        self._send.close()
-        self._receive.close()
+        self.__del__()
 
     def __del__(self) -> None:
-        self._close()
-
-
-def _check_waitable(entry: LedgerEntry, listener: Listener) -> None:
-    """Raise where waiting longer cannot give a terminal entry."""
-    if listener.failure is not None:
-        raise LedgerError(f"the ledger's change listener stopped: {listener.failure}")
-    if entry.state == "unknown":
-        raise AmbiguousCreateError(entry.key, entry, entry.error)
-    if entry.kind in ("project", "videos"):
-        raise LedgerError(
-            f"ledger key {entry.key!r}: a {entry.kind} entry never becomes terminal"
-            " (wait for the keys of its tasks)"
-        )
-    if entry.state == "refused":
-        raise LedgerError(f"ledger key {entry.key!r}: its create was refused; nothing to wait for")
+        if self._streams is not None:
+            self._listener.unsubscribe(self._keys, self._streams[0])
+            self._streams[1].close()

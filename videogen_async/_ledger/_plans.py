@@ -19,7 +19,7 @@ import attrs
 
 from .._contract._exceptions import InvalidRequestError
 from .._contract._validation import check_id
-from ._metadata import check_metadata, load_metadata, merge_patch
+from ._entry import check_metadata, load_metadata, merge_patch
 from ._schema import CHANGES_KEPT, Plan, first, many, q
 
 __all__ = [

@@ -9,8 +9,7 @@ from typing import Any
 
 from .._contract._exceptions import LedgerError
 from ._creates import Creator, check_key
-from ._entry import LedgerEntry, entry_from_row
-from ._metadata import check_metadata, load_metadata
+from ._entry import LedgerEntry, check_metadata, entry_from_row, load_metadata
 from ._plans import NewEntry, add_batch_tasks, batch_entries, batch_tasks, begin_create, get
 from ._protocol import LedgerClient
 from ._store import Store
@@ -107,11 +106,9 @@ class ProjectCreates:
     ) -> list[LedgerEntry]:
         """Create a video batch of a ledger project, written ahead like every create.
 
-        The batch's own entry (kind ``videos``, key ``batch_key``) is written ``creating``
-        before the request is sent; the answer's task ids are recorded with it in one
-        transaction, as ``project_task`` entries (keys ``KEY/TASK_ID``). A batch key created
-        before returns its tasks and sends nothing; one whose create may have taken effect
-        without an answer raises ``AmbiguousCreateError`` and sends nothing.
+        The batch's entry (kind ``videos``) is ``creating`` before the request is sent; its
+        task ids are recorded with the answer in one transaction (``project_task`` entries,
+        keys ``KEY/TASK_ID``). A batch key created before returns its tasks, sending nothing.
 
         Args:
             client: The client that sends the create.

@@ -11,17 +11,11 @@ it is ``creating`` or ``unknown``, then the watcher whose lease holds it), ``bud
 ``spent``, ``reserved``, and ``unpriced``: creates in flight of unknown price), ``pacing``
 (the shared pause after a 429), ``rates`` (version 1's price per second, no longer read),
 ``watchers`` and ``classes`` (version 2: the live watchers; finish times learned per class),
-``prices`` (version 3: the highest price answered per model and duration); version 4 adds an
-entry's ``metadata`` and ``version``, ``changes`` (each change of an entry, as written by the
-triggers below, for ``_listen``), and ``destinations`` and ``outbox`` (``_dispatch``).
-Migrations only ever add; a ledger of a newer version than this SDK knows is refused.
-
-An entry's ``version`` counts its changes: every statement that changes its ``state`` or its
-``metadata`` also adds 1 to it. The triggers are the one place where a change is recorded,
-whichever statement makes it: an inserted entry, and an update of its ``version``, add a row
-to ``changes`` with the whole entry as JSON, in the same transaction; on PostgreSQL they also
-``pg_notify`` the channel :data:`CHANNEL` (one notice per transaction: PostgreSQL folds
-identical ones).
+``prices`` (version 3: the highest price answered per model and duration); version 4: an
+entry's ``metadata`` and ``version`` (each statement that changes its state or metadata adds
+1), ``changes`` (each insert and version of an entry, written by the triggers, the one place,
+in the change's transaction; on PostgreSQL with a ``pg_notify``), ``destinations`` and
+``outbox``. Migrations only ever add; a ledger of a newer version is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value

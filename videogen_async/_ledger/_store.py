@@ -24,22 +24,26 @@ written in one place, ``_claims.finish_many``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
 import anyio
 
 from .._contract._exceptions import LedgerError
-from .._http._retry import backoff_delay
+from .._http._retry import BackoffPolicy, decide_retry
 from ._plans import creating_owners, expire_creating, prune_changes
 from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
 
-__all__ = ["DatabaseUnavailable", "Engine", "Signal", "Store"]
+__all__ = ["DATABASE_BACKOFF", "DatabaseUnavailable", "Engine", "Signal", "Store", "first_of"]
 
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+#: How an operation waits out a database that does not answer: quick first retries (a killed
+#: connection is replaced at once), then up to 2 s apart; ``outage_timeout`` bounds them all.
+DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecutive_failures=None)
 
 
 class DatabaseUnavailable(LedgerError):
@@ -56,6 +60,19 @@ class Signal:
         """Wake the waiters of the current event and start a new one."""
         self.event.set()
         self.event = anyio.Event()
+
+
+async def first_of(events: Iterable[anyio.Event], seconds: float) -> None:
+    """Wait until one of ``events`` is set, or ``seconds`` passed."""
+    with anyio.move_on_after(seconds):
+        async with anyio.create_task_group() as tg:
+
+            async def one(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            for event in events:
+                tg.start_soon(one, event)
 
 
 class Engine(Protocol):
@@ -183,10 +200,18 @@ class Store:
                 tries += 1
                 if tries == 1:
                     deadline = now + self.outage_timeout
-                    timeout = self.outage_timeout
-                    logger.warning("%s; retrying for up to %g s", exc, timeout)
-                if now >= deadline:
+                    logger.warning("%s; retrying for up to %g s", exc, self.outage_timeout)
+                decision = decide_retry(
+                    exc,
+                    method="GET",
+                    failures=tries,
+                    policy=DATABASE_BACKOFF,
+                    poll=True,
+                    transient=True,
+                    remaining=deadline - now,
+                )
+                if decision.delay is None:
                     raise LedgerError(
                         f"the database did not answer for {self.outage_timeout:g} s: {exc}"
                     ) from exc
-                await anyio.sleep(min(backoff_delay(tries, initial=0.05, cap=2.0), deadline - now))
+                await anyio.sleep(decision.delay)
