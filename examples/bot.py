@@ -4,16 +4,19 @@ Users send messages (``/video <prompt>``) to the bot's inbox; the bot answers ea
 their own queue. One ``AsyncVideoGen`` client serves everyone:
 
 * each request's task is created through a ledger (``videogen_async.Ledger``), keyed by the
-  user and the request's id: the task id and its owner are written to the ledger before the
-  user hears "on it", and a request delivered twice is created once;
-* a watcher of the ledger waits on every pending task (one poll schedule for all of them,
-  ``gather_until_done``) and each finished task is routed back to its owner, read from the
-  entry's key.
+  user and the request's id, its owner in the entry's metadata: the task id and its owner are
+  written to the ledger before the user hears "on it", and a request delivered twice is
+  created once;
+* a watcher of the ledger polls every pending task (one poll schedule for all of them,
+  ``gather_until_done``) and records each result in the ledger;
+* the request's handler waits for its own video (``Ledger.wait``: the ledger tells it,
+  whichever bot process's watcher recorded the result), tells its owner, and notes in the
+  entry's metadata that the owner was told.
 
-A restart loses nothing: the owners live in the ledger, not in memory, so the watcher of the
-restarted bot picks up the tasks created before and tells their owners. Several bot
-processes can share one ledger (``--ledger postgresql://...``); each task is then polled by
-one of them.
+A restart loses nothing: the owners live in the ledger, not in memory, so the restarted bot
+picks up the videos it started and not yet told (``Ledger.entries(metadata=...)``), waits for
+them again and tells their owners. Several bot processes can share one ledger
+(``--ledger postgresql://...``); each task is then polled by one of them.
 
 Here the users are simulated (``--users``, ``--videos``); in a real bot ``inbox`` is fed by
 the chat platform's webhook or socket and ``reply`` posts to it::
@@ -45,12 +48,15 @@ from videogen_async import (
     AsyncVideoGen,
     Ledger,
     LedgerEntry,
+    LedgerError,
     VideoGenError,
 )
 from videogen_async.testing import SandboxServer
 
 KEY_PREFIX = "bot/"
 """The ledger keys of the bot: ``bot/USER/REQUEST_ID``."""
+BOT = "videobot"
+"""The bot's name in the metadata of its entries: ``{"bot": BOT, "user": ..., "told": ...}``."""
 
 
 @attrs.frozen
@@ -62,11 +68,7 @@ class Message:
     request_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
 
 
-def owner_of(key: str) -> str | None:
-    """The user of a bot's ledger key (``None``: not a key of the bot)."""
-    if not key.startswith(KEY_PREFIX):
-        return None
-    return key[len(KEY_PREFIX) :].rpartition("/")[0] or None
+UNSURE = "I could not tell whether your video was started; please ask again later"
 
 
 @attrs.frozen
@@ -94,6 +96,7 @@ class VideoBot:
         self.inbox: asyncio.Queue[Message] = asyncio.Queue()
         self.outboxes: dict[str, asyncio.Queue[Reply]] = {}
         self._creates = anyio.CapacityLimiter(max_creates)
+        self._waiting: set[str] = set()
 
     def outbox(self, user: str) -> asyncio.Queue[Reply]:
         """The queue of the bot's replies to ``user``."""
@@ -107,6 +110,9 @@ class VideoBot:
         """Serve until cancelled: answer the inbox, and tell owners of finished tasks."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch)
+            # Videos this bot started before a restart, their owners not told yet.
+            async for entry in self.ledger.entries(metadata={"bot": BOT, "told": False}):
+                tg.start_soon(self._tell, entry)
             while True:
                 message = await self.inbox.get()
                 tg.start_soon(self._handle, message)
@@ -117,29 +123,49 @@ class VideoBot:
             self.reply(message.user, Reply("send /video <what you want to see>", final=True))
             return
         key = f"{KEY_PREFIX}{message.user}/{message.request_id}"
+        metadata = {"bot": BOT, "user": message.user, "told": False}
         try:
             async with self._creates:
-                entry = await self.ledger.create_task(self.client, prompt, key=key)
+                entry = await self.ledger.create_task(
+                    self.client, prompt, key=key, metadata=metadata
+                )
         except AmbiguousCreateError:
-            text = "I could not tell whether your video was started; please ask again later"
-            self.reply(message.user, Reply(text, final=True))
+            self.reply(message.user, Reply(UNSURE, final=True))
             return
         except VideoGenError as exc:
             self.reply(message.user, Reply(f"sorry, that did not work: {exc}", final=True))
             return
         self.reply(message.user, Reply(f"on it: {prompt.strip()!r}", task_id=entry.task_id))
+        await self._tell(entry)
+
+    async def _tell(self, entry: LedgerEntry) -> None:
+        """Wait for a video, whichever process records it; tell its owner, once."""
+        user = entry.metadata.get("user")
+        if not isinstance(user, str) or entry.key in self._waiting or entry.metadata.get("told"):
+            return  # not the bot's, waited for already, or told already
+        self._waiting.add(entry.key)
+        try:
+            entry = await self.ledger.wait(entry.key)
+        except AmbiguousCreateError:
+            self.reply(user, Reply(UNSURE, final=True))
+        except LedgerError:
+            pass  # its create was refused: its owner was told then
+        else:
+            self._notify(user, entry)
+        finally:
+            self._waiting.discard(entry.key)
+        await self.ledger.update_metadata(entry.key, {"told": True})
 
     async def _watch(self) -> None:
-        """Wait on every pending task of the ledger (with the other bots); tell the owners."""
+        """Poll every pending task of the ledger (with the other bots): the waits hear."""
         async with self.ledger.watch(self.client) as finished:
-            async for entry in finished:
-                self._notify(entry)
+            async for _ in finished:
+                pass
 
-    def _notify(self, entry: LedgerEntry) -> None:
-        user = owner_of(entry.key)
+    def _notify(self, user: str, entry: LedgerEntry) -> None:
         task = entry.task
-        if user is None or task is None:
-            return  # not one of the bot's entries
+        if task is None:
+            return
         if task.is_succeeded:
             self.reply(
                 user,

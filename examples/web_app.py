@@ -10,7 +10,11 @@ work) waits on every pending task and records its result. Two routes:
   answers ``201`` with its ``id`` (a ``request_id`` field in the body makes the create
   idempotent: a client that retries after a timeout gets the same video, not a second one);
 * ``GET /videos/{id}`` answers the task's status, and its video URL once it has succeeded;
-  ``?wait=10`` waits up to 10 seconds for the watcher to record its result first.
+  ``?wait=10`` waits up to 10 seconds for its result, recorded by whichever worker's
+  watcher saw it (``Ledger.wait``: pushed by the ledger, no request to the service).
+
+Run as many workers as you like on one ledger; ``--no-watch`` makes a worker only serve (the
+other processes of the ledger poll), as in a deployment with a watcher process of its own.
 
 The ledger is ``$VIDEOGEN_LEDGER`` (a file path, or ``postgresql://...`` for workers on many
 machines), else ``web_app.ledger.db``; with the local sandbox, a temporary file.
@@ -52,6 +56,7 @@ from videogen_async import (
     RateLimitError,
     Task,
     VideoGenError,
+    WaitTimeoutError,
 )
 from videogen_async.testing import SandboxServer
 
@@ -59,7 +64,7 @@ CLIENT = web.AppKey("videogen_client", AsyncVideoGen)
 SANDBOX = web.AppKey("videogen_sandbox", SandboxServer)
 LEDGER = web.AppKey("videogen_ledger", Ledger)
 LEDGER_URL = web.AppKey("videogen_ledger_url", str)
-RECORDED = web.AppKey("videogen_recorded", dict)  # {"event": an asyncio.Event set per result}
+WATCH = web.AppKey("videogen_watch", bool)
 KEY_PREFIX = "web/"
 
 # The fields of POST /videos passed on to client.tasks.create (the SDK checks their values).
@@ -102,23 +107,21 @@ async def videogen_ledger(app: web.Application) -> AsyncIterator[None]:
     if where is None and SANDBOX in app:  # the sandbox's tasks end with it: a scratch file
         scratch = await anyio.to_thread.run_sync(tempfile.mkdtemp)
         where = os.path.join(scratch, "web_app.ledger.db")
-    recorded: dict[str, asyncio.Event] = {"event": asyncio.Event()}
-    app[RECORDED] = recorded
     try:
         async with Ledger.open(where or "web_app.ledger.db") as ledger:
             app[LEDGER] = ledger
 
             async def watch() -> None:
                 async with ledger.watch(app[CLIENT]) as finished:
-                    async for _ in finished:  # the watcher wrote the result to the ledger
-                        recorded["event"].set()
-                        recorded["event"] = asyncio.Event()
+                    async for _ in finished:  # each result is in the ledger: the waits hear it
+                        pass
 
-            watcher = asyncio.create_task(watch())
+            watcher = asyncio.create_task(watch()) if app.get(WATCH, True) else None
             yield
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
     finally:
         if scratch is not None:
             await anyio.to_thread.run_sync(shutil.rmtree, scratch)
@@ -221,10 +224,11 @@ async def get_video(request: web.Request) -> web.Response:
     entry = await app[LEDGER].get(key)
     if entry is None or entry.task_id is None:
         return error_json(404, "no such video")
-    with anyio.move_on_after(max(wait, 0.0)):
-        while not entry.is_terminal:  # the watcher records the result; wake up when it does
-            await app[RECORDED]["event"].wait()
-            entry = await app[LEDGER].get(key) or entry
+    if wait > 0 and not entry.is_terminal:
+        # Recorded by any worker's watcher, the result reaches every waiting worker; still
+        # running at the deadline, the video is answered as it is now.
+        with contextlib.suppress(WaitTimeoutError):
+            entry = await app[LEDGER].wait(key, timeout=wait)
     return web.json_response(await entry_json(app, entry))
 
 
@@ -236,7 +240,10 @@ async def entry_json(app: web.Application, entry: LedgerEntry) -> dict[str, Any]
 
 
 def make_app(
-    *, sandbox: dict[str, Any] | None = None, ledger: str | os.PathLike[str] | None = None
+    *,
+    sandbox: dict[str, Any] | None = None,
+    ledger: str | os.PathLike[str] | None = None,
+    watch: bool = True,
 ) -> web.Application:
     """Build the app.
 
@@ -245,11 +252,13 @@ def make_app(
             the service named by ``VIDEOGEN_BASE_URL`` / ``VIDEOGEN_API_KEY``.
         ledger: The ledger's file path or URL (``None``: ``$VIDEOGEN_LEDGER``, else
             ``web_app.ledger.db``; a temporary file with the local sandbox).
+        watch: Run a watcher in this worker (``False``: other processes of the ledger do).
 
     Returns:
         The application.
     """
     app = web.Application(middlewares=[service_errors])
+    app[WATCH] = watch
     if ledger is not None:
         app[LEDGER_URL] = os.fspath(ledger)
     if sandbox is not None:
@@ -271,9 +280,15 @@ def main(argv: list[str] | None = None) -> None:
         default=0.1,
         help="speed of the local sandbox when VIDEOGEN_BASE_URL is not set (0.1: 10x)",
     )
+    parser.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="only serve: the other processes of the ledger poll the pending videos",
+    )
     args = parser.parse_args(argv)
     sandbox = None if os.environ.get("VIDEOGEN_BASE_URL") else {"time_scale": args.time_scale}
-    web.run_app(make_app(sandbox=sandbox), host=args.host, port=args.port)
+    app = make_app(sandbox=sandbox, watch=not args.no_watch)
+    web.run_app(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import asyncio
 import importlib.util
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import aiohttp
 import anyio
 import pytest
 from aiohttp import web
@@ -222,6 +225,52 @@ async def test_web_app_restarted_serves_the_result_of_a_task_created_before(
         entry = await ledger.get("web/r-1")
     assert entry is not None
     assert entry.state == "succeeded"
+
+
+@asynccontextmanager
+async def _web_worker(env: dict[str, str], *options: str) -> AsyncIterator[str]:
+    """``examples/web_app.py`` as a process of its own; its base URL once it serves."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, str(EXAMPLES / "web_app.py"), "--port", str(port), *options]
+    process = await anyio.open_process(command, env=env, stderr=subprocess.STDOUT)
+    try:
+        assert process.stdout is not None
+        said = b""
+        with anyio.fail_after(30):
+            while b"Running on" not in said:
+                said += await process.stdout.receive()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGINT)  # a clean stop: its ledger and client closed
+        with anyio.fail_after(30):
+            await process.aclose()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the workers are stopped with SIGINT")
+async def test_web_app_workers_hear_of_a_result_recorded_by_another(tmp_path: Path) -> None:
+    # Two workers on one ledger file: the second only serves (it runs no watcher), so its
+    # ?wait can only end early by hearing, through the ledger, of what the first recorded.
+    async with SandboxServer(time_scale=0.2, task_duration=10.0, seed=7) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
+        env |= {"VIDEOGEN_BASE_URL": server.base_url, "VIDEOGEN_API_KEY": server.api_key}
+        env |= {"VIDEOGEN_LEDGER": str(tmp_path / "web.db"), "PYTHONUNBUFFERED": "1"}
+        async with (
+            _web_worker(env) as first,
+            _web_worker(env, "--no-watch") as second,
+            aiohttp.ClientSession() as http,
+        ):
+            body = {"prompt": "a paper boat", "request_id": "r-1"}
+            async with http.post(f"{first}/videos", json=body) as created:
+                assert created.status == 201
+                task_id = (await created.json())["task_id"]
+            async with http.get(f"{second}/videos/r-1", params={"wait": "20"}) as served:
+                answer = await served.json()
+        assert server.task_ids == (task_id,)
+    assert answer["status"] == "succeeded"
+    assert answer["recorded"] is True  # from the ledger: its wait did not run out
+    assert answer["task_id"] == task_id
 
 
 async def test_web_app_uses_the_service_from_the_environment(

@@ -29,14 +29,19 @@ class Creator:
         cls, url: str, base_url: str, api_key: str, cap: float | None, *keys: str
     ) -> Creator:
         """Start one; it opens the ledger and waits for :meth:`go`."""
+        args = (url, base_url, api_key, "-" if cap is None else str(cap), *keys)
+        return await cls.script(CREATOR, *args)
+
+    @classmethod
+    async def script(cls, script: Path, *args: str, ready: str = "ready") -> Creator:
+        """Start ``python SCRIPT ARGS...``; return once it printed the line ``ready``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_API")}
         env["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(Path.cwd())])
-        command = [sys.executable, str(CREATOR), url, base_url, api_key]
-        command += ["-" if cap is None else str(cap), *keys]
+        command = [sys.executable, str(script), *args]
         process = await anyio.open_process(command, env=env, stderr=subprocess.STDOUT)
-        creator = cls(process)
-        await creator.expect(lambda line: line == "ready")
-        return creator
+        child = cls(process)
+        await child.expect(lambda line: line == ready)
+        return child
 
     async def go(self) -> None:
         """Let it create its keys."""
@@ -63,10 +68,10 @@ class Creator:
         """Wait for it to end; its lines."""
         with contextlib.suppress(AssertionError):  # it ended
             await self.expect(lambda line: False)
-        await self.process.wait()
+        await self.process.aclose()
         return self.lines
 
     async def kill(self) -> None:
         """SIGKILL it (it dies between two statements, its locks released by the system)."""
         self.process.send_signal(signal.SIGKILL)
-        await self.process.wait()
+        await self.process.aclose()

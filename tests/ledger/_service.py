@@ -1,9 +1,10 @@
 """A video service of the tests' own, for faults from inside its handlers.
 
-It answers creates and status queries in the service's envelope, counts what it was sent
-(the server-side truth: POSTs, credits charged, ids handed out), and runs the test's hook
-inside each POST handler before it answers: a database crashed, connections killed, a disk
-filled while the create is at the service. ``answer_id`` makes it hand out hostile ids.
+It answers creates (of tasks, of projects and of their video batches) and status queries in
+the service's envelope, counts what it was sent (the server-side truth: POSTs and their
+bodies, credits charged, ids handed out), and runs the test's hook inside each POST handler
+before it answers: a database crashed, connections killed, a disk filled while the create is
+at the service. ``answer_id`` makes it hand out hostile ids.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aiohttp import web
 from videogen_async import AsyncVideoGen
 
 CREATE = "/v1/video/videomodel-2"
+PROJECTS = "/v1/video/viral-ads-clone"
 NOW = "2026-01-01T00:00:00Z"
 
 
@@ -49,6 +51,9 @@ class Service:
         self.polls_to_finish = polls_to_finish
         self.create_status = create_status
         self.posts = 0
+        self.bodies: list[Any] = []
+        self.requests: list[web.Request] = []
+        self.answered = 0
         self.charged = 0.0
         self.ids: list[Any] = []
         self.polls: collections.Counter[str] = collections.Counter()
@@ -57,8 +62,10 @@ class Service:
         self.base_url = ""
 
     async def __aenter__(self) -> Service:
-        app = web.Application()
+        app = web.Application(middlewares=[self._sent])
         app.router.add_post(CREATE, self._create)
+        app.router.add_post(PROJECTS, self._create)
+        app.router.add_post(PROJECTS + "/{project_id}/videos", self._create)
         app.router.add_get("/v1/tasks", self._status)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -89,8 +96,20 @@ class Service:
         body = {"code": code, "trace_id": uuid.uuid4().hex, "message": None, "data": data}
         return web.json_response(body, status=status)
 
+    @web.middleware
+    async def _sent(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Count a POST as answered once its whole answer was handed to the connection."""
+        response: web.StreamResponse = await handler(request)
+        if request.method == "POST":
+            await response.prepare(request)
+            await response.write_eof()
+            self.answered += 1
+            self._touch()
+        return response
+
     async def _create(self, request: web.Request) -> web.Response:
-        await request.read()
+        self.bodies.append(await request.json() if await request.read() else None)
+        self.requests.append(request)
         self.posts += 1
         number = self.posts
         self._touch()
@@ -101,6 +120,17 @@ class Service:
             self._touch()
         if self.create_status != 200:
             return self._answer(None, code=self.create_status, status=self.create_status)
+        if request.path.endswith("/videos"):  # a video batch: two tasks
+            task_ids = [self.answer_id(number), self.answer_id(number)]
+            self.ids += task_ids
+            self._touch()
+            project_id = request.match_info["project_id"]
+            return self._answer({"project_id": project_id, "task_ids": task_ids})
+        if request.path == PROJECTS:
+            self.charged += 10.0
+            return self._answer(
+                {"project_id": f"p-{number}", "status": "draft", "credits_cost": 10}
+            )
         task_id = self.answer_id(number)
         self.ids.append(task_id)
         self.charged += self.price

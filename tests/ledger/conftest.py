@@ -23,10 +23,14 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from ._hooks import Receiver
 
 ENABLE_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl) not found: install PostgreSQL"
@@ -177,6 +181,16 @@ def fault_url(fault_cluster: Cluster) -> Iterator[str]:
     if subprocess.run(fault_cluster._command("pg_ctl", "-D", fault_cluster.data, "status"),  # noqa: S603
                       capture_output=True, check=False).returncode:  # fmt: skip
         subprocess.run(fault_cluster._start_command(), capture_output=True, check=True)  # noqa: S603
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A webhook receiver checking deliveries with the ``standardwebhooks`` package."""
+    pytest.importorskip("standardwebhooks", reason="pip install standardwebhooks (test extra)")
+    from ._hooks import serve
+
+    async with serve() as found:
+        yield found
 
 
 @pytest.fixture(autouse=True)

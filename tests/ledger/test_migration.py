@@ -1,7 +1,8 @@
-"""A ledger of schema version 2, made by the earlier version's own statements, migrates to 3.
+"""A ledger of schema version 2, made by the earlier version's own statements, migrates to 4.
 
-The migration only adds (the ``prices`` table); every entry, the budget and the learned
-classes are kept, and the ledger is used as any other: creates priced under a cap, watchers.
+The migrations only add (the ``prices`` table; an entry's metadata and version, the changes,
+the outbox); every entry, the budget and the learned classes are kept, and the ledger is used
+as any other: creates priced under a cap, watchers, waits and metadata.
 A ``creating`` entry of an earlier version's creator (which held no liveness lock) is left to
 its lease.
 """
@@ -90,9 +91,15 @@ async def test_a_v2_ledger_migrates_and_keeps_everything(ledger_url: str) -> Non
             with anyio.fail_after(30):
                 async with ledger.watch(client, claim_interval=0.05) as finished:
                     done = sorted([(await finished.__anext__()).key for _ in range(2)])
+                old = await ledger.wait("old")
+                tagged = await ledger.update_metadata("old", {"tenant": "acme"})
+                found = [entry.key async for entry in ledger.entries(metadata={"tenant": "acme"})]
             version = await _version(ledger_url)
-    assert version == "3"
+    assert version == "4"
+    assert (old.state, old.version) == ("succeeded", 1)
+    assert (tagged.metadata, tagged.version, found) == ({"tenant": "acme"}, 2, ["old"])
     assert (before["old"].state, before["old"].task_id) == ("pending", "old-id")
+    assert (before["old"].metadata, before["old"].version) == ({}, 0)
     assert before["flight"].state == "creating"  # no liveness lock: its lease decides
     assert created.state == "pending"
     assert summary["spent"] == 16

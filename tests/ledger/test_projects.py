@@ -1,9 +1,25 @@
-"""Projects through the ledger: the project id and every task id of its batches are kept."""
+"""Projects through the ledger: the project id and every task id of its batches are kept.
+
+A video batch charges credits: its create is written ahead like every other, its task ids
+recorded with its answer in one transaction, its key idempotent.
+"""
 
 from __future__ import annotations
 
-from videogen_async import Ledger
+import sqlite3
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from videogen_async import AmbiguousCreateError, Ledger
 from videogen_async.testing import SandboxServer
+
+from ._procs import Creator
+from ._service import Service
+
+BATCHER = Path(__file__).with_name("_batcher.py")
 
 REFERENCE = "https://cdn.example.com/ref.mp4"
 PRODUCTS = ["https://cdn.example.com/p1.png"]
@@ -47,3 +63,59 @@ async def test_project_and_its_batch_are_recorded_and_watched(ledger_url: str) -
             assert all(e.is_terminal for e in done)
             summary = await ledger.summary()
             assert summary["reserved"] == 0
+
+
+async def test_a_video_batch_is_written_ahead_once_with_the_projects_metadata(
+    ledger_url: str,
+) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        await ledger.create_project(
+            client, REFERENCE, PRODUCTS, key="ad", metadata={"tenant": "acme", "run": 1}
+        )
+        tasks = await ledger.create_videos(client, "ad", batch_key="b1", metadata={"run": 2})
+        again = await ledger.create_videos(client, "ad", batch_key="b1", metadata={"run": 3})
+        batch = await ledger.get("b1")
+        other = await ledger.create_videos(client, "ad")
+        tenants = [e.key async for e in ledger.entries(metadata={"tenant": "acme"})]
+    assert service.posts == 3  # the project, b1 once, the batch without a key
+    assert again == tasks
+    assert sorted(t.task_id for t in tasks) == sorted(service.ids[:2])
+    assert all(t.kind == "project_task" and t.state == "pending" for t in tasks)
+    assert all(t.metadata == {"tenant": "acme", "run": 2} for t in tasks)
+    assert batch is not None
+    assert (batch.kind, batch.state, batch.project_id) == ("videos", "created", "p-1")
+    assert sorted(t.task_id for t in other) == sorted(service.ids[2:])
+    assert len(tenants) == 1 + 1 + 2 + 1 + 2  # the project, two batches and their tasks
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the process is killed with SIGKILL")
+async def test_a_batch_killed_between_its_answer_and_its_record_is_never_sent_again(
+    sqlite_url: str,
+) -> None:
+    holder: list[sqlite3.Connection] = []
+
+    def hold_the_file() -> None:  # every write of the ledger now waits
+        conn = sqlite3.connect(sqlite_url, isolation_level=None, check_same_thread=False)
+        conn.execute("BEGIN IMMEDIATE")
+        holder.append(conn)
+
+    async def on_post(number: int) -> None:
+        if number == 2:  # the batch, written ahead: its answer cannot be recorded
+            await anyio.to_thread.run_sync(hold_the_file)
+
+    async with Service(on_post=on_post) as service:
+        child = await Creator.script(BATCHER, sqlite_url, service.base_url)
+        await child.go()
+        with anyio.fail_after(30):
+            await service.wait_until(lambda: service.answered == 2)
+        await child.kill()
+        holder[0].rollback()
+        holder[0].close()
+        async with service.client() as client, Ledger.open(sqlite_url) as ledger:
+            with pytest.raises(AmbiguousCreateError) as caught:
+                await ledger.create_videos(client, "ad", batch_key="b1")
+            batch = await ledger.get("b1")
+    assert service.posts == 2  # the retry sent nothing: the batch may have been charged
+    assert caught.value.key == "b1"
+    assert batch is not None
+    assert (batch.kind, batch.state) == ("videos", "unknown")

@@ -1,25 +1,32 @@
-"""``videogen ledger list|summary URL``: what a ledger holds (no API key needed).
+"""``videogen ledger list|summary|dispatch URL``: what a ledger holds, and its webhooks.
 
 ``list`` shows the entries (``--state`` keeps those of one or more states, ``--kind`` those of
-one kind); ``summary`` counts them per state with the credits spent and reserved. Both only
-read the ledger: nothing is sent to the service and nothing is written.
+one kind); ``summary`` counts them per state with the credits spent and reserved (per value of
+a metadata key with ``--group-by``) and the deliveries of each destination. Both only read
+the ledger: nothing is sent to the service and nothing is written. ``dispatch`` delivers each
+terminal entry to a signed webhook until Ctrl-C (or ``--stop-when-idle``); its secret is read
+from an environment variable, never from the command line (which ``ps`` shows to everyone).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
 
-from .._contract._exceptions import LedgerError
+from .._contract._exceptions import InvalidRequestError, LedgerError
+from .._http._webhooks import webhook
 from .._ledger import Ledger, LedgerEntry
 from ._batch_report import redact_url
 from ._batch_store import is_old_journal, sqlite_path
-from ._common import EXIT_OK, EXIT_USAGE, Context, fmt_credits
+from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, fmt_credits
 
-__all__ = ["LEDGER_STATES", "cmd_ledger_list", "cmd_ledger_summary"]
+__all__ = ["LEDGER_STATES", "cmd_ledger_dispatch", "cmd_ledger_list", "cmd_ledger_summary"]
 
-LEDGER_STATES = ("creating", "unknown", "refused", "pending", "succeeded", "failed", "error")
+LEDGER_STATES = (
+    *("creating", "unknown", "refused", "pending", "created", "succeeded", "failed", "error"),
+)
 """Every state of a ledger entry (the choices of ``--state``; ``LedgerEntry.state``)."""
 
 
@@ -104,8 +111,8 @@ async def cmd_ledger_summary(ctx: Context) -> int:
         return EXIT_USAGE
     try:
         async with Ledger.open(args.url) as ledger:
-            summary = await ledger.summary()
-    except LedgerError as exc:
+            summary = await ledger.summary(group_by=args.group_by)
+    except (LedgerError, InvalidRequestError) as exc:
         ctx.ui.error(f"ledger {redact_url(str(args.url))}: {exc}")
         return EXIT_USAGE
     counts = {state: int(summary["states"].get(state, 0)) for state in LEDGER_STATES}
@@ -113,6 +120,13 @@ async def cmd_ledger_summary(ctx: Context) -> int:
     reserved = float(summary["reserved"] or 0.0)
     total = sum(counts.values())
     result = {"states": counts, "entries": total, "spent": spent, "reserved": reserved}
+    result["destinations"] = summary["destinations"]
+    groups = [
+        {"value": value, "entries": sum(group["states"].values()), **group}
+        for value, group in summary.get("groups", {}).items()
+    ]
+    if args.group_by is not None:
+        result["groups"] = groups
     if ctx.ui.json_mode:
         ctx.ui.emit_json(result)
         return EXIT_OK
@@ -121,6 +135,14 @@ async def cmd_ledger_summary(ctx: Context) -> int:
         f"{total} entries; {fmt_credits(spent)} credits spent,"
         f" {fmt_credits(reserved)} reserved by creates in flight"
     )
+    for g in groups:
+        ctx.ui.print(
+            f"{args.group_by} {g['value']}: {g['entries']}, {fmt_credits(g['spent'])} credits"
+        )
+    for name, d in summary["destinations"].items():
+        ctx.ui.print(
+            f"{name}: {d['delivered']} delivered, {d['pending']} pending, {d['dead']} dead"
+        )
     if counts["unknown"]:
         ctx.ui.note(
             f"{counts['unknown']} entr{'y has' if counts['unknown'] == 1 else 'ies have'} an"
@@ -128,3 +150,44 @@ async def cmd_ledger_summary(ctx: Context) -> int:
             " unknown`)"
         )
     return EXIT_OK
+
+
+async def cmd_ledger_dispatch(ctx: Context) -> int:
+    """``videogen ledger dispatch URL --webhook URL --secret-env NAME [--name NAME]``."""
+    args = ctx.args
+    secret = os.environ.get(args.secret_env, "")
+    if not secret.strip():
+        ctx.ui.error(
+            f"--secret-env {args.secret_env}: no such environment variable (export it with the"
+            " destination's whsec_... secret)"
+        )
+        return EXIT_USAGE
+    try:
+        deliver = webhook(args.webhook, secret)
+    except InvalidRequestError as exc:
+        option = "--secret-env" if exc.field == "secret" else "--webhook"
+        ctx.ui.error(f"{option}: {exc.rule}")
+        return EXIT_USAGE
+    if not await _check_file(ctx, str(args.url)):
+        return EXIT_USAGE
+    shown = redact_url(str(args.url))
+    try:
+        async with Ledger.open(args.url) as ledger:
+            with anyio.CancelScope() as scope:
+                ctx.stop_on_interrupt(scope.cancel)
+                ctx.ui.note(f"delivering the terminal entries of {shown} to {deliver!r} as"
+                            f" {args.name!r} (Ctrl-C stops)")  # fmt: skip
+                await ledger.dispatch(
+                    args.name, deliver, backlog=args.backlog, stop_when_idle=args.stop_when_idle
+                )
+            totals = (await ledger.summary())["destinations"].get(args.name)
+            totals = totals or dict.fromkeys(("pending", "delivered", "dead"), 0)
+    except (LedgerError, InvalidRequestError) as exc:
+        ctx.ui.error(f"ledger {shown}: {exc}")
+        return EXIT_USAGE if isinstance(exc, InvalidRequestError) else EXIT_SOME_FAILED
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json({"destination": args.name, **totals})
+    else:
+        ctx.ui.print(f"{args.name}: {totals['delivered']} delivered, {totals['pending']} pending,"
+                     f" {totals['dead']} dead")  # fmt: skip
+    return EXIT_SOME_FAILED if totals["dead"] else EXIT_OK

@@ -14,7 +14,7 @@ from ._batch import cmd_batch
 from ._completion import cmd_completion
 from ._doctor import add_doctor_parser
 from ._help import EPILOGS
-from ._ledger import LEDGER_STATES, cmd_ledger_list, cmd_ledger_summary
+from ._ledger import LEDGER_STATES, cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
 from ._projects import (
     cmd_project_create,
     cmd_project_download,
@@ -303,7 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
         "examples:\n  videogen ledger summary prompts.journal.sqlite\n"
         "  videogen ledger list prompts.journal.sqlite --state unknown\n"
         "  videogen --json ledger list postgresql://u:p@db:5432/videos --state pending\n"
-        "Only reads the ledger: no API key needed, nothing sent or written.",
+        "  videogen ledger summary videos.db --group-by tenant\n"
+        "  APP_HOOK_SECRET=whsec_... videogen ledger dispatch videos.db \\\n"
+        "      --webhook https://app.example/hooks/video --secret-env APP_HOOK_SECRET\n"
+        "list and summary only read the ledger: no API key needed, nothing sent or written.",
     )
     ledger_actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
     ledger_actions.required = True
@@ -327,7 +330,32 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[output],
     )
     p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+    p.add_argument("--group-by", metavar="KEY", help="also count per value of this metadata key")
     p.set_defaults(func=cmd_ledger_summary)
+    p = ledger_actions.add_parser(
+        "dispatch",
+        help="deliver each terminal entry to a signed webhook (Standard Webhooks)",
+        formatter_class=_FMT,
+        parents=[output],
+    )
+    p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+    p.add_argument("--webhook", required=True, metavar="URL", help="the receiver, http(s)://")
+    p.add_argument(
+        "--secret-env",
+        required=True,
+        metavar="NAME",
+        help="the environment variable holding the destination's whsec_... secret",
+    )
+    p.add_argument("--name", default="webhook", help="the destination's name (default: webhook)")
+    p.add_argument(
+        "--backlog", action="store_true", help="also deliver what was terminal before its first use"
+    )
+    p.add_argument(
+        "--stop-when-idle",
+        action="store_true",
+        help="stop once nothing is left to deliver and no entry may still finish",
+    )
+    p.set_defaults(func=cmd_ledger_dispatch)
 
     # project
     project = command("project", "viral ad clone projects: script, then videos", EPILOGS["project"])

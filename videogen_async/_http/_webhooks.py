@@ -49,11 +49,13 @@ _EXCERPT = 512
 _RESERVED = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"})
 
 
-class _Entry(Protocol):
-    key: str
-    state: str
-    finished_at: datetime | None
-
+class _Entry(Protocol):  # read-only members: a frozen LedgerEntry has them
+    @property
+    def key(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
     def to_dict(self) -> dict[str, Any]: ...
 
 

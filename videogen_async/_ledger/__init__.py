@@ -7,6 +7,7 @@ through asyncpg (the ``videogen-async[postgres]`` extra).
 
 from ._api import Ledger, LedgerOpener
 from ._entry import LedgerEntry
+from ._listen import Changes
 from ._watch import Watch
 
-__all__ = ["Ledger", "LedgerEntry", "LedgerOpener", "Watch"]
+__all__ = ["Changes", "Ledger", "LedgerEntry", "LedgerOpener", "Watch"]

@@ -6,7 +6,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -15,10 +15,14 @@ from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._contract._service import TASK_REQUEST
 from .._contract._validation import validate_task_request
-from ._creates import Creator, PriceEstimate, check_key, unpollable
+from .._http._options import CallOptions
+from ._creates import Creator, PriceEstimate, check_key
+from ._dispatch import Dispatches
 from ._engines import engine_for
-from ._entry import LedgerEntry, entry_from_row
-from ._plans import NewEntry, add_batch_tasks, begin_create, get, page, restart_unknown, summary
+from ._entry import LedgerEntry, check_metadata, entry_from_row
+from ._listen import Listener, Waits
+from ._plans import NewEntry, begin_create, get, page, restart_unknown, summary, update_metadata
+from ._projects import ProjectCreates
 from ._protocol import LedgerClient
 from ._spool import Spool
 from ._store import Engine, Store
@@ -31,9 +35,10 @@ __all__ = ["Ledger", "LedgerOpener"]
 
 DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
+_CALL_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
-class Ledger(AsyncClosing):
+class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
     """A durable record of every task created through it, shared by processes and machines.
 
     Open it with :meth:`open`::
@@ -48,6 +53,7 @@ class Ledger(AsyncClosing):
     def __init__(self, store: Store, creator: Creator) -> None:
         self._store = store
         self._creator = creator
+        self._listener: Listener | None = None
 
     @staticmethod
     def open(
@@ -106,6 +112,7 @@ class Ledger(AsyncClosing):
         prompt: str,
         *,
         key: str | None = None,
+        metadata: dict[str, Any] | None = None,
         **task_fields: Any,
     ) -> LedgerEntry:
         """Create a task through the ledger: written before it is sent, its id the moment known.
@@ -115,15 +122,18 @@ class Ledger(AsyncClosing):
             prompt: The prompt.
             key: Makes the create idempotent across every process of the ledger: a key already
                 created returns its entry and sends nothing. ``None``: a fresh random key.
+            metadata: A JSON object kept with the entry (at most 16 KiB, 8 levels deep).
             **task_fields: The other fields of ``client.tasks.create`` (``model``,
-                ``duration``, ``ratio``, ``function_mode``, ``image_urls``, ...).
+                ``duration``, ...), and its per-call options (``extra_body``, kept for a
+                :meth:`resend` and read for the price; ``extra_headers``, ``timeout``...).
 
         Returns:
             The entry: ``pending`` with its ``task_id`` (or, for a key created before, as the
             ledger holds it; ``refused`` keys are sent again).
 
         Raises:
-            InvalidRequestError: A field (or the key) breaks a rule; nothing was written.
+            InvalidRequestError: A field (the key, the metadata) breaks a rule; nothing was
+                written.
             AmbiguousCreateError: This key's create (now or earlier) may have taken effect and
                 its id is unknown (or cannot be polled); nothing more is sent (see
                 :meth:`resend`).
@@ -134,13 +144,20 @@ class Ledger(AsyncClosing):
                 where).
         """
         key = check_key(key) if key is not None else uuid.uuid4().hex
+        meta = check_metadata(metadata)
+        options = {name: task_fields.pop(name) for name in _CALL_OPTIONS if name in task_fields}
+        extra = CallOptions.of(options).extra_body or {}
         body = validate_task_request({"prompt": prompt, **task_fields})
-        fields = {name: value for name, value in body.items() if name != "prompt"}
-        model = str(body.get("model") or DEFAULT_MODEL)
-        duration = int(body.get("duration") or DEFAULT_DURATION)
-        new = NewEntry(key, "task", json.dumps(body, sort_keys=True), model, duration)
+        model = str(extra.get("model") or body.get("model") or DEFAULT_MODEL)
+        duration = extra.get("duration") or body.get("duration") or DEFAULT_DURATION
+        if isinstance(duration, bool) or not isinstance(duration, int):
+            rule = "its duration must be a whole number of seconds (the ledger prices by it)"
+            raise InvalidRequestError("extra_body", rule)
+        request = json.dumps({**body, "extra_body": extra} if extra else body, sort_keys=True)
+        new = NewEntry(key, "task", request, model, duration, metadata=meta)
         estimate = self._creator.estimate(model, duration)
-        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        send = lambda: client.tasks.create(body["prompt"], **fields, **options)  # noqa: E731
         return await self._creator.create(begin_create, new, key, estimate, send)
 
     async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
@@ -176,102 +193,6 @@ class Ledger(AsyncClosing):
         send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
         return await self._creator.create(restart_unknown, key, key, estimate, send)
 
-    async def create_project(
-        self,
-        client: LedgerClient,
-        reference_video_url: str,
-        product_image_urls: Sequence[str],
-        *,
-        key: str | None = None,
-        script_credits: float = 10.0,
-        **project_fields: Any,
-    ) -> LedgerEntry:
-        """Create a project through the ledger, with the guarantees of :meth:`create_task`.
-
-        The entry (kind ``project``) holds the ``project_id`` the moment it is known. The
-        tasks of its video batches are recorded with :meth:`create_videos` (and, for the
-        automatic first batch of auto mode, :meth:`record_project_tasks`).
-
-        Args:
-            client: The client that sends the create.
-            reference_video_url: As ``client.projects.create``.
-            product_image_urls: As ``client.projects.create``.
-            key: The idempotency key (``None``: a fresh random key).
-            script_credits: The price reserved under ``max_credits`` (the service's script
-                charge, 10 credits).
-            **project_fields: The other fields of ``client.projects.create``.
-
-        Returns:
-            The project's entry (state ``pending``, ``project_id`` set).
-
-        Raises:
-            AmbiguousCreateError: The create may have taken effect without an id.
-            BudgetExceededError: It could pass ``max_credits``.
-        """
-        key = check_key(key) if key is not None else uuid.uuid4().hex
-        urls = list(product_image_urls)
-        request = {"reference_video_url": reference_video_url, "product_image_urls": urls}
-        text = json.dumps({**request, **project_fields}, sort_keys=True, default=str)
-        new = NewEntry(key, "project", text, None, project_fields.get("duration"))
-        send = lambda: client.projects.create(reference_video_url, urls, **project_fields)  # noqa: E731
-        return await self._creator.create(begin_create, new, key, script_credits, send)
-
-    async def record_project_tasks(
-        self, key: str, project_id: str, task_ids: Sequence[str]
-    ) -> list[LedgerEntry]:
-        """Record task ids of a project (kind ``project_task``, ``pending``) for watchers.
-
-        Idempotent: an id already recorded is kept as it is. An id that cannot be polled is
-        recorded ``unknown``, with the reason, as ``KEY/#POSITION "ID"`` (the id escaped).
-
-        Args:
-            key: The project's ledger key (each task's key is ``KEY/TASK_ID``).
-            project_id: The project.
-            task_ids: The ids (e.g. ``Project.task_ids`` of an auto-mode project).
-
-        Returns:
-            The entries of these ids.
-        """
-        check_key(key)
-        tasks: list[tuple[str, str | None, str | None]] = []
-        for position, task_id in enumerate(task_ids):
-            problem = unpollable("task_id", task_id)
-            if problem is None:
-                tasks.append((f"{key}/{task_id}", task_id, None))
-            else:
-                tasks.append(
-                    (f"{key}/#{position} {json.dumps(task_id, default=str)}", None, problem)
-                )
-        request = json.dumps({"project_id": project_id})
-        rows: list[Any] = []
-        for start in range(0, len(tasks), 1000):
-            chunk = tasks[start : start + 1000]
-            rows += await self._store.write(add_batch_tasks, project_id, chunk, request)
-        self._creator.settled.fire()
-        return [entry_from_row(row) for row in rows]
-
-    async def create_videos(
-        self, client: LedgerClient, key: str, **batch_fields: Any
-    ) -> list[LedgerEntry]:
-        """Create a video batch of a ledger project; record every task id of it at once.
-
-        Args:
-            client: The client that sends the create.
-            key: The ledger key of the project (created with :meth:`create_project`).
-            **batch_fields: The fields of ``client.projects.create_videos``.
-
-        Returns:
-            The entries of the batch's tasks (``pending``; keys ``KEY/TASK_ID``).
-
-        Raises:
-            LedgerError: No such project key, or its project id is not known.
-        """
-        row = await self._store.read(get, check_key(key))
-        if row is None or row["kind"] != "project" or not row["project_id"]:
-            raise LedgerError(f"ledger key {key!r}: no project with a known id")
-        batch = await client.projects.create_videos(row["project_id"], **batch_fields)
-        return await self.record_project_tasks(key, row["project_id"], batch.task_ids)
-
     # -- reads -------------------------------------------------------------------------------
 
     async def get(self, key: str) -> LedgerEntry | None:
@@ -288,33 +209,77 @@ class Ledger(AsyncClosing):
         row = await self._store.read(get, key)
         return None if row is None else entry_from_row(row)
 
-    async def entries(self, *, page_size: int = 500) -> AsyncIterator[LedgerEntry]:
-        """Every entry the ledger holds, in key order, read a page at a time.
+    def entries(
+        self, *, metadata: dict[str, Any] | None = None, page_size: int = 500
+    ) -> AsyncIterator[LedgerEntry]:
+        """Every entry the ledger holds (or those with some metadata), in key order.
 
         Args:
+            metadata: Only entries whose metadata holds each of these keys with an equal JSON
+                value (``{"tenant": "acme"}``).
             page_size: Rows read per query.
 
-        Yields:
-            Each entry.
+        Returns:
+            An async iterator of the entries, read a page at a time.
+
+        Raises:
+            InvalidRequestError: ``metadata`` is not a JSON object.
         """
+        wanted = check_metadata(metadata, "metadata") if metadata else None
+        return self._entries(wanted, page_size)
+
+    async def _entries(self, wanted: str | None, page_size: int) -> AsyncIterator[LedgerEntry]:
         await self._creator.repair()
         after = ""
         while True:
-            rows = await self._store.read(page, after, page_size)
+            rows = await self._store.read(page, after, page_size, wanted)
             for row in rows:
                 yield entry_from_row(row)
             if len(rows) < page_size:
                 return
             after = rows[-1]["key"]
 
-    async def summary(self) -> dict[str, Any]:
-        """Counts of entries per state, and the credits spent and reserved through the ledger.
+    async def summary(self, *, group_by: str | None = None) -> dict[str, Any]:
+        """Counts of entries per state, the credits spent and reserved, the deliveries.
+
+        Args:
+            group_by: A metadata key: also count entries and credits per value of it.
 
         Returns:
-            ``{"states": {state: count}, "spent": credits, "reserved": credits}``.
+            ``{"states": {state: count}, "spent": credits, "reserved": credits,
+            "destinations": {name: {"pending": n, "delivered": n, "dead": n}}}``; with
+            ``group_by``, also ``"groups": {value: {"states": {...}, "spent": credits}}``
+            (``None``: the entries without the key).
+
+        Raises:
+            InvalidRequestError: ``group_by`` is not a non-empty string.
         """
+        if group_by is not None and (not isinstance(group_by, str) or not group_by):
+            rule = "must be a metadata key (a non-empty string)"
+            raise InvalidRequestError("group_by", rule, value=group_by, has_value=True)
         await self._creator.repair()
-        return await self._store.read(summary)
+        return await self._store.read(summary, group_by)
+
+    async def update_metadata(self, key: str, patch: dict[str, Any]) -> LedgerEntry:
+        """Merge ``patch`` into an entry's metadata (RFC 7386: ``None`` removes a key).
+
+        Args:
+            key: The entry's key.
+            patch: A JSON object.
+
+        Returns:
+            The entry with its new metadata.
+
+        Raises:
+            InvalidRequestError: The metadata would break a rule; nothing was written.
+            LedgerError: No such key.
+        """
+        key = check_key(key)
+        check_metadata(patch, "patch")
+        row = await self._store.write(update_metadata, key, patch)
+        if row is None:
+            raise LedgerError(f"ledger key {key!r}: no such entry")
+        return entry_from_row(row)
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -373,7 +338,9 @@ class Ledger(AsyncClosing):
         return self._store
 
     async def aclose(self) -> None:
-        """Close the connection. Idempotent."""
+        """Stop listening for changes; close the connections. Idempotent."""
+        if self._listener is not None:
+            await self._listener.stop()
         await self._store.close()
 
     def __repr__(self) -> str:

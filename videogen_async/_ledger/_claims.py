@@ -3,7 +3,9 @@
 Written once for both engines (see ``_schema``). A claim is one ``UPDATE`` whose condition is
 the claim rule (PostgreSQL: over ``FOR UPDATE SKIP LOCKED`` rows, so that watchers never wait
 on nor take each other's rows). A transaction that changes several entries locks them in key
-order, after the budget row where it takes it.
+order, after the budget row where it takes it. The claims, renewals and releases of leases are
+written once for any table with ``key``, ``owner`` and ``lease_until`` columns: the watchers'
+entries and the dispatchers' deliveries (``_dispatch``) are held the same way.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -19,6 +21,7 @@ from ._schema import Plan, first, many, q
 
 __all__ = [
     "claim",
+    "claim_statement",
     "claimable",
     "fair_share",
     "finish_many",
@@ -30,7 +33,9 @@ __all__ = [
     "register",
     "release",
     "release_keys",
+    "release_leases",
     "renew",
+    "renew_leases",
     "save_class",
     "share",
 ]
@@ -44,19 +49,56 @@ _COUNTS = (
     " (SELECT count(*) FROM videogen_ledger_watchers WHERE seen_until >= {now}) AS live"
     f" FROM {{E}} WHERE {_OPEN}"
 )
-_CLAIM = (
-    "UPDATE {E} SET owner = $1, lease_until = {now} + $2 WHERE key IN (SELECT key FROM {E}"
-    f" WHERE {_CLAIMABLE} ORDER BY created_at LIMIT $3{{skip_locked}})"
-    " RETURNING key, task_id, state, model, duration"
+_OUTBOX = (  # a destination's delivery of each entry that became terminal
+    "INSERT INTO videogen_ledger_outbox (destination, key, state, attempts, next_at)"
+    " SELECT d.name, e.key, 'pending', 0, {now} FROM videogen_ledger_destinations AS d, {E} AS e"
+    " WHERE e.key IN (items($1)) ON CONFLICT (destination, key) DO UPDATE SET"
+    " state = 'pending', attempts = 0, error = NULL, next_at = excluded.next_at"
 )
+
+
+def claim_statement(table: str, claimable: str, order: str, returning: str, scope: str = "") -> str:
+    """The claim of rows of ``table`` (``$1`` owner, ``$2`` lease, ``$3`` at most).
+
+    ``claimable``: the claim rule; ``scope``: a condition the claimed rows meet, with
+    parameters from ``$4``.
+    """
+    where = f"{scope} AND " if scope else ""
+    return (
+        f"UPDATE {table} SET owner = $1, lease_until = {{now}} + $2 WHERE {where}key IN"
+        f" (SELECT key FROM {table} WHERE {where}{claimable} ORDER BY {order}"
+        " LIMIT $3{skip_locked}) RETURNING " + returning
+    )
+
+
+def renew_leases(table: str, owner: str, lease: float) -> Plan[None]:
+    """Extend every lease ``owner`` holds on rows of ``table``."""
+    yield q(
+        f"UPDATE {table} SET lease_until = {{now}} + $1 WHERE owner = $2"
+        f" AND key IN (SELECT key FROM {table} WHERE owner = $2 ORDER BY key{{lock}})",
+        lease,
+        owner,
+    )
+
+
+def release_leases(table: str, owner: str) -> Plan[None]:
+    """Release every row of ``table`` ``owner`` holds."""
+    yield q(
+        f"UPDATE {table} SET owner = NULL, lease_until = NULL WHERE owner = $1"
+        f" AND key IN (SELECT key FROM {table} WHERE owner = $1 ORDER BY key{{lock}})",
+        owner,
+    )
+
+
+_CLAIM = claim_statement("{E}", _CLAIMABLE, "created_at", "key, task_id, state, model, duration")
 _LOCK_KEYS = "SELECT key FROM {E} WHERE key IN (items($1)) ORDER BY key{lock}"
 _FINISH = (
-    "UPDATE {E} SET state = $2, credits_cost = $3, task = $4, delivered = 0,"
-    " finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1"
+    "UPDATE {E} SET state = $2, version = version + 1, credits_cost = $3, task = $4,"
+    " delivered = 0, finished_at = {now}, updated_at = {now}, error = NULL WHERE key = $1"
 )
 _GIVE_UP = (
-    "UPDATE {E} SET state = 'unknown', error = $3, owner = NULL, lease_until = NULL,"
-    " updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
+    "UPDATE {E} SET state = 'unknown', version = version + 1, error = $3, owner = NULL,"
+    " lease_until = NULL, updated_at = {now} WHERE key = $1 AND owner = $2 AND state = 'pending'"
 )
 
 
@@ -105,12 +147,7 @@ def renew(owner: str, lease: float) -> Plan[None]:
     yield q(
         "UPDATE videogen_ledger_watchers SET seen_until = {now} + $1 WHERE owner = $2", lease, owner
     )
-    yield q(
-        "UPDATE {E} SET lease_until = {now} + $1"
-        " WHERE key IN (SELECT key FROM {E} WHERE owner = $2 ORDER BY key{lock})",
-        lease,
-        owner,
-    )
+    yield from renew_leases("{E}", owner, lease)
 
 
 def release_keys(owner: str, keys: Sequence[str]) -> Plan[None]:
@@ -127,11 +164,7 @@ def release_keys(owner: str, keys: Sequence[str]) -> Plan[None]:
 
 def release(owner: str) -> Plan[None]:
     """Release every entry held by ``owner``; it is no longer a live watcher."""
-    yield q(
-        "UPDATE {E} SET owner = NULL, lease_until = NULL"
-        " WHERE key IN (SELECT key FROM {E} WHERE owner = $1 ORDER BY key{lock})",
-        owner,
-    )
+    yield from release_leases("{E}", owner)
     yield q("DELETE FROM videogen_ledger_watchers WHERE owner = $1", owner)
 
 
@@ -141,7 +174,8 @@ def finish_many(
     """Record terminal states and mark the consumer's ``acks`` delivered, in one transaction.
 
     ``items``: ``(key, state, cost, task JSON)`` of entries polled; those ``owner`` still
-    holds are recorded and their rows returned.
+    holds are recorded and their rows returned, and a delivery of each to every destination
+    of the outbox is due.
     """
     found = {item[0]: item for item in items}
     if found:
@@ -160,6 +194,7 @@ def finish_many(
         delta = sum(found[row["key"]][2] - (row["credits_cost"] or 0.0) for row in held)
         if delta:
             yield q("UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta)
+        yield q(_OUTBOX, json.dumps([row["key"] for row in held]))
     if acks:
         yield many(
             "UPDATE {E} SET delivered = 1, owner = NULL, lease_until = NULL"

@@ -11,7 +11,6 @@ a dead one are ``unknown`` at once, its lease (600 s) only the last resort.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -29,14 +28,22 @@ from .._contract._exceptions import (
     LedgerError,
     VideoGenError,
 )
-from .._contract._validation import check_id
 from ._engines import new_creator
 from ._entry import LedgerEntry, entry_from_row
-from ._plans import CreateStart, Hold, Refused, Settled, get, settle_created, settle_failed
+from ._plans import (
+    CreateStart,
+    Hold,
+    Refused,
+    Settled,
+    get,
+    settle_created,
+    settle_failed,
+    unpollable,
+)
 from ._spool import Spool
-from ._store import Store
+from ._store import Signal, Store
 
-__all__ = ["Creator", "PriceEstimate", "Signal", "check_key", "unpollable"]
+__all__ = ["Creator", "PriceEstimate", "check_key"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -56,28 +63,6 @@ def check_key(key: Any) -> str:
         rule = "must not contain NUL or lone surrogate characters (no database stores them)"
         raise InvalidRequestError("key", rule, value=key, has_value=True)
     return key
-
-
-def unpollable(field: str, value: Any) -> str | None:
-    """Why an id the service answered cannot be polled (its value escaped), or ``None``."""
-    try:
-        check_id(field, value)
-    except InvalidRequestError as exc:
-        shown = json.dumps(value, default=str)
-        return f"the service answered {field} {shown}, which cannot be polled: {exc.rule}"
-    return None
-
-
-class Signal:
-    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-
-    def fire(self) -> None:
-        """Wake the waiters of the current event and start a new one."""
-        self.event.set()
-        self.event = anyio.Event()
 
 
 class Creator:
@@ -204,7 +189,9 @@ class Creator:
         cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
         known = None if problem else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
-        answer = Settled(task_id, project_id, cost, problem)
+        batch = getattr(created, "task_ids", None)  # a video batch's
+        batch = list(batch) if isinstance(batch, (list, tuple)) else []
+        answer = Settled(task_id, project_id, cost, problem, batch)
         entry = entry_from_row(
             await self._checked(key, answer, await self._settle(key, settle_created, answer))
         )

@@ -342,6 +342,7 @@ def _unavailable(exc: BaseException) -> bool:
             asyncpg.PostgresConnectionError,
             asyncpg.OperatorInterventionError,  # shutting down, starting up, cancelled
             asyncpg.InsufficientResourcesError,  # too many connections
+            asyncpg.ObjectNotInPrerequisiteStateError,  # a database closed to connections
             asyncpg.TransactionRollbackError,  # a serialization failure, a deadlock
         ),
     )

@@ -12,12 +12,15 @@ that no two writers wait on each other.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ._schema import Plan, first, many, q
+from .._contract._exceptions import InvalidRequestError
+from .._contract._validation import check_id
+from ._entry import check_metadata, load_metadata, merge_patch
+from ._schema import CHANGES_KEPT, Plan, first, many, q
 
 __all__ = [
     "CreateStart",
@@ -26,16 +29,21 @@ __all__ = [
     "Refused",
     "Settled",
     "add_batch_tasks",
+    "batch_entries",
+    "batch_tasks",
     "begin_create",
     "creating_owners",
     "expire_creating",
     "get",
     "has_open",
     "page",
+    "prune_changes",
     "restart_unknown",
     "settle_created",
     "settle_failed",
     "summary",
+    "unpollable",
+    "update_metadata",
 ]
 
 Row = dict[str, Any]
@@ -51,6 +59,7 @@ class NewEntry:
     model: str | None
     duration: int | None
     project_id: str | None = None
+    metadata: str | None = None
 
 
 @attrs.frozen
@@ -92,12 +101,16 @@ class Refused(Exception):
 
 @attrs.frozen
 class Settled:
-    """A create's answer: its id once checked, its price, or why its id cannot be polled."""
+    """A create's answer: its id once checked, its price, or why its id cannot be polled.
+
+    ``task_ids``: a video batch's tasks, recorded with it.
+    """
 
     task_id: str | None
     project_id: str | None
     cost: float
     problem: str | None = None
+    task_ids: Sequence[Any] = ()
 
 
 _COLUMNS = [field.name for field in attrs.fields(NewEntry)]
@@ -108,13 +121,15 @@ _INSERT = (
     f" ${_N + 1}, {{now}} + ${_N + 2}, {{now}}, {{now}}) ON CONFLICT (key) DO NOTHING RETURNING *"
 )
 _RETAKE = (
-    "UPDATE {E} SET state = 'creating', request = $2, model = $3, duration = $4, owner = $5,"
-    " lease_until = {now} + $6, error = NULL, updated_at = {now}"
+    "UPDATE {E} SET state = 'creating', version = version + 1, request = $2, model = $3,"
+    " duration = $4, owner = $5, lease_until = {now} + $6, metadata = $7, error = NULL,"
+    " updated_at = {now}"
     " WHERE key = $1 AND state = 'refused' RETURNING *"
 )
 _RESEND = (
-    "UPDATE {E} SET state = 'creating', owner = $2, lease_until = {now} + $3,"
-    " updated_at = {now} WHERE key = $1 AND state = 'unknown' AND kind = 'task' RETURNING *"
+    "UPDATE {E} SET state = 'creating', version = version + 1, owner = $2,"
+    " lease_until = {now} + $3, updated_at = {now}"
+    " WHERE key = $1 AND state = 'unknown' AND kind = 'task' RETURNING *"
 )
 _BUDGET = "SELECT spent, reserved, unpriced FROM videogen_ledger_budget WHERE id = 1{lock}"
 _ROW = "SELECT * FROM {E} WHERE key = $1{lock}"
@@ -134,13 +149,13 @@ _LEARN_PRICE = (
     " SET price = {greatest}(videogen_ledger_prices.price, excluded.price)"
 )
 _ANSWERED = (
-    "UPDATE {E} SET state = $2, task_id = $3, project_id = COALESCE($4, project_id),"
-    " credits_cost = $5, error = $6, owner = $7, reserved = 0, unpriced = 0,"
-    " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+    "UPDATE {E} SET state = $2, version = version + 1, task_id = $3,"
+    " project_id = COALESCE($4, project_id), credits_cost = $5, error = $6, owner = $7,"
+    " reserved = 0, unpriced = 0, lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
 )
 _FAILED = (
-    "UPDATE {E} SET state = $2, error = $3, credits_cost = $4, reserved = 0, unpriced = 0,"
-    " lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+    "UPDATE {E} SET state = $2, version = version + 1, error = $3, credits_cost = $4,"
+    " reserved = 0, unpriced = 0, lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
 )
 
 
@@ -170,7 +185,7 @@ def begin_create(new: NewEntry, hold: Hold) -> Plan[CreateStart]:
     taken = yield from first(_INSERT, *values, hold.owner, hold.lease)
     if taken is None:
         args = (new.key, new.request, new.model, new.duration, hold.owner, hold.lease)
-        taken = yield from first(_RETAKE, *args)
+        taken = yield from first(_RETAKE, *args, new.metadata)
     return (yield from _started(new.key, taken, budget, hold))
 
 
@@ -208,7 +223,8 @@ def settle_created(key: str, owner: str, answer: Settled) -> Plan[Row | None]:
     """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
 
     The entry must still be this creator's (``creating``, or ``unknown`` if it was thought
-    dead meanwhile); the price is learned for its model and duration.
+    dead meanwhile); the price is learned for its model and duration. A video batch
+    (``videos``) is ``created``, and its tasks are recorded with it.
 
     Returns:
         The entry, or ``None`` when the key holds another create's answer meanwhile.
@@ -224,9 +240,16 @@ def settle_created(key: str, owner: str, answer: Settled) -> Plan[Row | None]:
     if old["kind"] == "task" and old["model"] and old["duration"] and answer.cost > 0:
         yield q(_LEARN_PRICE, old["model"], old["duration"], answer.cost)
     state = "pending" if answer.problem is None else "unknown"
+    batch = old["kind"] == "videos"
+    if batch and answer.problem is None:
+        state = "created"
     keeper = None if answer.problem is None else owner  # a pending entry is the watchers'
     ids = (answer.task_id, answer.project_id)
-    return (yield from first(_ANSWERED, key, state, *ids, answer.cost, answer.problem, keeper))
+    row = yield from first(_ANSWERED, key, state, *ids, answer.cost, answer.problem, keeper)
+    if batch and answer.project_id:
+        tasks = batch_tasks(json.loads(old["request"]).get("project", key), answer.task_ids)
+        yield from add_batch_tasks(answer.project_id, tasks, key, old["metadata"])
+    return row
 
 
 def settle_failed(key: str, owner: str, state: str, error: str) -> Plan[Row | None]:
@@ -269,24 +292,69 @@ def expire_creating(dead: list[str]) -> Plan[int]:
     return len(rows)
 
 
+def unpollable(field: str, value: Any) -> str | None:
+    """Why an id the service answered cannot be polled (its value escaped), or ``None``."""
+    try:
+        check_id(field, value)
+    except InvalidRequestError as exc:
+        shown = json.dumps(value, default=str)
+        return f"the service answered {field} {shown}, which cannot be polled: {exc.rule}"
+    return None
+
+
+def batch_tasks(key: str, task_ids: Sequence[Any]) -> list[tuple[str, str | None, str | None]]:
+    """``(key, id, problem)`` of a project's task ids: keys ``KEY/ID``, or ``KEY/#N "ID"``."""
+    tasks: list[tuple[str, str | None, str | None]] = []
+    for position, task_id in enumerate(task_ids):
+        problem = unpollable("task_id", task_id)
+        if problem is None:
+            tasks.append((f"{key}/{task_id}", task_id, None))
+        else:
+            tasks.append((f"{key}/#{position} {json.dumps(task_id, default=str)}", None, problem))
+    return tasks
+
+
+def _batch_request(project_id: str, batch: str | None) -> str:
+    return json.dumps({"batch": batch, "project_id": project_id}, sort_keys=True)
+
+
 def add_batch_tasks(
-    project_id: str, tasks: Sequence[tuple[str, str | None, str | None]], request: str
+    project_id: str,
+    tasks: Sequence[tuple[str, str | None, str | None]],
+    batch: str | None,
+    metadata: str | None,
 ) -> Plan[list[Row]]:
     """Record a project batch's tasks, ``(key, id, problem)`` each (recorded keys are kept).
 
-    An id that cannot be polled is recorded ``unknown``, with its problem.
+    An id that cannot be polled is recorded ``unknown``, with its problem. ``batch``: the key
+    of the batch's own entry (``None``: the automatic first batch).
     """
+    request = _batch_request(project_id, batch)
+    rows = [
+        (key, "pending", task_id, project_id, request, None, metadata)
+        if problem is None
+        else (key, "unknown", task_id, project_id, request, problem, metadata)
+        for key, task_id, problem in tasks
+    ]
     yield many(
-        "INSERT INTO {E} (key, kind, state, task_id, project_id, request, error, created_at,"
-        " updated_at) VALUES ($1, 'project_task', $2, $3, $4, $5, $6, {now}, {now})"
-        " ON CONFLICT DO NOTHING",
-        [
-            (key, "unknown" if problem else "pending", task_id, project_id, request, problem)
-            for key, task_id, problem in tasks
-        ],
+        "INSERT INTO {E} (key, kind, state, task_id, project_id, request, error, metadata,"
+        " created_at, updated_at) VALUES ($1, 'project_task', $2, $3, $4, $5, $6, $7, {now},"
+        " {now}) ON CONFLICT DO NOTHING",
+        rows,
     )
     keys = json.dumps([key for key, _, _ in tasks])
-    rows: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1)) ORDER BY key", keys)
+    found: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1)) ORDER BY key", keys)
+    return found
+
+
+def batch_entries(project_id: str, batch: str) -> Plan[list[Row]]:
+    """The task entries recorded with the video batch whose entry is ``batch``."""
+    rows: list[Row] = yield q(
+        "SELECT * FROM {E} WHERE project_id = $1 AND kind = 'project_task' AND request = $2"
+        " ORDER BY key",
+        project_id,
+        _batch_request(project_id, batch),
+    )
     return rows
 
 
@@ -295,21 +363,84 @@ def get(key: str) -> Plan[Row | None]:
     return (yield from first("SELECT * FROM {E} WHERE key = $1", key))
 
 
-def page(after: str, limit: int) -> Plan[list[Row]]:
-    """Rows in key order after ``after`` (``""``: from the first)."""
-    rows: list[Row] = yield q(
-        "SELECT * FROM {E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
-    )
+def page(after: str, limit: int, metadata: str | None = None) -> Plan[list[Row]]:
+    """Rows in key order after ``after`` (``""``: from the first).
+
+    With ``metadata`` (JSON text), only those whose metadata holds each of its keys with an
+    equal value.
+    """
+    if metadata is None:
+        rows: list[Row] = yield q(
+            "SELECT * FROM {E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
+        )
+    else:
+        rows = yield q(
+            "SELECT * FROM {E} WHERE key > $1 AND meta_has($3) ORDER BY key LIMIT $2",
+            *(after, limit, metadata),
+        )
     return rows
 
 
-def summary() -> Plan[dict[str, Any]]:
-    """Counts of entries per state, credits spent and reserved."""
+def _group(value: str | None) -> Any:
+    loaded = None if value is None else json.loads(value)
+    return value if isinstance(loaded, (dict, list)) else loaded
+
+
+def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
+    """Counts of entries per state, credits spent and reserved, deliveries per destination.
+
+    With ``group_by``, also counts and credits per value of that metadata key.
+    """
     counts = yield q("SELECT state, count(*) AS n FROM {E} GROUP BY state")
     budget = yield from first("SELECT spent, reserved FROM videogen_ledger_budget")
     assert budget is not None  # noqa: S101 - created with the schema
     states = {row["state"]: int(row["n"]) for row in counts}
-    return {"states": states, "spent": budget["spent"], "reserved": budget["reserved"]}
+    found: dict[str, Any] = {"states": states, "spent": budget["spent"]}
+    found["reserved"] = budget["reserved"]
+    names = yield q("SELECT name FROM videogen_ledger_destinations ORDER BY name")
+    outbox: dict[str, dict[str, int]] = {
+        row["name"]: dict.fromkeys(("pending", "delivered", "dead"), 0) for row in names
+    }
+    for row in (
+        yield q(
+            "SELECT destination, state, count(*) AS n FROM videogen_ledger_outbox"
+            " GROUP BY destination, state"
+        )
+    ):
+        outbox.setdefault(row["destination"], {})[row["state"]] = int(row["n"])
+    found["destinations"] = outbox
+    if group_by is not None:
+        groups: dict[Any, dict[str, Any]] = {}
+        for row in (
+            yield q(
+                "SELECT meta_value($1) AS value, state, count(*) AS n, sum(credits_cost) AS spent"
+                " FROM {E} GROUP BY 1, 2",
+                group_by,
+            )
+        ):
+            group = groups.setdefault(_group(row["value"]), {"states": {}, "spent": 0.0})
+            group["states"][row["state"]] = group["states"].get(row["state"], 0) + int(row["n"])
+            group["spent"] += float(row["spent"] or 0.0)
+        found["groups"] = groups
+    return found
+
+
+def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
+    """Merge ``patch`` into an entry's metadata (RFC 7386: ``None`` removes a key)."""
+    row = yield from first(_ROW, key)
+    if row is None:
+        return None
+    merged = merge_patch(load_metadata(row["metadata"]), patch)
+    if merged == load_metadata(row["metadata"]):
+        return row
+    return (
+        yield from first(
+            "UPDATE {E} SET metadata = $2, version = version + 1, updated_at = {now}"
+            " WHERE key = $1 RETURNING *",
+            key,
+            check_metadata(merged),
+        )
+    )
 
 
 def has_open(owner: str) -> Plan[bool]:
@@ -324,3 +455,10 @@ def has_open(owner: str) -> Plan[bool]:
         owner,
     )
     return bool(rows)
+
+
+def prune_changes(plan: Plan[Any]) -> Plan[Any]:
+    """``plan``, then the changes older than :data:`CHANGES_KEPT` forgotten."""
+    result = yield from plan
+    yield q("DELETE FROM videogen_ledger_changes WHERE at < {now} - $1", CHANGES_KEPT)
+    return result

@@ -11,8 +11,11 @@ it is ``creating`` or ``unknown``, then the watcher whose lease holds it), ``bud
 ``spent``, ``reserved``, and ``unpriced``: creates in flight of unknown price), ``pacing``
 (the shared pause after a 429), ``rates`` (version 1's price per second, no longer read),
 ``watchers`` and ``classes`` (version 2: the live watchers; finish times learned per class),
-``prices`` (version 3: the highest price answered per model and duration). Migrations only
-ever add; a ledger of a newer version than this SDK knows is refused.
+``prices`` (version 3: the highest price answered per model and duration); version 4: an
+entry's ``metadata`` and ``version`` (each statement that changes its state or metadata adds
+1), ``changes`` (each insert and version of an entry, written by the triggers, the one place,
+in the change's transaction; on PostgreSQL with a ``pg_notify``), ``destinations`` and
+``outbox``. Migrations only ever add; a ledger of a newer version is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -29,6 +32,9 @@ import attrs
 from .._contract._exceptions import LedgerError
 
 __all__ = [
+    "CHANGES_KEPT",
+    "CHANNEL",
+    "ENTRY_FIELDS",
     "MIGRATIONS",
     "POSTGRES",
     "SCHEMA_VERSION",
@@ -45,7 +51,16 @@ __all__ = [
 ]
 
 APPLICATION = "videogen_async.ledger"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+CHANNEL = "videogen_ledger"
+"""The PostgreSQL channel of change notices."""
+CHANGES_KEPT = 3600.0
+"""Seconds a change is kept for readers that were away (see ``_listen``)."""
+ENTRY_FIELDS = (
+    *("key", "kind", "state", "task_id", "project_id", "model", "duration", "request"),
+    *("credits_cost", "task", "error", "created_at", "updated_at", "finished_at", "version"),
+)
+"""The columns of an entry a change carries (and ``metadata``, as JSON)."""
 
 _T = TypeVar("_T")
 
@@ -83,15 +98,19 @@ class Dialect:
     """What differs between the engines, as data.
 
     Statements are written once, with ``$1``-style parameters and words in braces: ``{E}``
-    (the entries table), ``{real}``, ``{now}`` (the database's clock, in seconds since the
-    epoch), ``{greatest}`` (of two values), ``{lock}`` (lock the rows read until the
+    (the entries table), ``{real}``, ``{json}``, ``{now}`` (the database's clock, in seconds
+    since the epoch), ``{greatest}`` (of two values), ``{lock}`` (lock the rows read until the
     transaction ends), ``{skip_locked}`` (and pass over rows others locked), and a few
-    statements of its own; ``items($n)`` is the set of the elements of a JSON list parameter.
+    statements of its own. Macros take a parameter: ``items($n)`` and ``numbers($n)``, the
+    set of the elements of a JSON list of strings or integers; ``meta_has($n)``, whether
+    an entry's metadata holds each key of a JSON object with an equal value;
+    ``meta_value($n)``, the JSON text of an entry's metadata value under a key (``NULL``
+    without one).
     """
 
-    def __init__(self, name: str, *, items: str, numbered: bool, **words: str) -> None:
+    def __init__(self, name: str, *, macros: dict[str, str], numbered: bool, **words: str) -> None:
         self.name = name
-        self._items = items
+        self._macros = macros
         self._numbered = numbered
         self._words = {"E": "videogen_ledger_entries", **words}
         self._done: dict[str, str] = {}
@@ -101,32 +120,98 @@ class Dialect:
         text = self._done.get(template)
         if text is None:
             text = template.format(**self._words)
-            text = re.sub(r"items\((\$\d+)\)", lambda m: self._items.format(m[1]), text)
+            text = re.sub(
+                r"(items|numbers|meta_has|meta_value)\((\$\d+)\)",
+                lambda m: self._macros[m[1]].format(m[2]),
+                text,
+            )
             self._done[template] = text = text if self._numbered else text.replace("$", "?")
         return text
 
 
+_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # fixed for a statement, to the ms
+_NO_OP = "SELECT 1"
+_TIMES = ("created_at", "updated_at", "finished_at")  # as text: JSON would keep 15 digits
+_LOG = (  # SQLite: the trigger's statement
+    "INSERT INTO videogen_ledger_changes (key, version, state, entry, at) VALUES (NEW.key,"
+    " NEW.version, NEW.state, json_object("
+    + ", ".join(
+        f"'{name}', iif(NEW.{name} IS NULL, NULL, printf('%!.17g', NEW.{name}))"
+        if name in _TIMES
+        else f"'{name}', NEW.{name}"
+        for name in ENTRY_FIELDS
+    )
+    + f", 'metadata', json(NEW.metadata)), {_SQLITE_NOW});"
+)
+_PG_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION {} RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {} END $$"
+)
+
+
+def _pg_trigger(name: str, event: str, when: str = "") -> str:
+    # Created once, even by openers that waited on the schema lock: such a transaction may
+    # still see the tables as it found them before the wait (its caches), so every statement
+    # of a migration must be one that can run twice.
+    return (
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{name}') THEN"
+        f" CREATE TRIGGER {name} {event} ON videogen_ledger_entries FOR EACH ROW{when}"
+        " EXECUTE FUNCTION videogen_ledger_log(); END IF; END $$"
+    )
+
+
 SQLITE = Dialect(
     "sqlite",
-    items="SELECT value FROM json_each({})",
+    macros={
+        "items": "SELECT value FROM json_each({})",
+        "numbers": "SELECT value FROM json_each({})",
+        # Equal JSON values: the same type (a number of either kind) and value, containers
+        # compared as text (metadata is stored in one canonical form).
+        "meta_has": "NOT EXISTS (SELECT 1 FROM json_each({0}) AS f WHERE NOT EXISTS (SELECT 1"
+        " FROM json_each(videogen_ledger_entries.metadata) AS m WHERE m.key = f.key AND"
+        " m.value IS f.value AND (m.type = f.type OR m.type IN ('integer', 'real')"
+        " AND f.type IN ('integer', 'real'))))",
+        "meta_value": "(SELECT CASE WHEN m.type IN ('object', 'array') THEN m.value"
+        " WHEN m.type IN ('true', 'false', 'null') THEN m.type ELSE json_quote(m.value) END"
+        " FROM json_each(videogen_ledger_entries.metadata) AS m WHERE m.key = {0})",
+    },
     numbered=False,  # ?1, ?2: SQLite's numbered parameters
     real="REAL",
-    now="((julianday('now') - 2440587.5) * 86400.0)",  # fixed for a statement, to the ms
+    json="TEXT",
+    add_column="ADD COLUMN",  # a write transaction holds the file: never twice
+    serial="INTEGER PRIMARY KEY AUTOINCREMENT",  # never reused, even once pruned
+    now=_SQLITE_NOW,
     greatest="MAX",
     lock="",  # a write transaction holds the whole file (BEGIN IMMEDIATE)
     skip_locked="",
     table_exists="SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1",
     # Another application's tables (a ledger's own, seen half made, do not count).
     any_table="SELECT name FROM sqlite_master WHERE type = 'table'"
-    " AND name NOT LIKE 'videogen_ledger_%' LIMIT 1",
-    schema_lock="SELECT 1",
+    " AND name NOT LIKE 'videogen_ledger_%' AND name NOT LIKE 'sqlite_%' LIMIT 1",
+    schema_lock=_NO_OP,
+    metadata_index=_NO_OP,
+    log_function=_NO_OP,
+    insert_trigger="CREATE TRIGGER IF NOT EXISTS videogen_ledger_added AFTER INSERT ON"
+    f" videogen_ledger_entries BEGIN {_LOG} END",
+    update_trigger="CREATE TRIGGER IF NOT EXISTS videogen_ledger_changed AFTER UPDATE OF"
+    " version ON videogen_ledger_entries WHEN OLD.version IS NOT NEW.version"
+    f" BEGIN {_LOG} END",
 )
 
 POSTGRES = Dialect(
     "postgresql",
-    items="SELECT jsonb_array_elements_text({}::jsonb)",
+    macros={
+        "items": "SELECT jsonb_array_elements_text({}::jsonb)",
+        "numbers": "SELECT jsonb_array_elements_text({}::jsonb)::bigint",
+        # @> lets an index choose the rows; each key's value must then be equal.
+        "meta_has": "(metadata @> {0}::jsonb AND NOT EXISTS (SELECT 1 FROM"
+        " jsonb_each({0}::jsonb) AS f WHERE metadata -> f.key IS DISTINCT FROM f.value))",
+        "meta_value": "(metadata -> {0}::text)::text",
+    },
     numbered=True,
     real="DOUBLE PRECISION",
+    json="JSONB",
+    add_column="ADD COLUMN IF NOT EXISTS",
+    serial="BIGSERIAL PRIMARY KEY",
     now="extract(epoch from clock_timestamp())",  # the server's: machines need not agree
     greatest="GREATEST",
     lock=" FOR UPDATE",
@@ -134,6 +219,20 @@ POSTGRES = Dialect(
     table_exists="SELECT 1 AS one WHERE to_regclass($1) IS NOT NULL",
     any_table="SELECT 1 AS one WHERE false",  # a ledger may share an application's database
     schema_lock="SELECT pg_advisory_xact_lock(7451041415555822) AS locked",
+    metadata_index="CREATE INDEX IF NOT EXISTS videogen_ledger_entries_metadata"
+    " ON videogen_ledger_entries USING GIN (metadata jsonb_path_ops)",
+    log_function=_PG_FUNCTION.format(
+        "videogen_ledger_log()",
+        "INSERT INTO videogen_ledger_changes (key, version, state, entry, at) VALUES (NEW.key,"
+        " NEW.version, NEW.state, to_jsonb(NEW)::text, extract(epoch from clock_timestamp()));"
+        f" PERFORM pg_notify('{CHANNEL}', ''); RETURN NULL;",
+    ),
+    insert_trigger=_pg_trigger("videogen_ledger_added", "AFTER INSERT"),
+    update_trigger=_pg_trigger(
+        "videogen_ledger_changed",
+        "AFTER UPDATE OF version",
+        " WHEN (OLD.version IS DISTINCT FROM NEW.version)",
+    ),
 )
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -146,6 +245,26 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "CREATE TABLE IF NOT EXISTS videogen_ledger_prices (model TEXT NOT NULL,"
         " duration INTEGER NOT NULL, price {real} NOT NULL, PRIMARY KEY (model, duration))",
+    ),
+    4: (
+        "ALTER TABLE {E} {add_column} metadata {json}",
+        "ALTER TABLE {E} {add_column} version INTEGER NOT NULL DEFAULT 0",
+        "{metadata_index}",
+        "CREATE TABLE IF NOT EXISTS videogen_ledger_changes (seq {serial}, key TEXT NOT NULL,"
+        " version INTEGER NOT NULL, state TEXT NOT NULL, entry TEXT NOT NULL, at {real} NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS videogen_ledger_changes_at ON videogen_ledger_changes (at)",
+        "{log_function}",
+        "{insert_trigger}",
+        "{update_trigger}",
+        "CREATE TABLE IF NOT EXISTS videogen_ledger_destinations (name TEXT PRIMARY KEY,"
+        " created_at {real} NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS videogen_ledger_outbox (destination TEXT NOT NULL,"
+        " key TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending',"
+        " attempts INTEGER NOT NULL DEFAULT 0, error TEXT, next_at {real} NOT NULL, owner TEXT,"
+        " lease_until {real}, delivered_at {real}, PRIMARY KEY (destination, key))",
+        "CREATE INDEX IF NOT EXISTS videogen_ledger_outbox_due"
+        " ON videogen_ledger_outbox (destination, state, next_at)",
+        "CREATE INDEX IF NOT EXISTS videogen_ledger_outbox_owner ON videogen_ledger_outbox (owner)",
     ),
 }
 """Statements from version ``n - 1`` to ``n``; each only adds."""

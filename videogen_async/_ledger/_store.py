@@ -13,26 +13,28 @@ gives up. Every write plan may be run again safely: each change is conditional o
 it changes, since a commit whose answer was lost may have taken effect.
 
 Where things are added once: every write transaction passes through :meth:`Store._attempt`,
-where a wrapper around the plan can yield a last step in the same transaction (a change
-notice: PostgreSQL's ``pg_notify``, a SQLite counter row); an entry's column is a field of
-``_plans.NewEntry`` (its insert is built from the fields), a migration and a field of
-``LedgerEntry``; terminal states are written in one place, ``_claims.finish_many``.
+which fires :attr:`Store.changed` (this process's own commits wake its change listener at
+once) and, once a minute, prunes the changes older than ``CHANGES_KEPT`` in the same
+transaction; an entry's change is recorded by the schema's triggers (see ``_schema``); an
+entry's column is a field of ``_plans.NewEntry`` (its insert is built from the fields), a
+migration and a field of ``LedgerEntry``; terminal states (and their deliveries) are
+written in one place, ``_claims.finish_many``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
 import anyio
 
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, decide_retry
-from ._plans import creating_owners, expire_creating
+from ._plans import creating_owners, expire_creating, prune_changes
 from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
 
-__all__ = ["DatabaseUnavailable", "Engine", "Store"]
+__all__ = ["DATABASE_BACKOFF", "DatabaseUnavailable", "Engine", "Signal", "Store", "first_of"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -46,6 +48,31 @@ DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecut
 
 class DatabaseUnavailable(LedgerError):
     """The database did not answer; the transaction did not take effect (or may have)."""
+
+
+class Signal:
+    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def fire(self) -> None:
+        """Wake the waiters of the current event and start a new one."""
+        self.event.set()
+        self.event = anyio.Event()
+
+
+async def first_of(events: Iterable[anyio.Event], seconds: float) -> None:
+    """Wait until one of ``events`` is set, or ``seconds`` passed."""
+    with anyio.move_on_after(seconds):
+        async with anyio.create_task_group() as tg:
+
+            async def one(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+
+            for event in events:
+                tg.start_soon(one, event)
 
 
 class Engine(Protocol):
@@ -82,6 +109,8 @@ class Store:
 
     Attributes:
         writes: Write transactions committed (for the benchmark).
+        changed: Fired after each write transaction this process commits, and by the change
+            listener when it hears of another process's (see ``_listen``).
     """
 
     def __init__(self, engine: Engine, outage_timeout: float) -> None:
@@ -89,7 +118,9 @@ class Store:
         self.where = engine.where
         self.outage_timeout = outage_timeout
         self.writes = 0
+        self.changed = Signal()
         self._living = anyio.Lock()
+        self._next_prune = 0.0
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -150,8 +181,12 @@ class Store:
             await self.engine.close()
 
     async def _attempt(self, plan: Plan[_T]) -> _T:
-        result = await self.engine.run(plan, write=True)
+        prune = anyio.current_time() >= self._next_prune
+        result: _T = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
+        if prune:
+            self._next_prune = anyio.current_time() + 60.0
         self.writes += 1
+        self.changed.fire()
         return result
 
     async def _retry(self, attempt: Callable[[], Awaitable[_T]]) -> _T:

@@ -30,11 +30,11 @@ from .._contract._exceptions import LedgerError, TaskPollError
 from .._waiting._gather import GatherResults, gather_until_done
 from . import _claims as claims
 from ._classes import LedgerFinishTimes
-from ._creates import Creator, unpollable
+from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
-from ._plans import get, has_open
-from ._store import Store
+from ._plans import get, has_open, unpollable
+from ._store import Store, first_of
 
 if TYPE_CHECKING:
     from .._contract._models import Task
@@ -299,18 +299,8 @@ class Watch(ExitCloses):
             await self._pacing()
 
     async def _sleep(self) -> None:
-        created = self._creator.settled.event
-        changed = self._pause.changed
-        drained = self._drained
-        with anyio.move_on_after(min(self._interval, self._lease / 3)):
-            async with anyio.create_task_group() as tg:
-
-                async def one(event: anyio.Event) -> None:
-                    await event.wait()
-                    tg.cancel_scope.cancel()
-
-                for event in (created, changed, drained):
-                    tg.start_soon(one, event)
+        events = (self._creator.settled.event, self._pause.changed, self._drained)
+        await first_of(events, min(self._interval, self._lease / 3))
 
     async def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
         self._held += len(rows)

@@ -1,0 +1,137 @@
+"""Metadata on entries: kept, searched by containment, counted per value, merged, bounded.
+
+Both engines answer the same: a filter's keys must each hold an equal JSON value (a number
+equals a number of the other kind, ``true`` is not ``1``), ``summary(group_by=...)`` counts
+entries and credits per value. Bad metadata is refused before anything is written or sent.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+import anyio
+import pytest
+
+from videogen_async import InvalidRequestError, Ledger, LedgerError
+from videogen_async.testing import SandboxServer
+
+from ._service import Service
+
+
+async def test_metadata_is_kept_searched_and_counted(ledger_url: str) -> None:
+    async with SandboxServer(time_scale=0.001, seed=3) as server, server.client() as client:
+        async with Ledger.open(ledger_url) as ledger:
+            tags: dict[str, dict[str, Any] | None] = {
+                "a1": {"tenant": "acme", "plan": {"tier": 2, "seats": [1, 2]}, "n": 1},
+                "a2": {"tenant": "acme", "flag": True},
+                "g1": {"tenant": "globex", "n": 1.0, "flag": 1},
+                "x1": None,
+            }
+            for key, metadata in tags.items():
+                entry = await ledger.create_task(client, f"clip {key}", key=key, metadata=metadata)
+                assert entry.metadata == (metadata or {})
+
+            async def found(**wanted: Any) -> list[str]:
+                return [e.key async for e in ledger.entries(metadata=wanted)]
+
+            assert await found(tenant="acme") == ["a1", "a2"]
+            assert await found(tenant="acme", plan={"seats": [1, 2], "tier": 2}) == ["a1"]
+            assert await found(plan={"tier": 2}) == []  # nested values are equal whole
+            assert await found(n=1) == ["a1", "g1"]  # 1 and 1.0 are one number
+            assert await found(flag=True) == ["a2"]  # true is not 1
+            assert await found(tenant="initech") == []
+            assert len([e async for e in ledger.entries(metadata={})]) == 4
+            async with ledger.watch(client, stop_when_idle=True) as finished:
+                done = {entry.key: entry async for entry in finished}
+            summary = await ledger.summary(group_by="tenant")
+    cost = {key: entry.credits_cost or 0.0 for key, entry in done.items()}
+    assert summary["groups"] == {
+        "acme": {"states": {"succeeded": 2}, "spent": cost["a1"] + cost["a2"]},
+        "globex": {"states": {"succeeded": 1}, "spent": cost["g1"]},
+        None: {"states": {"succeeded": 1}, "spent": cost["x1"]},
+    }
+    assert summary["states"] == {"succeeded": 4}
+    assert summary["spent"] == sum(cost.values())
+
+
+async def test_metadata_is_merged_and_each_change_counted(ledger_url: str) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        created = await ledger.create_task(
+            client, "a fox", key="fox", metadata={"tenant": "acme", "run": {"token": "t1"}}
+        )
+        merged = await ledger.update_metadata("fox", {"run": {"token": "t2", "try": 2}})
+        removed = await ledger.update_metadata("fox", {"tenant": None})
+        same = await ledger.update_metadata("fox", {"run": {"try": 2}})
+        with pytest.raises(LedgerError, match="no such entry"):
+            await ledger.update_metadata("nobody", {"a": 1})
+        held = await ledger.get("fox")
+    assert merged.metadata == {"tenant": "acme", "run": {"token": "t2", "try": 2}}
+    assert removed.metadata == {"run": {"token": "t2", "try": 2}}
+    assert (created.version, merged.version, removed.version) == (1, 2, 3)
+    assert same.version == 3  # nothing changed: no new version
+    assert held == removed
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("metadata", "rule"),
+    [
+        (["tenant", "acme"], "must be a JSON object"),
+        ("tenant=acme", "must be a JSON object"),
+        ({"blob": "x" * 17_000}, "at most 16384 bytes"),
+        (_deep(9), "at most 8 levels"),
+        ({"when": datetime.datetime(2026, 1, 1)}, "JSON values only"),
+        ({"tags": {"a", "b"}}, "JSON values only"),
+        ({"ratio": math.nan}, "JSON values only"),
+        ({"name": "a\x00b"}, "NUL"),
+        ({1: "one"}, "string keys"),
+    ],
+    ids=["list", "text", "too-large", "too-deep", "datetime", "set", "nan", "nul", "int-key"],
+)
+async def test_bad_metadata_is_refused_before_anything_is_written_or_sent(
+    ledger_url: str, metadata: Any, rule: str
+) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        with pytest.raises(InvalidRequestError, match=rule) as caught:
+            await ledger.create_task(client, "a fox", key="fox", metadata=metadata)
+        assert caught.value.field == "metadata"
+        with pytest.raises(InvalidRequestError, match=rule):
+            await ledger.create_project(
+                client, "https://cdn.example.com/r.mp4", [], key="ad", metadata=metadata
+            )
+        assert [entry async for entry in ledger.entries()] == []
+        with pytest.raises(InvalidRequestError, match=rule):
+            ledger.entries(metadata=metadata)
+        await ledger.create_task(client, "a fox", key="fox", metadata={"ok": 1})
+        with pytest.raises(InvalidRequestError, match=rule):
+            await ledger.update_metadata("fox", metadata)
+        assert (await ledger.get("fox")).metadata == {"ok": 1}  # type: ignore[union-attr]
+    assert service.posts == 1  # only the good create
+
+
+async def test_a_merge_that_makes_metadata_too_large_changes_nothing(ledger_url: str) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        await ledger.create_task(client, "a fox", key="fox", metadata={"a": "x" * 9000})
+        with pytest.raises(InvalidRequestError, match="at most 16384 bytes"):
+            await ledger.update_metadata("fox", {"b": "y" * 9000})
+        held = await ledger.get("fox")
+    assert held is not None
+    assert (held.metadata, held.version) == ({"a": "x" * 9000}, 1)
+
+
+async def test_group_by_and_filters_are_checked(ledger_url: str) -> None:
+    async with Ledger.open(ledger_url) as ledger:
+        for bad in ("", 3):
+            with pytest.raises(InvalidRequestError, match="group_by"):
+                await ledger.summary(group_by=bad)  # type: ignore[arg-type]
+        with anyio.fail_after(10):
+            summary = await ledger.summary(group_by="tenant")
+    assert summary["groups"] == {}
