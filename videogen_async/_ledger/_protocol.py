@@ -25,6 +25,9 @@ class _Projects(Protocol):
     @property
     def create_videos(self) -> Callable[..., Awaitable[Any]]: ...
 
+    @property
+    def get(self) -> Callable[..., Awaitable[Any]]: ...
+
 
 class LedgerClient(Protocol):
     """The client surface the ledger uses (``AsyncVideoGen`` has it)."""

@@ -1,0 +1,46 @@
+"""Temporal workflows that generate videos, waiting without holding a worker slot.
+
+In a workflow, ``task = await generate_video(prompt)`` (or a project's videos:
+:func:`create_project`, :func:`generate_project_videos`); on the worker, the activities of
+:class:`VideoActivities` and one :func:`run_completions` (a watch and a dispatch of the
+ledger). See the docs page "Temporal". Needs the ``videogen-async[temporal]`` extra.
+"""
+
+try:
+    import temporalio  # noqa: F401
+except ImportError as exc:  # pragma: no cover - tested in a subprocess without temporalio
+    raise ImportError(
+        'videogen_async.temporal needs temporalio: pip install "videogen-async[temporal]"'
+    ) from exc
+
+from ._activities import VideoActivities
+from ._completion import DESTINATION, ActivityCompleter, run_completions
+from ._workflow import (
+    AWAIT_ENTRY,
+    CREATE_PROJECT,
+    CREATE_TASK,
+    CREATE_VIDEOS,
+    ProjectRequest,
+    VideoRequest,
+    VideosRequest,
+    create_project,
+    generate_project_videos,
+    generate_video,
+)
+
+__all__ = [
+    "AWAIT_ENTRY",
+    "CREATE_PROJECT",
+    "CREATE_TASK",
+    "CREATE_VIDEOS",
+    "DESTINATION",
+    "ActivityCompleter",
+    "ProjectRequest",
+    "VideoActivities",
+    "VideoRequest",
+    "VideosRequest",
+    "create_project",
+    "generate_project_videos",
+    "generate_video",
+    "run_completions",
+]

@@ -1,0 +1,235 @@
+"""The workflow side: ``generate_video``, one awaited call, safe in Temporal's sandbox.
+
+Nothing here is non-deterministic: the activity is referred to by its name
+(:data:`CREATE_TASK`), and the answer is rebuilt into a :class:`Task` from the payload the
+workflow's history holds, the same on every replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from .._contract._models import Task
+from .._ledger._entry import LedgerEntry
+
+__all__ = [
+    "AWAIT_ENTRY",
+    "CREATE_PROJECT",
+    "CREATE_TASK",
+    "CREATE_VIDEOS",
+    "ProjectRequest",
+    "VideoRequest",
+    "VideosRequest",
+    "create_project",
+    "generate_project_videos",
+    "generate_video",
+]
+
+CREATE_TASK = "videogen.create_task"
+"""The name of the activity that creates a video task through the ledger."""
+CREATE_PROJECT = "videogen.create_project"
+"""The name of the activity that creates a project through the ledger."""
+CREATE_VIDEOS = "videogen.create_videos"
+"""The name of the activity that creates a video batch of a project through the ledger."""
+AWAIT_ENTRY = "videogen.await_entry"
+"""The name of the activity that waits for a ledger entry's video without holding a slot."""
+
+
+@dataclass(frozen=True)
+class VideoRequest:
+    """The input of the :data:`CREATE_TASK` activity.
+
+    Attributes:
+        prompt: The prompt.
+        fields: The other fields of ``client.tasks.create`` (``model``, ``duration``...).
+        key: The ledger key; ``None``: ``temporal/{workflow_id}/{run_id}/{activity_id}``.
+        metadata: Metadata kept on the ledger entry (its key ``temporal`` is the
+            integration's own).
+    """
+
+    prompt: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProjectRequest:
+    """The input of the :data:`CREATE_PROJECT` activity.
+
+    Attributes:
+        reference_video_url: As ``client.projects.create``.
+        product_image_urls: As ``client.projects.create``.
+        fields: The other fields of ``client.projects.create`` (``mode``...).
+        key: The ledger key; ``None``: ``temporal/{workflow_id}/{run_id}/{activity_id}``.
+        metadata: Metadata kept on the project's entry and on its tasks' entries.
+    """
+
+    reference_video_url: str
+    product_image_urls: list[str]
+    fields: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VideosRequest:
+    """The input of the :data:`CREATE_VIDEOS` activity.
+
+    Attributes:
+        project_key: The ledger key of the project (:func:`create_project`'s entry's key).
+        fields: The fields of ``client.projects.create_videos`` (``out_number``...).
+        batch_key: The batch's ledger key; ``None``: derived as for the other activities.
+    """
+
+    project_key: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    batch_key: str | None = None
+
+
+async def generate_video(
+    prompt: str,
+    *,
+    key: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    start_to_close_timeout: timedelta = timedelta(hours=1),
+    retry_policy: RetryPolicy | None = None,
+    task_queue: str | None = None,
+    **task_fields: Any,
+) -> Task:
+    """Create a video task and wait until it has finished: call it from a workflow.
+
+    The activity creates the task through the worker's ledger and returns at once without
+    holding a worker slot; the worker's companions (:func:`run_completions`) complete it
+    when the video is ready. A retried attempt never creates a second task.
+
+    Args:
+        prompt: The prompt.
+        key: The ledger key (``None``: derived from the workflow, its run and the activity).
+        metadata: Metadata kept on the ledger entry (for ``ledger.entries(metadata=...)``).
+        start_to_close_timeout: How long one attempt may wait for its video before Temporal
+            starts another (which creates nothing and waits again).
+        retry_policy: Temporal's retry policy of the activity (``None``: Temporal's default).
+        task_queue: The task queue of the activity (``None``: the workflow's).
+        **task_fields: The other fields of ``client.tasks.create``.
+
+    Returns:
+        The succeeded task.
+
+    Raises:
+        temporalio.exceptions.ActivityError: The task failed (its cause an
+            ``ApplicationError`` of type ``TaskFailedError``, details ``[task as dict]``,
+            not retried), or the create was refused (type: the SDK's error class name).
+    """
+    request = VideoRequest(prompt, dict(task_fields), key, dict(metadata or {}))
+    result = await workflow.execute_activity(
+        CREATE_TASK,
+        request,
+        result_type=dict,
+        start_to_close_timeout=start_to_close_timeout,
+        retry_policy=retry_policy,
+        task_queue=task_queue,
+    )
+    return Task.from_dict(result)
+
+
+async def create_project(
+    reference_video_url: str,
+    product_image_urls: list[str],
+    *,
+    key: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    start_to_close_timeout: timedelta = timedelta(minutes=5),
+    retry_policy: RetryPolicy | None = None,
+    task_queue: str | None = None,
+    **project_fields: Any,
+) -> LedgerEntry:
+    """Create a viral ad clone project through the worker's ledger: call it from a workflow.
+
+    A retried attempt never creates a second project.
+
+    Args:
+        reference_video_url: As ``client.projects.create``.
+        product_image_urls: As ``client.projects.create``.
+        key: The ledger key (``None``: derived from the workflow, its run and the activity).
+        metadata: Metadata kept on the project's entry and on the entries of its tasks.
+        start_to_close_timeout: How long one attempt may take.
+        retry_policy: Temporal's retry policy of the activity (``None``: Temporal's default).
+        task_queue: The task queue of the activity (``None``: the workflow's).
+        **project_fields: The other fields of ``client.projects.create`` (``mode``...).
+
+    Returns:
+        The project's ledger entry (``key`` for :func:`generate_project_videos`,
+        ``project_id``).
+
+    Raises:
+        temporalio.exceptions.ActivityError: The create was refused for good (its cause an
+            ``ApplicationError`` whose type is the SDK's error class name).
+    """
+    request = ProjectRequest(
+        reference_video_url,
+        list(product_image_urls),
+        dict(project_fields),
+        key,
+        dict(metadata or {}),
+    )
+    result = await workflow.execute_activity(
+        CREATE_PROJECT,
+        request,
+        result_type=dict,
+        start_to_close_timeout=start_to_close_timeout,
+        retry_policy=retry_policy,
+        task_queue=task_queue,
+    )
+    return LedgerEntry.from_dict(result)
+
+
+async def generate_project_videos(
+    project_key: str,
+    *,
+    batch_key: str | None = None,
+    start_to_close_timeout: timedelta = timedelta(hours=1),
+    retry_policy: RetryPolicy | None = None,
+    task_queue: str | None = None,
+    **batch_fields: Any,
+) -> list[Task]:
+    """Create a video batch of a project and wait for every video: call it from a workflow.
+
+    The batch is created once per ``batch_key`` (a script not written yet is tried again by
+    Temporal, without holding a slot); each video is then awaited as :func:`generate_video`
+    awaits one, by asynchronous completion.
+
+    Args:
+        project_key: The project's ledger key (:func:`create_project`'s entry's ``key``).
+        batch_key: The batch's ledger key (``None``: derived from the workflow, its run and
+            the activity).
+        start_to_close_timeout: How long one attempt may wait for its video (or for the
+            batch's create).
+        retry_policy: Temporal's retry policy of the activities (``None``: Temporal's).
+        task_queue: The task queue of the activities (``None``: the workflow's).
+        **batch_fields: The fields of ``client.projects.create_videos`` (``out_number``...).
+
+    Returns:
+        The succeeded tasks, in the batch's order.
+
+    Raises:
+        temporalio.exceptions.ActivityError: A video failed (type ``TaskFailedError``), the
+            project failed (type ``ProjectFailedError``) or the batch was refused for good.
+    """
+    options: dict[str, Any] = {
+        "start_to_close_timeout": start_to_close_timeout,
+        "retry_policy": retry_policy,
+        "task_queue": task_queue,
+    }
+    request = VideosRequest(project_key, dict(batch_fields), batch_key)
+    keys = await workflow.execute_activity(CREATE_VIDEOS, request, result_type=list, **options)
+    results = await asyncio.gather(
+        *(workflow.execute_activity(AWAIT_ENTRY, key, result_type=dict, **options) for key in keys)
+    )
+    return [Task.from_dict(result) for result in results]
