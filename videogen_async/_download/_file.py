@@ -30,17 +30,9 @@ from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
 from .._http._transport import Transport
-from ._sources import (
-    check_url,
-    redact_url,
-)
+from ._sources import check_url, redact_url
 
-__all__ = [
-    "DEFAULT_ATTEMPTS",
-    "DEFAULT_CHUNK_SIZE",
-    "ProgressCallback",
-    "download_url",
-]
+__all__ = ["DEFAULT_ATTEMPTS", "DEFAULT_CHUNK_SIZE", "ProgressCallback", "download_url"]
 
 logger = logging.getLogger("videogen_async")
 

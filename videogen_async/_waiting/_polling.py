@@ -112,9 +112,7 @@ def source_of(client: object) -> TaskSource:
 
 
 def on_read(
-    hooks: EventHooks | None,
-    on_update: UpdateCallback[_V] | None,
-    terminal: Callable[[_V], bool],
+    hooks: EventHooks | None, on_update: UpdateCallback[_V] | None, terminal: Callable[[_V], bool]
 ) -> Callable[[_V], Awaitable[object]] | None:
     """What a single wait does with each state it reads (``None``: nothing).
 
