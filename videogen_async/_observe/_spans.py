@@ -1,16 +1,11 @@
 """Where the client is observed: event hooks and OpenTelemetry spans around requests and waits.
 
-* :class:`RequestObserver` wraps one attempt of a request: the ``request``, ``response`` and
-  ``retry`` hooks, and one ``CLIENT`` span per attempt following the OpenTelemetry HTTP client
-  conventions (a retry is a new span with ``http.request.resend_count``).
-* :func:`wait_span` and :func:`observe_gather` put one span around a wait or a gather with
-  the ids' count, the credits charged and the outcome; :func:`poll_event` is the ``poll``
-  hook's event.
-
-With no hook and without ``opentelemetry-api`` (``_otel.ENABLED`` false) none of this runs:
-the transport holds no observer and the waits skip the spans. With the API installed but no
-tracer provider set (``_otel.recording()`` false), requests skip the observer and waits the
-spans, call by call, until one is set.
+:class:`RequestObserver` wraps each attempt of a request in the ``request``, ``response`` and
+``retry`` hooks and one ``CLIENT`` span (OpenTelemetry's HTTP client conventions; a retry is a
+new span with ``http.request.resend_count``); :func:`wait_span` and :func:`observe_gather` put
+one span around a wait or a gather. What nothing observes does not run: without a hook and a
+recording tracer provider (``_otel.recording()``), requests skip the observer and waits their
+spans, call by call.
 """
 
 from __future__ import annotations
@@ -57,13 +52,7 @@ class RequestObserver:
         return bool(self.hooks) or _otel.recording()
 
     async def send(
-        self,
-        send: Callable[[], Awaitable[_R]],
-        *,
-        method: str,
-        path: str,
-        url: str,
-        attempt: int,
+        self, send: Callable[[], Awaitable[_R]], *, method: str, path: str, url: str, attempt: int
     ) -> _R:
         """Run one attempt under the hooks and a ``CLIENT`` span (``send()`` sends, decodes)."""
         hooks = self.hooks

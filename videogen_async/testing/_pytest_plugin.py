@@ -1,19 +1,10 @@
-"""pytest plugin: sandbox fixtures for your own test suite.
+"""pytest plugin: sandbox fixtures for your own test suite (see ``docs/testing.md``).
 
-Installed with ``videogen-async`` (entry point ``pytest11``), so the fixtures are available
-in any test suite without configuration. Importing this module only defines fixtures; nothing
-starts until a test asks for one. The async fixtures need pytest-asyncio; they work in both its
-``auto`` and ``strict`` modes (in strict mode mark your tests ``@pytest.mark.asyncio``).
-
-The fixtures: ``videogen_sandbox`` (a started server, closed after the test),
+Installed with ``videogen-async`` (entry point ``pytest11``); importing it only defines the
+fixtures ``videogen_sandbox`` (a started server, closed after the test),
 ``videogen_sandbox_options`` (its keyword arguments; override it in a ``conftest.py``) and
-``videogen_sandbox_factory`` (``await make(**options)`` starts more). Example::
-
-    async def test_generation(videogen_sandbox):
-        async with videogen_sandbox.client() as client:
-            created = await client.tasks.create("a lighthouse at dusk")
-            task = await client.tasks.wait(created.task_id, timeout=30)
-            assert task.status == "succeeded"
+``videogen_sandbox_factory`` (``await make(**options)`` starts more). The async ones need
+pytest-asyncio, in its ``auto`` or ``strict`` mode.
 """
 
 from __future__ import annotations
