@@ -201,10 +201,8 @@ def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
     """Record a finished wait's outcome (the final status) and credits on its span."""
     if span is None:
         return
-    if isinstance(value, Project):
-        span.set_attribute("videogen.credits_charged", value.billing.total_credits_cost)
-    else:
-        span.set_attribute("videogen.credits_charged", value.credits_cost)
+    charged = value.billing.total_credits_cost if isinstance(value, Project) else value.credits_cost
+    span.set_attribute("videogen.credits_charged", charged)
     span.set_attribute("videogen.outcome", str(value.status))
 
 

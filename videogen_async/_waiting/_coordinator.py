@@ -286,9 +286,8 @@ class _Coordinator:
             self._wake()
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._waiter is not None:
+            _resolve(self._waiter)
 
     def _limit(self) -> int:
         """Polls allowed in flight now: ``max_concurrency``, lowered by the client's pacing."""

@@ -74,16 +74,13 @@ if importlib.util.find_spec("pytest_asyncio") is not None:
 
 else:  # pragma: no cover - exercised only without pytest-asyncio
 
-    @pytest.fixture
-    def videogen_sandbox() -> None:
-        """Unavailable: needs pytest-asyncio."""
-        pytest.fail(
-            "the videogen_sandbox fixture needs pytest-asyncio (pip install pytest-asyncio)"
-        )
+    def _unavailable(name: str) -> Any:
+        @pytest.fixture(name=name)
+        def fixture() -> None:
+            """Unavailable: needs pytest-asyncio."""
+            pytest.fail(f"the {name} fixture needs pytest-asyncio (pip install pytest-asyncio)")
 
-    @pytest.fixture
-    def videogen_sandbox_factory() -> None:
-        """Unavailable: needs pytest-asyncio."""
-        pytest.fail(
-            "the videogen_sandbox_factory fixture needs pytest-asyncio (pip install pytest-asyncio)"
-        )
+        return fixture
+
+    videogen_sandbox = _unavailable("videogen_sandbox")
+    videogen_sandbox_factory = _unavailable("videogen_sandbox_factory")
