@@ -25,7 +25,6 @@ import attrs
 
 from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from .._contract._models import Task
-from .._http._pacing import Pacing, paced
 from .._http._retry import decide_retry
 from .._observe._spans import observe_gather
 from ._classes import BatchSchedule, ClassState, IdState
@@ -77,14 +76,9 @@ class _Coordinator:
         open_ended: bool = False,
     ) -> None:
         self._source = source
-        self._fetch = source.fetch
         # One pacing per client: the client's, which its transport already keeps (a 429 cuts
-        # it once, for every request of the client); a bare source gets one of its own here.
-        pacing = source.pacing
-        if pacing is None:
-            pacing = Pacing()
-            self._fetch = paced(source.fetch, pacing, source.backoff)
-        self._pacing: Pacing = pacing
+        # it once, for every request of the client); a bare source gets one of its own.
+        self._fetch, self._pacing = source.paced()
         self._states = ids
         self._timeout = timeout
         self._max_concurrency = max_concurrency
