@@ -3,9 +3,9 @@
 :class:`RequestObserver` wraps each attempt of a request in the ``request``, ``response`` and
 ``retry`` hooks and one ``CLIENT`` span (OpenTelemetry's HTTP client conventions; a retry is a
 new span with ``http.request.resend_count``); :func:`wait_span` and :func:`observe_gather` put
-one span around a wait or a gather. What nothing observes does not run: without a hook and a
-recording tracer provider (``_otel.recording()``), requests skip the observer and waits their
-spans, call by call.
+one span around a wait or a gather. What nothing observes does not run: a request skips the
+observer unless a hook is set or spans would record (``_otel.recording()``, asked call by
+call), and a wait skips its span unless they would.
 """
 
 from __future__ import annotations
