@@ -1,15 +1,11 @@
 """``videogen batch FILE.jsonl``: create, wait for and download many tasks, resumably.
 
-The input has one direct-task request per line (:mod:`._batch_state`); a bad line is
-reported with its number and skipped. The run has three phases: create (at most
-``--max-concurrency`` creates in flight), wait, download (``--download DIR``). The lines live
-in a ledger (``--journal URL``, :mod:`._batch_store`), so a rerun picks up where the last run
-stopped and several processes on one PostgreSQL URL share the lines.
-
-A line whose entry is ``creating`` when the run starts is *in doubt*: another process is
-sending its create, or one stopped while sending it. It takes no create slot: it is waited
-for beside the created lines until the ledger settles it, and Ctrl-C ends that wait at once.
-The manifest (:mod:`._batch_state`) is written at the end of every run, interrupted or not.
+The lines (:mod:`._batch_state`) live in a ledger (``--journal URL``, :mod:`._batch_store`), so
+a rerun picks up where the last run stopped and several processes on one PostgreSQL URL share
+them. A line whose entry is ``creating`` when the run starts is *in doubt* (another process is
+sending its create, or stopped while sending it): it takes no create slot and is waited for
+until the ledger settles it; Ctrl-C ends that wait at once. The manifest is written at the end
+of every run, interrupted or not (``docs/cli.md``).
 """
 
 from __future__ import annotations

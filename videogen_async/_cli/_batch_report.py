@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 
+from .._ledger._engines import redact as redact_url
 from ._batch_state import UNKNOWN, BatchState
 from ._common import Context, describe_error, fmt_credits
 from ._tasks import download_with_progress
@@ -17,17 +17,6 @@ if TYPE_CHECKING:
     from .._client import AsyncVideoGen
 
 __all__ = ["download_all", "print_summary", "redact_url"]
-
-
-def redact_url(where: str) -> str:
-    """A journal URL with its password masked (for output)."""
-    if "://" not in where:
-        return where
-    parts = urlsplit(where)
-    if parts.password is None:
-        return where
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:

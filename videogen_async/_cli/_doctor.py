@@ -1,13 +1,10 @@
 """``videogen doctor``: does the service named here answer as the SDK expects?
 
-It sends only requests that cost nothing: the balance, the status of a task id that cannot
-exist, a status query without ``task_id``, and the balance with a deliberately wrong key
-(with ``--task-id``, also the status of one of your tasks, for the dates it shows). Where the
-service interface leaves an answer "not shown", what the SDK assumes is not kept in a table
-here: the same requests go to the SDK's own sandbox, which answers as the SDK chose, and both
-answers run through the SDK's own calls, decoding and error mapping; the class each ends as is
-what the SDK makes of it. Dates are read by the SDK's own readers. The key is never printed:
-every text from the wire is redacted, as the SDK's errors are.
+It sends only requests that cost nothing (``DOCTOR_EPILOG`` lists them) and the same ones to
+the SDK's own sandbox: where the service interface leaves an answer "not shown", what the SDK
+assumes is the sandbox's answer, not a table kept here. Both answers run through the SDK's own
+calls, decoding and error mapping, and its own date readers; every text from the wire is
+redacted, as the SDK's errors are.
 """
 
 from __future__ import annotations

@@ -365,10 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     def action(name: str, help_text: str) -> Any:
         return command(name, help_text, EPILOGS["project"], group=actions)
 
-    p = action(
-        "create",
-        f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)",
-    )
+    p = action("create", f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)")
     p.add_argument("reference_video_url", metavar="REFERENCE_VIDEO_URL", help="the reference ad")
     p.add_argument(
         "--product-image-url",

@@ -16,7 +16,7 @@ from .. import (
     Task,
     WaitTimeoutError,
 )
-from .._contract._service import PROJECT_REQUEST
+from .._contract._service import PROJECT_REQUEST, VIDEOS_REQUEST
 from .._contract._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
@@ -32,6 +32,7 @@ from ._tasks import (
     TASK_COLUMNS,
     download_exit_code,
     download_with_progress,
+    request_from_args,
     show_downloads,
     task_report,
     wait_for_ids,
@@ -100,15 +101,10 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
         ctx.ui.print(project.view_script)
 
 
-def _project_request(args: Any) -> dict[str, Any]:
-    """The ``projects.create`` keyword arguments given on the command line (one per field)."""
-    return {field.name: getattr(args, field.name) for field in PROJECT_REQUEST.fields}
-
-
 async def _guard_project(ctx: Context) -> None:
     """Check a ``project create``, then guard its spending: the script, in auto mode videos."""
     args = ctx.args
-    validate_project_request(_project_request(args))
+    validate_project_request(request_from_args(args, PROJECT_REQUEST))
     if args.mode == "manual":
         await check_spend(ctx, "this project (its script)", SCRIPT_CREDITS, USUAL_PROJECT)
         return
@@ -130,7 +126,7 @@ async def cmd_project_create(ctx: Context) -> int:
     await _guard_project(ctx)
 
     async def work(client: AsyncVideoGen) -> int:
-        created = await client.projects.create(**_project_request(args))
+        created = await client.projects.create(**request_from_args(args, PROJECT_REQUEST))
         if not args.wait:
             row = [
                 created.project_id,
@@ -198,14 +194,8 @@ async def cmd_project_videos(ctx: Context) -> int:
             return EXIT_USAGE
 
     async def work(client: AsyncVideoGen) -> int:
-        validate_videos_request(
-            {
-                "script": script,
-                "out_number": args.out_number,
-                "resolution": args.resolution,
-                "aspect_ratio": args.aspect_ratio,
-            }
-        )
+        request = {**request_from_args(args, VIDEOS_REQUEST), "script": script}
+        validate_videos_request(request)
         if args.max_credits is not None or not args.yes:
             # the real price of this project's videos, when it already has some
             project = await client.projects.get(args.project_id)
@@ -220,13 +210,7 @@ async def cmd_project_videos(ctx: Context) -> int:
                 USUAL_PROJECT - SCRIPT_CREDITS,
                 why_unknown=f"no price is known for resolution {args.resolution!r}",
             )
-        batch = await client.projects.create_videos(
-            args.project_id,
-            script=script,
-            out_number=args.out_number,
-            resolution=args.resolution,
-            aspect_ratio=args.aspect_ratio,
-        )
+        batch = await client.projects.create_videos(args.project_id, **request)
         if not args.wait:
             ids = [[t] for t in batch.task_ids]
             if ctx.ui.show(batch.to_dict(), ("task id",), ids, title="Created video tasks"):

@@ -1,10 +1,8 @@
 """``videogen sandbox`` and ``videogen demo``: the whole service, in memory, on this machine.
 
 ``videogen sandbox`` serves the sandbox on a port until Ctrl-C or SIGTERM, through the
-sandbox's own ``serve``. ``videogen demo`` runs one inside the process with its clock sped up
-(``--time-scale``), no network and no key, and goes through the balance, a batch of direct
-tasks (one fails, to show a refunded failure is a result), a manual project and its two video
-batches, the downloads and the final bill; ``docs/cli.md`` shows it.
+sandbox's own ``serve``. ``videogen demo`` runs one inside the process with its clock sped up,
+no network and no key, through every call of the service; ``docs/cli.md`` shows it.
 """
 
 from __future__ import annotations

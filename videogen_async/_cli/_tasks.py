@@ -21,7 +21,7 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
-from .._contract._service import TASK_REQUEST
+from .._contract._service import TASK_REQUEST, Body
 from .._contract._validation import validate_task_request
 from ._common import (
     EXIT_API_ERROR,
@@ -60,9 +60,9 @@ async def cmd_credits(ctx: Context) -> int:
     return await ctx.with_client(work)
 
 
-def task_request_from_args(args: Any) -> dict[str, Any]:
-    """The ``tasks.create`` keyword arguments given on the command line (one per field)."""
-    return {field.name: getattr(args, field.name) for field in TASK_REQUEST.fields}
+def request_from_args(args: Any, body: Body) -> dict[str, Any]:
+    """The keyword arguments of a create given on the command line (one per field of ``body``)."""
+    return {field.name: getattr(args, field.name) for field in body.fields}
 
 
 def _stdin_is_data() -> bool:
@@ -94,7 +94,7 @@ async def cmd_create(ctx: Context) -> int:
     """``videogen create``: one direct video task (``--wait`` waits, ``--download`` saves)."""
     args = ctx.args
     args.prompt = await read_prompt(args.prompt)
-    request = task_request_from_args(args)
+    request = request_from_args(args, TASK_REQUEST)
     validate_task_request({k: v for k, v in request.items() if v is not None})
     await check_spend(ctx, "this task", task_estimate(request), task_estimate(request))
     wait = bool(args.wait or args.download)

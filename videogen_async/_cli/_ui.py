@@ -161,11 +161,7 @@ class UI:
         return True
 
     def table(
-        self,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-        *,
-        title: str | None = None,
+        self, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
     ) -> None:
         """A table on stdout (human mode only); a ``None`` cell is shown as ``-``."""
         if self.json_mode:

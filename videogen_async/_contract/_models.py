@@ -301,20 +301,11 @@ class VideoBatch(HasResponse, Serializable):
     task_ids: tuple[str, ...] = ()
 
 
-# Parsing, by the converter of ``_serial`` (which reads the field types resolved here).
-for _cls in (
-    CreditBalance,
-    CreatedTask,
-    TaskResult,
-    Task,
-    ProjectTask,
-    Billing,
-    CreatedProject,
-    Project,
-    VideoBatch,
-):
-    attrs.resolve_types(_cls)
-del _cls
+# Parsing, by the converter of ``_serial`` (which reads the field types resolved here): the
+# models are the names this module exports.
+for _name in __all__:
+    attrs.resolve_types(globals()[_name])
+del _name
 
 
 def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:

@@ -176,9 +176,7 @@ class Endpoint:
     errors: tuple[str, ...] = ()
 
 
-# --------------------------------------------------------------------------------------------
-# Limits (named, as the interface document's "Limits" table)
-# --------------------------------------------------------------------------------------------
+# -- Limits (named, as the interface document's "Limits" table) ------------------------------------
 
 DURATION_MIN = 4
 DURATION_MAX = 15
@@ -192,9 +190,7 @@ OUT_NUMBER_MAX = 4
 _F = Field
 _OMNI = enums.FunctionMode.OMNI_REFERENCE.value
 
-# --------------------------------------------------------------------------------------------
-# Request bodies
-# --------------------------------------------------------------------------------------------
+# -- Request bodies --------------------------------------------------------------------------------
 
 # fmt: off
 TASK_REQUEST = Body("CreateTaskRequest", (
@@ -236,9 +232,7 @@ VIDEOS_REQUEST = Body("CreateVideosRequest", (
     _F("aspect_ratio", "enum", choices=enums.AspectRatio, doc="Default: the project's."),
 ))
 
-# --------------------------------------------------------------------------------------------
-# Response shapes
-# --------------------------------------------------------------------------------------------
+# -- Response shapes -------------------------------------------------------------------------------
 
 _TASK_FIELDS = (
     _F("task_id", "id", required=True),
@@ -322,9 +316,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     )),
 )}
 
-# --------------------------------------------------------------------------------------------
-# Endpoints
-# --------------------------------------------------------------------------------------------
+# -- Endpoints -------------------------------------------------------------------------------------
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("createVideoTask", "POST", "/v1/video/videomodel-2",
@@ -355,9 +347,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 BODIES: dict[str, Body] = {b.name: b for b in (TASK_REQUEST, PROJECT_REQUEST, VIDEOS_REQUEST)}
 
 
-# --------------------------------------------------------------------------------------------
-# Reference prices
-# --------------------------------------------------------------------------------------------
+# -- Reference prices ------------------------------------------------------------------------------
 
 
 def _frozen_map(value: Mapping[Any, Any]) -> Mapping[str, float]:

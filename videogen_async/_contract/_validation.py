@@ -12,6 +12,7 @@ passed on for the service to judge.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -278,20 +279,8 @@ def check_id(field: str, value: Any) -> str:
     return str(value)
 
 
-def validate_task_request(body: Mapping[str, Any], *, unknown_hint: bool = False) -> dict[str, Any]:
-    """:func:`check_body` for ``POST /v1/video/videomodel-2``."""
-    return check_body(TASK_REQUEST, body, unknown_hint=unknown_hint)
-
-
-def validate_project_request(
-    body: Mapping[str, Any], *, unknown_hint: bool = False
-) -> dict[str, Any]:
-    """:func:`check_body` for ``POST /v1/video/viral-ads-clone``."""
-    return check_body(PROJECT_REQUEST, body, unknown_hint=unknown_hint)
-
-
-def validate_videos_request(
-    body: Mapping[str, Any], *, unknown_hint: bool = False
-) -> dict[str, Any]:
-    """:func:`check_body` for ``POST /v1/video/viral-ads-clone/{project_id}/videos``."""
-    return check_body(VIDEOS_REQUEST, body, unknown_hint=unknown_hint)
+#: :func:`check_body` for ``POST /v1/video/videomodel-2``, ``POST /v1/video/viral-ads-clone``
+#: and ``POST /v1/video/viral-ads-clone/{project_id}/videos``.
+validate_task_request = functools.partial(check_body, TASK_REQUEST)
+validate_project_request = functools.partial(check_body, PROJECT_REQUEST)
+validate_videos_request = functools.partial(check_body, VIDEOS_REQUEST)

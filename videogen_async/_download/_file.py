@@ -30,17 +30,9 @@ from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
 from .._http._transport import Transport
-from ._sources import (
-    check_url,
-    redact_url,
-)
+from ._sources import check_url, redact_url
 
-__all__ = [
-    "DEFAULT_ATTEMPTS",
-    "DEFAULT_CHUNK_SIZE",
-    "ProgressCallback",
-    "download_url",
-]
+__all__ = ["DEFAULT_ATTEMPTS", "DEFAULT_CHUNK_SIZE", "ProgressCallback", "download_url"]
 
 logger = logging.getLogger("videogen_async")
 
@@ -298,14 +290,14 @@ async def download_url(
     return state.received
 
 
+@attrs.define
 class _State:
     """What one download knows across its attempts."""
 
-    def __init__(self) -> None:
-        self.received = 0  # bytes in the temporary file
-        self.total: int | None = None  # the size the host declared
-        self.validator: str | None = None  # strong ETag or Last-Modified, for If-Range
-        self.ranges_ok = True  # whether a resume may be asked for
+    received: int = 0  # bytes in the temporary file
+    total: int | None = None  # the size the host declared
+    validator: str | None = None  # strong ETag or Last-Modified, for If-Range
+    ranges_ok: bool = True  # whether a resume may be asked for
 
 
 async def _attempt(

@@ -158,7 +158,6 @@ async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str
         )
     if not task.video_url:
         raise DownloadError(
-            f"task {task.task_id} succeeded but its result has no video_url",
-            task_id=task.task_id,
+            f"task {task.task_id} succeeded but its result has no video_url", task_id=task.task_id
         )
     return task.video_url, task.task_id

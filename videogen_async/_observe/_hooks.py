@@ -1,18 +1,11 @@
 """Event hooks: what the client tells its observers, in httpx's ``event_hooks`` style.
 
-``AsyncVideoGen(event_hooks={"request": [...], "response": [...], "retry": [...],
-"poll": [...]})``. A hook is a plain or an ``async`` callable taking one event; an async one
-is awaited in line (keep it quick: the request waits for it).
-
-An event carries what a user needs to watch the client (method, path, attempt, status,
-``trace_id``, elapsed time, the retry's delay and reason, a poll's id and status) and never
-the API key: it never sees the request's headers, and whatever the service sent back is
-redacted.
-
-A hook that raises is logged (at ERROR, with its traceback) and the client goes on. httpx lets
-the exception propagate; here a hook runs inside calls that must keep their promises (a
-create whose answer names what was charged, a gather that must not drop its ids), so an
-observer's bug never changes what a call does. A cancellation propagates.
+A hook is a plain or ``async`` callable taking one event (an async one is awaited in line, so
+keep it quick). An event never carries the API key: hooks never see the request's headers, and
+what the service sent back is redacted. A hook that raises is logged and the client goes on,
+unlike httpx: a hook runs inside calls that must keep their promises (a create whose answer
+names what was charged, a gather that must not drop its ids). A cancellation propagates. See
+``docs/observability.md``.
 """
 
 from __future__ import annotations

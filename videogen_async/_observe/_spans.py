@@ -1,16 +1,11 @@
 """Where the client is observed: event hooks and OpenTelemetry spans around requests and waits.
 
-* :class:`RequestObserver` wraps one attempt of a request: the ``request``, ``response`` and
-  ``retry`` hooks, and one ``CLIENT`` span per attempt following the OpenTelemetry HTTP client
-  conventions (a retry is a new span with ``http.request.resend_count``).
-* :func:`wait_span` and :func:`observe_gather` put one span around a wait or a gather with
-  the ids' count, the credits charged and the outcome; :func:`poll_event` is the ``poll``
-  hook's event.
-
-With no hook and without ``opentelemetry-api`` (``_otel.ENABLED`` false) none of this runs:
-the transport holds no observer and the waits skip the spans. With the API installed but no
-tracer provider set (``_otel.recording()`` false), requests skip the observer and waits the
-spans, call by call, until one is set.
+:class:`RequestObserver` wraps each attempt of a request in the ``request``, ``response`` and
+``retry`` hooks and one ``CLIENT`` span (OpenTelemetry's HTTP client conventions; a retry is a
+new span with ``http.request.resend_count``); :func:`wait_span` and :func:`observe_gather` put
+one span around a wait or a gather. What nothing observes does not run: a request skips the
+observer unless a hook is set or spans would record (``_otel.recording()``, asked call by
+call), and a wait skips its span unless they would.
 """
 
 from __future__ import annotations
@@ -57,13 +52,7 @@ class RequestObserver:
         return bool(self.hooks) or _otel.recording()
 
     async def send(
-        self,
-        send: Callable[[], Awaitable[_R]],
-        *,
-        method: str,
-        path: str,
-        url: str,
-        attempt: int,
+        self, send: Callable[[], Awaitable[_R]], *, method: str, path: str, url: str, attempt: int
     ) -> _R:
         """Run one attempt under the hooks and a ``CLIENT`` span (``send()`` sends, decodes)."""
         hooks = self.hooks
@@ -212,10 +201,8 @@ def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
     """Record a finished wait's outcome (the final status) and credits on its span."""
     if span is None:
         return
-    if isinstance(value, Project):
-        span.set_attribute("videogen.credits_charged", value.billing.total_credits_cost)
-    else:
-        span.set_attribute("videogen.credits_charged", value.credits_cost)
+    charged = value.billing.total_credits_cost if isinstance(value, Project) else value.credits_cost
+    span.set_attribute("videogen.credits_charged", charged)
     span.set_attribute("videogen.outcome", str(value.status))
 
 

@@ -16,13 +16,7 @@ from .._http._options import NO_OPTIONS, CallOptions, Headers, PollOptions, Quer
 from .._http._transport import Transport
 from .._waiting._gather import GatherResults, gather_until_done
 from .._waiting._policy import PollPolicy
-from .._waiting._polling import (
-    TaskSource,
-    UpdateCallback,
-    on_read,
-    poll_until,
-    wait_on_source,
-)
+from .._waiting._polling import TaskSource, UpdateCallback, on_read, poll_until, wait_on_source
 from .._waiting._schedule import FinishTimeMemory
 from ._resource import Resource
 

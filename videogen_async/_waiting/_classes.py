@@ -1,15 +1,11 @@
 """The class state of ``gather_until_done``: ids, classes, the clock skew, and the learning.
 
-:class:`BatchSchedule` knows, for every pending id of one gather, which class it belongs to and
-when the service created it; it learns each class's finish times from the terminal tasks
-(``_schedule.ClassModel``, with what a ``FinishTimeMemory`` remembers as a prior) and says
-when each id is polled next. It does no I/O and holds no heap: it hands due times to the
-coordinator's ``push`` callable.
-
-Two clocks meet here. Ages (``now - created_at``) are on the service's clock, with the skew
-bracketed from each finished task (it finished after the last poll that saw it running and
-before the poll that saw it finished); growing gaps are capped by the *local* time waited, so
-a service clock that is off, or runs at another rate, can only make polls denser.
+:class:`BatchSchedule` knows each pending id's class and creation time, learns each class's
+finish times from the terminal tasks (``_schedule.ClassModel``, with what a
+``FinishTimeMemory`` remembers as a prior) and hands each id's next due time to the
+coordinator's ``push``; it does no I/O. Ages are on the service's clock (the skew bracketed
+from each finished task); growing gaps are capped by the *local* time waited, so a service
+clock that is off can only make polls denser.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The polling engine of ``gather_until_done``: one dispatcher, a heap, a pool of workers.
 
-* **One scheduler.** The next poll of every pending id is an entry of one heap
-  (``_due.DueHeap``), so scheduling a poll costs O(log n) and nothing scans all ids per tick.
-  When each id is due is decided by the class state (``_classes.BatchSchedule``).
-* **Bounded concurrency.** ``max_concurrency`` worker tasks poll. One dispatcher waits for
-  the next due id (and for an idle worker, the allowed concurrency or the end of a 429 pause)
-  and hands every id due before its next wake to an idle worker through a future: no task is
-  created per poll, and the event loop wakes at most once per ``coalesce`` seconds for the
-  dispatching, however many ids are due.
-* **Overload.** The gather reads the client's one pacing (``_pacing.Pacing``: a 429's pause
-  and its lowered concurrency) and keeps no copy of it; a source without a pacing gets one of
-  its own. Whether and when an id is polled again after a failure is the one retry
-  decision's (``decide_retry`` as a poll); a transient failure other than a 429 backs off
-  only its id.
-* **No cancel scope across a yield.** The polling runs in a task group owned by the caller
-  (``_gather.GatherResults``); results leave through an anyio memory object stream.
+The next poll of every pending id is an entry of one heap (``_due.DueHeap``); when each id is
+due is the class state's (``_classes.BatchSchedule``). ``max_concurrency`` worker tasks poll,
+fed by one dispatcher that wakes at most once per ``coalesce`` seconds, however many ids are
+due. A 429 is the client's one pacing's (``_pacing.Pacing``; a source without one gets its
+own); whether an id is polled again after a failure is the one retry decision's
+(``decide_retry`` as a poll). No cancel scope is held across a yield: the polling runs in a
+task group owned by ``_gather.GatherResults``, and results leave through a memory object
+stream. See ``docs/waiting.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ import attrs
 
 from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutError
 from .._contract._models import Task
-from .._http._pacing import Pacing, paced
 from .._http._retry import decide_retry
 from .._observe._spans import observe_gather
 from ._classes import BatchSchedule, ClassState, IdState
@@ -84,14 +76,9 @@ class _Coordinator:
         open_ended: bool = False,
     ) -> None:
         self._source = source
-        self._fetch = source.fetch
         # One pacing per client: the client's, which its transport already keeps (a 429 cuts
-        # it once, for every request of the client); a bare source gets one of its own here.
-        pacing = source.pacing
-        if pacing is None:
-            pacing = Pacing()
-            self._fetch = paced(source.fetch, pacing, source.backoff)
-        self._pacing: Pacing = pacing
+        # it once, for every request of the client); a bare source gets one of its own.
+        self._fetch, self._pacing = source.paced()
         self._states = ids
         self._timeout = timeout
         self._max_concurrency = max_concurrency
@@ -293,9 +280,8 @@ class _Coordinator:
             self._wake()
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._waiter is not None:
+            _resolve(self._waiter)
 
     def _limit(self) -> int:
         """Polls allowed in flight now: ``max_concurrency``, lowered by the client's pacing."""

@@ -46,20 +46,15 @@ class PollPolicy:
         adaptive: Learn the batch's finish window (``gather_until_done``); ``False`` polls every
             id on the growing schedule of a single wait.
         dense_interval: The gap of a batch's id (from the previous answer, like a loop's
-            period) inside the ages at which its class is seen to finish (from up to one gap
-            before the ``window_quantile`` of the durations, by the id's random phase, to a
-            margin past their ``1 - window_quantile``), and the gap of the probes: a batch is
-            polled there exactly as densely as a loop at this gap.
+            period) inside the ages at which its class is seen to finish, and of the probes.
         probes: Ids of each class of a batch polled densely until the first one finishes
-            (``None``: about the square root of the class's size, between 8 and 64, for a
-            remembered class; twice that, between 8 and 64, for a class with nothing
-            known, all of whose ids also probe at first, fewer and fewer as time passes:
-            see ``docs/waiting.md``).
+            (``None``: the square root of the class's size, twice that while nothing is known
+            of the class, between 8 and 64; see ``docs/waiting.md``).
         sparse_growth: A probe's gap before its class's known finish times start, as a
             fraction of its age (so that a service that got faster is noticed), at least
-            ``min_interval`` and at most ``max_interval``. While nothing is known of a class,
-            its ids other than the probes wait ``max_interval`` between polls.
-        sparse_cap: The longest gap before the learned window starts.
+            ``min_interval``.
+        sparse_cap: The longest gap before the learned window starts (at most twice
+            ``max_interval`` while nothing is known of the class).
         window_quantile: The window starts at this quantile of the finished durations (one
             dense gap early), which keeps a rare fast outlier from widening it.
         overdue_growth: Past the window's end, the gap grows by this fraction of the time

@@ -86,6 +86,13 @@ class TaskSource:
     finish_times: FinishTimeMemory | None = None
     hooks: EventHooks | None = None
 
+    def paced(self) -> tuple[Callable[[str], Awaitable[Task]], Pacing]:
+        """``fetch`` and the pacing it goes through: the client's, else one of its own."""
+        if self.pacing is not None:
+            return self.fetch, self.pacing
+        pacing = Pacing()
+        return paced(self.fetch, pacing, self.backoff), pacing
+
 
 def source_of(client: object) -> TaskSource:
     """The :class:`TaskSource` of a client: ``AsyncVideoGen``'s own, else a new one.
@@ -112,9 +119,7 @@ def source_of(client: object) -> TaskSource:
 
 
 def on_read(
-    hooks: EventHooks | None,
-    on_update: UpdateCallback[_V] | None,
-    terminal: Callable[[_V], bool],
+    hooks: EventHooks | None, on_update: UpdateCallback[_V] | None, terminal: Callable[[_V], bool]
 ) -> Callable[[_V], Awaitable[object]] | None:
     """What a single wait does with each state it reads (``None``: nothing).
 
@@ -227,9 +232,7 @@ async def wait_on_source(
     paced by its pacing, or one of this wait's own; the gaps grow with the task's age (from
     its ``created_at``). The arguments and errors are those of ``tasks.wait``.
     """
-    get = (
-        source.fetch if source.pacing is not None else paced(source.fetch, Pacing(), source.backoff)
-    )
+    get, _ = source.paced()
 
     def age_of(task: Task, elapsed: float) -> float:
         if task.created_at is None:

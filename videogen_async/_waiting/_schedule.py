@@ -275,13 +275,10 @@ class ClassModel:
     def support(self, pending: int, older: Callable[[float], int] | None = None) -> Support | None:
         """The support, or ``None`` when nothing is known.
 
-        The end stays open while the class's ``pending`` ids outnumber the observations (a
-        batch that is half done shows its spread), unless a prior was remembered. ``older``
-        counts the pending ids overdue for a given end (see :func:`overdue_after`): their
-        durations are known to be longer than their ages (censored observations), so while
-        more of them are overdue than the ``1 - high_quantile`` share of the class may exceed
-        the end, the end is too early (the finishes seen are the short ones, as when detection
-        is behind, or a remembered class got slower) and stays open.
+        The end stays open while the class's ``pending`` ids outnumber the observations (unless
+        a prior was remembered), and while more of its pending ids are overdue for it (``older``
+        counts them: durations known to be longer than their ages) than the ``1 -
+        high_quantile`` share of the class allows: the finishes seen are then the short ones.
         """
         if not self._dirty and older is None:
             return self._support
@@ -318,11 +315,9 @@ class ClassModel:
     def gap(self, age: float, interval: float) -> float:
         """The gap inside the support at ``age``: ``interval``, shorter where finishes crowd.
 
-        Where the share of the still-pending ids expected to finish within the next quarter
-        ``interval`` exceeds a quarter of that quarter (a hazard above ``0.25 / interval``),
-        the gap shrinks as ``1 / sqrt(hazard)`` (the spacing that minimises the expected lag
-        for a number of polls), down to a quarter of ``interval``. A uniform spread of finishes
-        keeps ``interval`` everywhere but its last few gaps.
+        Above a hazard of ``0.25 / interval`` (of the remembered finishes, over the next quarter
+        ``interval``) the gap shrinks as ``1 / sqrt(hazard)``, the spacing that minimises the
+        expected lag for a number of polls.
         """
         if self._table is None:
             return interval
@@ -362,19 +357,11 @@ def batch_gap(
     """The gap (seconds, at least 0) before the next poll of one pending id of a gather.
 
     Inside the class's ``support`` (from ``phase`` gaps before its start to a margin past its
-    end) the gap is ``dense_interval``, measured from the previous answer like a loop's
-    period: never sparser there than a fixed loop at that gap (``dense``, when given, is
-    shorter where finishes crowd: see :meth:`ClassModel.gap`). Ids are kept out of step by
-    their ``phase`` (drawn once per id in ``[0, 1]``), not by shrinking every gap. Before the
-    support the id waits for its start (at most ``sparse_cap``; a ``probe`` at most its growing
-    gap, ``sparse_growth`` of its age but at least ``min_interval``, so that a service that got
-    faster is noticed); past its end the gap grows by ``overdue_growth`` of the time overdue,
-    up to ``max_interval``. With nothing known a probe (or an id still ``probing``) polls every
-    ``dense_interval`` and the others every ``sparse_cap``, at most twice ``max_interval``;
-    these gaps are shortened by up to ``jitter`` (by ``rand``).
-
-    ``age`` is on the service's clock; the growing gaps use ``min(age, elapsed)`` (local
-    seconds since the gather began), so that an odd service clock can only make them denser.
+    end) it is ``dense_interval`` (``dense`` where finishes crowd); before it, the wait for its
+    start (a ``probe`` keeps its growing gaps); past it, a gap growing with the time overdue.
+    With nothing known a probe (or an id still ``probing``) polls every ``dense_interval``, the
+    others every ``sparse_cap``, shortened by up to ``jitter`` (by ``rand``). ``age`` is on the
+    service's clock; growing gaps use ``min(age, elapsed)``. See ``docs/waiting.md``.
     """
     interval = policy.dense_interval
     local_age = max(0.0, min(age, elapsed))

@@ -1,17 +1,11 @@
 """The sandbox's clock: simulated seconds that tests can speed up, pause and move forward.
 
-Every duration the sandbox simulates (a task's generation, a project's steps) is measured on
-this clock, in *simulated seconds*. The clock runs ``1 / time_scale`` times faster than real
-time (``time_scale=0.001`` turns a 90 s generation into 90 ms), it can be paused so that it
-moves only when told, and :meth:`SandboxClock.advance` jumps it forward so that a test never
-sleeps to wait for a state.
-
-Timestamps the sandbox reports (``created_at``, ``finished_at``, ...) are *real* times: the
-wall-clock moment at which the clock reached the simulated instant (:meth:`wall_time_of`). A
-client that compares them with its own clock (a task's age is ``now - created_at``) therefore
-sees consistent values at any time scale: at ``time_scale=0.01`` a 30 s generation shows
-``finished_at - created_at`` of 0.3 s, as the client lived it, and instants jumped over by
-:meth:`advance` carry the time of the jump.
+Every duration the sandbox simulates is measured on this clock, which runs ``1 / time_scale``
+times faster than real time, can be paused, and jumps forward with
+:meth:`SandboxClock.advance`, so that a test never sleeps to wait for a state. The timestamps
+the sandbox reports are the real times at which the clock reached each instant
+(:meth:`SandboxClock.wall_time_of`), so a client's own clock agrees with them at any time
+scale (``docs/sandbox.md``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""The sandbox console: a read-only web page of what the sandbox has seen.
+"""The sandbox console: a read-only web page of what the sandbox has seen (``docs/sandbox.md``).
 
-``GET /_sandbox/console`` serves one self-contained HTML page (no external asset, no script
-from elsewhere, works offline): the credit balance, the tasks and projects with their states
-and costs, the request log (method, path, status, the answer's ``code`` and ``trace_id``), the
-faults that fired, and the latest finished video playing in a ``<video>`` element that reads
-the sandbox's own media URL. A small inline script reloads the live part of the page every
-second (``GET /_sandbox/console?part=live``); without scripts, a meta refresh reloads the page.
-
-Every value is HTML-escaped (prompts, paths and inputs come from users' requests) and the
-page forbids any script but its own (a ``Content-Security-Policy`` nonce). It asks for no key
-(a browser cannot send the Bearer header) and shows no secret. It reads the sandbox's public
-truth (:class:`~._truth.ServerTruth`) and keeps no record of its own.
+``GET /_sandbox/console`` serves one self-contained HTML page (no external asset; it works
+offline); ``?part=live`` is its live part, which an inline script reloads every second. Every
+value is HTML-escaped (prompts, paths and inputs come from users' requests) and a
+``Content-Security-Policy`` nonce forbids any script but its own. It asks for no key (a
+browser cannot send the Bearer header), shows no secret, and reads the sandbox's public truth
+(:class:`~._truth.ServerTruth`) only.
 """
 
 from __future__ import annotations
@@ -59,9 +54,7 @@ def add_console(app: web.Application, source: ServerTruth) -> None:
     app.router.add_get(CONSOLE_PATH, console)
 
 
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
+# -- Rendering -------------------------------------------------------------------------------------
 
 
 def _e(value: Any) -> str:

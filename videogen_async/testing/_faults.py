@@ -287,5 +287,4 @@ class FaultInjector:
 
     def reset_counts(self) -> None:
         """Set the injected-fault counters back to zero."""
-        for key in self.injected:
-            self.injected[key] = 0
+        self.injected.update(dict.fromkeys(self.injected, 0))

@@ -138,7 +138,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
                             "required": True,
                             "schema": {"type": "string", "minLength": 1},
                             "description": "{task_id}.mp4 of a succeeded task.",
-                        },
+                        }
                     ],
                     "responses": {
                         "200": {
@@ -155,7 +155,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
                         "5XX": {"$ref": "#/components/responses/ServerError"},
                     },
                 }
-            },
+            }
         }
     )
     document: dict[str, Any] = {
@@ -192,9 +192,7 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
                 "responses": {
                     "Unauthorized": {
                         **_error("Missing or invalid API key (code 401)."),
-                        "headers": {
-                            "WWW-Authenticate": {"schema": {"type": "string"}},
-                        },
+                        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
                     },
                     "RateLimited": {
                         **_error("Too many requests (injected fault; code 429)."),

@@ -1,19 +1,10 @@
-"""pytest plugin: sandbox fixtures for your own test suite.
+"""pytest plugin: sandbox fixtures for your own test suite (see ``docs/testing.md``).
 
-Installed with ``videogen-async`` (entry point ``pytest11``), so the fixtures are available
-in any test suite without configuration. Importing this module only defines fixtures; nothing
-starts until a test asks for one. The async fixtures need pytest-asyncio; they work in both its
-``auto`` and ``strict`` modes (in strict mode mark your tests ``@pytest.mark.asyncio``).
-
-The fixtures: ``videogen_sandbox`` (a started server, closed after the test),
+Installed with ``videogen-async`` (entry point ``pytest11``); importing it only defines the
+fixtures ``videogen_sandbox`` (a started server, closed after the test),
 ``videogen_sandbox_options`` (its keyword arguments; override it in a ``conftest.py``) and
-``videogen_sandbox_factory`` (``await make(**options)`` starts more). Example::
-
-    async def test_generation(videogen_sandbox):
-        async with videogen_sandbox.client() as client:
-            created = await client.tasks.create("a lighthouse at dusk")
-            task = await client.tasks.wait(created.task_id, timeout=30)
-            assert task.status == "succeeded"
+``videogen_sandbox_factory`` (``await make(**options)`` starts more). The async ones need
+pytest-asyncio, in its ``auto`` or ``strict`` mode.
 """
 
 from __future__ import annotations
@@ -83,16 +74,13 @@ if importlib.util.find_spec("pytest_asyncio") is not None:
 
 else:  # pragma: no cover - exercised only without pytest-asyncio
 
-    @pytest.fixture
-    def videogen_sandbox() -> None:
-        """Unavailable: needs pytest-asyncio."""
-        pytest.fail(
-            "the videogen_sandbox fixture needs pytest-asyncio (pip install pytest-asyncio)"
-        )
+    def _unavailable(name: str) -> Any:
+        @pytest.fixture(name=name)
+        def fixture() -> None:
+            """Unavailable: needs pytest-asyncio."""
+            pytest.fail(f"the {name} fixture needs pytest-asyncio (pip install pytest-asyncio)")
 
-    @pytest.fixture
-    def videogen_sandbox_factory() -> None:
-        """Unavailable: needs pytest-asyncio."""
-        pytest.fail(
-            "the videogen_sandbox_factory fixture needs pytest-asyncio (pip install pytest-asyncio)"
-        )
+        return fixture
+
+    videogen_sandbox = _unavailable("videogen_sandbox")
+    videogen_sandbox_factory = _unavailable("videogen_sandbox_factory")

@@ -69,16 +69,14 @@ def envelope_response(
     )
 
 
+@attrs.define
 class _TaskView:
     """What a task's answer needs besides the task: its status now, and the stamps."""
 
-    __slots__ = ("now", "origin", "renderer", "status")
-
-    def __init__(self, renderer: Renderer, status: str, now: float, origin: str) -> None:
-        self.renderer = renderer
-        self.status = status
-        self.now = now
-        self.origin = origin
+    renderer: Renderer
+    status: str
+    now: float
+    origin: str
 
 
 def _result(task: Task, view: _TaskView) -> dict[str, Any] | None:

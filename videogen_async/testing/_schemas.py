@@ -115,12 +115,7 @@ def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
         schema = _bounds({"type": kind}, field)
     elif kind == "resolution":
         schema = (
-            {
-                "oneOf": [
-                    {"type": "integer", "minimum": 1},
-                    {"type": "string", "pattern": NON_BLANK},
-                ]
-            }
+            {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": NON_BLANK}]}
             if request
             else {"type": ["integer", "string"]}
         )

@@ -45,19 +45,17 @@ class SandboxServer(ServerTruth, AsyncClosing):
                 task = await client.tasks.create("a red fox in the snow")
 
     Several servers can run at once in one process; each has its own state, clock and port.
+    ``docs/sandbox.md`` tells each option at length.
 
     Args:
         host: Interface to listen on.
         port: Port to listen on; ``0`` picks a free one.
         api_key: The key the sandbox accepts (``Authorization: Bearer <key>``).
-        credits: Starting balance: ``api_total_credits`` and ``api_available_credits``.
-        time_scale: Real seconds per simulated second; ``0.001`` turns a 30 s generation into
-            30 ms. Every simulated duration below is in simulated seconds.
-        manual_clock: Start with the clock paused: simulated time then moves only through
-            ``server.clock.advance(...)`` (or after ``server.clock.resume()``), so tests are
-            exact and never sleep.
-        seed: Seed of every random draw (durations, outcomes, ids, faults); ``None`` draws
-            from the OS.
+        credits: Starting balance (total and available).
+        time_scale: Real seconds per simulated second (``0.001``: 1000 times faster); every
+            duration below is in simulated seconds.
+        manual_clock: Start with the clock paused: it moves only through ``clock.advance``.
+        seed: Seed of every random draw (durations, outcomes, ids, faults).
         task_duration: How long a video task runs: seconds, a ``(low, high)`` uniform range,
             or a callable ``(rng) -> seconds``.
         queue_delay: How long a video task is ``queued`` before it runs (same forms).
@@ -65,11 +63,10 @@ class SandboxServer(ServerTruth, AsyncClosing):
         error_rate: Probability that a task ends ``error`` (refunded).
         project_timing: Durations of a project's steps before its script is ready.
         project_failure_rate: Probability that a project fails before its script.
-        failure_marker: Text that makes a project fail when it appears in its
-            ``reference_video_url``, and a task fail when it appears in its prompt or batch
-            script; ``None`` disables it.
-        media_rejects: A predicate on project media URLs: ``True`` means the URL cannot be
-            stored (409 / 100099), in addition to hosts under ``.invalid``.
+        failure_marker: Text that makes a project (in its ``reference_video_url``) or a task
+            (in its prompt or batch script) fail; ``None`` disables it.
+        media_rejects: A predicate on project media URLs: ``True`` means it cannot be stored
+            (409 / 100099), as a host under ``.invalid``.
         pricing: What tasks and projects cost.
         faults: Fault rules active from the start (see :class:`FaultRule`).
         request_log_size: How many recent requests the request log keeps.

@@ -1,18 +1,12 @@
 """The sandbox's service state: tasks and projects on the sandbox clock, and their events.
 
-The few changes that have effects beyond the object itself happen through a time-ordered event
-heap that :meth:`SandboxState.settle` drains up to the current time before every read or write:
-
-* a task that ends ``failed`` or ``error`` gives its credits back;
-* a project that fails before its script is generated gives the script charge back;
-* an ``auto`` project whose script becomes ready gets its one automatic batch of tasks.
-
-Each event runs exactly once (settling is synchronous, so concurrent requests of one event loop
-cannot interleave with it) and in time order, so the ledger is the same whether a test reads it
-after every simulated second or once after a jump of an hour.
-
-The objects and the balance are in :mod:`._simulation`; a project's creation and the exact
-schedules tests set are in :mod:`._routes` and :mod:`._truth`, which use this module.
+What has effects beyond the object itself (a failed task's refund, the script's refund of a
+project that fails before it, an ``auto`` project's automatic batch) is an event of a
+time-ordered heap that :meth:`SandboxState.settle` drains up to the current time before every
+read or write, each event once and in time order: the ledger is the same whether a test reads
+it after every simulated second or once after a jump of an hour. The objects and the balance
+are in :mod:`._simulation`; a project's creation and exact schedules in :mod:`._routes` and
+:mod:`._truth`.
 """
 
 from __future__ import annotations
