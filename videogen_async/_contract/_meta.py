@@ -10,9 +10,7 @@ request: both read ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from multidict import CIMultiDict, CIMultiDictProxy
+from collections.abc import Iterator, Mapping
 
 from ._redact import redact_text, redact_value
 
@@ -69,8 +67,9 @@ class ResponseInfo:
     @property
     def headers(self) -> Mapping[str, str]:
         """The response headers, as a read-only mapping (names compare case-insensitively)."""
-        redacted: dict[str, str] = redact_value(dict(self._headers.items()))
-        return CIMultiDictProxy(CIMultiDict(redacted))
+        plain = dict(self._headers.items())
+        redacted: dict[str, str] = redact_value(plain)
+        return _Headers(redacted)
 
     @property
     def retries_taken(self) -> int:
@@ -101,6 +100,31 @@ class ResponseInfo:
                 self.elapsed,
             ),
         )
+
+
+class _Headers(Mapping[str, str]):
+    """A read-only mapping of headers whose names compare case-insensitively."""
+
+    __slots__ = ("_items", "_lower")
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self._items = items
+        self._lower = {k.lower(): v for k, v in items.items()}
+
+    def __getitem__(self, name: str) -> str:
+        return self._lower[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._lower
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
 
 
 class HasResponse:
