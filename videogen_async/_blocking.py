@@ -1,17 +1,13 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
-A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop in one daemon thread of its own;
-each call is handed to that loop and the calling thread blocks until its answer. Nothing is
-implemented twice: each blocking namespace declares, one line per call, which async call it
-runs (``create = _blocking(Tasks.create)``) and takes its signature, types and docstring, as
-the client takes its arguments and properties: results, errors, retries, waits, pacing and
-the one connection pool every thread shares are the async client's own.
+One event loop in one daemon thread runs each call; the calling thread blocks until its answer.
+Each blocking namespace declares, one line per call, which async call it runs
+(``create = _blocking(Tasks.create)``), taking its signature, types and docstring.
 
-A call is handed over with ``asyncio.run_coroutine_threadsafe``: one wake-up of each thread.
-An anyio blocking portal (``start_task_soon``) makes two round trips per call, which doubles
-the hand-off's cost (``bench/sync.py``). The loop's thread is this module's own, so that it can
-be told to stop without being joined: by a finalizer once every handle on the client is gone
-(it may run on the loop's own thread), and never in a forked child, which has no such thread.
+A call is handed over with ``asyncio.run_coroutine_threadsafe``: an anyio blocking portal
+makes two round trips per call, doubling the hand-off's cost (``bench/sync.py``). The thread is
+this module's own, so that it can be told to stop without being joined: by a finalizer (which
+may run on the loop's own thread), and never in a forked child, which has no such thread.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """``videogen ledger list|summary|dispatch URL``: what a ledger holds, and its webhooks.
 
-``list`` shows the entries (``--state`` keeps those of one or more states, ``--kind`` those of
-one kind); ``summary`` counts them per state with the credits spent and reserved (per value of
-a metadata key with ``--group-by``) and the deliveries of each destination. Both only read
-the ledger: nothing is sent to the service and nothing is written. ``dispatch`` delivers each
-terminal entry to a signed webhook until Ctrl-C (or ``--stop-when-idle``); its secret is read
-from an environment variable, never from the command line (which ``ps`` shows to everyone).
+``list`` and ``summary`` only read the ledger. ``dispatch`` reads its webhook's secret from an
+environment variable, never from the command line (which ``ps`` shows to everyone).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
-Every loop of the SDK asks :func:`decide_retry`, for one failure of one request, whether and
-when to try again: the transport's retries, the single waits and the gather's polls, a
-download's resumes and the ledger's watchers. :data:`TRANSIENT_STATUSES` is the one list of
-what is transient; where a caller differs on purpose, the difference is a parameter of the
-decision (``poll``, ``extra_statuses``, ``transient``), never a table of its own.
-:class:`BackoffPolicy` says how the client slows down under failure (the client-wide 429 pause
-of ``_pacing`` included). Pure decisions and arithmetic, no I/O: retrying (a failure of *one
-request*) is apart from polling (a task still running is not a failure).
+Every loop of the SDK (the transport, the waits and gathers, downloads, the ledger) asks
+:func:`decide_retry` after one failure; where a caller differs on purpose, the difference is a
+parameter of the decision (``poll``, ``extra_statuses``, ``transient``), never a table of its
+own. Pure decisions and arithmetic, no I/O.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""The connection pool a client and its views share, its timeouts and its proxy.
-
-``SessionOwner`` creates the ``aiohttp.ClientSession`` lazily in the running loop (or borrows
-the caller's), holds the client's one ``Pacing`` state and the creates still in flight, and
-closes them within the bound the client's timeout settings give. ``Timeout`` says what bounds
-one attempt; ``proxy_for`` reads the environment's proxy as requests and httpx do.
-"""
+"""The connection pool a client and its views share, its timeouts and its proxy."""
 
 from __future__ import annotations
 
@@ -38,13 +32,9 @@ DRAIN_TIMEOUT = 30.0
 class Timeout:
     """Per-attempt timeouts of one HTTP request, in seconds (``None`` means no limit).
 
-    ``total`` bounds the whole attempt, from asking for a connection to the last byte of the
-    answer, so a server that trickles its answer cannot hold a call: it is what users of
-    openai-python and httpx mean by "a 30 s timeout". ``connect`` and ``read`` bound the parts
-    (opening the connection; the gap between two reads of the answer). Retries each get a
-    fresh ``total``; the client's ``deadline`` bounds a call with all its retries. These are
-    separate from the deadlines of the wait helpers (``tasks.wait(timeout=...)``), which bound
-    a whole poll.
+    ``total`` bounds the whole attempt, so a server that trickles its answer cannot hold a
+    call; each retry gets a fresh one (the client's ``deadline`` bounds a call with all its
+    retries; a wait's ``timeout`` bounds the whole wait).
 
     Attributes:
         connect: Opening a connection (TCP and TLS).

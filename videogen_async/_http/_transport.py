@@ -1,16 +1,10 @@
-"""The HTTP transport: with ``_session``, the only module of the client that imports aiohttp.
+"""The HTTP transport: one request with its retries, pacing and timeouts.
 
-It owns (or borrows) the ``aiohttp.ClientSession`` and sends one request with its retries and
-timeouts; ``_envelope`` decodes the service's envelope ``{code, trace_id, message, data}`` and
-maps every failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
-
-Whether and when to retry is decided by ``_retry.decide_retry`` (a request is retried only when
-retrying cannot charge credits twice); every attempt takes a slot of the client's ``_pacing``
-first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (connect, each
-read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
-their waits included.
-
-The environment's proxy (``_session.proxy_for``) is read once, when the client is made.
+With ``_session`` and ``_envelope``, the only modules of the client that import aiohttp:
+nothing above it sees an aiohttp type. Retries are decided by ``_retry.decide_retry``, each
+attempt holds a slot of the client's ``_pacing``, ``Timeout`` bounds each attempt and the
+optional ``deadline`` the whole call; the environment's proxy is read once, when the client
+is made.
 """
 
 from __future__ import annotations

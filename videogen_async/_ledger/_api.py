@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
@@ -354,21 +355,15 @@ def _number(value: Any, zero: bool) -> bool:
     return value >= 0 if zero else value > 0
 
 
+@attrs.define(eq=False, repr=False)
 class LedgerOpener(ExitCloses):
     """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        max_credits: float | None,
-        price_estimate: PriceEstimate | None,
-        outage_timeout: float,
-    ) -> None:
-        self._engine = engine
-        self._max_credits = max_credits
-        self._price_estimate = price_estimate
-        self._outage_timeout = outage_timeout
-        self._ledger: Ledger | None = None
+    _engine: Engine
+    _max_credits: float | None
+    _price_estimate: PriceEstimate | None
+    _outage_timeout: float
+    _ledger: Ledger | None = attrs.field(default=None, init=False)
 
     async def _open(self) -> Ledger:
         engine = self._engine

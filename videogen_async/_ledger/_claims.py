@@ -1,11 +1,10 @@
 """The statements watchers run: claims, leases, fair shares, finishes and the shared pause.
 
-Written once for both engines (see ``_schema``). A claim is one ``UPDATE`` whose condition is
-the claim rule (PostgreSQL: over ``FOR UPDATE SKIP LOCKED`` rows, so that watchers never wait
-on nor take each other's rows). A transaction that changes several entries locks them in key
-order, after the budget row where it takes it. The claims, renewals and releases of leases are
-written once for any table with ``key``, ``owner`` and ``lease_until`` columns: the watchers'
-entries and the dispatchers' deliveries (``_dispatch``) are held the same way.
+A claim is one ``UPDATE`` over the claimable rows (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so
+that watchers never wait on nor take each other's rows). A transaction that changes several
+entries locks them in key order, after the budget row where it takes it. Leases are written
+once for any table with ``key``, ``owner`` and ``lease_until``: the watchers' entries and the
+dispatchers' deliveries.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value

@@ -1,15 +1,10 @@
 """``Ledger.watch``: cooperative watchers that share a ledger's pending entries.
 
 Each watcher claims entries with a lease (decided in SQL), polls them with one open-ended
-:func:`gather_until_done` that lives as long as the watcher (each claim's ids join it: what
-it learned carries over), writes each terminal state back and hands the entry to its
-consumer. It renews its leases every third of the lease; when it dies, its entries go to the
-others once the lease is out. Delivery is at least once: an entry is marked delivered when its
-consumer asks for the next one (or leaves the block without an exception).
-
-A database that does not answer is retried by the store while the gather goes on polling; the
-iteration raises ``LedgerError`` only when the store gives up. An entry whose id cannot be
-polled is marked ``unknown`` with the reason, never handed to the gather.
+:func:`gather_until_done` living as long as the watcher, writes each terminal state back and
+hands the entry to its consumer, renewing its leases every third of the lease. Delivery is at
+least once: an entry is marked delivered when its consumer asks for the next one (or leaves
+the block without an exception). An id that cannot be polled is marked ``unknown``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The workflow side: ``generate_video``, one awaited call, safe in Temporal's sandbox.
+"""The workflow side: one awaited call each, deterministic in Temporal's sandbox.
 
-Nothing here is non-deterministic: the activity is referred to by its name
-(:data:`CREATE_TASK`), and the answer is rebuilt into a :class:`Task` from the payload the
+Activities are referred to by name, and each answer is rebuilt from the payload the
 workflow's history holds, the same on every replay.
 """
 
@@ -128,14 +127,8 @@ async def generate_video(
             not retried), or the create was refused (type: the SDK's error class name).
     """
     request = VideoRequest(prompt, dict(task_fields), key, dict(metadata or {}))
-    result = await workflow.execute_activity(
-        CREATE_TASK,
-        request,
-        result_type=dict,
-        start_to_close_timeout=start_to_close_timeout,
-        retry_policy=retry_policy,
-        task_queue=task_queue,
-    )
+    options = _options(start_to_close_timeout, retry_policy, task_queue)
+    result = await workflow.execute_activity(CREATE_TASK, request, result_type=dict, **options)
     return Task.from_dict(result)
 
 
@@ -172,21 +165,10 @@ async def create_project(
         temporalio.exceptions.ActivityError: The create was refused for good (its cause an
             ``ApplicationError`` whose type is the SDK's error class name).
     """
-    request = ProjectRequest(
-        reference_video_url,
-        list(product_image_urls),
-        dict(project_fields),
-        key,
-        dict(metadata or {}),
-    )
-    result = await workflow.execute_activity(
-        CREATE_PROJECT,
-        request,
-        result_type=dict,
-        start_to_close_timeout=start_to_close_timeout,
-        retry_policy=retry_policy,
-        task_queue=task_queue,
-    )
+    urls, fields = list(product_image_urls), dict(project_fields)
+    request = ProjectRequest(reference_video_url, urls, fields, key, dict(metadata or {}))
+    options = _options(start_to_close_timeout, retry_policy, task_queue)
+    result = await workflow.execute_activity(CREATE_PROJECT, request, result_type=dict, **options)
     return LedgerEntry.from_dict(result)
 
 
@@ -222,14 +204,21 @@ async def generate_project_videos(
         temporalio.exceptions.ActivityError: A video failed (type ``TaskFailedError``), the
             project failed (type ``ProjectFailedError``) or the batch was refused for good.
     """
-    options: dict[str, Any] = {
-        "start_to_close_timeout": start_to_close_timeout,
-        "retry_policy": retry_policy,
-        "task_queue": task_queue,
-    }
+    options = _options(start_to_close_timeout, retry_policy, task_queue)
     request = VideosRequest(project_key, dict(batch_fields), batch_key)
     keys = await workflow.execute_activity(CREATE_VIDEOS, request, result_type=list, **options)
     results = await asyncio.gather(
         *(workflow.execute_activity(AWAIT_ENTRY, key, result_type=dict, **options) for key in keys)
     )
     return [Task.from_dict(result) for result in results]
+
+
+def _options(
+    timeout: timedelta, retry_policy: RetryPolicy | None, task_queue: str | None
+) -> dict[str, Any]:
+    """The options of ``workflow.execute_activity`` every call here passes on."""
+    return {
+        "start_to_close_timeout": timeout,
+        "retry_policy": retry_policy,
+        "task_queue": task_queue,
+    }
