@@ -10,6 +10,7 @@ is made.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -258,18 +259,16 @@ class Transport:
                 sent = (
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
+                send = functools.partial(
+                    self._send_once, method, url, path, body, headers, deadline, timeouts
+                )
                 try:
                     if observer is None or not observer.active():
-                        response = await self._send_once(
-                            method, url, path, body, headers, deadline, timeouts
-                        )
+                        response = await send()
                     else:
                         response = await observer.send(
-                            lambda: self._send_once(
-                                method, url, path, body, headers, deadline, timeouts
-                            ),
-                            method=method, path=path, url=str(url), attempt=attempt,
-                        )  # fmt: skip
+                            send, method=method, path=path, url=str(url), attempt=attempt
+                        )
                 finally:
                     pacing.release()
             except VideoGenError as exc:
@@ -333,7 +332,10 @@ class Transport:
             why = "passed while the client was paused by a 429"
         else:
             why = f"ends in {max(left, 0.0):.3g} s, before the client's 429 pause ({paused:.3g} s)"
-        raise APITimeoutError(
+        raise self._past_deadline(method, path, why)
+
+    def _past_deadline(self, method: str, path: str, why: str = "passed") -> APITimeoutError:
+        return APITimeoutError(
             f"{method} {path}: the call's deadline of {self.deadline:g} s {why}",
             method=method,
             path=path,
@@ -357,12 +359,7 @@ class Transport:
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise APITimeoutError(
-                    f"{method} {path}: the call's deadline of {self.deadline:g} s passed",
-                    method=method,
-                    path=path,
-                    request_may_have_taken_effect=False,
-                )
+                raise self._past_deadline(method, path)
             timeout = timeouts.to_aiohttp(total=left)
         try:
             async with session.request(

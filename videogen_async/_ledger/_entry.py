@@ -102,6 +102,12 @@ def task_to_json(task: Task) -> str:
     return json.dumps(unstructure(task), separators=(",", ":"))
 
 
+_COPIED = (  # the columns an entry takes as they are
+    *("key", "state", "task_id", "credits_cost", "kind"),
+    *("model", "duration", "project_id", "error"),
+)
+
+
 def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEntry:
     """Build an entry from a database row (a mapping of column names).
 
@@ -115,17 +121,9 @@ def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEn
         task = structure(json.loads(task_text), Task)
     request_text = row["request"]
     return LedgerEntry(
-        key=row["key"],
-        state=row["state"],
-        task_id=row["task_id"],
-        credits_cost=row["credits_cost"],
+        **{name: row[name] for name in _COPIED},
         task=task,
-        kind=row["kind"],
-        model=row["model"],
-        duration=row["duration"],
         request=json.loads(request_text) if request_text else {},
-        project_id=row["project_id"],
-        error=row["error"],
         created_at=from_epoch(row["created_at"]),
         updated_at=from_epoch(row["updated_at"]),
         finished_at=from_epoch(row["finished_at"]),

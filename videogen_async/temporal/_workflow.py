@@ -42,14 +42,9 @@ AWAIT_ENTRY = "videogen.await_entry"
 
 @dataclass(frozen=True)
 class VideoRequest:
-    """The input of the :data:`CREATE_TASK` activity.
+    """The input of the :data:`CREATE_TASK` activity: :func:`generate_video`'s arguments.
 
-    Attributes:
-        prompt: The prompt.
-        fields: The other fields of ``client.tasks.create`` (``model``, ``duration``...).
-        key: The ledger key; ``None``: ``temporal/{workflow_id}/{run_id}/{activity_id}``.
-        metadata: Metadata kept on the ledger entry (its key ``temporal`` is the
-            integration's own).
+    ``fields`` are its ``**task_fields``; the metadata key ``temporal`` is the integration's.
     """
 
     prompt: str
@@ -60,14 +55,9 @@ class VideoRequest:
 
 @dataclass(frozen=True)
 class ProjectRequest:
-    """The input of the :data:`CREATE_PROJECT` activity.
+    """The input of the :data:`CREATE_PROJECT` activity: :func:`create_project`'s arguments.
 
-    Attributes:
-        reference_video_url: As ``client.projects.create``.
-        product_image_urls: As ``client.projects.create``.
-        fields: The other fields of ``client.projects.create`` (``mode``...).
-        key: The ledger key; ``None``: ``temporal/{workflow_id}/{run_id}/{activity_id}``.
-        metadata: Metadata kept on the project's entry and on its tasks' entries.
+    ``fields`` are its ``**project_fields``.
     """
 
     reference_video_url: str
@@ -79,12 +69,9 @@ class ProjectRequest:
 
 @dataclass(frozen=True)
 class VideosRequest:
-    """The input of the :data:`CREATE_VIDEOS` activity.
+    """The input of :data:`CREATE_VIDEOS`: :func:`generate_project_videos`'s arguments.
 
-    Attributes:
-        project_key: The ledger key of the project (:func:`create_project`'s entry's key).
-        fields: The fields of ``client.projects.create_videos`` (``out_number``...).
-        batch_key: The batch's ledger key; ``None``: derived as for the other activities.
+    ``fields`` are its ``**batch_fields``.
     """
 
     project_key: str
