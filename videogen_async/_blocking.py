@@ -282,9 +282,7 @@ class BlockingGather(BlockingIterator[Task | TaskPollError]):
         return progress
 
 
-def _gathering(
-    method: Callable[Concatenate[Any, _P], GatherResults],
-) -> _Call[_P, BlockingGather]:
+def _gathering(method: Callable[Concatenate[Any, _P], GatherResults]) -> _Call[_P, BlockingGather]:
     return _Call(method.__name__, BlockingGather)
 
 
@@ -394,15 +392,11 @@ class VideoGen(_Namespace):
             created = client.tasks.create("a paper boat")
             task = client.tasks.wait(created.task_id, timeout=600)
 
-    Each client runs one event loop in one background thread and sends every call through
-    it, so it is safe to share between the threads of a process (one connection pool for
-    all of them). It cannot cross a ``fork``: create it in the process that uses it. Waits'
-    callbacks (``on_update``, ``on_progress``, event hooks) run on that loop's thread: keep
-    them quick, and make no call of the client from them.
-
-    It takes the arguments of :class:`AsyncVideoGen` (their defaults and meaning), all but
-    ``session``: an ``aiohttp`` session belongs to an event loop, and this loop is the
-    client's own.
+    It is safe to share between the threads of a process (one event loop in one background
+    thread, one connection pool), but cannot cross a ``fork``. Callbacks (``on_update``,
+    ``on_progress``, event hooks) run on the loop's thread: keep them quick, and make no call
+    of the client from them. It takes the arguments of :class:`AsyncVideoGen`, all but
+    ``session`` (an ``aiohttp`` session belongs to an event loop, and this loop is its own).
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid, or a ``session`` was

@@ -236,10 +236,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
 
     @classmethod
     def _view(
-        cls,
-        transport: Transport,
-        poll_policy: PollPolicy | None,
-        finish_times: FinishTimeMemory,
+        cls, transport: Transport, poll_policy: PollPolicy | None, finish_times: FinishTimeMemory
     ) -> AsyncVideoGen:
         view = cls.__new__(cls)
         view._compose(transport, poll_policy, owns_session=False, finish_times=finish_times)
@@ -336,11 +333,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
                 raise ConfigurationError(str(exc)) from None
         if deadline is not UNSET:
             _check_deadline(deadline)
-        transport = self._transport.copy(
-            timeout=new_timeout,
-            backoff=policy,
-            deadline=deadline,
-        )
+        transport = self._transport.copy(timeout=new_timeout, backoff=policy, deadline=deadline)
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 
     def _download_through(self) -> tuple[Transport, GetTask]:

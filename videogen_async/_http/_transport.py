@@ -211,15 +211,9 @@ class Transport:
     ) -> Response:
         """Send a request under the base URL, retrying what is safe to retry; its envelope.
 
-        ``retries`` overrides the backoff policy's ``max_retries`` (a waiting loop passes 0: it
-        owns the backoff); ``options`` are the call's extras (each winning over the call's own
-        values) and timeouts.
-
-        Raises:
-            APIConnectionError: The service could not be reached or the connection broke.
-            APITimeoutError: No answer within the timeout, or the call's deadline passed.
-            APIStatusError: The service answered with a failure (a subclass per status).
-            APIResponseError: The answer was not the documented envelope.
+        ``retries`` overrides the policy's ``max_retries`` (a waiting loop passes 0: it owns the
+        backoff); ``options`` are the call's extras and timeouts. Failures raise the error tree
+        (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``, ``APIResponseError``).
         """
         if options.extra_query:
             params = _without_none({**(params or {}), **options.extra_query})

@@ -248,11 +248,7 @@ class Webhook:
 
 
 def webhook(
-    url: str,
-    secret: str,
-    *,
-    timeout: float = 10.0,
-    headers: Mapping[str, str] | None = None,
+    url: str, secret: str, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
 ) -> Webhook:
     """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
 

@@ -34,8 +34,8 @@ MAX_METADATA_BYTES = 16 * 1024
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
-STATES = frozenset({"creating", "unknown", "refused", "pending", "created", *TERMINAL_STATES})
-"""Every state of an entry (``created``: a video batch, answered)."""
+STATES = ("creating", "unknown", "refused", "pending", "created", "succeeded", "failed", "error")
+"""Every state of an entry, in the order of its life (``created``: a video batch, answered)."""
 
 
 def from_epoch(value: float | str | None) -> datetime | None:
@@ -109,13 +109,7 @@ _COPIED = (  # the columns an entry takes as they are
 
 
 def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEntry:
-    """Build an entry from a database row (a mapping of column names).
-
-    Args:
-        row: The row.
-        task: The task the row's ``task`` column was just written from, if at hand (it is
-            then not read back from its JSON).
-    """
+    """Build an entry from a database row (``task``: the task its column was written from)."""
     task_text = row["task"]
     if task is None and task_text:
         task = structure(json.loads(task_text), Task)
