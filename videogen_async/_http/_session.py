@@ -133,8 +133,7 @@ UNSET: Any = _Unset()
 class SessionOwner:
     """Holds the ``aiohttp.ClientSession`` shared by a client and its ``with_options`` views.
 
-    The session is created lazily inside the running event loop on first use and closed by
-    :meth:`aclose`, unless the caller passed their own, which is used and never closed.
+    Created lazily in the running loop and closed by :meth:`aclose`; a caller's own is borrowed.
     """
 
     def __init__(
@@ -207,11 +206,7 @@ class SessionOwner:
         session = self._session
         if session is None or session.closed:
             return 0
-        connector = session.connector
-        if connector is None:  # pragma: no cover - a session always has one here
-            return 0
-        acquired = getattr(connector, "_acquired", ())
-        return len(acquired)
+        return len(getattr(session.connector, "_acquired", ()))
 
     async def aclose(self) -> None:
         """Close the session if this owner created it. Idempotent.
@@ -242,12 +237,10 @@ class SessionOwner:
             return
         # Close the pool's sockets here, so that aiohttp adds no warnings of its own, and
         # say once, clearly, which client was not closed and where it was made.
-        connector = session.connector
-        if connector is not None:
-            closing = getattr(connector, "_close", None)
-            if callable(closing):
-                with contextlib.suppress(Exception):  # best effort, even at interpreter exit
-                    closing()
+        closing = getattr(session.connector, "_close", None)
+        if callable(closing):
+            with contextlib.suppress(Exception):  # best effort, even at interpreter exit
+                closing()
         where = ""
         if self._created_at:
             # Most recent call first; no source lines (reading files here would block).

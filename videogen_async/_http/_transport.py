@@ -53,8 +53,7 @@ def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
 class _Secret(str):
     """A string whose ``repr`` is ``'<redacted>'``: the API key and its header are held as this.
 
-    A traceback that shows its locals, a debugger or a ``repr`` of the headers shows no key;
-    on the wire (``str()``, formatting, concatenation) it is the plain value.
+    A traceback with its locals, a debugger or a ``repr`` of the headers shows no key.
     """
 
     __slots__ = ()

@@ -132,9 +132,6 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
 
 
-# -- SQLite -------------------------------------------------------------------------------
-
-
 def _sqlite_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     if code is not None:
@@ -321,9 +318,6 @@ class SQLiteEngine:
                 os.close(life[0])
 
         await anyio.to_thread.run_sync(shut)
-
-
-# -- PostgreSQL ----------------------------------------------------------------------------
 
 
 def _unavailable(exc: BaseException) -> bool:

@@ -30,7 +30,7 @@ from .._contract._exceptions import (
 )
 from .._http._retry import decide_retry
 from ._creates import check_key
-from ._engines import PostgresEngine
+from ._engines import PostgresEngine, _terminate
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
 from ._schema import CHANNEL, Plan, first, q
@@ -109,8 +109,7 @@ class _Notices:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
             await conn.close()
-        with contextlib.suppress(Exception):
-            conn.terminate()  # still open: closing it timed out
+        _terminate(conn)  # still open: closing it timed out
 
 
 class _Versions:

@@ -86,11 +86,8 @@ class Watch(ExitCloses):
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
-        self._gather_options: dict[str, Any] = {"return_exceptions": True}
-        if max_concurrency is not None:
-            self._gather_options["max_concurrency"] = max_concurrency
-        if poll_policy is not None:
-            self._gather_options["poll_policy"] = poll_policy
+        options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}
+        self._gather_options = {name: value for name, value in options.items() if value is not None}
         self._stop_when_idle = stop_when_idle
         self._max_held = max_held
         self._held = 0
@@ -113,8 +110,6 @@ class Watch(ExitCloses):
         self._drained = anyio.Event()
         self._acks: list[str] = []
         self._writing = False
-
-    # -- the context manager -----------------------------------------------------------------
 
     async def __aenter__(self) -> Watch:
         if self._entered:
@@ -146,8 +141,6 @@ class Watch(ExitCloses):
                 self._finished_send.close()
                 self._finished_receive.close()
 
-    # -- iteration ---------------------------------------------------------------------------
-
     def __aiter__(self) -> Watch:
         return self
 
@@ -175,8 +168,6 @@ class Watch(ExitCloses):
             write = self._store.write_once if once else self._store.write
             await write(claims.finish_many, self.owner, (), acks)
 
-    # -- the work ----------------------------------------------------------------------------
-
     async def _guarded_run(self) -> None:
         try:
             await self._run()
@@ -196,6 +187,7 @@ class Watch(ExitCloses):
             classes=self._classes,
             finish_times=self._memory,
             open_ended=True,
+            return_exceptions=True,
             **self._gather_options,
         )
         self._results = results
