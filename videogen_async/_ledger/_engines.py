@@ -317,7 +317,8 @@ class SQLiteEngine:
                     os.unlink(life[1])
                 os.close(life[0])
 
-        await anyio.to_thread.run_sync(shut)
+        # After the plan running in a worker thread: closing its connection under it crashes.
+        await anyio.to_thread.run_sync(shut, limiter=self._limiter)
 
 
 def _unavailable(exc: BaseException) -> bool:
