@@ -1,17 +1,13 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
-A ``VideoGen`` holds an ``AsyncVideoGen`` and one event loop in one daemon thread of its own;
-each call is handed to that loop and the calling thread blocks until its answer. Nothing is
-implemented twice: each blocking namespace declares, one line per call, which async call it
-runs (``create = _blocking(Tasks.create)``) and takes its signature, types and docstring, as
-the client takes its arguments and properties: results, errors, retries, waits, pacing and
-the one connection pool every thread shares are the async client's own.
+One event loop in one daemon thread runs each call; the calling thread blocks until its answer.
+Each blocking namespace declares, one line per call, which async call it runs
+(``create = _blocking(Tasks.create)``), taking its signature, types and docstring.
 
-A call is handed over with ``asyncio.run_coroutine_threadsafe``: one wake-up of each thread.
-An anyio blocking portal (``start_task_soon``) makes two round trips per call, which doubles
-the hand-off's cost (``bench/sync.py``). The loop's thread is this module's own, so that it can
-be told to stop without being joined: by a finalizer once every handle on the client is gone
-(it may run on the loop's own thread), and never in a forked child, which has no such thread.
+A call is handed over with ``asyncio.run_coroutine_threadsafe``: an anyio blocking portal
+makes two round trips per call, doubling the hand-off's cost (``bench/sync.py``). The thread is
+this module's own, so that it can be told to stop without being joined: by a finalizer (which
+may run on the loop's own thread), and never in a forked child, which has no such thread.
 """
 
 from __future__ import annotations
@@ -286,9 +282,7 @@ class BlockingGather(BlockingIterator[Task | TaskPollError]):
         return progress
 
 
-def _gathering(
-    method: Callable[Concatenate[Any, _P], GatherResults],
-) -> _Call[_P, BlockingGather]:
+def _gathering(method: Callable[Concatenate[Any, _P], GatherResults]) -> _Call[_P, BlockingGather]:
     return _Call(method.__name__, BlockingGather)
 
 
@@ -398,15 +392,11 @@ class VideoGen(_Namespace):
             created = client.tasks.create("a paper boat")
             task = client.tasks.wait(created.task_id, timeout=600)
 
-    Each client runs one event loop in one background thread and sends every call through
-    it, so it is safe to share between the threads of a process (one connection pool for
-    all of them). It cannot cross a ``fork``: create it in the process that uses it. Waits'
-    callbacks (``on_update``, ``on_progress``, event hooks) run on that loop's thread: keep
-    them quick, and make no call of the client from them.
-
-    It takes the arguments of :class:`AsyncVideoGen` (their defaults and meaning), all but
-    ``session``: an ``aiohttp`` session belongs to an event loop, and this loop is the
-    client's own.
+    It is safe to share between the threads of a process (one event loop in one background
+    thread, one connection pool), but cannot cross a ``fork``. Callbacks (``on_update``,
+    ``on_progress``, event hooks) run on the loop's thread: keep them quick, and make no call
+    of the client from them. It takes the arguments of :class:`AsyncVideoGen`, all but
+    ``session`` (an ``aiohttp`` session belongs to an event loop, and this loop is its own).
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid, or a ``session`` was

@@ -36,19 +36,13 @@ DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_CONNECTION_LIMIT = 100
 
 
-def _is_ip(text: str) -> bool:
+def _valid_host(written: str, host: str) -> bool:
+    """Whether a bracketed host is an IP address, and the host can go on the wire (as IDNA)."""
     try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _encodable(host: str) -> bool:
-    """Whether a host name can go on the wire (a non-ASCII name as IDNA, as aiohttp sends it)."""
-    try:
-        host.encode("idna")
-    except UnicodeError:
+        if written.startswith("["):
+            ipaddress.ip_address(written[1:-1])
+        host.encode("idna")  # a non-ASCII name, as aiohttp sends it
+    except ValueError:  # UnicodeError included
         return False
     return True
 
@@ -76,11 +70,7 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
     if parts.username or parts.password or "@" in parts.netloc:
         raise ConfigurationError("base_url must not carry credentials; pass api_key instead")
     authority = _AUTHORITY.fullmatch(parts.netloc)
-    if (
-        authority is None
-        or (authority["host"].startswith("[") and not _is_ip(authority["host"][1:-1]))
-        or not _encodable(host)
-    ):
+    if authority is None or not _valid_host(authority["host"], host):
         raise ConfigurationError(f"base_url has an invalid host or port: {text!r}")
     if parts.query or parts.fragment:
         raise ConfigurationError(f"base_url must not have a query or fragment: {text!r}")
@@ -246,10 +236,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
 
     @classmethod
     def _view(
-        cls,
-        transport: Transport,
-        poll_policy: PollPolicy | None,
-        finish_times: FinishTimeMemory,
+        cls, transport: Transport, poll_policy: PollPolicy | None, finish_times: FinishTimeMemory
     ) -> AsyncVideoGen:
         view = cls.__new__(cls)
         view._compose(transport, poll_policy, owns_session=False, finish_times=finish_times)
@@ -346,11 +333,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
                 raise ConfigurationError(str(exc)) from None
         if deadline is not UNSET:
             _check_deadline(deadline)
-        transport = self._transport.copy(
-            timeout=new_timeout,
-            backoff=policy,
-            deadline=deadline,
-        )
+        transport = self._transport.copy(timeout=new_timeout, backoff=policy, deadline=deadline)
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 
     def _download_through(self) -> tuple[Transport, GetTask]:

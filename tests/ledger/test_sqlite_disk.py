@@ -11,13 +11,17 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from videogen_async import Ledger, LedgerError
+from videogen_async._ledger._engines import SQLiteEngine
+from videogen_async._ledger._schema import Plan, q
 
 from ._service import LogEvent, Service
 
@@ -116,3 +120,30 @@ async def test_a_ledger_file_turned_read_only_is_a_ledger_error_and_nothing_is_s
             await anyio.run_process(["chattr", "-i", *files])
         assert type(caught.value) is LedgerError
     assert service.posts == 1
+
+
+async def test_sqlite_close_waits_for_the_plan_running_in_its_thread(tmp_path: Path) -> None:
+    # A close while a plan runs in the worker thread (a watcher's last write as its ledger
+    # closes) must not close the connection under that statement: it waits for the plan.
+    engine = SQLiteEngine(str(tmp_path / "close.db"))
+    await engine.open()
+    started, release = threading.Event(), threading.Event()
+
+    def plan() -> Plan[list[dict[str, Any]]]:
+        started.set()
+        release.wait(30)
+        rows: list[dict[str, Any]] = yield q("SELECT 1 AS one")
+        return rows
+
+    found: list[list[dict[str, Any]]] = []
+
+    async def run() -> None:
+        found.append(await engine.run(plan(), write=True))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.to_thread.run_sync(started.wait)
+        tg.start_soon(engine.close)
+        await anyio.wait_all_tasks_blocked()  # the close waits for the worker thread
+        release.set()
+    assert found == [[{"one": 1}]]

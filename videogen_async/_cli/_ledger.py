@@ -1,11 +1,7 @@
 """``videogen ledger list|summary|dispatch URL``: what a ledger holds, and its webhooks.
 
-``list`` shows the entries (``--state`` keeps those of one or more states, ``--kind`` those of
-one kind); ``summary`` counts them per state with the credits spent and reserved (per value of
-a metadata key with ``--group-by``) and the deliveries of each destination. Both only read
-the ledger: nothing is sent to the service and nothing is written. ``dispatch`` delivers each
-terminal entry to a signed webhook until Ctrl-C (or ``--stop-when-idle``); its secret is read
-from an environment variable, never from the command line (which ``ps`` shows to everyone).
+``list`` and ``summary`` only read the ledger. ``dispatch`` reads its webhook's secret from an
+environment variable, never from the command line (which ``ps`` shows to everyone).
 """
 
 from __future__ import annotations
@@ -18,16 +14,12 @@ import anyio
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._http._webhooks import webhook
 from .._ledger import Ledger, LedgerEntry
+from .._ledger._entry import STATES as LEDGER_STATES
 from ._batch_report import redact_url
 from ._batch_store import is_old_journal, sqlite_path
 from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, fmt_credits
 
 __all__ = ["LEDGER_STATES", "cmd_ledger_dispatch", "cmd_ledger_list", "cmd_ledger_summary"]
-
-LEDGER_STATES = (
-    *("creating", "unknown", "refused", "pending", "created", "succeeded", "failed", "error"),
-)
-"""Every state of a ledger entry (the choices of ``--state``; ``LedgerEntry.state``)."""
 
 
 async def _check_file(ctx: Context, url: str) -> bool:

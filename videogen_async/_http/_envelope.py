@@ -1,9 +1,6 @@
 """The service's envelope: decoding an answer and mapping every failure to the error tree.
 
-Pure functions, used by the transport: :func:`decode` turns one answer into a
-:class:`Response` or raises the error ``make_status_error`` builds; :func:`connection_error`
-maps an aiohttp or OS failure to ``APIConnectionError`` / ``APITimeoutError`` (aiohttp is
-imported only for its exception classes).
+Pure functions of the transport (aiohttp is imported only for its exception classes).
 """
 
 from __future__ import annotations
@@ -39,14 +36,7 @@ from ._jsonbody import (
 )
 from ._retry import retry_after_of
 
-__all__ = [
-    "Response",
-    "connection_error",
-    "decode",
-    "describe",
-    "make_status_error",
-    "user_agent",
-]
+__all__ = ["Response", "connection_error", "decode", "describe", "make_status_error", "user_agent"]
 
 # aiohttp names its "could not open the connection" timeout differently across versions.
 _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
@@ -117,12 +107,7 @@ def connection_error(
 
 
 def decode(
-    status: int,
-    raw: bytes,
-    headers: Mapping[str, str],
-    *,
-    method: str,
-    path: str,
+    status: int, raw: bytes, headers: Mapping[str, str], *, method: str, path: str
 ) -> Response:
     """Decode one answer into a :class:`Response` or raise the matching error."""
     body, is_json = decode_json(raw)
@@ -183,13 +168,7 @@ def _as_int(value: Any) -> int | None:
 
 
 def _raise_not_envelope(
-    status: int,
-    raw: bytes,
-    headers: Mapping[str, str],
-    *,
-    method: str,
-    path: str,
-    is_json: bool,
+    status: int, raw: bytes, headers: Mapping[str, str], *, method: str, path: str, is_json: bool
 ) -> NoReturn:
     quoted = excerpt(raw) if raw else "<empty body>"
     if is_json:

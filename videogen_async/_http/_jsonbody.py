@@ -1,15 +1,9 @@
 """Decoding a response body safely: whatever bytes arrive, the result is a value or "not JSON".
 
-``json.loads`` alone lets a hostile body escape the error tree: nesting a few thousand levels
-deep raises ``RecursionError`` (and a value nested just under the limit does so later, in a
-``repr``), a 5,000-digit integer raises ``ValueError`` from the int-to-str limit, and
-``NaN``/``Infinity`` are accepted though they are not JSON. Here:
-
-* Nesting is bounded (:data:`MAX_DEPTH`); a deeper body is "not the envelope".
-* ``NaN``, ``Infinity`` and ``-Infinity`` are refused, as JSON (RFC 8259) does.
-* Any failure of the decoder is "not JSON", never an exception.
-* Error texts quote at most a bounded, redacted excerpt (:func:`excerpt`, :func:`clip`,
-  :func:`short_repr`), computed without recursion.
+``json.loads`` alone lets a hostile body escape the error tree (``RecursionError`` from deep
+nesting, ``ValueError`` from a 5,000-digit integer's ``str``) and accepts ``NaN``. Here nesting
+is bounded (:data:`MAX_DEPTH`), the constants are refused, any decoder failure is "not JSON",
+and error texts quote a bounded, redacted excerpt computed without recursion.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Per-call options: ``extra_headers``, ``extra_query``, ``extra_body`` and ``timeout``.
 
-As in openai-python and anthropic-sdk-python, every call that sends a request takes them
-(:class:`RequestOptions`, typed on every call as ``**options: Unpack[RequestOptions]``), and
-every wait the first two, for its polls (:class:`PollOptions`): a way past this version's
-lists and a timeout for one call. :meth:`CallOptions.of` checks them before anything is sent;
-``Transport.request`` merges them into its request, each winning over the call's own value.
-
-Headers that carry credentials are refused: ``Authorization`` (the client sends the key
-itself; replacing it would send another key, or none, where the user meant this one),
-``Proxy-Authorization`` (a proxy's credentials belong in its URL, where aiohttp sends them
-only to the proxy) and, when the transport merges them, a header whose value holds the
-client's API key. ``Cookie`` is allowed: the service authenticates by the key alone, so a
-cookie neither carries nor replaces it.
+Every call that sends a request takes them (:class:`RequestOptions`), every wait the first two
+for its polls (:class:`PollOptions`); :meth:`CallOptions.of` checks them before anything is
+sent. Headers that carry credentials are refused (``Authorization``: another key, or none,
+where the user meant this one; ``Proxy-Authorization``: it belongs in the proxy's URL; a value
+holding the API key); ``Cookie`` is allowed, since the service authenticates by the key alone.
 """
 
 from __future__ import annotations

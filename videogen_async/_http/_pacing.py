@@ -1,20 +1,12 @@
 """One pacing state per client: a 429 slows every request of the client, then AIMD recovery.
 
-A client and every view made with ``with_options`` share one :class:`Pacing` (on the shared
-``SessionOwner``). Every request of the transport takes a slot before it is sent and gives it
-back when the answer (or the failure) is in, so everything built on the transport is paced by
-the same state:
-
-* A 429 pauses *every* request of the client until its ``Retry-After`` when the client honours
-  it (see ``_retry.honoured_retry_after``), else for a backoff that doubles per 429 in a row;
-  never longer than ``max_retry_after``.
-* The same 429 halves the allowed concurrency and the allowed request rate (multiplicative
-  decrease); each success then adds about one request of concurrency per round, and the rate
-  grows back linearly (additive increase), until the limits are lifted.
-* One cut per 429 *event*: answers to requests sent before the last cut do not cut again.
-
-Nothing is paid when the service never answers 429: taking a slot is then a counter
-increment. The settings are those of the ``BackoffPolicy`` of the request that met the 429.
+A client and its ``with_options`` views share one :class:`Pacing`; every request of the
+transport holds a slot of it while in flight. A 429 pauses *every* request (its honoured
+``Retry-After``, else a backoff doubling per 429 in a row, at most ``max_retry_after``) and
+cuts the allowed concurrency and rate (multiplicative decrease, once per 429 *event*); each
+success then grows them back (additive increase) until the limits are lifted. Without 429s a
+slot costs a counter increment. The settings are those of the ``BackoffPolicy`` of the request
+that met the 429 (see ``docs/errors.md``).
 """
 
 from __future__ import annotations

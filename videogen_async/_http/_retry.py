@@ -1,13 +1,9 @@
 """Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
-Every loop of the SDK asks :func:`decide_retry`, for one failure of one request, whether and
-when to try again: the transport's retries, the single waits and the gather's polls, a
-download's resumes and the ledger's watchers. :data:`TRANSIENT_STATUSES` is the one list of
-what is transient; where a caller differs on purpose, the difference is a parameter of the
-decision (``poll``, ``extra_statuses``, ``transient``), never a table of its own.
-:class:`BackoffPolicy` says how the client slows down under failure (the client-wide 429 pause
-of ``_pacing`` included). Pure decisions and arithmetic, no I/O: retrying (a failure of *one
-request*) is apart from polling (a task still running is not a failure).
+Every loop of the SDK (the transport, the waits and gathers, downloads, the ledger) asks
+:func:`decide_retry` after one failure; where a caller differs on purpose, the difference is a
+parameter of the decision (``poll``, ``extra_statuses``, ``transient``), never a table of its
+own. Pure decisions and arithmetic, no I/O.
 """
 
 from __future__ import annotations
@@ -95,15 +91,10 @@ DEFAULT_BACKOFF = BackoffPolicy()
 
 @attrs.frozen
 class RetryDecision:
-    """The answer of :func:`decide_retry`.
+    """The answer of :func:`decide_retry`: the ``delay`` before trying again, or why not.
 
-    Attributes:
-        delay: Seconds to wait before trying again; ``None``: do not (raise the failure).
-        reason: Why not: ``"permanent"`` (not transient), ``"unsafe"`` (a create that may
-            have taken effect), ``"exhausted"`` (the failures allowed are used up) or
-            ``"too long"`` (the wait would exceed ``max_retry_after`` or the caller's bound);
-            ``""`` when trying again.
-        detail: The reason in words, for logs and error messages.
+    ``delay`` ``None``: raise the failure; ``reason`` then says why (``"unsafe"``: a create
+    that may have taken effect), and ``detail`` says it in words.
     """
 
     delay: float | None
@@ -125,12 +116,10 @@ def decide_retry(
 ) -> RetryDecision:
     """Whether and when to try again after ``exc``: the one retry decision of the SDK.
 
-    Transient: connection errors and timeouts, a body that is not the envelope, and the
-    statuses of :data:`TRANSIENT_STATUSES`. A ``GET`` is tried again after any transient
-    failure; any other method (a create, which charges credits) only after a 429 or when the
-    connection provably never carried it. The wait is the service's ``Retry-After`` when it
-    is usable (readable and at most ``policy.max_retry_after``), else the backoff: uniform
-    in ``[0, min(max_delay, initial_delay * 2 ** (failures - 1))]``.
+    Transient: connection errors and timeouts, a body that is not the envelope, and
+    :data:`TRANSIENT_STATUSES`. Any other method than ``GET`` (a create, which charges
+    credits) is tried again only after a 429 or when the connection provably never carried
+    it. The wait is the honoured ``Retry-After``, else :func:`backoff_delay`.
 
     Args:
         exc: The failure.

@@ -1,10 +1,4 @@
-"""The connection pool a client and its views share, its timeouts and its proxy.
-
-``SessionOwner`` creates the ``aiohttp.ClientSession`` lazily in the running loop (or borrows
-the caller's), holds the client's one ``Pacing`` state and the creates still in flight, and
-closes them within the bound the client's timeout settings give. ``Timeout`` says what bounds
-one attempt; ``proxy_for`` reads the environment's proxy as requests and httpx do.
-"""
+"""The connection pool a client and its views share, its timeouts and its proxy."""
 
 from __future__ import annotations
 
@@ -38,13 +32,9 @@ DRAIN_TIMEOUT = 30.0
 class Timeout:
     """Per-attempt timeouts of one HTTP request, in seconds (``None`` means no limit).
 
-    ``total`` bounds the whole attempt, from asking for a connection to the last byte of the
-    answer, so a server that trickles its answer cannot hold a call: it is what users of
-    openai-python and httpx mean by "a 30 s timeout". ``connect`` and ``read`` bound the parts
-    (opening the connection; the gap between two reads of the answer). Retries each get a
-    fresh ``total``; the client's ``deadline`` bounds a call with all its retries. These are
-    separate from the deadlines of the wait helpers (``tasks.wait(timeout=...)``), which bound
-    a whole poll.
+    ``total`` bounds the whole attempt, so a server that trickles its answer cannot hold a
+    call; each retry gets a fresh one (the client's ``deadline`` bounds a call with all its
+    retries; a wait's ``timeout`` bounds the whole wait).
 
     Attributes:
         connect: Opening a connection (TCP and TLS).
@@ -143,8 +133,7 @@ UNSET: Any = _Unset()
 class SessionOwner:
     """Holds the ``aiohttp.ClientSession`` shared by a client and its ``with_options`` views.
 
-    The session is created lazily inside the running event loop on first use and closed by
-    :meth:`aclose`, unless the caller passed their own, which is used and never closed.
+    Created lazily in the running loop and closed by :meth:`aclose`; a caller's own is borrowed.
     """
 
     def __init__(
@@ -217,11 +206,7 @@ class SessionOwner:
         session = self._session
         if session is None or session.closed:
             return 0
-        connector = session.connector
-        if connector is None:  # pragma: no cover - a session always has one here
-            return 0
-        acquired = getattr(connector, "_acquired", ())
-        return len(acquired)
+        return len(getattr(session.connector, "_acquired", ()))
 
     async def aclose(self) -> None:
         """Close the session if this owner created it. Idempotent.
@@ -252,12 +237,10 @@ class SessionOwner:
             return
         # Close the pool's sockets here, so that aiohttp adds no warnings of its own, and
         # say once, clearly, which client was not closed and where it was made.
-        connector = session.connector
-        if connector is not None:
-            closing = getattr(connector, "_close", None)
-            if callable(closing):
-                with contextlib.suppress(Exception):  # best effort, even at interpreter exit
-                    closing()
+        closing = getattr(session.connector, "_close", None)
+        if callable(closing):
+            with contextlib.suppress(Exception):  # best effort, even at interpreter exit
+                closing()
         where = ""
         if self._created_at:
             # Most recent call first; no source lines (reading files here would block).

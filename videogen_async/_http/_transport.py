@@ -1,21 +1,16 @@
-"""The HTTP transport: with ``_session``, the only module of the client that imports aiohttp.
+"""The HTTP transport: one request with its retries, pacing and timeouts.
 
-It owns (or borrows) the ``aiohttp.ClientSession`` and sends one request with its retries and
-timeouts; ``_envelope`` decodes the service's envelope ``{code, trace_id, message, data}`` and
-maps every failure to the error tree of ``_exceptions``. Nothing above it sees an aiohttp type.
-
-Whether and when to retry is decided by ``_retry.decide_retry`` (a request is retried only when
-retrying cannot charge credits twice); every attempt takes a slot of the client's ``_pacing``
-first, so a 429 slows the whole client. Each attempt is bounded by ``Timeout`` (connect, each
-read, and the whole attempt); the optional ``deadline`` bounds the whole call, retries and
-their waits included.
-
-The environment's proxy (``_session.proxy_for``) is read once, when the client is made.
+With ``_session`` and ``_envelope``, the only modules of the client that import aiohttp:
+nothing above it sees an aiohttp type. Retries are decided by ``_retry.decide_retry``, each
+attempt holds a slot of the client's ``_pacing``, ``Timeout`` bounds each attempt and the
+optional ``deadline`` the whole call; the environment's proxy is read once, when the client
+is made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -58,8 +53,7 @@ def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
 class _Secret(str):
     """A string whose ``repr`` is ``'<redacted>'``: the API key and its header are held as this.
 
-    A traceback that shows its locals, a debugger or a ``repr`` of the headers shows no key;
-    on the wire (``str()``, formatting, concatenation) it is the plain value.
+    A traceback with its locals, a debugger or a ``repr`` of the headers shows no key.
     """
 
     __slots__ = ()
@@ -216,15 +210,9 @@ class Transport:
     ) -> Response:
         """Send a request under the base URL, retrying what is safe to retry; its envelope.
 
-        ``retries`` overrides the backoff policy's ``max_retries`` (a waiting loop passes 0: it
-        owns the backoff); ``options`` are the call's extras (each winning over the call's own
-        values) and timeouts.
-
-        Raises:
-            APIConnectionError: The service could not be reached or the connection broke.
-            APITimeoutError: No answer within the timeout, or the call's deadline passed.
-            APIStatusError: The service answered with a failure (a subclass per status).
-            APIResponseError: The answer was not the documented envelope.
+        ``retries`` overrides the policy's ``max_retries`` (a waiting loop passes 0: it owns the
+        backoff); ``options`` are the call's extras and timeouts. Failures raise the error tree
+        (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``, ``APIResponseError``).
         """
         if options.extra_query:
             params = _without_none({**(params or {}), **options.extra_query})
@@ -264,18 +252,16 @@ class Transport:
                 sent = (
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
+                send = functools.partial(
+                    self._send_once, method, url, path, body, headers, deadline, timeouts
+                )
                 try:
                     if observer is None or not observer.active():
-                        response = await self._send_once(
-                            method, url, path, body, headers, deadline, timeouts
-                        )
+                        response = await send()
                     else:
                         response = await observer.send(
-                            lambda: self._send_once(
-                                method, url, path, body, headers, deadline, timeouts
-                            ),
-                            method=method, path=path, url=str(url), attempt=attempt,
-                        )  # fmt: skip
+                            send, method=method, path=path, url=str(url), attempt=attempt
+                        )
                 finally:
                     pacing.release()
             except VideoGenError as exc:
@@ -339,7 +325,10 @@ class Transport:
             why = "passed while the client was paused by a 429"
         else:
             why = f"ends in {max(left, 0.0):.3g} s, before the client's 429 pause ({paused:.3g} s)"
-        raise APITimeoutError(
+        raise self._past_deadline(method, path, why)
+
+    def _past_deadline(self, method: str, path: str, why: str = "passed") -> APITimeoutError:
+        return APITimeoutError(
             f"{method} {path}: the call's deadline of {self.deadline:g} s {why}",
             method=method,
             path=path,
@@ -363,12 +352,7 @@ class Transport:
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise APITimeoutError(
-                    f"{method} {path}: the call's deadline of {self.deadline:g} s passed",
-                    method=method,
-                    path=path,
-                    request_may_have_taken_effect=False,
-                )
+                raise self._past_deadline(method, path)
             timeout = timeouts.to_aiohttp(total=left)
         try:
             async with session.request(

@@ -1,17 +1,10 @@
 """Signed webhooks, by the Standard Webhooks specification: sending and verifying.
 
-:func:`webhook` builds the ``deliver`` of a ledger dispatch that POSTs each entry as JSON to a
-receiver, signed with the ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``
-headers; :func:`verify_webhook` is the receiver's check. The signature is HMAC-SHA256 of
-``"{id}.{timestamp}.{body}"`` under the secret, base64-encoded as ``v1,<signature>``: the
-specification's whole scheme, a few lines of the standard library, so it is written here
-rather than adding a dependency to the core (aiohttp, attrs, cattrs and anyio only). The
-tests verify every signature this module makes with the ``standardwebhooks`` package, and
-every signature that package makes with :func:`verify_webhook`, so the two cannot drift.
-
-A receiver is someone else's server: redirects are never followed (to another host or at
-all), every attempt is bounded by a timeout, at most a small excerpt of the answer is read,
-and nothing of the client (its API key, its session) is ever used.
+The signature (HMAC-SHA256 of ``"{id}.{timestamp}.{body}"``, ``v1,<base64>``) is the
+specification's whole scheme, a few lines of the standard library: written here rather than
+adding a dependency to the core; the tests check it against the ``standardwebhooks`` package
+both ways. A receiver is someone else's server: no redirect is followed, every attempt is
+bounded, at most an excerpt of the answer is read, and nothing of the client is used.
 """
 
 from __future__ import annotations
@@ -255,11 +248,7 @@ class Webhook:
 
 
 def webhook(
-    url: str,
-    secret: str,
-    *,
-    timeout: float = 10.0,
-    headers: Mapping[str, str] | None = None,
+    url: str, secret: str, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
 ) -> Webhook:
     """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
@@ -63,10 +64,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         price_estimate: PriceEstimate | None = None,
         outage_timeout: float = 30.0,
     ) -> LedgerOpener:
-        """Open (and on first use create) a ledger.
-
-        Use it as ``async with Ledger.open(url) as ledger:``; ``await Ledger.open(url)`` also
-        works and then the caller calls :meth:`aclose`.
+        """Open (and on first use create) a ledger: ``async with Ledger.open(url) as ledger:``.
 
         Args:
             url: A file path or ``sqlite:///PATH`` (SQLite: one machine, any number of
@@ -81,7 +79,8 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
                 restart, a failover, killed connections) before it raises ``LedgerError``.
 
         Returns:
-            An async context manager (also awaitable) giving the :class:`Ledger`.
+            An async context manager giving the :class:`Ledger` (or awaitable: then the caller
+            calls :meth:`aclose`).
 
         Raises:
             LedgerError: A malformed URL, an unreachable database, a database that is not a
@@ -89,12 +88,9 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             InvalidRequestError: ``max_credits`` is not a number >= 0, or ``outage_timeout``
                 not a number > 0.
         """
-        if max_credits is not None and not _number(max_credits, zero=True):
-            rule = "must be a number >= 0 or None"
-            raise InvalidRequestError("max_credits", rule, value=max_credits, has_value=True)
-        if not _number(outage_timeout, zero=False):
-            rule = "must be a number > 0"
-            raise InvalidRequestError("outage_timeout", rule, value=outage_timeout, has_value=True)
+        if max_credits is not None:
+            _check_number("max_credits", max_credits, "must be a number >= 0 or None", zero=True)
+        _check_number("outage_timeout", outage_timeout, "must be a number > 0")
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
         return LedgerOpener(engine_for(url), max_credits, price_estimate, outage_timeout)
@@ -177,7 +173,6 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             LedgerError: No such key, or the key is not ``unknown``.
             AmbiguousCreateError: The resend too may have taken effect without an id.
             BudgetExceededError: The create could pass ``max_credits``.
-
         """
         row = await self._store.read(get, check_key(key))
         if row is None:
@@ -347,28 +342,22 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         return f"<Ledger {self._store.engine.dialect.name}>"
 
 
-def _number(value: Any, zero: bool) -> bool:
-    """Whether ``value`` is a finite number > 0 (or 0 too, when ``zero``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return False
-    return value >= 0 if zero else value > 0
+def _check_number(field: str, value: Any, rule: str, *, zero: bool = False) -> None:
+    """Refuse ``value`` unless it is a finite number > 0 (or 0 too, when ``zero``)."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not number or not math.isfinite(value) or not (value >= 0 if zero else value > 0):
+        raise InvalidRequestError(field, rule, value=value, has_value=True)
 
 
+@attrs.define(eq=False, repr=False)
 class LedgerOpener(ExitCloses):
     """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        max_credits: float | None,
-        price_estimate: PriceEstimate | None,
-        outage_timeout: float,
-    ) -> None:
-        self._engine = engine
-        self._max_credits = max_credits
-        self._price_estimate = price_estimate
-        self._outage_timeout = outage_timeout
-        self._ledger: Ledger | None = None
+    _engine: Engine
+    _max_credits: float | None
+    _price_estimate: PriceEstimate | None
+    _outage_timeout: float
+    _ledger: Ledger | None = attrs.field(default=None, init=False)
 
     async def _open(self) -> Ledger:
         engine = self._engine

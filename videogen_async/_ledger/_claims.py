@@ -1,11 +1,10 @@
 """The statements watchers run: claims, leases, fair shares, finishes and the shared pause.
 
-Written once for both engines (see ``_schema``). A claim is one ``UPDATE`` whose condition is
-the claim rule (PostgreSQL: over ``FOR UPDATE SKIP LOCKED`` rows, so that watchers never wait
-on nor take each other's rows). A transaction that changes several entries locks them in key
-order, after the budget row where it takes it. The claims, renewals and releases of leases are
-written once for any table with ``key``, ``owner`` and ``lease_until`` columns: the watchers'
-entries and the dispatchers' deliveries (``_dispatch``) are held the same way.
+A claim is one ``UPDATE`` over the claimable rows (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so
+that watchers never wait on nor take each other's rows). A transaction that changes several
+entries locks them in key order, after the budget row where it takes it. Leases are written
+once for any table with ``key``, ``owner`` and ``lease_until``: the watchers' entries and the
+dispatchers' deliveries.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -23,7 +22,6 @@ __all__ = [
     "claim",
     "claim_statement",
     "claimable",
-    "fair_share",
     "finish_many",
     "give_up",
     "load_classes",
@@ -102,11 +100,6 @@ _GIVE_UP = (
 )
 
 
-def fair_share(*, open_entries: int, watchers: int) -> int:
-    """``ceil(open / watchers)``: what one of the live watchers may hold of the open entries."""
-    return -(-open_entries // max(watchers, 1))
-
-
 def claimable() -> Plan[bool]:
     """Whether any entry can be claimed now (read without a write transaction)."""
     return bool((yield q(f"SELECT 1 AS one FROM {{E}} WHERE {_CLAIMABLE} LIMIT 1")))
@@ -116,7 +109,8 @@ def share(owner: str) -> Plan[tuple[int, int]]:
     """``(fair share, entries held)`` of a watcher."""
     counts = yield from first(_COUNTS, owner)
     assert counts is not None  # noqa: S101 - an aggregate answers one row
-    return fair_share(open_entries=counts["open"], watchers=counts["live"]), counts["mine"]
+    fair = -(-counts["open"] // max(counts["live"], 1))  # ceil(open / live watchers)
+    return fair, counts["mine"]
 
 
 def claim(owner: str, lease: float, limit: int) -> Plan[list[Row]]:

@@ -1,11 +1,9 @@
 """The ledger's memory of finish times per class of tasks, shared by its watchers.
 
-A :class:`LedgerFinishTimes` is the :class:`~videogen_async.FinishTimeMemory` a watcher hands
-to ``gather_until_done``: the gather reads and updates it in memory (quick, never blocking);
-the watcher loads the ledger's classes when it starts and writes the changed ones back once
-per round. Each write carries the version it was read at; when another watcher wrote the
-class meanwhile, the two are merged (the other's summary plus this watcher's new
-observations) and written again, so that no watcher's update is lost.
+The gather reads and updates a :class:`LedgerFinishTimes` in memory; the watcher loads the
+ledger's classes when it starts and writes the changed ones back once per round, each with the
+version it was read at: a class another watcher wrote meanwhile is merged and written again,
+so that no watcher's update is lost.
 """
 
 from __future__ import annotations
@@ -54,15 +52,9 @@ def _normalized(stats: FinishTimeStats) -> dict[int, float]:
 def merge_stats(
     theirs: FinishTimeStats, mine: FinishTimeStats, base: FinishTimeStats | None
 ) -> FinishTimeStats:
-    """Merge a class's summary written by another watcher with this watcher's own.
+    """``theirs`` (the ledger's now) with the observations ``mine`` added to ``base``.
 
-    Args:
-        theirs: What the ledger holds now.
-        mine: This watcher's summary (``base`` plus its own observations).
-        base: What this watcher loaded before observing (``None``: nothing).
-
-    Returns:
-        ``theirs`` with this watcher's new observations mixed in by their count.
+    The new observations are mixed in by their count (``base`` ``None``: nothing loaded).
     """
     added = mine.count - (base.count if base is not None else 0)
     if added <= 0 or not mine.bins:
@@ -77,11 +69,7 @@ def merge_stats(
 
 
 class LedgerFinishTimes:
-    """A ``FinishTimeMemory`` kept in the ledger (see the module docstring).
-
-    Args:
-        store: The ledger's engine.
-    """
+    """A ``FinishTimeMemory`` kept in the ledger (see the module docstring)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store

@@ -1,9 +1,7 @@
 """``Ledger.dispatch``: each terminal entry delivered to a destination, at least once.
 
-The outbox (``videogen_ledger_outbox``) is written with each terminal state
-(``_claims.finish_many``); dispatchers claim due deliveries with the watchers' leases
-(``_claims``), so two never deliver one entry at once, and retry as ``decide_retry`` says.
-See ``docs/dispatch.md``.
+The outbox is written with each terminal state (``_claims.finish_many``); dispatchers claim
+due deliveries with the watchers' leases, so two never deliver one entry at once.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value

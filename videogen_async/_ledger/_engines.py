@@ -1,14 +1,12 @@
 """The engines a ledger runs on: how a plan reaches the database, and how creators live.
 
-* :class:`SQLiteEngine`: one file, any number of processes of one machine. One connection,
-  used only from worker threads (``anyio.to_thread`` with a ``CapacityLimiter(1)``), never on
-  the event loop: a whole plan runs in one hop. WAL mode, a busy timeout, and every change
-  one ``BEGIN IMMEDIATE`` transaction, so that processes decide one after the other. A
-  creator lives while it holds an ``flock`` on its file in ``PATH-creators/``.
-* :class:`PostgresEngine`: asyncpg, a pool; one operation per connection at a time, each
-  plan on a connection of its own, and a connection whose operation was interrupted (killed,
-  cancelled, broken) terminated, never handed out again. A creator lives while it holds a
-  session-level advisory lock on a connection of its own.
+* :class:`SQLiteEngine`: one connection, used only from one worker thread at a time (a whole
+  plan in one hop, never on the event loop); WAL mode, a busy timeout, and every change one
+  ``BEGIN IMMEDIATE`` transaction. A creator lives while it holds an ``flock`` on its file
+  in ``PATH-creators/``.
+* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own; a connection
+  whose operation was interrupted (killed, cancelled, broken) is terminated, never handed out
+  again. A creator lives while it holds a session-level advisory lock.
 
 A database that does not answer is reported as :class:`~._store.DatabaseUnavailable`, every
 other failure as :class:`LedgerError`: never a driver's own error.
@@ -132,9 +130,6 @@ def redact(url: str) -> str:
         return url
     netloc = parsed.netloc.replace(f":{password}@", ":***@")
     return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
-
-
-# -- SQLite -------------------------------------------------------------------------------
 
 
 def _sqlite_code(exc: sqlite3.Error) -> int | None:
@@ -322,10 +317,8 @@ class SQLiteEngine:
                     os.unlink(life[1])
                 os.close(life[0])
 
-        await anyio.to_thread.run_sync(shut)
-
-
-# -- PostgreSQL ----------------------------------------------------------------------------
+        # After the plan running in a worker thread: closing its connection under it crashes.
+        await anyio.to_thread.run_sync(shut, limiter=self._limiter)
 
 
 def _unavailable(exc: BaseException) -> bool:

@@ -34,8 +34,8 @@ MAX_METADATA_BYTES = 16 * 1024
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
-STATES = frozenset({"creating", "unknown", "refused", "pending", "created", *TERMINAL_STATES})
-"""Every state of an entry (``created``: a video batch, answered)."""
+STATES = ("creating", "unknown", "refused", "pending", "created", "succeeded", "failed", "error")
+"""Every state of an entry, in the order of its life (``created``: a video batch, answered)."""
 
 
 def from_epoch(value: float | str | None) -> datetime | None:
@@ -102,30 +102,22 @@ def task_to_json(task: Task) -> str:
     return json.dumps(unstructure(task), separators=(",", ":"))
 
 
-def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEntry:
-    """Build an entry from a database row (a mapping of column names).
+_COPIED = (  # the columns an entry takes as they are
+    *("key", "state", "task_id", "credits_cost", "kind"),
+    *("model", "duration", "project_id", "error"),
+)
 
-    Args:
-        row: The row.
-        task: The task the row's ``task`` column was just written from, if at hand (it is
-            then not read back from its JSON).
-    """
+
+def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEntry:
+    """Build an entry from a database row (``task``: the task its column was written from)."""
     task_text = row["task"]
     if task is None and task_text:
         task = structure(json.loads(task_text), Task)
     request_text = row["request"]
     return LedgerEntry(
-        key=row["key"],
-        state=row["state"],
-        task_id=row["task_id"],
-        credits_cost=row["credits_cost"],
+        **{name: row[name] for name in _COPIED},
         task=task,
-        kind=row["kind"],
-        model=row["model"],
-        duration=row["duration"],
         request=json.loads(request_text) if request_text else {},
-        project_id=row["project_id"],
-        error=row["error"],
         created_at=from_epoch(row["created_at"]),
         updated_at=from_epoch(row["updated_at"]),
         finished_at=from_epoch(row["finished_at"]),

@@ -1,13 +1,11 @@
 """``Ledger.wait`` and ``Ledger.changes``: every process's changes, pushed to this one.
 
-One :class:`Listener` per ledger reads the changes the schema's triggers record (see
-``_schema``), in sequence order, and hands them to this process's waits, iterators and
-dispatchers. A sequence number is taken before its change commits, so numbers passed over
-(gaps) are read again until they come or are :data:`GAP_TTL` old: each change is handed on
-once, each entry's in commit order (its row stays locked until its change commits). Woken by
-PostgreSQL ``NOTIFY`` (a ``LISTEN`` connection of its own, connected again when lost), by
-SQLite ``PRAGMA data_version`` (read every :data:`SQLITE_PERIOD` s), and at once by this
-process's commits. See ``docs/waiting-across-processes.md``.
+One :class:`Listener` per ledger reads the changes the schema's triggers record, in sequence
+order, and hands them to this process's waits, iterators and dispatchers. A sequence number is
+taken before its change commits, so numbers passed over (gaps) are read again until they come
+or are :data:`GAP_TTL` old: each change is handed on once, each entry's in commit order (its
+row stays locked until its change commits). Woken by ``NOTIFY`` (PostgreSQL), ``PRAGMA
+data_version`` (SQLite), and this process's commits.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from .._contract._exceptions import (
 )
 from .._http._retry import decide_retry
 from ._creates import check_key
-from ._engines import PostgresEngine
+from ._engines import PostgresEngine, _terminate
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
 from ._schema import CHANNEL, Plan, first, q
@@ -111,8 +109,7 @@ class _Notices:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
             await conn.close()
-        with contextlib.suppress(Exception):
-            conn.terminate()  # still open: closing it timed out
+        _terminate(conn)  # still open: closing it timed out
 
 
 class _Versions:
@@ -363,9 +360,9 @@ class Waits:
         """
         wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
         wanted_states = None if states is None else frozenset(states)
-        if wanted_states is not None and not wanted_states <= STATES:
-            unknown = ", ".join(sorted(map(repr, wanted_states - STATES)))
-            raise InvalidRequestError("states", f"unknown states {unknown}")
+        if wanted_states is not None and (unknown := wanted_states.difference(STATES)):
+            listed = ", ".join(sorted(map(repr, unknown)))
+            raise InvalidRequestError("states", f"unknown states {listed}")
         return Changes(self._listening(), wanted_keys, wanted_states)
 
 

@@ -1,10 +1,7 @@
 """Shared pacing: a 429 seen by one watcher pauses every watcher of the ledger.
 
-The pause lives in the database (``videogen_ledger_pacing.pause_until``). A watcher polls
-through :func:`shared_source`: the client's own task source, whose 429s are reported to the
-ledger; before each round the watcher applies the ledger's pause to the client's own
-:class:`~videogen_async._http._pacing.Pacing` (``pause_until``), which holds every request of the
-client, the gathers' polls included.
+The pause lives in the database (``videogen_ledger_pacing.pause_until``); before each round a
+watcher applies it to its client's own ``Pacing``, which holds every request of the client.
 """
 
 from __future__ import annotations
@@ -64,23 +61,11 @@ class SharedPause:
 
 
 def shared_source(client: Any, pause: SharedPause) -> TaskSource:
-    """The task source a watcher's gathers poll through, with the shared pause hooked in.
+    """The client's own task source, each 429 it meets reported to ``pause``.
 
-    The client's own source is kept (its ``fetch`` and its :class:`Pacing`, which holds every
-    request of the client); each 429 it meets is reported to ``pause`` (and so written to the
-    ledger for every watcher) for the ``Retry-After`` the client honours, else the client's
-    ``rate_limit_pause`` (a value that is unreadable or beyond ``max_retry_after`` never
-    becomes the shared pause), and the watcher applies the ledger's pause to the client's
-    pacing before each round. A client without a pacing of its own waits out ``pause`` before
-    each poll instead.
-
-    Args:
-        client: The watcher's client (``AsyncVideoGen``, or anything ``gather_until_done``
-            polls).
-        pause: The watcher's view of the shared pause.
-
-    Returns:
-        The source to hand to ``gather_until_done``.
+    The pause reported is the ``Retry-After`` the client honours, else its
+    ``rate_limit_pause``: a value unreadable or beyond ``max_retry_after`` never becomes the
+    shared pause. A client without a pacing of its own waits out ``pause`` before each poll.
     """
     source = source_of(client)
     fetch = source.fetch

@@ -364,11 +364,7 @@ def get(key: str) -> Plan[Row | None]:
 
 
 def page(after: str, limit: int, metadata: str | None = None) -> Plan[list[Row]]:
-    """Rows in key order after ``after`` (``""``: from the first).
-
-    With ``metadata`` (JSON text), only those whose metadata holds each of its keys with an
-    equal value.
-    """
+    """Rows in key order after ``after`` (``""``: from the first), as ``Ledger.entries`` reads."""
     if metadata is None:
         rows: list[Row] = yield q(
             "SELECT * FROM {E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
@@ -387,16 +383,12 @@ def _group(value: str | None) -> Any:
 
 
 def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
-    """Counts of entries per state, credits spent and reserved, deliveries per destination.
-
-    With ``group_by``, also counts and credits per value of that metadata key.
-    """
+    """What ``Ledger.summary`` answers."""
     counts = yield q("SELECT state, count(*) AS n FROM {E} GROUP BY state")
     budget = yield from first("SELECT spent, reserved FROM videogen_ledger_budget")
     assert budget is not None  # noqa: S101 - created with the schema
     states = {row["state"]: int(row["n"]) for row in counts}
-    found: dict[str, Any] = {"states": states, "spent": budget["spent"]}
-    found["reserved"] = budget["reserved"]
+    found: dict[str, Any] = {"states": states, **budget}
     names = yield q("SELECT name FROM videogen_ledger_destinations ORDER BY name")
     outbox: dict[str, dict[str, int]] = {
         row["name"]: dict.fromkeys(("pending", "delivered", "dead"), 0) for row in names

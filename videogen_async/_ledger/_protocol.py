@@ -41,7 +41,3 @@ class LedgerClient(Protocol):
     def projects(self) -> _Projects:
         """The projects namespace."""
         ...
-
-    def with_options(self, *, max_retries: int | None = ...) -> Any:
-        """A view of the client with other options, sharing its pool and pacing."""
-        ...

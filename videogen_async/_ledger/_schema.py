@@ -4,18 +4,12 @@ A *plan* is a generator that yields :class:`Step` statements and receives each o
 list of dicts); its return value is the operation's result. An engine (``_engines``) runs a
 plan in one transaction.
 
-Tables, each named ``videogen_ledger_*`` (a ledger may live in an application's database):
-``meta`` (``application`` marks a ledger; ``schema_version``), ``entries`` (one row per key:
-what was asked, what is known, its budget reservation, and its ``owner``: the creator while
-it is ``creating`` or ``unknown``, then the watcher whose lease holds it), ``budget`` (credits
-``spent``, ``reserved``, and ``unpriced``: creates in flight of unknown price), ``pacing``
-(the shared pause after a 429), ``rates`` (version 1's price per second, no longer read),
-``watchers`` and ``classes`` (version 2: the live watchers; finish times learned per class),
-``prices`` (version 3: the highest price answered per model and duration); version 4: an
-entry's ``metadata`` and ``version`` (each statement that changes its state or metadata adds
-1), ``changes`` (each insert and version of an entry, written by the triggers, the one place,
-in the change's transaction; on PostgreSQL with a ``pg_notify``), ``destinations`` and
-``outbox``. Migrations only ever add; a ledger of a newer version is refused.
+Tables are named ``videogen_ledger_*`` (a ledger may live in an application's database). An
+entry's ``owner`` is its creator while ``creating`` or ``unknown``, then the watcher whose
+lease holds it; its ``version`` counts the statements that changed its state or metadata, each
+recorded in ``changes`` by the triggers, in the change's transaction (on PostgreSQL with a
+``pg_notify``). ``rates`` (version 1) is no longer read. Migrations only ever add; a ledger of
+a newer version is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value

@@ -1,9 +1,8 @@
 """Answers of creates the ledger could not record yet, kept in local files until it can.
 
-A file per answer, named after its ledger, in ``$VIDEOGEN_LEDGER_SPOOL`` (default:
-``$XDG_STATE_HOME/videogen-async/ledger-spool``, ``~/.local/state/...``): written to a
-temporary name, flushed to disk, then renamed, so that a reader sees a whole record or none.
-The methods block: call them in a worker thread.
+A file per answer (see :func:`spool_directory`), written to a temporary name, flushed to
+disk, then renamed, so that a reader sees a whole record or none. The methods block: call them
+in a worker thread.
 """
 
 from __future__ import annotations
@@ -20,7 +19,10 @@ __all__ = ["Spool", "spool_directory"]
 
 
 def spool_directory() -> Path:
-    """Where answers are kept (see the module docstring)."""
+    """``$VIDEOGEN_LEDGER_SPOOL``, else ``videogen-async/ledger-spool`` in the state home.
+
+    The state home is ``$XDG_STATE_HOME``, by default ``~/.local/state``.
+    """
     given = os.environ.get("VIDEOGEN_LEDGER_SPOOL")
     if given:
         return Path(given)

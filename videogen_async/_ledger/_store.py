@@ -1,24 +1,17 @@
-"""One store for both engines: each operation a plan run in one transaction, retried.
+"""One store for both engines: each operation a plan (``_schema``) run in one transaction.
 
-An operation is a *plan* (see ``_schema``) whose statements are written once, in the words of
-the dialects: ``_plans`` (creates and reads) and ``_claims`` (watchers). An engine
-(``_engines``) runs a plan in one transaction. So the rules (claims decided in SQL, keys
-idempotent by the primary key, the budget reserved while its row is locked) are stated once.
+An engine (``_engines``) reports a database that does not answer (a restart, a failover,
+killed connections, a full disk) as :class:`DatabaseUnavailable`; :class:`Store` then runs the
+whole transaction again with the SDK's backoff for up to ``outage_timeout`` seconds, and raises
+:class:`LedgerError` only when it gives up. Every write plan may run again safely: each change
+is conditional on the state it changes, since a commit whose answer was lost may have taken
+effect.
 
-:class:`Store` says what a failure of the database means. An engine reports a database that
-does not answer (a restart, a failover, killed connections, a full disk) as
-:class:`DatabaseUnavailable`; the store then runs the whole transaction again with the SDK's
-backoff for up to ``outage_timeout`` seconds, and raises :class:`LedgerError` only when it
-gives up. Every write plan may be run again safely: each change is conditional on the state
-it changes, since a commit whose answer was lost may have taken effect.
-
-Where things are added once: every write transaction passes through :meth:`Store._attempt`,
-which fires :attr:`Store.changed` (this process's own commits wake its change listener at
-once) and, once a minute, prunes the changes older than ``CHANGES_KEPT`` in the same
-transaction; an entry's change is recorded by the schema's triggers (see ``_schema``); an
-entry's column is a field of ``_plans.NewEntry`` (its insert is built from the fields), a
-migration and a field of ``LedgerEntry``; terminal states (and their deliveries) are
-written in one place, ``_claims.finish_many``.
+Added once: every write passes through :meth:`Store._attempt` (it fires :attr:`Store.changed`
+and prunes old changes once a minute, in the same transaction); an entry's change is recorded
+by the schema's triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and
+a field of ``LedgerEntry``; terminal states and their deliveries are written by
+``_claims.finish_many``.
 """
 
 from __future__ import annotations
@@ -103,14 +96,10 @@ class Engine(Protocol):
 class Store:
     """A ledger's database: plans run in transactions, retried while the database is away.
 
-    Args:
-        engine: The engine.
-        outage_timeout: Seconds an operation retries a database that does not answer.
-
     Attributes:
         writes: Write transactions committed (for the benchmark).
-        changed: Fired after each write transaction this process commits, and by the change
-            listener when it hears of another process's (see ``_listen``).
+        changed: Fired after each commit of this process, and by the change listener for
+            another process's (see ``_listen``).
     """
 
     def __init__(self, engine: Engine, outage_timeout: float) -> None:
@@ -162,11 +151,7 @@ class Store:
     async def expire_creating(self, alive: str = "") -> int:
         """Mark ``unknown`` the ``creating`` entries whose creator died or outlived its lease.
 
-        Args:
-            alive: A creator known to live (this process's own).
-
-        Returns:
-            How many entries changed.
+        ``alive`` is a creator known to live (this process's own); returns how many changed.
         """
         owners = await self.read(creating_owners)
         others = [row["owner"] for row in owners if row["owner"] != alive]

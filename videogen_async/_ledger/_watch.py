@@ -1,15 +1,10 @@
 """``Ledger.watch``: cooperative watchers that share a ledger's pending entries.
 
 Each watcher claims entries with a lease (decided in SQL), polls them with one open-ended
-:func:`gather_until_done` that lives as long as the watcher (each claim's ids join it: what
-it learned carries over), writes each terminal state back and hands the entry to its
-consumer. It renews its leases every third of the lease; when it dies, its entries go to the
-others once the lease is out. Delivery is at least once: an entry is marked delivered when its
-consumer asks for the next one (or leaves the block without an exception).
-
-A database that does not answer is retried by the store while the gather goes on polling; the
-iteration raises ``LedgerError`` only when the store gives up. An entry whose id cannot be
-polled is marked ``unknown`` with the reason, never handed to the gather.
+:func:`gather_until_done` living as long as the watcher, writes each terminal state back and
+hands the entry to its consumer, renewing its leases every third of the lease. Delivery is at
+least once: an entry is marked delivered when its consumer asks for the next one (or leaves
+the block without an exception). An id that cannot be polled is marked ``unknown``.
 """
 
 from __future__ import annotations
@@ -91,11 +86,8 @@ class Watch(ExitCloses):
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
-        self._gather_options: dict[str, Any] = {"return_exceptions": True}
-        if max_concurrency is not None:
-            self._gather_options["max_concurrency"] = max_concurrency
-        if poll_policy is not None:
-            self._gather_options["poll_policy"] = poll_policy
+        options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}
+        self._gather_options = {name: value for name, value in options.items() if value is not None}
         self._stop_when_idle = stop_when_idle
         self._max_held = max_held
         self._held = 0
@@ -118,8 +110,6 @@ class Watch(ExitCloses):
         self._drained = anyio.Event()
         self._acks: list[str] = []
         self._writing = False
-
-    # -- the context manager -----------------------------------------------------------------
 
     async def __aenter__(self) -> Watch:
         if self._entered:
@@ -151,8 +141,6 @@ class Watch(ExitCloses):
                 self._finished_send.close()
                 self._finished_receive.close()
 
-    # -- iteration ---------------------------------------------------------------------------
-
     def __aiter__(self) -> Watch:
         return self
 
@@ -180,8 +168,6 @@ class Watch(ExitCloses):
             write = self._store.write_once if once else self._store.write
             await write(claims.finish_many, self.owner, (), acks)
 
-    # -- the work ----------------------------------------------------------------------------
-
     async def _guarded_run(self) -> None:
         try:
             await self._run()
@@ -201,6 +187,7 @@ class Watch(ExitCloses):
             classes=self._classes,
             finish_times=self._memory,
             open_ended=True,
+            return_exceptions=True,
             **self._gather_options,
         )
         self._results = results

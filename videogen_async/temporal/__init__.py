@@ -1,9 +1,7 @@
 """Temporal workflows that generate videos, waiting without holding a worker slot.
 
-In a workflow, ``task = await generate_video(prompt)`` (or a project's videos:
-:func:`create_project`, :func:`generate_project_videos`); on the worker, the activities of
-:class:`VideoActivities` and one :func:`run_completions` (a watch and a dispatch of the
-ledger). See the docs page "Temporal". Needs the ``videogen-async[temporal]`` extra.
+In a workflow, ``task = await generate_video(prompt)``; on the worker, the activities of
+:class:`VideoActivities` and :func:`run_completions`. See the docs page "Temporal".
 """
 
 try:

@@ -1,11 +1,9 @@
-"""The worker side: the activity that creates a video task through the ledger and waits.
+"""The worker side: activities that create through the ledger and complete asynchronously.
 
-The activity writes its task token into the entry's metadata and returns without holding a
-worker slot (asynchronous activity completion); :class:`ActivityCompleter` completes it when
-the video has finished. The ledger key is derived from the workflow, its run and the
-activity, so a retried attempt finds the entry of the first one and sends nothing: it puts
-its own token on the entry, reads it again and, when the video has already finished,
-returns it at once.
+An activity writes its task token into the entry's metadata and returns without holding a
+worker slot; :class:`ActivityCompleter` completes it when the video has finished. The ledger
+key is derived from the workflow, its run and the activity, so a retried attempt sends
+nothing: it puts its own token on the entry (returning at once if the video has finished).
 """
 
 from __future__ import annotations
@@ -208,15 +206,9 @@ def _refusals() -> Iterator[None]:
 
 def _fail_for_good(exc: VideoGenError) -> None:
     """Raise a non-retryable failure for ``exc`` when another attempt would meet it again."""
-    if _permanent(exc):
+    permanent = isinstance(exc, _PERMANENT)
+    if not permanent and isinstance(exc, APIStatusError):
+        decision = decide_retry(exc, method="GET", failures=1, policy=DEFAULT_BACKOFF)
+        permanent = decision.reason == "permanent"
+    if permanent:
         raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
-
-
-def _permanent(exc: VideoGenError) -> bool:
-    """Whether another attempt of the create would fail the same way."""
-    if isinstance(exc, _PERMANENT):
-        return True
-    if not isinstance(exc, APIStatusError):
-        return False
-    decision = decide_retry(exc, method="GET", failures=1, policy=DEFAULT_BACKOFF)
-    return decision.reason == "permanent"

@@ -1,11 +1,8 @@
 """The other end of an activity that waits: completing it from the ledger's dispatch.
 
-:class:`ActivityCompleter` is a ``deliver`` of ``ledger.dispatch``: for each terminal entry
-that an activity of :class:`VideoActivities` left its task token on, it completes the
-activity with the finished task, or fails it (not retryable) for a failed video. The
-dispatch delivers at least once and hands each attempt the entry as it is now, so a retried
-activity's new token is the one used; an activity that is already closed (completed, timed
-out, its workflow gone) answers ``NOT_FOUND``, which counts as delivered.
+The dispatch hands each attempt the entry as it is now, so a retried activity's new token is
+the one used; an activity already closed (completed, timed out, its workflow gone) answers
+``NOT_FOUND``, which counts as delivered.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The workflow side: ``generate_video``, one awaited call, safe in Temporal's sandbox.
+"""The workflow side: one awaited call each, deterministic in Temporal's sandbox.
 
-Nothing here is non-deterministic: the activity is referred to by its name
-(:data:`CREATE_TASK`), and the answer is rebuilt into a :class:`Task` from the payload the
+Activities are referred to by name, and each answer is rebuilt from the payload the
 workflow's history holds, the same on every replay.
 """
 
@@ -43,14 +42,9 @@ AWAIT_ENTRY = "videogen.await_entry"
 
 @dataclass(frozen=True)
 class VideoRequest:
-    """The input of the :data:`CREATE_TASK` activity.
+    """The input of the :data:`CREATE_TASK` activity: :func:`generate_video`'s arguments.
 
-    Attributes:
-        prompt: The prompt.
-        fields: The other fields of ``client.tasks.create`` (``model``, ``duration``...).
-        key: The ledger key; ``None``: ``temporal/{workflow_id}/{run_id}/{activity_id}``.
-        metadata: Metadata kept on the ledger entry (its key ``temporal`` is the
-            integration's own).
+    ``fields`` are its ``**task_fields``; the metadata key ``temporal`` is the integration's.
     """
 
     prompt: str
@@ -61,14 +55,9 @@ class VideoRequest:
 
 @dataclass(frozen=True)
 class ProjectRequest:
-    """The input of the :data:`CREATE_PROJECT` activity.
+    """The input of the :data:`CREATE_PROJECT` activity: :func:`create_project`'s arguments.
 
-    Attributes:
-        reference_video_url: As ``client.projects.create``.
-        product_image_urls: As ``client.projects.create``.
-        fields: The other fields of ``client.projects.create`` (``mode``...).
-        key: The ledger key; ``None``: ``temporal/{workflow_id}/{run_id}/{activity_id}``.
-        metadata: Metadata kept on the project's entry and on its tasks' entries.
+    ``fields`` are its ``**project_fields``.
     """
 
     reference_video_url: str
@@ -80,12 +69,9 @@ class ProjectRequest:
 
 @dataclass(frozen=True)
 class VideosRequest:
-    """The input of the :data:`CREATE_VIDEOS` activity.
+    """The input of :data:`CREATE_VIDEOS`: :func:`generate_project_videos`'s arguments.
 
-    Attributes:
-        project_key: The ledger key of the project (:func:`create_project`'s entry's key).
-        fields: The fields of ``client.projects.create_videos`` (``out_number``...).
-        batch_key: The batch's ledger key; ``None``: derived as for the other activities.
+    ``fields`` are its ``**batch_fields``.
     """
 
     project_key: str
@@ -128,14 +114,8 @@ async def generate_video(
             not retried), or the create was refused (type: the SDK's error class name).
     """
     request = VideoRequest(prompt, dict(task_fields), key, dict(metadata or {}))
-    result = await workflow.execute_activity(
-        CREATE_TASK,
-        request,
-        result_type=dict,
-        start_to_close_timeout=start_to_close_timeout,
-        retry_policy=retry_policy,
-        task_queue=task_queue,
-    )
+    options = _options(start_to_close_timeout, retry_policy, task_queue)
+    result = await workflow.execute_activity(CREATE_TASK, request, result_type=dict, **options)
     return Task.from_dict(result)
 
 
@@ -172,21 +152,10 @@ async def create_project(
         temporalio.exceptions.ActivityError: The create was refused for good (its cause an
             ``ApplicationError`` whose type is the SDK's error class name).
     """
-    request = ProjectRequest(
-        reference_video_url,
-        list(product_image_urls),
-        dict(project_fields),
-        key,
-        dict(metadata or {}),
-    )
-    result = await workflow.execute_activity(
-        CREATE_PROJECT,
-        request,
-        result_type=dict,
-        start_to_close_timeout=start_to_close_timeout,
-        retry_policy=retry_policy,
-        task_queue=task_queue,
-    )
+    urls, fields = list(product_image_urls), dict(project_fields)
+    request = ProjectRequest(reference_video_url, urls, fields, key, dict(metadata or {}))
+    options = _options(start_to_close_timeout, retry_policy, task_queue)
+    result = await workflow.execute_activity(CREATE_PROJECT, request, result_type=dict, **options)
     return LedgerEntry.from_dict(result)
 
 
@@ -222,14 +191,21 @@ async def generate_project_videos(
         temporalio.exceptions.ActivityError: A video failed (type ``TaskFailedError``), the
             project failed (type ``ProjectFailedError``) or the batch was refused for good.
     """
-    options: dict[str, Any] = {
-        "start_to_close_timeout": start_to_close_timeout,
-        "retry_policy": retry_policy,
-        "task_queue": task_queue,
-    }
+    options = _options(start_to_close_timeout, retry_policy, task_queue)
     request = VideosRequest(project_key, dict(batch_fields), batch_key)
     keys = await workflow.execute_activity(CREATE_VIDEOS, request, result_type=list, **options)
     results = await asyncio.gather(
         *(workflow.execute_activity(AWAIT_ENTRY, key, result_type=dict, **options) for key in keys)
     )
     return [Task.from_dict(result) for result in results]
+
+
+def _options(
+    timeout: timedelta, retry_policy: RetryPolicy | None, task_queue: str | None
+) -> dict[str, Any]:
+    """The options of ``workflow.execute_activity`` every call here passes on."""
+    return {
+        "start_to_close_timeout": timeout,
+        "retry_policy": retry_policy,
+        "task_queue": task_queue,
+    }
