@@ -372,7 +372,9 @@ async def test_wait_for_task_timeout_carries_the_last_state() -> None:
 
 
 async def test_wait_for_task_timeout_before_any_answer() -> None:
-    client = OneTaskClient([APIConnectionError("down")])
+    # No bound on failures in a row: only the timeout ends this wait.
+    backoff = attrs.evolve(FAST_BACKOFF, max_consecutive_failures=None)
+    client = OneTaskClient([APIConnectionError("down")], backoff=backoff)
     with pytest.raises(WaitTimeoutError) as caught:
         await wait_for_task(client, "t1", timeout=0.03, raise_on_failure=False, poll_policy=FAST)
     assert caught.value.last is None
