@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+import attrs
+
 from ._redact import redact_text, redact_value
 
 __all__ = ["RESPONSE_SLOT", "HasResponse", "ResponseInfo"]
@@ -20,6 +22,7 @@ __all__ = ["RESPONSE_SLOT", "HasResponse", "ResponseInfo"]
 RESPONSE_SLOT = "_response_info"
 
 
+@attrs.define(eq=False, repr=False)
 class ResponseInfo:
     """The HTTP answer a result was read from (read-only).
 
@@ -34,25 +37,13 @@ class ResponseInfo:
         elapsed: Seconds from the first attempt to the decoded answer, retries included.
     """
 
-    __slots__ = ("_headers", "_trace_id", "attempts", "elapsed", "method", "status_code", "url")
-
-    def __init__(
-        self,
-        status_code: int,
-        headers: Mapping[str, str],
-        trace_id: str | None,
-        method: str,
-        url: str,
-        attempts: int = 1,
-        elapsed: float = 0.0,
-    ) -> None:
-        self.status_code = status_code
-        self._headers = headers
-        self._trace_id = trace_id
-        self.method = method
-        self.url = url
-        self.attempts = attempts
-        self.elapsed = elapsed
+    status_code: int
+    _headers: Mapping[str, str]
+    _trace_id: str | None
+    method: str
+    url: str
+    attempts: int = 1
+    elapsed: float = 0.0
 
     @property
     def trace_id(self) -> str | None:

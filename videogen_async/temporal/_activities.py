@@ -30,16 +30,8 @@ from .._contract._exceptions import (
 from .._http._retry import DEFAULT_BACKOFF, decide_retry
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._protocol import LedgerClient
+from . import _workflow as calls
 from ._completion import METADATA_KEY, outcome
-from ._workflow import (
-    AWAIT_ENTRY,
-    CREATE_PROJECT,
-    CREATE_TASK,
-    CREATE_VIDEOS,
-    ProjectRequest,
-    VideoRequest,
-    VideosRequest,
-)
 
 __all__ = ["VideoActivities"]
 
@@ -69,8 +61,8 @@ class VideoActivities:
         """The activities to register on a worker."""
         return [self.create_task, self.create_project, self.create_videos, self.await_entry]
 
-    @activity.defn(name=CREATE_TASK)
-    async def create_task(self, request: VideoRequest) -> dict[str, Any]:
+    @activity.defn(name=calls.CREATE_TASK)
+    async def create_task(self, request: calls.VideoRequest) -> dict[str, Any]:
         """Create the task (once per key) and complete asynchronously when it has finished.
 
         Returns:
@@ -88,8 +80,8 @@ class VideoActivities:
             )
         return await self._complete_later(entry)
 
-    @activity.defn(name=CREATE_PROJECT)
-    async def create_project(self, request: ProjectRequest) -> dict[str, Any]:
+    @activity.defn(name=calls.CREATE_PROJECT)
+    async def create_project(self, request: calls.ProjectRequest) -> dict[str, Any]:
         """Create the project (once per key); its entry as a dict, with its ``project_id``.
 
         Raises:
@@ -106,8 +98,8 @@ class VideoActivities:
             )
         return entry.to_dict()
 
-    @activity.defn(name=CREATE_VIDEOS)
-    async def create_videos(self, request: VideosRequest) -> list[str]:
+    @activity.defn(name=calls.CREATE_VIDEOS)
+    async def create_videos(self, request: calls.VideosRequest) -> list[str]:
         """Create a video batch of a project (once per batch key); the keys of its tasks.
 
         A script not generated yet is retried by Temporal (type ``ScriptNotReady``): no slot
@@ -142,7 +134,7 @@ class VideoActivities:
             ) from exc
         return [entry.key for entry in entries]
 
-    @activity.defn(name=AWAIT_ENTRY)
+    @activity.defn(name=calls.AWAIT_ENTRY)
     async def await_entry(self, key: str) -> dict[str, Any]:
         """Complete asynchronously with the task of the entry ``key`` when it has finished.
 
