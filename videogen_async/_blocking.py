@@ -34,8 +34,6 @@ from ._resources._tasks import Tasks
 from ._waiting._gather import GatherResults
 from ._waiting._progress import GatherProgress
 
-__all__ = ["BlockingGather", "BlockingIterator", "VideoGen"]
-
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 _R = TypeVar("_R", bound=HasResponse)

@@ -30,8 +30,6 @@ from ._waiting._policy import DEFAULT_POLICY, PollPolicy
 from ._waiting._polling import TaskSource
 from ._waiting._schedule import FinishTimeMemory, InMemoryFinishTimes
 
-__all__ = ["DEFAULT_CONNECTION_LIMIT", "DEFAULT_TIMEOUT", "AsyncVideoGen"]
-
 DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_CONNECTION_LIMIT = 100
 

@@ -28,7 +28,8 @@ from .._contract._exceptions import (
     VideoGenError,
 )
 from .._ledger import Ledger, LedgerEntry
-from ._batch_report import download_all, print_summary, redact_url
+from .._ledger._engines import redact as redact_url
+from ._batch_report import download_all, print_summary
 from ._batch_state import (
     INVALID,
     NOT_CREATED,
@@ -46,8 +47,6 @@ from ._spending import USUAL_BATCH, check_spend, task_estimate
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
-
-__all__ = ["cmd_batch"]
 
 #: Creates in a row whose outcome is unknown after which the batch stops creating.
 MAX_UNKNOWN_IN_A_ROW = 3

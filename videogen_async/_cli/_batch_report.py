@@ -16,8 +16,6 @@ from ._tasks import download_with_progress
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
 
-__all__ = ["download_all", "print_summary", "redact_url"]
-
 
 def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
     args = ctx.args

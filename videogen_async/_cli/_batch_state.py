@@ -21,18 +21,6 @@ from .._contract._exceptions import InvalidRequestError, VideoGenError
 from .._contract._validation import validate_task_request
 from ._common import EXIT_API_ERROR, EXIT_OK, EXIT_SOME_FAILED
 
-__all__ = [
-    "INVALID",
-    "NOT_CREATED",
-    "PENDING",
-    "REFUSED",
-    "UNKNOWN",
-    "BatchState",
-    "InputLine",
-    "default_paths",
-    "read_input",
-]
-
 #: Manifest statuses besides the task statuses (succeeded, failed, error).
 INVALID = "invalid"
 NOT_CREATED = "not_created"

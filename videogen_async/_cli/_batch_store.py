@@ -38,15 +38,6 @@ from .._ledger import Ledger, LedgerEntry
 from ._common import UsageError
 from ._spending import task_estimate
 
-__all__ = [
-    "import_journal",
-    "is_old_journal",
-    "line_key",
-    "open_ledger",
-    "read_entries",
-    "sqlite_path",
-]
-
 _BUSY_TIMEOUT = 10.0
 
 

@@ -31,28 +31,6 @@ from .. import (
 )
 from ._ui import UI
 
-__all__ = [
-    "EXIT_API_ERROR",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_SOME_FAILED",
-    "EXIT_USAGE",
-    "NOT_FOUND",
-    "TIMED_OUT",
-    "UNREACHABLE",
-    "UNREADABLE",
-    "Context",
-    "UsageError",
-    "cli_advice",
-    "describe_error",
-    "exit_code_for",
-    "logging_to",
-    "poll_failure",
-    "stdin_mode",
-    "task_row",
-    "unwrap_group",
-]
-
 # The exit codes (EXIT_CODES_HELP says what each means).
 EXIT_OK = 0
 EXIT_SOME_FAILED = 1

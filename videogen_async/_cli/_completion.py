@@ -13,8 +13,6 @@ from typing import Any
 
 from ._common import EXIT_OK, Context
 
-__all__ = ["cmd_completion", "completion_script", "walk"]
-
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:  # argparse has no public way to list sub-commands

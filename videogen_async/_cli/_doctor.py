@@ -27,8 +27,6 @@ from .._http._retry import parse_retry_after
 from ..testing import SandboxServer
 from ._common import EXIT_OK, EXIT_SOME_FAILED, Context
 
-__all__ = ["add_doctor_parser", "cmd_doctor"]
-
 DOCTOR_EPILOG = """\
 Sends only requests that cost nothing (the balance, an unknown task id, a status query
 without task_id, the balance with a wrong key) and compares each answer the service

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from ._common import EXIT_CODES_HELP
 
-__all__ = ["EPILOGS"]
-
 _MAIN = f"""\
 configuration:
   The API key and the service's base URL come from --api-key / --base-url, else from the

@@ -8,13 +8,14 @@ from typing import Any
 
 from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
 from .._contract import _service as service
+from .._ledger._entry import STATES as LEDGER_STATES
 from ..testing import add_sandbox_arguments
 from ..testing._cli import number_type
 from ._batch import cmd_batch
 from ._completion import cmd_completion
 from ._doctor import add_doctor_parser
 from ._help import EPILOGS
-from ._ledger import LEDGER_STATES, cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
+from ._ledger import cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
 from ._projects import (
     cmd_project_create,
     cmd_project_download,
@@ -27,8 +28,6 @@ from ._projects import (
 from ._sandbox import cmd_demo, cmd_sandbox
 from ._spending import SCRIPT_CREDITS
 from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
-
-__all__ = ["build_parser"]
 
 _FMT = argparse.RawDescriptionHelpFormatter
 

@@ -38,17 +38,6 @@ from ._tasks import (
     wait_for_ids,
 )
 
-__all__ = [
-    "cmd_project_create",
-    "cmd_project_download",
-    "cmd_project_get",
-    "cmd_project_script",
-    "cmd_project_videos",
-    "cmd_project_wait",
-    "parse_resolution",
-    "show_project",
-]
-
 
 def parse_resolution(text: str) -> int | str:
     """``720`` as an integer, anything else (``"1080p"``) as the text."""

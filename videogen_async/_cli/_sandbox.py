@@ -23,8 +23,6 @@ from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits
 from ._projects import show_project
 from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_for_ids
 
-__all__ = ["DEMO_PROMPTS", "cmd_demo", "cmd_sandbox"]
-
 
 async def cmd_sandbox(ctx: Context) -> int:
     """``videogen sandbox``: serve until Ctrl-C or SIGTERM."""

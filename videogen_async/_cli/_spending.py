@@ -18,15 +18,6 @@ import anyio
 from .._contract._service import OUT_NUMBER_MAX, REFERENCE_PRICES
 from ._common import Context, UsageError, fmt_credits, stdin_mode
 
-__all__ = [
-    "SCRIPT_CREDITS",
-    "USUAL_BATCH",
-    "USUAL_PROJECT",
-    "check_spend",
-    "project_video_estimate",
-    "task_estimate",
-]
-
 SCRIPT_CREDITS = REFERENCE_PRICES.script_credits
 """The one published price: a project's script."""
 USUAL_PROJECT = SCRIPT_CREDITS + OUT_NUMBER_MAX * REFERENCE_PRICES.project_video_cost(None, 1080)

@@ -39,8 +39,6 @@ from ._common import (
 )
 from ._spending import check_spend, task_estimate
 
-__all__ = ["cmd_create", "cmd_credits", "cmd_download", "cmd_status", "cmd_wait", "wait_for_ids"]
-
 TASK_COLUMNS = ("task id", "status", "credits", "video URL / error")
 
 

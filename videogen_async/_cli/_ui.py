@@ -27,8 +27,6 @@ except ImportError:
 else:
     _RICH = True
 
-__all__ = ["UI", "Progress", "printable", "rich_available"]
-
 
 def rich_available() -> bool:
     """Whether the optional ``rich`` package is installed."""

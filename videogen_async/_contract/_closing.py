@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["AsyncClosing", "ExitCloses"]
-
 _Self = TypeVar("_Self", bound="AsyncClosing")
 
 

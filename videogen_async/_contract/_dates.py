@@ -6,8 +6,6 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-__all__ = ["format_datetime", "parse_datetime"]
-
 _FRACTION = re.compile(r"\.(\d+)")
 
 

@@ -9,18 +9,6 @@ from __future__ import annotations
 
 import enum
 
-__all__ = [
-    "AspectRatio",
-    "FunctionMode",
-    "Model",
-    "ProjectMode",
-    "ProjectStatus",
-    "ProjectStep",
-    "Ratio",
-    "SpeechLanguage",
-    "TaskStatus",
-]
-
 
 class _StrEnum(str, enum.Enum):
     """A ``str`` enum whose ``str()`` is its value on every supported Python."""

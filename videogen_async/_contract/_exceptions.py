@@ -56,38 +56,6 @@ from ._redact import redact_text, redact_value
 if TYPE_CHECKING:
     from ._models import Project, Task
 
-__all__ = [
-    "CODE_INSUFFICIENT_CREDITS",
-    "CODE_MEDIA_STORAGE",
-    "APIConnectionError",
-    "APIResponseError",
-    "APIStatusError",
-    "APITimeoutError",
-    "AmbiguousCreateError",
-    "AuthenticationError",
-    "BadRequestError",
-    "BudgetExceededError",
-    "ConfigurationError",
-    "ConflictError",
-    "DownloadError",
-    "InsufficientCreditsError",
-    "InvalidRequestError",
-    "LedgerError",
-    "MediaStorageError",
-    "NotFoundError",
-    "PermissionDeniedError",
-    "ProjectFailedError",
-    "RateLimitError",
-    "ServerError",
-    "TaskFailedError",
-    "TaskPollError",
-    "VideoGenError",
-    "WaitTimeoutError",
-    "WebhookDeliveryError",
-    "WebhookVerificationError",
-    "status_error_class",
-]
-
 _MAY_HAVE_TAKEN_EFFECT = (
     " The request may have taken effect (a task or project may have been created and"
     " charged); it was not retried automatically."

@@ -16,8 +16,6 @@ import attrs
 
 from ._redact import redact_text, redact_value
 
-__all__ = ["RESPONSE_SLOT", "HasResponse", "ResponseInfo"]
-
 #: The private slot of a result holding its :class:`ResponseInfo`.
 RESPONSE_SLOT = "_response_info"
 

@@ -19,17 +19,6 @@ import traceback
 from collections import OrderedDict
 from typing import Any
 
-__all__ = [
-    "REDACTED",
-    "RedactingFilter",
-    "contains_secret",
-    "drop_locals",
-    "redact_text",
-    "redact_value",
-    "register_secret",
-    "scrub_exception",
-]
-
 REDACTED = "<redacted>"
 #: How many distinct keys the registry remembers (the most recently registered win).
 MAX_SECRETS = 256

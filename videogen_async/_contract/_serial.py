@@ -20,8 +20,6 @@ import cattrs
 from ._dates import format_datetime, parse_datetime
 from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
 
-__all__ = ["Serializable", "converter"]
-
 _S = TypeVar("_S", bound="Serializable")
 
 

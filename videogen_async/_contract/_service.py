@@ -43,21 +43,6 @@ import attrs
 
 from . import _enums as enums
 
-__all__ = [
-    "BODIES",
-    "ENDPOINTS",
-    "REFERENCE_PRICES",
-    "SHAPES",
-    "Body",
-    "Endpoint",
-    "Field",
-    "MaxItemsWhen",
-    "NeedsOneOfWhen",
-    "Pricing",
-    "Shape",
-]
-
-
 _Choices: TypeAlias = "type[enums._StrEnum]"
 
 

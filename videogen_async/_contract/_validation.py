@@ -22,16 +22,6 @@ from urllib.parse import unquote, urlsplit
 from ._exceptions import InvalidRequestError
 from ._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST, Body, Field, MaxItemsWhen
 
-__all__ = [
-    "ID_UNSAFE",
-    "as_url_list",
-    "check_body",
-    "check_id",
-    "validate_project_request",
-    "validate_task_request",
-    "validate_videos_request",
-]
-
 
 def _fail(field: str, rule: str, value: Any = None, *, show: bool = True) -> InvalidRequestError:
     return InvalidRequestError(field, rule, value=value, has_value=show)

@@ -26,8 +26,6 @@ from ._sources import (
     source_name,
 )
 
-__all__ = ["DownloadCalls"]
-
 logger = logging.getLogger("videogen_async")
 
 

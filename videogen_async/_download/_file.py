@@ -32,8 +32,6 @@ from .._http._retry import decide_retry
 from .._http._transport import Transport
 from ._sources import check_url, redact_url
 
-__all__ = ["DEFAULT_ATTEMPTS", "DEFAULT_CHUNK_SIZE", "ProgressCallback", "download_url"]
-
 logger = logging.getLogger("videogen_async")
 
 DEFAULT_CHUNK_SIZE = 256 * 1024

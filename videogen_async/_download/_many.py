@@ -8,8 +8,6 @@ import attrs
 
 from .._contract._exceptions import VideoGenError
 
-__all__ = ["DownloadResult"]
-
 
 @attrs.frozen(eq=False)
 class DownloadResult:

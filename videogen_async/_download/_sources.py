@@ -9,18 +9,6 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from .._contract._exceptions import DownloadError
 from .._contract._models import ProjectTask, Task
 
-__all__ = [
-    "DownloadSource",
-    "GetTask",
-    "check_url",
-    "default_filename",
-    "is_url",
-    "planned_names",
-    "redact_url",
-    "resolve_source",
-    "source_name",
-]
-
 #: Reads one task by id (the client's ``tasks.get``).
 GetTask = Callable[[str], Awaitable[Task]]
 

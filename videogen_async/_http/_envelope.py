@@ -36,8 +36,6 @@ from ._jsonbody import (
 )
 from ._retry import retry_after_of
 
-__all__ = ["Response", "connection_error", "decode", "describe", "make_status_error", "user_agent"]
-
 # aiohttp names its "could not open the connection" timeout differently across versions.
 _ConnectTimeout: tuple[type[BaseException], ...] = tuple(
     cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)

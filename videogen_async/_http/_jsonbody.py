@@ -14,16 +14,6 @@ from typing import Any
 
 from .._contract._redact import redact_text
 
-__all__ = [
-    "MAX_DEPTH",
-    "clip",
-    "decode_json",
-    "excerpt",
-    "int_text",
-    "nested_too_deep",
-    "short_repr",
-]
-
 #: The deepest nesting of arrays and objects accepted in a body.
 MAX_DEPTH = 64
 #: Characters of a body quoted in an error message.

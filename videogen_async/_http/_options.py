@@ -19,8 +19,6 @@ import attrs
 from .._contract._exceptions import InvalidRequestError
 from ._session import Timeout
 
-__all__ = ["NO_OPTIONS", "CallOptions", "Headers", "PollOptions", "Query", "RequestOptions"]
-
 Headers = Mapping[str, str | None]
 Query = Mapping[str, str | int | float | None]
 

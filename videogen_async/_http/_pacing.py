@@ -24,8 +24,6 @@ import anyio
 from .._contract._exceptions import RateLimitError
 from ._retry import DEFAULT_BACKOFF, BackoffPolicy, honoured_retry_after
 
-__all__ = ["Pacing", "paced", "rate_limit_pause", "recovered_rate"]
-
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")

@@ -24,18 +24,6 @@ from .._contract._exceptions import (
     RateLimitError,
 )
 
-__all__ = [
-    "DEFAULT_BACKOFF",
-    "TRANSIENT_STATUSES",
-    "BackoffPolicy",
-    "RetryDecision",
-    "backoff_delay",
-    "decide_retry",
-    "honoured_retry_after",
-    "parse_retry_after",
-    "retry_after_of",
-]
-
 _ge0 = attrs.validators.ge(0.0)
 _gt0 = attrs.validators.gt(0.0)
 _optional_ge1: Any = attrs.validators.optional(attrs.validators.ge(1))

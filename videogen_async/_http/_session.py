@@ -19,8 +19,6 @@ import attrs
 
 from ._pacing import Pacing
 
-__all__ = ["DRAIN_TIMEOUT", "UNSET", "SessionOwner", "Timeout", "is_loopback", "proxy_for"]
-
 logger = logging.getLogger("videogen_async")
 
 #: How long ``aclose()`` waits for an in-flight create whose caller was cancelled, when the

@@ -39,8 +39,6 @@ from ._pacing import Pacing
 from ._retry import BackoffPolicy, decide_retry, honoured_retry_after
 from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 
-__all__ = ["DEFAULT_MAX_BODY", "StreamResponse", "Transport"]
-
 logger = logging.getLogger("videogen_async")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024

@@ -31,8 +31,6 @@ from .._contract._redact import contains_secret, redact_text
 from ._envelope import user_agent
 from ._session import proxy_for
 
-__all__ = ["Webhook", "message_id", "sign", "verify_webhook", "webhook"]
-
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the prefix every such secret carries, not a secret
 TOLERANCE = 300.0
 """Seconds a message's timestamp may differ from the receiver's clock (the specification's 5

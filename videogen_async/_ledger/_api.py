@@ -32,8 +32,6 @@ from ._watch import Watch
 if TYPE_CHECKING:
     from .._waiting._policy import PollPolicy
 
-__all__ = ["Ledger", "LedgerOpener"]
-
 DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
 _CALL_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")

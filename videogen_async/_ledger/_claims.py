@@ -18,26 +18,6 @@ from typing import Any
 
 from ._schema import Plan, first, many, q
 
-__all__ = [
-    "claim",
-    "claim_statement",
-    "claimable",
-    "finish_many",
-    "give_up",
-    "load_classes",
-    "pause_for",
-    "pause_remaining",
-    "poll_failed",
-    "register",
-    "release",
-    "release_keys",
-    "release_leases",
-    "renew",
-    "renew_leases",
-    "save_class",
-    "share",
-]
-
 Row = dict[str, Any]
 
 _OPEN = "(state = 'pending' OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0))"

@@ -15,8 +15,6 @@ from .._waiting._schedule import FinishTimeStats
 from ._claims import load_classes, save_class
 from ._store import Store
 
-__all__ = ["LedgerFinishTimes", "class_text", "merge_stats"]
-
 logger = logging.getLogger("videogen_async")
 
 

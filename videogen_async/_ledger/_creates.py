@@ -43,8 +43,6 @@ from ._plans import (
 from ._spool import Spool
 from ._store import Signal, Store
 
-__all__ = ["Creator", "PriceEstimate", "check_key"]
-
 logger = logging.getLogger("videogen_async")
 
 PriceEstimate = Callable[[str, int], float]

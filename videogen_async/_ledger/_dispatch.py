@@ -29,8 +29,6 @@ from ._plans import get
 from ._schema import Plan, first, q
 from ._store import Signal, Store, first_of
 
-__all__ = ["DISPATCH_BACKOFF", "Deliver", "Dispatches"]
-
 logger = logging.getLogger("videogen_async")
 
 Deliver = Callable[[LedgerEntry], Awaitable[Any]]

@@ -43,8 +43,6 @@ try:
 except ImportError:  # pragma: no cover - Windows: a creator's death is known by its lease
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PostgresEngine", "SQLiteEngine", "engine_for", "enter_wal", "is_busy", "new_creator"]
-
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")

@@ -17,18 +17,6 @@ from .._contract._exceptions import InvalidRequestError
 from .._contract._models import Task, structure, unstructure
 from .._contract._serial import Serializable
 
-__all__ = [
-    "STATES",
-    "TERMINAL_STATES",
-    "LedgerEntry",
-    "check_metadata",
-    "entry_from_row",
-    "from_epoch",
-    "load_metadata",
-    "merge_patch",
-    "task_to_json",
-]
-
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""
 

@@ -41,8 +41,6 @@ try:
 except ImportError:  # pragma: no cover - the extra is installed in the test environment
     asyncpg = None
 
-__all__ = ["GAP_TTL", "LISTENER_NAME", "SQLITE_PERIOD", "Changes", "Listener", "Waits"]
-
 logger = logging.getLogger("videogen_async")
 
 GAP_TTL = 120.0

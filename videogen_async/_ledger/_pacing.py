@@ -18,8 +18,6 @@ from .._contract._models import Task
 from .._http._retry import honoured_retry_after
 from .._waiting._polling import TaskSource, source_of
 
-__all__ = ["SharedPause", "shared_source"]
-
 logger = logging.getLogger("videogen_async")
 
 

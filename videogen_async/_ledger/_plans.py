@@ -22,30 +22,6 @@ from .._contract._validation import check_id
 from ._entry import check_metadata, load_metadata, merge_patch
 from ._schema import CHANGES_KEPT, Plan, first, many, q
 
-__all__ = [
-    "CreateStart",
-    "Hold",
-    "NewEntry",
-    "Refused",
-    "Settled",
-    "add_batch_tasks",
-    "batch_entries",
-    "batch_tasks",
-    "begin_create",
-    "creating_owners",
-    "expire_creating",
-    "get",
-    "has_open",
-    "page",
-    "prune_changes",
-    "restart_unknown",
-    "settle_created",
-    "settle_failed",
-    "summary",
-    "unpollable",
-    "update_metadata",
-]
-
 Row = dict[str, Any]
 
 

@@ -14,8 +14,6 @@ from ._plans import NewEntry, add_batch_tasks, batch_entries, batch_tasks, begin
 from ._protocol import LedgerClient
 from ._store import Store
 
-__all__ = ["ProjectCreates"]
-
 
 class ProjectCreates:
     """The project calls of :class:`~videogen_async.Ledger`."""

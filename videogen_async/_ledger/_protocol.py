@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-__all__ = ["LedgerClient"]
-
 
 # The calls are read as callables (any keyword arguments), so that a namespace whose calls
 # spell out their keyword arguments, as the client's do, has this shape.

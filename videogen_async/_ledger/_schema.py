@@ -25,25 +25,6 @@ import attrs
 
 from .._contract._exceptions import LedgerError
 
-__all__ = [
-    "CHANGES_KEPT",
-    "CHANNEL",
-    "ENTRY_FIELDS",
-    "MIGRATIONS",
-    "POSTGRES",
-    "SCHEMA_VERSION",
-    "SQLITE",
-    "Dialect",
-    "Plan",
-    "Step",
-    "check_meta",
-    "create_or_migrate",
-    "first",
-    "many",
-    "q",
-    "read_meta",
-]
-
 APPLICATION = "videogen_async.ledger"
 SCHEMA_VERSION = 4
 CHANNEL = "videogen_ledger"

@@ -15,8 +15,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Spool", "spool_directory"]
-
 
 def spool_directory() -> Path:
     """``$VIDEOGEN_LEDGER_SPOOL``, else ``videogen-async/ledger-spool`` in the state home.

@@ -27,8 +27,6 @@ from .._http._retry import BackoffPolicy, decide_retry
 from ._plans import creating_owners, expire_creating, prune_changes
 from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
 
-__all__ = ["DATABASE_BACKOFF", "DatabaseUnavailable", "Engine", "Signal", "Store", "first_of"]
-
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")

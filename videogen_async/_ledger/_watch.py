@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from .._contract._models import Task
     from .._waiting._policy import PollPolicy
 
-__all__ = ["Watch"]
-
 logger = logging.getLogger("videogen_async")
 
 _WRITE_BATCH = 500

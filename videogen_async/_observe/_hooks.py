@@ -19,16 +19,6 @@ import attrs
 
 from .._contract._exceptions import ConfigurationError
 
-__all__ = [
-    "EVENT_NAMES",
-    "EventHook",
-    "EventHooks",
-    "PollEvent",
-    "RequestEvent",
-    "ResponseEvent",
-    "RetryEvent",
-]
-
 logger = logging.getLogger("videogen_async")
 
 #: The events a client emits.

@@ -7,8 +7,6 @@ import os
 
 from .._contract._redact import RedactingFilter
 
-__all__ = ["configure_from_env", "logger"]
-
 logger = logging.getLogger("videogen_async")
 # The safety net: whatever a message quotes from the wire, no record of this logger holds a key.
 logger.addFilter(RedactingFilter())

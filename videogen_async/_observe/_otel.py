@@ -15,8 +15,6 @@ from typing import Any, Protocol
 
 from .._version import __version__
 
-__all__ = ["ENABLED", "SpanLike", "recording", "set_error", "span"]
-
 
 class SpanLike(Protocol):
     """What the callers use of a span."""

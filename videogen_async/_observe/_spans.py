@@ -22,8 +22,6 @@ from .._contract._redact import redact_text, redact_value
 from . import _otel
 from ._hooks import EventHooks, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 
-__all__ = ["GatherWatch", "RequestObserver", "observe_gather", "poll_event", "wait_span"]
-
 _R = TypeVar("_R", bound="_Answer")
 
 

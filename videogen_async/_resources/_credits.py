@@ -11,8 +11,6 @@ from ._resource import Resource
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["Credits"]
-
 
 class Credits(Resource):
     """The credit balance of the authenticated user."""

@@ -25,8 +25,6 @@ from ._resource import Resource
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["Projects"]
-
 
 def _path(project_id: str, suffix: str = "") -> str:
     pid = check_id("project_id", project_id)

@@ -18,15 +18,6 @@ from ._credits import Credits
 from ._projects import Projects
 from ._tasks import Tasks
 
-__all__ = [
-    "HTTPRequestInfo",
-    "RawCredits",
-    "RawProjects",
-    "RawResponse",
-    "RawResponseClient",
-    "RawTasks",
-]
-
 _P = ParamSpec("_P")
 _T = TypeVar("_T", bound=HasResponse)
 

@@ -23,8 +23,6 @@ from .._http._options import NO_OPTIONS, CallOptions
 from .._http._transport import Transport
 from .._waiting._policy import PollPolicy
 
-__all__ = ["Resource"]
-
 _T = TypeVar("_T")
 _set_slot = object.__setattr__  # the response slot of a frozen result, set once at parse time
 logger = logging.getLogger("videogen_async")

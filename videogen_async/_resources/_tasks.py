@@ -23,8 +23,6 @@ from ._resource import Resource
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["Tasks"]
-
 
 def _query(task_id: str) -> dict[str, str]:
     return {"task_id": check_id("task_id", task_id)}

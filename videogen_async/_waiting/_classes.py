@@ -19,8 +19,6 @@ from .._contract._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
 from ._schedule import ClassModel, FinishTimeMemory, Support, batch_gap, overdue_after
 
-__all__ = ["BatchSchedule", "ClassState", "IdState"]
-
 logger = logging.getLogger("videogen_async")
 
 _PROBING = 0.3

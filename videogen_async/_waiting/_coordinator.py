@@ -37,8 +37,6 @@ from ._schedule import FinishTimeMemory
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__: list[str] = []
-
 logger = logging.getLogger("videogen_async")
 
 

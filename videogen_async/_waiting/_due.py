@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._classes import IdState
 
-__all__ = ["DueHeap"]
-
 
 class DueHeap:
     """The next poll of every pending id, as entries of one heap.

@@ -32,8 +32,6 @@ from ._schedule import FinishTimeMemory
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream
 
-__all__ = ["DEFAULT_MAX_CONCURRENCY", "GatherResults", "gather_until_done"]
-
 DEFAULT_MAX_CONCURRENCY = 32
 """Requests in flight at most, by default (see ``bench/gather.py``)."""
 

@@ -14,8 +14,6 @@ from typing import Any
 
 import attrs
 
-__all__ = ["DEFAULT_POLICY", "PollPolicy", "growth_interval", "probe_count"]
-
 _ge0 = attrs.validators.ge(0.0)
 _gt0 = attrs.validators.gt(0.0)
 _optional_ge1: Any = attrs.validators.optional(attrs.validators.ge(1))

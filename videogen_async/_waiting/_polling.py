@@ -30,16 +30,6 @@ from .._observe._spans import end_wait, poll_event, wait_span
 from ._policy import DEFAULT_POLICY, PollPolicy, growth_interval
 from ._schedule import FinishTimeMemory
 
-__all__ = [
-    "PollingClient",
-    "TaskSource",
-    "UpdateCallback",
-    "on_read",
-    "poll_until",
-    "source_of",
-    "wait_on_source",
-]
-
 logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")

@@ -15,8 +15,6 @@ from .._contract._serial import Serializable
 if TYPE_CHECKING:
     from .._contract._models import Task
 
-__all__ = ["GatherCounts", "GatherProgress", "ProgressReporter"]
-
 logger = logging.getLogger("videogen_async")
 
 

@@ -19,17 +19,6 @@ import attrs
 
 from ._policy import PollPolicy
 
-__all__ = [
-    "ClassModel",
-    "FinishSketch",
-    "FinishTimeMemory",
-    "FinishTimeStats",
-    "InMemoryFinishTimes",
-    "Support",
-    "batch_gap",
-    "overdue_after",
-]
-
 _RATIO = 1.02
 _LOG_RATIO = math.log(_RATIO)
 _FLOOR = 0.05  # durations below this share the first bin

@@ -33,8 +33,6 @@ from .._ledger._protocol import LedgerClient
 from . import _workflow as calls
 from ._completion import METADATA_KEY, outcome
 
-__all__ = ["VideoActivities"]
-
 _PERMANENT = (InvalidRequestError, ConfigurationError, AmbiguousCreateError, BudgetExceededError)
 
 

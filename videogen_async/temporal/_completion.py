@@ -19,8 +19,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._protocol import LedgerClient
 
-__all__ = ["DESTINATION", "METADATA_KEY", "ActivityCompleter", "outcome", "run_completions"]
-
 logger = logging.getLogger("videogen_async")
 
 DESTINATION = "temporal"

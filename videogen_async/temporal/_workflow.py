@@ -17,19 +17,6 @@ from temporalio.common import RetryPolicy
 from .._contract._models import Task
 from .._ledger._entry import LedgerEntry
 
-__all__ = [
-    "AWAIT_ENTRY",
-    "CREATE_PROJECT",
-    "CREATE_TASK",
-    "CREATE_VIDEOS",
-    "ProjectRequest",
-    "VideoRequest",
-    "VideosRequest",
-    "create_project",
-    "generate_project_videos",
-    "generate_video",
-]
-
 CREATE_TASK = "videogen.create_task"
 """The name of the activity that creates a video task through the ledger."""
 CREATE_PROJECT = "videogen.create_project"

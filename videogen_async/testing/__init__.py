@@ -25,7 +25,8 @@ from ._faults import FAULT_KINDS, FaultDecision, FaultInjector, FaultRule
 from ._media import sample_mp4
 from ._openapi import build_openapi, openapi_json, write_openapi
 from ._process import SandboxProcess
-from ._server import RequestRecord, SandboxServer, SandboxStats
+from ._server import SandboxServer
+from ._stats import RequestRecord, SandboxStats
 
 __all__ = [
     "DEFAULT_API_KEY",

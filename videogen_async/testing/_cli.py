@@ -23,16 +23,6 @@ from ._config import DEFAULT_API_KEY, Duration
 from ._openapi import write_openapi
 from ._server import SandboxServer
 
-__all__ = [
-    "DEFAULT_PORT",
-    "add_sandbox_arguments",
-    "announce",
-    "main",
-    "number_type",
-    "sandbox_options_from_args",
-    "serve",
-]
-
 DEFAULT_PORT = 8765
 """The port the command line serves on unless told otherwise."""
 

@@ -14,8 +14,6 @@ import bisect
 import time
 from collections.abc import Callable
 
-__all__ = ["SandboxClock"]
-
 _MAX_HISTORY = 65_536
 
 

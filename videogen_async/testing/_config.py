@@ -12,15 +12,6 @@ from typing import Any
 
 import attrs
 
-__all__ = [
-    "DEFAULT_API_KEY",
-    "Duration",
-    "ProjectTiming",
-    "check_duration",
-    "check_rate",
-    "sample_duration",
-]
-
 DEFAULT_API_KEY = "sandbox-key"
 """The API key a sandbox accepts unless it is given another."""
 

@@ -22,8 +22,6 @@ from aiohttp import web
 
 from ._truth import ServerTruth
 
-__all__ = ["CONSOLE_PATH", "add_console"]
-
 CONSOLE_PATH = "/_sandbox/console"
 _SHOWN_TASKS = 200
 _SHOWN_PROJECTS = 100

@@ -20,8 +20,6 @@ from ._simulation import INSUFFICIENT_CREDITS, SandboxError
 from ._state import SandboxState
 from ._truth import ServerTruth, reschedule_project, reschedule_task
 
-__all__ = ["ControlAPI"]
-
 _Handler = Callable[[web.Request, dict[str, Any]], Any]
 _BULK_FIELDS = frozenset({"count", "prompt", "model", "duration", "finish_in", "outcome"})
 

@@ -19,8 +19,6 @@ import attrs
 
 from ._config import Duration, check_duration, check_rate, sample_duration
 
-__all__ = ["FAULT_KINDS", "FaultDecision", "FaultInjector", "FaultRule"]
-
 FAULT_KINDS = ("drop_before", "rate_limit", "error", "html", "drop_after")
 """The exclusive fault kinds, in the order in which one draw assigns them."""
 

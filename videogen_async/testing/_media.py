@@ -20,8 +20,6 @@ from typing import Literal
 
 import attrs
 
-__all__ = ["ByteRange", "parse_range", "sample_mp4"]
-
 
 @functools.lru_cache(maxsize=1)
 def sample_mp4() -> bytes:

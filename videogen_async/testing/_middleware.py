@@ -23,8 +23,6 @@ from ._render import envelope_response
 from ._simulation import SandboxError
 from ._stats import RequestRecord, RequestStats
 
-__all__ = ["Handler", "error_response", "guarded", "service_middleware"]
-
 logger = logging.getLogger("videogen_async.testing")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -18,8 +18,6 @@ from typing import Any
 from .._contract._service import ENDPOINTS, Endpoint
 from ._schemas import ID_PATTERN, component_schemas, ref
 
-__all__ = ["build_openapi", "openapi_json", "write_openapi"]
-
 
 def _envelope(data: dict[str, Any], description: str) -> dict[str, Any]:
     return {

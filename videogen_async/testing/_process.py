@@ -14,8 +14,6 @@ import threading
 
 from ._config import DEFAULT_API_KEY
 
-__all__ = ["SandboxProcess"]
-
 
 class SandboxProcess:
     """``python -m videogen_async.testing --port 0 ARGS...`` in a child process.

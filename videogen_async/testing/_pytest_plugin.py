@@ -18,13 +18,6 @@ import pytest
 if TYPE_CHECKING:
     from ._server import SandboxServer
 
-__all__ = [
-    "DEFAULT_FIXTURE_OPTIONS",
-    "videogen_sandbox",
-    "videogen_sandbox_factory",
-    "videogen_sandbox_options",
-]
-
 DEFAULT_FIXTURE_OPTIONS: dict[str, Any] = {"time_scale": 0.01, "seed": 0}
 """Options of the ``videogen_sandbox`` fixture unless ``videogen_sandbox_options`` is
 overridden."""

@@ -20,8 +20,6 @@ from .._contract._service import SHAPES
 from ._clock import SandboxClock
 from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
 
-__all__ = ["Renderer", "envelope_response"]
-
 _Producer = Callable[[Any, Any], Any]
 
 

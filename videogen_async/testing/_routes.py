@@ -44,8 +44,6 @@ from ._simulation import (
 )
 from ._state import SandboxState
 
-__all__ = ["ServiceRoutes", "read_json_body"]
-
 _V = TypeVar("_V")
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")

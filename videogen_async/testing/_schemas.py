@@ -11,8 +11,6 @@ from typing import Any
 from .._contract._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
 from .._contract._validation import ID_UNSAFE
 
-__all__ = ["ID_PATTERN", "NON_BLANK", "component_schemas", "ref"]
-
 _REF = "#/components/schemas/"
 
 # What Python's ``str.isspace`` calls white space, which ``str.strip`` removes: the shared

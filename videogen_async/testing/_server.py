@@ -27,10 +27,8 @@ from ._media import sample_mp4
 from ._middleware import service_middleware
 from ._routes import ServiceRoutes
 from ._state import SandboxState
-from ._stats import RequestRecord, RequestStats, SandboxStats
+from ._stats import RequestStats
 from ._truth import ServerTruth
-
-__all__ = ["RequestRecord", "SandboxServer", "SandboxStats"]
 
 logger = logging.getLogger("videogen_async.testing")
 

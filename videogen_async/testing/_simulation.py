@@ -17,18 +17,6 @@ import attrs
 from .._contract._enums import ProjectStatus, ProjectStep, TaskStatus
 from .._contract._service import TASK_REQUEST
 
-__all__ = [
-    "Batch",
-    "Project",
-    "SandboxError",
-    "Task",
-    "Wallet",
-    "iso",
-    "lookup",
-    "make_script",
-    "num",
-]
-
 _V = TypeVar("_V")
 
 

@@ -38,14 +38,11 @@ from ._simulation import (
     TASK_FAILURE_MESSAGES,
     Batch,
     Project,
-    SandboxError,
     Task,
     Wallet,
     host_is_invalid,
     lookup,
 )
-
-__all__ = ["SandboxError", "SandboxState"]
 
 
 class SandboxState:

@@ -10,8 +10,6 @@ from typing import Any
 import anyio
 import attrs
 
-__all__ = ["RequestRecord", "RequestStats", "SandboxStats"]
-
 
 @attrs.frozen
 class RequestRecord:

@@ -36,8 +36,6 @@ from ._simulation import (
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
 
-__all__ = ["ServerTruth", "reschedule_project", "reschedule_task"]
-
 _T = TypeVar("_T")
 _BULK_MAX = 1_000_000
 
