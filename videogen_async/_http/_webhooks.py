@@ -9,6 +9,7 @@ bounded, at most an excerpt of the answer is read, and nothing of the client is 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -228,7 +229,7 @@ class Webhook:
                     return
                 excerpt = (await response.content.read(_EXCERPT)).decode("utf-8", "replace")
                 status = response.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise WebhookDeliveryError(
                 f"webhook {self._where}: {type(exc).__name__}: {exc}"
             ) from None
