@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 from types import ModuleType
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -46,6 +46,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _end(process: subprocess.Popen[Any] | None) -> None:
+    """Terminate a server's process, killing it when it has not ended after 30 s."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class RedisServer:
@@ -101,13 +112,7 @@ class RedisServer:
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _end(self.process)
         if self._drainer is not None:
             self._drainer.join()  # the log ends with the process
         if self.process is not None and self.process.stdout is not None:
@@ -188,13 +193,7 @@ class TemporalServer:
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _end(self.process)
         if self._log is not None:
             self._log.close()
         shutil.rmtree(self.root, ignore_errors=True)
