@@ -8,6 +8,7 @@ handler, while the create is at it; its counts are the truth of what was sent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -147,3 +148,42 @@ async def test_sqlite_close_waits_for_the_plan_running_in_its_thread(tmp_path: P
         await anyio.wait_all_tasks_blocked()  # the close waits for the worker thread
         release.set()
     assert found == [[{"one": 1}]]
+
+
+async def test_a_caller_cancelled_while_queued_never_stalls_the_ledger(tmp_path: Path) -> None:
+    # Callers queue for the ledger's one SQLite thread. One that stops waiting (a wait's
+    # timeout, a cancelled request) must neither run later nor keep the others out.
+    engine = SQLiteEngine(str(tmp_path / "queue.db"))
+    await engine.open()
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def plan(name: str, block: bool = False) -> Plan[list[dict[str, Any]]]:
+        ran.append(name)
+        if block:
+            started.set()
+            release.wait(30)
+        rows: list[dict[str, Any]] = yield q("SELECT 1 AS one")
+        return rows
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(engine.run, plan("first", block=True), write=False))
+            await anyio.to_thread.run_sync(started.wait)
+            queued = anyio.CancelScope()
+            tg.start_soon(_cancelled, engine, plan("queued"), queued)
+            await anyio.wait_all_tasks_blocked()
+            queued.cancel()
+            await anyio.wait_all_tasks_blocked()  # the queued caller has stopped waiting
+            release.set()
+        with anyio.fail_after(10):
+            assert await engine.run(plan("next"), write=True) == [{"one": 1}]
+    finally:
+        release.set()
+        await engine.close()
+    assert ran == ["first", "next"]
+
+
+async def _cancelled(engine: SQLiteEngine, plan: Plan[Any], scope: anyio.CancelScope) -> None:
+    with scope:
+        await engine.run(plan, write=False)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import re
@@ -25,6 +24,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import anyio
@@ -179,15 +179,19 @@ class SQLiteEngine:
     def __init__(self, path: str) -> None:
         self.path = self.where = path
         self._conn: sqlite3.Connection | None = None
-        self._limiter = anyio.CapacityLimiter(1)
+        # One thread per ledger file: its statements run one at a time, in the order sent,
+        # and a caller that stops waiting (cancelled) never lets the next one in early. (A
+        # CapacityLimiter of one token did this with less certainty: older anyio releases
+        # could lose or over-grant its token when a waiter was cancelled.)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="videogen-ledger-sqlite")
         self._lives = f"{path}-creators"
         self._life: tuple[int, str] | None = None
 
     async def _thread(self, call: Callable[..., _T], *args: Any) -> _T:
         try:
-            return await anyio.to_thread.run_sync(
-                functools.partial(call, *args), limiter=self._limiter
-            )
+            return await asyncio.wrap_future(self._worker.submit(call, *args))
+        except RuntimeError as exc:  # the worker was shut down: the ledger is closed
+            raise LedgerError(f"ledger {self.path!r} is closed") from exc
         except sqlite3.Error as exc:
             code, where = _sqlite_code(exc), self.path
             if code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL: the disk, not the ledger
@@ -315,8 +319,14 @@ class SQLiteEngine:
                     os.unlink(life[1])
                 os.close(life[0])
 
-        # After the plan running in a worker thread: closing its connection under it crashes.
-        await anyio.to_thread.run_sync(shut, limiter=self._limiter)
+        # In the ledger's thread, after the plan running there: closing its connection under
+        # it crashes.
+        try:
+            await asyncio.wrap_future(self._worker.submit(shut))
+        except RuntimeError:  # closed before: nothing is left to shut
+            pass
+        finally:
+            self._worker.shutdown(wait=False)
 
 
 def _unavailable(exc: BaseException) -> bool:
