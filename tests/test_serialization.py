@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 import pytest
+import rich.pretty
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -328,6 +329,8 @@ async def test_raw_responses_and_results_pickle_without_an_echoed_key(
         balance = await client.credits.get()
     assert echoing.authorization == f"Bearer {KEY}"  # the key did go out, and came back
     for what, value in (("RawResponse", raw), ("_response", balance._response)):
+        # What a pretty printer (rich's tracebacks with locals) walks shows no key either.
+        assert_no_key([(f"pretty print of {what}", rich.pretty.pretty_repr(value))])
         data = pickle.dumps(value)
         assert_no_key([(f"pickle of {what}", data.decode("latin-1"))])
         back = pickle.loads(data)  # noqa: S301 - our own bytes

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-import attrs
-
 from ._redact import redact_text, redact_value
 
 #: The private slot of a result holding its :class:`ResponseInfo`.
 RESPONSE_SLOT = "_response_info"
 
 
-@attrs.define(eq=False, repr=False)
 class ResponseInfo:
     """The HTTP answer a result was read from (read-only).
 
@@ -35,13 +32,27 @@ class ResponseInfo:
         elapsed: Seconds from the first attempt to the decoded answer, retries included.
     """
 
-    status_code: int
-    _headers: Mapping[str, str]
-    _trace_id: str | None
-    method: str
-    url: str
-    attempts: int = 1
-    elapsed: float = 0.0
+    # A plain class, not attrs: what attrs.asdict or a pretty printer (rich's tracebacks)
+    # walks would show the raw headers and trace id, where a key echoed back may be.
+    __slots__ = ("_headers", "_trace_id", "attempts", "elapsed", "method", "status_code", "url")
+
+    def __init__(
+        self,
+        status_code: int,
+        headers: Mapping[str, str],
+        trace_id: str | None,
+        method: str,
+        url: str,
+        attempts: int = 1,
+        elapsed: float = 0.0,
+    ) -> None:
+        self.status_code = status_code
+        self._headers = headers
+        self._trace_id = trace_id
+        self.method = method
+        self.url = url
+        self.attempts = attempts
+        self.elapsed = elapsed
 
     @property
     def trace_id(self) -> str | None:
