@@ -34,6 +34,7 @@ class Service:
         answer_id: The ``task_id`` answered to the n-th POST (default: a fresh UUID).
         polls_to_finish: Status queries of an id before it reads ``succeeded``.
         create_status: Answer creates with this HTTP status (and an error envelope) instead.
+        batch_project: The ``project_id`` echoed with a video batch (default: the path's).
     """
 
     def __init__(
@@ -44,12 +45,14 @@ class Service:
         answer_id: Callable[[int], Any] | None = None,
         polls_to_finish: int = 1,
         create_status: int = 200,
+        batch_project: Any = None,
     ) -> None:
         self.price = price
         self.on_post = on_post
         self.answer_id = answer_id or (lambda n: str(uuid.uuid4()))
         self.polls_to_finish = polls_to_finish
         self.create_status = create_status
+        self.batch_project = batch_project
         self.posts = 0
         self.bodies: list[Any] = []
         self.requests: list[web.Request] = []
@@ -124,7 +127,7 @@ class Service:
             task_ids = [self.answer_id(number), self.answer_id(number)]
             self.ids += task_ids
             self._touch()
-            project_id = request.match_info["project_id"]
+            project_id = self.batch_project or request.match_info["project_id"]
             return self._answer({"project_id": project_id, "task_ids": task_ids})
         if request.path == PROJECTS:
             self.charged += 10.0

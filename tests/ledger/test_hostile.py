@@ -21,6 +21,9 @@ from videogen_async import AmbiguousCreateError, InvalidRequestError, Ledger
 
 from ._service import Service
 
+REFERENCE = "https://cdn.example.com/reference.mp4"
+PRODUCTS = ["https://cdn.example.com/p1.png"]
+
 HOSTILE: list[Any] = ["a/b", "a b", "a\u0007b", "x\ud800", "a\u0000b", "%2F", None, {"id": 1}, 12]
 
 
@@ -107,6 +110,23 @@ async def test_a_batch_id_that_cannot_be_polled_is_recorded_unknown(ledger_url: 
         ]
         unknown = [e.key for e in entries if e.state == "unknown"]
         assert unknown == ['ad/#1 "a/b"', 'ad/#2 "t\\u00002"']
+
+
+@pytest.mark.parametrize("echo", ["a/b", "p-other"], ids=["unpollable", "another-project"])
+async def test_a_batch_answer_echoing_a_strange_project_keeps_its_tasks(
+    ledger_url: str, echo: str
+) -> None:
+    # The charged ids of a batch are its task ids: whatever project id the answer echoes,
+    # they are recorded, under the project the ledger wrote ahead.
+    async with Service(batch_project=echo) as service, service.client() as client:
+        async with Ledger.open(ledger_url) as ledger:
+            project = await ledger.create_project(client, REFERENCE, PRODUCTS, key="ad")
+            tasks = await ledger.create_videos(client, "ad", batch_key="b1")
+            batch = await ledger.get("b1")
+    assert sorted(task.task_id or "" for task in tasks) == sorted(service.ids)
+    assert {(task.state, task.project_id) for task in tasks} == {("pending", project.project_id)}
+    assert batch is not None
+    assert (batch.state, batch.project_id) == ("created", project.project_id)
 
 
 @pytest.mark.parametrize("key", ["a\x00b", "a\ud800b"], ids=["nul", "lone-surrogate"])

@@ -182,14 +182,16 @@ class Creator:
             raise
         field = "task_id" if hasattr(created, "task_id") else "project_id"
         found = getattr(created, field, None)
-        problem = unpollable(field, found)
+        batch = getattr(created, "task_ids", None)  # a video batch's
+        batch = list(batch) if isinstance(batch, (list, tuple)) else None
+        # A batch's ids are its tasks' (each checked as it is recorded); the project's id
+        # echoed with them is neither checked nor kept: the ledger wrote it ahead.
+        problem = None if batch is not None else unpollable(field, found)
         cost = getattr(created, "credits_cost", 0.0)
         cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
-        known = None if problem else found
+        known = None if problem or batch is not None else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
-        batch = getattr(created, "task_ids", None)  # a video batch's
-        batch = list(batch) if isinstance(batch, (list, tuple)) else []
-        answer = Settled(task_id, project_id, cost, problem, batch)
+        answer = Settled(task_id, project_id, cost, problem, batch or [])
         entry = entry_from_row(
             await self._checked(key, answer, await self._settle(key, settle_created, answer))
         )

@@ -222,9 +222,9 @@ def settle_created(key: str, owner: str, answer: Settled) -> Plan[Row | None]:
     keeper = None if answer.problem is None else owner  # a pending entry is the watchers'
     ids = (answer.task_id, answer.project_id)
     row = yield from first(_ANSWERED, key, state, *ids, answer.cost, answer.problem, keeper)
-    if batch and answer.project_id:
+    if batch:  # the tasks under the project id written ahead, whatever the answer echoed
         tasks = batch_tasks(json.loads(old["request"]).get("project", key), answer.task_ids)
-        yield from add_batch_tasks(answer.project_id, tasks, key, old["metadata"])
+        yield from add_batch_tasks(old["project_id"], tasks, key, old["metadata"])
     return row
 
 
