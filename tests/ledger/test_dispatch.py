@@ -21,6 +21,8 @@ from videogen_async import (
     Ledger,
     LedgerEntry,
     LedgerError,
+    WebhookVerificationError,
+    verify_webhook,
     webhook,
 )
 
@@ -55,6 +57,8 @@ async def test_each_terminal_entry_is_delivered_signed_as_the_standard_says(
     tampered = body.replace(b"succeeded", b"failed")
     with pytest.raises(standardwebhooks.WebhookVerificationError):
         standardwebhooks.Webhook(SECRET).verify(tampered, headers)
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(tampered, headers, SECRET)
 
 
 async def test_a_failing_delivery_is_retried_then_dead_then_delivered_again(

@@ -158,6 +158,7 @@ async def test_a_wait_in_the_same_process_is_woken_by_its_watcher(ledger_url: st
                     results.append(await ledger.wait("kite"))
 
                 tg.start_soon(wait)
+                await anyio.wait_all_tasks_blocked()  # the wait listens: it must be woken
                 server.clock.advance(600)
                 await _watch_until_idle(ledger, client)
             again = await ledger.wait("kite", timeout=5)  # terminal already: at once
@@ -185,7 +186,7 @@ async def test_a_wait_says_why_it_cannot_answer(ledger_url: str) -> None:
             )
             with pytest.raises(LedgerError, match="never terminal"):
                 await ledger.wait("ad", timeout=10)
-            for bad in (-1, "soon", True):
+            for bad in (-1, "soon", True, float("nan")):
                 with pytest.raises(InvalidRequestError, match="timeout"):
                     await ledger.wait("pending", timeout=bad)  # type: ignore[arg-type]
             with pytest.raises(InvalidRequestError, match="'done'"):

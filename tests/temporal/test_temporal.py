@@ -434,8 +434,9 @@ def test_the_public_names_are_sorted_and_live_in_private_modules() -> None:
     kinds = {name: (not name.isupper(), not name[0].isupper()) for name in temporal_api.__all__}
     assert temporal_api.__all__ == sorted(temporal_api.__all__, key=lambda n: (kinds[n], n))
     for name in temporal_api.__all__:
-        module = getattr(getattr(temporal_api, name), "__module__", "videogen_async.temporal._")
-        assert module.startswith("videogen_async.temporal._"), name
+        value = getattr(temporal_api, name)
+        if not isinstance(value, str):  # the activities' names are strings
+            assert value.__module__.startswith("videogen_async.temporal._"), name
 
 
 def test_without_temporalio_the_import_says_how_to_install_it() -> None:

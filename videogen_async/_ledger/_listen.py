@@ -30,7 +30,7 @@ from .._contract._exceptions import (
 )
 from .._http._retry import decide_retry
 from ._creates import check_key
-from ._engines import PostgresEngine, _terminate
+from ._engines import _DRIVER_ERRORS, PostgresEngine, _terminate
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
 from ._schema import CHANNEL, Plan, first, q
@@ -51,8 +51,7 @@ LISTENER_NAME = "videogen-async change listener"
 """The ``application_name`` of a PostgreSQL listener's connection."""
 _PAGE = 1000
 _ERRORS: tuple[type[Exception], ...] = (
-    *(LedgerError, OSError, asyncio.TimeoutError, sqlite3.Error),
-    *(() if asyncpg is None else (asyncpg.PostgresError, asyncpg.InterfaceError)),
+    *(LedgerError, OSError, asyncio.TimeoutError, sqlite3.Error, *_DRIVER_ERRORS),
 )
 _Send = MemoryObjectSendStream[LedgerEntry]
 
@@ -305,7 +304,10 @@ class Waits:
         """
         key = check_key(key)
         if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or math.isnan(timeout)
+            or timeout < 0
         ):
             raise InvalidRequestError("timeout", "must be seconds >= 0 or None")
         listener, keys, entry = self._listening(), frozenset({key}), None
