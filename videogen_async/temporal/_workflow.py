@@ -172,7 +172,7 @@ async def generate_project_videos(
         **batch_fields: The fields of ``client.projects.create_videos`` (``out_number``...).
 
     Returns:
-        The succeeded tasks, in the batch's order.
+        The succeeded tasks, one per video of the batch, ordered by task id.
 
     Raises:
         temporalio.exceptions.ActivityError: A video failed (type ``TaskFailedError``), the
