@@ -264,9 +264,7 @@ class Transport:
                     pacing.release()
             except VideoGenError as exc:
                 now = time.monotonic()
-                policy = self.backoff
-                if retries is not None and retries != policy.max_retries:
-                    policy = attrs.evolve(policy, max_retries=retries)
+                policy = _with_retries(self.backoff, retries)
                 if isinstance(exc, RateLimitError):
                     pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
                 decision = decide_retry(
@@ -425,3 +423,14 @@ def _too_large(status: int, method: str, path: str, what: str, limit: int) -> AP
         status_code=status,
         request_may_have_taken_effect=method != "GET",
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _with_retries(policy: BackoffPolicy, retries: int | None) -> BackoffPolicy:
+    """``policy`` with ``max_retries=retries`` (``None``: as it is), built once per pair.
+
+    A gather's polls pass ``retries=0`` with every failure: not a new policy each time.
+    """
+    if retries is None or retries == policy.max_retries:
+        return policy
+    return attrs.evolve(policy, max_retries=retries)

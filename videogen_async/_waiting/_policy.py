@@ -14,9 +14,7 @@ from typing import Any
 
 import attrs
 
-_ge0 = attrs.validators.ge(0.0)
-_gt0 = attrs.validators.gt(0.0)
-_optional_ge1: Any = attrs.validators.optional(attrs.validators.ge(1))
+from .._http._retry import _ge0, _gt0, _optional_ge1  # the backoff policy's validators
 
 
 def _fraction(upper: float) -> Any:
