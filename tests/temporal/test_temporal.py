@@ -127,29 +127,68 @@ async def new_ledger(path: Path) -> str:
     return str(path)
 
 
+class Scene:
+    """One test's world: a sandbox (paused clock), a Temporal client, a ledger file, a queue."""
+
+    def __init__(
+        self, address: str, sandbox: SandboxServer, temporal: Any, ledger: str, log: Path
+    ) -> None:
+        self.address, self.sandbox, self.temporal = address, sandbox, temporal
+        self.ledger, self.log = ledger, log
+        self.queue = f"videos-{uuid.uuid4().hex}"
+        self.running: list[Program] = []
+
+    async def worker(self, slots: int = 2) -> Program:
+        """Start a worker process (``running[...]`` holds it)."""
+        args = ("worker", self.address, self.queue, self.ledger, str(slots))
+        return self._ran(await Program.start(self.sandbox, self.log, *args))
+
+    async def companions(self) -> Program:
+        """Start a companions process (a watch and a dispatch)."""
+        args = ("companions", self.address, self.ledger)
+        return self._ran(await Program.start(self.sandbox, self.log, *args))
+
+    def _ran(self, program: Program) -> Program:
+        self.running.append(program)
+        return program
+
+    async def start(self, workflow: str, *args: Any, suffix: str = "") -> Any:
+        """Start a workflow on the scene's queue; its handle."""
+        name = self.queue + suffix
+        return await self.temporal.start_workflow(
+            workflow, args=list(args), id=name, task_queue=self.queue
+        )
+
+
+@contextlib.asynccontextmanager
+async def scene(address: str, tmp_path: Path, **sandbox_options: Any) -> AsyncIterator[Scene]:
+    """A :class:`Scene`; its programs stopped (their Temporal clients released) at the end."""
+    ledger = await new_ledger(tmp_path / "ledger.db")
+    async with (
+        SandboxServer(manual_clock=True, **sandbox_options) as sandbox,
+        temporal_client(address) as temporal,
+        programs() as running,
+    ):
+        world = Scene(address, sandbox, temporal, ledger, tmp_path / "programs.log")
+        world.running = running
+        yield world
+
+
 async def test_more_workflows_than_slots_wait_without_one_and_survive_kills(
     temporal_address: str, tmp_path: Path
 ) -> None:
     workflows, slots = 50, 5
-    queue = f"videos-{uuid.uuid4().hex}"
-    ledger = await new_ledger(tmp_path / "ledger.db")
-    log = tmp_path / "programs.log"
     async with (
-        SandboxServer(manual_clock=True, seed=22, credits=100_000) as sandbox,
-        temporal_client(temporal_address) as temporal,
-        programs() as running,
-        Ledger.open(ledger) as watched,
+        scene(temporal_address, tmp_path, seed=22, credits=100_000) as world,
+        Ledger.open(world.ledger) as watched,
         watched.changes(states=["pending"]) as recorded,
     ):
-        worker_args = ("worker", temporal_address, queue, ledger, str(slots))
-        running.append(await Program.start(sandbox, log, *worker_args))
-        companions = await Program.start(sandbox, log, "companions", temporal_address, ledger)
-        running.append(companions)
+        sandbox, running = world.sandbox, world.running
+        await world.worker(slots)
+        companions = await world.companions()
         prompts = [f"video {i}" for i in range(workflows)]
         handles = [
-            await temporal.start_workflow(
-                "GenerateVideo", prompt, id=f"{queue}-{i}", task_queue=queue
-            )
+            await world.start("GenerateVideo", prompt, suffix=f"-{i}")
             for i, prompt in enumerate(prompts)
         ]
 
@@ -165,7 +204,7 @@ async def test_more_workflows_than_slots_wait_without_one_and_survive_kills(
 
         # The worker dies while every workflow waits; another starts.
         await running[0].kill()
-        running[0] = await Program.start(sandbox, log, *worker_args)
+        await world.worker(slots)
         first, rest = sandbox.task_ids[:25], sandbox.task_ids[25:]
         for task_id in first:
             sandbox.schedule_task(task_id, finish_in=0)
@@ -177,7 +216,7 @@ async def test_more_workflows_than_slots_wait_without_one_and_survive_kills(
             for handle in early[:10]:
                 await handle.result()
         await companions.kill()
-        running[1] = await Program.start(sandbox, log, "companions", temporal_address, ledger)
+        await world.companions()
         for task_id in rest:
             sandbox.schedule_task(task_id, finish_in=0)
         with anyio.fail_after(120):
@@ -194,7 +233,7 @@ async def test_more_workflows_than_slots_wait_without_one_and_survive_kills(
         assert all(e.key.startswith("temporal/") and e.state == "succeeded" for e in entries)
 
         # Delivering again (a dispatch's at-least-once) is harmless: the activities are closed.
-        completer = require("videogen_async.temporal", HINT).ActivityCompleter(temporal)
+        completer = require("videogen_async.temporal", HINT).ActivityCompleter(world.temporal)
         for entry in entries:
             await completer(entry)
 
@@ -221,33 +260,24 @@ async def end_attempt(temporal: Any, entry: LedgerEntry) -> None:
 async def test_a_retried_attempt_gets_the_completion_of_a_video_still_rendering(
     temporal_address: str, tmp_path: Path
 ) -> None:
-    queue = f"videos-{uuid.uuid4().hex}"
-    ledger_path = await new_ledger(tmp_path / "ledger.db")
-    log = tmp_path / "programs.log"
     async with (
-        SandboxServer(manual_clock=True, seed=3) as sandbox,
-        temporal_client(temporal_address) as temporal,
-        programs() as running,
-        Ledger.open(ledger_path) as ledger,
+        scene(temporal_address, tmp_path, seed=3) as world,
+        Ledger.open(world.ledger) as ledger,
     ):
-        args = ("worker", temporal_address, queue, ledger_path, "2")
-        running.append(await Program.start(sandbox, log, *args))
-        handle = await temporal.start_workflow(
-            "GenerateVideo", "a long video", id=queue, task_queue=queue
-        )
+        sandbox = world.sandbox
+        await world.worker()
+        handle = await world.start("GenerateVideo", "a long video")
         await until(sandbox, lambda: len(sandbox.task_ids) == 1, 60)
         first = await only_entry(ledger)
         async with ledger.changes(keys=[first.key]) as changes:
-            await end_attempt(temporal, first)
+            await end_attempt(world.temporal, first)
             with anyio.fail_after(60):
                 async for change in changes:
                     if token_of(change) != token_of(first):
                         break  # the second attempt's token is on the entry
 
         sandbox.schedule_task(sandbox.task_ids[0], finish_in=0)
-        running.append(
-            await Program.start(sandbox, log, "companions", temporal_address, ledger_path)
-        )
+        await world.companions()
         with anyio.fail_after(60):
             result = await handle.result()
 
@@ -259,28 +289,22 @@ async def test_a_retried_attempt_gets_the_completion_of_a_video_still_rendering(
 async def test_a_retried_attempt_whose_video_finished_returns_it_at_once(
     temporal_address: str, tmp_path: Path
 ) -> None:
-    queue = f"videos-{uuid.uuid4().hex}"
-    ledger_path = await new_ledger(tmp_path / "ledger.db")
     async with (
-        SandboxServer(manual_clock=True, seed=3) as sandbox,
-        temporal_client(temporal_address) as temporal,
-        programs() as running,
-        Ledger.open(ledger_path) as ledger,
-        sandbox.client() as client,
+        scene(temporal_address, tmp_path, seed=3) as world,
+        Ledger.open(world.ledger) as ledger,
+        world.sandbox.client() as client,
     ):
+        sandbox = world.sandbox
         # A worker and no companions: nothing completes an attempt but the attempt itself.
-        args = ("worker", temporal_address, queue, ledger_path, "2")
-        running.append(await Program.start(sandbox, tmp_path / "worker.log", *args))
-        handle = await temporal.start_workflow(
-            "GenerateVideo", "a lone video", id=queue, task_queue=queue
-        )
+        await world.worker()
+        handle = await world.start("GenerateVideo", "a lone video")
         await until(sandbox, lambda: len(sandbox.task_ids) == 1, 60)
         sandbox.schedule_task(sandbox.task_ids[0], finish_in=0)
         async with ledger.watch(client, stop_when_idle=True) as finished:
             recorded = [entry async for entry in finished]
         assert [e.state for e in recorded] == ["succeeded"]
 
-        await end_attempt(temporal, recorded[0])
+        await end_attempt(world.temporal, recorded[0])
         with anyio.fail_after(60):
             result = await handle.result()
 
@@ -295,26 +319,13 @@ async def test_a_retried_attempt_whose_video_finished_returns_it_at_once(
 async def test_a_project_s_videos_wait_for_its_script_then_for_each_video_without_a_slot(
     temporal_address: str, tmp_path: Path
 ) -> None:
-    queue = f"videos-{uuid.uuid4().hex}"
-    ledger = await new_ledger(tmp_path / "ledger.db")
-    log = tmp_path / "programs.log"
-    async with (
-        SandboxServer(manual_clock=True, seed=5, credits=10_000) as sandbox,
-        temporal_client(temporal_address) as temporal,
-        programs() as running,
-    ):
+    async with scene(temporal_address, tmp_path, seed=5, credits=10_000) as world:
+        sandbox = world.sandbox
         # One slot: the batch's three videos can only all be awaited if none holds it.
-        running.append(
-            await Program.start(sandbox, log, "worker", temporal_address, queue, ledger, "1")
-        )
-        running.append(await Program.start(sandbox, log, "companions", temporal_address, ledger))
+        await world.worker(slots=1)
+        await world.companions()
         products = ["https://cdn.example.com/p1.png"]
-        handle = await temporal.start_workflow(
-            "GenerateAd",
-            args=["https://cdn.example.com/ref.mp4", products, 3],
-            id=queue,
-            task_queue=queue,
-        )
+        handle = await world.start("GenerateAd", "https://cdn.example.com/ref.mp4", products, 3)
 
         def refused_batches() -> int:
             return sum(
@@ -331,7 +342,7 @@ async def test_a_project_s_videos_wait_for_its_script_then_for_each_video_withou
             result = await handle.result()
 
         assert result["project_id"] == sandbox.project_ids[0]
-        assert [t["task_id"] for t in result["tasks"]] == list(sandbox.task_ids)
+        assert sorted(t["task_id"] for t in result["tasks"]) == sorted(sandbox.task_ids)
         assert all(t["status"] == "succeeded" for t in result["tasks"])
         assert len(sandbox.project_ids) == 1
         accepted = [r for r in sandbox.request_log if r.method == "POST" and r.status == 200]
@@ -343,20 +354,11 @@ async def test_a_failed_video_fails_the_activity_without_retrying(
 ) -> None:
     exceptions = require("temporalio.exceptions", HINT)
     client_module = require("temporalio.client", HINT)
-    queue = f"videos-{uuid.uuid4().hex}"
-    ledger = await new_ledger(tmp_path / "ledger.db")
-    log = tmp_path / "programs.log"
-    async with (
-        SandboxServer(manual_clock=True, seed=4) as sandbox,
-        temporal_client(temporal_address) as temporal,
-        programs() as running,
-    ):
-        worker_args = ("worker", temporal_address, queue, ledger, "2")
-        running.append(await Program.start(sandbox, log, *worker_args))
-        running.append(await Program.start(sandbox, log, "companions", temporal_address, ledger))
-        handle = await temporal.start_workflow(
-            "GenerateVideo", "a doomed video", id=queue, task_queue=queue
-        )
+    async with scene(temporal_address, tmp_path, seed=4) as world:
+        sandbox = world.sandbox
+        await world.worker()
+        await world.companions()
+        handle = await world.start("GenerateVideo", "a doomed video")
         await until(sandbox, lambda: len(sandbox.task_ids) == 1, 60)
         sandbox.schedule_task(
             sandbox.task_ids[0], finish_in=0, outcome="failed", error_message="no luck"
@@ -381,18 +383,9 @@ async def test_a_create_refused_for_good_fails_at_once_and_sends_nothing(
 ) -> None:
     exceptions = require("temporalio.exceptions", HINT)
     client_module = require("temporalio.client", HINT)
-    queue = f"videos-{uuid.uuid4().hex}"
-    ledger = await new_ledger(tmp_path / "ledger.db")
-    async with (
-        SandboxServer(manual_clock=True, seed=4) as sandbox,
-        temporal_client(temporal_address) as temporal,
-        programs() as running,
-    ):
-        args = ("worker", temporal_address, queue, ledger, "2")
-        running.append(await Program.start(sandbox, tmp_path / "worker.log", *args))
-        handle = await temporal.start_workflow(
-            "GenerateVideo", args=["a video", {"duration": 999}], id=queue, task_queue=queue
-        )
+    async with scene(temporal_address, tmp_path, seed=4) as world:
+        await world.worker()
+        handle = await world.start("GenerateVideo", "a video", {"duration": 999})
         with anyio.fail_after(60), pytest.raises(client_module.WorkflowFailureError) as info:
             await handle.result()
 
@@ -402,8 +395,8 @@ async def test_a_create_refused_for_good_fails_at_once_and_sends_nothing(
         assert failure.non_retryable
         assert "duration" in failure.message
         assert await _activity_attempts(handle) == [1]
-        assert sandbox.stats().requests == 0
-        async with Ledger.open(ledger) as opened:
+        assert world.sandbox.stats().requests == 0
+        async with Ledger.open(world.ledger) as opened:
             assert [e async for e in opened.entries()] == []
 
 
