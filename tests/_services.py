@@ -10,14 +10,17 @@ from __future__ import annotations
 import collections
 import importlib
 import os
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import IO, Any
 
+import anyio.abc
 import pytest
 
 REDIS_HINT = (
@@ -46,6 +49,39 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class Lines:
+    """A child process's output (stdout, with stderr merged in), read line by line."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._buffer = b""
+
+    async def expect(self, wanted: Callable[[str], bool]) -> str:
+        """The first line (from now on) that is ``wanted``; the process's output if it ends."""
+        stream = self.process.stdout
+        assert stream is not None
+        while True:
+            while b"\n" in self._buffer:
+                raw, self._buffer = self._buffer.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                self.lines.append(line)
+                if wanted(line):
+                    return line
+            try:
+                self._buffer += await stream.receive()
+            except anyio.EndOfStream:
+                tail = "\n".join(self.lines[-50:])
+                raise AssertionError(f"the process ended:\n{tail}") from None
+
+    async def until(self, pattern: str) -> re.Match[str]:
+        """The first line from now on matching ``pattern``."""
+        line = await self.expect(lambda line: re.search(pattern, line) is not None)
+        found = re.search(pattern, line)
+        assert found is not None
+        return found
 
 
 def _end(process: subprocess.Popen[Any] | None) -> None:

@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from tests._services import require
+from tests._services import Lines, require
 from videogen_async import Ledger
 from videogen_async.testing import SandboxServer
 
@@ -30,32 +30,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:Call to deprecated:DeprecationWa
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 HINT = "pip install -e '.[test]' (celery[redis]) to run the Celery recipe's test"
 JOBS = 5
-
-
-class Lines:
-    """A process's output (stdout and stderr as one stream), read line by line."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        self.process = process
-        self.seen: list[str] = []
-        self._buffer = b""
-
-    async def until(self, pattern: str) -> re.Match[str]:
-        """The first line from now on matching ``pattern``."""
-        stream = self.process.stdout
-        assert stream is not None
-        while True:
-            while b"\n" in self._buffer:
-                raw, self._buffer = self._buffer.split(b"\n", 1)
-                line = raw.decode(errors="replace")
-                self.seen.append(line)
-                found = re.search(pattern, line)
-                if found:
-                    return found
-            try:
-                self._buffer += await stream.receive()
-            except anyio.EndOfStream:
-                raise AssertionError("ended:\n" + "\n".join(self.seen[-50:])) from None
 
 
 async def start(command: list[str], env: dict[str, str], ready: str) -> Lines:
@@ -122,7 +96,7 @@ async def test_each_job_creates_once_and_each_video_enqueues_its_follow_up(
                 }
             assert published == {f"celery/{job}" for job in jobs}
             created = r"created celery/job-2: task (\S+)"
-            first = next(filter(None, (re.search(created, line) for line in worker.seen)))
+            first = next(filter(None, (re.search(created, line) for line in worker.lines)))
 
             # The broker delivers job-2 again (same job id): it finds its entry, sends nothing.
             await anyio.to_thread.run_sync(

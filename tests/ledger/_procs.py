@@ -7,22 +7,18 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import anyio.abc
 
+from tests._services import Lines
+
 CREATOR = Path(__file__).with_name("_creator.py")
 
 
-class Creator:
+class Creator(Lines):
     """A ``_creator.py`` process (stdout and stderr as one stream of lines)."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self._buffer = b""
 
     @classmethod
     async def start(
@@ -47,22 +43,6 @@ class Creator:
         """Let it create its keys."""
         assert self.process.stdin is not None
         await self.process.stdin.send(b"go\n")
-
-    async def expect(self, wanted: Callable[[str], bool]) -> str:
-        """The first line (from now on) that is ``wanted``; the process's output if it ends."""
-        stream = self.process.stdout
-        assert stream is not None
-        while True:
-            while b"\n" in self._buffer:
-                raw, self._buffer = self._buffer.split(b"\n", 1)
-                line = raw.decode(errors="replace")
-                self.lines.append(line)
-                if wanted(line):
-                    return line
-            try:
-                self._buffer += await stream.receive()
-            except anyio.EndOfStream:
-                raise AssertionError("the process ended:\n" + "\n".join(self.lines)) from None
 
     async def finish(self) -> list[str]:
         """Wait for it to end; its lines."""

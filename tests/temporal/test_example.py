@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.test_celery_recipe import Lines
+from tests._services import Lines
 from videogen_async.testing import SandboxServer
 
 pytestmark = pytest.mark.xdist_group("temporal")
@@ -58,4 +58,4 @@ async def test_the_example_worker_runs_the_workflows_started_by_its_starter(
                 with anyio.fail_after(30):
                     code = await worker.process.wait()
                 await worker.process.aclose()
-        assert code == 0, "\n".join(worker.seen[-30:])
+        assert code == 0, "\n".join(worker.lines[-30:])
