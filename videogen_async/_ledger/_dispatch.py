@@ -83,16 +83,21 @@ def _outcome(name: str, key: str, owner: str, error: str | None, delay: float | 
     )
 
 
-def _due(name: str) -> Plan[tuple[float | None, bool]]:
-    """``(seconds until a delivery is due, or None; whether an entry may still finish)``."""
+def _due(name: str, idle_check: bool) -> Plan[tuple[float | None, bool]]:
+    """``(seconds until a delivery is due, or None; whether an entry may still finish)``.
+
+    The second is read only for a dispatch that stops when idle (``idle_check``).
+    """
     row = yield from first(
         "SELECT min({greatest}(next_at, COALESCE(lease_until, 0))) - {now} AS due"
         f" FROM {_OUTBOX} WHERE destination = $1 AND state = 'pending'",
         name,
     )
-    busy = yield q(
-        "SELECT 1 AS one FROM {E} WHERE state = 'creating'"
-        " OR (state = 'pending' AND task_id IS NOT NULL) LIMIT 1"
+    busy = idle_check and (
+        yield q(
+            "SELECT 1 AS one FROM {E} WHERE state = 'creating'"
+            " OR (state = 'pending' AND task_id IS NOT NULL) LIMIT 1"
+        )
     )
     return (None if row is None or row["due"] is None else float(row["due"])), bool(busy)
 
@@ -135,7 +140,7 @@ class _Dispatcher:
             async with anyio.create_task_group() as tg:
                 while True:
                     woken = (self.listener.terminal.event, self.freed.event)
-                    due, busy = await store.read(_due, self.name)
+                    due, busy = await store.read(_due, self.name, stop_when_idle)
                     free = room - len(self.flying)
                     if due is not None and due <= 0 and free > 0:
                         if not self.flying:
