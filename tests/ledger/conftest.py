@@ -95,7 +95,19 @@ class Cluster:
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
         self._run("initdb", "-D", self.data, "-U", self.user, "--auth=trust", "-E", "UTF8", "-N")
-        subprocess.run(self._start_command(), capture_output=True, check=True)  # noqa: S603
+        for attempt in range(3):
+            command = self._start_command()
+            started = subprocess.run(command, check=False, capture_output=True, text=True)  # noqa: S603
+            if started.returncode == 0:
+                return
+            # The free port found may be taken by another process before the server binds it
+            # (the suite starts many servers at once): another port, then the server's log.
+            if attempt < 2:
+                self.port = _free_port()
+        with open(os.path.join(self.root, "log"), encoding="utf-8", errors="replace") as log:
+            raise RuntimeError(
+                f"pg_ctl start failed: {started.stdout}{started.stderr}\n{log.read()}"
+            )
 
     async def crash(self) -> None:
         """Stop the server at once, as a crash or a failover would (``-m immediate``)."""
