@@ -150,6 +150,10 @@ class Listener:
         self.terminal = Signal()
         self._ready = anyio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Stopped through its own cancel scope, not Task.cancel(): on Python 3.10 an anyio
+        # scope whose deadline passes as the task is cancelled can take that cancellation for
+        # its own and swallow it (no Task.uncancel), and the listener would never end.
+        self._scope = anyio.CancelScope()
 
     def subscribe(
         self, keys: frozenset[str] | None, states: frozenset[str] | None
@@ -173,20 +177,22 @@ class Listener:
         """Start listening (once); return when every change from now on will be read."""
         if self._task is None:
             loop = asyncio.get_running_loop()
+            self._scope = anyio.CancelScope()
             self._task = loop.create_task(self._guarded(), name="videogen_async.ledger.listen")
         await self._ready.wait()
 
     async def stop(self) -> None:
         """Stop listening. Idempotent."""
         task, self._task = self._task, None
+        self._scope.cancel()
         if task is not None and not task.done():
-            task.cancel()
             with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
                 await task
 
     async def _guarded(self) -> None:
         try:
-            await self._run()
+            with self._scope:
+                await self._run()
         except Exception:  # a bug: end every wait and iteration rather than leave them hanging
             logger.exception("ledger %r: the change listener stopped", self._store.where)
             self._ready.set()
