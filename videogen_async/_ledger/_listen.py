@@ -87,9 +87,14 @@ class _Notices:
         settings = {"application_name": LISTENER_NAME}  # for operators: which backend listens
         self._conn = await asyncpg.connect(self._url, timeout=10, server_settings=settings)
         self._conn.add_termination_listener(self._lose)
-        await self._conn.add_listener(CHANNEL, lambda *_: self._changed.fire())
+        await self._conn.add_listener(CHANNEL, self._notice)
 
-    def _lose(self, *_: Any) -> None:
+    # Both async: asyncpg runs them in a task, where anyio knows the event loop (a plain
+    # callback runs outside any task, and older anyio cannot set an Event there).
+    async def _notice(self, *_: Any) -> None:
+        self._changed.fire()
+
+    async def _lose(self, *_: Any) -> None:
         self.lost = True
         self._changed.fire()
 
