@@ -28,7 +28,7 @@ ABOVE_CLIENT = (
     "videogen_async._client",
     "videogen_async._blocking",
 )
-ABOVE_CLIENT_PACKAGES = ("videogen_async._cli", "videogen_async.testing")
+ABOVE_CLIENT_PACKAGES = ("videogen_async._cli", "videogen_async.testing", "videogen_async._mcp")
 
 #: Imports inside functions that are not circles being dodged: the pytest plugin's loading of
 #: the sandbox only when a test asks for it (the plugin is loaded in every pytest run of a
@@ -52,6 +52,7 @@ LAYERS = (
     ("",),  # the package's face: videogen_async/__init__.py
     ("temporal",),  # the Temporal integration (an extra)
     ("testing",),  # the sandbox
+    ("_mcp",),  # the MCP server (an extra), on the ledger, the client and the sandbox's schemas
     ("_cli",),  # the command line
     ("__main__",),  # python -m videogen_async
 )

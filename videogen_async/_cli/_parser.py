@@ -16,6 +16,7 @@ from ._completion import cmd_completion
 from ._doctor import add_doctor_parser
 from ._help import EPILOGS
 from ._ledger import cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
+from ._mcp import add_mcp_parser
 from ._projects import (
     cmd_project_create,
     cmd_project_download,
@@ -474,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     add_doctor_parser(command)
+    add_mcp_parser(command)
 
     p = command("completion", "print a shell completion script", EPILOGS["completion"])
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
