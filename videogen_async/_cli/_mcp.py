@@ -15,14 +15,8 @@ from ..testing._cli import number_type
 from ._common import EXIT_OK, Context, UsageError
 
 MCP_EPILOG = """\
-Serves the tools create_video, create_ad_clone_project, get_video, wait_for_video,
-credits_balance and list_videos, every create through the ledger (a key never pays twice;
---max-credits holds across every session and process sharing the ledger). The API key is
-read from VIDEOGEN_API_KEY only.
-
-examples:
-  videogen mcp                                   # stdio, for desktop and coding agents
-  videogen mcp --max-credits 200
+The API key is read from VIDEOGEN_API_KEY only. examples:
+  videogen mcp --max-credits 200                 # stdio, for desktop and coding agents
   videogen mcp --http 127.0.0.1:8765 --ledger postgresql://u:p@db:5432/videos"""
 
 
@@ -42,31 +36,16 @@ def add_mcp_parser(command: Any) -> None:
     """Add ``videogen mcp`` through the parser's ``command`` helper."""
     p = command("mcp", "serve the service to AI agents over the Model Context Protocol",
                 MCP_EPILOG)  # fmt: skip
-    p.add_argument(
-        "--ledger",
-        metavar="URL",
-        help="a file path, sqlite:///PATH or postgresql://... (default: a SQLite file in the"
-        f" user's data directory, {default_ledger()})",
-    )
-    p.add_argument(
-        "--max-credits",
-        type=number_type(float, minimum=0, what="a number of credits"),
-        metavar="N",
-        help="refuse any create that could take the credits spent through the ledger past N",
-    )
-    p.add_argument(
-        "--base-url",
-        dest="cfg_base_url",
-        metavar="URL",
-        default=argparse.SUPPRESS,
-        help="the service's base URL (default: $VIDEOGEN_BASE_URL)",
-    )
+    p.add_argument("--ledger", metavar="URL", help="a file path, sqlite:///PATH or postgresql://"
+                   f"... (default: {default_ledger()})")  # fmt: skip
+    credits = number_type(float, minimum=0, what="a number of credits")
+    p.add_argument("--max-credits", type=credits, metavar="N",
+                   help="refuse a create that could take the ledger's spend past N")  # fmt: skip
+    p.add_argument("--base-url", dest="cfg_base_url", metavar="URL", default=argparse.SUPPRESS,
+                   help="the service's base URL (default: $VIDEOGEN_BASE_URL)")  # fmt: skip
     p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp, not stdio")
-    p.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow --http on an interface other than loopback (see docs/agents.md first)",
-    )
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow --http off loopback (read docs/agents.md first)")  # fmt: skip
     p.set_defaults(func=cmd_mcp)
 
 
@@ -90,11 +69,9 @@ async def cmd_mcp(ctx: Context) -> int:
     if getattr(args, "cfg_api_key", None):
         raise UsageError("videogen mcp reads the API key from VIDEOGEN_API_KEY only")
     http = None if args.http is None else parse_http(args.http, args.allow_remote)
-    url = args.ledger
-    if url is None:
-        path = default_ledger()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        url = str(path)
+    url = args.ledger or default_ledger()
+    if args.ledger is None:
+        url.parent.mkdir(parents=True, exist_ok=True)
 
     async def work(client: AsyncVideoGen) -> int:
         async with Ledger.open(url, max_credits=args.max_credits) as ledger:

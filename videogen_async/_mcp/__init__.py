@@ -1,8 +1,6 @@
-"""``videogen mcp``: the service for AI agents over the Model Context Protocol.
+"""``videogen mcp`` (see ``docs/agents.md``): the one package that imports ``mcp``, an extra.
 
-The one package that imports ``mcp`` (the ``videogen-async[mcp]`` extra): :mod:`._tools` holds
-the tools, :mod:`._server` the server and its transports. Without the extra, :func:`serve`
-raises ``ConfigurationError`` naming it. See ``docs/agents.md``.
+Without it, :func:`serve` raises ``ConfigurationError`` naming the extra.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from .._contract._exceptions import ConfigurationError
 EXTRA_MISSING = "videogen mcp needs the mcp extra: pip install 'videogen-async[mcp]'"
 
 try:
-    from ._server import serve
+    from ._server import serve as serve
 except ImportError as _exc:  # the extra is not installed
     if (_exc.name or "").split(".")[0] != "mcp":
         raise
@@ -23,6 +21,3 @@ except ImportError as _exc:  # the extra is not installed
     async def serve(*args: Any, **kwargs: Any) -> None:  # type: ignore[misc]
         """Stands in for the server without the extra."""
         raise ConfigurationError(EXTRA_MISSING) from _missing
-
-
-__all__ = ["EXTRA_MISSING", "serve"]

@@ -14,28 +14,19 @@ from .._contract._redact import RedactingFilter
 from .._version import __version__
 from ._tools import VideoTools, entry_data
 
-INSTRUCTIONS = """\
-Creates videos through a ledger with a spending cap. Pass a `key` to every create (the same key
-never pays twice), wait with wait_for_video rather than polling get_video, and read a refusal's
-text: it names the rule and what to do next."""
+INSTRUCTIONS = """Creates videos through a ledger with a spending cap. Pass a `key` to every
+create (the same key never pays twice); wait with wait_for_video rather than polling get_video."""
 
 
 def build_server(ledger: Ledger, client: AsyncVideoGen) -> MCPServer[object]:
     """The MCP server of a ledger and a client: the tools and ``videogen://entries/{key}``."""
+    tools = VideoTools(ledger, client).tools()
     server: MCPServer[object] = MCPServer(
-        "videogen",
-        instructions=INSTRUCTIONS,
-        version=__version__,
-        tools=VideoTools(ledger, client).tools(),
-        log_level="WARNING",
+        "videogen", instructions=INSTRUCTIONS, version=__version__, tools=tools, log_level="WARNING"
     )
 
-    @server.resource(
-        "videogen://entries/{key}",
-        name="entry",
-        description="A ledger entry (a video's state, ids, cost, video_url) as JSON.",
-        mime_type="application/json",
-    )
+    @server.resource("videogen://entries/{key}", name="entry", mime_type="application/json",
+                     description="A ledger entry: a video's state, cost, video_url.")  # fmt: skip
     async def entry(key: str) -> str:
         found = await ledger.get(key)
         if found is None:
@@ -47,19 +38,8 @@ def build_server(ledger: Ledger, client: AsyncVideoGen) -> MCPServer[object]:
     return server
 
 
-async def serve(
-    ledger: Ledger,
-    client: AsyncVideoGen,
-    *,
-    http: tuple[str, int] | None = None,
-) -> None:
-    """Serve until the client goes away (stdio: stdin closed) or the process is interrupted.
-
-    Args:
-        ledger: The ledger every create goes through.
-        client: The client that sends them and that the watcher polls with.
-        http: ``(host, port)`` for streamable HTTP (at ``/mcp``); ``None``: stdio.
-    """
+async def serve(ledger: Ledger, client: AsyncVideoGen, *, http: tuple[str, int] | None) -> None:
+    """Serve on stdio (``http`` ``None``: until stdin closes) or streamable HTTP at ``/mcp``."""
     server = build_server(ledger, client)
     async with anyio.create_task_group() as group:
         group.start_soon(_watch, ledger, client)

@@ -1,9 +1,7 @@
-"""The tools of ``videogen mcp``: input schemas from the statement, every create by the ledger.
+"""The tools of ``videogen mcp``, every create through the ledger.
 
-Each tool's input schema is the service's request body as ``testing._schemas`` derives it from
-``_contract._service`` (bounds, enums, URL limits), plus the ledger's ``key`` and ``metadata``.
-The arguments are checked by the SDK's own rules (``InvalidRequestError`` names the field and the
-rule) before anything is written or sent. Every text that leaves is redacted.
+Input schemas derived from the statement (by the sandbox's ``_schemas``), arguments checked by
+the SDK's own rules before anything is written or sent, every text that leaves redacted.
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -22,19 +21,11 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict
 
 from .. import AsyncVideoGen, Ledger, LedgerEntry
-from .._contract._exceptions import (
-    AmbiguousCreateError,
-    APIConnectionError,
-    APIStatusError,
-    BudgetExceededError,
-    InsufficientCreditsError,
-    InvalidRequestError,
-    LedgerError,
-    NotFoundError,
-)
+from .._contract import _exceptions as err
 from .._contract._redact import redact_text, redact_value
 from .._contract._service import PROJECT_REQUEST, REFERENCE_PRICES, TASK_REQUEST
-from .._contract._validation import check_id, validate_project_request
+from .._contract._validation import check_id, validate_project_request, validate_task_request
+from .._ledger._creates import check_key
 from .._ledger._entry import STATES
 from ..testing._schemas import component_schemas
 
@@ -43,13 +34,9 @@ MAX_WAIT = 600.0
 MAX_LIST = 100
 _SCHEMAS = component_schemas()
 _RATE = REFERENCE_PRICES.per_second
-_KEY = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": 500,
-    "description": "Your idempotency key for this video (e.g. 'fox-intro-v1'). Pass one: the same"
-    " key never pays twice, in this session or any other; a retried call returns the entry.",
-}
+_KEY = {"type": "string", "minLength": 1, "maxLength": 500, "description": "Your idempotency"
+        " key for this video (e.g. 'fox-intro-v1'). Pass one: the same key never pays twice, in"
+        " this session or any other; a retried call returns the entry."}  # fmt: skip
 _METADATA = {"type": "object", "description": "A JSON object kept with the entry (<= 16 KiB)."}
 
 
@@ -77,14 +64,15 @@ def _object(required: list[str] | None = None, **properties: Any) -> dict[str, A
 _SCHEMAS_BY_TOOL: dict[str, dict[str, Any]] = {
     "create_video": _body_schema(TASK_REQUEST.name),
     "create_ad_clone_project": _body_schema(PROJECT_REQUEST.name),
-    "get_video": _object(key=_KEY | {"description": "The key given to create_video."},
-                         task_id={"type": "string", "minLength": 1}),  # fmt: skip
+    "get_video": _object(
+        key=_KEY | {"description": "The key given to create_video."},
+        task_id={"type": "string", "minLength": 1},
+    ),
     "wait_for_video": _object(
         ["key"],
         key=_KEY | {"description": "The key given to create_video."},
-        timeout={"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT, "default": 300,
-                 "description": f"Seconds to wait at most (<= {MAX_WAIT:g})."},
-    ),  # fmt: skip
+        timeout={"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT, "default": 300},
+    ),
     "credits_balance": _object(),
     "list_videos": _object(
         state={"type": "string", "enum": list(STATES)},
@@ -118,63 +106,46 @@ DESCRIPTIONS = {
 _TASK_KINDS = ("task", "project_task")
 
 
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
 def entry_data(entry: LedgerEntry) -> dict[str, Any]:
     """What an agent reads of an entry (redacted): its state, ids, cost, video or error."""
-    task = entry.task
-    data = {
-        "key": entry.key,
-        "state": entry.state,
-        "kind": entry.kind,
-        "task_id": entry.task_id,
-        "project_id": entry.project_id,
-        "task_status": None if task is None else str(task.status),
-        "credits_cost": entry.credits_cost,
-        "video_url": None if task is None else task.video_url,
-        "error": entry.error or (task.result.error_message if task and task.result else None),
-        "prompt": entry.request.get("prompt"),
-        "metadata": dict(entry.metadata),
-        "created_at": entry.created_at.isoformat() if entry.created_at else None,
-        "finished_at": entry.finished_at.isoformat() if entry.finished_at else None,
-        "done": entry.is_terminal,
-    }
+    task, when = entry.task, _iso
+    error = entry.error or (task.result.error_message if task and task.result else None)
+    data = {"key": entry.key, "state": entry.state, "kind": entry.kind, "task_id": entry.task_id,
+            "project_id": entry.project_id, "task_status": task and str(task.status),
+            "credits_cost": entry.credits_cost, "video_url": task and task.video_url,
+            "error": error, "prompt": entry.request.get("prompt"), "metadata": entry.metadata,
+            "created_at": when(entry.created_at), "finished_at": when(entry.finished_at),
+            "done": entry.is_terminal}  # fmt: skip
     return redact_value(data)  # type: ignore[no-any-return]
 
 
-def _refusal(exc: Exception) -> str:
-    """A refusal's text: the rule broken, and what the agent should do next."""
+_NOTHING = "Nothing was sent"
+_ADVICE: tuple[tuple[type[Exception], str], ...] = (
+    (err.InvalidRequestError, f"Invalid argument: {{}}. {_NOTHING}; fix it and call again."),
+    (err.BudgetExceededError, f"Spending cap reached: {{}}. {_NOTHING}. Do not retry: ask the user"
+     " to raise the server's --max-credits, or wait for pending videos (a failure is refunded)."),
+    (err.AmbiguousCreateError, "Unsure whether it was created: {}. Do not create it again under"
+     " another key; ask the user to check the account."),
+    (err.InsufficientCreditsError, "The service refused: insufficient credits ({}). Nothing was"
+     " charged; ask the user to top up the account, then call again with the same key."),
+    (err.NotFoundError, "Not found: {}. Check the id; list_videos shows this ledger's keys."),
+    (err.APIStatusError, "The service refused the request: {}. Nothing was charged; change what it"
+     " names (a prompt or media breaking a content rule) and call again."),
+    (Exception, "Temporarily unavailable: {}. Call again later with the same key (it never"
+     " pays twice)."),
+)  # fmt: skip
+_REFUSALS: tuple[type[Exception], ...] = (
+    *(kind for kind, _ in _ADVICE[:-1]), err.APIConnectionError, err.LedgerError)  # fmt: skip
+
+
+def refusal(exc: Exception) -> str:
+    """A refusal's text: the rule broken, and what the agent should do next (redacted)."""
     said = redact_text(" ".join(str(exc).split()))
-    if isinstance(exc, InvalidRequestError):
-        return f"Invalid argument: {said}. Nothing was sent; fix it and call again."
-    if isinstance(exc, BudgetExceededError):
-        return (
-            f"Spending cap reached: {said}. Nothing was sent. Do not retry: ask the user to raise"
-            " the server's --max-credits, or wait for pending videos (a failed one is refunded)."
-        )
-    if isinstance(exc, AmbiguousCreateError):
-        return (
-            f"Unsure whether it was created: {said}. Do not create it again under another key;"
-            " ask the user to check the account."
-        )
-    if isinstance(exc, InsufficientCreditsError):
-        return (
-            f"The service refused: insufficient credits ({said}). Nothing was charged; ask the"
-            " user to top up the account, then call again with the same key."
-        )
-    if isinstance(exc, NotFoundError):
-        return f"Not found: {said}. Check the id; list_videos shows the keys of this ledger."
-    if isinstance(exc, APIStatusError):
-        return (
-            f"The service refused the request: {said}. Nothing was charged; change what it names"
-            " (a prompt or media breaking a content rule) and call again."
-        )
-    return (
-        f"Temporarily unavailable: {said}. Call again with the same key later (it never pays"
-        " twice)."
-    )
-
-
-_REFUSALS = (InvalidRequestError, BudgetExceededError, AmbiguousCreateError, APIStatusError,
-             APIConnectionError, LedgerError)  # fmt: skip
+    return next(text for kind, text in _ADVICE if isinstance(exc, kind)).format(said)
 
 
 class _Arguments(ArgModelBase):
@@ -207,25 +178,26 @@ class VideoTools:
             try:
                 unknown = sorted(set(arguments) - set(schema["properties"]))
                 if unknown:
-                    raise InvalidRequestError(unknown[0], "is not an argument of this tool")
+                    raise err.InvalidRequestError(unknown[0], "is not an argument of this tool")
                 data = await call(arguments, ctx)
             except _REFUSALS as exc:
-                raise ToolError(_refusal(exc)) from None
+                raise ToolError(refusal(exc)) from None
             text = json.dumps(data, ensure_ascii=False)
             return CallToolResult(content=[TextContent(type="text", text=text)],
                                   structured_content=data)  # fmt: skip
 
-        metadata = FuncMetadata(arg_model=_Arguments)
-        return Tool(fn=run, name=name, description=DESCRIPTIONS[name], parameters=schema,
-                    fn_metadata=metadata, is_async=True, context_kwarg="ctx")  # fmt: skip
+        meta, text = FuncMetadata(arg_model=_Arguments), DESCRIPTIONS[name]
+        return Tool(fn=run, name=name, title=None, description=text, parameters=schema,
+                    fn_metadata=meta, is_async=True, context_kwarg="ctx",
+                    annotations=None)  # fmt: skip
 
     async def create_video(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
         fields = dict(args)
         key, metadata = fields.pop("key", None), fields.pop("metadata", None)
-        entry = await self.ledger.create_task(
-            self.client, fields.pop("prompt", None), key=key, metadata=metadata, **fields
+        body = validate_task_request(fields)  # only the request's fields, none of the options
+        return entry_data(
+            await self.ledger.create_task(self.client, key=key, metadata=metadata, **body)
         )
-        return entry_data(entry)
 
     async def create_ad_clone_project(
         self, args: dict[str, Any], ctx: Context[Any, Any]
@@ -234,21 +206,22 @@ class VideoTools:
         key, metadata = fields.pop("key", None), fields.pop("metadata", None)
         body = validate_project_request(fields)
         video, images = body.pop("reference_video_url"), body.pop("product_image_urls")
-        entry = await self.ledger.create_project(
-            self.client, video, images, key=key, metadata=metadata, **body
+        return entry_data(
+            await self.ledger.create_project(
+                self.client, video, images, key=key, metadata=metadata, **body
+            )
         )
-        return entry_data(entry)
 
     async def _entry(self, key: Any) -> LedgerEntry:
         entry = await self.ledger.get(key)
         if entry is None:
-            rule = "no video of this key in the ledger (list_videos shows the keys)"
-            raise InvalidRequestError("key", rule, value=key, has_value=True)
+            rule = "unknown: no video of this key in the ledger (list_videos shows the keys)"
+            raise err.InvalidRequestError("key", rule, value=key, has_value=True)
         return entry
 
     async def get_video(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
         if ("key" in args) == ("task_id" in args):
-            raise InvalidRequestError("key", "give either key or task_id")
+            raise err.InvalidRequestError("key", "give either key or task_id")
         if "key" in args:
             return entry_data(await self._entry(args["key"]))
         task_id = check_id("task_id", args["task_id"])
@@ -261,54 +234,34 @@ class VideoTools:
         return redact_value(data)  # type: ignore[no-any-return]
 
     async def wait_for_video(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        timeout = args.get("timeout", 300)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not 0 < timeout <= MAX_WAIT
-        ):
-            raise InvalidRequestError("timeout", f"must be seconds > 0 and <= {MAX_WAIT:g}")
-        key = args.get("key")
-        async with self.ledger.changes(keys=[self._check_key(key)]) as changes:
+        timeout = _number(args, "timeout", 300, MAX_WAIT)
+        key = check_key(args.get("key"))
+        async with self.ledger.changes(keys=[key]) as changes:  # before the read: none missed
             entry = await self._entry(key)
             await ctx.report_progress(entry.version, None, entry.state)
             with anyio.move_on_after(timeout):
                 while not entry.is_terminal:
                     if entry.kind not in _TASK_KINDS or entry.state in ("unknown", "refused"):
                         rule = f"a {entry.kind} entry in state {entry.state} never finishes"
-                        raise InvalidRequestError("key", rule + " (get_video shows it)")
+                        raise err.InvalidRequestError("key", rule + " (get_video shows it)")
                     change = await changes.__anext__()
                     if change.version > entry.version:
                         entry = change
                         await ctx.report_progress(entry.version, None, entry.state)
         return entry_data(entry)
 
-    @staticmethod
-    def _check_key(key: Any) -> str:
-        if not isinstance(key, str) or not key.strip():
-            raise InvalidRequestError("key", "is required (the key given to create_video)")
-        return key
-
     async def credits_balance(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        balance = await self.client.credits.get()
-        summary = await self.ledger.summary()
-        cap = self.ledger.max_credits
-        used = summary["spent"] + summary["reserved"]
-        return {
-            "available": balance.api_available_credits,
-            "total": balance.api_total_credits,
-            "ledger_spent": summary["spent"],
-            "ledger_reserved": summary["reserved"],
-            "max_credits": cap,
-            "left_under_cap": None if cap is None else max(0.0, cap - used),
-        }
+        balance, summary = await self.client.credits.get(), await self.ledger.summary()
+        cap, used = self.ledger.max_credits, summary["spent"] + summary["reserved"]
+        left = None if cap is None else max(0, cap - used)
+        return {"available": balance.api_available_credits, "total": balance.api_total_credits,
+                "ledger_spent": summary["spent"], "ledger_reserved": summary["reserved"],
+                "max_credits": cap, "left_under_cap": left}  # fmt: skip
 
     async def list_videos(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        state, limit = args.get("state"), args.get("limit", 20)
+        state, limit = args.get("state"), _number(args, "limit", 20, MAX_LIST, int)
         if state is not None and state not in STATES:
-            raise InvalidRequestError("state", f"must be one of {', '.join(STATES)}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_LIST:
-            raise InvalidRequestError("limit", f"must be a whole number from 1 to {MAX_LIST}")
+            raise err.InvalidRequestError("state", f"must be one of {', '.join(STATES)}")
         found = [
             entry
             async for entry in self.ledger.entries(metadata=args.get("metadata"))
@@ -317,3 +270,15 @@ class VideoTools:
         found.sort(key=lambda e: e.created_at.timestamp() if e.created_at else -math.inf)
         newest = found[::-1][:limit]
         return {"entries": [entry_data(e) for e in newest], "more": len(found) > limit}
+
+
+def _number(args: dict[str, Any], name: str, default: float, top: float, kind: type = float) -> Any:
+    """A number argument in ``(0, top]`` (``kind`` ``int``: a whole number)."""
+    value = args.get(name, default)
+    kinds = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value <= top:
+        what = "a whole number" if kind is int else "a number"
+        raise err.InvalidRequestError(
+            name, f"must be {what} > 0 and <= {top:g}", value=value, has_value=True
+        )
+    return value
