@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from .. import AsyncVideoGen, Ledger
 from .._http._session import is_loopback
 from .._mcp import serve
@@ -71,7 +73,7 @@ async def cmd_mcp(ctx: Context) -> int:
     http = None if args.http is None else parse_http(args.http, args.allow_remote)
     url = args.ledger or default_ledger()
     if args.ledger is None:
-        url.parent.mkdir(parents=True, exist_ok=True)
+        await anyio.Path(url.parent).mkdir(parents=True, exist_ok=True)
 
     async def work(client: AsyncVideoGen) -> int:
         async with Ledger.open(url, max_credits=args.max_credits) as ledger:

@@ -1,0 +1,202 @@
+"""``videogen mcp`` as agents reach it: real server processes, the mcp package's own client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import pytest
+
+from videogen_async import Model
+from videogen_async._contract import _service as service
+from videogen_async._mcp import EXTRA_MISSING
+
+from .conftest import CREATE_ROUTE, KEY, ROOT, Servers, mcp_command, server_env
+
+TOOLS = {
+    "create_video",
+    "create_ad_clone_project",
+    "get_video",
+    "wait_for_video",
+    "credits_balance",
+    "list_videos",
+}
+
+
+def creates(servers: Servers) -> int:
+    return servers.sandbox.stats().by_route.get(CREATE_ROUTE, 0)
+
+
+async def test_the_tools_and_their_schemas_come_from_the_statement(servers: Servers) -> None:
+    async with servers.stdio() as agent:
+        tools = {tool.name: tool for tool in (await agent.session.list_tools()).tools}
+        templates = (await agent.session.list_resource_templates()).resource_templates
+        agent.texts.append(json.dumps([tool.model_dump(mode="json") for tool in tools.values()]))
+    assert set(tools) == TOOLS
+    video = tools["create_video"].input_schema
+    duration = video["properties"]["duration"]
+    assert (duration["minimum"], duration["maximum"]) == (service.DURATION_MIN, service.DURATION_MAX)
+    assert [m for m in video["properties"]["model"]["enum"] if m] == list(Model.values())
+    assert video["properties"]["image_urls"]["maxItems"] == service.MAX_IMAGE_URLS
+    assert "$ref" not in json.dumps(video)  # every part inlined: an agent reads one schema
+    assert video["required"] == ["prompt"] and "key" in video["properties"]
+    assert tools["wait_for_video"].input_schema["properties"]["timeout"]["maximum"] == 600
+    assert "CREDITS" in (tools["create_video"].description or "")
+    assert "wait_for_video" in (tools["create_video"].description or "")
+    assert [t.uri_template for t in templates] == ["videogen://entries/{key}"]
+
+
+async def test_a_key_sent_twice_creates_once(servers: Servers) -> None:
+    async with servers.stdio() as agent:
+        first = await agent.data("create_video", {"prompt": "a red fox", "key": "fox-1"})
+        again = await agent.data("create_video", {"prompt": "a red fox", "key": "fox-1"})
+    assert first["task_id"] == again["task_id"] and first["key"] == "fox-1"
+    assert servers.sandbox.stats().tasks_created == 1 and creates(servers) == 1
+
+
+async def test_two_server_processes_on_one_ledger_create_a_key_once(servers: Servers) -> None:
+    answers: list[dict[str, Any]] = []
+
+    async def agent_creates() -> None:
+        async with servers.stdio() as agent:
+            answers.append(await agent.data("create_video", {"prompt": "a fox", "key": "shared"}))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(agent_creates)
+        group.start_soon(agent_creates)
+    assert len(answers) == 2 and answers[0]["task_id"] == answers[1]["task_id"]
+    assert servers.sandbox.stats().tasks_created == 1
+
+
+async def test_the_cap_refuses_the_create_that_would_pass_it_with_nothing_sent(
+    servers: Servers,
+) -> None:
+    async with servers.stdio("--max-credits", "15") as agent:
+        await agent.data("create_video", {"prompt": "one", "key": "a", "duration": 5})
+        refused = await agent.call("create_video", {"prompt": "two", "key": "b", "duration": 5})
+        balance = await agent.data("credits_balance", {})
+    assert refused.is_error
+    text = refused.content[0].text  # type: ignore[union-attr]
+    assert "Spending cap reached" in text and "max_credits=15" in text
+    assert "Nothing was sent" in text and "--max-credits" in text
+    assert creates(servers) == 1
+    assert balance["max_credits"] == 15 and balance["ledger_spent"] == 10
+
+
+async def test_a_wait_returns_the_succeeded_entry_with_progress_and_then_reads_send_nothing(
+    servers: Servers,
+) -> None:
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    async with servers.stdio() as agent:
+        await agent.data("create_video", {"prompt": "a fox", "key": "w-1"})
+        entry = await agent.data(
+            "wait_for_video", {"key": "w-1", "timeout": 120}, progress_callback=on_progress
+        )
+        servers.sandbox.reset_stats()
+        again = await agent.data("get_video", {"key": "w-1"})
+        resource = await agent.session.read_resource("videogen://entries/w-1")
+        agent.texts += [c.text for c in resource.contents if hasattr(c, "text")]
+        listed = await agent.data("list_videos", {"state": "succeeded"})
+        assert servers.sandbox.stats().requests == 0  # a terminal entry: nothing sent
+    assert entry["state"] == "succeeded" and entry["done"] is True
+    assert entry["video_url"] and entry["video_url"].endswith(".mp4")
+    assert [message for _, message in progress][-1] == "succeeded"
+    assert [value for value, _ in progress] == sorted({value for value, _ in progress})
+    assert again == entry
+    assert json.loads(resource.contents[0].text)["state"] == "succeeded"  # type: ignore[union-attr]
+    assert [e["key"] for e in listed["entries"]] == ["w-1"]
+
+
+async def test_an_invalid_duration_is_refused_naming_the_rule_with_nothing_sent(
+    servers: Servers,
+) -> None:
+    async with servers.stdio() as agent:
+        refused = await agent.call("create_video", {"prompt": "a fox", "key": "d", "duration": 16})
+        option = await agent.call("create_video", {"prompt": "x", "extra_headers": {"a": "b"}})
+        unknown = await agent.call("get_video", {"key": "never-created"})
+        listed = await agent.data("list_videos", {})
+    text = refused.content[0].text  # type: ignore[union-attr]
+    assert refused.is_error and "duration" in text and "4 to 15" in text
+    assert "Nothing was sent" in text
+    assert option.is_error and "extra_headers" in option.content[0].text  # type: ignore[union-attr]
+    assert unknown.is_error and "list_videos" in unknown.content[0].text  # type: ignore[union-attr]
+    assert listed["entries"] == [] and servers.sandbox.stats().requests == 0
+
+
+async def test_streamable_http_serves_the_same_tools(servers: Servers) -> None:
+    async with servers.http() as agent:
+        tools = (await agent.session.list_tools()).tools
+        await agent.data("create_video", {"prompt": "a fox", "key": "h-1"})
+        entry = await agent.data("wait_for_video", {"key": "h-1", "timeout": 120})
+    assert {tool.name for tool in tools} == TOOLS
+    assert entry["state"] == "succeeded" and servers.sandbox.stats().tasks_created == 1
+
+
+async def test_the_server_exits_cleanly_when_its_client_goes_away(servers: Servers) -> None:
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    command = mcp_command("--ledger", servers.ledger)
+    env = {**server_env(servers.sandbox), "PATH": "/usr/bin:/bin"}
+    async with await anyio.open_process(command, env=env) as process:
+        assert process.stdin is not None and process.stdout is not None
+        await process.stdin.send(json.dumps(hello).encode() + b"\n")
+        answer = json.loads((await process.stdout.receive()).decode())
+        servers.texts.append(json.dumps(answer))
+        await process.stdin.aclose()  # the client goes away
+        with anyio.fail_after(30):
+            code = await process.wait()
+    assert answer["id"] == 1 and "result" in answer
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--http", "0.0.0.0:8765"], "not loopback"),
+        (["--http", "localhost"], "HOST:PORT"),
+    ],
+)
+def test_refusals_of_the_command_line(args: list[str], said: str, tmp_path: Any) -> None:
+    env = {"PYTHONPATH": str(ROOT), "VIDEOGEN_API_KEY": KEY, "PATH": "/usr/bin:/bin"}
+    run = subprocess.run(
+        mcp_command("--ledger", str(tmp_path / "l.db"), *args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and said in run.stderr and KEY not in run.stderr
+
+
+def test_the_key_is_taken_from_the_environment_only(tmp_path: Any) -> None:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "videogen_async", "--api-key", KEY, "mcp"]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "VIDEOGEN_API_KEY only" in run.stderr
+
+
+def test_without_the_extra_the_command_names_it(tmp_path: Any) -> None:
+    program = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from videogen_async._cli import main\n"
+        f"sys.exit(main(['mcp', '--ledger', {str(tmp_path / 'l.db')!r}]))"
+    )
+    env = {"PYTHONPATH": str(ROOT), "VIDEOGEN_API_KEY": KEY, "VIDEOGEN_BASE_URL": "http://127.0.0.1:9"}
+    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr
+    assert EXTRA_MISSING in run.stderr
