@@ -20,14 +20,14 @@ from typing import Any
 import anyio
 import pytest
 
-pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install videogen-async[mcp])")
+pytest.importorskip("mcp", reason="needs the mcp extra: pip install videogen-async[mcp]")
 
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.types import CallToolResult  # noqa: E402
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
 
-from videogen_async.testing import SandboxServer  # noqa: E402
+from videogen_async.testing import SandboxServer
 
 KEY = "vg-mcp-test-SECRET-key-5151"
 CREATE_ROUTE = "POST /v1/video/videomodel-2"

@@ -26,6 +26,14 @@ TOOLS = {
 }
 
 
+def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run our own interpreter on our own program, with this tree on the path."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **env}
+    return subprocess.run(  # noqa: S603 - our own interpreter and program
+        command, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 def creates(servers: Servers) -> int:
     return servers.sandbox.stats().by_route.get(CREATE_ROUTE, 0)
 
@@ -38,11 +46,15 @@ async def test_the_tools_and_their_schemas_come_from_the_statement(servers: Serv
     assert set(tools) == TOOLS
     video = tools["create_video"].input_schema
     duration = video["properties"]["duration"]
-    assert (duration["minimum"], duration["maximum"]) == (service.DURATION_MIN, service.DURATION_MAX)
+    assert (duration["minimum"], duration["maximum"]) == (
+        service.DURATION_MIN,
+        service.DURATION_MAX,
+    )
     assert [m for m in video["properties"]["model"]["enum"] if m] == list(Model.values())
     assert video["properties"]["image_urls"]["maxItems"] == service.MAX_IMAGE_URLS
     assert "$ref" not in json.dumps(video)  # every part inlined: an agent reads one schema
-    assert video["required"] == ["prompt"] and "key" in video["properties"]
+    assert video["required"] == ["prompt"]
+    assert "key" in video["properties"]
     assert tools["wait_for_video"].input_schema["properties"]["timeout"]["maximum"] == 600
     assert "CREDITS" in (tools["create_video"].description or "")
     assert "wait_for_video" in (tools["create_video"].description or "")
@@ -53,8 +65,10 @@ async def test_a_key_sent_twice_creates_once(servers: Servers) -> None:
     async with servers.stdio() as agent:
         first = await agent.data("create_video", {"prompt": "a red fox", "key": "fox-1"})
         again = await agent.data("create_video", {"prompt": "a red fox", "key": "fox-1"})
-    assert first["task_id"] == again["task_id"] and first["key"] == "fox-1"
-    assert servers.sandbox.stats().tasks_created == 1 and creates(servers) == 1
+    assert first["task_id"] == again["task_id"]
+    assert first["key"] == "fox-1"
+    assert servers.sandbox.stats().tasks_created == 1
+    assert creates(servers) == 1
 
 
 async def test_two_server_processes_on_one_ledger_create_a_key_once(servers: Servers) -> None:
@@ -67,7 +81,8 @@ async def test_two_server_processes_on_one_ledger_create_a_key_once(servers: Ser
     async with anyio.create_task_group() as group:
         group.start_soon(agent_creates)
         group.start_soon(agent_creates)
-    assert len(answers) == 2 and answers[0]["task_id"] == answers[1]["task_id"]
+    assert len(answers) == 2
+    assert answers[0]["task_id"] == answers[1]["task_id"]
     assert servers.sandbox.stats().tasks_created == 1
 
 
@@ -80,10 +95,13 @@ async def test_the_cap_refuses_the_create_that_would_pass_it_with_nothing_sent(
         balance = await agent.data("credits_balance", {})
     assert refused.is_error
     text = refused.content[0].text  # type: ignore[union-attr]
-    assert "Spending cap reached" in text and "max_credits=15" in text
-    assert "Nothing was sent" in text and "--max-credits" in text
+    assert "Spending cap reached" in text
+    assert "max_credits=15" in text
+    assert "Nothing was sent" in text
+    assert "--max-credits" in text
     assert creates(servers) == 1
-    assert balance["max_credits"] == 15 and balance["ledger_spent"] == 10
+    assert balance["max_credits"] == 15
+    assert balance["ledger_spent"] == 10
 
 
 async def test_a_wait_returns_the_succeeded_entry_with_progress_and_then_reads_send_nothing(
@@ -105,8 +123,10 @@ async def test_a_wait_returns_the_succeeded_entry_with_progress_and_then_reads_s
         agent.texts += [c.text for c in resource.contents if hasattr(c, "text")]
         listed = await agent.data("list_videos", {"state": "succeeded"})
         assert servers.sandbox.stats().requests == 0  # a terminal entry: nothing sent
-    assert entry["state"] == "succeeded" and entry["done"] is True
-    assert entry["video_url"] and entry["video_url"].endswith(".mp4")
+    assert entry["state"] == "succeeded"
+    assert entry["done"] is True
+    assert entry["video_url"]
+    assert entry["video_url"].endswith(".mp4")
     assert [message for _, message in progress][-1] == "succeeded"
     assert [value for value, _ in progress] == sorted({value for value, _ in progress})
     assert again == entry
@@ -123,11 +143,16 @@ async def test_an_invalid_duration_is_refused_naming_the_rule_with_nothing_sent(
         unknown = await agent.call("get_video", {"key": "never-created"})
         listed = await agent.data("list_videos", {})
     text = refused.content[0].text  # type: ignore[union-attr]
-    assert refused.is_error and "duration" in text and "4 to 15" in text
+    assert refused.is_error
+    assert "duration" in text
+    assert "4 to 15" in text
     assert "Nothing was sent" in text
-    assert option.is_error and "extra_headers" in option.content[0].text  # type: ignore[union-attr]
-    assert unknown.is_error and "list_videos" in unknown.content[0].text  # type: ignore[union-attr]
-    assert listed["entries"] == [] and servers.sandbox.stats().requests == 0
+    assert option.is_error
+    assert "extra_headers" in option.content[0].text
+    assert unknown.is_error
+    assert "list_videos" in unknown.content[0].text
+    assert listed["entries"] == []
+    assert servers.sandbox.stats().requests == 0
 
 
 async def test_streamable_http_serves_the_same_tools(servers: Servers) -> None:
@@ -136,7 +161,8 @@ async def test_streamable_http_serves_the_same_tools(servers: Servers) -> None:
         await agent.data("create_video", {"prompt": "a fox", "key": "h-1"})
         entry = await agent.data("wait_for_video", {"key": "h-1", "timeout": 120})
     assert {tool.name for tool in tools} == TOOLS
-    assert entry["state"] == "succeeded" and servers.sandbox.stats().tasks_created == 1
+    assert entry["state"] == "succeeded"
+    assert servers.sandbox.stats().tasks_created == 1
 
 
 async def test_the_server_exits_cleanly_when_its_client_goes_away(servers: Servers) -> None:
@@ -153,14 +179,16 @@ async def test_the_server_exits_cleanly_when_its_client_goes_away(servers: Serve
     command = mcp_command("--ledger", servers.ledger)
     env = {**server_env(servers.sandbox), "PATH": "/usr/bin:/bin"}
     async with await anyio.open_process(command, env=env) as process:
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdin is not None
+        assert process.stdout is not None
         await process.stdin.send(json.dumps(hello).encode() + b"\n")
         answer = json.loads((await process.stdout.receive()).decode())
         servers.texts.append(json.dumps(answer))
         await process.stdin.aclose()  # the client goes away
         with anyio.fail_after(30):
             code = await process.wait()
-    assert answer["id"] == 1 and "result" in answer
+    assert answer["id"] == 1
+    assert "result" in answer
     assert code == 0
 
 
@@ -172,22 +200,17 @@ async def test_the_server_exits_cleanly_when_its_client_goes_away(servers: Serve
     ],
 )
 def test_refusals_of_the_command_line(args: list[str], said: str, tmp_path: Any) -> None:
-    env = {"PYTHONPATH": str(ROOT), "VIDEOGEN_API_KEY": KEY, "PATH": "/usr/bin:/bin"}
-    run = subprocess.run(
-        mcp_command("--ledger", str(tmp_path / "l.db"), *args),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 2 and said in run.stderr and KEY not in run.stderr
+    env = {"VIDEOGEN_API_KEY": KEY}
+    run = _run([*mcp_command("--ledger", str(tmp_path / "l.db"), *args)], env)
+    assert run.returncode == 2
+    assert said in run.stderr
+    assert KEY not in run.stderr
 
 
 def test_the_key_is_taken_from_the_environment_only(tmp_path: Any) -> None:
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    command = [sys.executable, "-m", "videogen_async", "--api-key", KEY, "mcp"]
-    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "VIDEOGEN_API_KEY only" in run.stderr
+    run = _run([sys.executable, "-m", "videogen_async", "--api-key", KEY, "mcp"], {})
+    assert run.returncode == 2
+    assert "VIDEOGEN_API_KEY only" in run.stderr
 
 
 def test_without_the_extra_the_command_names_it(tmp_path: Any) -> None:
@@ -196,7 +219,7 @@ def test_without_the_extra_the_command_names_it(tmp_path: Any) -> None:
         "from videogen_async._cli import main\n"
         f"sys.exit(main(['mcp', '--ledger', {str(tmp_path / 'l.db')!r}]))"
     )
-    env = {"PYTHONPATH": str(ROOT), "VIDEOGEN_API_KEY": KEY, "VIDEOGEN_BASE_URL": "http://127.0.0.1:9"}
-    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+    env = {"VIDEOGEN_API_KEY": KEY, "VIDEOGEN_BASE_URL": "http://127.0.0.1:9"}
+    run = _run([sys.executable, "-c", program], env)
     assert run.returncode == 2, run.stderr
     assert EXTRA_MISSING in run.stderr
