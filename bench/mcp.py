@@ -14,9 +14,11 @@ Each strategy gets a fresh sandbox (same seed) in this process:
   ``create_video`` with a key of its own, then ``wait_for_video`` on it.
 
 Columns: requests to the service per video (creates plus every status query, as the sandbox
-counted them), and for ``mcp`` the time from each video's finish (the sandbox's wall time of
-it) to its ``wait_for_video`` answer read by the agent: median, p95, max. Targets: requests
-per video at most 1.1x the gather's; p95 at most 0.5 s.
+counted them), and the time from each video's finish (the sandbox's wall time of it) to its
+result: the gather's yield, or the ``wait_for_video`` answer read by the agent (median, p95,
+max); for ``mcp``, also from the watcher's record of the finish in the ledger to that answer
+(what the server adds to the polling's lag). Targets: requests per video at most 1.1x the
+gather's; p95 at most 0.5 s.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +80,7 @@ async def _accepting(port: int) -> None:
         return
 
 
-async def through_mcp(agents: int, scale: float) -> tuple[float, list[float]]:
+async def through_mcp(agents: int, scale: float) -> tuple[float, list[float], list[float]]:
     """Requests per video, and each video's finish-to-answer latency, through one server."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -90,6 +93,7 @@ async def through_mcp(agents: int, scale: float) -> tuple[float, list[float]]:
                    f"127.0.0.1:{port}"]  # fmt: skip
         process = await anyio.open_process(command, env=env, stdout=None, stderr=None)
         answered: dict[str, tuple[str, float]] = {}
+        pushed: list[float] = []  # from the watcher's record of the finish to the answer
         try:
             await _accepting(port)
 
@@ -109,6 +113,7 @@ async def through_mcp(agents: int, scale: float) -> tuple[float, list[float]]:
                     data = result.structured_content or {}
                     assert data.get("state") == "succeeded", result.content
                     answered[key] = (data["task_id"], at)
+                    pushed.append(at - datetime.fromisoformat(data["finished_at"]).timestamp())
 
             async with anyio.create_task_group() as group:
                 for i in range(agents):
@@ -121,7 +126,7 @@ async def through_mcp(agents: int, scale: float) -> tuple[float, list[float]]:
             at - server.describe_task(task_id)["schedule"]["finish_at_wall"]
             for task_id, at in answered.values()
         ]
-        return requests, latencies
+        return requests, latencies, pushed
 
 
 def _p95(values: list[float]) -> float:
@@ -137,12 +142,15 @@ async def main() -> None:
     agents, scale = (20, 0.2) if args.quick else (args.agents, args.time_scale)
     print(f"{agents} agents, videos of 20-40 s at time scale {scale:g}")
     base, gathered = await gather(agents, scale)
-    per_video, latencies = await through_mcp(agents, scale)
+    per_video, latencies, pushed = await through_mcp(agents, scale)
     print(f"{'strategy':<8} {'requests/video':>15} {'ratio':>6}  finish -> answer (s)")
     for name, requests, lags in (("gather", base, gathered), ("mcp", per_video, latencies)):
         p50, p95, top = statistics.median(lags), _p95(lags), max(lags)
         print(f"{name:<8} {requests:>15.2f} {requests / base:>6.2f}  "
               f"median {p50:.3f}  p95 {p95:.3f}  max {top:.3f}")  # fmt: skip
+    p50, p95, top = statistics.median(pushed), _p95(pushed), max(pushed)
+    print(f"mcp: from the ledger's record of a finish to the agent's answer: median {p50:.3f}"
+          f"  p95 {p95:.3f}  max {top:.3f}")  # fmt: skip
     p95 = _p95(latencies)
     print(f"targets: requests/video <= 1.1x ({'met' if per_video <= 1.1 * base else 'MISSED'}),"
           f" p95 <= 0.5 s ({'met' if p95 <= 0.5 else 'MISSED'})")  # fmt: skip
