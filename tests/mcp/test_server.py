@@ -207,10 +207,12 @@ def test_refusals_of_the_command_line(args: list[str], said: str, tmp_path: Any)
     assert KEY not in run.stderr
 
 
-def test_the_key_is_taken_from_the_environment_only(tmp_path: Any) -> None:
-    run = _run([sys.executable, "-m", "videogen_async", "--api-key", KEY, "mcp"], {})
+@pytest.mark.parametrize("before", [["--api-key", KEY], []], ids=["as an option", "none"])
+def test_the_key_is_taken_from_the_environment_only(before: list[str]) -> None:
+    run = _run([sys.executable, "-m", "videogen_async", *before, "mcp"], {})
     assert run.returncode == 2
     assert "VIDEOGEN_API_KEY only" in run.stderr
+    assert KEY not in run.stderr
 
 
 def test_without_the_extra_the_command_names_it(tmp_path: Any) -> None:

@@ -68,8 +68,8 @@ def parse_http(value: str, allow_remote: bool) -> tuple[str, int]:
 async def cmd_mcp(ctx: Context) -> int:
     """``videogen mcp``: serve until the client goes away (or Ctrl-C)."""
     args = ctx.args
-    if getattr(args, "cfg_api_key", None):
-        raise UsageError("videogen mcp reads the API key from VIDEOGEN_API_KEY only")
+    if getattr(args, "cfg_api_key", None) or not os.environ.get("VIDEOGEN_API_KEY", "").strip():
+        raise UsageError("videogen mcp reads the API key from VIDEOGEN_API_KEY only: set it")
     http = None if args.http is None else parse_http(args.http, args.allow_remote)
     url = args.ledger or default_ledger()
     if args.ledger is None:

@@ -29,8 +29,7 @@ from .._ledger._creates import check_key
 from .._ledger._entry import STATES
 from ..testing._schemas import component_schemas
 
-MAX_WAIT = 600.0
-"""The longest ``wait_for_video`` (seconds): an agent calls it again to wait longer."""
+MAX_WAIT = 600.0  # the longest wait_for_video (seconds): an agent calls it again to wait longer
 MAX_LIST = 100
 _SCHEMAS = component_schemas()
 _RATE = REFERENCE_PRICES.per_second
@@ -157,9 +156,6 @@ class _Arguments(ArgModelBase):
         return {"arguments": dict(self.model_extra or {})}
 
 
-Call = Callable[[dict[str, Any], Context[Any, Any]], Awaitable[dict[str, Any]]]
-
-
 class VideoTools:
     """The six tools over one ledger and one client (see ``docs/agents.md``)."""
 
@@ -171,7 +167,7 @@ class VideoTools:
         return [self._tool(name) for name in _SCHEMAS_BY_TOOL]
 
     def _tool(self, name: str) -> Tool:
-        call: Call = getattr(self, name)
+        call: Callable[..., Awaitable[dict[str, Any]]] = getattr(self, name)
         schema = _SCHEMAS_BY_TOOL[name]
 
         async def run(arguments: dict[str, Any], ctx: Context[Any, Any]) -> CallToolResult:
