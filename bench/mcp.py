@@ -130,7 +130,9 @@ async def through_mcp(agents: int, scale: float) -> tuple[float, list[float], li
 
 
 def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20)[-1] if len(values) > 1 else values[0]
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=20, method="inclusive")[-1]
 
 
 async def main() -> None:
