@@ -225,3 +225,16 @@ def test_without_the_extra_the_command_names_it(tmp_path: Any) -> None:
     run = _run([sys.executable, "-c", program], env)
     assert run.returncode == 2, run.stderr
     assert EXTRA_MISSING in run.stderr
+
+
+async def test_the_service_refusing_is_a_tool_error_saying_what_to_do(servers: Servers) -> None:
+    servers.sandbox.set_credits(available=0)
+    async with servers.stdio() as agent:
+        refused = await agent.call("create_video", {"prompt": "a fox", "key": "poor"})
+        entry = await agent.data("get_video", {"key": "poor"})
+    text = refused.content[0].text  # type: ignore[union-attr]
+    assert refused.is_error
+    assert "insufficient credits" in text
+    assert "top up" in text
+    assert entry["state"] == "refused"
+    assert servers.sandbox.stats().tasks_created == 0
