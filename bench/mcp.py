@@ -1,6 +1,6 @@
 """Benchmark: agents waiting on videos through one ``videogen mcp`` server, against one gather.
 
-Run it directly (``pip install -e '.[mcp]'``)::
+Run it with ``nox -s bench`` or directly (``pip install -e '.[mcp]'``)::
 
     python bench/mcp.py                 # 50 agents, videos of 20-40 s (the sandbox's pace)
     python bench/mcp.py --quick         # 20 agents, the sandbox's clock 5x faster
