@@ -1,14 +1,19 @@
 """``LedgerEntry``: one key of a ledger as the database holds it, and its metadata.
 
-Metadata is stored as canonical JSON text (keys sorted, no spaces), so that equal objects are
-equal text on every engine (SQLite compares nested values as text).
+Metadata is stored as canonical JSON text (keys sorted, no spaces), read back with the same
+Python types on every engine: PostgreSQL's ``jsonb`` keeps a number's digits, not its exponent
+(``1e+20`` would come back as an integer), nor ``-0.0``, so a float is written with its digits
+and ``.0`` and ``-0.0`` as ``0.0``. Both engines search by one rule (:func:`meta_has`; on
+SQLite, that function itself).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -19,6 +24,8 @@ from .._contract._serial import Serializable
 
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""
+_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')
+"""A JSON string (left alone), a float with a positive exponent, or ``-0.0``."""
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
@@ -141,6 +148,7 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False, default=_refuse)  # fmt: skip
+        text = _NUMBER.sub(_digits, text)
         size = len(text.encode())
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
         raise InvalidRequestError(field, f"must hold JSON values only ({exc})") from None
@@ -151,24 +159,65 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     return text
 
 
+def _digits(match: re.Match[str]) -> str:
+    found = match[0]
+    return found if found[0] == '"' else "0.0" if found == "-0.0" else f"{Decimal(found):f}.0"
+
+
 def _refuse(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
 
 def load_metadata(value: Any) -> dict[str, Any]:
-    """The metadata of a row (JSON text, an object already parsed, or ``NULL``)."""
-    loaded = json.loads(value) if isinstance(value, str) else value
+    """The metadata of a row (JSON text, an object already parsed, or ``NULL``), keys sorted.
+
+    Sorted as stored: PostgreSQL's ``jsonb`` orders keys by length first.
+    """
+    text = value if isinstance(value, str) else json.dumps(value)
+    loaded = json.loads(text, object_pairs_hook=lambda pairs: dict(sorted(pairs)))
     return dict(loaded) if isinstance(loaded, Mapping) else {}
 
 
 def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """``target`` changed by ``patch`` as RFC 7386 says: ``None`` removes a key, objects merge."""
+    """``target`` changed by ``patch`` (RFC 7386): ``None`` removes, an object merges (into {})."""
     merged = dict(target)
     for key, value in patch.items():
         if value is None:
             merged.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = merge_patch(merged[key], value)
+        elif isinstance(value, Mapping):
+            held = merged.get(key)
+            merged[key] = merge_patch(held if isinstance(held, Mapping) else {}, value)
         else:
             merged[key] = value
     return merged
+
+
+def _exact(text: str) -> Any:
+    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
+
+
+def _same(held: Any, wanted: Any) -> bool:
+    if type(held) is not type(wanted):
+        return False
+    if isinstance(held, dict):
+        return held.keys() == wanted.keys() and all(_same(held[k], wanted[k]) for k in held)
+    if isinstance(held, list):
+        return len(held) == len(wanted) and all(map(_same, held, wanted))
+    return bool(held == wanted)
+
+
+def meta_has(metadata: str | None, wanted: str) -> bool:
+    """Whether ``metadata`` holds each key of ``wanted`` with an equal JSON value.
+
+    Equal: the same JSON type, numbers equal as the decimal numbers their JSON text writes
+    (``1`` is ``1.0``, ``-0.0`` is ``0``), objects of the same keys, lists of the same length,
+    member by member. PostgreSQL's ``jsonb`` equality, which ``meta_has`` is there.
+    """
+    held = _exact(metadata or "{}")
+    return all(k in held and _same(held[k], v) for k, v in _exact(wanted).items())
+
+
+def meta_value(metadata: str | None, key: str) -> str | None:
+    """The JSON text of ``metadata``'s value under ``key`` (``None``: no such key)."""
+    held = json.loads(metadata or "{}")
+    return json.dumps(held[key], ensure_ascii=False) if key in held else None

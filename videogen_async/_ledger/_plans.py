@@ -355,7 +355,9 @@ def page(after: str, limit: int, metadata: str | None = None) -> Plan[list[Row]]
 
 def _group(value: str | None) -> Any:
     loaded = None if value is None else json.loads(value)
-    return value if isinstance(loaded, (dict, list)) else loaded
+    if isinstance(loaded, (dict, list)):  # one text on both engines
+        return json.dumps(loaded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return loaded
 
 
 def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
@@ -398,15 +400,15 @@ def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
     row = yield from first(_ROW, key)
     if row is None:
         return None
-    merged = merge_patch(load_metadata(row["metadata"]), patch)
-    if merged == load_metadata(row["metadata"]):
+    held = load_metadata(row["metadata"])
+    merged = check_metadata(merge_patch(held, patch))
+    if merged == check_metadata(held):  # as text: True is not 1, 1.0 not 1
         return row
     return (
         yield from first(
             "UPDATE {E} SET metadata = $2, version = version + 1, updated_at = {now}"
             " WHERE key = $1 RETURNING *",
-            key,
-            check_metadata(merged),
+            *(key, merged),
         )
     )
 
