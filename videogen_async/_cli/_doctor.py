@@ -106,10 +106,6 @@ async def _probe(
     }, round_trip
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    return next((v for k, v in headers.items() if k.lower() == name), None)
-
-
 def _rate_headers(answers: Mapping[str, Answer]) -> dict[str, str]:
     found = {k: v for a in answers.values() for k, v in a.headers.items() if _RATE_HEADER.search(k)}
     return dict(sorted(found.items()))
@@ -167,11 +163,7 @@ async def _task_dates(client: AsyncVideoGen, task_id: str | None) -> dict[str, A
 
 
 def _clock(date_header: str | None, sent: float, received: float) -> float | None:
-    """The service's clock minus this machine's, within 0.5 s and half the round trip.
-
-    ``Date`` was written between ``sent`` and ``received`` (their midpoint, here), and is cut
-    to whole seconds: the service's time was half a second past it, give or take half.
-    """
+    """Service minus machine: ``Date`` (whole seconds, so +0.5) at the round trip's midpoint."""
     try:
         return parsedate_to_datetime(date_header or "").timestamp() + 0.5 - (sent + received) / 2
     except (TypeError, ValueError, IndexError):
@@ -192,7 +184,9 @@ async def cmd_doctor(ctx: Context) -> int:
                 assumed, _ = await _probe(local, local_wrong)
             said, (sent, received) = await _probe(client, wrong)
             dates = await _task_dates(client, task_id)
-        date_header = _header(said["balance"].headers, "date")
+        date_header = next(
+            (v for k, v in said["balance"].headers.items() if k.lower() == "date"), None
+        )
         checks = [*_compare(said, assumed), _date_check(date_header, dates)]
         report = {
             "base_url": client.base_url,

@@ -6,8 +6,8 @@ broken by whitespace or a line break. Every text that comes from the wire passes
 :func:`redact_text` before it becomes part of an error or a log record; the logging filter
 installed on the ``videogen_async`` logger is the safety net for everything else.
 
-The secrets are the API keys of the process's clients (the most recent :data:`MAX_SECRETS`)
-and, once :func:`holds_api_key` asked, ``VIDEOGEN_API_KEY``'s.
+The secrets are the API keys of the process's clients and ``VIDEOGEN_API_KEY``'s (the most
+recent :data:`MAX_SECRETS`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ for its polls (:class:`PollOptions`); :meth:`CallOptions.of` checks them before 
 sent. Headers that carry credentials are refused (``Authorization``: another key, or none,
 where the user meant this one; ``Proxy-Authorization``: it belongs in the proxy's URL; a value
 holding an API key); ``Cookie`` is allowed, since the service authenticates by the key alone.
-The client's ``default_headers`` go through the same check (:func:`check_headers`).
 """
 
 from __future__ import annotations
@@ -125,20 +124,21 @@ def _mapping(field: str, value: object) -> Mapping[Any, Any]:
 
 
 def check_headers(
-    headers: Headers, field: str = "extra_headers", api_key: str = ""
+    headers: Headers,
+    field: str = "extra_headers",
+    api_key: str = "",
+    refused: Mapping[str, str] = _REFUSED,
 ) -> dict[str, str | None]:
-    """Checked headers: ``extra_headers``, or a client's ``default_headers`` (of ``api_key``).
+    """Checked headers (``field``: a call's, a client's of ``api_key``, a webhook's).
 
     Raises:
-        InvalidRequestError: A bad name or value, a header of :data:`_REFUSED`, or a value
-            holding an API key (``api_key``, ``VIDEOGEN_API_KEY``'s, or any the process has
-            seen): the client sends its key in ``Authorization`` only.
+        InvalidRequestError: A bad name or value, one ``refused``, or an API key in a value.
     """
     checked: dict[str, str | None] = {}
     for name, value in _mapping(field, headers).items():
         if not isinstance(name, str) or not _TOKEN.fullmatch(name):
             raise _fail(field, f"{name!r} is not a valid header name")
-        reason = _REFUSED.get(name.lower())
+        reason = refused.get(name.lower())
         if reason is not None:
             raise _fail(field, f"must not set {name!r}: {reason}")
         if value is not None and (not isinstance(value, str) or any(c in value for c in "\r\n\0")):
@@ -146,8 +146,7 @@ def check_headers(
                 field, f"the value of {name!r} must be a string without line breaks, or None"
             )
         if value is not None and holds_api_key(value, api_key):
-            rule = f"{name!r} must not carry the API key: the client sends it in Authorization only"
-            raise _fail(field, rule)
+            raise _fail(field, f"{name!r} must not carry the API key (sent to the service only)")
         checked[name] = value
     return checked
 

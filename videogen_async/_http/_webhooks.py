@@ -5,9 +5,7 @@ specification's whole scheme, a few lines of the standard library: written here 
 adding a dependency to the core; the tests check it against the ``standardwebhooks`` package
 both ways. A receiver is someone else's server: no redirect is followed, every attempt is
 bounded, at most an excerpt of the answer is read, and nothing of the client is used. Nor is
-a link-local or cloud metadata address a receiver (unless ``allow_metadata_hosts=True``): its
-URL is refused when the webhook is made (an address or a known name), its name when it resolves
-to one (before any connection: a URL's host should not reach the machine's credentials).
+a link-local or cloud metadata address (a URL's host, or where its name resolves) a receiver.
 """
 
 from __future__ import annotations
@@ -34,8 +32,9 @@ from .._contract._exceptions import (
     WebhookDeliveryError,
     WebhookVerificationError,
 )
-from .._contract._redact import holds_api_key, redact_text
+from .._contract._redact import redact_text
 from ._envelope import user_agent
+from ._options import check_headers
 from ._session import proxy_for
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the prefix every such secret carries, not a secret
@@ -44,7 +43,9 @@ TOLERANCE = 300.0
 minutes), against replays."""
 
 _EXCERPT = 512
-_RESERVED = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"})
+_RESERVED = dict.fromkeys(
+    ("webhook-id", "webhook-timestamp", "webhook-signature", "content-type"), "the webhook sets it"
+)
 _METADATA_NAMES = {"metadata", "metadata.google.internal", "metadata.goog", "instance-data"}
 _METADATA_IPS = {ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")}
 _RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to send there)"
@@ -52,12 +53,10 @@ _RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to se
 
 def _is_metadata(host: str) -> bool:
     """Whether ``host`` is link-local (169.254.0.0/16, fe80::/10) or a cloud metadata service."""
-    if host.lower().rstrip(".") in _METADATA_NAMES:
-        return True
     try:
         ip: Any = ipaddress.ip_address(host.partition("%")[0])
     except ValueError:
-        return False
+        return host.lower().rstrip(".") in _METADATA_NAMES
     ip = getattr(ip, "ipv4_mapped", None) or ip
     return bool(ip.is_link_local or ip in _METADATA_IPS)
 
@@ -216,13 +215,8 @@ class Webhook:
         self._key = _secret_key(secret)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise InvalidRequestError("timeout", "must be a number of seconds > 0")
-        extra = dict(headers or {})
-        for name, value in extra.items():
-            if name.lower() in _RESERVED:
-                raise InvalidRequestError("headers", f"{name!r} is set by the signature")
-            if holds_api_key(str(value)):
-                raise InvalidRequestError("headers", f"{name!r} would carry the API key")
-        self._headers = {"User-Agent": user_agent(), **extra}
+        extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
+        self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
         self._event_type = event_type
         self._proxy = proxy_for(self.url)
@@ -305,15 +299,14 @@ def webhook(
 
     Args:
         url: The receiver, ``http(s)://``, without user info (``user:password@``), never a
-            link-local or cloud metadata address (169.254.0.0/16, fe80::/10,
-            ``metadata.google.internal``, ``fd00:ec2::254``, ``100.100.100.200``...), as a URL's
-            host or where its name resolves, unless ``allow_metadata_hosts``.
+            link-local or cloud metadata address (its host, or where its name resolves).
         secret: The destination's secret: ``whsec_`` and the base64 of 24 to 64 random bytes
             (e.g. ``"whsec_" + base64.b64encode(os.urandom(32)).decode()``).
         timeout: Seconds one delivery may take, connection to answer.
         headers: Extra headers to send (e.g. the receiver's own token); never an API key
             (``VIDEOGEN_API_KEY``'s or any the process has seen).
-        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
+        allow_metadata_hosts: Send to a link-local or cloud metadata address (169.254.0.0/16,
+            fe80::/10, ``metadata.google.internal``, ``100.100.100.200``...) all the same.
 
     Returns:
         The ``deliver`` callable.

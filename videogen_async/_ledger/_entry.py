@@ -1,14 +1,12 @@
 """``LedgerEntry``: one key of a ledger as the database holds it, and its metadata.
 
-Metadata is stored as canonical JSON text (keys sorted, no spaces), read back with the same
-Python types on every engine: PostgreSQL's ``jsonb`` keeps a number's digits, not its exponent
-(``1e+20`` would come back as an integer), nor ``-0.0``, so a float is written with its digits
-and ``.0`` and ``-0.0`` as ``0.0``. Both engines search by one rule (:func:`meta_has`; on
-SQLite, that function itself).
+Metadata is stored as canonical JSON text (keys sorted, no spaces, a float as digits and ``.0``:
+``jsonb`` keeps no exponent, ``1e+20`` would read back as an integer; ``-0.0`` as ``0.0``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -24,8 +22,8 @@ from .._contract._serial import Serializable
 
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""
-_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')
-"""A JSON string (left alone), a float with a positive exponent, or ``-0.0``."""
+_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')  # or a string
+_exact = functools.partial(json.loads, parse_float=Decimal, parse_int=Decimal)
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
@@ -169,10 +167,7 @@ def _refuse(value: Any) -> Any:
 
 
 def load_metadata(value: Any) -> dict[str, Any]:
-    """The metadata of a row (JSON text, an object already parsed, or ``NULL``), keys sorted.
-
-    Sorted as stored: PostgreSQL's ``jsonb`` orders keys by length first.
-    """
+    """The metadata of a row (JSON, parsed or not, or ``NULL``), keys sorted (not as ``jsonb``)."""
     text = value if isinstance(value, str) else json.dumps(value)
     loaded = json.loads(text, object_pairs_hook=lambda pairs: dict(sorted(pairs)))
     return dict(loaded) if isinstance(loaded, Mapping) else {}
@@ -185,15 +180,10 @@ def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str
         if value is None:
             merged.pop(key, None)
         elif isinstance(value, Mapping):
-            held = merged.get(key)
-            merged[key] = merge_patch(held if isinstance(held, Mapping) else {}, value)
+            merged[key] = merge_patch(h if isinstance(h := merged.get(key), Mapping) else {}, value)
         else:
             merged[key] = value
     return merged
-
-
-def _exact(text: str) -> Any:
-    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
 
 
 def _same(held: Any, wanted: Any) -> bool:
@@ -207,12 +197,7 @@ def _same(held: Any, wanted: Any) -> bool:
 
 
 def meta_has(metadata: str | None, wanted: str) -> bool:
-    """Whether ``metadata`` holds each key of ``wanted`` with an equal JSON value.
-
-    Equal: the same JSON type, numbers equal as the decimal numbers their JSON text writes
-    (``1`` is ``1.0``, ``-0.0`` is ``0``), objects of the same keys, lists of the same length,
-    member by member. PostgreSQL's ``jsonb`` equality, which ``meta_has`` is there.
-    """
+    """Whether ``metadata`` holds each key of ``wanted`` with an equal JSON value (as jsonb)."""
     held = _exact(metadata or "{}")
     return all(k in held and _same(held[k], v) for k, v in _exact(wanted).items())
 
