@@ -17,7 +17,6 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import socket
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -64,13 +63,10 @@ def _is_metadata(host: str) -> bool:
 class _Resolver(aiohttp.ThreadedResolver):
     """aiohttp's resolver, refusing a name that resolves to a metadata address."""
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        found = await super().resolve(host, port, family)
-        for each in found:
-            if _is_metadata(each["host"]):
-                raise aiohttp.ClientConnectionError(f"{host} resolves to {each['host']}, {_RULE}")
+    async def resolve(self, host: str, *args: Any, **kwargs: Any) -> list[ResolveResult]:
+        found = await super().resolve(host, *args, **kwargs)
+        if refused := [each["host"] for each in found if _is_metadata(each["host"])]:
+            raise aiohttp.ClientConnectionError(f"{host} resolves to {refused[0]}, {_RULE}")
         return found
 
 

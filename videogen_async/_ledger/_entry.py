@@ -23,7 +23,6 @@ from .._contract._serial import Serializable
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""
 _NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')  # or a string
-_exact = functools.partial(json.loads, parse_float=Decimal, parse_int=Decimal)
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
@@ -186,20 +185,17 @@ def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def _same(held: Any, wanted: Any) -> bool:
-    if type(held) is not type(wanted):
-        return False
-    if isinstance(held, dict):
-        return held.keys() == wanted.keys() and all(_same(held[k], wanted[k]) for k in held)
-    if isinstance(held, list):
-        return len(held) == len(wanted) and all(map(_same, held, wanted))
-    return bool(held == wanted)
+def _number(text: str) -> tuple[str, Decimal]:  # equal as decimals, never to a boolean
+    return ("number", Decimal(text))
+
+
+_exact = functools.partial(json.loads, parse_float=_number, parse_int=_number)
 
 
 def meta_has(metadata: str | None, wanted: str) -> bool:
     """Whether ``metadata`` holds each key of ``wanted`` with an equal JSON value (as jsonb)."""
     held = _exact(metadata or "{}")
-    return all(k in held and _same(held[k], v) for k, v in _exact(wanted).items())
+    return all(k in held and held[k] == v for k, v in _exact(wanted).items())
 
 
 def meta_value(metadata: str | None, key: str) -> str | None:

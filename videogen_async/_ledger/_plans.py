@@ -341,15 +341,9 @@ def get(key: str) -> Plan[Row | None]:
 
 def page(after: str, limit: int, metadata: str | None = None) -> Plan[list[Row]]:
     """Rows in key order after ``after`` (``""``: from the first), as ``Ledger.entries`` reads."""
-    if metadata is None:
-        rows: list[Row] = yield q(
-            "SELECT * FROM {E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
-        )
-    else:
-        rows = yield q(
-            "SELECT * FROM {E} WHERE key > $1 AND meta_has($3) ORDER BY key LIMIT $2",
-            *(after, limit, metadata),
-        )
+    where, args = ("", ()) if metadata is None else (" AND meta_has($3)", (metadata,))
+    rows: list[Row] = yield q(f"SELECT * FROM {{E}} WHERE key > $1{where} ORDER BY key LIMIT $2",
+                              after, limit, *args)  # fmt: skip
     return rows
 
 
