@@ -91,19 +91,21 @@ async def _answer(call: Awaitable[Any]) -> Answer:
     return Answer(info.status_code, 200, type(result).__name__, None, dict(info.headers))
 
 
-async def _probe(
-    client: AsyncVideoGen, wrong: AsyncVideoGen
-) -> tuple[dict[str, Answer], tuple[float, float]]:
-    """Every free request through the SDK's calls; and when the balance was sent and answered."""
-    sent = time.time()
+async def _probe(client: AsyncVideoGen, wrong: AsyncVideoGen) -> tuple[dict[str, Answer], float]:
+    """Every free request through the SDK's calls; and the balance's round trip, in seconds."""
+    started = time.monotonic()
     balance = await _answer(client.credits.get())
-    round_trip = (sent, time.time())
+    latency = time.monotonic() - started
     return {
         "balance": balance,
         "unknown task id": await _answer(client.tasks.get(_UNKNOWN_TASK)),
         "omitted task_id": await _answer(client.tasks._get("/v1/tasks", Task)),
         "wrong API key": await _answer(wrong.credits.get()),
-    }, round_trip
+    }, latency
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == name), None)
 
 
 def _rate_headers(answers: Mapping[str, Answer]) -> dict[str, str]:
@@ -162,10 +164,10 @@ async def _task_dates(client: AsyncVideoGen, task_id: str | None) -> dict[str, A
     return {k: v for k, v in found.items() if v is not None}
 
 
-def _clock(date_header: str | None, sent: float, received: float) -> float | None:
+def _clock(date_header: str | None, midpoint: float) -> float | None:
     """Service minus machine: ``Date`` (whole seconds, so +0.5) at the round trip's midpoint."""
     try:
-        return parsedate_to_datetime(date_header or "").timestamp() + 0.5 - (sent + received) / 2
+        return parsedate_to_datetime(date_header or "").timestamp() + 0.5 - midpoint
     except (TypeError, ValueError, IndexError):
         return None
 
@@ -182,18 +184,17 @@ async def cmd_doctor(ctx: Context) -> int:
         async with wrong, SandboxServer() as sandbox, sandbox.client() as local:
             async with AsyncVideoGen(wrong_key, sandbox.base_url) as local_wrong:
                 assumed, _ = await _probe(local, local_wrong)
-            said, (sent, received) = await _probe(client, wrong)
+            before = time.time()
+            said, latency = await _probe(client, wrong)
             dates = await _task_dates(client, task_id)
-        date_header = next(
-            (v for k, v in said["balance"].headers.items() if k.lower() == "date"), None
-        )
+        date_header = _header(said["balance"].headers, "date")
         checks = [*_compare(said, assumed), _date_check(date_header, dates)]
         report = {
             "base_url": client.base_url,
             "ok": all(c.as_expected for c in checks),
             "checks": [{**attrs.asdict(c), "verdict": c.verdict} for c in checks],
-            "latency_ms": round((received - sent) * 1000, 1),
-            "clock_offset_seconds": _clock(date_header, sent, received),
+            "latency_ms": round(latency * 1000, 1),
+            "clock_offset_seconds": _clock(date_header, before + latency / 2),
             "rate_limit_headers": _rate_headers(said),
         }
         _show(ctx, redact_value(report), checks)

@@ -6,8 +6,7 @@ broken by whitespace or a line break. Every text that comes from the wire passes
 :func:`redact_text` before it becomes part of an error or a log record; the logging filter
 installed on the ``videogen_async`` logger is the safety net for everything else.
 
-The secrets are the API keys of the process's clients and ``VIDEOGEN_API_KEY``'s (the most
-recent :data:`MAX_SECRETS`).
+The secrets: the API keys of the clients and of ``VIDEOGEN_API_KEY`` (the last :data:`MAX_SECRETS`).
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class CallOptions:
         if headers is None and query is None and body is None and timeout is None:
             return NO_OPTIONS
         return cls(
-            check_headers(headers or {}),
+            check_headers(headers or {}, "extra_headers"),
             _query(query or {}),
             None if body is None else _body(body),
             None if timeout is None else _timeout(timeout),
@@ -124,10 +124,7 @@ def _mapping(field: str, value: object) -> Mapping[Any, Any]:
 
 
 def check_headers(
-    headers: Headers,
-    field: str = "extra_headers",
-    api_key: str = "",
-    refused: Mapping[str, str] = _REFUSED,
+    headers: Headers, field: str, api_key: str = "", refused: Mapping[str, str] = _REFUSED
 ) -> dict[str, str | None]:
     """Checked headers (``field``: a call's, a client's of ``api_key``, a webhook's).
 

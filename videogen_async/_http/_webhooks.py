@@ -60,9 +60,7 @@ def _is_metadata(host: str) -> bool:
     return bool(ip.is_link_local or ip in _METADATA_IPS)
 
 
-class _Resolver(aiohttp.ThreadedResolver):
-    """aiohttp's resolver, refusing a name that resolves to a metadata address."""
-
+class _Resolver(aiohttp.ThreadedResolver):  # refusing a name resolving to a metadata address
     async def resolve(self, host: str, *args: Any, **kwargs: Any) -> list[ResolveResult]:
         found = await super().resolve(host, *args, **kwargs)
         if refused := [each["host"] for each in found if _is_metadata(each["host"])]:
@@ -181,8 +179,7 @@ def _check_url(url: object, allow_metadata_hosts: bool) -> str:
     if any(c.isspace() or not c.isprintable() for c in url.strip()):
         raise InvalidRequestError("url", "must not contain white space or control characters")
     if "@" in parts.netloc:
-        rule = "must not hold user info (user:password@): give the receiver's own in headers="
-        raise InvalidRequestError("url", rule)
+        raise InvalidRequestError("url", "must not hold user info (user:password@): use headers=")
     if not allow_metadata_hosts and _is_metadata(host):
         raise InvalidRequestError("url", f"must not be {_RULE}")
     return url.strip()
@@ -299,18 +296,15 @@ def webhook(
         secret: The destination's secret: ``whsec_`` and the base64 of 24 to 64 random bytes
             (e.g. ``"whsec_" + base64.b64encode(os.urandom(32)).decode()``).
         timeout: Seconds one delivery may take, connection to answer.
-        headers: Extra headers to send (e.g. the receiver's own token); never an API key
-            (``VIDEOGEN_API_KEY``'s or any the process has seen).
-        allow_metadata_hosts: Send to a link-local or cloud metadata address (169.254.0.0/16,
-            fe80::/10, ``metadata.google.internal``, ``100.100.100.200``...) all the same.
+        headers: Extra headers to send (e.g. the receiver's own token); never an API key.
+        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
 
     Returns:
         The ``deliver`` callable.
 
     Raises:
-        InvalidRequestError: A URL that is not http(s), holds user info or names a metadata
-            address, a secret that is not a Standard Webhooks secret, a bad timeout, or a
-            header that is reserved or carries an API key.
+        InvalidRequestError: A bad URL (not http(s), with user info, a metadata address),
+            secret, timeout, or header (a reserved one, or one carrying an API key).
     """
     return Webhook(
         url, secret, timeout=timeout, headers=headers, allow_metadata_hosts=allow_metadata_hosts

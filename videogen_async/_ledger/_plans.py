@@ -392,19 +392,12 @@ def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
 def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
     """Merge ``patch`` into an entry's metadata (RFC 7386: ``None`` removes a key)."""
     row = yield from first(_ROW, key)
-    if row is None:
-        return None
-    held = load_metadata(row["metadata"])
+    held = load_metadata(row and row["metadata"])
     merged = check_metadata(merge_patch(held, patch))
-    if merged == check_metadata(held):  # as text: True is not 1, 1.0 not 1
+    if row is None or merged == check_metadata(held):  # as text: True is not 1, 1.0 not 1
         return row
-    return (
-        yield from first(
-            "UPDATE {E} SET metadata = $2, version = version + 1, updated_at = {now}"
-            " WHERE key = $1 RETURNING *",
-            *(key, merged),
-        )
-    )
+    sql = "UPDATE {E} SET metadata = $2, version = version + 1, updated_at = {now} WHERE key = $1"
+    return (yield from first(sql + " RETURNING *", key, merged))
 
 
 def has_open(owner: str) -> Plan[bool]:

@@ -139,8 +139,7 @@ SQLITE = Dialect(
     macros={
         "items": "SELECT value FROM json_each({})",
         "numbers": "SELECT value FROM json_each({})",
-        # Functions of the engine's connection (_entry.meta_has, meta_value): SQLite's JSON
-        # reads integers beyond 64 bits as doubles and compares nested values as text.
+        # Functions of the connection (_entry.py): SQLite's JSON has no exact big integers.
         "meta_has": "videogen_meta_has(metadata, {0})",
         "meta_value": "videogen_meta_value(metadata, {0})",
     },
