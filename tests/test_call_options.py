@@ -8,6 +8,7 @@ own that records every request it receives.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from videogen_async import (
     APITimeoutError,
     AsyncVideoGen,
     BadRequestError,
+    ConfigurationError,
     InvalidRequestError,
     Timeout,
 )
@@ -224,6 +226,29 @@ async def test_headers_that_carry_or_replace_the_key_are_refused(
     async with sandbox.client() as client:  # a cookie neither carries nor replaces the key
         await client.credits.get(extra_headers={"Cookie": "session=1"})
     assert len(sandbox.request_log) == 1
+
+
+@pytest.mark.parametrize("name", HEADERS_REFUSED)
+def test_default_headers_refuse_what_extra_headers_refuse(name: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"default_headers: must not set '{name}'"):
+        AsyncVideoGen(api_key=KEY, base_url="http://127.0.0.1:9", default_headers={name: "x"})
+    with pytest.raises(ConfigurationError, match="'X-Api-Key' must not carry the API key"):
+        AsyncVideoGen(
+            api_key=KEY, base_url="http://127.0.0.1:9", default_headers={"X-Api-Key": KEY}
+        )
+
+
+async def test_a_header_carrying_the_environments_key_is_refused(
+    sandbox: SandboxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_key = f"vg-env-{secrets.token_hex(16)}"  # no client of the process was given it
+    monkeypatch.setenv("VIDEOGEN_API_KEY", env_key)
+    async with sandbox.client() as client:
+        with pytest.raises(InvalidRequestError, match="must not carry the API key"):
+            await client.credits.get(extra_headers={"X-Other": f"Bearer {env_key}"})
+    with pytest.raises(ConfigurationError, match="must not carry the API key"):
+        AsyncVideoGen(KEY, sandbox.base_url, default_headers={"X-Other": env_key})
+    assert sandbox.request_log == ()
 
 
 # -- timeout ---------------------------------------------------------------------------------

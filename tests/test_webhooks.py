@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import os
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -308,3 +309,78 @@ async def test_the_api_key_is_never_sent_to_a_receiver(serve: Any) -> None:
     headers, body = receiver.seen[0]
     assert key not in json.dumps(headers) + body.decode()
     assert headers["X-Token"] == "receiver's own"
+
+
+async def test_a_header_carrying_the_environments_key_is_refused(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver = await serve()
+    env_key = f"vg-env-{secrets.token_hex(16)}"  # no client of the process was given it
+    monkeypatch.setenv("VIDEOGEN_API_KEY", env_key)
+    for name in ("Authorization", "X-Token"):
+        with pytest.raises(InvalidRequestError, match=f"'{name}' must not carry the API key"):
+            webhook(receiver.url, SECRET, headers={name: f"Bearer {env_key}"})
+    assert receiver.seen == []
+
+
+METADATA_URLS = [
+    "http://169.254.169.254/latest/meta-data/",  # AWS, Azure, GCP, Oracle, DigitalOcean...
+    "http://169.254.1.1:8080/hook",  # any link-local address
+    "http://[fe80::1]/hook",
+    "http://[fe80::1%25eth0]/hook",
+    "http://[::ffff:169.254.169.254]/",
+    "http://[fd00:ec2::254]/latest/meta-data/",  # AWS over IPv6
+    "http://100.100.100.200/latest/meta-data/",  # Alibaba Cloud
+    "http://metadata.google.internal/computeMetadata/v1/",
+    "https://METADATA.Google.Internal./computeMetadata/v1/",
+    "http://metadata/computeMetadata/v1/",
+]
+
+
+@pytest.mark.parametrize("url", METADATA_URLS)
+def test_a_metadata_address_is_refused_unless_the_caller_opts_in(url: str) -> None:
+    with pytest.raises(InvalidRequestError, match="link-local or cloud metadata") as caught:
+        webhook(url, SECRET)
+    assert caught.value.field == "url"
+    assert "allow_metadata_hosts=True" in str(caught.value)
+    assert webhook(url, SECRET, allow_metadata_hosts=True).url == url  # made, nothing sent
+
+
+async def test_a_name_that_resolves_to_a_metadata_address_is_refused_before_connecting(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(InvalidRequestError):  # the literal address: refused when made
+        webhook("http://169.254.169.254/", SECRET)
+    receiver = await serve()
+    port = receiver.url.split(":")[2].split("/")[0]
+    # Numeric names that are no address to aiohttp: the system's resolver reads them, as
+    # 127.0.0.1 and 169.254.169.254; only the first is connected to.
+    loopback = webhook(f"http://0x7f000001:{port}/hooks/video", SECRET)
+    metadata = webhook("http://0xa9fea9fe:9/hook", SECRET)
+    try:
+        await loopback(entry("k"))
+        with pytest.raises(WebhookDeliveryError, match=r"resolves to 169\.254\.169\.254, a link"):
+            await metadata(entry("k"))
+    finally:
+        await loopback.aclose()
+        await metadata.aclose()
+    assert len(receiver.verified) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:s3cret-pw@127.0.0.1:9/hook",
+        "https://user@example.com/hook",
+        "http://@127.0.0.1/",
+    ],
+)
+def test_a_url_with_user_info_is_refused_without_quoting_it(url: str) -> None:
+    with pytest.raises(
+        InvalidRequestError, match=r"must not hold user info \(user:password@\)"
+    ) as caught:
+        webhook(url, SECRET)
+    assert caught.value.field == "url"
+    assert "s3cret" not in str(caught.value)

@@ -17,6 +17,7 @@ from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
 from ._download._calls import DownloadCalls
 from ._download._sources import GetTask
+from ._http._options import check_headers
 from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
 from ._http._session import UNSET, SessionOwner, Timeout, is_loopback
 from ._http._transport import DEFAULT_MAX_BODY, Transport
@@ -130,7 +131,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         backoff: How the client slows down under failure: the backoff between retries, the
             longest ``Retry-After`` honoured, the pause and pacing after a 429, and when a
             wait gives up on an id (a :class:`BackoffPolicy`; see ``docs/errors.md``).
-        default_headers: Extra headers sent with every request to the service.
+        default_headers: Extra headers sent with every request, checked as ``extra_headers`` are.
         allow_insecure_http: Allow a plain ``http://`` base URL to a host that is not
             loopback.
         max_body_size: The largest response body read, in bytes.
@@ -183,10 +184,9 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         policy = _backoff_with(backoff or DEFAULT_BACKOFF, max_retries)
         _check_deadline(deadline)
         headers = dict(default_headers or {})
-        if any(k.lower() == "authorization" for k in headers):
-            raise ConfigurationError("default_headers must not set Authorization; use api_key")
         base = _check_base_url(url, allow_insecure_http=allow_insecure_http)
         try:
+            check_headers(headers, "default_headers", key)  # a ValueError, as Timeout.of raises
             timeouts = Timeout.of(timeout)
             owner = SessionOwner(
                 session=session,

@@ -8,8 +8,10 @@ the deliberately wrong one appears in the output, even where the service echoes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Any
@@ -96,11 +98,17 @@ async def _differing(request: web.Request) -> web.StreamResponse:
 @pytest.fixture
 def differing() -> Iterator[str]:
     """The differing service on loopback, in a thread with its own loop; its base URL."""
+    with _serving(_differing) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Iterator[str]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", _differing)
+    app.router.add_route("*", "/{tail:.*}", handler)
     runner = web.AppRunner(app, access_log=None)
 
     async def start() -> str:
@@ -149,6 +157,31 @@ def test_against_a_service_that_answers_otherwise_each_difference_is_reported(
     for text in (run.out, run.err, human.out, human.err):
         assert KEY not in text
         assert "vg-doctor-wrong-" not in text  # the wrong key, echoed in the 403's message
+
+
+def test_the_clock_difference_is_within_half_a_second_and_half_the_round_trip(
+    cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    true_offset: list[float] = []  # the service's clock minus this machine's
+
+    async def known_clock(request: web.Request) -> web.StreamResponse:
+        now = time.time()
+        if not true_offset:  # the balance, answered when the service's clock reads x.75 s:
+            true_offset.append(1000.75 - now % 1)  # its Date (whole seconds) is 0.75 s behind
+        shown = datetime.fromtimestamp(now + true_offset[0], timezone.utc)
+        data = {"api_available_credits": 5, "api_total_credits": 9}
+        body = {"code": 200, "trace_id": "tr-1", "message": None, "data": data}
+        return web.json_response(body, headers={"Date": format_datetime(shown, usegmt=True)})
+
+    with _serving(known_clock) as url:
+        monkeypatch.setenv("VIDEOGEN_BASE_URL", url)
+        monkeypatch.setenv("VIDEOGEN_API_KEY", KEY)
+        report = cli("--json", "doctor").json()
+    # Date was written between the balance's send and its answer: the midpoint of the two is
+    # off by at most half the round trip (however slow this machine is), the whole seconds
+    # by at most half a second once corrected.
+    error = abs(report["clock_offset_seconds"] - true_offset[0])
+    assert error <= 0.5 + report["latency_ms"] / 2000 + 0.001, (error, report["latency_ms"])
 
 
 def test_a_bad_task_id_is_refused_before_anything_is_sent(

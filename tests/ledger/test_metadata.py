@@ -8,6 +8,7 @@ entries and credits per value. Bad metadata is refused before anything is writte
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from typing import Any
 
@@ -135,3 +136,135 @@ async def test_group_by_and_filters_are_checked(ledger_url: str) -> None:
         with anyio.fail_after(10):
             summary = await ledger.summary(group_by="tenant")
     assert summary["groups"] == {}
+
+
+# RFC 7386, Appendix A: (original, patch, result). Metadata is an object, so each row is also
+# applied under a key ("doc"), where a null patch removes the key.
+RFC_7386_EXAMPLES: list[tuple[Any, Any, Any]] = [
+    ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+    ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+    ({"a": "b"}, {"a": None}, {}),
+    ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+    ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+    ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
+    ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+    ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+    (["a", "b"], ["c", "d"], ["c", "d"]),
+    ({"a": "b"}, ["c"], ["c"]),
+    ({"a": "foo"}, None, None),
+    ({"a": "foo"}, "bar", "bar"),
+    ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+    ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
+    ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+]
+
+
+async def test_update_metadata_is_exactly_an_rfc_7386_merge_patch(ledger_url: str) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        for n, (original, patch, result) in enumerate(RFC_7386_EXAMPLES):
+            await ledger.create_task(client, "a fox", key=f"doc-{n}", metadata={"doc": original})
+            nested = await ledger.update_metadata(f"doc-{n}", {"doc": patch})
+            assert nested.metadata == ({} if patch is None else {"doc": result}), n
+            if isinstance(original, dict) and isinstance(patch, dict):
+                await ledger.create_task(client, "a fox", key=f"top-{n}", metadata=original)
+                top = await ledger.update_metadata(f"top-{n}", patch)
+                assert top.metadata == result, n
+                assert (await ledger.get(f"top-{n}")) == top
+        # A change of JSON type is a change, though Python finds the values equal.
+        await ledger.create_task(client, "a fox", key="typed", metadata={"flag": 1, "n": 2})
+        flag = await ledger.update_metadata("typed", {"flag": True})
+        floated = await ledger.update_metadata("typed", {"n": 2.0})
+    assert json.dumps(flag.metadata) == '{"flag": true, "n": 2}'
+    assert json.dumps(floated.metadata) == '{"flag": true, "n": 2.0}'
+    assert (flag.version, floated.version) == (2, 3)
+
+
+# Stored values, each an entry's {"v": value}; then searches and the entries each finds.
+STORED: dict[str, Any] = {
+    "int": 1,
+    "float": 1.0,
+    "obj-int": {"x": 1},
+    "obj-float": {"x": 1.0},
+    "list-int": [1],
+    "list-float": [1.0],
+    "big": 12345678901234567890,
+    "big+1": 12345678901234567891,
+    "big-float": 1.2345678901234567e19,
+    "past-2**63": 2**63,
+    "zero": 0,
+    "minus-zero": -0.0,
+    "1e308": 1e308,
+    "1e20": 1e20,
+    "tiny": 5e-324,
+    "str-1": "1",
+    "str-1.0": "1.0",
+    "true": True,
+    "false": False,
+    "empty-obj": {},
+    "empty-list": [],
+    "null": None,
+    "nested": {"a": [{"b": 1.5, "c": [True, None]}], "d": "x"},
+}
+SEARCHES: list[tuple[Any, set[str]]] = [
+    (1, {"int", "float"}),
+    (1.0, {"int", "float"}),
+    ({"x": 1}, {"obj-int", "obj-float"}),
+    ({"x": 1.0}, {"obj-int", "obj-float"}),
+    ([1], {"list-int", "list-float"}),
+    ([1.0], {"list-int", "list-float"}),
+    ({}, {"empty-obj"}),
+    ([], {"empty-list"}),
+    (12345678901234567890, {"big"}),
+    (12345678901234567891, {"big+1"}),
+    (1.2345678901234567e19, {"big-float"}),
+    (2**63, {"past-2**63"}),
+    (2**63 - 1, set()),
+    (0, {"zero", "minus-zero"}),
+    (-0.0, {"zero", "minus-zero"}),
+    (1e308, {"1e308"}),
+    (10**308, {"1e308"}),  # the number 1e+308 writes, not the double nearest it
+    (10**20, {"1e20"}),
+    (5e-324, {"tiny"}),
+    ("1", {"str-1"}),
+    ("1.0", {"str-1.0"}),
+    (True, {"true"}),
+    (False, {"false"}),
+    (None, {"null"}),
+    ({"x": True}, set()),
+    ({"d": "x", "a": [{"c": [True, None], "b": 1.5}]}, {"nested"}),
+    ({"a": [{"b": 1.5}], "d": "x"}, set()),  # nested values are equal whole
+]
+
+
+def _read_back(value: Any) -> Any:
+    """What the ledger gives back for a stored value: ``-0.0`` is ``0.0``, nothing else."""
+    return 0.0 if isinstance(value, float) and value == 0 else value
+
+
+async def test_both_engines_search_and_read_back_metadata_by_one_rule(ledger_url: str) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        async with ledger.changes() as changes:
+            for key, value in STORED.items():
+                made = await ledger.create_task(client, "a fox", key=key, metadata={"v": value})
+                held = await ledger.get(key)
+                assert held is not None
+                expected = json.dumps({"v": _read_back(value)})  # 1 is not 1.0, true not 1
+                assert json.dumps(made.metadata) == json.dumps(held.metadata) == expected, key
+            seen: dict[str, Any] = {}
+            async for change in changes:
+                seen[change.key] = change.metadata
+                if len(seen) == len(STORED):
+                    break
+        assert {k: json.dumps(v) for k, v in seen.items()} == {
+            k: json.dumps({"v": _read_back(v)}) for k, v in STORED.items()
+        }
+        found: dict[str, set[str]] = {}
+        for wanted, _ in SEARCHES:
+            found[json.dumps(wanted)] = {
+                e.key async for e in ledger.entries(metadata={"v": wanted})
+            }
+        summary = await ledger.summary(group_by="v")
+    assert found == {json.dumps(wanted): keys for wanted, keys in SEARCHES}
+    groups = {json.dumps(value): group["states"] for value, group in summary["groups"].items()}
+    assert groups['"{\\"x\\":1.0}"'] == groups['"{\\"x\\":1}"'] == {"pending": 1}
+    assert groups["12345678901234567890"] == groups["12345678901234567891"] == {"pending": 1}

@@ -165,8 +165,9 @@ async def _task_dates(client: AsyncVideoGen, task_id: str | None) -> dict[str, A
 
 
 def _clock(date_header: str | None, midpoint: float) -> float | None:
+    """Service minus machine: ``Date`` (whole seconds, so +0.5) at the round trip's midpoint."""
     try:
-        return parsedate_to_datetime(date_header or "").timestamp() - midpoint
+        return parsedate_to_datetime(date_header or "").timestamp() + 0.5 - midpoint
     except (TypeError, ValueError, IndexError):
         return None
 

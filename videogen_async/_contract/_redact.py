@@ -6,13 +6,14 @@ broken by whitespace or a line break. Every text that comes from the wire passes
 :func:`redact_text` before it becomes part of an error or a log record; the logging filter
 installed on the ``videogen_async`` logger is the safety net for everything else.
 
-The secrets are the API keys of the process's clients (the most recent :data:`MAX_SECRETS`).
+The secrets: the API keys of the clients and of ``VIDEOGEN_API_KEY`` (the last :data:`MAX_SECRETS`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import traceback
@@ -76,6 +77,13 @@ def contains_secret(text: str) -> bool:
     """Whether ``text`` holds a registered secret in any of the recognised forms."""
     pattern = _pattern
     return pattern is not None and pattern.search(text) is not None
+
+
+def holds_api_key(text: str, key: str = "") -> bool:
+    """Whether ``text`` holds an API key: ``key``, ``VIDEOGEN_API_KEY``'s, or one seen before."""
+    for secret in (key, os.environ.get("VIDEOGEN_API_KEY") or ""):
+        register_secret(secret)
+    return contains_secret(text)
 
 
 def redact_text(text: str) -> str:

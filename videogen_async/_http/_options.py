@@ -4,7 +4,7 @@ Every call that sends a request takes them (:class:`RequestOptions`), every wait
 for its polls (:class:`PollOptions`); :meth:`CallOptions.of` checks them before anything is
 sent. Headers that carry credentials are refused (``Authorization``: another key, or none,
 where the user meant this one; ``Proxy-Authorization``: it belongs in the proxy's URL; a value
-holding the API key); ``Cookie`` is allowed, since the service authenticates by the key alone.
+holding an API key); ``Cookie`` is allowed, since the service authenticates by the key alone.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 import attrs
 
 from .._contract._exceptions import InvalidRequestError
+from .._contract._redact import holds_api_key
 from ._session import Timeout
 
 Headers = Mapping[str, str | None]
@@ -54,8 +55,8 @@ class RequestOptions(PollOptions, total=False):
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _REFUSED = {
-    "authorization": "the client sends the API key itself: pass api_key= (or use another"
-    " client for another key)",
+    "authorization": "the client sends the API key in Authorization itself: pass api_key= (or"
+    " use another client for another key)",
     "proxy-authorization": "a proxy's credentials go in its URL"
     " (HTTPS_PROXY=http://user:password@host:port)",
 }
@@ -92,27 +93,15 @@ class CallOptions:
         if headers is None and query is None and body is None and timeout is None:
             return NO_OPTIONS
         return cls(
-            _headers(headers or {}),
+            check_headers(headers or {}, "extra_headers"),
             _query(query or {}),
             None if body is None else _body(body),
             None if timeout is None else _timeout(timeout),
         )
 
-    def with_headers(self, headers: Mapping[str, str], api_key: str) -> dict[str, str]:
-        """``headers`` with this call's ``extra_headers`` (names compare case-insensitively).
-
-        Raises:
-            InvalidRequestError: An extra header carries ``api_key`` (the client sends it in
-                ``Authorization`` only); nothing was sent.
-        """
+    def with_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """``headers`` with this call's ``extra_headers`` (names compare case-insensitively)."""
         extra = self.extra_headers
-        for name, value in extra.items():
-            if value is not None and api_key in value:
-                raise _fail(
-                    "extra_headers",
-                    f"{name!r} must not carry the API key: the client sends it in"
-                    " Authorization only",
-                )
         replaced = {name.lower() for name in extra}
         merged = {k: v for k, v in headers.items() if k.lower() not in replaced}
         merged.update((k, v) for k, v in extra.items() if v is not None)
@@ -134,19 +123,27 @@ def _mapping(field: str, value: object) -> Mapping[Any, Any]:
     return value
 
 
-def _headers(headers: Headers) -> dict[str, str | None]:
+def check_headers(
+    headers: Headers, field: str, api_key: str = "", refused: Mapping[str, str] = _REFUSED
+) -> dict[str, str | None]:
+    """Checked headers (``field``: a call's, a client's of ``api_key``, a webhook's).
+
+    Raises:
+        InvalidRequestError: A bad name or value, one ``refused``, or an API key in a value.
+    """
     checked: dict[str, str | None] = {}
-    for name, value in _mapping("extra_headers", headers).items():
+    for name, value in _mapping(field, headers).items():
         if not isinstance(name, str) or not _TOKEN.fullmatch(name):
-            raise _fail("extra_headers", f"{name!r} is not a valid header name")
-        reason = _REFUSED.get(name.lower())
+            raise _fail(field, f"{name!r} is not a valid header name")
+        reason = refused.get(name.lower())
         if reason is not None:
-            raise _fail("extra_headers", f"must not set {name!r}: {reason}")
+            raise _fail(field, f"must not set {name!r}: {reason}")
         if value is not None and (not isinstance(value, str) or any(c in value for c in "\r\n\0")):
             raise _fail(
-                "extra_headers",
-                f"the value of {name!r} must be a string without line breaks, or None",
+                field, f"the value of {name!r} must be a string without line breaks, or None"
             )
+        if value is not None and holds_api_key(value, api_key):
+            raise _fail(field, f"{name!r} must not carry the API key (sent to the service only)")
         checked[name] = value
     return checked
 

@@ -234,7 +234,7 @@ class Transport:
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}
         if options.extra_headers:
-            headers = options.with_headers(headers, self._api_key)
+            headers = options.with_headers(headers)
         timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
         observer = self._observer

@@ -4,7 +4,8 @@ The signature (HMAC-SHA256 of ``"{id}.{timestamp}.{body}"``, ``v1,<base64>``) is
 specification's whole scheme, a few lines of the standard library: written here rather than
 adding a dependency to the core; the tests check it against the ``standardwebhooks`` package
 both ways. A receiver is someone else's server: no redirect is followed, every attempt is
-bounded, at most an excerpt of the answer is read, and nothing of the client is used.
+bounded, at most an excerpt of the answer is read, and nothing of the client is used. Nor is
+a link-local or cloud metadata address (a URL's host, or where its name resolves) a receiver.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import json
 import time
 from collections.abc import Mapping
@@ -22,14 +24,16 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import ResolveResult
 
 from .._contract._exceptions import (
     InvalidRequestError,
     WebhookDeliveryError,
     WebhookVerificationError,
 )
-from .._contract._redact import contains_secret, redact_text
+from .._contract._redact import redact_text
 from ._envelope import user_agent
+from ._options import check_headers
 from ._session import proxy_for
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the prefix every such secret carries, not a secret
@@ -38,7 +42,30 @@ TOLERANCE = 300.0
 minutes), against replays."""
 
 _EXCERPT = 512
-_RESERVED = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"})
+_RESERVED = dict.fromkeys(
+    ("webhook-id", "webhook-timestamp", "webhook-signature", "content-type"), "the webhook sets it"
+)
+_METADATA_NAMES = {"metadata", "metadata.google.internal", "metadata.goog", "instance-data"}
+_METADATA_IPS = {ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")}
+_RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to send there)"
+
+
+def _is_metadata(host: str) -> bool:
+    """Whether ``host`` is link-local (169.254.0.0/16, fe80::/10) or a cloud metadata service."""
+    try:
+        ip: Any = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host.lower().rstrip(".") in _METADATA_NAMES
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return bool(ip.is_link_local or ip in _METADATA_IPS)
+
+
+class _Resolver(aiohttp.ThreadedResolver):  # refusing a name resolving to a metadata address
+    async def resolve(self, host: str, *args: Any, **kwargs: Any) -> list[ResolveResult]:
+        found = await super().resolve(host, *args, **kwargs)
+        if refused := [each["host"] for each in found if _is_metadata(each["host"])]:
+            raise aiohttp.ClientConnectionError(f"{host} resolves to {refused[0]}, {_RULE}")
+        return found
 
 
 class _Entry(Protocol):  # read-only members: a frozen LedgerEntry has them
@@ -138,7 +165,7 @@ def verify_webhook(
         raise WebhookVerificationError("webhook: the body is not JSON") from None
 
 
-def _check_url(url: object) -> str:
+def _check_url(url: object, allow_metadata_hosts: bool) -> str:
     if not isinstance(url, str):
         raise InvalidRequestError("url", "must be an http(s) URL")
     try:
@@ -151,6 +178,10 @@ def _check_url(url: object) -> str:
         raise InvalidRequestError("url", "must be an http(s) URL with a host")
     if any(c.isspace() or not c.isprintable() for c in url.strip()):
         raise InvalidRequestError("url", "must not contain white space or control characters")
+    if "@" in parts.netloc:
+        raise InvalidRequestError("url", "must not hold user info (user:password@): use headers=")
+    if not allow_metadata_hosts and _is_metadata(host):
+        raise InvalidRequestError("url", f"must not be {_RULE}")
     return url.strip()
 
 
@@ -170,24 +201,21 @@ class Webhook:
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
         event_type: str = "video.{state}",
+        allow_metadata_hosts: bool = False,
     ) -> None:
-        self.url = _check_url(url)
+        self.url = _check_url(url, allow_metadata_hosts)
+        self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise InvalidRequestError("timeout", "must be a number of seconds > 0")
-        extra = dict(headers or {})
-        for name, value in extra.items():
-            if name.lower() in _RESERVED:
-                raise InvalidRequestError("headers", f"{name!r} is set by the signature")
-            if contains_secret(str(value)):
-                raise InvalidRequestError("headers", f"{name!r} would carry the API key")
-        self._headers = {"User-Agent": user_agent(), **extra}
+        extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
+        self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
         self._event_type = event_type
         self._proxy = proxy_for(self.url)
         self._session: aiohttp.ClientSession | None = None
         parts = urlsplit(self.url)
-        self._where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+        self._where = f"{parts.scheme}://{parts.netloc}{parts.path}"
 
     def __repr__(self) -> str:
         return f"Webhook({self._where!r})"
@@ -215,7 +243,8 @@ class Webhook:
             "webhook-signature": sign(self._key, msg_id, stamp, body),
         }
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(trust_env=False)
+            connector = aiohttp.TCPConnector(resolver=self._resolver and self._resolver())
+            self._session = aiohttp.ClientSession(trust_env=False, connector=connector)
         try:
             async with self._session.post(
                 self.url,
@@ -247,7 +276,12 @@ class Webhook:
 
 
 def webhook(
-    url: str, secret: str, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
+    url: str,
+    secret: str,
+    *,
+    timeout: float = 10.0,
+    headers: Mapping[str, str] | None = None,
+    allow_metadata_hosts: bool = False,
 ) -> Webhook:
     """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
 
@@ -257,17 +291,21 @@ def webhook(
     for every retry of one entry's terminal state, so a receiver can drop duplicates.
 
     Args:
-        url: The receiver, ``http(s)://``.
+        url: The receiver, ``http(s)://``, without user info (``user:password@``), never a
+            link-local or cloud metadata address (its host, or where its name resolves).
         secret: The destination's secret: ``whsec_`` and the base64 of 24 to 64 random bytes
             (e.g. ``"whsec_" + base64.b64encode(os.urandom(32)).decode()``).
         timeout: Seconds one delivery may take, connection to answer.
-        headers: Extra headers to send (e.g. the receiver's own token); never the SDK's key.
+        headers: Extra headers to send (e.g. the receiver's own token); never an API key.
+        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
 
     Returns:
         The ``deliver`` callable.
 
     Raises:
-        InvalidRequestError: A URL that is not http(s), a secret that is not a Standard
-            Webhooks secret, a bad timeout, or a header that is reserved or carries the key.
+        InvalidRequestError: A bad URL (not http(s), with user info, a metadata address),
+            secret, timeout, or header (a reserved one, or one carrying an API key).
     """
-    return Webhook(url, secret, timeout=timeout, headers=headers)
+    return Webhook(
+        url, secret, timeout=timeout, headers=headers, allow_metadata_hosts=allow_metadata_hosts
+    )

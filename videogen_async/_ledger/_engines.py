@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._contract._exceptions import LedgerError
+from ._entry import meta_has, meta_value
 from ._schema import POSTGRES, SQLITE, Plan, Step, q
 from ._store import DatabaseUnavailable, Engine
 
@@ -225,6 +226,8 @@ class SQLiteEngine:
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
             )
             self._conn.row_factory = _dict
+            self._conn.create_function("videogen_meta_has", 2, meta_has, deterministic=True)
+            self._conn.create_function("videogen_meta_value", 2, meta_value, deterministic=True)
 
         await self._thread(connect)
 

@@ -1,14 +1,17 @@
 """``LedgerEntry``: one key of a ledger as the database holds it, and its metadata.
 
-Metadata is stored as canonical JSON text (keys sorted, no spaces), so that equal objects are
-equal text on every engine (SQLite compares nested values as text).
+Metadata is stored as canonical JSON text (keys sorted, no spaces, a float as digits and ``.0``:
+``jsonb`` keeps no exponent, ``1e+20`` would read back as an integer; ``-0.0`` as ``0.0``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -19,6 +22,7 @@ from .._contract._serial import Serializable
 
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""
+_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')  # or a string
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
@@ -141,6 +145,7 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False, default=_refuse)  # fmt: skip
+        text = _NUMBER.sub(_digits, text)
         size = len(text.encode())
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
         raise InvalidRequestError(field, f"must hold JSON values only ({exc})") from None
@@ -151,24 +156,49 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     return text
 
 
+def _digits(match: re.Match[str]) -> str:
+    found = match[0]
+    return found if found[0] == '"' else "0.0" if found == "-0.0" else f"{Decimal(found):f}.0"
+
+
 def _refuse(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
 
 def load_metadata(value: Any) -> dict[str, Any]:
-    """The metadata of a row (JSON text, an object already parsed, or ``NULL``)."""
-    loaded = json.loads(value) if isinstance(value, str) else value
+    """The metadata of a row (JSON, parsed or not, or ``NULL``), keys sorted (not as ``jsonb``)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    loaded = json.loads(text, object_pairs_hook=lambda pairs: dict(sorted(pairs)))
     return dict(loaded) if isinstance(loaded, Mapping) else {}
 
 
 def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """``target`` changed by ``patch`` as RFC 7386 says: ``None`` removes a key, objects merge."""
+    """``target`` changed by ``patch`` (RFC 7386): ``None`` removes, an object merges (into {})."""
     merged = dict(target)
     for key, value in patch.items():
         if value is None:
             merged.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = merge_patch(merged[key], value)
+        elif isinstance(value, Mapping):
+            merged[key] = merge_patch(h if isinstance(h := merged.get(key), Mapping) else {}, value)
         else:
             merged[key] = value
     return merged
+
+
+def _number(text: str) -> tuple[str, Decimal]:  # equal as decimals, never to a boolean
+    return ("number", Decimal(text))
+
+
+_exact = functools.partial(json.loads, parse_float=_number, parse_int=_number)
+
+
+def meta_has(metadata: str | None, wanted: str) -> bool:
+    """Whether ``metadata`` holds each key of ``wanted`` with an equal JSON value (as jsonb)."""
+    held = _exact(metadata or "{}")
+    return all(k in held and held[k] == v for k, v in _exact(wanted).items())
+
+
+def meta_value(metadata: str | None, key: str) -> str | None:
+    """The JSON text of ``metadata``'s value under ``key`` (``None``: no such key)."""
+    held = json.loads(metadata or "{}")
+    return json.dumps(held[key], ensure_ascii=False) if key in held else None

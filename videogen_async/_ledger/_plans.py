@@ -341,21 +341,17 @@ def get(key: str) -> Plan[Row | None]:
 
 def page(after: str, limit: int, metadata: str | None = None) -> Plan[list[Row]]:
     """Rows in key order after ``after`` (``""``: from the first), as ``Ledger.entries`` reads."""
-    if metadata is None:
-        rows: list[Row] = yield q(
-            "SELECT * FROM {E} WHERE key > $1 ORDER BY key LIMIT $2", after, limit
-        )
-    else:
-        rows = yield q(
-            "SELECT * FROM {E} WHERE key > $1 AND meta_has($3) ORDER BY key LIMIT $2",
-            *(after, limit, metadata),
-        )
+    where, args = ("", ()) if metadata is None else (" AND meta_has($3)", (metadata,))
+    rows: list[Row] = yield q(f"SELECT * FROM {{E}} WHERE key > $1{where} ORDER BY key LIMIT $2",
+                              after, limit, *args)  # fmt: skip
     return rows
 
 
 def _group(value: str | None) -> Any:
     loaded = None if value is None else json.loads(value)
-    return value if isinstance(loaded, (dict, list)) else loaded
+    if isinstance(loaded, (dict, list)):  # one text on both engines
+        return json.dumps(loaded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return loaded
 
 
 def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
@@ -396,19 +392,12 @@ def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
 def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
     """Merge ``patch`` into an entry's metadata (RFC 7386: ``None`` removes a key)."""
     row = yield from first(_ROW, key)
-    if row is None:
-        return None
-    merged = merge_patch(load_metadata(row["metadata"]), patch)
-    if merged == load_metadata(row["metadata"]):
+    held = load_metadata(row and row["metadata"])
+    merged = check_metadata(merge_patch(held, patch))
+    if row is None or merged == check_metadata(held):  # as text: True is not 1, 1.0 not 1
         return row
-    return (
-        yield from first(
-            "UPDATE {E} SET metadata = $2, version = version + 1, updated_at = {now}"
-            " WHERE key = $1 RETURNING *",
-            key,
-            check_metadata(merged),
-        )
-    )
+    sql = "UPDATE {E} SET metadata = $2, version = version + 1, updated_at = {now} WHERE key = $1"
+    return (yield from first(sql + " RETURNING *", key, merged))
 
 
 def has_open(owner: str) -> Plan[bool]:

@@ -139,15 +139,9 @@ SQLITE = Dialect(
     macros={
         "items": "SELECT value FROM json_each({})",
         "numbers": "SELECT value FROM json_each({})",
-        # Equal JSON values: the same type (a number of either kind) and value, containers
-        # compared as text (metadata is stored in one canonical form).
-        "meta_has": "NOT EXISTS (SELECT 1 FROM json_each({0}) AS f WHERE NOT EXISTS (SELECT 1"
-        " FROM json_each(videogen_ledger_entries.metadata) AS m WHERE m.key = f.key AND"
-        " m.value IS f.value AND (m.type = f.type OR m.type IN ('integer', 'real')"
-        " AND f.type IN ('integer', 'real'))))",
-        "meta_value": "(SELECT CASE WHEN m.type IN ('object', 'array') THEN m.value"
-        " WHEN m.type IN ('true', 'false', 'null') THEN m.type ELSE json_quote(m.value) END"
-        " FROM json_each(videogen_ledger_entries.metadata) AS m WHERE m.key = {0})",
+        # Functions of the connection (_entry.py): SQLite's JSON has no exact big integers.
+        "meta_has": "videogen_meta_has(metadata, {0})",
+        "meta_value": "videogen_meta_value(metadata, {0})",
     },
     numbered=False,  # ?1, ?2: SQLite's numbered parameters
     real="REAL",
