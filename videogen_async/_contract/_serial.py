@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import cattrs
+from cattrs.errors import IterableValidationError, IterableValidationNote
 
 from ._dates import format_datetime, parse_datetime
 from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
@@ -23,12 +25,12 @@ from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep
 _S = TypeVar("_S", bound="Serializable")
 
 
-def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
+def _enum_or_str(enum_cls: type[enum.Enum], optional: bool) -> Any:
     def structure(value: Any, _type: Any) -> Any:
-        if value is None:
+        if value is None and optional:
             return None
         if not isinstance(value, str):
-            raise ValueError(f"expected a string for {enum_cls.__name__}, got {value!r}")  # noqa: TRY004
+            raise ValueError(f"expected a string for {enum_cls.__name__}, got {_kind(value)}")  # noqa: TRY004
         try:
             return enum_cls(value)
         except ValueError:
@@ -41,22 +43,54 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
+def _kind(value: Any) -> str:
+    """What a JSON value is, for an error message (``None``: ``null``)."""
+    return "null" if value is None else f"{type(value).__name__} {value!r:.40}"
+
+
 def _number(value: Any, _type: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {_kind(value)}")
     try:
-        return float(value)
-    except OverflowError as exc:  # an integer beyond the largest float
-        raise ValueError("expected a number, got one beyond the float range") from exc
+        number = float(value)
+    except OverflowError:  # an integer beyond the largest float
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {_kind(value)}")
+    return number
 
 
 def _text(value: Any, _type: Any) -> str:
     if isinstance(value, str):
         return value
     # Never str(): a null id would read "None", an object its Python repr.
-    raise ValueError(f"expected a string, got {type(value).__name__}")
+    raise ValueError(f"expected a string, got {_kind(value)}")
+
+
+def _list_of(made: cattrs.Converter) -> Any:
+    """``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b)."""
+
+    def factory(cls: Any) -> Any:
+        item = get_args(cls)[0]
+
+        def structure(value: Any, _type: Any) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"expected a list, got {_kind(value)}")  # noqa: TRY004
+            done, errors = [], []
+            for i, element in enumerate(value):
+                try:
+                    done.append(made.structure(element, item))
+                except Exception as exc:  # noqa: BLE001  # each named by its index, as cattrs does
+                    note = IterableValidationNote(f"Structuring {cls} @ index {i}", i, item)
+                    exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                    errors.append(exc)
+            if errors:
+                raise IterableValidationError(f"While structuring {cls!r}", errors, cls)
+            return tuple(done)
+
+        return structure
+
+    return factory
 
 
 def _make_converter() -> cattrs.Converter:
@@ -65,10 +99,12 @@ def _make_converter() -> cattrs.Converter:
     made.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
+    made.register_structure_hook_factory(
+        lambda t: get_origin(t) is tuple and get_args(t)[1:] == (...,), _list_of(made)
+    )
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
-        hook = _enum_or_str(enum_cls)
-        for union in (Union[enum_cls, str], Union[enum_cls, str, None]):  # noqa: UP007
-            made.register_structure_hook(union, hook)
+        for union, optional in ((Union[enum_cls, str], False), (Union[enum_cls, str, None], True)):  # noqa: UP007
+            made.register_structure_hook(union, _enum_or_str(enum_cls, optional))
             made.register_unstructure_hook(union, _plain)
     return made
 

@@ -15,14 +15,16 @@ import logging
 import math
 import random
 import re
+import types
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import attrs
 
 from .._contract._exceptions import (
     AmbiguousCreateError,
+    APIResponseError,
     BudgetExceededError,
     InvalidRequestError,
     LedgerError,
@@ -49,6 +51,7 @@ PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
 
 def check_key(key: Any) -> str:
@@ -122,7 +125,7 @@ class Creator:
             except Refused as refused:
                 start = refused.start
             if start.outcome == "new":
-                return await self._send(key, send)
+                return await self._send(key, send, entry.kind, estimate)
             if start.outcome == "existing":
                 return await self._existing(key, start.row)
             if start.outcome == "budget":
@@ -159,16 +162,20 @@ class Creator:
             raise AmbiguousCreateError(key, entry, entry.error)
         return entry
 
-    async def _send(self, key: str, send: Callable[[], Awaitable[Any]]) -> LedgerEntry:
+    async def _send(
+        self, key: str, send: Callable[[], Awaitable[Any]], kind: str, estimate: float | None
+    ) -> LedgerEntry:
+        unreadable = None
         try:
             created = await send()
         except VideoGenError as exc:
-            ambiguous = exc.request_may_have_taken_effect
-            state = "unknown" if ambiguous else "refused"
-            row = await self._settle(key, settle_failed, state, str(exc))
-            if ambiguous:
-                raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
-            raise
+            read = exc.readable if isinstance(exc, APIResponseError) else {}
+            if exc.request_may_have_taken_effect and _CHARGED.get(kind) in read:
+                # An answer read in part that names what it created: recorded (the watchers
+                # poll it), then its error raised.
+                created, unreadable = types.SimpleNamespace(**read), exc
+            else:
+                await self._failed(key, exc)
         except BaseException as exc:
             # Cancelled (or a bug) while the request may have been on the wire: one attempt,
             # so that a Ctrl-C is not held up; if it fails, the next operation writes it.
@@ -187,7 +194,7 @@ class Creator:
         # A batch's ids are its tasks' (each checked as it is recorded); the project's id
         # echoed with them is neither checked nor kept: the ledger wrote it ahead.
         problem = None if batch is not None else unpollable(field, found)
-        cost = getattr(created, "credits_cost", 0.0)
+        cost = getattr(created, "credits_cost", estimate or 0.0)
         cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
         known = None if problem or batch is not None else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
@@ -197,7 +204,17 @@ class Creator:
         )
         if problem is not None:
             raise AmbiguousCreateError(key, entry, problem)
+        if unreadable is not None:
+            raise unreadable
         return entry
+
+    async def _failed(self, key: str, exc: VideoGenError) -> NoReturn:
+        ambiguous = exc.request_may_have_taken_effect
+        state = "unknown" if ambiguous else "refused"
+        row = await self._settle(key, settle_failed, state, str(exc))
+        if ambiguous:
+            raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
+        raise exc
 
     async def _settle(self, key: str, plan: Callable[..., Any], *args: Any) -> Any:
         """Write a create's outcome, again while the database is away.
