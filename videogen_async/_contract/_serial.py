@@ -16,8 +16,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar, Union, get_args, get_origin
 
+import attrs
 import cattrs
 from cattrs.errors import IterableValidationError, IterableValidationNote
+from cattrs.gen import make_dict_structure_fn
 
 from ._dates import format_datetime, parse_datetime
 from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
@@ -93,12 +95,29 @@ def _list_of(made: cattrs.Converter) -> Any:
     return factory
 
 
+def _object_of(made: cattrs.Converter) -> Any:
+    """An attrs class from a JSON object only (cattrs reads ``""`` as an object of defaults)."""
+
+    def factory(cls: Any) -> Any:
+        fields = make_dict_structure_fn(cls, made)
+
+        def structure(value: Any, _type: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise ValueError(f"expected an object, got {_kind(value)}")  # noqa: TRY004
+            return fields(value, _type)
+
+        return structure
+
+    return factory
+
+
 def _make_converter() -> cattrs.Converter:
     made = cattrs.Converter(forbid_extra_keys=False)
     made.register_structure_hook(str, _text)
     made.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
+    made.register_structure_hook_factory(attrs.has, _object_of(made))
     made.register_structure_hook_factory(
         lambda t: get_origin(t) is tuple and get_args(t)[1:] == (...,), _list_of(made)
     )

@@ -133,6 +133,8 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
                 :meth:`resend`).
             BudgetExceededError: The create could pass ``max_credits``; nothing was sent.
             APIStatusError: The service refused the create (the entry is ``refused``).
+            APIResponseError: The answer names the task's id but is otherwise unreadable: the
+                entry is ``pending`` with that id (the watchers poll it), as is the error.
             LedgerError: The ledger could not be used (nothing was sent), or the answer could
                 not be recorded: its id is then kept and written back later (the message says
                 where).

@@ -112,7 +112,8 @@ def _reason(exc: Exception, name: str) -> str:
     """Why the data did not parse, in words, bounded and redacted."""
     try:
         if isinstance(exc, cattrs.BaseValidationError):
-            text = "; ".join(cattrs.transform_error(exc, _why, path=name))
+            found = cattrs.transform_error(exc, path=name, format_exception=_why)
+            text = "; ".join(f"{where}: {why}" for why, _, where in (e.rpartition(" @ ") for e in found))
         else:
             text = str(exc) or type(exc).__name__
     except Exception:  # describing a hostile value must not fail in turn
