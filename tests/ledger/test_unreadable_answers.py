@@ -34,7 +34,9 @@ async def service(created: dict[str, Any]) -> AsyncIterator[AsyncVideoGen]:
 
     async def status(request: web.Request) -> web.Response:
         task_id = request.query["task_id"]
-        return answer({"task_id": task_id, "status": "succeeded", "credits_cost": 8, "result": DONE})
+        return answer(
+            {"task_id": task_id, "status": "succeeded", "credits_cost": 8, "result": DONE}
+        )
 
     app = web.Application()
     app.router.add_post("/v1/video/videomodel-2", create)
@@ -84,9 +86,7 @@ async def test_a_project_and_a_batch_read_in_part_are_recorded(ledger_url: str) 
             await ledger.create_project(client, "https://cdn.example.com/r.mp4", ["https://x/p"])
         assert caught.value.project_id == "p-1"
         entries = [e async for e in ledger.entries()]
-        assert [(e.kind, e.state, e.project_id) for e in entries] == [
-            ("project", "pending", "p-1")
-        ]
+        assert [(e.kind, e.state, e.project_id) for e in entries] == [("project", "pending", "p-1")]
     batch = {"project_id": "p-1", "project_status": 3, "task_ids": ["t-1", "t-2"]}
     async with service(batch) as client, Ledger.open(ledger_url) as ledger:
         with pytest.raises(APIResponseError) as caught:

@@ -400,4 +400,3 @@ def readable_fields(data: Any, cls: type[Any]) -> dict[str, Any]:
 
 #: ``to_dict()`` of a model, for the CLI's and the ledger's callers (prefer ``to_dict()``).
 unstructure = converter.unstructure
-

@@ -14,15 +14,15 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, TypeVar, Union
 
 import attrs
 import cattrs
-from cattrs.errors import IterableValidationError, IterableValidationNote
 from cattrs.gen import make_dict_structure_fn
 
 from ._dates import format_datetime, parse_datetime
 from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
+from ._exceptions import InvalidRequestError
 
 _S = TypeVar("_S", bound="Serializable")
 
@@ -52,7 +52,7 @@ def _kind(value: Any) -> str:
 
 def _number(value: Any, _type: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {_kind(value)}")
+        raise ValueError(f"expected a number, got {_kind(value)}")  # noqa: TRY004
     try:
         number = float(value)
     except OverflowError:  # an integer beyond the largest float
@@ -72,27 +72,12 @@ def _text(value: Any, _type: Any) -> str:
 def _list_of(made: cattrs.Converter) -> Any:
     """``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b)."""
 
-    def factory(cls: Any) -> Any:
-        item = get_args(cls)[0]
+    def structure(value: Any, cls: Any) -> tuple[Any, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"expected a list, got {_kind(value)}")  # noqa: TRY004
+        return made._structure_tuple(value, cls)  # cattrs' own, naming each element's index
 
-        def structure(value: Any, _type: Any) -> tuple[Any, ...]:
-            if not isinstance(value, (list, tuple)):
-                raise ValueError(f"expected a list, got {_kind(value)}")  # noqa: TRY004
-            done, errors = [], []
-            for i, element in enumerate(value):
-                try:
-                    done.append(made.structure(element, item))
-                except Exception as exc:  # noqa: BLE001  # each named by its index, as cattrs does
-                    note = IterableValidationNote(f"Structuring {cls} @ index {i}", i, item)
-                    exc.__notes__ = [*getattr(exc, "__notes__", []), note]
-                    errors.append(exc)
-            if errors:
-                raise IterableValidationError(f"While structuring {cls!r}", errors, cls)
-            return tuple(done)
-
-        return structure
-
-    return factory
+    return structure
 
 
 def _object_of(made: cattrs.Converter) -> Any:
@@ -118,9 +103,8 @@ def _make_converter() -> cattrs.Converter:
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
     made.register_structure_hook_factory(attrs.has, _object_of(made))
-    made.register_structure_hook_factory(
-        lambda t: get_origin(t) is tuple and get_args(t)[1:] == (...,), _list_of(made)
-    )
+    is_tuple = lambda t: getattr(t, "__origin__", None) is tuple  # noqa: E731
+    made.register_structure_hook_func(is_tuple, _list_of(made))
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
         for union, optional in ((Union[enum_cls, str], False), (Union[enum_cls, str, None], True)):  # noqa: UP007
             made.register_structure_hook(union, _enum_or_str(enum_cls, optional))
@@ -130,6 +114,31 @@ def _make_converter() -> cattrs.Converter:
 
 #: The converter of every attrs class of the SDK (the models parse the service's answers by it).
 converter = _make_converter()
+
+
+def json_text(value: Any, path: str, **options: Any) -> str:
+    """``json.dumps(value, **options)`` refusing NaN and Infinity: every JSON the SDK produces.
+
+    Raises:
+        InvalidRequestError: A number that is not finite, named by its path under ``path``
+            (``extra_body.x[2]``), before anything is sent or written.
+    """
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        stack, where = [(path, value)], None
+        while stack and where is None:
+            at, item = stack.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                where = at
+            elif isinstance(item, Mapping):
+                stack += [(f"{at}.{k}" if at else str(k), v) for k, v in item.items()]
+            elif isinstance(item, (list, tuple)):
+                stack += [(f"{at}[{i}]", v) for i, v in enumerate(item)]
+        if where is None:
+            raise
+        rule = "must be a finite number (JSON has no NaN or Infinity)"
+        raise InvalidRequestError(where or "value", rule) from None
 
 
 class Serializable:
@@ -155,8 +164,14 @@ class Serializable:
 
         Returns:
             ``json.dumps(self.to_dict())``.
+
+        Raises:
+            ValueError: A number that is not finite (JSON has none), named by its path.
         """
-        return json.dumps(self.to_dict(), **dumps)
+        try:
+            return json_text(self.to_dict(), type(self).__name__, **dumps)
+        except InvalidRequestError as exc:
+            raise ValueError(f"{type(self).__name__}.to_json: {exc}") from None
 
     @classmethod
     def from_dict(cls: type[_S], data: Mapping[str, Any]) -> _S:

@@ -29,6 +29,7 @@ from .._contract._exceptions import (
     WebhookVerificationError,
 )
 from .._contract._redact import contains_secret, redact_text
+from .._contract._serial import json_text
 from ._envelope import user_agent
 from ._session import proxy_for
 
@@ -204,7 +205,7 @@ class Webhook:
             "timestamp": datetime.now(timezone.utc).isoformat(),
             "data": entry.to_dict(),
         }
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        body = json_text(payload, "", separators=(",", ":"), ensure_ascii=False).encode()
         msg_id = message_id(entry)
         stamp = int(time.time())
         headers = {

@@ -14,6 +14,7 @@ import attrs
 
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
+from .._contract._serial import json_text
 from .._contract._service import TASK_REQUEST
 from .._contract._validation import validate_task_request
 from .._http._options import CallOptions
@@ -149,7 +150,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         if isinstance(duration, bool) or not isinstance(duration, int):
             rule = "its duration must be a whole number of seconds (the ledger prices by it)"
             raise InvalidRequestError("extra_body", rule)
-        request = json.dumps({**body, "extra_body": extra} if extra else body, sort_keys=True)
+        request = json_text({**body, "extra_body": extra} if extra else body, "", sort_keys=True)
         new = NewEntry(key, "task", request, model, duration, metadata=meta)
         estimate = self._creator.estimate(model, duration)
         fields = {name: value for name, value in body.items() if name != "prompt"}

@@ -113,7 +113,7 @@ def _reason(exc: Exception, name: str) -> str:
     try:
         if isinstance(exc, cattrs.BaseValidationError):
             found = cattrs.transform_error(exc, path=name, format_exception=_why)
-            text = "; ".join(f"{where}: {why}" for why, _, where in (e.rpartition(" @ ") for e in found))
+            text = "; ".join(f"{at}: {why}" for why, _, at in (e.rpartition(" @ ") for e in found))
         else:
             text = str(exc) or type(exc).__name__
     except Exception:  # describing a hostile value must not fail in turn
