@@ -48,7 +48,7 @@ redacted as what is shown: no key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._redact import redact_text, redact_value
@@ -247,12 +247,7 @@ class APIResponseError(VideoGenError):
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        body_excerpt: str = "",
-        readable: Mapping[str, Any] | None = None,
-        **context: Any,
+        self, message: str, *, body_excerpt: str = "", readable: Any = None, **context: Any
     ) -> None:
         super().__init__(message, **context)
         self.body_excerpt = redact_text(body_excerpt)

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar, Union
+from typing import Any, NoReturn, TypeVar, Union
 
 import attrs
 import cattrs
@@ -32,7 +32,7 @@ def _enum_or_str(enum_cls: type[enum.Enum], optional: bool) -> Any:
         if value is None and optional:
             return None
         if not isinstance(value, str):
-            raise ValueError(f"expected a string for {enum_cls.__name__}, got {_kind(value)}")  # noqa: TRY004
+            _wrong(value, f"a string for {enum_cls.__name__}")
         try:
             return enum_cls(value)
         except ValueError:
@@ -45,39 +45,32 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def _kind(value: Any) -> str:
-    """What a JSON value is, for an error message (``None``: ``null``)."""
-    return "null" if value is None else f"{type(value).__name__} {value!r:.40}"
+def _wrong(value: Any, expected: str) -> NoReturn:
+    kind = "null" if value is None else f"{type(value).__name__} {value!r:.40}"
+    raise ValueError(f"expected {expected}, got {kind}")
 
 
 def _number(value: Any, _type: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {_kind(value)}")  # noqa: TRY004
+        _wrong(value, "a number")
     try:
         number = float(value)
     except OverflowError:  # an integer beyond the largest float
         number = math.inf
-    if not math.isfinite(number):
-        raise ValueError(f"expected a finite number, got {_kind(value)}")
-    return number
+    return number if math.isfinite(number) else _wrong(value, "a finite number")
 
 
 def _text(value: Any, _type: Any) -> str:
     if isinstance(value, str):
         return value
-    # Never str(): a null id would read "None", an object its Python repr.
-    raise ValueError(f"expected a string, got {_kind(value)}")
+    _wrong(value, "a string")  # never str(): a null id would read "None"
 
 
 def _list_of(made: cattrs.Converter) -> Any:
     """``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b)."""
-
-    def structure(value: Any, cls: Any) -> tuple[Any, ...]:
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"expected a list, got {_kind(value)}")  # noqa: TRY004
-        return made._structure_tuple(value, cls)  # cattrs' own, naming each element's index
-
-    return structure
+    return lambda v, t: (
+        made._structure_tuple(v, t) if isinstance(v, list | tuple) else _wrong(v, "a list")
+    )
 
 
 def _object_of(made: cattrs.Converter) -> Any:
@@ -85,13 +78,7 @@ def _object_of(made: cattrs.Converter) -> Any:
 
     def factory(cls: Any) -> Any:
         fields = make_dict_structure_fn(cls, made)
-
-        def structure(value: Any, _type: Any) -> Any:
-            if not isinstance(value, Mapping):
-                raise ValueError(f"expected an object, got {_kind(value)}")  # noqa: TRY004
-            return fields(value, _type)
-
-        return structure
+        return lambda v, t: fields(v, t) if isinstance(v, Mapping) else _wrong(v, "an object")
 
     return factory
 

@@ -17,7 +17,7 @@ import random
 import re
 import types
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import anyio
 import attrs
@@ -125,7 +125,8 @@ class Creator:
             except Refused as refused:
                 start = refused.start
             if start.outcome == "new":
-                return await self._send(key, send, entry.kind, estimate)
+                kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
+                return await self._send(key, send, kind, estimate)
             if start.outcome == "existing":
                 return await self._existing(key, start.row)
             if start.outcome == "budget":
@@ -169,13 +170,17 @@ class Creator:
         try:
             created = await send()
         except VideoGenError as exc:
+            ambiguous = exc.request_may_have_taken_effect
             read = exc.readable if isinstance(exc, APIResponseError) else {}
-            if exc.request_may_have_taken_effect and _CHARGED.get(kind) in read:
-                # An answer read in part that names what it created: recorded (the watchers
-                # poll it), then its error raised.
-                created, unreadable = types.SimpleNamespace(**read), exc
-            else:
-                await self._failed(key, exc)
+            if not ambiguous or _CHARGED.get(kind) not in read:
+                state = "unknown" if ambiguous else "refused"
+                row = await self._settle(key, settle_failed, state, str(exc))
+                if ambiguous:
+                    raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
+                raise
+            # An answer read in part that names what it created: recorded (the watchers poll
+            # it), then its error raised.
+            created, unreadable = types.SimpleNamespace(**read), exc
         except BaseException as exc:
             # Cancelled (or a bug) while the request may have been on the wire: one attempt,
             # so that a Ctrl-C is not held up; if it fails, the next operation writes it.
@@ -207,14 +212,6 @@ class Creator:
         if unreadable is not None:
             raise unreadable
         return entry
-
-    async def _failed(self, key: str, exc: VideoGenError) -> NoReturn:
-        ambiguous = exc.request_may_have_taken_effect
-        state = "unknown" if ambiguous else "refused"
-        row = await self._settle(key, settle_failed, state, str(exc))
-        if ambiguous:
-            raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
-        raise exc
 
     async def _settle(self, key: str, plan: Callable[..., Any], *args: Any) -> Any:
         """Write a create's outcome, again while the database is away.

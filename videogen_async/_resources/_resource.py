@@ -27,6 +27,8 @@ from .._waiting._policy import PollPolicy
 _T = TypeVar("_T")
 _set_slot = object.__setattr__  # the response slot of a frozen result, set once at parse time
 logger = logging.getLogger("videogen_async")
+# A field's failure in the converter's own words ("expected a number, got str 'x'").
+_why = lambda e, t: str(e) if isinstance(e, ValueError) and str(e) else format_exception(e, t)  # noqa: E731
 
 
 class Resource:
@@ -112,20 +114,13 @@ def _reason(exc: Exception, name: str) -> str:
     """Why the data did not parse, in words, bounded and redacted."""
     try:
         if isinstance(exc, cattrs.BaseValidationError):
-            found = cattrs.transform_error(exc, path=name, format_exception=_why)
+            found = cattrs.transform_error(exc, path=name, format_exception=_why)  # "why @ at"
             text = "; ".join(f"{at}: {why}" for why, _, at in (e.rpartition(" @ ") for e in found))
         else:
             text = str(exc) or type(exc).__name__
     except Exception:  # describing a hostile value must not fail in turn
         text = type(exc).__name__
     return clip(text, 500)
-
-
-def _why(exc: BaseException, type_: Any) -> str:
-    """One field's failure: the converter's own words (``expected a number, got str 'x'``)."""
-    if isinstance(exc, ValueError) and str(exc):
-        return str(exc)
-    return format_exception(exc, type_)
 
 
 def _report_orphan(path: str, job: asyncio.Future[tuple[Any, Response]]) -> None:
