@@ -18,8 +18,7 @@ import anyio
 import attrs
 
 from .._contract._exceptions import InvalidRequestError, VideoGenError
-from .._contract._serial import json_text
-from .._contract._validation import validate_task_request
+from .._contract._validation import json_text, validate_task_request
 from ._common import EXIT_API_ERROR, EXIT_OK, EXIT_SOME_FAILED
 
 #: Manifest statuses besides the task statuses (succeeded, failed, error).

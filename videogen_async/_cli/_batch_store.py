@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import anyio
 
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 
 try:
     import fcntl

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 
 try:  # the optional ``cli`` extra; without it everything is plain text
     from rich.console import Console

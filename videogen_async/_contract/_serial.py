@@ -22,7 +22,6 @@ from cattrs.gen import make_dict_structure_fn
 
 from ._dates import format_datetime, parse_datetime
 from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
-from ._exceptions import InvalidRequestError
 
 _S = TypeVar("_S", bound="Serializable")
 
@@ -103,29 +102,31 @@ def _make_converter() -> cattrs.Converter:
 converter = _make_converter()
 
 
-def json_text(value: Any, path: str, **options: Any) -> str:
-    """``json.dumps(value, **options)`` refusing NaN and Infinity: every JSON the SDK produces.
+class NotFinite(ValueError):
+    """A number JSON cannot hold (NaN, Infinity), at ``path``."""
 
-    Raises:
-        InvalidRequestError: A number that is not finite, named by its path under ``path``
-            (``extra_body.x[2]``), before anything is sent or written.
-    """
+    rule = "must be a finite number (JSON has no NaN or Infinity)"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path}: {self.rule}")
+        self.path = path
+
+
+def finite_json(value: Any, path: str, **options: Any) -> str:
+    """``json.dumps(value, **options)`` refusing NaN and Infinity: ``NotFinite``, its path."""
     try:
         return json.dumps(value, allow_nan=False, **options)
     except ValueError:
-        stack, where = [(path, value)], None
-        while stack and where is None:
+        stack = [(path, value)]
+        while stack:
             at, item = stack.pop()
             if isinstance(item, float) and not math.isfinite(item):
-                where = at
-            elif isinstance(item, Mapping):
+                raise NotFinite(at or "value") from None
+            if isinstance(item, Mapping):
                 stack += [(f"{at}.{k}" if at else str(k), v) for k, v in item.items()]
             elif isinstance(item, (list, tuple)):
                 stack += [(f"{at}[{i}]", v) for i, v in enumerate(item)]
-        if where is None:
-            raise
-        rule = "must be a finite number (JSON has no NaN or Infinity)"
-        raise InvalidRequestError(where or "value", rule) from None
+        raise
 
 
 class Serializable:
@@ -155,10 +156,7 @@ class Serializable:
         Raises:
             ValueError: A number that is not finite (JSON has none), named by its path.
         """
-        try:
-            return json_text(self.to_dict(), type(self).__name__, **dumps)
-        except InvalidRequestError as exc:
-            raise ValueError(f"{type(self).__name__}.to_json: {exc}") from None
+        return finite_json(self.to_dict(), type(self).__name__, **dumps)
 
     @classmethod
     def from_dict(cls: type[_S], data: Mapping[str, Any]) -> _S:

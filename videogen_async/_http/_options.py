@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import attrs
 
 from .._contract._exceptions import InvalidRequestError
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 from ._session import Timeout
 
 Headers = Mapping[str, str | None]

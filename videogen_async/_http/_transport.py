@@ -28,7 +28,7 @@ from yarl import URL
 from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
 from .._contract._meta import ResponseInfo
 from .._contract._redact import drop_locals, register_secret
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver

@@ -29,7 +29,7 @@ from .._contract._exceptions import (
     WebhookVerificationError,
 )
 from .._contract._redact import contains_secret, redact_text
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 from ._envelope import user_agent
 from ._session import proxy_for
 

@@ -14,9 +14,8 @@ import attrs
 
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
-from .._contract._serial import json_text
 from .._contract._service import TASK_REQUEST
-from .._contract._validation import validate_task_request
+from .._contract._validation import json_text, validate_task_request
 from .._http._options import CallOptions
 from ._creates import Creator, PriceEstimate, check_key
 from ._dispatch import Dispatches

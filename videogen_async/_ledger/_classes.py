@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 from .._waiting._schedule import FinishTimeStats
 from ._claims import load_classes, save_class
 from ._store import Store

@@ -15,7 +15,8 @@ import attrs
 
 from .._contract._exceptions import InvalidRequestError
 from .._contract._models import Task, structure, unstructure
-from .._contract._serial import Serializable, json_text
+from .._contract._serial import Serializable
+from .._contract._validation import json_text
 
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._contract._exceptions import LedgerError
-from .._contract._serial import json_text
+from .._contract._validation import json_text
 from ._creates import Creator, check_key
 from ._entry import LedgerEntry, check_metadata, entry_from_row, load_metadata
 from ._plans import NewEntry, add_batch_tasks, batch_entries, batch_tasks, begin_create, get

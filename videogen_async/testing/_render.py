@@ -15,8 +15,8 @@ from typing import Any
 import attrs
 from aiohttp import web
 
-from .._contract._serial import json_text
 from .._contract._service import SHAPES
+from .._contract._validation import json_text
 from ._clock import SandboxClock
 from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
 
