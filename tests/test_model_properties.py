@@ -136,18 +136,15 @@ def project_payloads(draw: st.DrawFn) -> dict[str, Any]:
         "error_message": draw(st.one_of(st.none(), st.text(max_size=10))),
         "view_script": draw(st.one_of(st.none(), st.just(""), st.text(max_size=50))),
         "billing": draw(
-            st.one_of(
-                st.none(),
-                st.fixed_dictionaries(
-                    {
-                        "script_credits_cost": numbers,
-                        "video_credits_cost": numbers,
-                        "total_credits_cost": numbers,
-                    }
-                ),
+            st.fixed_dictionaries(
+                {
+                    "script_credits_cost": numbers,
+                    "video_credits_cost": numbers,
+                    "total_credits_cost": numbers,
+                }
             )
         ),
-        "task_ids": draw(st.one_of(st.none(), st.lists(ids, max_size=5))),
+        "task_ids": draw(st.lists(ids, max_size=5)),
         "tasks": task_list,
         "created_at": draw(dates())[0],
         "updated_at": draw(st.one_of(st.none(), dates().map(lambda d: d[0]))),
@@ -160,7 +157,7 @@ def project_payloads(draw: st.DrawFn) -> dict[str, Any]:
 def test_every_project_payload_parses(payload: dict[str, Any]) -> None:
     project = structure(payload, vg.Project)
     assert project.project_id == payload["project_id"]
-    assert project.task_ids == tuple(payload["task_ids"] or ())
+    assert project.task_ids == tuple(payload["task_ids"])
     assert len(project.tasks) == len(payload["tasks"])
     assert project.status == payload["status"]
     assert project.current_step == payload["current_step"]

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import attrs
+import cattrs
 import pytest
 
 import videogen_async as vg
@@ -29,7 +30,9 @@ from videogen_async._contract._service import SHAPES
         ),
         ("2026-11-21 10:00:00", datetime(2026, 11, 21, 10, tzinfo=timezone.utc)),
         ("2026-11-21T10:00:00", datetime(2026, 11, 21, 10, tzinfo=timezone.utc)),
-        (0, datetime(1970, 1, 1, tzinfo=timezone.utc)),
+        # A leap second is the last microsecond of its minute, not a missing value.
+        ("2016-12-31T23:59:60Z", datetime(2016, 12, 31, 23, 59, 59, 999999, timezone.utc)),
+        ("2016-12-31T23:59:60.5Z", datetime(2016, 12, 31, 23, 59, 59, 999999, timezone.utc)),
     ],
 )
 def test_dates_are_aware(text: str, expected: datetime) -> None:
@@ -39,15 +42,14 @@ def test_dates_are_aware(text: str, expected: datetime) -> None:
     assert parsed.tzinfo is not None
 
 
-@pytest.mark.parametrize("bad", ["yesterday", "2026-13-01T00:00:00Z", [], True])
+@pytest.mark.parametrize("bad", ["yesterday", "2026-13-01T00:00:00Z", [], True, 0, 1e400, "", " "])
 def test_bad_dates(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_datetime(bad)
 
 
-def test_null_and_empty_dates() -> None:
+def test_null_dates() -> None:
     assert parse_datetime(None) is None
-    assert parse_datetime("") is None
 
 
 SPEC_TASK = {
@@ -177,25 +179,25 @@ def test_project_terminal_rules() -> None:
 
 
 def test_project_before_script_and_nulls() -> None:
-    project = structure(
-        {
-            "project_id": "p",
-            "status": "draft",
-            "current_step": "preparing_media",
-            "mode": "manual",
-            "view_script": None,
-            "billing": None,
-            "task_ids": None,
-            "tasks": None,
-            "created_at": None,
-        },
-        vg.Project,
-    )
+    before = {
+        "project_id": "p",
+        "status": "draft",
+        "current_step": "preparing_media",
+        "mode": "manual",
+        "view_script": None,
+        "error_message": None,
+        "created_at": None,
+    }
+    project = structure(before, vg.Project)
     assert not project.has_script
     assert project.task_ids == ()
     assert project.tasks == ()
     assert project.billing == vg.Billing()
     assert project.created_at is None
+    # ``null`` where the model holds no None is not read as empty: the project may have tasks.
+    for field in ("billing", "task_ids", "tasks"):
+        with pytest.raises(cattrs.BaseValidationError):
+            structure({**before, field: None}, vg.Project)
 
 
 def test_new_step_value_kept() -> None:
@@ -231,8 +233,6 @@ def test_created_project_and_batch_and_balance() -> None:
 
 
 def test_missing_id_is_a_parse_error() -> None:
-    import cattrs
-
     with pytest.raises(cattrs.BaseValidationError) as info:
         structure({"status": "running"}, vg.Task)
     assert "task_id" in " ".join(cattrs.transform_error(info.value))

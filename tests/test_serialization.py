@@ -91,6 +91,7 @@ SAMPLES: dict[str, Any] = {
     "reserved": 4.0,
     "max_credits": 20.0,
     "retry_after": 2.5,
+    "readable": {"task_id": "t-9", "status": vg.TaskStatus.RUNNING},
 }
 
 

@@ -151,16 +151,18 @@ async def test_unparseable_data_is_response_error() -> None:
     assert "api_available_credits" in text
 
 
-async def test_created_task_id_survives_an_unreadable_field(caplog: Any) -> None:
+async def test_created_task_id_survives_an_unreadable_field() -> None:
+    # Never a substitute (created_at None, credits_cost 0): an error that keeps the id.
     data = {**created_task("t-keep"), "created_at": "yesterday-ish", "credits_cost": "n/a"}
     with aioresponses() as mock:
         mock.post(CREATE_URL, payload=envelope(data))
         async with AsyncVideoGen(KEY, BASE) as client:
-            with caplog.at_level(logging.WARNING, logger="videogen_async"):
-                created = await client.tasks.create("a cat")
-    assert created.task_id == "t-keep"
-    assert created.created_at is None
-    assert "created_at" in caplog.text
+            with pytest.raises(vg.APIResponseError) as info:
+                await client.tasks.create("a cat")
+    assert info.value.task_id == "t-keep"
+    assert info.value.request_may_have_taken_effect
+    assert "CreatedTask.created_at: " in info.value.message
+    assert "CreatedTask.credits_cost: expected a number, got str 'n/a'" in info.value.message
 
 
 async def test_created_without_task_id_says_it_may_have_taken_effect() -> None:

@@ -18,7 +18,7 @@ import anyio
 import attrs
 
 from .._contract._exceptions import InvalidRequestError, VideoGenError
-from .._contract._validation import validate_task_request
+from .._contract._validation import json_text, validate_task_request
 from ._common import EXIT_API_ERROR, EXIT_OK, EXIT_SOME_FAILED
 
 #: Manifest statuses besides the task statuses (succeeded, failed, error).
@@ -141,7 +141,7 @@ class BatchState:
             fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+                    handle.writelines(json_text(row, "", ensure_ascii=False) + "\n" for row in rows)
                     handle.flush()
                     os.fsync(handle.fileno())
                 os.replace(name, target)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
-import json
 import shutil
 import sqlite3
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import anyio
+
+from .._contract._validation import json_text
 
 try:
     import fcntl
@@ -43,7 +44,7 @@ _BUSY_TIMEOUT = 10.0
 
 def request_hash(request: Mapping[str, Any]) -> str:
     """The SHA-256 of a request's canonical JSON (sorted keys, no spaces), as journals kept it."""
-    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json_text(request, "", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

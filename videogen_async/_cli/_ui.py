@@ -8,12 +8,13 @@ elsewhere tables are plain aligned text and progress a throttled plain line per 
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
+
+from .._contract._validation import json_text
 
 try:  # the optional ``cli`` extra; without it everything is plain text
     from rich.console import Console
@@ -136,7 +137,7 @@ class UI:
 
     def emit_json(self, data: Any) -> None:
         """One JSON document on stdout."""
-        print(json.dumps(data, indent=2, ensure_ascii=False, default=str), file=self.out)
+        print(json_text(data, "", indent=2, ensure_ascii=False, default=str), file=self.out)
         self.out.flush()
 
     def show(

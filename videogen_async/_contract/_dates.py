@@ -7,33 +7,30 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 _FRACTION = re.compile(r"\.(\d+)")
+_LEAP = re.compile(r"(T\d\d:\d\d):60(?:[.,]\d+)?")
 
 
 def parse_datetime(value: Any) -> datetime | None:
-    """An aware ``datetime`` (UTC without an offset) of ISO 8601 text or epoch seconds.
+    """An aware ``datetime`` (UTC without an offset) of ISO 8601 text.
 
-    Takes text such as ``2026-01-02T03:04:05.123456789Z``, a number, a ``datetime``;
-    ``None`` for ``None`` or an empty string.
+    Takes text such as ``2026-01-02T03:04:05.123456789Z`` or a ``datetime``; ``None`` for
+    ``None``. A leap second (``23:59:60``) is the last microsecond of its minute
+    (``23:59:59.999999``): a time, in order, never a missing value.
 
     Raises:
-        ValueError: The value is not a date-time.
+        ValueError: The value is not a date-time (a number, an empty text, ``yesterday``).
     """
-    if value is None or value == "":
+    if value is None:
         return None
     if isinstance(value, datetime):
         parsed = value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return datetime.fromtimestamp(float(value), tz=timezone.utc)
-        except (OverflowError, OSError) as exc:  # beyond the dates a datetime holds
-            raise ValueError("not a date-time: a timestamp out of range") from exc
-    elif isinstance(value, str):
+    elif isinstance(value, str) and value.strip():
         try:  # the common case on 3.11+ (which reads "Z" and any fraction), without a regex
             parsed = datetime.fromisoformat(value)
         except ValueError:
             parsed = _parse_datetime_text(value)
-    else:
-        raise ValueError(f"not a date-time: {value!r}")  # noqa: TRY004  # cattrs wraps ValueError
+    else:  # cattrs wraps ValueError; a number's unit (s, ms) would be a guess
+        raise ValueError(f"expected an ISO 8601 date-time text, got {value!r:.60}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed
@@ -45,6 +42,7 @@ def _parse_datetime_text(value: str) -> datetime:
     if text[-1:] in "zZ":
         text = text[:-1] + "+00:00"
     text = text.replace(" ", "T", 1) if "T" not in text and " " in text else text
+    text = _LEAP.sub(r"\1:59.999999", text, count=1)
     # Python 3.10's fromisoformat takes exactly 3 or 6 fractional digits.
     text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
     return datetime.fromisoformat(text)

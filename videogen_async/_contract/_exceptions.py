@@ -233,16 +233,27 @@ class ServerError(APIStatusError):
 class APIResponseError(VideoGenError):
     """The body of a response is not the documented envelope (e.g. an HTML page from a proxy).
 
+    Also an envelope whose ``data`` has a field of the wrong type or a number that is not
+    finite: the message names each such field, and what could be read is kept.
+
     Attributes:
         status_code: The HTTP status.
         body_excerpt: The first characters of the body.
+        readable: The fields of the answer that could be read, as the model holds them.
+        task_id: ``readable["task_id"]``: the task a create made, or a poll asked for.
+        project_id: ``readable["project_id"]``.
 
     The other keywords are those of :class:`VideoGenError`.
     """
 
-    def __init__(self, message: str, *, body_excerpt: str = "", **context: Any) -> None:
+    def __init__(
+        self, message: str, *, body_excerpt: str = "", readable: Any = None, **context: Any
+    ) -> None:
         super().__init__(message, **context)
         self.body_excerpt = redact_text(body_excerpt)
+        self.readable: dict[str, Any] = dict(readable or {})
+        self.task_id: str | None = self.readable.get("task_id")
+        self.project_id: str | None = self.readable.get("project_id")
 
 
 class TaskFailedError(VideoGenError):

@@ -5,8 +5,11 @@ Parsing is lenient where the service may grow and strict where it matters:
 * fields a later service version adds are ignored;
 * an enum value the SDK does not know yet is kept as its plain string;
 * dates are timezone-aware (``Z``, offsets, any number of fractional digits; a date without
-  an offset is taken as UTC), and ``null`` where the service may leave them out;
-* a missing identifier (``task_id``, ``project_id``) is a malformed response;
+  an offset is taken as UTC; a leap second is ``23:59:59.999999``);
+* a missing identifier (``task_id``, ``project_id``) is a malformed response, and so is a
+  field of the wrong JSON type (``null`` where the model's field cannot be ``None``, a text
+  where a number belongs, a number for a date) or a number that is not finite: an answer
+  is read exactly or not at all, never with a substitute;
 * a text that holds an API key (a hostile service's echo) reads ``<redacted>``, so no model's
   repr, pickle or ``to_dict()`` carries it.
 
@@ -15,12 +18,13 @@ Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
-import cattrs
 
 from ._dates import parse_datetime
 from ._enums import (
@@ -313,14 +317,13 @@ def structure(data: Mapping[str, Any], cls: type[_T]) -> _T:
 
     Raises:
         TypeError: ``data`` is not a JSON object.
-        cattrs.BaseValidationError: A required field is missing or has the wrong type.
+        cattrs.BaseValidationError: A required field is missing, or a field has the wrong
+            type (``null`` included, unless the model's field may be ``None``) or a number
+            that is not finite.
     """
     if not isinstance(data, Mapping):
         raise TypeError(f"expected a JSON object for {cls.__name__}, got {type(data).__name__}")
-    # ``null`` for a list or an object the service documents as always present is read as
-    # empty, not as a parse failure.
-    cleaned = {k: v for k, v in data.items() if v is not None or k not in _EMPTY_WHEN_NULL}
-    return converter.structure(redact_value(cleaned), cls)
+    return converter.structure(redact_value(data), cls)
 
 
 _TASK_STATUS = {m.value: m for m in TaskStatus}
@@ -357,7 +360,7 @@ def structure_task(data: Any) -> Task:
                 parse_datetime(raw_result.get("finished_at")),
             )
         cost = data.get("credits_cost", 0.0)
-        if type(cost) not in (int, float):
+        if type(cost) not in (int, float) or not -math.inf < cost < math.inf:
             raise ValueError("unusual")  # noqa: TRY301
         model = data.get("model")
         if model is not None and type(model) is not str:
@@ -380,44 +383,20 @@ def structure_task(data: Any) -> Task:
         return structure(data, Task)
 
 
-def structure_lenient(data: Any, cls: type[_T]) -> tuple[_T, list[str]]:
-    """Parse like :func:`structure`, but leave a field that does not parse at its default.
+def readable_fields(data: Any, cls: type[Any]) -> dict[str, Any]:
+    """The fields of an answer that does not parse as ``cls`` which do, each as parsed.
 
-    For answers that carry an identifier the caller must not lose (a created task's
-    ``task_id``): one unreadable date must not hide it. Returns the model and the names of
-    the fields left at their default; a field with no default that does not parse raises as
-    in :func:`structure`.
+    What an error carries of an unreadable answer (a created task's ``task_id``, so that
+    nothing charged is lost): every field present whose value parses alone, redacted.
     """
-    try:
-        if cls is Task:
-            return structure_task(data), []  # type: ignore[return-value]
-        return structure(data, cls), []
-    except cattrs.BaseValidationError as exc:
-        original = exc
-    data = redact_value(data)
-    dropped: list[str] = []
-    kept: dict[str, Any] = {}
-    for field in attrs.fields(cls):  # type: ignore[arg-type]
-        if field.name not in data:
-            continue
-        value = data[field.name]
-        if value is None and field.name in _EMPTY_WHEN_NULL:
-            continue
-        try:
-            converter.structure(value, field.type)
-        except (cattrs.BaseValidationError, TypeError, ValueError, KeyError):
-            if field.default is attrs.NOTHING:
-                raise original from None
-            dropped.append(field.name)
-            continue
-        kept[field.name] = value
-    if any(f.default is attrs.NOTHING and f.name not in kept for f in attrs.fields(cls)):  # type: ignore[arg-type]
-        raise original
-    return converter.structure(kept, cls), dropped
+    data = redact_value(data) if isinstance(data, Mapping) else {}
+    readable: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        if field.name in data:
+            with contextlib.suppress(Exception):  # whatever the value does, it is not readable
+                readable[field.name] = converter.structure(data[field.name], field.type)
+    return readable
 
 
 #: ``to_dict()`` of a model, for the CLI's and the ledger's callers (prefer ``to_dict()``).
 unstructure = converter.unstructure
-
-
-_EMPTY_WHEN_NULL = frozenset({"task_ids", "tasks", "billing"})

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar, Union
+from typing import Any, NoReturn, TypeVar, Union
 
+import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn
 
 from ._dates import format_datetime, parse_datetime
 from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep, TaskStatus
@@ -23,12 +26,12 @@ from ._enums import FunctionMode, Model, ProjectMode, ProjectStatus, ProjectStep
 _S = TypeVar("_S", bound="Serializable")
 
 
-def _enum_or_str(enum_cls: type[enum.Enum]) -> Any:
+def _enum_or_str(enum_cls: type[enum.Enum], optional: bool) -> Any:
     def structure(value: Any, _type: Any) -> Any:
-        if value is None:
+        if value is None and optional:
             return None
         if not isinstance(value, str):
-            raise ValueError(f"expected a string for {enum_cls.__name__}, got {value!r}")  # noqa: TRY004
+            _wrong(value, f"a string for {enum_cls.__name__}")
         try:
             return enum_cls(value)
         except ValueError:
@@ -41,22 +44,42 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
 
+def _wrong(value: Any, expected: str) -> NoReturn:
+    kind = "null" if value is None else f"{type(value).__name__} {value!r:.40}"
+    raise ValueError(f"expected {expected}, got {kind}")
+
+
 def _number(value: Any, _type: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")  # noqa: TRY004
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _wrong(value, "a number")
     try:
-        return float(value)
-    except OverflowError as exc:  # an integer beyond the largest float
-        raise ValueError("expected a number, got one beyond the float range") from exc
+        number = float(value)
+    except OverflowError:  # an integer beyond the largest float
+        number = math.inf
+    return number if math.isfinite(number) else _wrong(value, "a finite number")
 
 
 def _text(value: Any, _type: Any) -> str:
     if isinstance(value, str):
         return value
-    # Never str(): a null id would read "None", an object its Python repr.
-    raise ValueError(f"expected a string, got {type(value).__name__}")
+    _wrong(value, "a string")  # never str(): a null id would read "None"
+
+
+def _list_of(made: cattrs.Converter) -> Any:
+    """``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b)."""
+    return lambda v, t: (
+        made._structure_tuple(v, t) if isinstance(v, list | tuple) else _wrong(v, "a list")
+    )
+
+
+def _object_of(made: cattrs.Converter) -> Any:
+    """An attrs class from a JSON object only (cattrs reads ``""`` as an object of defaults)."""
+
+    def factory(cls: Any) -> Any:
+        fields = make_dict_structure_fn(cls, made)
+        return lambda v, t: fields(v, t) if isinstance(v, Mapping) else _wrong(v, "an object")
+
+    return factory
 
 
 def _make_converter() -> cattrs.Converter:
@@ -65,16 +88,45 @@ def _make_converter() -> cattrs.Converter:
     made.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
+    made.register_structure_hook_factory(attrs.has, _object_of(made))
+    is_tuple = lambda t: getattr(t, "__origin__", None) is tuple  # noqa: E731
+    made.register_structure_hook_func(is_tuple, _list_of(made))
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
-        hook = _enum_or_str(enum_cls)
-        for union in (Union[enum_cls, str], Union[enum_cls, str, None]):  # noqa: UP007
-            made.register_structure_hook(union, hook)
+        for union, optional in ((Union[enum_cls, str], False), (Union[enum_cls, str, None], True)):  # noqa: UP007
+            made.register_structure_hook(union, _enum_or_str(enum_cls, optional))
             made.register_unstructure_hook(union, _plain)
     return made
 
 
 #: The converter of every attrs class of the SDK (the models parse the service's answers by it).
 converter = _make_converter()
+
+
+class NotFinite(ValueError):
+    """A number JSON cannot hold (NaN, Infinity), at ``path``."""
+
+    rule = "must be a finite number (JSON has no NaN or Infinity)"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path}: {self.rule}")
+        self.path = path
+
+
+def finite_json(value: Any, path: str, **options: Any) -> str:
+    """``json.dumps(value, **options)`` refusing NaN and Infinity: ``NotFinite``, its path."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        stack = [(path, value)]
+        while stack:
+            at, item = stack.pop()
+            if isinstance(item, float) and not math.isfinite(item):
+                raise NotFinite(at or "value") from None
+            if isinstance(item, Mapping):
+                stack += [(f"{at}.{k}" if at else str(k), v) for k, v in item.items()]
+            elif isinstance(item, (list, tuple)):
+                stack += [(f"{at}[{i}]", v) for i, v in enumerate(item)]
+        raise
 
 
 class Serializable:
@@ -100,8 +152,11 @@ class Serializable:
 
         Returns:
             ``json.dumps(self.to_dict())``.
+
+        Raises:
+            ValueError: A number that is not finite (JSON has none), named by its path.
         """
-        return json.dumps(self.to_dict(), **dumps)
+        return finite_json(self.to_dict(), type(self).__name__, **dumps)
 
     @classmethod
     def from_dict(cls: type[_S], data: Mapping[str, Any]) -> _S:

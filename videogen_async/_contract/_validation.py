@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ._exceptions import InvalidRequestError
+from ._serial import NotFinite, finite_json
 from ._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST, Body, Field, MaxItemsWhen
 
 
@@ -274,3 +275,13 @@ def check_id(field: str, value: Any) -> str:
 validate_task_request = functools.partial(check_body, TASK_REQUEST)
 validate_project_request = functools.partial(check_body, PROJECT_REQUEST)
 validate_videos_request = functools.partial(check_body, VIDEOS_REQUEST)
+
+
+def json_text(value: Any, path: str, **options: Any) -> str:
+    """Every JSON the SDK sends or writes: NaN or Infinity is refused, named by its path."""
+    try:
+        return finite_json(value, path, **options)
+    except NotFinite as exc:
+        raise InvalidRequestError(
+            exc.path, "must be a finite number (JSON has no NaN or Infinity)"
+        ) from None

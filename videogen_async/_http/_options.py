@@ -9,7 +9,6 @@ holding an API key); ``Cookie`` is allowed, since the service authenticates by t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
@@ -18,6 +17,7 @@ import attrs
 
 from .._contract._exceptions import InvalidRequestError
 from .._contract._redact import holds_api_key
+from .._contract._validation import json_text
 from ._session import Timeout
 
 Headers = Mapping[str, str | None]
@@ -166,7 +166,9 @@ def _body(body: Mapping[str, Any]) -> dict[str, Any]:
     if not all(isinstance(name, str) for name in fields):
         raise _fail("extra_body", "field names must be strings")
     try:
-        json.dumps(fields)
+        json_text(fields, "extra_body")
+    except InvalidRequestError:
+        raise
     except (TypeError, ValueError) as exc:
         raise _fail("extra_body", f"must be JSON-serializable ({exc})") from None
     return fields

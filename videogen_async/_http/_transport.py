@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import math
 import random
@@ -29,6 +28,7 @@ from yarl import URL
 from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
 from .._contract._meta import ResponseInfo
 from .._contract._redact import drop_locals, register_secret
+from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
@@ -229,7 +229,7 @@ class Transport:
         text = self._encoded_base + path + ("?" + query if query else "")
         if options.extra_body is not None:
             json_body = {**(json_body or {}), **options.extra_body}
-        body = None if json_body is None else json.dumps(json_body).encode()
+        body = None if json_body is None else json_text(json_body, "").encode()
         headers = self._headers
         if body is not None:
             headers = {**headers, "Content-Type": "application/json"}

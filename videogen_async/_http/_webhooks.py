@@ -32,6 +32,7 @@ from .._contract._exceptions import (
     WebhookVerificationError,
 )
 from .._contract._redact import redact_text
+from .._contract._validation import json_text
 from ._envelope import user_agent
 from ._options import check_headers
 from ._session import proxy_for
@@ -232,7 +233,7 @@ class Webhook:
             "timestamp": datetime.now(timezone.utc).isoformat(),
             "data": entry.to_dict(),
         }
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        body = json_text(payload, "", separators=(",", ":"), ensure_ascii=False).encode()
         msg_id = message_id(entry)
         stamp = int(time.time())
         headers = {

@@ -15,7 +15,7 @@ import attrs
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._contract._service import TASK_REQUEST
-from .._contract._validation import validate_task_request
+from .._contract._validation import json_text, validate_task_request
 from .._http._options import CallOptions
 from ._creates import Creator, PriceEstimate, check_key
 from ._dispatch import Dispatches
@@ -133,6 +133,8 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
                 :meth:`resend`).
             BudgetExceededError: The create could pass ``max_credits``; nothing was sent.
             APIStatusError: The service refused the create (the entry is ``refused``).
+            APIResponseError: The answer names the task's id but is otherwise unreadable: the
+                entry is ``pending`` with that id (the watchers poll it), as is the error.
             LedgerError: The ledger could not be used (nothing was sent), or the answer could
                 not be recorded: its id is then kept and written back later (the message says
                 where).
@@ -147,7 +149,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         if isinstance(duration, bool) or not isinstance(duration, int):
             rule = "its duration must be a whole number of seconds (the ledger prices by it)"
             raise InvalidRequestError("extra_body", rule)
-        request = json.dumps({**body, "extra_body": extra} if extra else body, sort_keys=True)
+        request = json_text({**body, "extra_body": extra} if extra else body, "", sort_keys=True)
         new = NewEntry(key, "task", request, model, duration, metadata=meta)
         estimate = self._creator.estimate(model, duration)
         fields = {name: value for name, value in body.items() if name != "prompt"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 
+from .._contract._validation import json_text
 from .._waiting._schedule import FinishTimeStats
 from ._claims import load_classes, save_class
 from ._store import Store
@@ -28,7 +29,7 @@ def class_text(key: object) -> str | None:
 
 
 def _encode(stats: FinishTimeStats) -> str:
-    return json.dumps({"bins": [list(pair) for pair in stats.bins], "count": stats.count})
+    return json_text({"bins": [list(p) for p in stats.bins], "count": stats.count}, "stats")
 
 
 def _decode(text: str) -> FinishTimeStats | None:

@@ -15,6 +15,7 @@ import logging
 import math
 import random
 import re
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ import attrs
 
 from .._contract._exceptions import (
     AmbiguousCreateError,
+    APIResponseError,
     BudgetExceededError,
     InvalidRequestError,
     LedgerError,
@@ -49,6 +51,7 @@ PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
 
 def check_key(key: Any) -> str:
@@ -122,7 +125,8 @@ class Creator:
             except Refused as refused:
                 start = refused.start
             if start.outcome == "new":
-                return await self._send(key, send)
+                kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
+                return await self._send(key, send, kind, estimate)
             if start.outcome == "existing":
                 return await self._existing(key, start.row)
             if start.outcome == "budget":
@@ -159,16 +163,24 @@ class Creator:
             raise AmbiguousCreateError(key, entry, entry.error)
         return entry
 
-    async def _send(self, key: str, send: Callable[[], Awaitable[Any]]) -> LedgerEntry:
+    async def _send(
+        self, key: str, send: Callable[[], Awaitable[Any]], kind: str, estimate: float | None
+    ) -> LedgerEntry:
+        unreadable = None
         try:
             created = await send()
         except VideoGenError as exc:
             ambiguous = exc.request_may_have_taken_effect
-            state = "unknown" if ambiguous else "refused"
-            row = await self._settle(key, settle_failed, state, str(exc))
-            if ambiguous:
-                raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
-            raise
+            read = exc.readable if isinstance(exc, APIResponseError) else {}
+            if not ambiguous or _CHARGED.get(kind) not in read:
+                state = "unknown" if ambiguous else "refused"
+                row = await self._settle(key, settle_failed, state, str(exc))
+                if ambiguous:
+                    raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
+                raise
+            # An answer read in part that names what it created: recorded (the watchers poll
+            # it), then its error raised.
+            created, unreadable = types.SimpleNamespace(**read), exc
         except BaseException as exc:
             # Cancelled (or a bug) while the request may have been on the wire: one attempt,
             # so that a Ctrl-C is not held up; if it fails, the next operation writes it.
@@ -187,7 +199,7 @@ class Creator:
         # A batch's ids are its tasks' (each checked as it is recorded); the project's id
         # echoed with them is neither checked nor kept: the ledger wrote it ahead.
         problem = None if batch is not None else unpollable(field, found)
-        cost = getattr(created, "credits_cost", 0.0)
+        cost = getattr(created, "credits_cost", estimate or 0.0)
         cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else 0.0
         known = None if problem or batch is not None else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
@@ -197,6 +209,8 @@ class Creator:
         )
         if problem is not None:
             raise AmbiguousCreateError(key, entry, problem)
+        if unreadable is not None:
+            raise unreadable
         return entry
 
     async def _settle(self, key: str, plan: Callable[..., Any], *args: Any) -> Any:

@@ -19,6 +19,7 @@ import attrs
 from .._contract._exceptions import InvalidRequestError
 from .._contract._models import Task, structure, unstructure
 from .._contract._serial import Serializable
+from .._contract._validation import json_text
 
 MAX_METADATA_BYTES = 16 * 1024
 """The largest metadata, as JSON text in UTF-8 (and at most 8 levels deep)."""
@@ -91,7 +92,7 @@ class LedgerEntry(Serializable):
 
 def task_to_json(task: Task) -> str:
     """The task as the JSON the ledger stores."""
-    return json.dumps(unstructure(task), separators=(",", ":"))
+    return json_text(unstructure(task), "task", separators=(",", ":"))
 
 
 _COPIED = (  # the columns an entry takes as they are
@@ -143,10 +144,12 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     if _depth(value, field) > 8:
         raise InvalidRequestError(field, "must nest at most 8 levels")
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False, default=_refuse)  # fmt: skip
+        text = json_text(value, field, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                         default=_refuse)  # fmt: skip
         text = _NUMBER.sub(_digits, text)
         size = len(text.encode())
+    except InvalidRequestError:
+        raise
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
         raise InvalidRequestError(field, f"must hold JSON values only ({exc})") from None
     if "\\u0000" in text:

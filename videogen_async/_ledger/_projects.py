@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from .._contract._exceptions import LedgerError
+from .._contract._validation import json_text
 from ._creates import Creator, check_key
 from ._entry import LedgerEntry, check_metadata, entry_from_row, load_metadata
 from ._plans import NewEntry, add_batch_tasks, batch_entries, batch_tasks, begin_create, get
@@ -60,7 +60,7 @@ class ProjectCreates:
         meta = check_metadata(metadata)
         urls = list(product_image_urls)
         request = {"reference_video_url": reference_video_url, "product_image_urls": urls}
-        text = json.dumps({**request, **project_fields}, sort_keys=True, default=str)
+        text = json_text({**request, **project_fields}, "", sort_keys=True, default=str)
         duration = project_fields.get("duration")
         new = NewEntry(key, "project", text, None, duration, metadata=meta)
         send = lambda: client.projects.create(reference_video_url, urls, **project_fields)  # noqa: E731
@@ -129,7 +129,7 @@ class ProjectCreates:
         project_id = row["project_id"]
         batch = f"{key}/videos/{uuid.uuid4().hex}" if batch_key is None else check_key(batch_key)
         meta = check_metadata({**load_metadata(row["metadata"]), **(metadata or {})})
-        text = json.dumps({"project": key, **batch_fields}, sort_keys=True, default=str)
+        text = json_text({"project": key, **batch_fields}, "", sort_keys=True, default=str)
         new = NewEntry(batch, "videos", text, None, None, project_id=project_id, metadata=meta)
         send = lambda: client.projects.create_videos(project_id, **batch_fields)  # noqa: E731
         await self._creator.create(begin_create, new, batch, 0.0, send)

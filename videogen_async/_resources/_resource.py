@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import cattrs
+from cattrs.v import format_exception
 
 from .._contract._exceptions import APIResponseError
 from .._contract._meta import RESPONSE_SLOT
-from .._contract._models import structure_lenient
+from .._contract._models import Task, readable_fields, structure, structure_task
 from .._contract._redact import scrub_exception
 from .._http._envelope import Response
 from .._http._jsonbody import clip, short_repr
@@ -26,6 +27,8 @@ from .._waiting._policy import PollPolicy
 _T = TypeVar("_T")
 _set_slot = object.__setattr__  # the response slot of a frozen result, set once at parse time
 logger = logging.getLogger("videogen_async")
+# A field's failure in the converter's own words ("expected a number, got str 'x'").
+_why = lambda e, t: str(e) if isinstance(e, ValueError) and str(e) else format_exception(e, t)  # noqa: E731
 
 
 class Resource:
@@ -76,15 +79,19 @@ class Resource:
         return created
 
     def _parse(self, response: Response, cls: type[_T], *, created: bool = False) -> _T:
-        """Parse ``response.data`` into ``cls``, never losing an identifier.
+        """Parse ``response.data`` into ``cls``: exactly, or an ``APIResponseError``.
 
-        A field that does not parse is logged and left at its default; a missing identifier
-        is an ``APIResponseError`` (which, for a creating call, says the request took effect).
+        The error names each field that does not parse, and carries those that do
+        (``readable``, ``task_id``, ``project_id``); for a creating call it says that the
+        request took effect.
         """
         # No local holds the data: a traceback printed with its locals shows only the
         # response, whose repr is bounded and redacted.
         try:
-            value, dropped = structure_lenient(response.data, cls)
+            if cls is Task:
+                value: _T = structure_task(response.data)  # type: ignore[assignment]
+            else:
+                value = structure(response.data, cls)
         except Exception as exc:  # whatever the data does, it is the answer's fault
             reason = _reason(exc, cls.__name__)
             excerpt = short_repr(response.data)
@@ -95,14 +102,8 @@ class Resource:
                 body_excerpt=excerpt,
                 trace_id=response.trace_id,
                 request_may_have_taken_effect=created,
+                readable=readable_fields(response.data, cls),
             ) from exc
-        if dropped:
-            logger.warning(
-                "ignored unreadable fields of %s: %s (trace_id=%s)",
-                cls.__name__,
-                ", ".join(dropped),
-                response.trace_id,
-            )
         info = response.info
         if info is not None:
             _set_slot(value, RESPONSE_SLOT, info)
@@ -113,7 +114,8 @@ def _reason(exc: Exception, name: str) -> str:
     """Why the data did not parse, in words, bounded and redacted."""
     try:
         if isinstance(exc, cattrs.BaseValidationError):
-            text = "; ".join(cattrs.transform_error(exc, path=name))
+            found = cattrs.transform_error(exc, path=name, format_exception=_why)  # "why @ at"
+            text = "; ".join(f"{at}: {why}" for why, _, at in (e.rpartition(" @ ") for e in found))
         else:
             text = str(exc) or type(exc).__name__
     except Exception:  # describing a hostile value must not fail in turn

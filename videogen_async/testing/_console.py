@@ -11,7 +11,6 @@ browser cannot send the Bearer header), shows no secret, and reads the sandbox's
 from __future__ import annotations
 
 import html
-import json
 import secrets
 import time
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from .._contract._validation import json_text
 from ._truth import ServerTruth
 
 CONSOLE_PATH = "/_sandbox/console"
@@ -137,7 +137,7 @@ def _live(source: ServerTruth) -> str:
     ]
     fired = {kind: count for kind, count in source.stats().faults.items() if count}
     fault_rows = [[_e(kind), _e(count)] for kind, count in sorted(fired.items())]
-    rules = [json.dumps(rule.to_dict(), sort_keys=True) for rule in source.faults.rules]
+    rules = [json_text(rule.to_dict(), "fault", sort_keys=True) for rule in source.faults.rules]
 
     available = balance.get("api_available_credits")
     total = balance.get("api_total_credits")

@@ -11,11 +11,11 @@ answered 400. The control endpoints under ``/_sandbox/`` are left out.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .._contract._service import ENDPOINTS, Endpoint
+from .._contract._validation import json_text
 from ._schemas import ID_PATTERN, component_schemas, ref
 
 
@@ -223,7 +223,7 @@ def openapi_json(server_url: str | None = None) -> str:
     Args:
         server_url: As for :func:`build_openapi`.
     """
-    return json.dumps(build_openapi(server_url), indent=2, ensure_ascii=False) + "\n"
+    return json_text(build_openapi(server_url), "", indent=2, ensure_ascii=False) + "\n"
 
 
 def write_openapi(path: str | Path) -> Path:

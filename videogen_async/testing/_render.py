@@ -8,7 +8,6 @@ producer (or the other way round) fails at import, in every test.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,6 +16,7 @@ import attrs
 from aiohttp import web
 
 from .._contract._service import SHAPES
+from .._contract._validation import json_text
 from ._clock import SandboxClock
 from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
 
@@ -54,11 +54,8 @@ def envelope_response(
 ) -> web.Response:
     """An answer in the service's envelope, with a fresh ``trace_id`` (also ``X-Trace-Id``)."""
     trace_id = uuid.uuid4().hex
-    body = json.dumps(
-        {"code": code, "trace_id": trace_id, "message": message, "data": data},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    envelope = {"code": code, "trace_id": trace_id, "message": message, "data": data}
+    body = json_text(envelope, "", separators=(",", ":"), ensure_ascii=False)
     all_headers = {"X-Trace-Id": trace_id}
     if headers:
         all_headers.update(headers)
