@@ -426,7 +426,20 @@ def has_open(owner: str) -> Plan[bool]:
 
 
 def prune_changes(plan: Plan[Any]) -> Plan[Any]:
-    """``plan``, then the changes older than :data:`CHANGES_KEPT` forgotten."""
+    """``plan``, then the changes older than :data:`CHANGES_KEPT` forgotten (up to a position).
+
+    Every position up to theirs goes, and the last one is kept as ``changes_pruned``.
+    """
     result = yield from plan
-    yield q("DELETE FROM videogen_ledger_changes WHERE at < {now} - $1", CHANGES_KEPT)
+    old = yield from first(
+        "SELECT max(seq) AS seq FROM videogen_ledger_changes WHERE at < {now} - $1", CHANGES_KEPT
+    )
+    if old is not None and old["seq"] is not None:
+        yield q("DELETE FROM videogen_ledger_changes WHERE seq <= $1", old["seq"])
+        yield q(
+            "INSERT INTO videogen_ledger_meta (name, value) VALUES ('changes_pruned', $1)"
+            " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+            " WHERE CAST(videogen_ledger_meta.value AS BIGINT) < CAST(excluded.value AS BIGINT)",
+            str(old["seq"]),
+        )
     return result
