@@ -31,7 +31,7 @@ import anyio
 
 from .._contract._exceptions import LedgerError
 from ._schema import CHANNEL, POSTGRES, SQLITE, Plan, Step, first, q
-from ._store import DatabaseUnavailable, Engine, Signal
+from ._store import DatabaseUnavailable, Engine, Listening, Signal
 
 try:
     import asyncpg
@@ -467,10 +467,8 @@ _DRIVER_ERRORS: tuple[type[Exception], ...] = (
 _FAILURES: tuple[type[Exception], ...] = (OSError, asyncio.TimeoutError, *_DRIVER_ERRORS)
 
 
-class _Versions:
+class _Versions(Listening):
     """SQLite: ``PRAGMA data_version``, read every :data:`SQLITE_PERIOD` s off the loop."""
-
-    lost = False
 
     def __init__(self, engine: SQLiteEngine) -> None:
         self._engine = engine
@@ -490,11 +488,8 @@ class _Versions:
                     self._version = version
                     return
 
-    async def close(self) -> None:
-        return None
 
-
-class _Notices:
+class _Notices(Listening):
     """PostgreSQL: a ``LISTEN`` connection of its own; a notice fires ``changed``."""
 
     def __init__(self, engine: PostgresEngine, changed: Signal) -> None:

@@ -34,26 +34,27 @@ from .._http._retry import decide_retry
 from ._creates import check_key
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
-from ._schema import CHANGES_KEPT, Plan, first, q
+from ._schema import CHANGES_KEPT, Plan, q
 from ._store import DATABASE_BACKOFF, Signal, Store
 
 logger = logging.getLogger("videogen_async")
 
 GAP_TTL = 120.0
 """Seconds a sequence number passed over is waited for at most (twice the longest statement)."""
-GAP_PERIOD = 0.05
-"""Seconds between two reads while a number passed over holds changes back."""
 _PAGE = 1000
 _ERRORS = (LedgerError, OSError, asyncio.TimeoutError)
 _Send = MemoryObjectSendStream[LedgerEntry]
 
 
-def _read_changes(top: int, gaps: list[int]) -> Plan[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = yield q(  # one row at least: the transactions running
-        "SELECT c.seq, c.key, c.state, c.entry, s.busy FROM (SELECT {in_progress} AS busy) AS s"
-        " LEFT JOIN videogen_ledger_changes AS c ON c.seq > $1 OR c.seq IN (numbers($2))"
-        " ORDER BY c.seq LIMIT $3",
-        *(top, json.dumps(gaps), _PAGE),
+def _read_changes(after: int, gaps: list[int], until: int = 2**62) -> Plan[list[dict[str, Any]]]:
+    rows: list[dict[str, Any]] = yield q(  # one row at least: what the statement saw
+        "SELECT c.seq, c.key, c.state, c.entry, s.* FROM (SELECT {in_progress} AS busy,"
+        " (SELECT value FROM videogen_ledger_meta WHERE name = 'changes_pruned') AS pruned,"
+        " (SELECT min(seq) FROM videogen_ledger_changes) AS oldest) AS s"
+        " LEFT JOIN (SELECT seq, key, state, entry FROM videogen_ledger_changes WHERE seq > $1"
+        " AND seq <= $2 UNION ALL SELECT seq, key, state, entry FROM videogen_ledger_changes"
+        " WHERE seq IN (numbers($3))) AS c ON true ORDER BY c.seq LIMIT $4",  # the index, twice
+        *(after, until, json.dumps(gaps), _PAGE),
     )
     return rows
 
@@ -61,26 +62,6 @@ def _read_changes(top: int, gaps: list[int]) -> Plan[list[dict[str, Any]]]:
 def _newest() -> Plan[list[int]]:
     rows = yield q("SELECT seq FROM videogen_ledger_changes ORDER BY seq DESC LIMIT 1000")
     return [int(row["seq"]) for row in rows]
-
-
-def _read_kept(after: int, until: int) -> Plan[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = yield q(
-        "SELECT seq, key, state, entry FROM videogen_ledger_changes WHERE seq > $1 AND seq <= $2"
-        " ORDER BY seq LIMIT $3",
-        *(after, until, _PAGE),
-    )
-    # Read after the rows: a prune that took any of them has said so by now.
-    pruned = yield from first(
-        "SELECT value FROM videogen_ledger_meta WHERE name = 'changes_pruned'"
-    )
-    if pruned is not None and int(pruned["value"]) > after:
-        oldest = yield from first("SELECT min(seq) AS seq FROM videogen_ledger_changes")
-        raise LedgerError(
-            f"ledger changes after position {after} are no longer kept (kept"
-            f" {CHANGES_KEPT / 3600:g} h; positions up to {pruned['value']} were pruned): the"
-            f" oldest position still kept is {(oldest or {}).get('seq') or 'none'}"
-        )
-    return rows
 
 
 def _as_entry(row: dict[str, Any]) -> LedgerEntry:
@@ -96,7 +77,7 @@ class Listener:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._top: int | None = None
+        self.top = 0  # the highest position read (0: none)
         # A number passed over -> when first missed, and the transactions that may still
         # commit it (None: not read since).
         self._gaps: dict[int, tuple[float, frozenset[int] | None]] = {}
@@ -114,11 +95,6 @@ class Listener:
     def handed_on(self) -> int:
         """The position up to which every change is known (read, or never coming)."""
         return min(self._gaps) - 1 if self._gaps else self.top
-
-    @property
-    def top(self) -> int:
-        """The highest position read (0: none)."""
-        return self._top or 0
 
     def subscribe(
         self, keys: frozenset[str] | None, states: frozenset[str] | None
@@ -183,7 +159,9 @@ class Listener:
                     while not source.lost:
                         event = changed.event
                         await self._read()
-                        await source.wait(event, GAP_PERIOD if self._gaps else math.inf)
+                        await source.wait(
+                            event, 0.05 if self._gaps else math.inf
+                        )  # held back: poll
                 except _ERRORS as exc:
                     error, failures = exc, failures + 1
                     logger.warning(
@@ -201,26 +179,25 @@ class Listener:
 
     def _start_after(self, newest: list[int]) -> None:
         if newest:  # the numbers missing among the newest may still commit
-            self._top = newest[0]
+            self.top = newest[0]
             present, now = set(newest), anyio.current_time()
             self._gaps = {n: (now, None) for n in range(newest[-1], newest[0]) if n not in present}
 
     async def _read(self) -> None:
         while True:
-            top = -1 if self._top is None else self._top
-            rows = await self._store.read(_read_changes, top, sorted(self._gaps))
+            rows = await self._store.read(_read_changes, self.top, sorted(self._gaps))
             now = anyio.current_time()
             for row in rows:
                 if row["seq"] is None:  # no change: the transactions running only
                     continue
                 seq = int(row["seq"])
-                if self._top is None:  # the first change of an empty log: a few below may come
-                    self._top = max(seq - 100, 0)
-                if seq > self._top:
+                if not self.top:  # the first change of an empty log: a few below may come
+                    self.top = max(seq - 100, 0)
+                if seq > self.top:
                     self._gaps.update(
-                        (n, (now, None)) for n in range(max(self._top + 1, seq - 1000), seq)
+                        (n, (now, None)) for n in range(max(self.top + 1, seq - 1000), seq)
                     )
-                    self._top = seq
+                    self.top = seq
                 elif self._gaps.pop(seq, None) is None:
                     continue
                 self._held[seq] = row
@@ -287,11 +264,12 @@ class Waits:
             AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
         key = check_key(key)
-        if timeout is not None and (
+        if (
             isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or math.isnan(timeout)
-            or timeout < 0
+            or not isinstance(timeout, (int, float, type(None)))
+            or (
+                timeout is not None and not timeout >= 0  # NaN is not
+            )
         ):
             raise InvalidRequestError("timeout", "must be seconds >= 0 or None")
         listener, keys, entry = self._listening(), frozenset({key}), None
@@ -352,9 +330,7 @@ class Waits:
             LedgerError: On its first step: changes after ``after`` were pruned (the message
                 names the oldest position still kept).
         """
-        if after is not None and (
-            isinstance(after, bool) or not isinstance(after, int) or after < 0
-        ):
+        if not (after is None or (type(after) is int and after >= 0)):  # a bool is not
             raise InvalidRequestError("after", f"must be a position (an int >= 0), got {after!r}")
         wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
         wanted_states = None if states is None else frozenset(states)
@@ -394,11 +370,19 @@ class Changes:
         return self
 
     async def _read_kept(self) -> None:
-        rows = await self._store.read(_read_kept, self._read, self._until)
+        rows = await self._store.read(_read_changes, self._read, [], self._until)
+        seen = rows[0]  # the pruned and the oldest positions, as this read saw them
+        if seen["pruned"] is not None and int(seen["pruned"]) > self._read:
+            raise LedgerError(
+                f"ledger changes after position {self._read} were pruned (kept {CHANGES_KEPT:g}"
+                f" s): the oldest position still kept is {seen['oldest'] or 'none'}"
+            )
         self._read = self._until if len(rows) < _PAGE else int(rows[-1]["seq"])
         for row in rows:
-            if (self._keys is None or row["key"] in self._keys) and (
-                self._states is None or row["state"] in self._states
+            if (
+                row["seq"] is not None
+                and (self._keys is None or row["key"] in self._keys)
+                and (self._states is None or row["state"] in self._states)
             ):
                 self._kept.append(_as_entry(row))
 

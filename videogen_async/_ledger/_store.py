@@ -66,10 +66,10 @@ async def first_of(events: Iterable[anyio.Event], seconds: float) -> None:
                 tg.start_soon(one, event)
 
 
-class Listening(Protocol):
+class Listening:
     """How an engine wakes a change listener (``_listen``); ``lost``: its connection was."""
 
-    lost: bool
+    lost = False
 
     async def open(self) -> None:
         """Start listening."""
