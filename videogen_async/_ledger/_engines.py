@@ -472,10 +472,7 @@ class _Versions(Listening):
 
     def __init__(self, engine: SQLiteEngine) -> None:
         self._engine = engine
-        self._version: Any = None
-
-    async def open(self) -> None:
-        self._version = await self._engine.run(first("PRAGMA data_version"), write=False)
+        self._version: Any = None  # unknown: the first read of it wakes the listener
 
     async def wait(self, event: anyio.Event, seconds: float) -> None:
         with anyio.move_on_after(seconds):
@@ -495,7 +492,6 @@ class _Notices(Listening):
     def __init__(self, engine: PostgresEngine, changed: Signal) -> None:
         self._engine, self._changed = engine, changed
         self._conn: Any = None
-        self.lost = False
 
     async def open(self) -> None:
         self.lost = False

@@ -264,13 +264,8 @@ class Waits:
             AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
         key = check_key(key)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float, type(None)))
-            or (
-                timeout is not None and not timeout >= 0  # NaN is not
-            )
-        ):
+        number = not isinstance(timeout, bool) and isinstance(timeout, (int, float))
+        if timeout is not None and not (number and timeout >= 0):  # NaN is not >= 0
             raise InvalidRequestError("timeout", "must be seconds >= 0 or None")
         listener, keys, entry = self._listening(), frozenset({key}), None
         send, receive = listener.subscribe(keys, None)
