@@ -159,9 +159,8 @@ class Listener:
                     while not source.lost:
                         event = changed.event
                         await self._read()
-                        await source.wait(
-                            event, 0.05 if self._gaps else math.inf
-                        )  # held back: poll
+                        # Changes held back by a number passed over: read again soon.
+                        await source.wait(event, 0.05 if self._gaps else math.inf)
                 except _ERRORS as exc:
                     error, failures = exc, failures + 1
                     logger.warning(
