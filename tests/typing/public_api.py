@@ -109,6 +109,10 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
                 print(record.key, record.state, record.task_id)
         held: vg.LedgerEntry | None = await ledger.get("fox-1")
         print(entry.state, held)
+        async with ledger.changes(keys=["fox-1"], after=0) as changes:
+            async for change in changes:
+                position: int | None = change.position
+                print(position)
     del script, failed, path, again
 
 

@@ -31,8 +31,8 @@ import anyio
 
 from .._contract._exceptions import LedgerError
 from ._entry import meta_has, meta_value
-from ._schema import POSTGRES, SQLITE, Plan, Step, q
-from ._store import DatabaseUnavailable, Engine
+from ._schema import CHANNEL, POSTGRES, SQLITE, Plan, Step, first, q
+from ._store import DatabaseUnavailable, Engine, Listening, Signal
 
 try:
     import asyncpg
@@ -50,6 +50,10 @@ _T = TypeVar("_T")
 _FLOCK: bool = fcntl is not None
 _CREATOR = re.compile(r"creator:\d+:([0-9a-f]{15})")
 """A creator holding a liveness lock (earlier versions held none: their ids have 12 digits)."""
+SQLITE_PERIOD = 0.02
+"""Seconds between two reads of SQLite's ``data_version`` by a change listener."""
+LISTENER_NAME = "videogen-async change listener"
+"""The ``application_name`` of a PostgreSQL change listener's connection."""
 
 
 def new_creator() -> str:
@@ -310,6 +314,9 @@ class SQLiteEngine:
             return set()
         return await anyio.to_thread.run_sync(lambda: {o for o in owners if check(o)})
 
+    def listen(self, changed: Signal) -> _Versions:
+        return _Versions(self)
+
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         life, self._life = self._life, None
@@ -413,7 +420,7 @@ class PostgresEngine:
         except BaseException as exc:
             if not isinstance(exc, Exception) or _unavailable(exc):
                 _terminate(conn)  # interrupted mid-operation: never handed out again
-            if isinstance(exc, (OSError, asyncio.TimeoutError, *_DRIVER_ERRORS)):
+            if isinstance(exc, _FAILURES):
                 raise self._error(exc) from exc
             raise  # the plan's own outcome, or a cancellation
         finally:
@@ -438,6 +445,9 @@ class PostgresEngine:
         keys = {int(token, 16): owner for owner in owners if (token := _token(owner))}
         return {keys[key] for key in await self.run(_free_locks(list(keys)), write=False)}
 
+    def listen(self, changed: Signal) -> _Notices:
+        return _Notices(self, changed)
+
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         _terminate(self._life)
@@ -457,6 +467,74 @@ _DRIVER_ERRORS: tuple[type[Exception], ...] = (
     if asyncpg is None
     else (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 )
+_FAILURES: tuple[type[Exception], ...] = (OSError, asyncio.TimeoutError, *_DRIVER_ERRORS)
+
+
+class _Versions(Listening):
+    """SQLite: ``PRAGMA data_version``, read every :data:`SQLITE_PERIOD` s off the loop."""
+
+    def __init__(self, engine: SQLiteEngine) -> None:
+        self._engine = engine
+        self._version: Any = None  # unknown: the first read of it wakes the listener
+
+    async def wait(self, event: anyio.Event, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            while not event.is_set():
+                with anyio.move_on_after(SQLITE_PERIOD):
+                    await event.wait()
+                    return
+                version = await self._engine.run(first("PRAGMA data_version"), write=False)
+                if version != self._version:
+                    self._version = version
+                    return
+
+
+class _Notices(Listening):
+    """PostgreSQL: a ``LISTEN`` connection of its own; a notice fires ``changed``."""
+
+    def __init__(self, engine: PostgresEngine, changed: Signal) -> None:
+        self._engine, self._changed = engine, changed
+        self._conn: Any = None
+
+    async def open(self) -> None:
+        self.lost = False
+        settings = {"application_name": LISTENER_NAME}  # for operators: which backend listens
+        try:
+            self._conn = await asyncpg.connect(
+                self._engine.url, timeout=10, server_settings=settings
+            )
+            self._conn.add_termination_listener(self._lose)
+            await self._conn.add_listener(CHANNEL, self._notice)
+        except _FAILURES as exc:
+            raise self._engine._error(exc) from exc
+
+    # Both async: asyncpg runs them in a task, where anyio knows the event loop (a plain
+    # callback runs outside any task, and older anyio cannot set an Event there).
+    async def _notice(self, *_: Any) -> None:
+        self._changed.fire()
+
+    async def _lose(self, *_: Any) -> None:
+        self.lost = True
+        self._changed.fire()
+
+    async def wait(self, event: anyio.Event, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            while True:
+                with anyio.move_on_after(30.0):
+                    await event.wait()
+                    return
+                try:  # quiet: is it still there?
+                    await self._conn.execute("SELECT 1", timeout=10)
+                except _FAILURES as exc:
+                    raise self._engine._error(exc) from exc
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
+            await conn.close()
+        _terminate(conn)  # still open: closing it timed out
 
 
 def _free_locks(keys: list[int]) -> Plan[list[int]]:

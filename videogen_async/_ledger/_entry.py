@@ -65,6 +65,9 @@ class LedgerEntry(Serializable):
             :meth:`Ledger.update_metadata`.
         version: The entry's changes so far (of its state or metadata), counted from 0: each
             process sees an entry's versions in this order.
+        position: The change's position, on an entry read as a change (``Ledger.changes``):
+            it only grows, and ``changes(after=position)`` resumes just after it; ``None``
+            otherwise. Not compared: the same entry read from the table is equal.
     """
 
     key: str
@@ -83,6 +86,7 @@ class LedgerEntry(Serializable):
     finished_at: datetime | None = None
     metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     version: int = 0
+    position: int | None = attrs.field(default=None, eq=False)
 
     @property
     def is_terminal(self) -> bool:
@@ -116,6 +120,7 @@ def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEn
         finished_at=from_epoch(row["finished_at"]),
         metadata=load_metadata(row.get("metadata")),
         version=int(row.get("version") or 0),
+        position=row.get("position"),
     )
 
 

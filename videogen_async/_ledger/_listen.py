@@ -1,11 +1,13 @@
 """``Ledger.wait`` and ``Ledger.changes``: every process's changes, pushed to this one.
 
-One :class:`Listener` per ledger reads the changes the schema's triggers record, in sequence
-order, and hands them to this process's waits, iterators and dispatchers. A sequence number is
-taken before its change commits, so numbers passed over (gaps) are read again until they come
-or are :data:`GAP_TTL` old: each change is handed on once, each entry's in commit order (its
-row stays locked until its change commits). Woken by ``NOTIFY`` (PostgreSQL), ``PRAGMA
-data_version`` (SQLite), and this process's commits.
+One :class:`Listener` per ledger reads the changes the schema's triggers record and hands
+them to this process's waits, iterators and dispatchers, in the order of their sequence
+numbers (their ``position``). A number is taken before its change commits, so a number passed
+over (a gap) holds back the changes after it until it comes, or is known never to come (the
+transactions running when it was first missed have ended: the dialect's ``{in_progress}``), or
+is :data:`GAP_TTL` old: each change is handed on once, in order, and a consumer that resumes
+after a position misses nothing. Woken by the engine (``Engine.listen``: ``NOTIFY`` on
+PostgreSQL, ``PRAGMA data_version`` on SQLite) and by this process's commits.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import json
 import logging
 import math
-import sqlite3
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,37 +32,29 @@ from .._contract._exceptions import (
 )
 from .._http._retry import decide_retry
 from ._creates import check_key
-from ._engines import _DRIVER_ERRORS, PostgresEngine, _terminate
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
-from ._schema import CHANNEL, Plan, first, q
+from ._schema import CHANGES_KEPT, Plan, q
 from ._store import DATABASE_BACKOFF, Signal, Store
-
-try:
-    import asyncpg
-except ImportError:  # pragma: no cover - the extra is installed in the test environment
-    asyncpg = None
 
 logger = logging.getLogger("videogen_async")
 
 GAP_TTL = 120.0
-"""Seconds a sequence number passed over is looked for (twice the longest statement)."""
-SQLITE_PERIOD = 0.02
-"""Seconds between two reads of SQLite's ``data_version``."""
-LISTENER_NAME = "videogen-async change listener"
-"""The ``application_name`` of a PostgreSQL listener's connection."""
+"""Seconds a sequence number passed over is waited for at most (twice the longest statement)."""
 _PAGE = 1000
-_ERRORS: tuple[type[Exception], ...] = (
-    *(LedgerError, OSError, asyncio.TimeoutError, sqlite3.Error, *_DRIVER_ERRORS),
-)
+_ERRORS = (LedgerError, OSError, asyncio.TimeoutError)
 _Send = MemoryObjectSendStream[LedgerEntry]
 
 
-def _read_changes(top: int, gaps: list[int]) -> Plan[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = yield q(
-        "SELECT seq, key, state, entry FROM videogen_ledger_changes"
-        " WHERE seq > $1 OR seq IN (numbers($2)) ORDER BY seq LIMIT $3",
-        *(top, json.dumps(gaps), _PAGE),
+def _read_changes(after: int, gaps: list[int], until: int = 2**62) -> Plan[list[dict[str, Any]]]:
+    rows: list[dict[str, Any]] = yield q(  # one row at least: what the statement saw
+        "SELECT c.seq, c.key, c.state, c.entry, s.* FROM (SELECT {in_progress} AS busy,"
+        " (SELECT value FROM videogen_ledger_meta WHERE name = 'changes_pruned') AS pruned,"
+        " (SELECT min(seq) FROM videogen_ledger_changes) AS oldest) AS s"
+        " LEFT JOIN (SELECT seq, key, state, entry FROM videogen_ledger_changes WHERE seq > $1"
+        " AND seq <= $2 UNION ALL SELECT seq, key, state, entry FROM videogen_ledger_changes"
+        " WHERE seq IN (numbers($3))) AS c ON true ORDER BY c.seq LIMIT $4",  # the index, twice
+        *(after, until, json.dumps(gaps), _PAGE),
     )
     return rows
 
@@ -70,74 +64,8 @@ def _newest() -> Plan[list[int]]:
     return [int(row["seq"]) for row in rows]
 
 
-def _data_version() -> Plan[Any]:
-    return (yield from first("PRAGMA data_version"))
-
-
-class _Notices:
-    """PostgreSQL: a ``LISTEN`` connection of its own; a notice fires ``changed``."""
-
-    def __init__(self, engine: PostgresEngine, changed: Signal) -> None:
-        self._url, self._changed = engine.url, changed
-        self._conn: Any = None
-        self.lost = False
-
-    async def open(self) -> None:
-        self.lost = False
-        settings = {"application_name": LISTENER_NAME}  # for operators: which backend listens
-        self._conn = await asyncpg.connect(self._url, timeout=10, server_settings=settings)
-        self._conn.add_termination_listener(self._lose)
-        await self._conn.add_listener(CHANNEL, self._notice)
-
-    # Both async: asyncpg runs them in a task, where anyio knows the event loop (a plain
-    # callback runs outside any task, and older anyio cannot set an Event there).
-    async def _notice(self, *_: Any) -> None:
-        self._changed.fire()
-
-    async def _lose(self, *_: Any) -> None:
-        self.lost = True
-        self._changed.fire()
-
-    async def wait(self, event: anyio.Event) -> None:
-        while True:
-            with anyio.move_on_after(30.0):
-                await event.wait()
-                return
-            await self._conn.execute("SELECT 1", timeout=10)  # quiet: is it still there?
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
-            await conn.close()
-        _terminate(conn)  # still open: closing it timed out
-
-
-class _Versions:
-    """SQLite: ``PRAGMA data_version``, read every :data:`SQLITE_PERIOD` s off the loop."""
-
-    lost = False
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._version: Any = None
-
-    async def open(self) -> None:
-        self._version = await self._store.read(_data_version)
-
-    async def wait(self, event: anyio.Event) -> None:
-        while not event.is_set():
-            with anyio.move_on_after(SQLITE_PERIOD):
-                await event.wait()
-                return
-            version = await self._store.read(_data_version)
-            if version != self._version:
-                self._version = version
-                return
-
-    async def close(self) -> None:
-        return None
+def _as_entry(row: dict[str, Any]) -> LedgerEntry:
+    return entry_from_row({**json.loads(row["entry"]), "position": int(row["seq"])})
 
 
 class Listener:
@@ -149,16 +77,24 @@ class Listener:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._top: int | None = None
-        self._gaps: dict[int, float] = {}  # sequence number -> when first missed
+        self.top = 0  # the highest position read (0: none)
+        # A number passed over -> when first missed, and the transactions that may still
+        # commit it (None: not read since).
+        self._gaps: dict[int, tuple[float, frozenset[int] | None]] = {}
+        self._held: dict[int, dict[str, Any]] = {}  # changes read after a gap, by number
         self._by_key: dict[str | None, dict[_Send, frozenset[str] | None]] = {}
-        self.terminal = Signal()
+        self.terminal, self.moved = Signal(), Signal()  # moved: handed_on may have grown
         self._ready = anyio.Event()
         self._task: asyncio.Task[None] | None = None
         # Stopped through its own cancel scope, not Task.cancel(): on Python 3.10 an anyio
         # scope whose deadline passes as the task is cancelled can take that cancellation for
         # its own and swallow it (no Task.uncancel), and the listener would never end.
         self._scope = anyio.CancelScope()
+
+    @property
+    def handed_on(self) -> int:
+        """The position up to which every change is known (read, or never coming)."""
+        return min(self._gaps) - 1 if self._gaps else self.top
 
     def subscribe(
         self, keys: frozenset[str] | None, states: frozenset[str] | None
@@ -201,17 +137,15 @@ class Listener:
         except Exception:  # a bug: end every wait and iteration rather than leave them hanging
             logger.exception("ledger %r: the change listener stopped", self._store.where)
             self._ready.set()
+            self._gaps.clear()
+            self.moved.fire()
             for streams in self._by_key.values():
                 for send in streams:
                     send.close()
 
     async def _run(self) -> None:
-        engine, changed = self._store.engine, self._store.changed
-        source = (
-            _Notices(engine, changed)
-            if isinstance(engine, PostgresEngine)
-            else _Versions(self._store)
-        )
+        changed = self._store.changed
+        source = self._store.engine.listen(changed)
         failures = 0
         try:
             while True:
@@ -225,7 +159,8 @@ class Listener:
                     while not source.lost:
                         event = changed.event
                         await self._read()
-                        await source.wait(event)
+                        # Changes held back by a number passed over: read again soon.
+                        await source.wait(event, 0.05 if self._gaps else math.inf)
                 except _ERRORS as exc:
                     error, failures = exc, failures + 1
                     logger.warning(
@@ -243,42 +178,56 @@ class Listener:
 
     def _start_after(self, newest: list[int]) -> None:
         if newest:  # the numbers missing among the newest may still commit
-            self._top = newest[0]
+            self.top = newest[0]
             present, now = set(newest), anyio.current_time()
-            self._gaps = {n: now for n in range(newest[-1], newest[0]) if n not in present}
+            self._gaps = {n: (now, None) for n in range(newest[-1], newest[0]) if n not in present}
 
     async def _read(self) -> None:
         while True:
-            top = -1 if self._top is None else self._top
-            rows = await self._store.read(_read_changes, top, sorted(self._gaps))
-            now, terminal = anyio.current_time(), False
+            rows = await self._store.read(_read_changes, self.top, sorted(self._gaps))
+            now = anyio.current_time()
             for row in rows:
+                if row["seq"] is None:  # no change: the transactions running only
+                    continue
                 seq = int(row["seq"])
-                if self._top is None:  # the first change of an empty log: a few below may come
-                    self._top = max(seq - 100, 0)
-                if seq > self._top:
-                    self._gaps.update((n, now) for n in range(max(self._top + 1, seq - 1000), seq))
-                    self._top = seq
+                if not self.top:  # the first change of an empty log: a few below may come
+                    self.top = max(seq - 100, 0)
+                if seq > self.top:
+                    self._gaps.update(
+                        (n, (now, None)) for n in range(max(self.top + 1, seq - 1000), seq)
+                    )
+                    self.top = seq
                 elif self._gaps.pop(seq, None) is None:
                     continue
-                self._hand_on(row)
-                terminal |= row["state"] in TERMINAL_STATES
-            if terminal:
-                self.terminal.fire()
-            for n in [n for n, since in self._gaps.items() if now - since > GAP_TTL]:
-                del self._gaps[n]
+                self._held[seq] = row
+            # A number still missing is never coming once every transaction that was running
+            # when it was first missed has ended (it would be in this read).
+            running = frozenset(rows[0]["busy"] or ()) if rows else frozenset()
+            for n, (since, was) in list(self._gaps.items()):
+                self._gaps[n] = (since, waiting := running if was is None else was & running)
+                if not waiting or now - since > GAP_TTL:
+                    del self._gaps[n]
+            self._hand_on()
             if len(rows) < _PAGE:
                 return
 
-    def _hand_on(self, row: dict[str, Any]) -> None:
-        key, state = row["key"], row["state"]
-        streams = {**self._by_key.get(None, {}), **self._by_key.get(key, {})}
-        wanted = [send for send, states in streams.items() if states is None or state in states]
-        if wanted:
-            entry = entry_from_row(json.loads(row["entry"]))
+    def _hand_on(self) -> None:
+        terminal, until = False, self.handed_on
+        for seq in sorted(n for n in self._held if n <= until):
+            row = self._held.pop(seq)
+            key, state = row["key"], row["state"]
+            terminal |= state in TERMINAL_STATES
+            streams = {**self._by_key.get(None, {}), **self._by_key.get(key, {})}
+            wanted = [send for send, states in streams.items() if states is None or state in states]
+            if not wanted:
+                continue
+            entry = _as_entry(row)
             for send in wanted:
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                     send.send_nowait(entry)
+        if terminal:
+            self.terminal.fire()
+        self.moved.fire()
 
 
 class Waits:
@@ -314,12 +263,8 @@ class Waits:
             AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
         key = check_key(key)
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or math.isnan(timeout)
-            or timeout < 0
-        ):
+        number = not isinstance(timeout, bool) and isinstance(timeout, (int, float))
+        if timeout is not None and not (number and timeout >= 0):  # NaN is not >= 0
             raise InvalidRequestError("timeout", "must be seconds >= 0 or None")
         listener, keys, entry = self._listening(), frozenset({key}), None
         send, receive = listener.subscribe(keys, None)
@@ -352,45 +297,88 @@ class Waits:
         )
 
     def changes(
-        self, *, keys: Iterable[str] | None = None, states: Iterable[str] | None = None
+        self,
+        *,
+        keys: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+        after: int | None = None,
     ) -> Changes:
         """Every change of the ledger's entries, from every process, as each is committed.
 
-        It starts at its first step, or on entering (``async with ledger.changes() as c:``).
-        Each entry's changes come once each, in commit order (``version`` counts them).
+        It starts at its first step, or on entering (``async with ledger.changes() as c:``),
+        or just after the change at ``after``. Each change comes once, in the order of the
+        changes' ``position`` (each entry's in commit order: ``version`` counts them).
 
         Args:
             keys: Only the changes of these keys.
             states: Only changes to these states (``pending``, ``succeeded``...).
+            after: Resume just after this ``position`` (``0``: every change kept), from any
+                process: nothing missed, nothing twice.
 
         Returns:
-            An async iterator of :class:`LedgerEntry`, each as it was at its change.
+            An async iterator of :class:`LedgerEntry`, each as it was at its change, with its
+            ``position``.
 
         Raises:
-            InvalidRequestError: A bad key, or an unknown state.
+            InvalidRequestError: A bad key, an unknown state, or ``after`` not an int >= 0.
+            LedgerError: On its first step: changes after ``after`` were pruned (the message
+                names the oldest position still kept).
         """
+        if not (after is None or (type(after) is int and after >= 0)):  # a bool is not
+            raise InvalidRequestError("after", f"must be a position (an int >= 0), got {after!r}")
         wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
         wanted_states = None if states is None else frozenset(states)
         if wanted_states is not None and (unknown := wanted_states.difference(STATES)):
             listed = ", ".join(sorted(map(repr, unknown)))
             raise InvalidRequestError("states", f"unknown states {listed}")
-        return Changes(self._listening(), wanted_keys, wanted_states)
+        return Changes(self._store, self._listening(), wanted_keys, wanted_states, after)
 
 
 class Changes:
     """What ``Ledger.changes`` returns: an async iterator, and an async context manager."""
 
     def __init__(
-        self, listener: Listener, keys: frozenset[str] | None, states: frozenset[str] | None
+        self,
+        store: Store,
+        listener: Listener,
+        keys: frozenset[str] | None,
+        states: frozenset[str] | None,
+        after: int | None = None,
     ) -> None:
-        self._listener, self._keys, self._states = listener, keys, states
+        self._store, self._listener, self._keys, self._states = store, listener, keys, states
         self._streams: tuple[_Send, MemoryObjectReceiveStream[LedgerEntry]] | None = None
+        # Read from the table: the changes in (_read, _until]; from the listener: after _skip.
+        self._after, self._read, self._until, self._skip = after, after or 0, 0, -1
+        self._kept: deque[LedgerEntry] = deque()
 
     async def __aenter__(self) -> Changes:
         if self._streams is None:
             self._streams = self._listener.subscribe(self._keys, self._states)
             await self._listener.start()
+            if self._after is not None:  # the table up to the top read, then the listener's
+                self._until = self._listener.top
+                self._skip = max(self._after, self._until)
+                while self._listener.handed_on < self._until:  # every change below is in
+                    await self._listener.moved.event.wait()
+                await self._read_kept()
         return self
+
+    async def _read_kept(self) -> None:
+        rows = await self._store.read(_read_changes, self._read, [], self._until)
+        seen = rows[0]  # the pruned and the oldest positions, as this read saw them
+        if seen["pruned"] is not None and int(seen["pruned"]) > self._read:
+            raise LedgerError(
+                f"ledger changes after position {self._read} were pruned (kept {CHANGES_KEPT:g}"
+                f" s): the oldest position still kept is {seen['oldest'] or 'none'}"
+            )
+        self._read = self._until if len(rows) < _PAGE else int(rows[-1]["seq"])
+        for row in rows:
+            if (
+                row["seq"] is not None
+                and (self._keys is None or row["key"] in self._keys)
+                and (self._states is None or row["state"] in self._states)
+            ):
+                self._kept.append(_as_entry(row))
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
@@ -401,8 +389,15 @@ class Changes:
     async def __anext__(self) -> LedgerEntry:
         await self.__aenter__()
         assert self._streams is not None  # noqa: S101 - entered above
+        while not self._kept and self._read < self._until:
+            await self._read_kept()
+        if self._kept:
+            return self._kept.popleft()
         try:
-            return await self._streams[1].receive()
+            while True:
+                entry = await self._streams[1].receive()
+                if (entry.position or 0) > self._skip:
+                    return entry
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 

@@ -415,7 +415,17 @@ def has_open(owner: str) -> Plan[bool]:
 
 
 def prune_changes(plan: Plan[Any]) -> Plan[Any]:
-    """``plan``, then the changes older than :data:`CHANGES_KEPT` forgotten."""
+    """``plan``, then each position up to the last older than :data:`CHANGES_KEPT` forgotten."""
     result = yield from plan
-    yield q("DELETE FROM videogen_ledger_changes WHERE at < {now} - $1", CHANGES_KEPT)
+    yield q(
+        "INSERT INTO videogen_ledger_meta (name, value) SELECT 'changes_pruned',"
+        " CAST(max(seq) AS TEXT) FROM videogen_ledger_changes WHERE at < {now} - $1"
+        " HAVING count(*) > 0 ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+        " WHERE CAST(videogen_ledger_meta.value AS BIGINT) < CAST(excluded.value AS BIGINT)",
+        CHANGES_KEPT,
+    )
+    yield q(
+        "DELETE FROM videogen_ledger_changes WHERE seq <= (SELECT CAST(value AS BIGINT)"
+        " FROM videogen_ledger_meta WHERE name = 'changes_pruned')"
+    )
     return result

@@ -75,7 +75,8 @@ class Dialect:
     Statements are written once, with ``$1``-style parameters and words in braces: ``{E}``
     (the entries table), ``{real}``, ``{json}``, ``{now}`` (the database's clock, in seconds
     since the epoch), ``{greatest}`` (of two values), ``{lock}`` (lock the rows read until the
-    transaction ends), ``{skip_locked}`` (and pass over rows others locked), and a few
+    transaction ends), ``{skip_locked}`` (and pass over rows others locked), ``{in_progress}``
+    (the transactions running when the statement began: a list, or ``NULL``), and a few
     statements of its own. Macros take a parameter: ``items($n)`` and ``numbers($n)``, the
     set of the elements of a JSON list of strings or integers; ``meta_has($n)``, whether
     an entry's metadata holds each key of a JSON object with an equal value;
@@ -150,6 +151,7 @@ SQLITE = Dialect(
     serial="INTEGER PRIMARY KEY AUTOINCREMENT",  # never reused, even once pruned
     now=_SQLITE_NOW,
     greatest="MAX",
+    in_progress="NULL",  # one writer at a time: a number passed over never commits
     lock="",  # a write transaction holds the whole file (BEGIN IMMEDIATE)
     skip_locked="",
     table_exists="SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1",
@@ -183,6 +185,7 @@ POSTGRES = Dialect(
     serial="BIGSERIAL PRIMARY KEY",
     now="extract(epoch from clock_timestamp())",  # the server's: machines need not agree
     greatest="GREATEST",
+    in_progress="(SELECT array_agg(x) FROM txid_snapshot_xip(txid_current_snapshot()) AS x)",
     lock=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
     table_exists="SELECT 1 AS one WHERE to_regclass($1) IS NOT NULL",

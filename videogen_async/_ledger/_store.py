@@ -66,6 +66,21 @@ async def first_of(events: Iterable[anyio.Event], seconds: float) -> None:
                 tg.start_soon(one, event)
 
 
+class Listening:
+    """How an engine wakes a change listener (``_listen``); ``lost``: its connection was."""
+
+    lost = False
+
+    async def open(self) -> None:
+        """Start listening."""
+
+    async def wait(self, event: anyio.Event, seconds: float) -> None:
+        """Until ``event`` is set, another process may have committed, or ``seconds`` passed."""
+
+    async def close(self) -> None:
+        """Stop listening."""
+
+
 class Engine(Protocol):
     """A connection to one kind of database (see ``_engines``)."""
 
@@ -86,6 +101,9 @@ class Engine(Protocol):
 
     async def dead(self, owners: Sequence[str]) -> set[str]:
         """The creators among ``owners`` known to have died."""
+
+    def listen(self, changed: Signal) -> Listening:
+        """What wakes a change listener (``changed`` may be fired by it)."""
 
     async def close(self) -> None:
         """Disconnect, and release the creator's lock."""
