@@ -35,6 +35,7 @@ from ._plans import (
     Hold,
     Refused,
     Settled,
+    begin_create,
     get,
     settle_created,
     settle_failed,
@@ -90,6 +91,12 @@ class Creator:
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         self._next_scan = -math.inf
+        self._prices: dict[Any, float] = {}  # the highest this process learned
+        # Creates in flight at once share their transactions; not under a cap, whose
+        # decisions lock the budget row before any entry.
+        store.grouped.update((settle_created, settle_failed))
+        if max_credits is None:
+            store.grouped.add(begin_create)
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
@@ -193,7 +200,9 @@ class Creator:
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
         answer = Settled(task_id, project_id, cost, problem, batch or [])
         entry = entry_from_row(
-            await self._checked(key, answer, await self._settle(key, settle_created, answer))
+            await self._checked(
+                key, answer, await self._settle(key, settle_created, answer, self._prices)
+            )
         )
         if problem is not None:
             raise AmbiguousCreateError(key, entry, problem)

@@ -4,9 +4,13 @@
   plan in one hop, never on the event loop); WAL mode, a busy timeout, and every change one
   ``BEGIN IMMEDIATE`` transaction. A creator lives while it holds an ``flock`` on its file
   in ``PATH-creators/``.
-* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own; a connection
-  whose operation was interrupted (killed, cancelled, broken) is terminated, never handed out
-  again. A creator lives while it holds a session-level advisory lock.
+* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own (given back
+  without a reset statement: the plans leave no session state); a connection whose operation
+  was interrupted (killed, cancelled, broken) is terminated, never handed out again. A creator
+  lives while it holds a session-level advisory lock, on a connection of its own.
+
+A write plan's transaction begins at its first step that may not commit alone (``Step.alone``):
+a plan of such steps only is a statement per commit, one round trip each.
 
 A database that does not answer is reported as :class:`~._store.DatabaseUnavailable`, every
 other failure as :class:`LedgerError`: never a driver's own error.
@@ -241,17 +245,17 @@ class SQLiteEngine:
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
         def execute(step: Step) -> list[dict[str, Any]]:
+            if write and not step.alone and not conn.in_transaction:
+                conn.execute("BEGIN IMMEDIATE")
             if step.many:
                 conn.executemany(self.dialect.sql(step.sql), step.args)
                 return []
             return conn.execute(self.dialect.sql(step.sql), step.args).fetchall()
 
         def transaction() -> _T:
-            if write:
-                conn.execute("BEGIN IMMEDIATE")
             try:
                 result = _drive(plan, execute)
-                if write:
+                if conn.in_transaction:
                     conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -349,6 +353,11 @@ def _unavailable(exc: BaseException) -> bool:
     )
 
 
+class _Connection(asyncpg.Connection if asyncpg else object):  # type: ignore[misc]
+    def get_reset_query(self) -> str:  # asyncpg >= 0.30: none sent as the pool takes it back
+        return ""
+
+
 def _terminate(conn: Any) -> None:
     with contextlib.suppress(Exception):  # already closed, or already given back
         conn.terminate()
@@ -377,7 +386,12 @@ class PostgresEngine:
             )
         try:
             self._pool = await asyncpg.create_pool(
-                self.url, min_size=1, max_size=4, timeout=10, command_timeout=60
+                self.url,
+                min_size=1,
+                max_size=4,
+                timeout=10,
+                command_timeout=60,
+                connection_class=_Connection,
             )
         except ValueError as exc:  # a malformed DSN
             raise LedgerError(f"ledger {self.where!r}: malformed URL: {exc}") from None
@@ -389,12 +403,6 @@ class PostgresEngine:
         return None
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
-        async def execute(step: Step) -> list[dict[str, Any]]:
-            if step.many:
-                await conn.executemany(self.dialect.sql(step.sql), step.args)
-                return []
-            return [dict(row) for row in await conn.fetch(self.dialect.sql(step.sql), *step.args)]
-
         pool = self._pool
         if pool is None:
             raise LedgerError(f"ledger {self.where!r} is closed")
@@ -402,14 +410,28 @@ class PostgresEngine:
             conn = await pool.acquire()
         except Exception as exc:
             raise self._error(exc) from exc
+
+        async def execute(step: Step) -> list[dict[str, Any]]:
+            if write and not step.alone and not conn.is_in_transaction():
+                await conn.execute("BEGIN")
+            if step.many:
+                await conn.executemany(self.dialect.sql(step.sql), step.args)
+                return []
+            return [dict(row) for row in await conn.fetch(self.dialect.sql(step.sql), *step.args)]
+
         try:
-            if not write:
-                return await _drive_async(plan, execute)
-            async with conn.transaction():
-                return await _drive_async(plan, execute)
+            result = await _drive_async(plan, execute)
+            if conn.is_in_transaction():
+                await conn.execute("COMMIT")
+            return result
         except BaseException as exc:
             if not isinstance(exc, Exception) or _unavailable(exc):
                 _terminate(conn)  # interrupted mid-operation: never handed out again
+            elif conn.is_in_transaction():
+                try:
+                    await conn.execute("ROLLBACK")
+                except Exception:  # whatever broke it, it is never handed out
+                    _terminate(conn)
             if isinstance(exc, (OSError, asyncio.TimeoutError, *_DRIVER_ERRORS)):
                 raise self._error(exc) from exc
             raise  # the plan's own outcome, or a cancellation

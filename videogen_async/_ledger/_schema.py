@@ -8,7 +8,8 @@ Tables are named ``videogen_ledger_*`` (a ledger may live in an application's da
 entry's ``owner`` is its creator while ``creating`` or ``unknown``, then the watcher whose
 lease holds it; its ``version`` counts the statements that changed its state or metadata, each
 recorded in ``changes`` by the triggers, in the change's transaction (on PostgreSQL with a
-``pg_notify``). ``rates`` (version 1) is no longer read. Migrations only ever add; a ledger of
+``pg_notify``). ``rates`` (version 1) is no longer read; the ``budget`` row (version 5) only
+serializes the decisions under a cap. Migrations only ever add; a ledger of
 a newer version is refused.
 """
 
@@ -26,7 +27,7 @@ import attrs
 from .._contract._exceptions import LedgerError
 
 APPLICATION = "videogen_async.ledger"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CHANNEL = "videogen_ledger"
 """The PostgreSQL channel of change notices."""
 CHANGES_KEPT = 3600.0
@@ -42,20 +43,25 @@ _T = TypeVar("_T")
 
 @attrs.frozen
 class Step:
-    """One statement of a plan: answered with its rows, or run once per tuple of ``args``."""
+    """One statement of a plan: answered with its rows, or run once per tuple of ``args``.
+
+    ``alone``: the statement may commit on its own (alone, it changes nothing or all it must):
+    a write plan's transaction begins at its first step that is not.
+    """
 
     sql: str
     args: Any = ()
     many: bool = False
+    alone: bool = False
 
 
 Plan = Generator[Step, Any, _T]
 """An operation: yields steps, receives each one's rows, returns its result."""
 
 
-def q(sql: str, *args: Any) -> Step:
+def q(sql: str, *args: Any, alone: bool = False) -> Step:
     """A statement answered with its rows."""
-    return Step(sql, args)
+    return Step(sql, args, alone=alone)
 
 
 def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
@@ -63,10 +69,27 @@ def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
     return Step(sql, list(rows), many=True)
 
 
-def first(sql: str, *args: Any) -> Plan[dict[str, Any] | None]:
+def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | None]:
     """A statement answered with its first row (``None``: no row)."""
-    rows = yield q(sql, *args)
+    rows = yield q(sql, *args, alone=alone)
     return rows[0] if rows else None
+
+
+def together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
+    """Several plans as one (each step in the one transaction), or a plan alone as it is."""
+    results = []
+    for plan in plans:
+        results.append((yield from _joined(plan) if len(plans) > 1 else plan))
+    return results
+
+
+def _joined(plan: Plan[_T]) -> Plan[_T]:
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send((yield attrs.evolve(step, alone=False)))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
 
 
 class Dialect:
@@ -241,6 +264,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " ON videogen_ledger_outbox (destination, state, next_at)",
         "CREATE INDEX IF NOT EXISTS videogen_ledger_outbox_owner ON videogen_ledger_outbox (owner)",
     ),
+    # The budget row is no longer kept (only locked): what was spent and reserved are the
+    # entries' sums. A version that keeps it must not write alongside.
+    5: (),
 }
 """Statements from version ``n - 1`` to ``n``; each only adds."""
 

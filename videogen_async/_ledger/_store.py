@@ -7,6 +7,10 @@ whole transaction again with the SDK's backoff for up to ``outage_timeout`` seco
 is conditional on the state it changes, since a commit whose answer was lost may have taken
 effect.
 
+Group commit: the writes of :attr:`Store.grouped` plans queued while a transaction of theirs
+ran share the next one (each alone when one of them fails the others); a group of one runs as
+it is.
+
 Added once: every write passes through :meth:`Store._attempt` (it fires :attr:`Store.changed`
 and prunes old changes once a minute, in the same transaction); an entry's change is recorded
 by the schema's triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and
@@ -18,14 +22,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import anyio
 
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, decide_retry
 from ._plans import creating_owners, expire_creating, prune_changes
-from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
+from ._schema import (
+    SCHEMA_VERSION,
+    Dialect,
+    Plan,
+    check_meta,
+    create_or_migrate,
+    read_meta,
+    together,
+)
 
 logger = logging.getLogger("videogen_async")
 
@@ -39,6 +51,16 @@ DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecut
 
 class DatabaseUnavailable(LedgerError):
     """The database did not answer; the transaction did not take effect (or may have)."""
+
+
+class _Queued:
+    """A write waiting for its group's transaction."""
+
+    def __init__(self, make: Callable[[], Plan[Any]]) -> None:
+        self.make = make
+        self.done = False
+        self.result: Any = None
+        self.error: Exception | None = None
 
 
 class Signal:
@@ -96,6 +118,7 @@ class Store:
 
     Attributes:
         writes: Write transactions committed (for the benchmark).
+        grouped: The plans whose writes share transactions (see the module docstring).
         changed: Fired after each commit of this process, and by the change listener for
             another process's (see ``_listen``).
     """
@@ -108,6 +131,9 @@ class Store:
         self.changed = Signal()
         self._living = anyio.Lock()
         self._next_prune = 0.0
+        self.grouped: set[Callable[..., Plan[Any]]] = set()
+        self._queue: list[_Queued] = []
+        self._turn: anyio.Event | None = None  # set as the running group's transaction ends
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -135,11 +161,11 @@ class Store:
 
     async def write(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a plan in one write transaction, again while the database does not answer."""
-        return await self._retry(lambda: self._attempt(plan(*args, **kw)))
+        return await self._retry(lambda: self._attempt(plan, lambda: plan(*args, **kw)))
 
     async def write_once(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a plan in one write transaction, once."""
-        return await self._attempt(plan(*args, **kw))
+        return await self._attempt(plan, lambda: plan(*args, **kw))
 
     async def live(self, owner: str) -> None:
         """Hold the liveness lock of a creator (again while the database does not answer)."""
@@ -163,14 +189,57 @@ class Store:
         with anyio.CancelScope(shield=True):
             await self.engine.close()
 
-    async def _attempt(self, plan: Plan[_T]) -> _T:
+    async def _attempt(self, kind: Callable[..., Plan[_T]], make: Callable[[], Plan[_T]]) -> _T:
+        if kind not in self.grouped:
+            return (await self._commit([make]))[0]  # type: ignore[no-any-return]
+        mine = _Queued(make)
+        self._queue.append(mine)
+        try:
+            while not mine.done:
+                if self._turn is not None:  # a group's transaction runs: wait for the next
+                    await self._turn.wait()
+                    continue
+                group, self._queue, self._turn = self._queue, [], anyio.Event()
+                try:
+                    await self._run_group(group)
+                finally:  # the others of a group interrupted here go in the next
+                    self._queue[:0] = [q for q in group if not q.done and q is not mine]
+                    self._turn.set()
+                    self._turn = None
+        finally:
+            if mine in self._queue:  # this caller stopped waiting: nothing is written
+                self._queue.remove(mine)
+        if mine.error is not None:
+            raise mine.error
+        return mine.result  # type: ignore[no-any-return]
+
+    async def _run_group(self, group: list[_Queued]) -> None:
+        try:
+            results = await self._commit([queued.make for queued in group])
+        except Exception as exc:
+            if isinstance(exc, DatabaseUnavailable) or len(group) == 1:
+                for queued in group:
+                    queued.error, queued.done = exc, True
+                return
+            for queued in group:  # one failed them all: each alone
+                try:
+                    queued.result = (await self._commit([queued.make]))[0]
+                except Exception as error:  # its caller's to handle
+                    queued.error = error
+                queued.done = True
+            return
+        for queued, result in zip(group, results, strict=True):
+            queued.result, queued.done = result, True
+
+    async def _commit(self, makes: list[Callable[[], Plan[Any]]]) -> list[Any]:
+        plan = together([make() for make in makes])
         prune = anyio.current_time() >= self._next_prune
-        result: _T = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
+        result = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
         if prune:
             self._next_prune = anyio.current_time() + 60.0
         self.writes += 1
         self.changed.fire()
-        return result
+        return result  # type: ignore[no-any-return]
 
     async def _retry(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
         tries = 0
