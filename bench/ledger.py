@@ -4,6 +4,7 @@ Run it with ``nox -s bench`` or directly::
 
     python bench/ledger.py            # 20,000 tasks finishing over 60 s
     python bench/ledger.py --quick    # 2,000 tasks finishing over 20 s
+    python bench/ledger.py --creates  # only the table of creates (last below)
 
 Each strategy gets a fresh sandbox *process* (same seed): ``N`` tasks created at once through
 the sandbox's bulk endpoint, finishing uniformly over the next ``D`` seconds (real time). Then:
@@ -23,8 +24,15 @@ transactions per task, client CPU per task (this process, or the sum of the watc
 and the ratios to "a" (the output says how each is computed). A second table breaks each
 strategy's status queries down per task from the sandbox's request log: before the task's
 finish, after it (1.00 is the least: the query that sees it finished), tasks queried twice
-after their finish, and queries within 0.5 s of the previous query of the same task. Last, the
-overhead of ``Ledger.create_task`` over ``client.tasks.create`` on SQLite, per create.
+after their finish, and queries within 0.5 s of the previous query of the same task.
+
+Last, creates: ``--n`` (500) creates, 1 and 16 at a time, against a service process that
+answers at once, plain ``client.tasks.create`` against ``Ledger.create_task`` on SQLite and on
+PostgreSQL (a throwaway cluster of its own, ``fsync`` and ``synchronous_commit`` on, with
+``pg_stat_statements``): wall and CPU time per create and their ratios to plain ones of the
+same run, statements and commits per create (SQLite: the execute calls its connection was
+given; PostgreSQL: the server's counts), WAL bytes per create. ``--no-change-log`` drops the
+ledgers' change-log triggers first, to show what they cost.
 """
 
 from __future__ import annotations
@@ -302,6 +310,7 @@ class CreateRow:
     cpu: float
     statements: float | None = None
     commits: float | None = None
+    wal: float | None = None
 
 
 class Counter:
@@ -333,8 +342,8 @@ class Counter:
         return getattr(self.conn, name)
 
 
-async def pg_counts(url: str) -> tuple[int, int]:
-    """``(statements, commits)`` the server counted for the database of ``url`` so far."""
+async def pg_counts(url: str) -> tuple[int, int, int]:
+    """``(statements, commits, WAL bytes)`` the server counted (the database of ``url``)."""
     conn = await asyncpg.connect(url)
     try:
         await conn.execute("SELECT pg_stat_force_next_flush()")
@@ -345,9 +354,28 @@ async def pg_counts(url: str) -> tuple[int, int]:
         commits = await conn.fetchval(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         )
+        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
     finally:
         await conn.close()
-    return int(statements), int(commits)
+    return int(statements), int(commits), int(wal)
+
+
+UNLOGGED = False
+"""``--no-change-log``: the ledgers' change-log triggers dropped (what they cost)."""
+
+
+async def drop_change_log(ledger: Ledger, url: str) -> None:
+    drops = [f"DROP TRIGGER IF EXISTS videogen_ledger_{name}" for name in ("added", "changed")]
+    if url.startswith("postgres"):
+        conn = await asyncpg.connect(url)
+        try:
+            for drop in drops:
+                await conn.execute(f"{drop} ON videogen_ledger_entries")
+        finally:
+            await conn.close()
+    else:
+        for drop in drops:
+            ledger.store.engine._conn.execute(drop)  # type: ignore[attr-defined]
 
 
 async def creates(
@@ -361,11 +389,13 @@ async def creates(
                 one = lambda i: client.tasks.create(f"clip {i}")  # noqa: E731
             else:
                 one = lambda i: ledger.create_task(client, f"clip {i}", key=f"{name}{i}")  # noqa: E731
+            if ledger is not None and UNLOGGED:
+                await drop_change_log(ledger, url)
             for i in range(-concurrency, 0):  # warm up: connections, prepared statements
                 await one(i)
             sqlite = ledger is not None and not url.startswith("postgres")
             counter = Counter(ledger) if sqlite else None
-            before = await pg_counts(url) if url.startswith("postgres") else (0, 0)
+            before = await pg_counts(url) if url.startswith("postgres") else (0, 0, 0)
             numbers = iter(range(n))
 
             async def worker() -> None:
@@ -385,6 +415,7 @@ async def creates(
         # The counting query of `pg_counts` itself: one statement, one commit.
         row.statements = (after[0] - before[0] - 2) / n
         row.commits = (after[1] - before[1] - 2) / n
+        row.wal = (after[2] - before[2]) / n
     return row
 
 
@@ -417,7 +448,7 @@ async def create_table(n: int) -> None:
     )
     head = (
         f"{'strategy':<11} {'in flight':>9} {'creates/s':>9} {'wall ms':>8} {'CPU ms':>7}"
-        f" {'wall x':>7} {'CPU x':>6} {'stmts':>6} {'commits':>7}"
+        f" {'wall x':>7} {'CPU x':>6} {'stmts':>6} {'commits':>7} {'WAL B':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -426,16 +457,19 @@ async def create_table(n: int) -> None:
         base = plain[r.concurrency]
         stmts = "" if r.statements is None else f"{r.statements:.2f}"
         commits = "" if r.commits is None else f"{r.commits:.2f}"
+        wal = "" if r.wal is None else f"{r.wal:.0f}"
         print(
             f"{r.name:<11} {r.concurrency:>9} {n / r.wall:>9.0f} {r.wall / n * 1000:>8.3f}"
             f" {r.cpu / n * 1000:>7.3f} {r.wall / base.wall:>7.2f} {r.cpu / base.cpu:>6.2f}"
-            f" {stmts:>6} {commits:>7}"
+            f" {stmts:>6} {commits:>7} {wal:>6}"
         )
     print(
         "\nwall/CPU ms: per create (CPU: this process only); x: a ratio to `plain` at the same"
-        " concurrency in this run; stmts/commits: per create, SQLite's from its connection's"
-        " connection (execute calls), PostgreSQL's from the server"
-        " (pg_stat_statements calls, pg_stat_database xact_commit)."
+        " concurrency in this run; stmts/commits: per create, SQLite's from its connection"
+        " (execute calls), PostgreSQL's from the server (pg_stat_statements calls, which count"
+        " the pool's reset query as its 4 statements; pg_stat_database xact_commit); WAL B:"
+        " bytes of WAL per create (PostgreSQL)."
+        + (" The change-log triggers were dropped (--no-change-log)." if UNLOGGED else "")
     )
 
 
@@ -556,6 +590,9 @@ if __name__ == "__main__":
         "--creates", action="store_true", help="only the table of creates (plain vs ledger)"
     )
     parser.add_argument("--n", type=int, default=CREATE_N, help="creates per row of that table")
+    parser.add_argument(
+        "--no-change-log", action="store_true", help="that table without the change-log triggers"
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -564,6 +601,7 @@ if __name__ == "__main__":
     elif args.serve:
         serve()
     elif args.creates:
+        UNLOGGED = args.no_change_log
         asyncio.run(create_table(args.n))
     else:
         chosen = tuple(name.strip() for name in args.strategies.split(","))

@@ -92,11 +92,9 @@ class Creator:
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         self._next_scan = -math.inf
         self._prices: dict[Any, float] = {}  # the highest this process learned
-        # Creates in flight at once share their transactions; not under a cap, whose
-        # decisions lock the budget row before any entry.
-        store.grouped.update((settle_created, settle_failed))
-        if max_credits is None:
-            store.grouped.add(begin_create)
+        # Group commit; not of decisions under a cap (the budget row before any entry).
+        grouped = (settle_created, settle_failed, begin_create)
+        store.grouped.update(grouped if max_credits is None else grouped[:2])
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
@@ -199,11 +197,8 @@ class Creator:
         known = None if problem or batch is not None else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
         answer = Settled(task_id, project_id, cost, problem, batch or [])
-        entry = entry_from_row(
-            await self._checked(
-                key, answer, await self._settle(key, settle_created, answer, self._prices)
-            )
-        )
+        row = await self._settle(key, settle_created, answer, self._prices)
+        entry = entry_from_row(await self._checked(key, answer, row))
         if problem is not None:
             raise AmbiguousCreateError(key, entry, problem)
         return entry
@@ -277,7 +272,7 @@ class Creator:
             for path, record in await anyio.to_thread.run_sync(self.spool.load):
                 if record.get("key") not in self._kept:
                     answer = Settled(**{name: record[name] for name in attrs.fields_dict(Settled)})
-                    args = (record["key"], record["owner"], answer)
+                    args = (record["key"], record["owner"], answer, self._prices)
                     self._kept[record["key"]] = (settle_created, args, path)
         for key, (plan, args, _path) in list(self._kept.items()):
             try:

@@ -4,13 +4,10 @@
   plan in one hop, never on the event loop); WAL mode, a busy timeout, and every change one
   ``BEGIN IMMEDIATE`` transaction. A creator lives while it holds an ``flock`` on its file
   in ``PATH-creators/``.
-* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own (given back
-  without a reset statement: the plans leave no session state); a connection whose operation
-  was interrupted (killed, cancelled, broken) is terminated, never handed out again. A creator
+* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own (taken back
+  without a reset statement: plans leave no session state); a connection whose operation was
+  interrupted (killed, cancelled, broken) is terminated, never handed out again. A creator
   lives while it holds a session-level advisory lock, on a connection of its own.
-
-A write plan's transaction begins at its first step that may not commit alone (``Step.alone``):
-a plan of such steps only is a statement per commit, one round trip each.
 
 A database that does not answer is reported as :class:`~._store.DatabaseUnavailable`, every
 other failure as :class:`LedgerError`: never a driver's own error.
@@ -358,6 +355,9 @@ class _Connection(asyncpg.Connection if asyncpg else object):  # type: ignore[mi
         return ""
 
 
+_POOL: dict[str, Any] = {"min_size": 1, "max_size": 4, "timeout": 10, "command_timeout": 60}
+
+
 def _terminate(conn: Any) -> None:
     with contextlib.suppress(Exception):  # already closed, or already given back
         conn.terminate()
@@ -385,14 +385,7 @@ class PostgresEngine:
                 " pip install 'videogen-async[postgres]'"
             )
         try:
-            self._pool = await asyncpg.create_pool(
-                self.url,
-                min_size=1,
-                max_size=4,
-                timeout=10,
-                command_timeout=60,
-                connection_class=_Connection,
-            )
+            self._pool = await asyncpg.create_pool(self.url, connection_class=_Connection, **_POOL)
         except ValueError as exc:  # a malformed DSN
             raise LedgerError(f"ledger {self.where!r}: malformed URL: {exc}") from None
         except Exception as exc:
@@ -403,14 +396,6 @@ class PostgresEngine:
         return None
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
-        pool = self._pool
-        if pool is None:
-            raise LedgerError(f"ledger {self.where!r} is closed")
-        try:
-            conn = await pool.acquire()
-        except Exception as exc:
-            raise self._error(exc) from exc
-
         async def execute(step: Step) -> list[dict[str, Any]]:
             if write and not step.alone and not conn.is_in_transaction():
                 await conn.execute("BEGIN")
@@ -419,6 +404,13 @@ class PostgresEngine:
                 return []
             return [dict(row) for row in await conn.fetch(self.dialect.sql(step.sql), *step.args)]
 
+        pool = self._pool
+        if pool is None:
+            raise LedgerError(f"ledger {self.where!r} is closed")
+        try:
+            conn = await pool.acquire()
+        except Exception as exc:
+            raise self._error(exc) from exc
         try:
             result = await _drive_async(plan, execute)
             if conn.is_in_transaction():
@@ -428,10 +420,8 @@ class PostgresEngine:
             if not isinstance(exc, Exception) or _unavailable(exc):
                 _terminate(conn)  # interrupted mid-operation: never handed out again
             elif conn.is_in_transaction():
-                try:
+                with contextlib.suppress(Exception):  # else the pool's release ends it
                     await conn.execute("ROLLBACK")
-                except Exception:  # whatever broke it, it is never handed out
-                    _terminate(conn)
             if isinstance(exc, (OSError, asyncio.TimeoutError, *_DRIVER_ERRORS)):
                 raise self._error(exc) from exc
             raise  # the plan's own outcome, or a cancellation

@@ -1,11 +1,10 @@
 """The statements of creates and reads, written once for both engines (see ``_schema``).
 
 Every change is conditional on the state it changes, so that a plan run again after a commit
-whose answer was lost changes nothing twice. What was spent and reserved are the entries' sums;
-the budget row is locked only by the decisions under a cap, before any entry (as every writer
-of several entries takes them in key order after it), so that no two writers wait on each
-other. A create without a cap is two statements, each committed alone: its write ahead and its
-answer (and the price, the first time this process learns it).
+whose answer was lost changes nothing twice. What was spent and reserved are the entries' sums:
+the budget row is locked by decisions under a cap only, before any entry (as every writer of
+several entries takes them in key order after it), so that no two writers wait on each other.
+A create without a cap is two statements committed alone: its write ahead, its answer.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -203,14 +202,14 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
 
 
 def settle_created(
-    key: str, owner: str, answer: Settled, prices: dict[Any, float] | None = None
+    key: str, owner: str, answer: Settled, prices: dict[Any, float]
 ) -> Plan[Row | None]:
     """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
 
     The entry must still be this creator's (``creating``, or ``unknown`` if it was thought
     dead meanwhile); the price is learned for its model and duration, unless ``prices`` (the
-    highest this process learned) holds it. A video batch (``videos``) is ``created``, and its
-    tasks are recorded with it.
+    highest this process learned, kept up to date) holds it. A video batch (``videos``) is
+    ``created``, and its tasks are recorded with it.
 
     Returns:
         The entry, or ``None`` when the key holds another create's answer meanwhile.
@@ -219,11 +218,9 @@ def settle_created(
     row = yield from first(_ANSWERED, *args, "videos", alone=True)
     if row is not None:
         price, cost = (row["model"], row["duration"]), row["credits_cost"]
-        known = -1.0 if prices is None else prices.get(price, -1.0)
-        if row["kind"] == "task" and all(price) and cost > max(0.0, known):
+        if row["kind"] == "task" and all(price) and cost > max(0.0, prices.get(price, -1.0)):
             yield q(_LEARN_PRICE, *price, cost, alone=True)
-            if prices is not None:
-                prices[price] = cost
+            prices[price] = cost
         return row
     old = yield from first(_ROW, key)
     if old is None or old["state"] not in ("creating", "unknown") or old["owner"] != owner:
@@ -359,8 +356,8 @@ def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
     budget = yield from first(_BUDGET)
     assert budget is not None  # noqa: S101 - an aggregate's one row
     states = {row["state"]: int(row["n"]) for row in counts}
-    found: dict[str, Any] = {"states": states, "spent": budget["spent"]}
-    found["reserved"] = budget["reserved"]
+    found: dict[str, Any] = {"states": states, **budget}
+    del found["unpriced"]
     names = yield q("SELECT name FROM videogen_ledger_destinations ORDER BY name")
     outbox: dict[str, dict[str, int]] = {
         row["name"]: dict.fromkeys(("pending", "delivered", "dead"), 0) for row in names

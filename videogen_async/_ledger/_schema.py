@@ -8,9 +8,9 @@ Tables are named ``videogen_ledger_*`` (a ledger may live in an application's da
 entry's ``owner`` is its creator while ``creating`` or ``unknown``, then the watcher whose
 lease holds it; its ``version`` counts the statements that changed its state or metadata, each
 recorded in ``changes`` by the triggers, in the change's transaction (on PostgreSQL with a
-``pg_notify``). ``rates`` (version 1) is no longer read; the ``budget`` row (version 5) only
-serializes the decisions under a cap. Migrations only ever add; a ledger of
-a newer version is refused.
+``pg_notify``). ``rates`` (version 1) is no longer made nor read; the ``budget`` row (version
+5) only serializes the decisions under a cap. Migrations only ever add; a ledger of a newer
+version is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -45,8 +45,8 @@ _T = TypeVar("_T")
 class Step:
     """One statement of a plan: answered with its rows, or run once per tuple of ``args``.
 
-    ``alone``: the statement may commit on its own (alone, it changes nothing or all it must):
-    a write plan's transaction begins at its first step that is not.
+    A write plan's transaction begins at its first step not ``alone`` (that may not commit on
+    its own: alone, it would change nothing, or all it must).
     """
 
     sql: str
@@ -73,23 +73,6 @@ def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | No
     """A statement answered with its first row (``None``: no row)."""
     rows = yield q(sql, *args, alone=alone)
     return rows[0] if rows else None
-
-
-def together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
-    """Several plans as one (each step in the one transaction), or a plan alone as it is."""
-    results = []
-    for plan in plans:
-        results.append((yield from _joined(plan) if len(plans) > 1 else plan))
-    return results
-
-
-def _joined(plan: Plan[_T]) -> Plan[_T]:
-    try:
-        step = next(plan)
-        while True:
-            step = plan.send((yield attrs.evolve(step, alone=False)))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
 
 
 class Dialect:
@@ -264,9 +247,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " ON videogen_ledger_outbox (destination, state, next_at)",
         "CREATE INDEX IF NOT EXISTS videogen_ledger_outbox_owner ON videogen_ledger_outbox (owner)",
     ),
-    # The budget row is no longer kept (only locked): what was spent and reserved are the
-    # entries' sums. A version that keeps it must not write alongside.
-    5: (),
+    5: (),  # the budget row no longer kept (see the docstring): the earlier versions keep out
 }
 """Statements from version ``n - 1`` to ``n``; each only adds."""
 
@@ -285,8 +266,6 @@ _CREATE = (
     " unpriced INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS videogen_ledger_pacing (id INTEGER PRIMARY KEY CHECK (id = 1),"
     " pause_until {real} NOT NULL DEFAULT 0)",
-    "CREATE TABLE IF NOT EXISTS videogen_ledger_rates ("
-    " model TEXT PRIMARY KEY, per_second {real} NOT NULL)",
     *(statement for version in sorted(MIGRATIONS) for statement in MIGRATIONS[version]),
     "INSERT INTO videogen_ledger_budget (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
     "INSERT INTO videogen_ledger_pacing (id) VALUES (1) ON CONFLICT (id) DO NOTHING",

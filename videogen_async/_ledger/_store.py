@@ -8,14 +8,11 @@ is conditional on the state it changes, since a commit whose answer was lost may
 effect.
 
 Group commit: the writes of :attr:`Store.grouped` plans queued while a transaction of theirs
-ran share the next one (each alone when one of them fails the others); a group of one runs as
-it is.
-
-Added once: every write passes through :meth:`Store._attempt` (it fires :attr:`Store.changed`
-and prunes old changes once a minute, in the same transaction); an entry's change is recorded
-by the schema's triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and
-a field of ``LedgerEntry``; terminal states and their deliveries are written by
-``_claims.finish_many``.
+ran share the next one (each alone when one of them fails the others). Added once: every write
+passes through :meth:`Store._attempt` (it fires :attr:`Store.changed` and prunes old changes
+once a minute, in the same transaction); an entry's change is recorded by the schema's
+triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and a field of
+``LedgerEntry``; terminal states and their deliveries are written by ``_claims.finish_many``.
 """
 
 from __future__ import annotations
@@ -25,19 +22,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 import anyio
+import attrs
 
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, decide_retry
 from ._plans import creating_owners, expire_creating, prune_changes
-from ._schema import (
-    SCHEMA_VERSION,
-    Dialect,
-    Plan,
-    check_meta,
-    create_or_migrate,
-    read_meta,
-    together,
-)
+from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
 
 logger = logging.getLogger("videogen_async")
 
@@ -53,14 +43,26 @@ class DatabaseUnavailable(LedgerError):
     """The database did not answer; the transaction did not take effect (or may have)."""
 
 
-class _Queued:
-    """A write waiting for its group's transaction."""
+@attrs.define
+class _Queued:  # a write waiting for its group's transaction
+    make: Callable[[], Plan[Any]]
+    done: bool = False
+    result: Any = None
+    error: Exception | None = None
 
-    def __init__(self, make: Callable[[], Plan[Any]]) -> None:
-        self.make = make
-        self.done = False
-        self.result: Any = None
-        self.error: Exception | None = None
+
+def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
+    """Several plans as one, every step in its transaction; a plan alone as it is."""
+    results, rows = [], None
+    for plan in plans:
+        try:
+            while True:
+                step = plan.send(rows)
+                rows = yield step if len(plans) == 1 else attrs.evolve(step, alone=False)
+        except StopIteration as stop:
+            results.append(stop.value)
+            rows = None
+    return results
 
 
 class Signal:
@@ -217,22 +219,21 @@ class Store:
         try:
             results = await self._commit([queued.make for queued in group])
         except Exception as exc:
-            if isinstance(exc, DatabaseUnavailable) or len(group) == 1:
-                for queued in group:
-                    queued.error, queued.done = exc, True
-                return
-            for queued in group:  # one failed them all: each alone
-                try:
-                    queued.result = (await self._commit([queued.make]))[0]
-                except Exception as error:  # its caller's to handle
-                    queued.error = error
+            for queued in group:
+                if len(group) == 1 or isinstance(exc, DatabaseUnavailable):
+                    queued.error = exc
+                else:  # one failed them all: each alone
+                    try:
+                        queued.result = (await self._commit([queued.make]))[0]
+                    except Exception as error:  # its caller's to handle
+                        queued.error = error
                 queued.done = True
             return
         for queued, result in zip(group, results, strict=True):
             queued.result, queued.done = result, True
 
     async def _commit(self, makes: list[Callable[[], Plan[Any]]]) -> list[Any]:
-        plan = together([make() for make in makes])
+        plan = _together([make() for make in makes])
         prune = anyio.current_time() >= self._next_prune
         result = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
         if prune:
