@@ -379,7 +379,7 @@ async def drop_change_log(ledger: Ledger, url: str) -> None:
 
 
 async def creates(
-    name: str, concurrency: int, base_url: str, url: str = "", n: int = CREATE_N
+    name: str, concurrency: int, base_url: str, url: str = "", n: int = CREATE_N, prefix: str = ""
 ) -> CreateRow:
     """``n`` creates, ``concurrency`` at a time: plain (``url`` empty) or through a ledger."""
     async with AsyncVideoGen(api_key="bench", base_url=base_url) as client:
@@ -388,7 +388,7 @@ async def creates(
             if ledger is None:
                 one = lambda i: client.tasks.create(f"clip {i}")  # noqa: E731
             else:
-                one = lambda i: ledger.create_task(client, f"clip {i}", key=f"{name}{i}")  # noqa: E731
+                one = lambda i: ledger.create_task(client, f"clip {i}", key=f"{prefix}{i}")  # noqa: E731
             if ledger is not None and UNLOGGED:
                 await drop_change_log(ledger, url)
             for i in range(-concurrency, 0):  # warm up: connections, prepared statements
@@ -419,32 +419,36 @@ async def creates(
     return row
 
 
-async def create_table(n: int) -> None:
+async def create_table(n: int, rounds: int = 3) -> None:
     service = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve", stdout=asyncio.subprocess.PIPE
     )
     assert service.stdout is not None
     base_url = f"http://127.0.0.1:{int(await service.stdout.readline())}"
     options = "-c shared_preload_libraries=pg_stat_statements -c max_connections=50"
-    rows: list[CreateRow] = []
+    runs: dict[tuple[str, int], list[CreateRow]] = {}
     try:
         with Cluster(options) as cluster:
             for concurrency in CONCURRENCY:
-                rows.append(await creates("plain", concurrency, base_url, n=n))
-                path = os.path.join(tempfile.mkdtemp(), "ledger.db")
-                rows.append(await creates("sqlite", concurrency, base_url, path, n=n))
                 pg = cluster.database(f"creates_{concurrency}")
                 conn = await asyncpg.connect(pg)
                 await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 await conn.close()
-                rows.append(await creates("postgresql", concurrency, base_url, pg, n=n))
+                for r in range(rounds):  # in turn, so that a change of the machine's load
+                    path = os.path.join(tempfile.mkdtemp(), "ledger.db")  # weighs on all
+                    for name, url in (("plain", ""), ("sqlite", path), ("postgresql", pg)):
+                        row = await creates(name, concurrency, base_url, url, n, f"r{r}-")
+                        runs.setdefault((name, concurrency), []).append(row)
                 print(f"  creates at concurrency {concurrency}: done", file=sys.stderr)
     finally:
         service.kill()
         await service.wait()
+    # Each row: the round of median wall time.
+    rows = [sorted(rs, key=lambda r: r.wall)[len(rs) // 2] for rs in runs.values()]
     print(
         f"\n# {n} creates against a service process that answers at once"
-        " (PostgreSQL: a throwaway cluster, fsync and synchronous_commit on)\n"
+        f" (PostgreSQL: a throwaway cluster, fsync and synchronous_commit on); {rounds} rounds,"
+        " each row the round of median wall time\n"
     )
     head = (
         f"{'strategy':<11} {'in flight':>9} {'creates/s':>9} {'wall ms':>8} {'CPU ms':>7}"
@@ -590,6 +594,7 @@ if __name__ == "__main__":
         "--creates", action="store_true", help="only the table of creates (plain vs ledger)"
     )
     parser.add_argument("--n", type=int, default=CREATE_N, help="creates per row of that table")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of that table")
     parser.add_argument(
         "--no-change-log", action="store_true", help="that table without the change-log triggers"
     )
@@ -602,7 +607,7 @@ if __name__ == "__main__":
         serve()
     elif args.creates:
         UNLOGGED = args.no_change_log
-        asyncio.run(create_table(args.n))
+        asyncio.run(create_table(args.n, args.rounds))
     else:
         chosen = tuple(name.strip() for name in args.strategies.split(","))
         unknown = sorted(set(chosen) - set(STRATEGIES))

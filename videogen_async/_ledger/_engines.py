@@ -48,6 +48,7 @@ logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")
 _FLOCK: bool = fcntl is not None
+_POOL: dict[str, Any] = {"min_size": 1, "max_size": 4, "timeout": 10, "command_timeout": 60}
 _CREATOR = re.compile(r"creator:\d+:([0-9a-f]{15})")
 """A creator holding a liveness lock (earlier versions held none: their ids have 12 digits)."""
 
@@ -353,9 +354,6 @@ def _unavailable(exc: BaseException) -> bool:
 class _Connection(asyncpg.Connection if asyncpg else object):  # type: ignore[misc]
     def get_reset_query(self) -> str:  # asyncpg >= 0.30: none sent as the pool takes it back
         return ""
-
-
-_POOL: dict[str, Any] = {"min_size": 1, "max_size": 4, "timeout": 10, "command_timeout": 60}
 
 
 def _terminate(conn: Any) -> None:

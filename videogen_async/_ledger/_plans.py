@@ -256,7 +256,8 @@ def expire_creating(dead: list[str]) -> Plan[int]:
         json.dumps(dead),
     )
     why = "its creating process stopped before an answer"
-    yield many(_FAILED, [(row["key"], "unknown", why, row["owner"]) for row in rows])
+    for row in rows:  # one by one: executemany refuses a statement that returns rows
+        yield q(_FAILED, row["key"], "unknown", why, row["owner"])
     return len(rows)
 
 
