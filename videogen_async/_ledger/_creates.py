@@ -92,9 +92,8 @@ class Creator:
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         self._next_scan = -math.inf
         self._prices: dict[Any, float] = {}  # the highest this process learned
-        # Group commit; not of decisions under a cap (the budget row before any entry).
-        grouped = (settle_created, settle_failed, begin_create)
-        store.grouped.update(grouped if max_credits is None else grouped[:2])
+        grouped = (settle_created, settle_failed, begin_create)  # not a cap's decisions: they
+        store.grouped.update(grouped if max_credits is None else grouped[:2])  # lock its row
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""

@@ -207,9 +207,8 @@ def settle_created(
     """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
 
     The entry must still be this creator's (``creating``, or ``unknown`` if it was thought
-    dead meanwhile); the price is learned for its model and duration, unless ``prices`` (the
-    highest this process learned, kept up to date) holds it. A video batch (``videos``) is
-    ``created``, and its tasks are recorded with it.
+    dead meanwhile); the price is learned for its model and duration unless ``prices`` (this
+    process's highest, kept here) holds it. A video batch is ``created``, its tasks recorded.
 
     Returns:
         The entry, or ``None`` when the key holds another create's answer meanwhile.

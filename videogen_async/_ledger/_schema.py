@@ -8,9 +8,8 @@ Tables are named ``videogen_ledger_*`` (a ledger may live in an application's da
 entry's ``owner`` is its creator while ``creating`` or ``unknown``, then the watcher whose
 lease holds it; its ``version`` counts the statements that changed its state or metadata, each
 recorded in ``changes`` by the triggers, in the change's transaction (on PostgreSQL with a
-``pg_notify``). ``rates`` (version 1) is no longer made nor read; the ``budget`` row (version
-5) only serializes the decisions under a cap. Migrations only ever add; a ledger of a newer
-version is refused.
+``pg_notify``). ``rates`` (version 1) is no longer made nor read; ``budget`` (version 5) is
+only locked by decisions under a cap. Migrations only ever add; a newer ledger is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -45,8 +44,7 @@ _T = TypeVar("_T")
 class Step:
     """One statement of a plan: answered with its rows, or run once per tuple of ``args``.
 
-    A write plan's transaction begins at its first step not ``alone`` (that may not commit on
-    its own: alone, it would change nothing, or all it must).
+    A write plan's transaction begins at its first step that may not commit ``alone``.
     """
 
     sql: str

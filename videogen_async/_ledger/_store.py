@@ -51,6 +51,12 @@ class _Queued:  # a write waiting for its group's transaction
     error: Exception | None = None
 
 
+@attrs.define
+class _Lane:  # one plan's writes queued; set as its running group's transaction ends: turn
+    queue: list[_Queued] = attrs.Factory(list)
+    turn: anyio.Event | None = None
+
+
 def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
     """Several plans as one, every step in its transaction; a plan alone as it is."""
     results, rows = [], None
@@ -134,8 +140,7 @@ class Store:
         self._living = anyio.Lock()
         self._next_prune = 0.0
         self.grouped: set[Callable[..., Plan[Any]]] = set()
-        self._queue: list[_Queued] = []
-        self._turn: anyio.Event | None = None  # set as the running group's transaction ends
+        self._lanes: dict[Any, _Lane] = {}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -194,23 +199,23 @@ class Store:
     async def _attempt(self, kind: Callable[..., Plan[_T]], make: Callable[[], Plan[_T]]) -> _T:
         if kind not in self.grouped:
             return (await self._commit([make]))[0]  # type: ignore[no-any-return]
-        mine = _Queued(make)
-        self._queue.append(mine)
+        mine, lane = _Queued(make), self._lanes.setdefault(kind, _Lane())
+        lane.queue.append(mine)
         try:
             while not mine.done:
-                if self._turn is not None:  # a group's transaction runs: wait for the next
-                    await self._turn.wait()
+                if lane.turn is not None:  # a group's transaction runs: wait for the next
+                    await lane.turn.wait()
                     continue
-                group, self._queue, self._turn = self._queue, [], anyio.Event()
+                group, lane.queue, lane.turn = lane.queue, [], anyio.Event()
                 try:
                     await self._run_group(group)
                 finally:  # the others of a group interrupted here go in the next
-                    self._queue[:0] = [q for q in group if not q.done and q is not mine]
-                    self._turn.set()
-                    self._turn = None
+                    lane.queue[:0] = [q for q in group if not q.done and q is not mine]
+                    lane.turn.set()
+                    lane.turn = None
         finally:
-            if mine in self._queue:  # this caller stopped waiting: nothing is written
-                self._queue.remove(mine)
+            if mine in lane.queue:  # this caller stopped waiting: nothing is written
+                lane.queue.remove(mine)
         if mine.error is not None:
             raise mine.error
         return mine.result  # type: ignore[no-any-return]
