@@ -4,6 +4,7 @@ Run it with ``nox -s bench`` or directly::
 
     python bench/ledger.py            # 20,000 tasks finishing over 60 s
     python bench/ledger.py --quick    # 2,000 tasks finishing over 20 s
+    python bench/ledger.py --creates  # only the table of creates (last below)
 
 Each strategy gets a fresh sandbox *process* (same seed): ``N`` tasks created at once through
 the sandbox's bulk endpoint, finishing uniformly over the next ``D`` seconds (real time). Then:
@@ -23,8 +24,15 @@ transactions per task, client CPU per task (this process, or the sum of the watc
 and the ratios to "a" (the output says how each is computed). A second table breaks each
 strategy's status queries down per task from the sandbox's request log: before the task's
 finish, after it (1.00 is the least: the query that sees it finished), tasks queried twice
-after their finish, and queries within 0.5 s of the previous query of the same task. Last, the
-overhead of ``Ledger.create_task`` over ``client.tasks.create`` on SQLite, per create.
+after their finish, and queries within 0.5 s of the previous query of the same task.
+
+Last, creates: ``--n`` (500) creates, 1 and 16 at a time, against a service process that
+answers at once, plain ``client.tasks.create`` against ``Ledger.create_task`` on SQLite and on
+PostgreSQL (a throwaway cluster of its own, ``fsync`` and ``synchronous_commit`` on, with
+``pg_stat_statements``): wall and CPU time per create and their ratios to plain ones of the
+same run, statements and commits per create (SQLite: the execute calls its connection was
+given; PostgreSQL: the server's counts), WAL bytes per create. ``--no-change-log`` drops the
+ledgers' change-log triggers first, to show what they cost.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import asyncpg
+from aiohttp import web
 
 from videogen_async import AsyncVideoGen, Ledger, gather_until_done
 from videogen_async.testing import SandboxProcess
@@ -133,7 +143,8 @@ class Sandbox:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, options: str = "-c fsync=off") -> None:
+        self.options = options
         found = shutil.which("pg_ctl")
         candidates = [os.path.dirname(os.path.realpath(found))] if found else []
         candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
@@ -158,7 +169,7 @@ class Cluster:
             shutil.chown(self.root, "postgres", "postgres")
         data = os.path.join(self.root, "data")
         self.run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-N")
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 {self.options}"
         self.run("pg_ctl", "-D", data, "-o", options, "-l", f"{self.root}/log", "-w", "start")
         return self
 
@@ -260,24 +271,210 @@ async def measure(name: str, n: int, spread: float, cluster: Cluster | None) -> 
     return result
 
 
-async def create_overhead(count: int) -> tuple[float, float]:
-    """Mean seconds per create: direct, and through a SQLite ledger."""
-    async with Sandbox() as sandbox:
-        base_url, api_key = sandbox.child.base_url, sandbox.child.api_key
-        async with AsyncVideoGen(api_key=api_key, base_url=base_url) as client:
-            await client.tasks.create("warm up")
-            t0 = time.perf_counter()
-            for i in range(count):
-                await client.tasks.create(f"direct {i}")
-            direct = (time.perf_counter() - t0) / count
-            url = os.path.join(tempfile.mkdtemp(), "ledger.db")
-            async with Ledger.open(url) as ledger:
-                await ledger.create_task(client, "warm up", key="warm")
-                t0 = time.perf_counter()
-                for i in range(count):
-                    await ledger.create_task(client, f"ledger {i}", key=f"k{i}")
-                through = (time.perf_counter() - t0) / count
-    return direct, through
+# ---------------------------------------------------------------------------------------------
+# Creates: plain `tasks.create` against creates through the ledger
+# ---------------------------------------------------------------------------------------------
+
+CREATE_PATH = "/v1/video/videomodel-2"
+CREATE_N = 500
+CONCURRENCY = (1, 16)
+
+
+def serve() -> None:
+    """A service that answers every create at once (run in a process of its own)."""
+    count = itertools.count()
+
+    async def create(request: web.Request) -> web.Response:
+        await request.read()
+        data = {"task_id": f"t{next(count)}", "status": "running", "credits_cost": 10.0}
+        return web.json_response({"code": 200, "trace_id": "b", "message": None, "data": data})
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_post(CREATE_PATH, create)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        print(runner.addresses[0][1], flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+@dataclass
+class CreateRow:
+    name: str
+    concurrency: int
+    wall: float
+    cpu: float
+    statements: float | None = None
+    commits: float | None = None
+    wal: float | None = None
+
+
+class Counter:
+    """Counts the statements a SQLite ledger's connection is given, and its commits."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.statements = self.commits = 0
+        self.engine = ledger.store.engine
+        self.conn = self.engine._conn  # type: ignore[attr-defined]
+        self.engine._conn = self  # type: ignore[attr-defined]
+
+    def _count(self, sql: str) -> None:
+        self.statements += 1
+        word = sql.lstrip().split(None, 1)[0].upper()
+        if word == "COMMIT" or (
+            word in {"INSERT", "UPDATE", "DELETE", "WITH"} and not self.conn.in_transaction
+        ):
+            self.commits += 1
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._count(sql)
+        return self.conn.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        self._count(sql)
+        return self.conn.executemany(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+async def pg_counts(url: str) -> tuple[int, int, int]:
+    """``(statements, commits, WAL bytes)`` the server counted (the database of ``url``)."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        statements = await conn.fetchval(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        commits = await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        wal = await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
+    finally:
+        await conn.close()
+    return int(statements), int(commits), int(wal)
+
+
+UNLOGGED = False
+"""``--no-change-log``: the ledgers' change-log triggers dropped (what they cost)."""
+
+
+async def drop_change_log(ledger: Ledger, url: str) -> None:
+    drops = [f"DROP TRIGGER IF EXISTS videogen_ledger_{name}" for name in ("added", "changed")]
+    if url.startswith("postgres"):
+        conn = await asyncpg.connect(url)
+        try:
+            for drop in drops:
+                await conn.execute(f"{drop} ON videogen_ledger_entries")
+        finally:
+            await conn.close()
+    else:
+        for drop in drops:
+            ledger.store.engine._conn.execute(drop)  # type: ignore[attr-defined]
+
+
+async def creates(
+    name: str, concurrency: int, base_url: str, url: str = "", n: int = CREATE_N, prefix: str = ""
+) -> CreateRow:
+    """``n`` creates, ``concurrency`` at a time: plain (``url`` empty) or through a ledger."""
+    async with AsyncVideoGen(api_key="bench", base_url=base_url) as client:
+        ledger = await Ledger.open(url) if url else None
+        try:
+            if ledger is None:
+                one = lambda i: client.tasks.create(f"clip {i}")  # noqa: E731
+            else:
+                one = lambda i: ledger.create_task(client, f"clip {i}", key=f"{prefix}{i}")  # noqa: E731
+            if ledger is not None and UNLOGGED:
+                await drop_change_log(ledger, url)
+            for i in range(-concurrency, 0):  # warm up: connections, prepared statements
+                await one(i)
+            sqlite = ledger is not None and not url.startswith("postgres")
+            counter = Counter(ledger) if sqlite else None
+            before = await pg_counts(url) if url.startswith("postgres") else (0, 0, 0)
+            numbers = iter(range(n))
+
+            async def worker() -> None:
+                for i in numbers:
+                    await one(i)
+
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            row = CreateRow(name, concurrency, time.perf_counter() - t0, time.process_time() - cpu0)
+        finally:
+            if ledger is not None:
+                await ledger.aclose()
+    if counter is not None:
+        row.statements, row.commits = counter.statements / n, counter.commits / n
+    elif url:
+        after = await pg_counts(url)
+        # The counting query of `pg_counts` itself: one statement, one commit.
+        row.statements = (after[0] - before[0] - 2) / n
+        row.commits = (after[1] - before[1] - 2) / n
+        row.wal = (after[2] - before[2]) / n
+    return row
+
+
+async def create_table(n: int, rounds: int = 3) -> None:
+    service = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", stdout=asyncio.subprocess.PIPE
+    )
+    assert service.stdout is not None
+    base_url = f"http://127.0.0.1:{int(await service.stdout.readline())}"
+    options = "-c shared_preload_libraries=pg_stat_statements -c max_connections=50"
+    runs: dict[tuple[str, int], list[CreateRow]] = {}
+    try:
+        with Cluster(options) as cluster:
+            for concurrency in CONCURRENCY:
+                pg = cluster.database(f"creates_{concurrency}")
+                conn = await asyncpg.connect(pg)
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                await conn.close()
+                for r in range(rounds):  # in turn, so that a change of the machine's load
+                    path = os.path.join(tempfile.mkdtemp(), "ledger.db")  # weighs on all
+                    for name, url in (("plain", ""), ("sqlite", path), ("postgresql", pg)):
+                        row = await creates(name, concurrency, base_url, url, n, f"r{r}-")
+                        runs.setdefault((name, concurrency), []).append(row)
+                print(f"  creates at concurrency {concurrency}: done", file=sys.stderr)
+    finally:
+        service.kill()
+        await service.wait()
+    # Each row: the round of median wall time.
+    rows = [sorted(rs, key=lambda r: r.wall)[len(rs) // 2] for rs in runs.values()]
+    print(
+        f"\n# {n} creates against a service process that answers at once"
+        f" (PostgreSQL: a throwaway cluster, fsync and synchronous_commit on); {rounds} rounds,"
+        " each row the round of median wall time\n"
+    )
+    head = (
+        f"{'strategy':<11} {'in flight':>9} {'creates/s':>9} {'wall ms':>8} {'CPU ms':>7}"
+        f" {'wall x':>7} {'CPU x':>6} {'stmts':>6} {'commits':>7} {'WAL B':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    plain = {r.concurrency: r for r in rows if r.name == "plain"}
+    for r in rows:
+        base = plain[r.concurrency]
+        stmts = "" if r.statements is None else f"{r.statements:.2f}"
+        commits = "" if r.commits is None else f"{r.commits:.2f}"
+        wal = "" if r.wal is None else f"{r.wal:.0f}"
+        print(
+            f"{r.name:<11} {r.concurrency:>9} {n / r.wall:>9.0f} {r.wall / n * 1000:>8.3f}"
+            f" {r.cpu / n * 1000:>7.3f} {r.wall / base.wall:>7.2f} {r.cpu / base.cpu:>6.2f}"
+            f" {stmts:>6} {commits:>7} {wal:>6}"
+        )
+    print(
+        "\nwall/CPU ms: per create (CPU: this process only); x: a ratio to `plain` at the same"
+        " concurrency in this run; stmts/commits: per create, SQLite's from its connection"
+        " (execute calls), PostgreSQL's from the server (pg_stat_statements calls, which count"
+        " the pool's reset query as its 4 statements; pg_stat_database xact_commit); WAL B:"
+        " bytes of WAL per create (PostgreSQL)."
+        + (" The change-log triggers were dropped (--no-change-log)." if UNLOGGED else "")
+    )
 
 
 def breakdown(rows: list[Result]) -> None:
@@ -377,11 +574,7 @@ async def main(quick: bool, strategies: tuple[str, ...] = STRATEGIES) -> None:
             print(f"  {name}: done", file=sys.stderr)
     report(rows)
     breakdown(rows)
-    direct, through = await create_overhead(200 if quick else 1000)
-    print(
-        f"\ncreate on SQLite: {direct * 1000:.2f} ms direct, {through * 1000:.2f} ms through"
-        f" the ledger: overhead {(through - direct) * 1000:.2f} ms per create"
-    )
+    await create_table(CREATE_N)
 
 
 def child(url: str, base_url: str, api_key: str) -> None:
@@ -397,10 +590,24 @@ if __name__ == "__main__":
         default=",".join(STRATEGIES),
         help="the strategies to run, comma-separated (default: all; keep `gather` first)",
     )
+    parser.add_argument(
+        "--creates", action="store_true", help="only the table of creates (plain vs ledger)"
+    )
+    parser.add_argument("--n", type=int, default=CREATE_N, help="creates per row of that table")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of that table")
+    parser.add_argument(
+        "--no-change-log", action="store_true", help="that table without the change-log triggers"
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
+    elif args.serve:
+        serve()
+    elif args.creates:
+        UNLOGGED = args.no_change_log
+        asyncio.run(create_table(args.n, args.rounds))
     else:
         chosen = tuple(name.strip() for name in args.strategies.split(","))
         unknown = sorted(set(chosen) - set(STRATEGIES))

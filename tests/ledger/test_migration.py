@@ -1,4 +1,4 @@
-"""A ledger of schema version 2, made by the earlier version's own statements, migrates to 4.
+"""A ledger of schema version 2, made by the earlier version's own statements, migrates to 5.
 
 The migrations only add (the ``prices`` table; an entry's metadata and version, the changes,
 the outbox); every entry, the budget and the learned classes are kept, and the ledger is used
@@ -95,7 +95,7 @@ async def test_a_v2_ledger_migrates_and_keeps_everything(ledger_url: str) -> Non
                 tagged = await ledger.update_metadata("old", {"tenant": "acme"})
                 found = [entry.key async for entry in ledger.entries(metadata={"tenant": "acme"})]
             version = await _version(ledger_url)
-    assert version == "4"
+    assert version == "5"
     assert (old.state, old.version) == ("succeeded", 1)
     assert (tagged.metadata, tagged.version, found) == ({"tenant": "acme"}, 2, ["old"])
     assert (before["old"].state, before["old"].task_id) == ("pending", "old-id")

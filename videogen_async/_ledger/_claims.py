@@ -153,21 +153,17 @@ def finish_many(
     """
     found = {item[0]: item for item in items}
     if found:
-        yield q("SELECT spent FROM videogen_ledger_budget WHERE id = 1{lock}")
+        yield q("SELECT id FROM videogen_ledger_budget WHERE id = 1{lock}")
     yield q(_LOCK_KEYS, json.dumps(sorted(set(found) | set(acks))))
     held = []
     if found:
         held = yield q(
-            "SELECT key, credits_cost FROM {E} WHERE key IN (items($1)) AND owner = $2"
-            " AND state = 'pending'",
+            "SELECT key FROM {E} WHERE key IN (items($1)) AND owner = $2 AND state = 'pending'",
             json.dumps(sorted(found)),
             owner,
         )
     if held:
         yield many(_FINISH, [found[row["key"]] for row in held])
-        delta = sum(found[row["key"]][2] - (row["credits_cost"] or 0.0) for row in held)
-        if delta:
-            yield q("UPDATE videogen_ledger_budget SET spent = spent + $1 WHERE id = 1", delta)
         yield q(_OUTBOX, json.dumps([row["key"] for row in held]))
     if acks:
         yield many(

@@ -37,6 +37,7 @@ from ._plans import (
     Hold,
     Refused,
     Settled,
+    begin_create,
     get,
     settle_created,
     settle_failed,
@@ -93,6 +94,9 @@ class Creator:
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         self._next_scan = -math.inf
+        self._prices: dict[Any, float] = {}  # the highest this process learned
+        grouped = (settle_created, settle_failed, begin_create)  # not a cap's decisions: they
+        store.grouped.update(grouped if max_credits is None else grouped[:2])  # lock its row
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
@@ -204,9 +208,8 @@ class Creator:
         known = None if problem or batch is not None else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
         answer = Settled(task_id, project_id, cost, problem, batch or [])
-        entry = entry_from_row(
-            await self._checked(key, answer, await self._settle(key, settle_created, answer))
-        )
+        row = await self._settle(key, settle_created, answer, self._prices)
+        entry = entry_from_row(await self._checked(key, answer, row))
         if problem is not None:
             raise AmbiguousCreateError(key, entry, problem)
         if unreadable is not None:
@@ -282,7 +285,7 @@ class Creator:
             for path, record in await anyio.to_thread.run_sync(self.spool.load):
                 if record.get("key") not in self._kept:
                     answer = Settled(**{name: record[name] for name in attrs.fields_dict(Settled)})
-                    args = (record["key"], record["owner"], answer)
+                    args = (record["key"], record["owner"], answer, self._prices)
                     self._kept[record["key"]] = (settle_created, args, path)
         for key, (plan, args, _path) in list(self._kept.items()):
             try:

@@ -4,9 +4,10 @@
   plan in one hop, never on the event loop); WAL mode, a busy timeout, and every change one
   ``BEGIN IMMEDIATE`` transaction. A creator lives while it holds an ``flock`` on its file
   in ``PATH-creators/``.
-* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own; a connection
-  whose operation was interrupted (killed, cancelled, broken) is terminated, never handed out
-  again. A creator lives while it holds a session-level advisory lock.
+* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own (taken back
+  without a reset statement: plans leave no session state); a connection whose operation was
+  interrupted (killed, cancelled, broken) is terminated, never handed out again. A creator
+  lives while it holds a session-level advisory lock, on a connection of its own.
 
 A database that does not answer is reported as :class:`~._store.DatabaseUnavailable`, every
 other failure as :class:`LedgerError`: never a driver's own error.
@@ -48,6 +49,7 @@ logger = logging.getLogger("videogen_async")
 
 _T = TypeVar("_T")
 _FLOCK: bool = fcntl is not None
+_POOL: dict[str, Any] = {"min_size": 1, "max_size": 4, "timeout": 10, "command_timeout": 60}
 _CREATOR = re.compile(r"creator:\d+:([0-9a-f]{15})")
 """A creator holding a liveness lock (earlier versions held none: their ids have 12 digits)."""
 SQLITE_PERIOD = 0.02
@@ -248,17 +250,17 @@ class SQLiteEngine:
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
         def execute(step: Step) -> list[dict[str, Any]]:
+            if write and not step.alone and not conn.in_transaction:
+                conn.execute("BEGIN IMMEDIATE")
             if step.many:
                 conn.executemany(self.dialect.sql(step.sql), step.args)
                 return []
             return conn.execute(self.dialect.sql(step.sql), step.args).fetchall()
 
         def transaction() -> _T:
-            if write:
-                conn.execute("BEGIN IMMEDIATE")
             try:
                 result = _drive(plan, execute)
-                if write:
+                if conn.in_transaction:
                     conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -359,6 +361,11 @@ def _unavailable(exc: BaseException) -> bool:
     )
 
 
+class _Connection(asyncpg.Connection if asyncpg else object):  # type: ignore[misc]
+    def get_reset_query(self) -> str:  # asyncpg >= 0.30: none sent as the pool takes it back
+        return ""
+
+
 def _terminate(conn: Any) -> None:
     with contextlib.suppress(Exception):  # already closed, or already given back
         conn.terminate()
@@ -386,9 +393,7 @@ class PostgresEngine:
                 " pip install 'videogen-async[postgres]'"
             )
         try:
-            self._pool = await asyncpg.create_pool(
-                self.url, min_size=1, max_size=4, timeout=10, command_timeout=60
-            )
+            self._pool = await asyncpg.create_pool(self.url, connection_class=_Connection, **_POOL)
         except ValueError as exc:  # a malformed DSN
             raise LedgerError(f"ledger {self.where!r}: malformed URL: {exc}") from None
         except Exception as exc:
@@ -400,6 +405,8 @@ class PostgresEngine:
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
         async def execute(step: Step) -> list[dict[str, Any]]:
+            if write and not step.alone and not conn.is_in_transaction():
+                await conn.execute("BEGIN")
             if step.many:
                 await conn.executemany(self.dialect.sql(step.sql), step.args)
                 return []
@@ -413,13 +420,16 @@ class PostgresEngine:
         except Exception as exc:
             raise self._error(exc) from exc
         try:
-            if not write:
-                return await _drive_async(plan, execute)
-            async with conn.transaction():
-                return await _drive_async(plan, execute)
+            result = await _drive_async(plan, execute)
+            if conn.is_in_transaction():
+                await conn.execute("COMMIT")
+            return result
         except BaseException as exc:
             if not isinstance(exc, Exception) or _unavailable(exc):
                 _terminate(conn)  # interrupted mid-operation: never handed out again
+            elif conn.is_in_transaction():
+                with contextlib.suppress(Exception):  # else the pool's release ends it
+                    await conn.execute("ROLLBACK")
             if isinstance(exc, _FAILURES):
                 raise self._error(exc) from exc
             raise  # the plan's own outcome, or a cancellation

@@ -1,9 +1,10 @@
 """The statements of creates and reads, written once for both engines (see ``_schema``).
 
 Every change is conditional on the state it changes, so that a plan run again after a commit
-whose answer was lost changes nothing twice. A transaction that takes the budget row takes it
-before any entry (as every writer of several entries takes them in key order after it), so
-that no two writers wait on each other.
+whose answer was lost changes nothing twice. What was spent and reserved are the entries' sums:
+the budget row is locked by decisions under a cap only, before any entry (as every writer of
+several entries takes them in key order after it), so that no two writers wait on each other.
+A create without a cap is two statements committed alone: its write ahead, its answer.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -107,31 +108,32 @@ _RESEND = (
     " lease_until = {now} + $3, updated_at = {now}"
     " WHERE key = $1 AND state = 'unknown' AND kind = 'task' RETURNING *"
 )
-_BUDGET = "SELECT spent, reserved, unpriced FROM videogen_ledger_budget WHERE id = 1{lock}"
+_LOCK_BUDGET = "SELECT id FROM videogen_ledger_budget WHERE id = 1{lock}"
+_BUDGET = (  # read once the budget row is locked: a statement of its own sees the last commits
+    "SELECT coalesce(sum(credits_cost), 0.0) AS spent, coalesce(sum(reserved), 0.0) AS reserved,"
+    " coalesce(sum(unpriced), 0) AS unpriced FROM {E}"
+)
 _ROW = "SELECT * FROM {E} WHERE key = $1{lock}"
 _PRICE = "SELECT price FROM videogen_ledger_prices WHERE model = $1 AND duration = $2"
-_RESERVE = (
-    "UPDATE videogen_ledger_budget SET reserved = reserved + $1, unpriced = unpriced + $2"
-    " WHERE id = 1"
-)
 _RESERVED = "UPDATE {E} SET reserved = $2, unpriced = $3 WHERE key = $1 RETURNING *"
-_SETTLE_BUDGET = (
-    "UPDATE videogen_ledger_budget SET reserved = {greatest}(0, reserved - $1),"
-    " unpriced = {greatest}(0, unpriced - $2), spent = spent + $3 WHERE id = 1"
-)
 _LEARN_PRICE = (
     "INSERT INTO videogen_ledger_prices (model, duration, price) VALUES ($1, $2, $3)"
     " ON CONFLICT (model, duration) DO UPDATE"
     " SET price = {greatest}(videogen_ledger_prices.price, excluded.price)"
 )
-_ANSWERED = (
-    "UPDATE {E} SET state = $2, version = version + 1, task_id = $3,"
-    " project_id = COALESCE($4, project_id), credits_cost = $5, error = $6, owner = $7,"
-    " reserved = 0, unpriced = 0, lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+_ANSWERED = (  # a pending entry is the watchers'; a video batch is created, kind $7 left alone
+    "UPDATE {E} SET state = CASE WHEN CAST($6 AS TEXT) IS NOT NULL THEN 'unknown'"
+    " WHEN kind = 'videos' THEN 'created' ELSE 'pending' END, version = version + 1,"
+    " task_id = $3, project_id = COALESCE($4, project_id), credits_cost = $5, error = $6,"
+    " owner = CASE WHEN CAST($6 AS TEXT) IS NULL THEN NULL ELSE owner END, reserved = 0,"
+    " unpriced = 0, lease_until = NULL, updated_at = {now} WHERE key = $1 AND owner = $2"
+    " AND state IN ('creating', 'unknown') AND kind != $7 RETURNING *"
 )
-_FAILED = (
-    "UPDATE {E} SET state = $2, version = version + 1, error = $3, credits_cost = $4,"
-    " reserved = 0, unpriced = 0, lease_until = NULL, updated_at = {now} WHERE key = $1 RETURNING *"
+_FAILED = (  # a refused create charged nothing; an unknown one may have: its reserve is spent
+    "UPDATE {E} SET state = $2, version = version + 1, error = $3,"
+    " credits_cost = CASE WHEN $2 = 'unknown' THEN reserved END, reserved = 0, unpriced = 0,"
+    " lease_until = NULL, updated_at = {now}"
+    " WHERE key = $1 AND owner = $4 AND state = 'creating' RETURNING *"
 )
 
 
@@ -156,9 +158,9 @@ def decide_budget(
 
 def begin_create(new: NewEntry, hold: Hold) -> Plan[CreateStart]:
     """Write a ``creating`` entry (or take back a ``refused`` one) and reserve its price."""
-    budget = (yield from first(_BUDGET)) if hold.cap is not None else None
+    budget = (yield from _budget()) if hold.cap is not None else None
     values = [getattr(new, name) for name in _COLUMNS]
-    taken = yield from first(_INSERT, *values, hold.owner, hold.lease)
+    taken = yield from first(_INSERT, *values, hold.owner, hold.lease, alone=budget is None)
     if taken is None:
         args = (new.key, new.request, new.model, new.duration, hold.owner, hold.lease)
         taken = yield from first(_RETAKE, *args, new.metadata)
@@ -167,9 +169,14 @@ def begin_create(new: NewEntry, hold: Hold) -> Plan[CreateStart]:
 
 def restart_unknown(key: str, hold: Hold) -> Plan[CreateStart]:
     """Move an ``unknown`` task entry back to ``creating`` for an explicit resend."""
-    budget = (yield from first(_BUDGET)) if hold.cap is not None else None
+    budget = (yield from _budget()) if hold.cap is not None else None
     taken = yield from first(_RESEND, key, hold.owner, hold.lease)
     return (yield from _started(key, taken, budget, hold))
+
+
+def _budget() -> Plan[Row | None]:
+    yield q(_LOCK_BUDGET)
+    return (yield from first(_BUDGET))
 
 
 def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Plan[CreateStart]:
@@ -191,59 +198,44 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
     if outcome != "ok":
         raise Refused(CreateStart(outcome, estimate=amount, spent=spent, reserved=reserved))
     unpriced = 1 if estimate is None else 0
-    yield q(_RESERVE, amount, unpriced)
     return CreateStart("new", row=(yield from first(_RESERVED, key, amount, unpriced)))
 
 
-def settle_created(key: str, owner: str, answer: Settled) -> Plan[Row | None]:
+def settle_created(
+    key: str, owner: str, answer: Settled, prices: dict[Any, float]
+) -> Plan[Row | None]:
     """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
 
     The entry must still be this creator's (``creating``, or ``unknown`` if it was thought
-    dead meanwhile); the price is learned for its model and duration. A video batch
-    (``videos``) is ``created``, and its tasks are recorded with it.
+    dead meanwhile); the price is learned for its model and duration unless ``prices`` (this
+    process's highest, kept here) holds it. A video batch is ``created``, its tasks recorded.
 
     Returns:
         The entry, or ``None`` when the key holds another create's answer meanwhile.
     """
-    yield q(_BUDGET)
+    args = (key, owner, answer.task_id, answer.project_id, answer.cost, answer.problem)
+    row = yield from first(_ANSWERED, *args, "videos", alone=True)
+    if row is not None:
+        price, cost = (row["model"], row["duration"]), row["credits_cost"]
+        if row["kind"] == "task" and all(price) and cost > max(0.0, prices.get(price, -1.0)):
+            yield q(_LEARN_PRICE, *price, cost, alone=True)
+            prices[price] = cost
+        return row
     old = yield from first(_ROW, key)
     if old is None or old["state"] not in ("creating", "unknown") or old["owner"] != owner:
         answered = answer.task_id or answer.project_id
         same = old is not None and answered in (old["task_id"], old["project_id"])
         return old if same and answered else None  # recorded already, or another create's
-    spent = answer.cost - (old["credits_cost"] or 0.0)  # an unknown entry counted its reserve
-    yield q(_SETTLE_BUDGET, old["reserved"], old["unpriced"], spent)
-    if old["kind"] == "task" and old["model"] and old["duration"] and answer.cost > 0:
-        yield q(_LEARN_PRICE, old["model"], old["duration"], answer.cost)
-    state = "pending" if answer.problem is None else "unknown"
-    batch = old["kind"] == "videos"
-    if batch and answer.problem is None:
-        state = "created"
-    keeper = None if answer.problem is None else owner  # a pending entry is the watchers'
-    ids = (answer.task_id, answer.project_id)
-    row = yield from first(_ANSWERED, key, state, *ids, answer.cost, answer.problem, keeper)
-    if batch:  # the tasks under the project id written ahead, whatever the answer echoed
-        tasks = batch_tasks(json.loads(old["request"]).get("project", key), answer.task_ids)
-        yield from add_batch_tasks(old["project_id"], tasks, key, old["metadata"])
+    row = yield from first(_ANSWERED, *args, "")  # a video batch, and its tasks
+    tasks = batch_tasks(json.loads(old["request"]).get("project", key), answer.task_ids)
+    yield from add_batch_tasks(old["project_id"], tasks, key, old["metadata"])
     return row
 
 
 def settle_failed(key: str, owner: str, state: str, error: str) -> Plan[Row | None]:
     """Record a create that failed: ``refused`` (nothing charged) or ``unknown``."""
-    yield q(_BUDGET)
-    old = yield from first(_ROW, key)
-    if old is None or old["state"] != "creating" or old["owner"] != owner:
-        return old
-    return (yield from _fail(old, state, error))
-
-
-def _fail(old: Row, state: str, error: str) -> Plan[Row | None]:
-    # A refused create charged nothing: its reservation is returned. An unknown one may have
-    # been charged: its reservation counts as spent.
-    spent = old["reserved"] if state == "unknown" else 0.0
-    yield q(_SETTLE_BUDGET, old["reserved"], old["unpriced"], spent)
-    cost = spent if state == "unknown" else None
-    return (yield from first(_FAILED, old["key"], state, error, cost))
+    row = yield from first(_FAILED, key, state, error, owner, alone=True)
+    return row if row is not None else (yield from get(key))
 
 
 def creating_owners() -> Plan[list[Row]]:
@@ -257,14 +249,14 @@ def creating_owners() -> Plan[list[Row]]:
 
 def expire_creating(dead: list[str]) -> Plan[int]:
     """Mark ``unknown`` the ``creating`` entries of dead creators, or past their lease."""
-    yield q(_BUDGET)
     rows = yield q(
-        "SELECT * FROM {E} WHERE state = 'creating' AND (lease_until < {now}"
+        "SELECT key, owner FROM {E} WHERE state = 'creating' AND (lease_until < {now}"
         " OR owner IN (items($1))) ORDER BY key{skip_locked}",
         json.dumps(dead),
     )
-    for old in rows:
-        yield from _fail(old, "unknown", "its creating process stopped before an answer")
+    why = "its creating process stopped before an answer"
+    for row in rows:  # one by one: executemany refuses a statement that returns rows
+        yield q(_FAILED, row["key"], "unknown", why, row["owner"])
     return len(rows)
 
 
@@ -357,10 +349,11 @@ def _group(value: str | None) -> Any:
 def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
     """What ``Ledger.summary`` answers."""
     counts = yield q("SELECT state, count(*) AS n FROM {E} GROUP BY state")
-    budget = yield from first("SELECT spent, reserved FROM videogen_ledger_budget")
-    assert budget is not None  # noqa: S101 - created with the schema
+    budget = yield from first(_BUDGET)
+    assert budget is not None  # noqa: S101 - an aggregate's one row
     states = {row["state"]: int(row["n"]) for row in counts}
     found: dict[str, Any] = {"states": states, **budget}
+    del found["unpriced"]
     names = yield q("SELECT name FROM videogen_ledger_destinations ORDER BY name")
     outbox: dict[str, dict[str, int]] = {
         row["name"]: dict.fromkeys(("pending", "delivered", "dead"), 0) for row in names

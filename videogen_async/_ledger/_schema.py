@@ -8,8 +8,8 @@ Tables are named ``videogen_ledger_*`` (a ledger may live in an application's da
 entry's ``owner`` is its creator while ``creating`` or ``unknown``, then the watcher whose
 lease holds it; its ``version`` counts the statements that changed its state or metadata, each
 recorded in ``changes`` by the triggers, in the change's transaction (on PostgreSQL with a
-``pg_notify``). ``rates`` (version 1) is no longer read. Migrations only ever add; a ledger of
-a newer version is refused.
+``pg_notify``). ``rates`` (version 1) is no longer made nor read; ``budget`` (version 5) is
+only locked by decisions under a cap. Migrations only ever add; a newer ledger is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -26,7 +26,7 @@ import attrs
 from .._contract._exceptions import LedgerError
 
 APPLICATION = "videogen_async.ledger"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CHANNEL = "videogen_ledger"
 """The PostgreSQL channel of change notices."""
 CHANGES_KEPT = 3600.0
@@ -42,20 +42,24 @@ _T = TypeVar("_T")
 
 @attrs.frozen
 class Step:
-    """One statement of a plan: answered with its rows, or run once per tuple of ``args``."""
+    """One statement of a plan: answered with its rows, or run once per tuple of ``args``.
+
+    A write plan's transaction begins at its first step that may not commit ``alone``.
+    """
 
     sql: str
     args: Any = ()
     many: bool = False
+    alone: bool = False
 
 
 Plan = Generator[Step, Any, _T]
 """An operation: yields steps, receives each one's rows, returns its result."""
 
 
-def q(sql: str, *args: Any) -> Step:
+def q(sql: str, *args: Any, alone: bool = False) -> Step:
     """A statement answered with its rows."""
-    return Step(sql, args)
+    return Step(sql, args, alone=alone)
 
 
 def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
@@ -63,9 +67,9 @@ def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
     return Step(sql, list(rows), many=True)
 
 
-def first(sql: str, *args: Any) -> Plan[dict[str, Any] | None]:
+def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | None]:
     """A statement answered with its first row (``None``: no row)."""
-    rows = yield q(sql, *args)
+    rows = yield q(sql, *args, alone=alone)
     return rows[0] if rows else None
 
 
@@ -238,6 +242,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " ON videogen_ledger_outbox (destination, state, next_at)",
         "CREATE INDEX IF NOT EXISTS videogen_ledger_outbox_owner ON videogen_ledger_outbox (owner)",
     ),
+    5: (),  # the budget row no longer kept (see the docstring): the earlier versions keep out
 }
 """Statements from version ``n - 1`` to ``n``; each only adds."""
 
@@ -256,8 +261,6 @@ _CREATE = (
     " unpriced INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS videogen_ledger_pacing (id INTEGER PRIMARY KEY CHECK (id = 1),"
     " pause_until {real} NOT NULL DEFAULT 0)",
-    "CREATE TABLE IF NOT EXISTS videogen_ledger_rates ("
-    " model TEXT PRIMARY KEY, per_second {real} NOT NULL)",
     *(statement for version in sorted(MIGRATIONS) for statement in MIGRATIONS[version]),
     "INSERT INTO videogen_ledger_budget (id) VALUES (1) ON CONFLICT (id) DO NOTHING",
     "INSERT INTO videogen_ledger_pacing (id) VALUES (1) ON CONFLICT (id) DO NOTHING",

@@ -7,20 +7,22 @@ whole transaction again with the SDK's backoff for up to ``outage_timeout`` seco
 is conditional on the state it changes, since a commit whose answer was lost may have taken
 effect.
 
-Added once: every write passes through :meth:`Store._attempt` (it fires :attr:`Store.changed`
-and prunes old changes once a minute, in the same transaction); an entry's change is recorded
-by the schema's triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and
-a field of ``LedgerEntry``; terminal states and their deliveries are written by
-``_claims.finish_many``.
+Group commit: the writes of :attr:`Store.grouped` plans queued while a transaction of theirs
+ran share the next one (each alone when one of them fails the others). Added once: every write
+passes through :meth:`Store._attempt` (it fires :attr:`Store.changed` and prunes old changes
+once a minute, in the same transaction); an entry's change is recorded by the schema's
+triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and a field of
+``LedgerEntry``; terminal states and their deliveries are written by ``_claims.finish_many``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import anyio
+import attrs
 
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, decide_retry
@@ -39,6 +41,34 @@ DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecut
 
 class DatabaseUnavailable(LedgerError):
     """The database did not answer; the transaction did not take effect (or may have)."""
+
+
+@attrs.define
+class _Queued:  # a write waiting for its group's transaction
+    make: Callable[[], Plan[Any]]
+    done: bool = False
+    result: Any = None
+    error: Exception | None = None
+
+
+@attrs.define
+class _Lane:  # one plan's writes queued; set as its running group's transaction ends: turn
+    queue: list[_Queued] = attrs.Factory(list)
+    turn: anyio.Event | None = None
+
+
+def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
+    """Several plans as one, every step in its transaction; a plan alone as it is."""
+    results, rows = [], None
+    for plan in plans:
+        try:
+            while True:
+                step = plan.send(rows)
+                rows = yield step if len(plans) == 1 else attrs.evolve(step, alone=False)
+        except StopIteration as stop:
+            results.append(stop.value)
+            rows = None
+    return results
 
 
 class Signal:
@@ -114,6 +144,7 @@ class Store:
 
     Attributes:
         writes: Write transactions committed (for the benchmark).
+        grouped: The plans whose writes share transactions (see the module docstring).
         changed: Fired after each commit of this process, and by the change listener for
             another process's (see ``_listen``).
     """
@@ -126,6 +157,8 @@ class Store:
         self.changed = Signal()
         self._living = anyio.Lock()
         self._next_prune = 0.0
+        self.grouped: set[Callable[..., Plan[Any]]] = set()
+        self._lanes: dict[Any, _Lane] = {}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -153,11 +186,11 @@ class Store:
 
     async def write(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a plan in one write transaction, again while the database does not answer."""
-        return await self._retry(lambda: self._attempt(plan(*args, **kw)))
+        return await self._retry(lambda: self._attempt(plan, lambda: plan(*args, **kw)))
 
     async def write_once(self, plan: Callable[_P, Plan[_T]], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run a plan in one write transaction, once."""
-        return await self._attempt(plan(*args, **kw))
+        return await self._attempt(plan, lambda: plan(*args, **kw))
 
     async def live(self, owner: str) -> None:
         """Hold the liveness lock of a creator (again while the database does not answer)."""
@@ -181,14 +214,56 @@ class Store:
         with anyio.CancelScope(shield=True):
             await self.engine.close()
 
-    async def _attempt(self, plan: Plan[_T]) -> _T:
+    async def _attempt(self, kind: Callable[..., Plan[_T]], make: Callable[[], Plan[_T]]) -> _T:
+        if kind not in self.grouped:
+            return (await self._commit([make]))[0]  # type: ignore[no-any-return]
+        mine, lane = _Queued(make), self._lanes.setdefault(kind, _Lane())
+        lane.queue.append(mine)
+        try:
+            while not mine.done:
+                if lane.turn is not None:  # a group's transaction runs: wait for the next
+                    await lane.turn.wait()
+                    continue
+                group, lane.queue, lane.turn = lane.queue, [], anyio.Event()
+                try:
+                    await self._run_group(group)
+                finally:  # the others of a group interrupted here go in the next
+                    lane.queue[:0] = [q for q in group if not q.done and q is not mine]
+                    lane.turn.set()
+                    lane.turn = None
+        finally:
+            if mine in lane.queue:  # this caller stopped waiting: nothing is written
+                lane.queue.remove(mine)
+        if mine.error is not None:
+            raise mine.error
+        return mine.result  # type: ignore[no-any-return]
+
+    async def _run_group(self, group: list[_Queued]) -> None:
+        try:
+            results = await self._commit([queued.make for queued in group])
+        except Exception as exc:
+            for queued in group:
+                if len(group) == 1 or isinstance(exc, DatabaseUnavailable):
+                    queued.error = exc
+                else:  # one failed them all: each alone
+                    try:
+                        queued.result = (await self._commit([queued.make]))[0]
+                    except Exception as error:  # its caller's to handle
+                        queued.error = error
+                queued.done = True
+            return
+        for queued, result in zip(group, results, strict=True):
+            queued.result, queued.done = result, True
+
+    async def _commit(self, makes: list[Callable[[], Plan[Any]]]) -> list[Any]:
+        plan = _together([make() for make in makes])
         prune = anyio.current_time() >= self._next_prune
-        result: _T = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
+        result = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
         if prune:
             self._next_prune = anyio.current_time() + 60.0
         self.writes += 1
         self.changed.fire()
-        return result
+        return result  # type: ignore[no-any-return]
 
     async def _retry(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
         tries = 0
