@@ -58,6 +58,27 @@ async def test_same_key_is_created_once_across_connections(ledger_url: str) -> N
         assert all(entry.state == "pending" for entry in results)
 
 
+async def test_same_key_is_created_once_by_concurrent_calls_of_one_ledger(ledger_url: str) -> None:
+    async with SandboxServer(manual_clock=True, seed=3) as server, server.client() as client:
+        async with Ledger.open(ledger_url) as ledger:
+            results = await asyncio.gather(
+                *(ledger.create_task(client, "one hare", key="hare") for _ in range(6))
+            )
+            # One that waited behind a create refused by the cap sends its own.
+            capped = await Ledger.open(ledger_url, max_credits=0.0)
+            try:
+                outcomes = await asyncio.gather(
+                    *(capped.create_task(client, "x", key="capped") for _ in range(3)),
+                    return_exceptions=True,
+                )
+            finally:
+                await capped.aclose()
+        assert _posts(server) == 1
+        assert {entry.task_id for entry in results} == {server.task_ids[0]}
+        assert all(entry.state == "pending" for entry in results)
+        assert all(isinstance(outcome, BudgetExceededError) for outcome in outcomes)
+
+
 async def test_bad_fields_write_nothing(ledger_url: str) -> None:
     async with SandboxServer(manual_clock=True) as server, server.client() as client:
         async with Ledger.open(ledger_url) as ledger:

@@ -93,6 +93,9 @@ class Creator:
         self.settled = Signal()
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
+        # The keys this creator is creating: the database tells another creator's create of
+        # a key from ours, but not two calls of ours apart (both are its owner).
+        self._creating: dict[str, anyio.Event] = {}
         self._next_scan = -math.inf
         self._prices: dict[Any, float] = {}  # the highest this process learned
         grouped = (settle_created, settle_failed, begin_create)  # not a cap's decisions: they
@@ -119,6 +122,25 @@ class Creator:
 
         Returns the entry of a key another create holds (``existing``) instead of sending.
         """
+        while (busy := self._creating.get(key)) is not None:
+            await busy.wait()  # its outcome is this call's, unless it wrote nothing
+            if (row := await self.store.read(get, key)) is not None:
+                return await self._existing(key, row)
+        self._creating[key] = done = anyio.Event()
+        try:
+            return await self._create(plan, entry, key, estimate, send)
+        finally:
+            del self._creating[key]
+            done.set()
+
+    async def _create(
+        self,
+        plan: Callable[[Any, Hold], Any],
+        entry: Any,
+        key: str,
+        estimate: float | None,
+        send: Callable[[], Awaitable[Any]],
+    ) -> LedgerEntry:
         await self.repair()
         await self.store.live(self.owner)
         hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
