@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import socket
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,3 +143,30 @@ async def test_a_file_held_past_the_busy_timeout_is_named_as_locked(
         holder.execute("ROLLBACK")
         holder.close()
     assert "not a SQLite database" not in str(caught.value)
+
+
+async def test_an_open_cancelled_while_connecting_closes_its_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The connection is made in the ledger's thread; a caller cancelled meanwhile (a timeout
+    # around Ledger.open) must not leave it to the garbage collector.
+    connecting, release = threading.Event(), threading.Event()
+    made: list[sqlite3.Connection] = []
+    original = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connecting.set()
+        release.wait(10)
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr("videogen_async._ledger._engines.sqlite3.connect", connect)
+    opening = asyncio.ensure_future(Ledger.open(str(tmp_path / "l.db")))
+    await asyncio.to_thread(connecting.wait, 10)
+    opening.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    [conn] = made
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        conn.execute("SELECT 1")

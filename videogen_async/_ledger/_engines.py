@@ -324,8 +324,10 @@ class SQLiteEngine:
         life, self._life = self._life, None
 
         def shut() -> None:
-            if conn is not None:
-                conn.close()
+            late, self._conn = self._conn, None  # made by an open cancelled meanwhile
+            for each in (conn, late):
+                if each is not None:
+                    each.close()
             if life is not None and life[0] >= 0:
                 with contextlib.suppress(OSError):
                     os.unlink(life[1])

@@ -162,8 +162,8 @@ class Store:
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
-        await self.engine.open()
         try:
+            await self.engine.open()  # a connection made as the open was cancelled is closed
             # Read before anything is written: a file that is not a SQLite database fails
             # here, and so do a database of other tables and a ledger of a newer schema.
             meta, others = await self.engine.run(read_meta(), write=False)
