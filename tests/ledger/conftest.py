@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import glob
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -52,9 +53,22 @@ def find_pg_bin() -> str | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the ephemeral range, where ``bind(0)`` never looks.
+
+    A cluster crashed and restarted needs its port again: one from the ephemeral range could be
+    handed meanwhile to another test's server (``bind(0)``) or outgoing connection.
+    """
+    with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ports:
+        low = int(ports.read().split()[0])
+    for _ in range(200):
+        port = random.randrange(10_000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 10000 and {low}")
 
 
 class Cluster:
