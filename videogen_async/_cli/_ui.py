@@ -251,11 +251,8 @@ class Progress:
         self._last_print = now
         self._last_shown = self.completed
         extra = f" ({self.detail})" if self.detail else ""
-        print(
-            f"{self.description}: {self.completed}/{self.total}{extra}",
-            file=self._ui.err,
-            flush=True,
-        )
+        line = f"{self.description}: {self.completed}/{self.total}{extra}"
+        print(line, file=self._ui.err, flush=True)
 
     def stop(self) -> None:
         """Leave the display as it is (the bar stays on screen)."""
