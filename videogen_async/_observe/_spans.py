@@ -141,19 +141,12 @@ class RequestObserver:
 
 def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
     """The ``poll`` hook's event for a task or project just read."""
-    if isinstance(value, Project):
-        return PollEvent(
-            kind="project",
-            id=value.project_id,
-            status=str(value.status),
-            current_step=None if value.current_step is None else str(value.current_step),
-            is_terminal=is_terminal,
-            trace_id=value._request_id,
-        )
+    step = value.current_step if isinstance(value, Project) else None
     return PollEvent(
-        kind="task",
-        id=value.task_id,
+        kind="project" if isinstance(value, Project) else "task",
+        id=value.project_id if isinstance(value, Project) else value.task_id,
         status=str(value.status),
+        current_step=None if step is None else str(step),
         is_terminal=is_terminal,
         trace_id=value._request_id,
     )
