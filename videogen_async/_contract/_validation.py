@@ -38,13 +38,19 @@ def _integer(value: Any) -> int | None:
     return int(value) if isinstance(value, float) and value.is_integer() else None
 
 
-def _url(field: str, value: Any) -> None:
+def is_web_url(value: Any) -> bool:
+    """Whether ``value`` is an ``http`` or ``https`` URL with a host."""
     try:
         parts = urlsplit(value) if isinstance(value, str) and value.strip() else None
-        web = parts is not None and parts.scheme.lower() in ("http", "https") and parts.hostname
+        return (
+            parts is not None and parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        )
     except ValueError:
-        web = False
-    if not web:
+        return False
+
+
+def _url(field: str, value: Any) -> None:
+    if not is_web_url(value):
         raise _fail(field, "must be an http or https URL", value)
     if any(c.isspace() for c in value):
         raise _fail(field, "must be a URL without spaces", value)
