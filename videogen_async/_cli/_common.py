@@ -320,9 +320,8 @@ def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iter
 
 def unwrap_group(exc: BaseException) -> BaseException:
     """The one error inside (nested) exception groups of one error, else ``exc`` itself."""
-    while True:
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+        exc = inner[0]
         inner = getattr(exc, "exceptions", None)
-        if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
-            exc = inner[0]
-            continue
-        return exc
+    return exc
