@@ -200,10 +200,8 @@ class ServerTruth:
 
     def add_credits(self, amount: float) -> None:
         """Add ``amount`` credits to the balance (total and available)."""
-        state = self._state
-        state.set_credits(
-            available=state.wallet.available + amount, total=state.wallet.total + amount
-        )
+        wallet = self._state.wallet
+        self._state.set_credits(available=wallet.available + amount, total=wallet.total + amount)
 
     @property
     def request_log(self) -> tuple[RequestRecord, ...]:
