@@ -53,11 +53,11 @@ class RequestObserver:
         self, send: Callable[[], Awaitable[_R]], *, method: str, path: str, url: str, attempt: int
     ) -> _R:
         """Run one attempt under the hooks and a ``CLIENT`` span (``send()`` sends, decodes)."""
-        hooks = self.hooks
-        if hooks.wants("request"):
-            await hooks.emit("request", RequestEvent(method, path, url, attempt))
+        request = RequestEvent(method, path, url, attempt)
+        if self.hooks.wants("request"):
+            await self.hooks.emit("request", request)
         if not _otel.recording():
-            return await self._answer(send, None, method, path, url, attempt)
+            return await self._answer(send, None, request)
         attributes: dict[str, Any] = {
             "http.request.method": method,
             **self._server,
@@ -66,16 +66,10 @@ class RequestObserver:
         if attempt > 1:
             attributes["http.request.resend_count"] = attempt - 1
         with _otel.span(method, attributes, client=True) as span:
-            return await self._answer(send, span, method, path, url, attempt)
+            return await self._answer(send, span, request)
 
     async def _answer(
-        self,
-        send: Callable[[], Awaitable[_R]],
-        span: _otel.SpanLike | None,
-        method: str,
-        path: str,
-        url: str,
-        attempt: int,
+        self, send: Callable[[], Awaitable[_R]], span: _otel.SpanLike | None, request: RequestEvent
     ) -> _R:
         started = time.monotonic()
         try:
@@ -84,13 +78,13 @@ class RequestObserver:
             error = type(exc).__name__
             if span is not None:
                 _otel.set_error(span, str(exc.status_code or error))
-            await self._answered(span, exc, error, started, method, path, url, attempt)
+            await self._answered(span, exc, error, started, request)
             raise
         except Exception as exc:
             if span is not None:
                 _otel.set_error(span, type(exc).__name__)
             raise
-        await self._answered(span, response, None, started, method, path, url, attempt)
+        await self._answered(span, response, None, started, request)
         return response
 
     async def _answered(
@@ -99,10 +93,7 @@ class RequestObserver:
         answer: _Answer,
         error: str | None,
         started: float,
-        method: str,
-        path: str,
-        url: str,
-        attempt: int,
+        request: RequestEvent,
     ) -> None:
         """Record an answer (a success, or a failure the service sent) on the span and hooks."""
         status, trace_id = answer.status_code, answer.trace_id
@@ -116,6 +107,7 @@ class RequestObserver:
         headers: dict[str, str] = redact_value(dict(answer.headers.items()))
         trace = None if trace_id is None else redact_text(trace_id)
         elapsed = time.monotonic() - started
+        method, path, url, attempt = request.method, request.path, request.url, request.attempt
         event = ResponseEvent(method, path, url, attempt, status, trace, elapsed, headers, error)
         await self.hooks.emit("response", event)
 
