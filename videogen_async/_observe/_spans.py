@@ -117,17 +117,11 @@ class RequestObserver:
         """Tell the ``retry`` hooks that ``attempt`` failed with ``exc`` and is retried."""
         if not self.hooks.wants("retry"):
             return
-        trace = getattr(exc, "trace_id", None)
-        event = RetryEvent(
-            method=method,
-            path=path,
-            attempt=attempt,
-            delay=delay,
-            reason=redact_text(f"{type(exc).__name__}: {exc}"),
-            error=type(exc).__name__,
-            status_code=exc.status_code if isinstance(exc, APIStatusError) else None,
-            trace_id=redact_text(trace) if isinstance(trace, str) else None,
-        )
+        error, trace = type(exc).__name__, getattr(exc, "trace_id", None)
+        status = exc.status_code if isinstance(exc, APIStatusError) else None
+        trace = redact_text(trace) if isinstance(trace, str) else None
+        reason = redact_text(f"{error}: {exc}")
+        event = RetryEvent(method, path, attempt, delay, reason, error, status, trace)
         await self.hooks.emit("retry", event)
 
 
