@@ -110,13 +110,10 @@ class UI:
 
     def heading(self, text: str) -> None:
         """A section title on stdout (human mode)."""
-        if self.json_mode:
-            return
-        text = printable(text)
         if self.fancy_out:
-            self.out_console.print(Rule(text, align="left"))
+            self.out_console.print(Rule(printable(text), align="left"))
         else:
-            print(f"\n== {text} ==", file=self.out, flush=True)
+            self.print(f"\n== {text} ==")
 
     def note(self, text: str) -> None:
         """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
