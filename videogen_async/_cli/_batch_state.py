@@ -42,39 +42,32 @@ class InputLine:
 
 def read_input(text: str) -> list[InputLine]:
     """The request lines of the input (blank and ``#`` lines left out), each checked."""
-    lines: list[InputLine] = []
-    for number, raw_line in enumerate(text.splitlines(), start=1):
-        stripped = raw_line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        try:
-            data = json.loads(stripped)
-        except ValueError as exc:
-            lines.append(InputLine(number, stripped, None, f"not valid JSON: {exc}"))
-            continue
-        if not isinstance(data, dict):
-            lines.append(InputLine(number, data, None, "not a JSON object"))
-            continue
-        fields = dict(data)
-        key = fields.pop("key", None)
-        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
-            lines.append(InputLine(number, data, None, "key: must be a non-empty string"))
-            continue
-        try:
-            request = validate_task_request(fields)
-        except InvalidRequestError as exc:
-            lines.append(InputLine(number, data, None, str(exc)))
-            continue
-        lines.append(InputLine(number, data, request, key=key))
-    return lines
+    lines = [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1)]
+    return [_read_line(n, line) for n, line in lines if line and not line.startswith("#")]
+
+
+def _read_line(number: int, line: str) -> InputLine:
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        return InputLine(number, line, None, f"not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return InputLine(number, data, None, "not a JSON object")
+    fields = dict(data)
+    key = fields.pop("key", None)
+    if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
+        return InputLine(number, data, None, "key: must be a non-empty string")
+    try:
+        return InputLine(number, data, validate_task_request(fields), key=key)
+    except InvalidRequestError as exc:
+        return InputLine(number, data, None, str(exc))
 
 
 def default_paths(input_path: Path) -> tuple[Path, Path]:
     """``prompts.journal.sqlite`` and ``prompts.results.jsonl`` beside ``prompts.jsonl``."""
     stem = input_path.name.removesuffix(".jsonl").removesuffix(".json")
-    return (
-        input_path.with_name(f"{stem}.journal.sqlite"),
-        input_path.with_name(f"{stem}.results.jsonl"),
+    return input_path.with_name(f"{stem}.journal.sqlite"), input_path.with_name(
+        f"{stem}.results.jsonl"
     )
 
 
@@ -93,16 +86,8 @@ class BatchState:
         """Update (or start) a line's record with ``fields``."""
         record = self.records.get(line.line_no)
         if record is None:
-            record = {
-                "line": line.line_no,
-                "input": line.raw,
-                "task_id": None,
-                "status": NOT_CREATED,
-                "video_url": None,
-                "error": None,
-                "credits": None,
-                "path": None,
-            }
+            empty = dict.fromkeys(("task_id", "status", "video_url", "error", "credits", "path"))
+            record = {"line": line.line_no, "input": line.raw, **empty, "status": NOT_CREATED}
             self.records[line.line_no] = record
         record.update(fields)
         return record

@@ -187,12 +187,10 @@ class Context:
             "api_key": getattr(args, "cfg_api_key", None) or os.environ.get("VIDEOGEN_API_KEY"),
             "base_url": getattr(args, "cfg_base_url", None) or os.environ.get("VIDEOGEN_BASE_URL"),
         }
-        timeout = getattr(args, "cfg_timeout", None)
-        if timeout is not None:
-            options["timeout"] = timeout
-        retries = getattr(args, "cfg_max_retries", None)
-        if retries is not None:
-            options["max_retries"] = retries
+        for name in ("timeout", "max_retries"):
+            value = getattr(args, f"cfg_{name}", None)
+            if value is not None:
+                options[name] = value
         insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
         if getattr(args, "cfg_allow_insecure_http", False) or insecure in ("1", "true", "yes"):
             options["allow_insecure_http"] = True
@@ -320,9 +318,8 @@ def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iter
 
 def unwrap_group(exc: BaseException) -> BaseException:
     """The one error inside (nested) exception groups of one error, else ``exc`` itself."""
-    while True:
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+        exc = inner[0]
         inner = getattr(exc, "exceptions", None)
-        if isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
-            exc = inner[0]
-            continue
-        return exc
+    return exc

@@ -42,13 +42,9 @@ def walk(
         if not a.option_strings and a.choices is not None and not isinstance(a.choices, dict)
         for c in a.choices
     ]
-    found: dict[tuple[str, ...], dict[str, Any]] = {
-        path: {
-            "commands": list(subs) + positional,
-            "options": sorted(set(options)),
-            "choices": choices,
-        }
-    }
+    commands = list(subs) + positional
+    node = {"commands": commands, "options": sorted(set(options)), "choices": choices}
+    found: dict[tuple[str, ...], dict[str, Any]] = {path: node}
     for name, sub in subs.items():
         found.update(walk(sub, (*path, name)))
     return found
@@ -114,11 +110,8 @@ def _fish(tree: dict[tuple[str, ...], dict[str, Any]]) -> str:
         "complete -c videogen -f",
     ]
     for path, node in tree.items():
-        if not path:
-            cond = "__fish_use_subcommand"
-        else:
-            seen = " ".join(shlex.quote(w) for w in path)
-            cond = f"__fish_seen_subcommand_from {seen}"
+        seen = " ".join(shlex.quote(w) for w in path)
+        cond = f"__fish_seen_subcommand_from {seen}" if path else "__fish_use_subcommand"
         for name in node["commands"]:
             lines.append(f"complete -c videogen -n {shlex.quote(cond)} -a {shlex.quote(name)}")
         for flag in node["options"]:

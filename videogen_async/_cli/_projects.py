@@ -51,12 +51,13 @@ def project_rows(project: Project) -> list[list[Any]]:
     listed = {t.task_id: t for t in project.tasks if t.task_id}
     for task_id in project.task_ids:
         task = listed.get(task_id)
-        status = str(task.status) if task is not None and task.status is not None else None
-        credits = fmt_credits(task.credits_cost) if task is not None else None
-        outcome = None
-        if task is not None and task.result is not None:
-            outcome = task.result.video_url or task.result.error_message
-        rows.append([task_id, status, credits, outcome])
+        if task is None:
+            rows.append([task_id, None, None, None])
+            continue
+        result = task.result
+        outcome = None if result is None else result.video_url or result.error_message
+        status = None if task.status is None else str(task.status)
+        rows.append([task_id, status, fmt_credits(task.credits_cost), outcome])
     return rows
 
 
@@ -65,22 +66,11 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
     if ctx.ui.json_mode:
         ctx.ui.emit_json(project.to_dict())
         return
-    billing = project.billing
-    ctx.ui.table(
-        ("project id", "status", "step", "mode", "script", "videos", "total credits"),
-        [
-            [
-                project.project_id,
-                str(project.status),
-                str(project.current_step),
-                str(project.mode),
-                fmt_credits(billing.script_credits_cost),
-                fmt_credits(billing.video_credits_cost),
-                fmt_credits(billing.total_credits_cost),
-            ]
-        ],
-        title="Project",
-    )
+    bill = project.billing
+    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
+    row = [project.project_id, str(project.status), str(project.current_step), str(project.mode)]
+    columns = ("project id", "status", "step", "mode", "script", "videos", "total credits")
+    ctx.ui.table(columns, [row + [fmt_credits(c) for c in costs]], title="Project")
     if project.error_message:
         ctx.ui.print(f"error: {project.error_message}")
     if project.task_ids:
@@ -117,13 +107,8 @@ async def cmd_project_create(ctx: Context) -> int:
     async def work(client: AsyncVideoGen) -> int:
         created = await client.projects.create(**request_from_args(args, PROJECT_REQUEST))
         if not args.wait:
-            row = [
-                created.project_id,
-                str(created.status),
-                str(created.current_step),
-                str(created.mode),
-                fmt_credits(created.credits_cost),
-            ]
+            row = [created.project_id, str(created.status), str(created.current_step)]
+            row += [str(created.mode), fmt_credits(created.credits_cost)]
             columns = ("project id", "status", "step", "mode", "credits")
             if ctx.ui.show(created.to_dict(), columns, [row], title="Created project"):
                 ctx.ui.note(

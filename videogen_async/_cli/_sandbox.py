@@ -96,10 +96,13 @@ def _demo_policy(time_scale: float) -> PollPolicy:
     )
 
 
-def _generated_in(task: Task) -> str:
-    if task.created_at is None or task.finished_at is None:
-        return "-"
-    return f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
+def _demo_row(task: Task) -> list[Any]:
+    """A task's row of the demo's table: the status table's, with how long it took."""
+    took = "-"
+    if task.created_at is not None and task.finished_at is not None:
+        took = f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
+    outcome = task.video_url if task.is_succeeded else task.error_message
+    return [task.task_id, str(task.status), fmt_credits(task.credits_cost), took, outcome]
 
 
 async def cmd_demo(ctx: Context) -> int:
@@ -167,19 +170,7 @@ async def _run(
     ids = [c.task_id for c in created]
     results = await wait_for_ids(ctx, client, ids, timeout=120, description="generating")
     tasks = [r for r in (results.get(i) for i in ids) if isinstance(r, Task)]
-    ui.table(
-        (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3]),
-        [
-            [
-                t.task_id,
-                str(t.status),
-                fmt_credits(t.credits_cost),
-                _generated_in(t),
-                t.video_url if t.is_succeeded else t.error_message,
-            ]
-            for t in tasks
-        ],
-    )
+    ui.table((*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3]), [_demo_row(t) for t in tasks])
     refunded = [t for t in tasks if t.is_failed]
     if refunded:
         ui.print(
@@ -240,12 +231,9 @@ async def _run(
     balance = [[fmt_credits(v) for v in (had, had - has, has)]]
     ui.table(("before", "spent", "after"), balance, title="Balance")
     bill = final.billing
-    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
-    ui.table(
-        ("script", "videos", "total"),
-        [[fmt_credits(v) for v in costs]],
-        title="The project's billing",
-    )
+    costs = [fmt_credits(v) for v in (bill.script_credits_cost, bill.video_credits_cost)]
+    costs.append(fmt_credits(bill.total_credits_cost))
+    ui.table(("script", "videos", "total"), [costs], title="The project's billing")
     summary["balance_after"] = after.to_dict()
     ok = all(d.ok for d in downloads) and len(tasks) == len(ids)
     return EXIT_OK if ok else EXIT_SOME_FAILED

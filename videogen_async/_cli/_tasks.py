@@ -107,12 +107,8 @@ async def cmd_create(ctx: Context) -> int:
                 " higher than the estimate (see docs/cli.md)"
             )
         if not wait:
-            row = [
-                created.task_id,
-                str(created.status),
-                fmt_credits(created.credits_cost),
-                created.created_at.isoformat() if created.created_at else None,
-            ]
+            at = created.created_at.isoformat() if created.created_at else None
+            row = [created.task_id, str(created.status), fmt_credits(created.credits_cost), at]
             columns = ("task id", "status", "credits", "created at")
             if ctx.ui.show(created.to_dict(), columns, [row], title="Created"):
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
@@ -353,13 +349,8 @@ async def download_with_progress(
             skipped = f", {kept} skipped (file exists)" if kept else ""
             bar.advance(detail=f"{ok} saved{skipped}, {bad} failed")
 
-        return await client.download_many(
-            items,
-            directory,
-            max_concurrency=max_concurrency,
-            overwrite=overwrite,
-            on_result=on_result,
-        )
+        options: dict[str, Any] = {"max_concurrency": max_concurrency, "overwrite": overwrite}
+        return await client.download_many(items, directory, on_result=on_result, **options)
 
 
 async def cmd_download(ctx: Context) -> int:
@@ -368,14 +359,8 @@ async def cmd_download(ctx: Context) -> int:
     items: list[str] = list(dict.fromkeys(args.sources))
 
     async def work(client: AsyncVideoGen) -> int:
-        results = await download_with_progress(
-            ctx,
-            client,
-            items,
-            Path(args.to),
-            max_concurrency=args.max_concurrency,
-            overwrite=not args.no_overwrite,
-        )
+        options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
+        results = await download_with_progress(ctx, client, items, Path(args.to), **options)
         show_downloads(ctx, results)
         return download_exit_code(results)
 

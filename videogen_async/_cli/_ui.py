@@ -111,13 +111,10 @@ class UI:
 
     def heading(self, text: str) -> None:
         """A section title on stdout (human mode)."""
-        if self.json_mode:
-            return
-        text = printable(text)
         if self.fancy_out:
-            self.out_console.print(Rule(text, align="left"))
+            self.out_console.print(Rule(printable(text), align="left"))
         else:
-            print(f"\n== {text} ==", file=self.out, flush=True)
+            self.print(f"\n== {text} ==")
 
     def note(self, text: str) -> None:
         """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
@@ -252,11 +249,8 @@ class Progress:
         self._last_print = now
         self._last_shown = self.completed
         extra = f" ({self.detail})" if self.detail else ""
-        print(
-            f"{self.description}: {self.completed}/{self.total}{extra}",
-            file=self._ui.err,
-            flush=True,
-        )
+        line = f"{self.description}: {self.completed}/{self.total}{extra}"
+        print(line, file=self._ui.err, flush=True)
 
     def stop(self) -> None:
         """Leave the display as it is (the bar stays on screen)."""

@@ -329,8 +329,6 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 # fmt: on
 
-BODIES: dict[str, Body] = {b.name: b for b in (TASK_REQUEST, PROJECT_REQUEST, VIDEOS_REQUEST)}
-
 
 # -- Reference prices ------------------------------------------------------------------------------
 

@@ -34,24 +34,24 @@ def _integer(value: Any) -> int | None:
     JSON has one number type: like most JSON services the sandbox reads ``4.0`` as 4, so
     ``duration=4.0`` is taken here too, and sent as ``4``.
     """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+    return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+def is_web_url(value: Any) -> bool:
+    """Whether ``value`` is an ``http`` or ``https`` URL with a host."""
+    try:
+        parts = urlsplit(value) if isinstance(value, str) and value.strip() else None
+        return (
+            parts is not None and parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        )
+    except ValueError:
+        return False
 
 
 def _url(field: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(field, "must be an http or https URL", value)
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname
-    except ValueError:
-        raise _fail(field, "must be an http or https URL", value) from None
-    if parts.scheme.lower() not in ("http", "https") or not host:
+    if not is_web_url(value):
         raise _fail(field, "must be an http or https URL", value)
     if any(c.isspace() for c in value):
         raise _fail(field, "must be a URL without spaces", value)

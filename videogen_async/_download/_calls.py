@@ -157,9 +157,7 @@ class DownloadCalls:
                     url, task_id = await resolve_source(get_task, source)
                     dest = folder / names[index]
                     size = await fetch(url, dest, task_id=task_id)
-                    result = DownloadResult(
-                        source=name, path=dest, url=url, task_id=task_id, size=size
-                    )
+                    result = DownloadResult(name, dest, url, task_id, size)
                 except VideoGenError as exc:
                     if task_id is None and not (isinstance(source, str) and is_url(source)):
                         task_id = getattr(exc, "task_id", None) or (

@@ -105,22 +105,19 @@ class _PartFile:
             raise RuntimeError("the temporary file is not open")
         return self._file, self.path
 
-    async def write(self, chunk: bytes) -> None:
-        file, _ = self._opened()
-        try:
-            await anyio.to_thread.run_sync(file.write, chunk)
-        except OSError as exc:
-            raise _DiskError(exc) from exc
-
-    async def truncate(self) -> None:
+    async def write(self, chunk: bytes | None) -> None:
+        """Append ``chunk``; ``None`` empties the file (to start over)."""
         file, _ = self._opened()
 
-        def _truncate() -> None:
-            file.seek(0)
-            file.truncate()
+        def _write() -> None:
+            if chunk is None:
+                file.seek(0)
+                file.truncate()
+            else:
+                file.write(chunk)
 
         try:
-            await anyio.to_thread.run_sync(_truncate)
+            await anyio.to_thread.run_sync(_write)
         except OSError as exc:
             raise _DiskError(exc) from exc
 
@@ -175,7 +172,6 @@ class _Retry(Exception):
 
     def __init__(self, error: VideoGenError, *, restart: bool = False) -> None:
         super().__init__(error.message)
-        self.reason = error.message
         self.error = error
         self.restart = restart
 
@@ -235,9 +231,9 @@ async def download_url(
             try:
                 await _attempt(transport, url, part, state, chunk_size, progress, what)
             except _Retry as retry:
+                reason = retry.error.message
                 if retry.restart:
-                    await part.truncate()
-                    state.received = 0
+                    await _start_over(part, state)
                 decision = decide_retry(
                     retry.error,
                     method="GET",
@@ -249,20 +245,20 @@ async def download_url(
                 delay = decision.delay
                 if decision.reason == "permanent" and isinstance(retry.error, APIStatusError):
                     raise DownloadError(
-                        f"download of {what}: {retry.reason}",
+                        f"download of {what}: {reason}",
                         url=url,
                         status_code=retry.error.status_code,
                         path=dest,
                     ) from None
                 if delay is None:
                     raise failed(
-                        f"download of {what} failed after {attempt} attempt(s): {retry.reason}"
+                        f"download of {what} failed after {attempt} attempt(s): {reason}"
                         + (f" ({decision.detail})" if decision.reason == "too long" else "")
                     ) from retry.__cause__
                 logger.info(
                     "download of %s: %s; %s in %.2fs (attempt %d of %d)",
                     what,
-                    retry.reason,
+                    reason,
                     f"resuming at byte {state.received}"
                     if state.received and state.ranges_ok
                     else "starting over",
@@ -316,8 +312,7 @@ async def _attempt(
     """
     headers = {"Accept-Encoding": "identity"}
     if state.received > 0 and not state.ranges_ok:
-        await part.truncate()
-        state.received = 0
+        await _start_over(part, state)
     resuming = state.received > 0
     if resuming:
         headers["Range"] = f"bytes={state.received}-"
@@ -335,8 +330,7 @@ async def _attempt(
             elif status == 200:
                 if resuming:
                     logger.info("download of %s: the host ignored Range; starting over", what)
-                    await part.truncate()
-                    state.received = 0
+                    await _start_over(part, state)
                     state.ranges_ok = False
                 state.total = _content_length(hdrs) if exact else None
                 state.validator = _validator(hdrs)
@@ -369,6 +363,11 @@ async def _attempt(
         raise _Retry(exc) from exc
     if state.total is not None and state.received < state.total:
         raise _Retry(_broken(f"short body: got {state.received} of {state.total} bytes"))
+
+
+async def _start_over(part: _PartFile, state: _State) -> None:
+    await part.write(None)
+    state.received = 0
 
 
 def _check_resumed(headers: Mapping[str, str], state: _State) -> None:

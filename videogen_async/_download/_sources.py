@@ -8,6 +8,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._contract._exceptions import DownloadError
 from .._contract._models import ProjectTask, Task
+from .._contract._validation import is_web_url
 
 #: Reads one task by id (the client's ``tasks.get``).
 GetTask = Callable[[str], Awaitable[Task]]
@@ -43,13 +44,7 @@ def redact_url(url: str) -> str:
 
 
 def check_url(url: str) -> str:
-    try:
-        parts = urlsplit(url.strip())
-        host = parts.hostname
-    except ValueError:
-        host = None
-        parts = None
-    if parts is None or parts.scheme.lower() not in ("http", "https") or not host:
+    if not is_web_url(url.strip()):
         raise DownloadError(f"not an http(s) URL: {redact_url(url)!s}", url=url)
     return url.strip()
 
@@ -102,12 +97,10 @@ def planned_names(items: Sequence[DownloadSource]) -> list[str]:
         else:
             name = default_filename(url=None, task_id=item)
         key = name.lower()
-        if key in seen:
-            seen[key] += 1
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:
             stem, dot, ext = name.rpartition(".")
             name = f"{stem}-{seen[key]}{dot}{ext}"
-        else:
-            seen[key] = 1
         names.append(name)
     return names
 

@@ -53,11 +53,11 @@ class RequestObserver:
         self, send: Callable[[], Awaitable[_R]], *, method: str, path: str, url: str, attempt: int
     ) -> _R:
         """Run one attempt under the hooks and a ``CLIENT`` span (``send()`` sends, decodes)."""
-        hooks = self.hooks
-        if hooks.wants("request"):
-            await hooks.emit("request", RequestEvent(method, path, url, attempt))
+        request = RequestEvent(method, path, url, attempt)
+        if self.hooks.wants("request"):
+            await self.hooks.emit("request", request)
         if not _otel.recording():
-            return await self._answer(send, None, method, path, url, attempt)
+            return await self._answer(send, None, request)
         attributes: dict[str, Any] = {
             "http.request.method": method,
             **self._server,
@@ -66,16 +66,10 @@ class RequestObserver:
         if attempt > 1:
             attributes["http.request.resend_count"] = attempt - 1
         with _otel.span(method, attributes, client=True) as span:
-            return await self._answer(send, span, method, path, url, attempt)
+            return await self._answer(send, span, request)
 
     async def _answer(
-        self,
-        send: Callable[[], Awaitable[_R]],
-        span: _otel.SpanLike | None,
-        method: str,
-        path: str,
-        url: str,
-        attempt: int,
+        self, send: Callable[[], Awaitable[_R]], span: _otel.SpanLike | None, request: RequestEvent
     ) -> _R:
         started = time.monotonic()
         try:
@@ -84,13 +78,13 @@ class RequestObserver:
             error = type(exc).__name__
             if span is not None:
                 _otel.set_error(span, str(exc.status_code or error))
-            await self._answered(span, exc, error, started, method, path, url, attempt)
+            await self._answered(span, exc, error, started, request)
             raise
         except Exception as exc:
             if span is not None:
                 _otel.set_error(span, type(exc).__name__)
             raise
-        await self._answered(span, response, None, started, method, path, url, attempt)
+        await self._answered(span, response, None, started, request)
         return response
 
     async def _answered(
@@ -99,10 +93,7 @@ class RequestObserver:
         answer: _Answer,
         error: str | None,
         started: float,
-        method: str,
-        path: str,
-        url: str,
-        attempt: int,
+        request: RequestEvent,
     ) -> None:
         """Record an answer (a success, or a failure the service sent) on the span and hooks."""
         status, trace_id = answer.status_code, answer.trace_id
@@ -116,6 +107,7 @@ class RequestObserver:
         headers: dict[str, str] = redact_value(dict(answer.headers.items()))
         trace = None if trace_id is None else redact_text(trace_id)
         elapsed = time.monotonic() - started
+        method, path, url, attempt = request.method, request.path, request.url, request.attempt
         event = ResponseEvent(method, path, url, attempt, status, trace, elapsed, headers, error)
         await self.hooks.emit("response", event)
 
@@ -125,35 +117,22 @@ class RequestObserver:
         """Tell the ``retry`` hooks that ``attempt`` failed with ``exc`` and is retried."""
         if not self.hooks.wants("retry"):
             return
-        trace = getattr(exc, "trace_id", None)
-        event = RetryEvent(
-            method=method,
-            path=path,
-            attempt=attempt,
-            delay=delay,
-            reason=redact_text(f"{type(exc).__name__}: {exc}"),
-            error=type(exc).__name__,
-            status_code=exc.status_code if isinstance(exc, APIStatusError) else None,
-            trace_id=redact_text(trace) if isinstance(trace, str) else None,
-        )
+        error, trace = type(exc).__name__, getattr(exc, "trace_id", None)
+        status = exc.status_code if isinstance(exc, APIStatusError) else None
+        trace = redact_text(trace) if isinstance(trace, str) else None
+        reason = redact_text(f"{error}: {exc}")
+        event = RetryEvent(method, path, attempt, delay, reason, error, status, trace)
         await self.hooks.emit("retry", event)
 
 
 def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
     """The ``poll`` hook's event for a task or project just read."""
-    if isinstance(value, Project):
-        return PollEvent(
-            kind="project",
-            id=value.project_id,
-            status=str(value.status),
-            current_step=None if value.current_step is None else str(value.current_step),
-            is_terminal=is_terminal,
-            trace_id=value._request_id,
-        )
+    step = value.current_step if isinstance(value, Project) else None
     return PollEvent(
-        kind="task",
-        id=value.task_id,
+        kind="project" if isinstance(value, Project) else "task",
+        id=value.project_id if isinstance(value, Project) else value.task_id,
         status=str(value.status),
+        current_step=None if step is None else str(step),
         is_terminal=is_terminal,
         trace_id=value._request_id,
     )

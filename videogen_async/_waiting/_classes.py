@@ -192,12 +192,8 @@ class BatchSchedule:
         if not policy.adaptive:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
         self._saw_age(age - elapsed, now)
-        klass = state.klass
-        support = klass.support
-        model = klass.model
-        dense = None
-        if support is not None and model is not None:
-            dense = model.gap(age, policy.dense_interval)
+        support, model = state.klass.support, state.klass.model
+        dense = None if support is None or model is None else model.gap(age, policy.dense_interval)
         # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
         # from an answer to the next send is longer than this, a loop's sleep: the longest
         # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).

@@ -27,7 +27,7 @@ from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutEr
 from .._contract._models import Task
 from .._http._retry import decide_retry
 from .._observe._spans import observe_gather
-from ._classes import BatchSchedule, ClassState, IdState
+from ._classes import BatchSchedule, IdState
 from ._due import DueHeap
 from ._policy import PollPolicy
 from ._polling import TaskSource
@@ -61,7 +61,6 @@ class _Coordinator:
     def __init__(
         self,
         source: TaskSource,
-        ids: dict[str, IdState],
         *,
         timeout: float | None,
         max_concurrency: int,
@@ -69,7 +68,6 @@ class _Coordinator:
         policy: PollPolicy,
         on_progress: Callable[[GatherProgress], object] | None,
         progress_interval: float,
-        classes: dict[object, ClassState],
         memory: FinishTimeMemory | None = None,
         open_ended: bool = False,
     ) -> None:
@@ -77,14 +75,14 @@ class _Coordinator:
         # One pacing per client: the client's, which its transport already keeps (a 429 cuts
         # it once, for every request of the client); a bare source gets one of its own.
         self._fetch, self._pacing = source.paced()
-        self._states = ids
+        self._states: dict[str, IdState] = {}  # joined by `add`
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
         self._policy = policy
         self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
-        self._counts = GatherCounts(total=len(ids), pending=len(ids))
+        self._counts = GatherCounts(total=0)
         # Scheduling.
         self._due = DueHeap()
         self._now: Callable[[], float] = time.monotonic
@@ -97,7 +95,7 @@ class _Coordinator:
         self._last_round = -math.inf  # when the dispatcher last sent polls
         self._last_pause = -math.inf  # the end of the last 429 pause reported
         self.schedule = BatchSchedule(
-            classes, policy=policy, memory=memory, push=self._push, rng=self._rng
+            {}, policy=policy, memory=memory, push=self._push, rng=self._rng
         )
         self._started = math.nan
         # Life cycle.

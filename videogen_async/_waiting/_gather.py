@@ -47,11 +47,9 @@ class GatherResults:
     is exhausted, raises, is closed with :meth:`aclose`, or is garbage collected).
     """
 
-    def __init__(
-        self, coordinator: _Coordinator, key_of: Callable[[str], object] | None = None
-    ) -> None:
+    def __init__(self, coordinator: _Coordinator, key_of: Callable[[str], object]) -> None:
         self._core = coordinator
-        self._key_of = key_of if key_of is not None else _class_keys(None)
+        self._key_of = key_of
         self._receive: MemoryObjectReceiveStream[_Item] | None = None
         self._mode = "new"
         self._tg: TaskGroup | None = None
@@ -264,28 +262,22 @@ def gather_until_done(
     if not progress_interval > 0:
         raise ValueError(f"progress_interval must be > 0, got {progress_interval!r}")
     key_of = _class_keys(classes)
-    by_key: dict[object, ClassState] = {}
-    states: dict[str, IdState] = {}
-    for state in _new_states(task_ids, key_of, states, by_key):
-        state.klass.states.append(state)
-        states[state.task_id] = state
-        by_key.setdefault(state.klass.key, state.klass)
     source = source_of(client)
     memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
     coordinator = _Coordinator(
         source,
-        states,
         timeout=timeout,
         max_concurrency=max_concurrency,
         return_exceptions=return_exceptions,
         policy=poll_policy or source.poll_policy or DEFAULT_POLICY,
         on_progress=on_progress,
         progress_interval=progress_interval,
-        classes=by_key,
         memory=memory,
         open_ended=open_ended,
     )
-    return GatherResults(coordinator, key_of)
+    results = GatherResults(coordinator, key_of)
+    results.add(task_ids)  # not started: the ids are scheduled when the polling starts
+    return results
 
 
 def _new_states(

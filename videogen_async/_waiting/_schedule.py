@@ -10,6 +10,7 @@ stats between gathers.
 
 from __future__ import annotations
 
+import itertools
 import math
 from bisect import bisect_right
 from collections.abc import Callable
@@ -165,12 +166,9 @@ class FinishSketch:
             return math.nan
         cumulative = self._cache
         if cumulative is None:
-            running = 0.0
-            cumulative = []
-            for index in sorted(self._bins):
-                running += self._bins[index]
-                cumulative.append((index, running))
-            self._cache = cumulative
+            indexes = sorted(self._bins)
+            sums = itertools.accumulate(self._bins[index] for index in indexes)
+            cumulative = self._cache = list(zip(indexes, sums, strict=True))
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
         target = min(max(q, 0.0), 1.0) * self._total - 1e-9 * self._total
@@ -187,20 +185,10 @@ class FinishSketch:
         """
         if self._total <= 0:
             return None
-        lows: list[float] = []
-        highs: list[float] = []
-        below: list[float] = []
-        shares: list[float] = []
-        running = 0.0
-        total = self._total
-        for index in sorted(self._bins):
-            share = self._bins[index] / total
-            lows.append(_lower(index))
-            highs.append(_upper(index))
-            below.append(running)
-            shares.append(share)
-            running += share
-        return lows, highs, below, shares
+        indexes = sorted(self._bins)
+        shares = [self._bins[index] / self._total for index in indexes]
+        below = list(itertools.accumulate(shares[:-1], initial=0.0))
+        return [_lower(i) for i in indexes], [_upper(i) for i in indexes], below, shares
 
     def snapshot(self) -> FinishTimeStats:
         """An immutable summary (weights relative to the newest observation)."""

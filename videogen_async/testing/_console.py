@@ -27,6 +27,9 @@ _SHOWN_TASKS = 200
 _SHOWN_PROJECTS = 100
 _SHOWN_REQUESTS = 100
 _PROMPT_LIMIT = 300
+_TASK_COLUMNS = ("task id", "state", "cost", "prompt", "project", "")
+_PROJECT_COLUMNS = ("project id", "mode", "state", "step", "cost", "tasks")
+_REQUEST_COLUMNS = ("time", "method", "path", "status", "code", "trace id", "fault", "ms")
 
 
 def add_console(app: web.Application, source: ServerTruth) -> None:
@@ -146,24 +149,9 @@ def _live(source: ServerTruth) -> str:
         f" available of {_e(total)}</p>",
         f"<p class='meta'>{len(source.task_ids)} tasks, {len(source.project_ids)} projects;"
         f" updated {_e(time.strftime('%H:%M:%S'))}</p>",
-        _table(
-            "Tasks",
-            ["task id", "state", "cost", "prompt", "project", ""],
-            task_rows,
-            "No task yet.",
-        ),
-        _table(
-            "Projects",
-            ["project id", "mode", "state", "step", "cost", "tasks"],
-            project_rows,
-            "No project yet.",
-        ),
-        _table(
-            "Requests (newest first)",
-            ["time", "method", "path", "status", "code", "trace id", "fault", "ms"],
-            request_rows,
-            "No request yet.",
-        ),
+        _table("Tasks", _TASK_COLUMNS, task_rows, "No task yet."),
+        _table("Projects", _PROJECT_COLUMNS, project_rows, "No project yet."),
+        _table("Requests (newest first)", _REQUEST_COLUMNS, request_rows, "No request yet."),
         _table("Faults fired", ["kind", "count"], fault_rows, "No fault fired."),
     ]
     if rules:

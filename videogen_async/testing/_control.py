@@ -142,13 +142,9 @@ class ControlAPI:
         return self._state.describe_task(task_id, self._routes.origin(request))
 
     def _schedule_task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        reschedule_task(
-            self._state,
-            request.match_info["task_id"],
-            finish_in=_number(body, "finish_in") or 0.0,
-            outcome=body.get("outcome"),
-            error_message=body.get("error_message"),
-        )
+        finish_in = _number(body, "finish_in") or 0.0
+        task_id, message = request.match_info["task_id"], body.get("error_message")
+        reschedule_task(self._state, task_id, finish_in, body.get("outcome"), message)
         return self._task(request, body)
 
     def _bulk_tasks(self, request: web.Request, body: dict[str, Any]) -> Any:
@@ -179,13 +175,10 @@ class ControlAPI:
         return self._state.describe_project(project_id, self._routes.origin(request))
 
     def _schedule_project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        reschedule_project(
-            self._state,
-            request.match_info["project_id"],
-            script_ready_in=_number(body, "script_ready_in") or 0.0,
-            outcome=body.get("outcome") or "succeeded",
-            error_message=body.get("error_message"),
-        )
+        span = _number(body, "script_ready_in") or 0.0
+        outcome = body.get("outcome") or "succeeded"
+        project_id = request.match_info["project_id"]
+        reschedule_project(self._state, project_id, span, outcome, body.get("error_message"))
         return self._project(request, body)
 
     def _faults(self, request: web.Request, body: dict[str, Any]) -> Any:

@@ -11,6 +11,7 @@ The kinds are exclusive for one request (one seeded draw picks at most one); rea
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import random
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -264,21 +265,12 @@ class FaultInjector:
         latency = 0.0 if rule.latency is None else sample_duration(rule.latency, rng)
         if latency > 0:
             self.injected["latency"] += 1
-        draw = rng.random()
-        kind: str | None = None
-        edge = 0.0
-        for name, rate in zip(FAULT_KINDS, rule.rates(), strict=True):
-            edge += rate
-            if rate and draw < edge:
-                kind = name
-                break
-        status = 0
+        draw, rates = rng.random(), rule.rates()
+        edges = zip(FAULT_KINDS, rates, itertools.accumulate(rates), strict=True)
+        kind = next((name for name, rate, edge in edges if rate and draw < edge), None)
+        status = {"html": rule.html_status, "rate_limit": 429}.get(kind or "", 0)
         if kind == "error":
             status = rng.choice(rule.error_statuses)
-        elif kind == "html":
-            status = rule.html_status
-        elif kind == "rate_limit":
-            status = 429
         if kind is not None:
             self.injected[kind] += 1
         return FaultDecision(kind, latency, status, rule.retry_after)

@@ -32,6 +32,7 @@ _HTML_PAGE = (
     "<center><h1>{status} {reason}</h1></center>\r\n<hr><center>nginx</center>\r\n"
     "</body>\r\n</html>\r\n"
 )
+_NGINX = {"Server": "nginx"}
 _STATUSES = frozenset(s.value for s in http.HTTPStatus)
 _CODE = re.compile(rb'\{"code":(-?\d{1,9}),')
 
@@ -71,21 +72,14 @@ def _fault_response(decision: FaultDecision) -> web.StreamResponse | None:
     kind, status = decision.kind, decision.status
     reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Server Error"
     if kind == "rate_limit":
-        headers = {}
-        if decision.retry_after is not None:
-            headers["Retry-After"] = f"{decision.retry_after:g}"
-        return error_response(
-            429, 429, "Too many requests (sandbox fault injection)", headers=headers
-        )
+        after = decision.retry_after
+        headers = {} if after is None else {"Retry-After": f"{after:g}"}
+        return error_response(429, 429, "Too many requests (sandbox fault injection)", headers)
     if kind == "error":
         return error_response(status, status, f"{reason} (sandbox fault injection)")
     if kind == "html":
-        return web.Response(
-            text=_HTML_PAGE.format(status=status, reason=reason),
-            status=status,
-            content_type="text/html",
-            headers={"Server": "nginx"},
-        )
+        page = _HTML_PAGE.format(status=status, reason=reason)
+        return web.Response(text=page, status=status, content_type="text/html", headers=_NGINX)
     return None
 
 
@@ -150,20 +144,8 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
             code = _envelope_code(response)
             return response
         finally:
-            stats.leave(
-                RequestRecord(
-                    method,
-                    path,
-                    route,
-                    status,
-                    started,
-                    time.perf_counter() - t0,
-                    fault,
-                    trace_id,
-                    request.query_string,
-                    request.headers.get("User-Agent"),
-                    code,
-                )
-            )
+            took, agent = time.perf_counter() - t0, request.headers.get("User-Agent")
+            seen = (method, path, route, status, started, took, fault, trace_id)
+            stats.leave(RequestRecord(*seen, request.query_string, agent, code))
 
     return middleware

@@ -21,8 +21,6 @@ from ._clock import SandboxClock
 from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
 
 _Producer = Callable[[Any, Any], Any]
-
-
 _Render = Callable[[Any, Any], dict[str, Any]]
 
 
@@ -56,12 +54,9 @@ def envelope_response(
     trace_id = uuid.uuid4().hex
     envelope = {"code": code, "trace_id": trace_id, "message": message, "data": data}
     body = json_text(envelope, "", separators=(",", ":"), ensure_ascii=False)
-    all_headers = {"X-Trace-Id": trace_id}
-    if headers:
-        all_headers.update(headers)
-    return web.Response(
-        text=body, status=status, content_type="application/json", headers=all_headers
-    )
+    all_headers = {"X-Trace-Id": trace_id, **(headers or {})}
+    kind = "application/json"
+    return web.Response(text=body, status=status, content_type=kind, headers=all_headers)
 
 
 @attrs.define
@@ -248,7 +243,7 @@ class Renderer:
     def describe_project(self, project: Project, now: float, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         clock = self.clock
-        no_script = project.fails_before_script
+        no_script, fail_at = project.fails_before_script, project.fail_at
         return {
             **self.project(project, now, origin),
             "inputs": dict(project.inputs),
@@ -266,9 +261,7 @@ class Renderer:
                 "script_ready_at_wall": None
                 if no_script
                 else clock.wall_time_of(project.script_ready_at),
-                "fail_at": project.fail_at,
-                "fail_at_wall": None
-                if project.fail_at is None
-                else clock.wall_time_of(project.fail_at),
+                "fail_at": fail_at,
+                "fail_at_wall": None if fail_at is None else clock.wall_time_of(fail_at),
             },
         }

@@ -152,9 +152,8 @@ def create_videos(
     now = state.settle()
     project = lookup(state.projects, "Project", project_id)
     if project.failed(now):
-        raise SandboxError(
-            409, 409, f"Project {project_id} has failed; no video tasks can be created"
-        )
+        failed = f"Project {project_id} has failed; no video tasks can be created"
+        raise SandboxError(409, 409, failed)
     if not project.script_ready(now):
         raise SandboxError(
             409,
@@ -162,14 +161,10 @@ def create_videos(
             f"The script of project {project_id} is not ready yet (current_step:"
             f" {project.phase(now)[1]}); create videos once current_step is script_ready",
         )
+    given = {k: body.get(k) or project.inputs[k] for k in ("resolution", "aspect_ratio")}
+    out_number = int(body.get("out_number") or project.inputs["out_number"])
     batch = state.create_batch(
-        project,
-        now,
-        out_number=int(body.get("out_number") or project.inputs["out_number"]),
-        resolution=body.get("resolution") or project.inputs["resolution"],
-        aspect_ratio=body.get("aspect_ratio") or project.inputs["aspect_ratio"],
-        script=body.get("script"),
-        automatic=False,
+        project, now, out_number=out_number, script=body.get("script"), automatic=False, **given
     )
     return project, batch
 
@@ -213,12 +208,8 @@ class ServiceRoutes:
         header = request.headers.get("Authorization")
         challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
         if not header or not header.strip():
-            raise SandboxError(
-                401,
-                401,
-                "Missing API key: send the header 'Authorization: Bearer <API_KEY>'",
-                challenge,
-            )
+            missing = "Missing API key: send the header 'Authorization: Bearer <API_KEY>'"
+            raise SandboxError(401, 401, missing, challenge)
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode("utf-8", "surrogateescape"), self._key_bytes

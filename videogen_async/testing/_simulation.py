@@ -278,8 +278,7 @@ def make_script(inputs: Mapping[str, Any]) -> str:
     language = inputs.get("speech_language_option") or "the reference video's language"
     step = 3 if total >= 6 else 1
     lines = []
-    start = 0
-    beat = 0
+    start = beat = 0
     while start < total:
         end = min(total, start + step)
         if end == total or beat == len(_SCRIPT_BEATS) - 1:

@@ -70,21 +70,16 @@ class SandboxState:
     ) -> None:
         if isinstance(credits, bool) or not isinstance(credits, (int, float)) or credits < 0:
             raise ValueError(f"credits must be a number >= 0, got {credits!r}")
-        failure_rate = check_rate(failure_rate, "failure_rate")
-        error_rate = check_rate(error_rate, "error_rate")
-        if failure_rate + error_rate > 1:
+        self.failure_rate = check_rate(failure_rate, "failure_rate")
+        self.error_rate = check_rate(error_rate, "error_rate")
+        if self.failure_rate + self.error_rate > 1:
             raise ValueError("failure_rate + error_rate must not exceed 1")
-        project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
-        task_duration = check_duration(task_duration, "task_duration")
-        queue_delay = check_duration(queue_delay, "queue_delay")
+        self.project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
+        self.task_duration = check_duration(task_duration, "task_duration")
+        self.queue_delay = check_duration(queue_delay, "queue_delay")
         self.clock = clock
         self.pricing = pricing
-        self.task_duration = task_duration
-        self.queue_delay = queue_delay
-        self.failure_rate = failure_rate
-        self.error_rate = error_rate
         self.project_timing = project_timing
-        self.project_failure_rate = project_failure_rate
         self.failure_marker = failure_marker
         self.media_rejects = media_rejects
         self.rng = random.Random(None if seed is None else f"{seed}:behaviour")
@@ -177,20 +172,11 @@ class SandboxState:
         batch = Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
         )
-        forced = (
-            "The batch script was rejected (sandbox failure marker)."
-            if self.marked(script)
-            else None
-        )
+        forced = "The batch script was rejected (sandbox failure marker)."
+        forced_failure = forced if self.marked(script) else None
+        duration, floor = project.inputs["duration"], project.created_wall
         for _ in range(out_number):
-            task = self.new_task(
-                at,
-                PROJECT_TASK_MODEL,
-                project.inputs["duration"],
-                cost,
-                forced,
-                floor=project.created_wall,
-            )
+            task = self.new_task(at, PROJECT_TASK_MODEL, duration, cost, forced_failure, floor)
             task.project_id = project.project_id
             task.batch = batch.index
             task.aspect_ratio = aspect_ratio
@@ -289,11 +275,11 @@ class SandboxState:
             *body.get("video_urls", ()),
         ]
         bad = next((u for u in media if host_is_invalid(u)), None)
+        prompt = body.get("prompt")
         if bad is not None:
             forced = f"Failed to fetch media from URL: {bad}"
-        elif self.marked(body.get("prompt")):
+        elif self.marked(prompt):
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
-        prompt = body.get("prompt")
         return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
@@ -304,6 +290,5 @@ class SandboxState:
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         now = self.settle()
-        return self.render.describe_project(
-            lookup(self.projects, "Project", project_id), now, origin
-        )
+        project = lookup(self.projects, "Project", project_id)
+        return self.render.describe_project(project, now, origin)

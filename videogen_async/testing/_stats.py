@@ -122,8 +122,7 @@ class RequestStats:
         self._peak = max(self._peak, self._in_flight)
         count = self._in_flight_by_route.get(route, 0) + 1
         self._in_flight_by_route[route] = count
-        if count > self._peak_by_route.get(route, 0):
-            self._peak_by_route[route] = count
+        self._peak_by_route[route] = max(count, self._peak_by_route.get(route, 0))
         self._notify()
 
     def leave(self, record: RequestRecord) -> None:

@@ -105,15 +105,8 @@ class ServerTruth:
             KeyError: No such task.
             ValueError: The task has already ended, or a bad argument.
         """
-        self._wrap_lookup(
-            lambda: reschedule_task(
-                self._state,
-                task_id,
-                finish_in=finish_in,
-                outcome=outcome,
-                error_message=error_message,
-            )
-        )
+        state, message = self._state, error_message
+        self._wrap_lookup(lambda: reschedule_task(state, task_id, finish_in, outcome, message))
         return self.describe_task(task_id)
 
     def create_tasks(
@@ -184,15 +177,8 @@ class ServerTruth:
             KeyError: No such project.
             ValueError: The script is already ready or the project failed; a bad argument.
         """
-        self._wrap_lookup(
-            lambda: reschedule_project(
-                self._state,
-                project_id,
-                script_ready_in=script_ready_in,
-                outcome=outcome,
-                error_message=error_message,
-            )
-        )
+        state, span, message = self._state, script_ready_in, error_message
+        self._wrap_lookup(lambda: reschedule_project(state, project_id, span, outcome, message))
         return self.describe_project(project_id)
 
     @staticmethod
@@ -214,10 +200,8 @@ class ServerTruth:
 
     def add_credits(self, amount: float) -> None:
         """Add ``amount`` credits to the balance (total and available)."""
-        state = self._state
-        state.set_credits(
-            available=state.wallet.available + amount, total=state.wallet.total + amount
-        )
+        wallet = self._state.wallet
+        self._state.set_credits(available=wallet.available + amount, total=wallet.total + amount)
 
     @property
     def request_log(self) -> tuple[RequestRecord, ...]:
@@ -257,8 +241,7 @@ def _create_tasks(
     outcome: str | None = None,
 ) -> list[Task]:
     """:meth:`ServerTruth.create_tasks` (a balance too low: 409 / 300111)."""
-    if outcome is not None and outcome not in TASK_OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+    _check_outcome(outcome)
     state.settle()
     price = state.pricing.task_cost(body.get("model"), body.get("duration"))
     if not state.wallet.can_pay(price * count):
@@ -272,15 +255,25 @@ def _create_tasks(
                 if finish_in is None
                 else sample_duration(finish_in, state.rng)
             )
-            reschedule_task(state, task.task_id, finish_in=seconds, outcome=outcome)
+            reschedule_task(state, task.task_id, seconds, outcome)
         tasks.append(task)
     return tasks
+
+
+def _check_outcome(outcome: str | None) -> None:
+    if outcome is not None and outcome not in TASK_OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+
+
+def _check_seconds(value: object, name: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    return float(value)
 
 
 def reschedule_task(
     state: SandboxState,
     task_id: str,
-    *,
     finish_in: float,
     outcome: str | None = None,
     error_message: str | None = None,
@@ -290,12 +283,10 @@ def reschedule_task(
     task = lookup(state.tasks, "Task", task_id)
     if now >= task.finished_at:
         raise SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
-    if not isinstance(finish_in, (int, float)) or isinstance(finish_in, bool) or finish_in < 0:
-        raise ValueError(f"finish_in must be a number >= 0, got {finish_in!r}")
-    if outcome is not None and outcome not in TASK_OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+    seconds = _check_seconds(finish_in, "finish_in")
+    _check_outcome(outcome)
     task.version += 1
-    task.finished_at = now + float(finish_in)
+    task.finished_at = now + seconds
     task.started_at = min(task.started_at, task.finished_at)
     if outcome is not None:
         task.outcome = outcome
@@ -312,7 +303,6 @@ def reschedule_task(
 def reschedule_project(
     state: SandboxState,
     project_id: str,
-    *,
     script_ready_in: float,
     outcome: str = "succeeded",
     error_message: str | None = None,
@@ -327,20 +317,18 @@ def reschedule_project(
         raise SandboxError(
             409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
         )
-    span = script_ready_in
-    if not isinstance(span, (int, float)) or isinstance(span, bool) or span < 0:
-        raise ValueError(f"script_ready_in must be a number >= 0, got {span!r}")
+    span = _check_seconds(script_ready_in, "script_ready_in")
     if outcome not in (ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value):
         raise ValueError(f"outcome must be 'succeeded' or 'failed', got {outcome!r}")
     old_span = project.script_ready_at - now
-    ratio = float(span) / old_span if old_span > 0 else 0.0
+    ratio = span / old_span if old_span > 0 else 0.0
 
     def rescale(boundary: float) -> float:
         return boundary if boundary <= now else now + (boundary - now) * ratio
 
     project.media_done_at = rescale(project.media_done_at)
     project.analysis_done_at = rescale(project.analysis_done_at)
-    project.script_ready_at = now + float(span)
+    project.script_ready_at = now + span
     project.version += 1
     project.fail_at = None
     project.fail_message = None
