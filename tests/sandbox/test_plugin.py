@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -59,6 +60,8 @@ def run_pytest(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedP
     return subprocess.run(  # noqa: S603 - our own interpreter and arguments
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tmp_path)],
         cwd=tmp_path,
+        # As a user's own run: nothing of this run's pytest-xdist worker (PYTEST_XDIST_*).
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
         capture_output=True,
         text=True,
         timeout=120,
