@@ -60,18 +60,17 @@ class Timeout:
             raise ValueError(f"timeout must be positive, got {value!r}")
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
-    def to_aiohttp(self, *, total: float | None = None) -> aiohttp.ClientTimeout:
-        """The ``aiohttp.ClientTimeout``, bounded by ``total`` (what is left of a deadline)."""
-        bound = (
-            self.total
-            if total is None or (self.total is not None and self.total < total)
-            else total
-        )
-        return aiohttp.ClientTimeout(total=bound, sock_connect=self.connect, sock_read=self.read)
+    def to_aiohttp(self) -> aiohttp.ClientTimeout:
+        """The ``aiohttp.ClientTimeout`` of one attempt: ``connect`` only.
 
-    def streaming(self) -> Timeout:
-        """These timeouts without ``total``, for a download (a large body takes its time)."""
-        return Timeout(connect=self.connect, read=self.read, total=None)
+        ``read`` and ``total`` are the transport's, one timer per attempt for both (aiohttp's
+        would be one timer for the total and another rescheduled on every read).
+        """
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect)
+
+    def streaming(self) -> aiohttp.ClientTimeout:
+        """A download's ``aiohttp.ClientTimeout``: ``connect``, ``read`` and no total."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect, sock_read=self.read)
 
 
 def is_loopback(host: str) -> bool:

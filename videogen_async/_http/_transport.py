@@ -15,6 +15,8 @@ import json
 import logging
 import math
 import random
+import re
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -24,6 +26,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import anyio
 import attrs
+from multidict import CIMultiDict
 from yarl import URL
 
 from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
@@ -42,6 +45,14 @@ from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 logger = logging.getLogger("videogen_async")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
+
+
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
+
+
+def _quote(text: str) -> str:
+    """``text`` percent-encoded for a query (most ids need nothing: checked first)."""
+    return text if _UNRESERVED(text) else quote(text, safe="")
 
 
 def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
@@ -133,12 +144,18 @@ class Transport:
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
-        self._headers = {
-            "Accept": "application/json",
-            "User-Agent": user_agent(),
-            **self._default_headers,
-            "Authorization": _Secret(f"Bearer {api_key}"),
-        }
+        # Built once: aiohttp takes a CIMultiDict as it is, where it would convert a dict on
+        # every request.
+        self._headers: CIMultiDict[str] = CIMultiDict(
+            {
+                "Accept": "application/json",
+                "User-Agent": user_agent(),
+                **self._default_headers,
+                "Authorization": _Secret(f"Bearer {api_key}"),
+            }
+        )
+        self._json_headers = self._headers.copy()
+        self._json_headers["Content-Type"] = "application/json"
         self._aio_timeout = timeout.to_aiohttp()
         self.hooks = hooks or EventHooks()
         # Hooks and spans: no observer (and no cost) when there is neither.
@@ -147,7 +164,7 @@ class Transport:
             if self.hooks or _otel.ENABLED
             else None
         )
-        self._stream_timeout = timeout.streaming().to_aiohttp()
+        self._stream_timeout = timeout.streaming()
         # The proxy is read from the environment once, when the client is made (as httpx
         # does), not per request.
         self._proxy = (
@@ -212,30 +229,31 @@ class Transport:
         backoff); ``options`` are the call's extras and timeouts. Failures raise the error tree
         (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``, ``APIResponseError``).
         """
-        if options.extra_query:
-            params = _without_none({**(params or {}), **options.extra_query})
+        headers: Mapping[str, str] = self._headers
+        timeouts = self.timeout
+        if options is not NO_OPTIONS:
+            if options.extra_query:
+                params = _without_none({**(params or {}), **options.extra_query})
+            if options.extra_body is not None:
+                json_body = {**(json_body or {}), **options.extra_body}
+            timeouts = options.timeout or timeouts
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
         # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
-        query = ""
-        if params:
-            query = "&".join(
-                quote(name, safe="") + "=" + quote(value, safe="") for name, value in params.items()
-            )
+        query = (
+            "&".join([_quote(name) + "=" + _quote(value) for name, value in params.items()])
+            if params
+            else ""
+        )
         scheme, authority, prefix = self._base_parts
         url = URL.build(
             scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True
         )
-        text = self._encoded_base + path + ("?" + query if query else "")
-        if options.extra_body is not None:
-            json_body = {**(json_body or {}), **options.extra_body}
         body = None if json_body is None else json.dumps(json_body).encode()
-        headers = self._headers
         if body is not None:
-            headers = {**headers, "Content-Type": "application/json"}
+            headers = self._json_headers
         if options.extra_headers:
             headers = options.with_headers(headers, self._api_key)
-        timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
         observer = self._observer
         first = time.monotonic()
@@ -250,13 +268,15 @@ class Transport:
                 sent = (
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
-                send = functools.partial(
-                    self._send_once, method, url, path, body, headers, deadline, timeouts
-                )
                 try:
                     if observer is None or not observer.active():
-                        response = await send()
+                        response = await self._send_once(
+                            method, url, path, body, headers, deadline, timeouts
+                        )
                     else:
+                        send = functools.partial(
+                            self._send_once, method, url, path, body, headers, deadline, timeouts
+                        )
                         response = await observer.send(
                             send, method=method, path=path, url=str(url), attempt=attempt
                         )
@@ -293,16 +313,17 @@ class Transport:
                 await asyncio.sleep(delay)
                 continue
             pacing.succeeded()
+            now = time.monotonic()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                    method, path, response.status_code, (time.monotonic() - started) * 1000,
-                    attempt, response.trace_id,
+                    method, path, response.status_code, (now - started) * 1000, attempt,
+                    response.trace_id,
                 )  # fmt: skip
             response.attempts = attempt
             response.info = ResponseInfo(
-                response.status_code, response.headers, response.trace_id, method, text,
-                attempt, time.monotonic() - first,
+                response.status_code, response.headers, response.trace_id, method,
+                self._encoded_base + path + ("?" + query if query else ""), attempt, now - first,
             )  # fmt: skip
             return response
 
@@ -338,18 +359,18 @@ class Transport:
         path: str,
         body: bytes | None,
         headers: Mapping[str, str],
-        deadline: float = math.inf,
-        timeouts: Timeout | None = None,
+        deadline: float,
+        timeouts: Timeout,
     ) -> Response:
-        is_read = method == "GET"
         session = self.owner.get()
-        timeouts = timeouts or self.timeout
         timeout = self._aio_timeout if timeouts is self.timeout else timeouts.to_aiohttp()
+        total = timeouts.total
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self._past_deadline(method, path)
-            timeout = timeouts.to_aiohttp(total=left)
+            total = left if total is None else min(total, left)
+        bound = _Bound(total, timeouts.read)
         try:
             async with session.request(
                 method,
@@ -360,34 +381,34 @@ class Transport:
                 allow_redirects=False,
                 proxy=self._proxy,
             ) as resp:
+                bound.response = resp
                 status = resp.status
-                raw = await self._read_bounded(resp, method, path)
                 resp_headers = resp.headers
+                length = resp.content_length
+                limit = self.max_body_size
+                if length is not None and length > limit:
+                    raise _too_large(status, method, path, f"body of {length} bytes", limit)
+                if length is not None and "Content-Encoding" not in resp_headers:
+                    # An identity body of a known size within the limit: one read (the hot
+                    # path).
+                    raw = await resp.read()
+                else:
+                    raw = await _read_counted(resp, method, path, limit)
+        except asyncio.CancelledError:
+            if not bound.expired():
+                raise
+            exc = asyncio.TimeoutError()
+            raise connection_error(
+                exc, method, path, may_have_taken_effect=method != "GET"
+            ) from None
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise connection_error(exc, method, path, may_have_taken_effect=not is_read) from exc
+            may = method != "GET"
+            raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
+        finally:
+            bound.cancel()
         return decode(status, raw, resp_headers, method=method, path=path)
-
-    async def _read_bounded(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
-        length = resp.content_length
-        limit = self.max_body_size
-        if length is not None and length > limit:
-            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
-        if length is not None and "Content-Encoding" not in resp.headers:
-            # An identity body of a known size within the limit: one read (the hot path).
-            return await resp.read()
-        # Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate)
-        # may inflate a thousandfold: such a body, or one of unknown size, is counted as it
-        # arrives, decoded.
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(resp.status, method, path, "body", limit)
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     @asynccontextmanager
     async def stream(
@@ -415,6 +436,80 @@ class Transport:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
+
+
+class _Bound:
+    """The one timer of an attempt: its ``total`` and its ``read`` timeout (seconds or ``None``).
+
+    Fires at the attempt's end, or once no byte of the answer came for ``read`` seconds (the
+    wait for the first ones included), measured to a quarter of ``read``; it then cancels the
+    attempt's task, which :meth:`expired` tells from any other cancellation.
+    """
+
+    __slots__ = (
+        "_cancelling", "_end", "_fired", "_handle", "_loop", "_read", "_seen", "_since",
+        "_task", "response",
+    )  # fmt: skip
+
+    def __init__(self, total: float | None, read: float | None) -> None:
+        self.response: aiohttp.ClientResponse | None = None
+        self._fired = False
+        self._handle: asyncio.TimerHandle | None = None
+        if total is None and read is None:
+            return
+        self._loop = loop = asyncio.get_running_loop()
+        self._task = task = asyncio.current_task()
+        self._cancelling = 0
+        if sys.version_info >= (3, 11) and task is not None:
+            self._cancelling = task.cancelling()
+        now = loop.time()
+        self._end = math.inf if total is None else now + total
+        self._read = math.inf if read is None else read
+        self._since = now
+        self._seen = -1
+        self._handle = loop.call_at(min(self._end, now + self._read), self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if now < self._end:
+            seen = -1 if self.response is None else self.response.content.total_bytes
+            if seen != self._seen:
+                self._seen, self._since = seen, now
+            if now - self._since < self._read:
+                self._handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
+                return
+        self._fired = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def cancel(self) -> None:
+        """Stop the timer (the attempt is over)."""
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def expired(self) -> bool:
+        """Whether the attempt's cancellation is this timer's (and none from outside)."""
+        if not self._fired:
+            return False
+        if sys.version_info >= (3, 11) and self._task is not None:
+            return self._task.uncancel() <= self._cancelling
+        return True
+
+
+async def _read_counted(resp: aiohttp.ClientResponse, method: str, path: str, limit: int) -> bytes:
+    """The body of ``resp``, counted as it arrives, decoded, within ``limit`` bytes.
+
+    Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate) may
+    inflate a thousandfold: such a body, or one of unknown size, is counted as it arrives.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(resp.status, method, path, "body", limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _too_large(status: int, method: str, path: str, what: str, limit: int) -> APIResponseError:
