@@ -36,7 +36,8 @@ class Timeout:
 
     Attributes:
         connect: Opening a connection (TCP and TLS).
-        read: Waiting for each read of the response.
+        read: The longest silence of the answer: for its first bytes, then between two reads
+            (measured to within a quarter of it).
         total: The whole attempt, connect to last byte (120 s by default).
     """
 

@@ -10,6 +10,7 @@ is made.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import logging
@@ -53,10 +54,6 @@ _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
 def _quote(text: str) -> str:
     """``text`` percent-encoded for a query (most ids need nothing: checked first)."""
     return text if _UNRESERVED(text) else quote(text, safe="")
-
-
-def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
-    return {name: value for name, value in params.items() if value is not None}
 
 
 class _Secret(str):
@@ -144,16 +141,11 @@ class Transport:
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
-        # Built once: aiohttp takes a CIMultiDict as it is, where it would convert a dict on
-        # every request.
+        # Built once: aiohttp takes a CIMultiDict as it is (a dict, it converts per request).
         self._headers: CIMultiDict[str] = CIMultiDict(
-            {
-                "Accept": "application/json",
-                "User-Agent": user_agent(),
-                **self._default_headers,
-                "Authorization": _Secret(f"Bearer {api_key}"),
-            }
+            {"Accept": "application/json", "User-Agent": user_agent(), **self._default_headers}
         )
+        self._headers["Authorization"] = _Secret(f"Bearer {api_key}")
         self._json_headers = self._headers.copy()
         self._json_headers["Content-Type"] = "application/json"
         self._aio_timeout = timeout.to_aiohttp()
@@ -187,20 +179,12 @@ class Transport:
         deadline: float | _Unset | None = UNSET,
     ) -> Transport:
         """A transport sharing this one's session and pacing, with the settings given."""
-        return Transport(
-            api_key=self._api_key,
-            base_url=self.base_url,
-            owner=self.owner,
-            timeout=timeout or self.timeout,
-            backoff=backoff or self.backoff,
-            default_headers=self._default_headers,
-            max_body_size=self.max_body_size,
-            rng=self._rng,
-            deadline=self.deadline if isinstance(deadline, _Unset) else deadline,
-            trust_env=self.trust_env,
-            proxy=self._proxy,
-            hooks=self.hooks,
-        )
+        view = copy.copy(self)
+        view.timeout = timeout = timeout or self.timeout
+        view.backoff = backoff or self.backoff
+        view.deadline = self.deadline if isinstance(deadline, _Unset) else deadline
+        view._aio_timeout, view._stream_timeout = timeout.to_aiohttp(), timeout.streaming()
+        return view
 
     def call_bound(self, timeout: Timeout | None = None) -> float | None:
         """Seconds within which one call (with its own ``timeout``) ends (``None``: no bound)."""
@@ -233,18 +217,16 @@ class Transport:
         timeouts = self.timeout
         if options is not NO_OPTIONS:
             if options.extra_query:
-                params = _without_none({**(params or {}), **options.extra_query})
+                merged = {**(params or {}), **options.extra_query}
+                params = {name: value for name, value in merged.items() if value is not None}
             if options.extra_body is not None:
                 json_body = {**(json_body or {}), **options.extra_body}
             timeouts = options.timeout or timeouts
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
         # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
-        query = (
-            "&".join([_quote(name) + "=" + _quote(value) for name, value in params.items()])
-            if params
-            else ""
-        )
+        pairs = params.items() if params else ()
+        query = "&".join([_quote(name) + "=" + _quote(value) for name, value in pairs])
         scheme, authority, prefix = self._base_parts
         url = URL.build(
             scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True
@@ -371,6 +353,7 @@ class Transport:
                 raise self._past_deadline(method, path)
             total = left if total is None else min(total, left)
         bound = _Bound(total, timeouts.read)
+        may = method != "GET"  # have taken effect, after a failure once sent
         try:
             async with session.request(
                 method,
@@ -393,21 +376,26 @@ class Transport:
                     # path).
                     raw = await resp.read()
                 else:
-                    raw = await _read_counted(resp, method, path, limit)
+                    # Content-Length counts the bytes on the wire, which a Content-Encoding
+                    # (gzip, deflate) may inflate a thousandfold: such a body, or one of unknown
+                    # size, is counted as it arrives, decoded.
+                    counted = bytearray()
+                    async for chunk in resp.content.iter_chunked(64 * 1024):
+                        counted += chunk
+                        if len(counted) > limit:
+                            raise _too_large(status, method, path, "body", limit)
+                    raw = bytes(counted)
         except asyncio.CancelledError:
             if not bound.expired():
                 raise
-            exc = asyncio.TimeoutError()
-            raise connection_error(
-                exc, method, path, may_have_taken_effect=method != "GET"
-            ) from None
+            timed_out = asyncio.TimeoutError()
+            raise connection_error(timed_out, method, path, may_have_taken_effect=may) from None
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            may = method != "GET"
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
-            bound.cancel()
+            bound.handle.cancel()
         return decode(status, raw, resp_headers, method=method, path=path)
 
     @asynccontextmanager
@@ -439,77 +427,49 @@ class Transport:
 
 
 class _Bound:
-    """The one timer of an attempt: its ``total`` and its ``read`` timeout (seconds or ``None``).
+    """The one timer of an attempt, for its ``total`` and ``read`` timeouts (``None``: none).
 
-    Fires at the attempt's end, or once no byte of the answer came for ``read`` seconds (the
-    wait for the first ones included), measured to a quarter of ``read``; it then cancels the
-    attempt's task, which :meth:`expired` tells from any other cancellation.
+    It fires at the attempt's end, or once no byte of the answer came for ``read`` seconds (the
+    wait for the first ones included; checked every quarter of ``read``, so in answers slower
+    than that only), and cancels the attempt's task: :meth:`expired` tells that from any other
+    cancellation.
     """
 
     __slots__ = (
-        "_cancelling", "_end", "_fired", "_handle", "_loop", "_read", "_seen", "_since",
-        "_task", "response",
+        "_cancelling", "_end", "_loop", "_read", "_seen", "_since", "_task", "fired", "handle",
+        "response",
     )  # fmt: skip
 
     def __init__(self, total: float | None, read: float | None) -> None:
         self.response: aiohttp.ClientResponse | None = None
-        self._fired = False
-        self._handle: asyncio.TimerHandle | None = None
-        if total is None and read is None:
-            return
-        self._loop = loop = asyncio.get_running_loop()
-        self._task = task = asyncio.current_task()
+        self.fired = False
+        self._task = asyncio.current_task()
         self._cancelling = 0
-        if sys.version_info >= (3, 11) and task is not None:
-            self._cancelling = task.cancelling()
-        now = loop.time()
-        self._end = math.inf if total is None else now + total
+        if sys.version_info >= (3, 11) and self._task is not None:
+            self._cancelling = self._task.cancelling()
+        self._loop = asyncio.get_running_loop()
+        self._since = now = self._loop.time()
+        self._end = now + (math.inf if total is None else total)
         self._read = math.inf if read is None else read
-        self._since = now
         self._seen = -1
-        self._handle = loop.call_at(min(self._end, now + self._read), self._check)
+        self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
 
     def _check(self) -> None:
         now = self._loop.time()
-        if now < self._end:
-            seen = -1 if self.response is None else self.response.content.total_bytes
-            if seen != self._seen:
-                self._seen, self._since = seen, now
-            if now - self._since < self._read:
-                self._handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
-                return
-        self._fired = True
-        if self._task is not None:
+        seen = -1 if self.response is None else self.response.content.total_bytes
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        if now < self._end and now - self._since < self._read:
+            self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
+        elif self._task is not None:
+            self.fired = True
             self._task.cancel()
-
-    def cancel(self) -> None:
-        """Stop the timer (the attempt is over)."""
-        if self._handle is not None:
-            self._handle.cancel()
 
     def expired(self) -> bool:
         """Whether the attempt's cancellation is this timer's (and none from outside)."""
-        if not self._fired:
-            return False
-        if sys.version_info >= (3, 11) and self._task is not None:
+        if sys.version_info >= (3, 11) and self.fired and self._task is not None:
             return self._task.uncancel() <= self._cancelling
-        return True
-
-
-async def _read_counted(resp: aiohttp.ClientResponse, method: str, path: str, limit: int) -> bytes:
-    """The body of ``resp``, counted as it arrives, decoded, within ``limit`` bytes.
-
-    Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate) may
-    inflate a thousandfold: such a body, or one of unknown size, is counted as it arrives.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(resp.status, method, path, "body", limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        return self.fired
 
 
 def _too_large(status: int, method: str, path: str, what: str, limit: int) -> APIResponseError:
