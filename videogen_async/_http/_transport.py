@@ -443,11 +443,11 @@ class _Bound:
     def __init__(self, total: float | None, read: float | None) -> None:
         self.response: aiohttp.ClientResponse | None = None
         self.fired = False
-        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task(self._loop)
         self._cancelling = 0
         if sys.version_info >= (3, 11) and self._task is not None:
             self._cancelling = self._task.cancelling()
-        self._loop = asyncio.get_running_loop()
         self._since = now = self._loop.time()
         self._end = now + (math.inf if total is None else total)
         self._read = math.inf if read is None else read

@@ -9,6 +9,7 @@ that installing the extra costs nothing until tracing is set up.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -40,9 +41,16 @@ _NO_OP: tuple[type, ...] = (
 def recording() -> bool:
     """Whether spans would record (the extra is installed and a tracer provider is set).
 
-    Asked per call (about a microsecond): a provider set later is used from the next call on.
+    Asked per call: a provider set later is used from the next call on. While none is set,
+    nor named by the environment, the answer costs no look-up of the environment.
     """
-    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_OP)
+    if _trace is None or (getattr(_trace, "_TRACER_PROVIDER", ...) is None and not _FROM_ENV):
+        return False
+    return not isinstance(_trace.get_tracer_provider(), _NO_OP)
+
+
+# A provider the API loads from the environment when first asked for one (read at start).
+_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 @contextmanager
