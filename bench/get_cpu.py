@@ -11,7 +11,13 @@ the ratio printed is the median of the rounds' ratios, the CPU per request the b
 
 Target: ``tasks.get`` at most 1.2x the raw CPU at 32 in flight.
 
+On a busy machine the CPU times swing with the load (caches, other processes); ``--instructions``
+counts instead the machine instructions per request at 32 in flight, under valgrind
+(``cachegrind``), which the load does not change: each kind runs once with 0 and once with
+``--counted`` requests after the same warm-up, and the difference is divided by the count.
+
     python bench/get_cpu.py [--requests 2000] [--rounds 9] [--concurrency 1 32]
+    python bench/get_cpu.py --instructions [--counted 600]
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -100,12 +108,56 @@ async def compare(base: str, requests: int, rounds: int, concurrency: int) -> tu
     return min(r for r, _ in pairs), min(s for _, s in pairs), ratio
 
 
+async def counted(base: str, kind: str, requests: int) -> None:
+    """The child of ``--instructions``: a warm-up, then ``requests`` GETs of ``kind``."""
+    async with (
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=100), headers={"Authorization": f"Bearer {KEY}"}
+        ) as raw,
+        AsyncVideoGen(api_key=KEY, base_url=base) as client,
+    ):
+
+        async def raw_get(number: int) -> object:
+            async with raw.get(base + "/v1/tasks", params={"task_id": f"t_{number}"}) as resp:
+                body = await resp.read()
+            return json.loads(body)["data"]
+
+        async def sdk_get(number: int) -> object:
+            return await client.tasks.get(f"t_{number}")
+
+        one = raw_get if kind == "raw" else sdk_get
+        await timed(64, 32, one)
+        if requests:
+            await timed(requests, 32, one)
+
+
+def instructions(base: str, kind: str, requests: int) -> float:
+    """Machine instructions per request of ``kind`` (valgrind's count of the child)."""
+    totals = []
+    for n in (0, requests):
+        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+        command += ["--cachegrind-out-file=/dev/null", sys.executable, __file__]
+        command += ["--child", kind, str(n), base]
+        run = subprocess.run(command, capture_output=True, text=True, check=True)
+        found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
+        assert found, run.stderr[-2000:]
+        totals.append(int(found.group(1).replace(",", "")))
+    return (totals[1] - totals[0]) / requests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests per round")
     parser.add_argument("--rounds", type=int, default=9, help="rounds of each")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--instructions", action="store_true", help="count, under valgrind")
+    parser.add_argument("--counted", type=int, default=600, help="requests counted")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, requests, base = args.child
+        asyncio.run(counted(base, kind, int(requests)))
+        return
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
@@ -114,6 +166,14 @@ def main() -> None:
     server.start()
     sock.close()
     try:
+        if args.instructions:
+            raw, sdk = (instructions(base, kind, args.counted) for kind in ("raw", "sdk"))
+            print(
+                f"\ninstructions per request at 32 in flight (valgrind, {args.counted} counted)"
+                f"\nraw aiohttp {raw:,.0f}, tasks.get {sdk:,.0f}: {sdk / raw:.3f}x"
+                f" (target <= 1.2x: {'met' if sdk / raw <= 1.2 else 'NOT met'})"
+            )
+            return
         rows = [
             (c, *asyncio.run(compare(base, args.requests, args.rounds, c)))
             for c in args.concurrency

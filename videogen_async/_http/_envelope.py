@@ -108,24 +108,21 @@ def decode(
     status: int, raw: bytes, headers: Mapping[str, str], *, method: str, path: str
 ) -> Response:
     """Decode one answer into a :class:`Response` or raise the matching error."""
-    envelope, is_json = decode_json(raw)
-    if type(envelope) is not dict:
+    body, is_json = decode_json(raw)
+    # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
+    code = _as_int(body.get("code")) if isinstance(body, dict) else None
+    if code is None:
         _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
-    code = envelope.get("code")
+    envelope: dict[str, Any] = body
     trace = _trace_id(envelope.get("trace_id"))
     message = envelope.get("message")
-    if type(code) is not int or code != 200 or not 200 <= status < 300:
-        # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
-        code = _as_int(code)
-        if code is None:
-            _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
     if 200 <= status < 300 and code == 200:
         return Response(
-            status,
-            envelope.get("data"),
-            trace,
-            message if type(message) is str else None,
-            headers,
+            status_code=status,
+            data=envelope.get("data"),
+            trace_id=trace,
+            message=message if isinstance(message, str) else None,
+            headers=headers,
         )
     text = (
         clip(message, MESSAGE_CHARS)

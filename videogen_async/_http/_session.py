@@ -62,11 +62,7 @@ class Timeout:
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
     def to_aiohttp(self) -> aiohttp.ClientTimeout:
-        """The ``aiohttp.ClientTimeout`` of one attempt: ``connect`` only.
-
-        ``read`` and ``total`` are the transport's, one timer per attempt for both (aiohttp's
-        would be one timer for the total and another rescheduled on every read).
-        """
+        """An attempt's ``aiohttp.ClientTimeout``: ``connect`` (the transport keeps the rest)."""
         return aiohttp.ClientTimeout(total=None, sock_connect=self.connect)
 
     def streaming(self) -> aiohttp.ClientTimeout:

@@ -213,15 +213,13 @@ class Transport:
         backoff); ``options`` are the call's extras and timeouts. Failures raise the error tree
         (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``, ``APIResponseError``).
         """
+        if options.extra_query:
+            merged = {**(params or {}), **options.extra_query}
+            params = {name: value for name, value in merged.items() if value is not None}
+        if options.extra_body is not None:
+            json_body = {**(json_body or {}), **options.extra_body}
+        timeouts = options.timeout or self.timeout
         headers: Mapping[str, str] = self._headers
-        timeouts = self.timeout
-        if options is not NO_OPTIONS:
-            if options.extra_query:
-                merged = {**(params or {}), **options.extra_query}
-                params = {name: value for name, value in merged.items() if value is not None}
-            if options.extra_body is not None:
-                json_body = {**(json_body or {}), **options.extra_body}
-            timeouts = options.timeout or timeouts
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
         # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.

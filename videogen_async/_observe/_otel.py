@@ -33,6 +33,7 @@ except ImportError:  # the extra is not installed
 ENABLED = _trace is not None
 
 _SCOPE = "videogen_async"
+_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # a provider the API would load
 _NO_OP: tuple[type, ...] = (
     () if _trace is None else (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
 )
@@ -41,16 +42,12 @@ _NO_OP: tuple[type, ...] = (
 def recording() -> bool:
     """Whether spans would record (the extra is installed and a tracer provider is set).
 
-    Asked per call: a provider set later is used from the next call on. While none is set,
-    nor named by the environment, the answer costs no look-up of the environment.
+    Asked per call (a provider set later is used from the next call on), without reading
+    the environment while none is set, nor named there at start.
     """
     if _trace is None or (getattr(_trace, "_TRACER_PROVIDER", ...) is None and not _FROM_ENV):
         return False
     return not isinstance(_trace.get_tracer_provider(), _NO_OP)
-
-
-# A provider the API loads from the environment when first asked for one (read at start).
-_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 @contextmanager
