@@ -73,15 +73,17 @@ def per_call(base: str, key: str, calls: int, rounds: int) -> tuple[float, float
     client = AsyncVideoGen(api_key=key, base_url=base)
 
     async def async_round() -> float:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for _ in range(calls):
             await client.credits.get()
+        cpus[0].append((time.process_time() - cpu) / calls)
         return (time.perf_counter() - started) / calls
 
     def blocking_round(client: VideoGen) -> float:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for _ in range(calls):
             client.credits.get()
+        cpus[1].append((time.process_time() - cpu) / calls)
         return (time.perf_counter() - started) / calls
 
     def hand_off_round(client: VideoGen) -> float:
@@ -92,6 +94,7 @@ def per_call(base: str, key: str, calls: int, rounds: int) -> tuple[float, float
 
     pairs: list[tuple[float, float]] = []
     hand_offs: list[float] = []
+    cpus: tuple[list[float], list[float]] = ([], [])  # this process's CPU per call, each round
     try:
         with VideoGen(api_key=key, base_url=base) as blocking:
             loop.run_until_complete(async_round())  # warm up: connections, caches
@@ -103,6 +106,12 @@ def per_call(base: str, key: str, calls: int, rounds: int) -> tuple[float, float
         loop.run_until_complete(client.aclose())
         loop.close()
     ratio = statistics.median(b / a for a, b in pairs)
+    async_cpu, blocking_cpu = cpus[0][1:], cpus[1][1:]  # not the warm-up
+    cpu_ratio = statistics.median(b / a for a, b in zip(async_cpu, blocking_cpu, strict=True))
+    print(
+        f"CPU per call (both threads), best round: async {min(async_cpu) * 1e6:.0f} us,"
+        f" blocking {min(blocking_cpu) * 1e6:.0f} us; median ratio {cpu_ratio:.2f}x"
+    )
     return min(a for a, _ in pairs), min(b for _, b in pairs), ratio, min(hand_offs)
 
 

@@ -7,6 +7,7 @@ not async); what it holds is read on that loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import inspect
 import json
@@ -357,3 +358,27 @@ def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_droppe
     gc.collect()
     thread.join(10)  # the last handle gone: the loop closed the client and ended
     assert not thread.is_alive()
+
+
+def test_a_call_reads_its_outcome_once_it_is_in(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calling thread waits on a plain lock, woken once: never inside ``result()``.
+
+    ``Future.result()`` would wait on the future's condition, woken while the loop's thread
+    still holds it, then wait again for it to be let go: a second wake-up per call.
+    """
+    waited: list[bool] = []
+    result = concurrent.futures.Future.result
+
+    def recording(future: concurrent.futures.Future[Any], timeout: float | None = None) -> Any:
+        if threading.current_thread().name != LOOP_THREAD:
+            waited.append(not future.done())
+        return result(future, timeout)
+
+    with VideoGen(**_options(sandbox)) as client:
+        monkeypatch.setattr(concurrent.futures.Future, "result", recording)
+        for _ in range(20):
+            assert client.credits.get().api_total_credits == 10_000
+    assert len(waited) == 20
+    assert not any(waited)

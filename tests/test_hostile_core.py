@@ -126,6 +126,53 @@ async def test_a_trickling_server_cannot_hold_a_call(method: str, misbehaviour: 
     assert caught.value.request_may_have_taken_effect is (method == "create")
 
 
+async def test_one_timer_bounds_an_attempt_its_silences_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An attempt schedules one timer (aiohttp's would be one for the total and one per read).
+
+    It still ends a silence after the first bytes when no total is set, and leaves a
+    cancellation from outside a cancellation.
+    """
+    silent = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.query.get("task_id") != "silent":
+            return web.Response(body=envelope(task_data("t1")), content_type="application/json")
+        response = web.StreamResponse()
+        response.content_length = 100
+        await response.prepare(request)
+        await response.write(b"{")
+        silent.set()
+        await asyncio.sleep(3600)
+        return response
+
+    loop = asyncio.get_running_loop()
+    call_at = loop.call_at
+    scheduled: list[str] = []
+
+    def counting(when: float, callback: Callable[..., object], *args: Any, **kw: Any) -> Any:
+        if not getattr(callback, "__module__", "").startswith("aiohttp.web"):  # the server's
+            scheduled.append(getattr(callback, "__qualname__", repr(callback)))
+        return call_at(when, callback, *args, **kw)
+
+    timeout = Timeout(connect=1.0, read=0.3, total=None)
+    async with serve(handler) as base:
+        async with AsyncVideoGen(api_key=KEY, base_url=base, max_retries=0) as client:
+            await client.tasks.get("t1")  # the connection is open
+            monkeypatch.setattr(loop, "call_at", counting)
+            assert (await client.tasks.get("t1")).task_id == "t1"
+            assert len(scheduled) == 1, scheduled
+            with anyio.fail_after(10), pytest.raises(vg.APITimeoutError):
+                await client.tasks.get("silent", timeout=timeout)
+            silent.clear()
+            call = asyncio.ensure_future(client.tasks.get("silent"))
+            await silent.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+
 async def test_one_deadline_bounds_all_retries_of_a_call() -> None:
     """A 0.4 s timeout with 5 retries and a 1 s deadline makes at most 3 attempts."""
     attempts = 0

@@ -127,11 +127,14 @@ class _Loop:
         """Run ``job`` on the loop (awaiting its result if awaitable); its outcome here."""
         self.check()
         future = asyncio.run_coroutine_threadsafe(_call(job), self._loop)
+        done = threading.Lock()  # a plain lock: result() would wake twice (its condition's)
+        done.acquire()
         self._calls.add(future)
-        future.add_done_callback(self._calls.discard)
+        future.add_done_callback(lambda _: done.release())
         if self.closed:  # closed since the check: close() may not have seen this call
             future.cancel()
         try:
+            done.acquire()
             return future.result()
         except concurrent.futures.CancelledError:
             if not self.closed:
@@ -140,6 +143,8 @@ class _Loop:
         except BaseException:
             future.cancel()  # e.g. Ctrl-C in this thread: the call stops on the loop too
             raise
+        finally:
+            self._calls.discard(future)
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""

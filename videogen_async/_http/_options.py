@@ -79,6 +79,8 @@ class CallOptions:
             TypeError: A keyword argument the call does not take.
             InvalidRequestError: An option breaks a rule; nothing was sent.
         """
+        if not options:
+            return NO_OPTIONS
         known = _POLL_OPTIONS if polls else _REQUEST_OPTIONS
         for name in options:
             if name not in known:

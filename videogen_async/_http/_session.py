@@ -36,7 +36,8 @@ class Timeout:
 
     Attributes:
         connect: Opening a connection (TCP and TLS).
-        read: Waiting for each read of the response.
+        read: The longest silence of the answer: for its first bytes, then between two reads
+            (measured to within a quarter of it).
         total: The whole attempt, connect to last byte (120 s by default).
     """
 
@@ -60,18 +61,13 @@ class Timeout:
             raise ValueError(f"timeout must be positive, got {value!r}")
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
-    def to_aiohttp(self, *, total: float | None = None) -> aiohttp.ClientTimeout:
-        """The ``aiohttp.ClientTimeout``, bounded by ``total`` (what is left of a deadline)."""
-        bound = (
-            self.total
-            if total is None or (self.total is not None and self.total < total)
-            else total
-        )
-        return aiohttp.ClientTimeout(total=bound, sock_connect=self.connect, sock_read=self.read)
+    def to_aiohttp(self) -> aiohttp.ClientTimeout:
+        """An attempt's ``aiohttp.ClientTimeout``: ``connect`` (the transport keeps the rest)."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect)
 
-    def streaming(self) -> Timeout:
-        """These timeouts without ``total``, for a download (a large body takes its time)."""
-        return Timeout(connect=self.connect, read=self.read, total=None)
+    def streaming(self) -> aiohttp.ClientTimeout:
+        """A download's ``aiohttp.ClientTimeout``: ``connect``, ``read`` and no total."""
+        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect, sock_read=self.read)
 
 
 def is_loopback(host: str) -> bool:

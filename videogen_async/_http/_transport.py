@@ -10,10 +10,13 @@ is made.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import logging
 import math
 import random
+import re
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -23,6 +26,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import anyio
 import attrs
+from multidict import CIMultiDict
 from yarl import URL
 
 from .._contract._exceptions import APIResponseError, APITimeoutError, RateLimitError, VideoGenError
@@ -44,8 +48,12 @@ logger = logging.getLogger("videogen_async")
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 
-def _without_none(params: Mapping[str, str | None]) -> dict[str, str]:
-    return {name: value for name, value in params.items() if value is not None}
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
+
+
+def _quote(text: str) -> str:
+    """``text`` percent-encoded for a query (most ids need nothing: checked first)."""
+    return text if _UNRESERVED(text) else quote(text, safe="")
 
 
 class _Secret(str):
@@ -133,12 +141,13 @@ class Transport:
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
-        self._headers = {
-            "Accept": "application/json",
-            "User-Agent": user_agent(),
-            **self._default_headers,
-            "Authorization": _Secret(f"Bearer {api_key}"),
-        }
+        # Built once: aiohttp takes a CIMultiDict as it is (a dict, it converts per request).
+        self._headers: CIMultiDict[str] = CIMultiDict(
+            {"Accept": "application/json", "User-Agent": user_agent(), **self._default_headers}
+        )
+        self._headers["Authorization"] = _Secret(f"Bearer {api_key}")
+        self._json_headers = self._headers.copy()
+        self._json_headers["Content-Type"] = "application/json"
         self._aio_timeout = timeout.to_aiohttp()
         self.hooks = hooks or EventHooks()
         # Hooks and spans: no observer (and no cost) when there is neither.
@@ -147,7 +156,7 @@ class Transport:
             if self.hooks or _otel.ENABLED
             else None
         )
-        self._stream_timeout = timeout.streaming().to_aiohttp()
+        self._stream_timeout = timeout.streaming()
         # The proxy is read from the environment once, when the client is made (as httpx
         # does), not per request.
         self._proxy = (
@@ -170,20 +179,12 @@ class Transport:
         deadline: float | _Unset | None = UNSET,
     ) -> Transport:
         """A transport sharing this one's session and pacing, with the settings given."""
-        return Transport(
-            api_key=self._api_key,
-            base_url=self.base_url,
-            owner=self.owner,
-            timeout=timeout or self.timeout,
-            backoff=backoff or self.backoff,
-            default_headers=self._default_headers,
-            max_body_size=self.max_body_size,
-            rng=self._rng,
-            deadline=self.deadline if isinstance(deadline, _Unset) else deadline,
-            trust_env=self.trust_env,
-            proxy=self._proxy,
-            hooks=self.hooks,
-        )
+        view = copy.copy(self)
+        view.timeout = timeout = timeout or self.timeout
+        view.backoff = backoff or self.backoff
+        view.deadline = self.deadline if isinstance(deadline, _Unset) else deadline
+        view._aio_timeout, view._stream_timeout = timeout.to_aiohttp(), timeout.streaming()
+        return view
 
     def call_bound(self, timeout: Timeout | None = None) -> float | None:
         """Seconds within which one call (with its own ``timeout``) ends (``None``: no bound)."""
@@ -213,29 +214,26 @@ class Transport:
         (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``, ``APIResponseError``).
         """
         if options.extra_query:
-            params = _without_none({**(params or {}), **options.extra_query})
+            merged = {**(params or {}), **options.extra_query}
+            params = {name: value for name, value in merged.items() if value is not None}
+        if options.extra_body is not None:
+            json_body = {**(json_body or {}), **options.extra_body}
+        timeouts = options.timeout or self.timeout
+        headers: Mapping[str, str] = self._headers
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
         # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
-        query = ""
-        if params:
-            query = "&".join(
-                quote(name, safe="") + "=" + quote(value, safe="") for name, value in params.items()
-            )
+        pairs = params.items() if params else ()
+        query = "&".join([_quote(name) + "=" + _quote(value) for name, value in pairs])
         scheme, authority, prefix = self._base_parts
         url = URL.build(
             scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True
         )
-        text = self._encoded_base + path + ("?" + query if query else "")
-        if options.extra_body is not None:
-            json_body = {**(json_body or {}), **options.extra_body}
         body = None if json_body is None else json_text(json_body, "").encode()
-        headers = self._headers
         if body is not None:
-            headers = {**headers, "Content-Type": "application/json"}
+            headers = self._json_headers
         if options.extra_headers:
             headers = options.with_headers(headers)
-        timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
         observer = self._observer
         first = time.monotonic()
@@ -250,13 +248,15 @@ class Transport:
                 sent = (
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
-                send = functools.partial(
-                    self._send_once, method, url, path, body, headers, deadline, timeouts
-                )
                 try:
                     if observer is None or not observer.active():
-                        response = await send()
+                        response = await self._send_once(
+                            method, url, path, body, headers, deadline, timeouts
+                        )
                     else:
+                        send = functools.partial(
+                            self._send_once, method, url, path, body, headers, deadline, timeouts
+                        )
                         response = await observer.send(
                             send, method=method, path=path, url=str(url), attempt=attempt
                         )
@@ -293,16 +293,17 @@ class Transport:
                 await asyncio.sleep(delay)
                 continue
             pacing.succeeded()
+            now = time.monotonic()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                    method, path, response.status_code, (time.monotonic() - started) * 1000,
-                    attempt, response.trace_id,
+                    method, path, response.status_code, (now - started) * 1000, attempt,
+                    response.trace_id,
                 )  # fmt: skip
             response.attempts = attempt
             response.info = ResponseInfo(
-                response.status_code, response.headers, response.trace_id, method, text,
-                attempt, time.monotonic() - first,
+                response.status_code, response.headers, response.trace_id, method,
+                self._encoded_base + path + ("?" + query if query else ""), attempt, now - first,
             )  # fmt: skip
             return response
 
@@ -338,18 +339,19 @@ class Transport:
         path: str,
         body: bytes | None,
         headers: Mapping[str, str],
-        deadline: float = math.inf,
-        timeouts: Timeout | None = None,
+        deadline: float,
+        timeouts: Timeout,
     ) -> Response:
-        is_read = method == "GET"
         session = self.owner.get()
-        timeouts = timeouts or self.timeout
         timeout = self._aio_timeout if timeouts is self.timeout else timeouts.to_aiohttp()
+        total = timeouts.total
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self._past_deadline(method, path)
-            timeout = timeouts.to_aiohttp(total=left)
+            total = left if total is None else min(total, left)
+        bound = _Bound(total, timeouts.read)
+        may = method != "GET"  # have taken effect, after a failure once sent
         try:
             async with session.request(
                 method,
@@ -360,34 +362,39 @@ class Transport:
                 allow_redirects=False,
                 proxy=self._proxy,
             ) as resp:
+                bound.response = resp
                 status = resp.status
-                raw = await self._read_bounded(resp, method, path)
                 resp_headers = resp.headers
+                length = resp.content_length
+                limit = self.max_body_size
+                if length is not None and length > limit:
+                    raise _too_large(status, method, path, f"body of {length} bytes", limit)
+                if length is not None and "Content-Encoding" not in resp_headers:
+                    # An identity body of a known size within the limit: one read (the hot
+                    # path).
+                    raw = await resp.read()
+                else:
+                    # Content-Length counts the bytes on the wire, which a Content-Encoding
+                    # (gzip, deflate) may inflate a thousandfold: such a body, or one of unknown
+                    # size, is counted as it arrives, decoded.
+                    counted = bytearray()
+                    async for chunk in resp.content.iter_chunked(64 * 1024):
+                        counted += chunk
+                        if len(counted) > limit:
+                            raise _too_large(status, method, path, "body", limit)
+                    raw = bytes(counted)
+        except asyncio.CancelledError:
+            if not bound.expired():
+                raise
+            timed_out = asyncio.TimeoutError()
+            raise connection_error(timed_out, method, path, may_have_taken_effect=may) from None
         except VideoGenError:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise connection_error(exc, method, path, may_have_taken_effect=not is_read) from exc
+            raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
+        finally:
+            bound.handle.cancel()
         return decode(status, raw, resp_headers, method=method, path=path)
-
-    async def _read_bounded(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
-        length = resp.content_length
-        limit = self.max_body_size
-        if length is not None and length > limit:
-            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
-        if length is not None and "Content-Encoding" not in resp.headers:
-            # An identity body of a known size within the limit: one read (the hot path).
-            return await resp.read()
-        # Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate)
-        # may inflate a thousandfold: such a body, or one of unknown size, is counted as it
-        # arrives, decoded.
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(resp.status, method, path, "body", limit)
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     @asynccontextmanager
     async def stream(
@@ -415,6 +422,52 @@ class Transport:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
+
+
+class _Bound:
+    """The one timer of an attempt, for its ``total`` and ``read`` timeouts (``None``: none).
+
+    It fires at the attempt's end, or once no byte of the answer came for ``read`` seconds (the
+    wait for the first ones included; checked every quarter of ``read``, so in answers slower
+    than that only), and cancels the attempt's task: :meth:`expired` tells that from any other
+    cancellation.
+    """
+
+    __slots__ = (
+        "_cancelling", "_end", "_loop", "_read", "_seen", "_since", "_task", "fired", "handle",
+        "response",
+    )  # fmt: skip
+
+    def __init__(self, total: float | None, read: float | None) -> None:
+        self.response: aiohttp.ClientResponse | None = None
+        self.fired = False
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task(self._loop)
+        self._cancelling = 0
+        if sys.version_info >= (3, 11) and self._task is not None:
+            self._cancelling = self._task.cancelling()
+        self._since = now = self._loop.time()
+        self._end = now + (math.inf if total is None else total)
+        self._read = math.inf if read is None else read
+        self._seen = -1
+        self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        seen = -1 if self.response is None else self.response.content.total_bytes
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        if now < self._end and now - self._since < self._read:
+            self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
+        elif self._task is not None:
+            self.fired = True
+            self._task.cancel()
+
+    def expired(self) -> bool:
+        """Whether the attempt's cancellation is this timer's (and none from outside)."""
+        if sys.version_info >= (3, 11) and self.fired and self._task is not None:
+            return self._task.uncancel() <= self._cancelling
+        return self.fired
 
 
 def _too_large(status: int, method: str, path: str, what: str, limit: int) -> APIResponseError:

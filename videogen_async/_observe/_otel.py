@@ -9,6 +9,7 @@ that installing the extra costs nothing until tracing is set up.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ except ImportError:  # the extra is not installed
 ENABLED = _trace is not None
 
 _SCOPE = "videogen_async"
+_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # a provider the API would load
 _NO_OP: tuple[type, ...] = (
     () if _trace is None else (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
 )
@@ -40,9 +42,12 @@ _NO_OP: tuple[type, ...] = (
 def recording() -> bool:
     """Whether spans would record (the extra is installed and a tracer provider is set).
 
-    Asked per call (about a microsecond): a provider set later is used from the next call on.
+    Asked per call (a provider set later is used from the next call on), without reading
+    the environment while none is set, nor named there at start.
     """
-    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _NO_OP)
+    if _trace is None or (getattr(_trace, "_TRACER_PROVIDER", ...) is None and not _FROM_ENV):
+        return False
+    return not isinstance(_trace.get_tracer_provider(), _NO_OP)
 
 
 @contextmanager
