@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import sys
@@ -24,7 +25,6 @@ from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
 from ._resources._credits import Credits
 from ._resources._projects import Projects
-from ._resources._raw import RawResponseClient
 from ._resources._tasks import Tasks
 from ._waiting._policy import DEFAULT_POLICY, PollPolicy
 from ._waiting._polling import TaskSource
@@ -32,6 +32,8 @@ from ._waiting._schedule import FinishTimeMemory, InMemoryFinishTimes
 
 DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_CONNECTION_LIMIT = 100
+
+logger = logging.getLogger("videogen_async")
 
 
 def _valid_host(written: str, host: str) -> bool:
@@ -78,7 +80,11 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
             " would cross the network unencrypted. Use https, or pass"
             " allow_insecure_http=True if you really mean it."
         )
-    return text.rstrip("/")
+    base = text.rstrip("/")
+    if parts.path.rstrip("/").endswith("/v1"):  # as other SDKs take it; every path starts so
+        logger.debug("base_url %r: its /v1 is left out, as every request's path has it", text)
+        base = base[:-3]
+    return base
 
 
 def _backoff_with(backoff: object, max_retries: object) -> BackoffPolicy:
@@ -103,6 +109,18 @@ def _check_deadline(deadline: object) -> None:
         raise ConfigurationError(f"deadline must be positive seconds or None, got {deadline!r}")
 
 
+class RawResponseClient:
+    """The client's calls that send one request, each returning a :class:`RawResponse`.
+
+    ``client.with_raw_response.tasks`` is ``client.tasks.with_raw_response``.
+    """
+
+    def __init__(self, client: AsyncVideoGen) -> None:
+        self.tasks = client.tasks.with_raw_response
+        self.projects = client.projects.with_raw_response
+        self.credits = client.credits.with_raw_response
+
+
 class AsyncVideoGen(DownloadCalls, AsyncClosing):
     """The asyncio client of the video generation service.
 
@@ -114,7 +132,8 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
 
     Args:
         api_key: The API key; defaults to the ``VIDEOGEN_API_KEY`` environment variable.
-        base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``.
+        base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``. A trailing
+            ``/v1`` is left out (each request's path starts with it).
         timeout: Per-attempt timeouts: a :class:`Timeout`, or a number of seconds that bounds
             each attempt as a whole (connect to last byte); ``None`` for no limit. By
             default 10 s to connect, 60 s between reads and 120 s for the whole attempt.
@@ -230,7 +249,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         self.credits = Credits(transport, policy)
         #: The same calls, each returning a :class:`RawResponse` (status, headers,
         #: ``trace_id``) whose ``parse()`` gives the result.
-        self.with_raw_response = RawResponseClient(self.tasks, self.projects, self.credits)
+        self.with_raw_response = RawResponseClient(self)
 
     @classmethod
     def _view(
