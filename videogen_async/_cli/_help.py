@@ -62,6 +62,7 @@ examples:
   videogen batch prompts.jsonl --download videos/ --max-concurrency 8 --timeout 1800
   videogen batch prompts.jsonl --journal runs/monday.sqlite --manifest runs/monday.jsonl
   videogen batch prompts.jsonl --retry-unknown      # accept possible duplicates
+  videogen batch examples/prompts.csv               # CSV: a header row names the fields
 
 Ctrl-C stops cleanly (creates in flight are finished and recorded, the manifest is written)
 and prints the command that resumes. Exit code 0 only when every line succeeded."""
@@ -140,3 +141,25 @@ EPILOGS = {
     "completion": _COMPLETION,
     "sandbox": _SANDBOX,
 }
+
+#: The SDK's calls (``client.tasks.create``) and the command that does each.
+SDK_CALLS = {
+    "tasks": {"create": "create", "get": "status", "wait": "wait", "watch": "wait",
+              "gather_until_done": "wait", "": "create"},
+    "projects": {"create": "project create", "get": "project get", "wait": "project wait",
+                 "wait_for_script": "project script", "create_videos": "project videos",
+                 "": "project"},
+    "credits": {"get": "credits"},
+}  # fmt: skip
+#: The options before the command that take a value.
+_VALUED = ("--api-key", "--base-url", "--timeout", "--max-retries")
+
+
+def command_for(argv: list[str]) -> str | None:
+    """The command that does what ``argv`` asks in the SDK's words (``tasks create``)."""
+    before = ["", *argv][: len(argv)]
+    words = [w for b, w in zip(before, argv, strict=True) if w[:1] != "-" and b not in _VALUED]
+    named = ".".join(words[:3]).replace("-", "_").removeprefix("client.").split(".")
+    calls = SDK_CALLS.get(named[0], {})
+    command = calls.get(named[1] if len(named) > 1 else "", calls.get(""))
+    return None if command is None else f"videogen {command}"
