@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -175,11 +177,26 @@ class UI:
             self.out_console.print(table)
             return
         widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
+        # On a terminal the widest columns but the first (ids, kept whole) narrow until a row
+        # fits, and their cells wrap.
+        fit = shutil.get_terminal_size().columns if self.out_tty else 0
+        while fit and sum(widths) + 2 * len(widths) - 2 > fit and max(widths[1:], default=0) > 12:
+            widths[max(range(1, len(widths)), key=widths.__getitem__)] -= 1
 
         def line(row: Sequence[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            parts = [
+                textwrap.wrap(c, w) or [""] if i else [c]
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            return "\n".join(
+                "  ".join(
+                    (p[k] if k < len(p) else "").ljust(w)
+                    for p, w in zip(parts, widths, strict=True)
+                ).rstrip()
+                for k in range(max(map(len, parts)))
+            )
 
-        lines = [title] if title else []
+        lines = (textwrap.wrap(title, fit) if fit else [title]) if title else []
         lines += [line(columns), "  ".join("-" * w for w in widths), *map(line, cells)]
         print("\n".join(lines), file=self.out, flush=True)
 
