@@ -287,7 +287,6 @@ def _gathering(method: Callable[Concatenate[Any, _P], GatherResults]) -> _Call[_
 class BlockingTasks(_Namespace):
     """``client.tasks`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().tasks``."""
 
-    #: The same calls, each returning a :class:`RawResponse`.
     with_raw_response: _RawTasks
 
     create = _blocking(Tasks.create)
@@ -300,7 +299,6 @@ class BlockingTasks(_Namespace):
 class BlockingProjects(_Namespace):
     """``client.projects`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().projects``."""
 
-    #: The same calls, each returning a :class:`RawResponse`.
     with_raw_response: _RawProjects
 
     create = _blocking(Projects.create)
@@ -313,7 +311,6 @@ class BlockingProjects(_Namespace):
 class BlockingCredits(_Namespace):
     """``client.credits`` of :class:`VideoGen`."""
 
-    #: The same calls, each returning a :class:`RawResponse`.
     with_raw_response: _RawCredits
 
     get = _blocking(Credits.get)

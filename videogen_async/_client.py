@@ -23,9 +23,9 @@ from ._http._session import UNSET, SessionOwner, Timeout, is_loopback
 from ._http._transport import DEFAULT_MAX_BODY, Transport
 from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
-from ._resources._credits import Credits
-from ._resources._projects import Projects
-from ._resources._tasks import Tasks
+from ._resources._credits import Credits, RawCredits
+from ._resources._projects import Projects, RawProjects
+from ._resources._tasks import RawTasks, Tasks
 from ._waiting._policy import DEFAULT_POLICY, PollPolicy
 from ._waiting._polling import TaskSource
 from ._waiting._schedule import FinishTimeMemory, InMemoryFinishTimes
@@ -80,11 +80,10 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
             " would cross the network unencrypted. Use https, or pass"
             " allow_insecure_http=True if you really mean it."
         )
-    base = text.rstrip("/")
-    if parts.path.rstrip("/").endswith("/v1"):  # as other SDKs take it; every path starts so
+    if parts.path.rstrip("/").endswith("/v1"):  # as other SDKs write it
         logger.debug("base_url %r: its /v1 is left out, as every request's path has it", text)
-        base = base[:-3]
-    return base
+        return text.rstrip("/")[:-3]
+    return text.rstrip("/")
 
 
 def _backoff_with(backoff: object, max_retries: object) -> BackoffPolicy:
@@ -110,15 +109,12 @@ def _check_deadline(deadline: object) -> None:
 
 
 class RawResponseClient:
-    """The client's calls that send one request, each returning a :class:`RawResponse`.
+    """``client.with_raw_response``: ``.tasks`` is ``client.tasks.with_raw_response``..."""
 
-    ``client.with_raw_response.tasks`` is ``client.tasks.with_raw_response``.
-    """
-
-    def __init__(self, client: AsyncVideoGen) -> None:
-        self.tasks = client.tasks.with_raw_response
-        self.projects = client.projects.with_raw_response
-        self.credits = client.credits.with_raw_response
+    def __init__(self, tasks: Tasks, projects: Projects, credits: Credits) -> None:
+        self.tasks = tasks.with_raw_response = RawTasks(tasks)
+        self.projects = projects.with_raw_response = RawProjects(projects)
+        self.credits = credits.with_raw_response = RawCredits(credits)
 
 
 class AsyncVideoGen(DownloadCalls, AsyncClosing):
@@ -249,7 +245,7 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         self.credits = Credits(transport, policy)
         #: The same calls, each returning a :class:`RawResponse` (status, headers,
         #: ``trace_id``) whose ``parse()`` gives the result.
-        self.with_raw_response = RawResponseClient(self)
+        self.with_raw_response = RawResponseClient(self.tasks, self.projects, self.credits)
 
     @classmethod
     def _view(

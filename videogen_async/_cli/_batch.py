@@ -1,7 +1,4 @@
-"""``videogen batch FILE``: create, wait for and download many tasks, resumably.
-
-The requests are JSON Lines, or CSV whose header row names the fields (by the extension,
-or ``--format``), each line checked before anything is sent (:mod:`._batch_state`).
+"""``videogen batch FILE`` (JSON Lines or CSV): create, wait for and download many tasks.
 
 The lines (:mod:`._batch_state`) live in a ledger (``--journal URL``, :mod:`._batch_store`), so
 a rerun picks up where the last run stopped and several processes on one PostgreSQL URL share

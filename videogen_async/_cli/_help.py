@@ -143,23 +143,18 @@ EPILOGS = {
 }
 
 #: The SDK's calls (``client.tasks.create``) and the command that does each.
-SDK_CALLS = {
-    "tasks": {"create": "create", "get": "status", "wait": "wait", "watch": "wait",
-              "gather_until_done": "wait", "": "create"},
-    "projects": {"create": "project create", "get": "project get", "wait": "project wait",
-                 "wait_for_script": "project script", "create_videos": "project videos",
-                 "": "project"},
-    "credits": {"get": "credits"},
-}  # fmt: skip
-#: The options before the command that take a value.
-_VALUED = ("--api-key", "--base-url", "--timeout", "--max-retries")
+SDK_CALLS = {"tasks": "create", "tasks.get": "status", "tasks.wait": "wait", "tasks.watch": "wait",
+             "tasks.gather_until_done": "wait", "projects": "project", "credits.get": "credits",
+             "projects.wait_for_script": "project script",
+             "projects.create_videos": "project videos",
+             **{f"projects.{c}": f"project {c}" for c in ("create", "get", "wait")}}  # fmt: skip
 
 
 def command_for(argv: list[str]) -> str | None:
     """The command that does what ``argv`` asks in the SDK's words (``tasks create``)."""
+    valued = ("--api-key", "--base-url", "--timeout", "--max-retries")  # options with a value
     before = ["", *argv][: len(argv)]
-    words = [w for b, w in zip(before, argv, strict=True) if w[:1] != "-" and b not in _VALUED]
+    words = [w for b, w in zip(before, argv, strict=True) if w[:1] != "-" and b not in valued]
     named = ".".join(words[:3]).replace("-", "_").removeprefix("client.").split(".")
-    calls = SDK_CALLS.get(named[0], {})
-    command = calls.get(named[1] if len(named) > 1 else "", calls.get(""))
+    command = SDK_CALLS.get(".".join(named[:2]), SDK_CALLS.get(named[0]))  # not "credits" alone
     return None if command is None else f"videogen {command}"

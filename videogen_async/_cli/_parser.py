@@ -260,17 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # batch
     p = command("batch", "create, wait for and download many tasks, resumably", EPILOGS["batch"])
-    p.add_argument(
-        "file",
-        metavar="FILE",
-        help="one request per line: JSON Lines, or CSV whose header row names the fields"
-        " (prompt,duration,model...; empty cells left out; URLs apart by spaces)",
-    )
-    p.add_argument(
-        "--format",
-        choices=("jsonl", "csv"),
-        help="how FILE is written (default: csv for a .csv file, else jsonl)",
-    )
+    p.add_argument("file", metavar="FILE", help="JSON Lines, or CSV with a header row of fields")
+    p.add_argument("--format", choices=("jsonl", "csv"), help="default: csv for *.csv, else jsonl")
     p.add_argument(
         "--journal",
         metavar="URL",

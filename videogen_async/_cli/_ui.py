@@ -8,6 +8,7 @@ elsewhere tables are plain aligned text and progress a throttled plain line per 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import shutil
 import sys
@@ -184,16 +185,11 @@ class UI:
             widths[max(range(1, len(widths)), key=widths.__getitem__)] -= 1
 
         def line(row: Sequence[str]) -> str:
-            parts = [
-                textwrap.wrap(c, w) or [""] if i else [c]
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ]
+            pairs = enumerate(zip(row, widths, strict=True))
+            wrapped = [textwrap.wrap(c, w) if i and len(c) > w else [c] for i, (c, w) in pairs]
             return "\n".join(
-                "  ".join(
-                    (p[k] if k < len(p) else "").ljust(w)
-                    for p, w in zip(parts, widths, strict=True)
-                ).rstrip()
-                for k in range(max(map(len, parts)))
+                "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+                for cells in itertools.zip_longest(*wrapped, fillvalue="")
             )
 
         lines = (textwrap.wrap(title, fit) if fit else [title]) if title else []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 from .._contract._models import CreditBalance
@@ -17,10 +16,8 @@ if TYPE_CHECKING:
 class Credits(Resource):
     """The credit balance of the authenticated user."""
 
-    @functools.cached_property
-    def with_raw_response(self) -> RawCredits:
-        """The calls that send one request, each returning a :class:`RawResponse`."""
-        return RawCredits(self)
+    #: The calls that send one request, each returning a :class:`RawResponse`.
+    with_raw_response: RawCredits
 
     async def get(self, **options: Unpack[RequestOptions]) -> CreditBalance:
         """Read the API credit balance (``GET /v1/credits``).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -36,10 +35,8 @@ def _path(project_id: str, suffix: str = "") -> str:
 class Projects(Resource):
     """Viral ad clone projects: a reference ad and product images in, scripts and videos out."""
 
-    @functools.cached_property
-    def with_raw_response(self) -> RawProjects:
-        """The calls that send one request, each returning a :class:`RawResponse`."""
-        return RawProjects(self)
+    #: The calls that send one request, each returning a :class:`RawResponse`.
+    with_raw_response: RawProjects
 
     def __init__(
         self,

@@ -32,10 +32,8 @@ def _query(task_id: str) -> dict[str, str]:
 class Tasks(Resource):
     """Direct video tasks: create, read, wait for one, wait for many."""
 
-    @functools.cached_property
-    def with_raw_response(self) -> RawTasks:
-        """The calls that send one request, each returning a :class:`RawResponse`."""
-        return RawTasks(self)
+    #: The calls that send one request, each returning a :class:`RawResponse`.
+    with_raw_response: RawTasks
 
     async def create(
         self,
