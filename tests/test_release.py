@@ -135,7 +135,9 @@ def test_the_sdist_tests_collect_from_the_sdist_alone(tmp_path: Path, dist: Path
     with tarfile.open(sdist) as archive:
         archive.extractall(tmp_path, filter="data")
     (unpacked,) = tmp_path.iterdir()
-    env = {**os.environ, "PYTHONPATH": str(unpacked)}
+    # A run of its own: not a pytest-xdist worker of this one (PYTEST_XDIST_WORKER...).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(unpacked)
     collected = subprocess.run(
         [
             sys.executable,
