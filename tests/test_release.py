@@ -201,3 +201,17 @@ def test_the_floors_install_and_import_on_the_newest_python(tmp_path: Path, dist
         check=False,
     )
     assert imported.returncode == 0, imported.stderr
+
+
+def test_the_readmes_links_to_the_repository_name_files_it_has() -> None:
+    # The README links absolutely (it is the index's page too): each link into the
+    # repository names a file or folder of this checkout.
+    text = (ROOT / "README.md").read_text()
+    source = re.search(r'^Source = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert source is not None
+    targets = [next(filter(None, m.groups())) for m in LINK.finditer(text)]
+    inside = [t.split("#")[0] for t in targets if t.startswith(source.group(1) + "/")]
+    assert len(inside) > 20
+    for target in inside:
+        path = re.sub(r"^/(blob|tree)/main/", "", target.removeprefix(source.group(1)))
+        assert (ROOT / path).exists(), target
