@@ -95,7 +95,10 @@ def _values(package: griffe.Module) -> None:
             default = str(parameter.default) if parameter.default is not None else ""
             if not _CONSTANT.fullmatch(default):
                 continue
-            module = module or importlib.import_module(function.module.path)
+            try:  # a module of an extra not installed (temporal) keeps its names
+                module = module or importlib.import_module(function.module.path)
+            except ImportError:
+                break
             value = repr(getattr(module, default))
             if not value.startswith("<"):  # a sentinel (UNSET) keeps its name
                 parameter.default = value
