@@ -197,7 +197,7 @@ async def test_each_namespace_has_its_with_raw_response_as_the_openai_sdk_writes
     sandbox: SandboxServer,
 ) -> None:
     async with sandbox.client() as client:
-        assert client.tasks.with_raw_response is client.with_raw_response.tasks
+        assert type(client.tasks.with_raw_response) is type(client.with_raw_response.tasks)
         raw = await client.tasks.with_raw_response.create("a lighthouse")
         created = raw.parse()
         got = await client.tasks.with_raw_response.get(created.task_id)

@@ -23,17 +23,15 @@ from ._http._session import UNSET, SessionOwner, Timeout, is_loopback
 from ._http._transport import DEFAULT_MAX_BODY, Transport
 from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
-from ._resources._credits import Credits, RawCredits
-from ._resources._projects import Projects, RawProjects
-from ._resources._tasks import RawTasks, Tasks
+from ._resources._credits import Credits
+from ._resources._projects import Projects
+from ._resources._tasks import Tasks
 from ._waiting._policy import DEFAULT_POLICY, PollPolicy
 from ._waiting._polling import TaskSource
 from ._waiting._schedule import FinishTimeMemory, InMemoryFinishTimes
 
 DEFAULT_TIMEOUT = Timeout(connect=10.0, read=60.0, total=120.0)
 DEFAULT_CONNECTION_LIMIT = 100
-
-logger = logging.getLogger("videogen_async")
 
 
 def _valid_host(written: str, host: str) -> bool:
@@ -81,7 +79,7 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
             " allow_insecure_http=True if you really mean it."
         )
     if parts.path.rstrip("/").endswith("/v1"):  # as other SDKs write it
-        logger.debug("base_url %r: its /v1 is left out, as every request's path has it", text)
+        logging.getLogger("videogen_async").debug("base_url %r: its /v1 is left out", text)
         return text.rstrip("/")[:-3]
     return text.rstrip("/")
 
@@ -109,12 +107,12 @@ def _check_deadline(deadline: object) -> None:
 
 
 class RawResponseClient:
-    """``client.with_raw_response``: ``.tasks`` is ``client.tasks.with_raw_response``..."""
+    """``client.with_raw_response``: ``.tasks`` as ``client.tasks.with_raw_response``..."""
 
     def __init__(self, tasks: Tasks, projects: Projects, credits: Credits) -> None:
-        self.tasks = tasks.with_raw_response = RawTasks(tasks)
-        self.projects = projects.with_raw_response = RawProjects(projects)
-        self.credits = credits.with_raw_response = RawCredits(credits)
+        self.tasks = tasks.with_raw_response
+        self.projects = projects.with_raw_response
+        self.credits = credits.with_raw_response
 
 
 class AsyncVideoGen(DownloadCalls, AsyncClosing):

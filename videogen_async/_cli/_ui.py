@@ -178,8 +178,7 @@ class UI:
             self.out_console.print(table)
             return
         widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
-        # On a terminal the widest columns but the first (ids, kept whole) narrow until a row
-        # fits, and their cells wrap.
+        # On a terminal the widest columns but the first (ids) narrow, wrapping, to fit.
         fit = shutil.get_terminal_size().columns if self.out_tty else 0
         while fit and sum(widths) + 2 * len(widths) - 2 > fit and max(widths[1:], default=0) > 12:
             widths[max(range(1, len(widths)), key=widths.__getitem__)] -= 1

@@ -34,11 +34,10 @@ The tree::
     ├── WebhookDeliveryError          a webhook receiver did not answer 2xx (retried later)
     └── WebhookVerificationError      a webhook whose signature does not check (also a ValueError)
 
-Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (also as
-``request_id``; ``None`` where they do not apply). ``request_may_have_taken_effect`` is
-``True`` on a failed creating call (POST) whose request may have reached the service: such a
-call may have created a task and charged credits, so it is never retried automatically. No
-error text ever contains the API key.
+Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` = ``request_id``
+(``None`` where they do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed
+creating call (POST) whose request may have reached the service: such a call may have created
+a task and charged credits, so it is never retried automatically. No error text has the key.
 
 Every error pickles (to another process, a Celery result backend, a Ray or Temporal worker)
 and unpickles to an error of the same class with the same attributes, rebuilt from its state

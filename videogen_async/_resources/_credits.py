@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 class Credits(Resource):
     """The credit balance of the authenticated user."""
 
-    #: The calls that send one request, each returning a :class:`RawResponse`.
-    with_raw_response: RawCredits
+    @property
+    def with_raw_response(self) -> RawCredits:
+        """The calls that send one request, each returning a :class:`RawResponse`."""
+        return RawCredits(self)  # made anew: kept here, it would hold this object in a cycle
 
     async def get(self, **options: Unpack[RequestOptions]) -> CreditBalance:
         """Read the API credit balance (``GET /v1/credits``).

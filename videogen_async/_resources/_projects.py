@@ -35,8 +35,10 @@ def _path(project_id: str, suffix: str = "") -> str:
 class Projects(Resource):
     """Viral ad clone projects: a reference ad and product images in, scripts and videos out."""
 
-    #: The calls that send one request, each returning a :class:`RawResponse`.
-    with_raw_response: RawProjects
+    @property
+    def with_raw_response(self) -> RawProjects:
+        """The calls that send one request, each returning a :class:`RawResponse`."""
+        return RawProjects(self)  # made anew: kept here, it would hold this object in a cycle
 
     def __init__(
         self,

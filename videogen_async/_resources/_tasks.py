@@ -32,8 +32,10 @@ def _query(task_id: str) -> dict[str, str]:
 class Tasks(Resource):
     """Direct video tasks: create, read, wait for one, wait for many."""
 
-    #: The calls that send one request, each returning a :class:`RawResponse`.
-    with_raw_response: RawTasks
+    @property
+    def with_raw_response(self) -> RawTasks:
+        """The calls that send one request, each returning a :class:`RawResponse`."""
+        return RawTasks(self)  # made anew: kept here, it would hold this object in a cycle
 
     async def create(
         self,
