@@ -9,8 +9,9 @@ gate). The sessions need the Python versions they name on ``PATH`` (``python3.10
   coverage of ``videogen_async`` (lines and branches, subprocesses included, at least 90 %: see
   ``[tool.coverage]`` in pyproject.toml), asyncio's debug mode, and the blocking-call
   detector that ``tests/conftest.py`` turns on for every test.
-* ``tests_oldest``: the suite on the oldest runtime dependencies that pyproject.toml admits
-  (CI leaves out the tests marked ``slow``, which run whole programs: see tests/conftest.py).
+* ``tests_oldest``: the suite on the oldest runtime dependencies that pyproject.toml admits,
+  on the oldest and on the newest supported Python (CI leaves out the tests marked ``slow``,
+  which run whole programs: see tests/conftest.py).
 * ``lint``: ruff (with the async rules) and ruff's format check.
 * ``types``: ``mypy --strict`` on the package, on the examples, and on
   ``tests/typing/public_api.py``, which uses the public API as a user would (checked, not run).
@@ -30,9 +31,12 @@ nox.options.sessions = ["tests", "tests_oldest", "lint", "types", "docs", "fuzz"
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 # The oldest versions of the runtime dependencies we claim to support: exactly the floors of
-# [project].dependencies in pyproject.toml (change both together). aiohttp 3.10 is the
-# oldest the test suite runs on (it uses aiohttp.SocketTimeoutError, new in 3.10).
-OLDEST = ["aiohttp==3.10.0", "attrs==23.1.0", "cattrs==23.2.0", "anyio==4.3.0"]
+# [project].dependencies in pyproject.toml (change both together; tests/test_release.py checks
+# it), each installing from a wheel and importing on the oldest and the newest Python.
+# aiohttp 3.10.5 is the first with wheels for Python 3.13 (the suite uses
+# aiohttp.SocketTimeoutError, new in 3.10); cattrs 23.2.0 is withdrawn from the index (on
+# Python 3.11 and later it imports typing_extensions, which it does not require).
+OLDEST = ["aiohttp==3.10.5", "attrs==23.1.0", "cattrs==23.2.1", "anyio==4.3.0"]
 # The gates' own tools, pinned so that a new release cannot fail a build by itself: bump
 # them on purpose.
 RUFF = "ruff==0.17.5"
@@ -58,7 +62,8 @@ def tests(session: nox.Session) -> None:
     session.run("coverage", "report")
 
 
-@nox.session(python=PYTHONS[0])
+# On the oldest and the newest Python: a floor that installs on one may not import on the other.
+@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
 def tests_oldest(session: nox.Session) -> None:
     """Run the test suite on the oldest runtime dependencies we claim, in asyncio debug mode."""
     session.install("-e", ".[test,cli]", *OLDEST)

@@ -7,9 +7,10 @@ it, and a background watcher (one per worker process; the workers of one ledger 
 work) waits on every pending task and records its result. Two routes:
 
 * ``POST /videos`` with ``{"prompt": "...", "duration": 5, ...}`` creates a video task and
-  answers ``201`` with its ``id`` (a ``request_id`` field in the body makes the create
-  idempotent: a client that retries after a timeout gets the same video, not a second one);
-* ``GET /videos/{id}`` answers the task's status, and its video URL once it has succeeded;
+  answers ``201`` with its ``video_id``, the app's id of it (a ``request_id`` field in the
+  body makes the create idempotent: a client that retries after a timeout gets the same
+  video, not a second one); ``task_id`` is the service's id, for the record;
+* ``GET /videos/{video_id}`` answers the task's status, and its video URL once it has succeeded;
   ``?wait=10`` waits up to 10 seconds for its result, recorded by whichever worker's
   watcher saw it (``Ledger.wait``: pushed by the ledger, no request to the service).
 
@@ -24,7 +25,7 @@ them, against a sandbox started inside the app::
 
     python examples/web_app.py --port 8080
     curl -s -X POST localhost:8080/videos -d '{"prompt": "a paper boat on a lake"}'
-    curl -s 'localhost:8080/videos/<id>?wait=30'
+    curl -s 'localhost:8080/videos/<video_id>?wait=30'
 """
 
 from __future__ import annotations
@@ -201,10 +202,10 @@ async def create_video(request: web.Request) -> web.Response:
     location = str(request.app.router["video"].url_for(video_id=request_id))
     return web.json_response(
         {
-            "id": request_id,
+            "video_id": request_id,
             "task_id": entry.task_id,
             "status": str(entry.task.status) if entry.task is not None else "running",
-            "credits_cost": entry.credits_cost,
+            "credits_cost": float(entry.credits_cost or 0.0),  # a float, as in task_json
             "url": location,
         },
         status=201,
@@ -234,9 +235,11 @@ async def get_video(request: web.Request) -> web.Response:
 
 async def entry_json(app: web.Application, entry: LedgerEntry) -> dict[str, Any]:
     """A ledger entry as this app answers it: its recorded result, else the task as it is."""
+    video_id = entry.key.removeprefix(KEY_PREFIX)
     if entry.is_terminal and entry.task is not None:
-        return {**task_json(entry.task), "recorded": True}
-    return {**task_json(await app[CLIENT].tasks.get(str(entry.task_id))), "recorded": False}
+        return {"video_id": video_id, **task_json(entry.task), "recorded": True}
+    task = await app[CLIENT].tasks.get(str(entry.task_id))
+    return {"video_id": video_id, **task_json(task), "recorded": False}
 
 
 def make_app(

@@ -311,6 +311,8 @@ def test_program_runs(block: Block, docs_run: DocsRun) -> None:
     if run.error is not None:
         raise run.error
     assert run.output.getvalue().strip(), f"{block.name} printed nothing"
+    # What a reader sees is what the types say: an enum prints as its value, not its repr.
+    assert not re.search(r"<\w+\.\w+: '", run.output.getvalue()), run.output.getvalue()
 
 
 # --------------------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ async def test_web_app_creates_and_serves_status_with_one_client() -> None:
         created = await http.post("/videos", json={"prompt": "a paper boat", "duration": 6})
         assert created.status == 201
         body = await created.json()
-        task_id, video_id = body["task_id"], body["id"]
+        task_id, video_id = body["task_id"], body["video_id"]
         assert body["status"] == "running"
         assert created.headers["Location"] == body["url"] == f"/videos/{video_id}"
 
@@ -122,7 +122,8 @@ async def test_web_app_wait_returns_when_done_or_at_the_deadline() -> None:
     async with app_client() as http:
         assert http.app is not None
         sandbox = http.app[web_app.SANDBOX]
-        task_id = (await (await http.post("/videos", json={"prompt": "a kite"})).json())["id"]
+        created = await (await http.post("/videos", json={"prompt": "a kite"})).json()
+        task_id = created["video_id"]
 
         # Still running at the deadline: the last state seen is answered.
         pending = await http.get(f"/videos/{task_id}", params={"wait": "0.05"})
@@ -135,6 +136,26 @@ async def test_web_app_wait_returns_when_done_or_at_the_deadline() -> None:
 
         bad = await http.get(f"/videos/{task_id}", params={"wait": "soon"})
         assert bad.status == 400
+
+
+async def test_web_app_answers_one_id_by_one_name_and_credits_as_one_type() -> None:
+    # The curl step asks for <video_id>: the POST answers it, and the GET of it serves.
+    steps = [line for line in (EXAMPLES / "web_app.py").read_text().splitlines() if "curl" in line]
+    assert "/videos/<video_id>?wait=30" in steps[-1]
+    docs = (EXAMPLES.parent / "docs" / "web-apps.md").read_text()
+    assert "curl -s 'localhost:8080/videos/<video_id>?wait=30'" in docs
+    async with app_client() as http:
+        assert http.app is not None
+        created = await (await http.post("/videos", json={"prompt": "a kite"})).json()
+        assert "id" not in created
+        http.app[web_app.SANDBOX].clock.advance(60)
+        served = await http.get(f"/videos/{created['video_id']}", params={"wait": "5"})
+        assert served.status == 200
+        answer = await served.json()
+        assert answer["video_id"] == created["video_id"]
+        assert answer["task_id"] == created["task_id"]
+        assert answer["credits_cost"] == created["credits_cost"] > 0
+        assert type(answer["credits_cost"]) is type(created["credits_cost"]) is float
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import videogen_async as vg
+from tests.test_docs import ThreadedSandbox
 from videogen_async import PollPolicy
 from videogen_async._contract._models import structure
 from videogen_async._observe import _otel
@@ -189,6 +190,72 @@ async def test_with_raw_response_gives_status_headers_and_the_parsed_result(
         with pytest.raises(vg.NotFoundError) as caught:
             await client.with_raw_response.tasks.get("no-such-task")
         assert caught.value.trace_id
+
+
+async def test_each_namespace_has_its_with_raw_response_as_the_openai_sdk_writes_it(
+    sandbox: SandboxServer,
+) -> None:
+    async with sandbox.client() as client:
+        assert type(client.tasks.with_raw_response) is type(client.with_raw_response.tasks)
+        raw = await client.tasks.with_raw_response.create("a lighthouse")
+        created = raw.parse()
+        got = await client.tasks.with_raw_response.get(created.task_id)
+        assert got.parse().task_id == created.task_id
+        assert got.trace_id == got.parse()._request_id
+        balance = await client.credits.with_raw_response.get()
+        assert isinstance(balance.parse(), vg.CreditBalance)
+        with pytest.raises(vg.NotFoundError):
+            await client.projects.with_raw_response.get("no-such-project")
+        view = client.with_options(max_retries=0)
+        assert (await view.tasks.with_raw_response.get(created.task_id)).status_code == 200
+
+
+def test_the_blocking_client_has_each_namespaces_with_raw_response() -> None:
+    with ThreadedSandbox(time_scale=0.001) as sandbox:
+        with vg.VideoGen(api_key=sandbox.api_key, base_url=sandbox.base_url) as client:
+            assert client.tasks.with_raw_response is client.with_raw_response.tasks
+            created = client.tasks.with_raw_response.create("a lighthouse").parse()
+            got = client.tasks.with_raw_response.get(created.task_id)
+            assert (got.status_code, got.parse().task_id) == (200, created.task_id)
+            assert client.credits.with_raw_response.get().parse().api_total_credits >= 0
+            assert client.with_options(timeout=5).projects.with_raw_response is not None
+
+
+async def test_every_error_from_an_answer_has_its_request_id(sandbox: SandboxServer) -> None:
+    async with (
+        sandbox.client() as client,
+        vg.AsyncVideoGen(api_key="sk-wrong", base_url=sandbox.base_url) as stranger,
+    ):
+        for call in (
+            lambda: client.tasks.get("no-such-task"),
+            lambda: client.projects.get("no-such-project"),
+            stranger.credits.get,
+        ):
+            with pytest.raises(vg.APIStatusError) as caught:
+                await call()
+            error = caught.value
+            assert error.request_id
+            assert error.request_id == error.trace_id
+            assert error.trace_id in {entry.trace_id for entry in sandbox.request_log}
+            again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+            assert (type(again), again.request_id) == (type(error), error.request_id)
+    assert vg.ConfigurationError("no key").request_id is None
+
+
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"])
+async def test_a_base_url_with_the_version_works(
+    sandbox: SandboxServer, suffix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="videogen_async")
+    base = sandbox.base_url.rstrip("/") + suffix
+    async with vg.AsyncVideoGen(api_key=sandbox.api_key, base_url=base) as client:
+        assert client.base_url == sandbox.base_url.rstrip("/")
+        balance = await client.credits.get()
+        assert balance.api_total_credits >= 0
+        assert (await client.tasks.get((await client.tasks.create("a boat")).task_id)).task_id
+    assert any("/v1" in r.getMessage() for r in caplog.records)
+    async with vg.AsyncVideoGen(api_key="k", base_url="https://v1/") as named:  # a host: kept
+        assert named.base_url == "https://v1"
 
 
 # --------------------------------------------------------------------------------------------

@@ -292,6 +292,8 @@ def _gathering(method: Callable[Concatenate[Any, _P], GatherResults]) -> _Call[_
 class BlockingTasks(_Namespace):
     """``client.tasks`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().tasks``."""
 
+    with_raw_response: _RawTasks
+
     create = _blocking(Tasks.create)
     get = _blocking(Tasks.get)
     wait = _blocking(Tasks.wait)
@@ -302,6 +304,8 @@ class BlockingTasks(_Namespace):
 class BlockingProjects(_Namespace):
     """``client.projects`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().projects``."""
 
+    with_raw_response: _RawProjects
+
     create = _blocking(Projects.create)
     get = _blocking(Projects.get)
     create_videos = _blocking(Projects.create_videos)
@@ -311,6 +315,8 @@ class BlockingProjects(_Namespace):
 
 class BlockingCredits(_Namespace):
     """``client.credits`` of :class:`VideoGen`."""
+
+    with_raw_response: _RawCredits
 
     get = _blocking(Credits.get)
 
@@ -331,12 +337,12 @@ class _RawCredits(_Namespace):
 
 
 class _RawResponses:
-    """``client.with_raw_response`` of :class:`VideoGen`."""
+    """``client.with_raw_response`` of :class:`VideoGen`, each namespace's own too."""
 
-    def __init__(self, loop: _Loop, raw: Any) -> None:
-        self.tasks = _RawTasks(loop, raw.tasks)
-        self.projects = _RawProjects(loop, raw.projects)
-        self.credits = _RawCredits(loop, raw.credits)
+    def __init__(self, loop: _Loop, raw: Any, client: VideoGen) -> None:
+        self.tasks = client.tasks.with_raw_response = _RawTasks(loop, raw.tasks)
+        self.projects = client.projects.with_raw_response = _RawProjects(loop, raw.projects)
+        self.credits = client.credits.with_raw_response = _RawCredits(loop, raw.credits)
 
 
 class _Attribute(Generic[_T]):
@@ -423,7 +429,7 @@ class VideoGen(_Namespace):
         self.projects = BlockingProjects(loop, client.projects)
         self.credits = BlockingCredits(loop, client.credits)
         #: The same calls, each returning a :class:`RawResponse`.
-        self.with_raw_response = _RawResponses(loop, client.with_raw_response)
+        self.with_raw_response = _RawResponses(loop, client.with_raw_response, self)
 
     @classmethod
     def _over(cls, loop: _Loop, client: AsyncVideoGen, *, owns_loop: bool) -> VideoGen:

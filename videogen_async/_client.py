@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import sys
@@ -25,7 +26,6 @@ from ._observe._hooks import EventHook, EventHooks
 from ._observe._logging import configure_from_env
 from ._resources._credits import Credits
 from ._resources._projects import Projects
-from ._resources._raw import RawResponseClient
 from ._resources._tasks import Tasks
 from ._waiting._policy import DEFAULT_POLICY, PollPolicy
 from ._waiting._polling import TaskSource
@@ -79,6 +79,9 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
             " would cross the network unencrypted. Use https, or pass"
             " allow_insecure_http=True if you really mean it."
         )
+    if parts.path.rstrip("/").endswith("/v1"):  # as other SDKs write it
+        logging.getLogger("videogen_async").debug("base_url %r: its /v1 is left out", text)
+        return text.rstrip("/")[:-3]
     return text.rstrip("/")
 
 
@@ -104,6 +107,15 @@ def _check_deadline(deadline: object) -> None:
         raise ConfigurationError(f"deadline must be positive seconds or None, got {deadline!r}")
 
 
+class RawResponseClient:
+    """``client.with_raw_response``: ``.tasks`` as ``client.tasks.with_raw_response``..."""
+
+    def __init__(self, tasks: Tasks, projects: Projects, credits: Credits) -> None:
+        self.tasks = tasks.with_raw_response
+        self.projects = projects.with_raw_response
+        self.credits = credits.with_raw_response
+
+
 class AsyncVideoGen(DownloadCalls, AsyncClosing):
     """The asyncio client of the video generation service.
 
@@ -115,7 +127,8 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
 
     Args:
         api_key: The API key; defaults to the ``VIDEOGEN_API_KEY`` environment variable.
-        base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``.
+        base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``. A trailing
+            ``/v1`` is left out (each request's path starts with it).
         timeout: Per-attempt timeouts: a :class:`Timeout`, or a number of seconds that bounds
             each attempt as a whole (connect to last byte); ``None`` for no limit. By
             default 10 s to connect, 60 s between reads and 120 s for the whole attempt.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import shutil
 import signal
 import sqlite3
 from collections.abc import Callable
@@ -124,6 +125,87 @@ def test_batch_manifest_invalid_lines_downloads_and_idempotent_rerun(
     assert sandbox.routes(CREATE_ROUTE) == 5  # nothing created twice
     assert sandbox.routes(MEDIA_ROUTE) == media_before  # complete files are not fetched again
     assert read_manifest(tmp_path / "prompts.results.jsonl") == manifest
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_shipped_csv_runs_and_resumes(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    path = tmp_path / "prompts.csv"
+    shutil.copy(EXAMPLES / "prompts.csv", path)
+    run = cli("--json", "batch", str(path))
+    assert run.code == 0, run
+    assert run.json()["counts"] == {"succeeded": 6}
+    assert sandbox.routes(CREATE_ROUTE) == 6
+    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    assert [r["line"] for r in manifest] == [2, 3, 4, 5, 6, 7]
+    # Numbers as the field's type has them, empty cells left out (the service's defaults).
+    assert manifest[0]["input"] == {
+        "prompt": "a paper boat drifting on a misty lake at dawn",
+        "model": "videomodel_2_0_fast", "ratio": "16:9", "duration": 5,
+    }  # fmt: skip
+    assert manifest[4]["input"] == {"prompt": "a lighthouse in a storm with waves crashing"}
+    assert [r["credits"] for r in manifest] == [5, 12, 16, 4, 10, 20]  # fast: 1 a second
+    again = cli("batch", str(path))
+    assert again.code == 0
+    assert "resuming: 6 line(s) already created" in again.err
+    assert sandbox.routes(CREATE_ROUTE) == 6
+
+
+def test_the_shipped_csv_with_errors_reports_each_line(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    path = tmp_path / "prompts.txt"  # not by its extension: by --format
+    shutil.copy(EXAMPLES / "prompts_with_errors.csv", path)
+    assert "--format csv" in cli("batch", str(path)).err  # read as JSON Lines: a hint
+    run = cli("--json", "batch", str(path), "--format", "csv")
+    assert run.code == 1, run
+    assert run.json()["counts"] == {"succeeded": 2, "invalid": 2}
+    assert "line 3: skipped, duration: must be an integer from 4 to 15 seconds (got 30)" in run.err
+    assert "line 5: skipped, ratio: must be one of" in run.err
+    assert sandbox.routes(CREATE_ROUTE) == 2  # bad lines cost nothing
+
+
+def test_csv_cells_urls_keys_and_rows_wider_than_the_header(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    path = tmp_path / "more.csv"
+    path.write_text(
+        "\ufeffprompt,duration,image_urls,key\n"
+        '"a fox, in the snow",6,https://example.com/a.png https://example.com/b.png,fox-1\n'
+        "a boat,five,,\n"
+        "a cat,5,,,surplus\n"
+        "a dog, +4 ,,dog-1\n",
+        encoding="utf-8",
+    )
+    run = cli("--json", "batch", str(path))
+    assert run.code == 1, run
+    manifest = read_manifest(tmp_path / "more.results.jsonl")
+    assert [(r["line"], r["status"]) for r in manifest] == [
+        (2, "succeeded"), (3, "invalid"), (4, "invalid"), (5, "succeeded"),
+    ]  # fmt: skip
+    assert manifest[0]["input"]["image_urls"] == [
+        "https://example.com/a.png", "https://example.com/b.png",
+    ]  # fmt: skip
+    assert manifest[0]["input"]["key"] == "fox-1"
+    assert "duration: must be an integer" in manifest[1]["error"]
+    assert manifest[2]["error"] == "5 cells, the header names 4"
+    assert manifest[3]["input"]["duration"] == 4
+
+
+def test_the_sdks_names_point_to_the_command(cli: Callable[..., Run]) -> None:
+    for argv, command in [
+        (["tasks", "create", "a boat"], "videogen create"),
+        (["tasks.get", "t-1"], "videogen status"),
+        (["--json", "projects", "create-videos", "p-1"], "videogen project videos"),
+        (["credits", "get"], "videogen credits"),
+    ]:
+        run = cli(*argv)
+        assert run.code == 2
+        assert f"did you mean `{command}`?" in run.err
+    assert "did you mean" not in cli("create", "--bogus").err
 
 
 def test_all_lines_succeeded_exits_0_with_human_summary(

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from videogen_async._cli import _ui
+
 from .conftest import KEY, Run, ThreadedSandbox
 
 CHECKS = [
@@ -192,3 +194,25 @@ def test_a_bad_task_id_is_refused_before_anything_is_sent(
     assert run.code == 2, run
     assert "TASK_ID: must not contain" in run.err
     assert len(sandbox.call(lambda: sandbox.srv.request_log)) == before
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_plain_report_fits_the_terminal(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    columns: int,
+) -> None:
+    # A terminal of that width (as a shell sets $COLUMNS), without rich: the plain table.
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr(_ui, "_is_tty", lambda stream: True)
+    monkeypatch.setattr(_ui, "_RICH", False)
+    run = cli("doctor")
+    assert run.code == 0, run
+    lines = run.out.splitlines()
+    assert max(map(len, lines)) <= columns, run.out
+    assert run.out.count("as expected") == len(CHECKS)  # wrapped, nothing left out
+    wide = cli("--json", "doctor").json()["checks"]
+    said = " ".join(c["service"] for c in wide)
+    assert " ".join(" ".join(lines).split()).count("as expected") == len(CHECKS)
+    assert said.split()[0] in run.out

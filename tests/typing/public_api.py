@@ -153,6 +153,8 @@ async def observability() -> None:
         trace: str | None = raw.request_id
         request: vg.HTTPRequestInfo = raw.http_request
         balance: vg.CreditBalance = (await client.with_raw_response.credits.get()).parse()
+        same: vg.RawResponse[vg.Task] = await client.tasks.with_raw_response.get(created.task_id)
+        print(same.parse().status, vg.ConfigurationError("no key").request_id)
         batch: vg.RawResponse[
             vg.VideoBatch
         ] = await client.with_raw_response.projects.create_videos("p-1", out_number=1)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from ._common import EXIT_USAGE, Context, logging_to, unwrap_group
+from ._help import command_for
 from ._parser import build_parser
 from ._ui import UI
 
@@ -22,9 +23,13 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``videogen`` with ``argv`` (``sys.argv[1:]`` when ``None``); return the exit code."""
     parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(words)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse said why)
+        command = command_for(words) if exc.code == EXIT_USAGE else None
+        if command is not None:  # the SDK's words: `videogen tasks create`
+            sys.stderr.write(f"videogen: did you mean `{command}`?\n")
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     debug = bool(getattr(args, "debug", False))
     ui = UI(json_mode=bool(getattr(args, "json", False)), debug=debug)

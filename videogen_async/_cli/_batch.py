@@ -1,4 +1,4 @@
-"""``videogen batch FILE.jsonl``: create, wait for and download many tasks, resumably.
+"""``videogen batch FILE`` (JSON Lines or CSV): create, wait for and download many tasks.
 
 The lines (:mod:`._batch_state`) live in a ledger (``--journal URL``, :mod:`._batch_store`), so
 a rerun picks up where the last run stopped and several processes on one PostgreSQL URL share
@@ -341,14 +341,16 @@ async def cmd_batch(ctx: Context) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         ctx.ui.error(f"cannot read {path}: {exc}")
         return EXIT_USAGE
-    lines = read_input(text)
+    csv_format = (args.format or path.suffix.lower().lstrip(".")) == "csv"
+    lines = read_input(text, csv_format=csv_format)
     if not lines:
         ctx.ui.error(f"{path} holds no request lines")
         return EXIT_USAGE
     if all(line.request is None for line in lines):
         for line in lines:
             ctx.ui.warn(f"line {line.line_no}: {line.problem}")
-        ctx.ui.error(f"{path} holds no valid request line: nothing was sent")
+        hint = "" if csv_format else " (a CSV file with a header row? pass --format csv)"
+        ctx.ui.error(f"{path} holds no valid request line: nothing was sent{hint}")
         return EXIT_USAGE
     valid = [line for line in lines if line.request is not None]
     estimate = sum(task_estimate(line.request or {}) for line in valid)

@@ -7,16 +7,19 @@ line) are read and written by its phases (:mod:`._batch`), downloads and summary
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import attrs
 
+from .._contract import _service as service
 from .._contract._exceptions import InvalidRequestError, VideoGenError
 from .._contract._validation import json_text, validate_task_request
 from ._common import EXIT_API_ERROR, EXIT_OK, EXIT_SOME_FAILED
@@ -40,34 +43,69 @@ class InputLine:
     key: str | None = None
 
 
-def read_input(text: str) -> list[InputLine]:
-    """The request lines of the input (blank and ``#`` lines left out), each checked."""
-    lines = [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1)]
-    return [_read_line(n, line) for n, line in lines if line and not line.startswith("#")]
+def _cell(name: str, text: str) -> Any:
+    """A CSV cell as its field's type has it: a whole number, URLs apart by spaces, or text."""
+    kind = service.TASK_REQUEST.field(name).type if name in service.TASK_REQUEST.names else ""
+    if kind == "integer" and text.strip().lstrip("+-").isdigit():
+        return int(text)
+    return text.split() if kind == "urls" else text
 
 
-def _read_line(number: int, line: str) -> InputLine:
-    try:
-        data = json.loads(line)
-    except ValueError as exc:
-        return InputLine(number, line, None, f"not valid JSON: {exc}")
-    if not isinstance(data, dict):
-        return InputLine(number, data, None, "not a JSON object")
-    fields = dict(data)
-    key = fields.pop("key", None)
-    if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
-        return InputLine(number, data, None, "key: must be a non-empty string")
-    try:
-        return InputLine(number, data, validate_task_request(fields), key=key)
-    except InvalidRequestError as exc:
-        return InputLine(number, data, None, str(exc))
+def _csv_rows(text: str) -> Iterator[tuple[int, Any, str | None]]:
+    """Each data row of a CSV whose header row names the fields: its non-empty cells."""
+    reader = csv.reader(text.splitlines(keepends=True))
+    header = [name.strip().lstrip("\ufeff") for name in next(reader, [])]
+    for cells in reader:
+        if not any(cell.strip() for cell in cells):
+            continue
+        pairs = zip(header, cells, strict=False)  # a short row: the rest is empty
+        row = {name: _cell(name, cell) for name, cell in pairs if cell.strip()}
+        extra = f"{len(cells)} cells, the header names {len(header)}"
+        yield reader.line_num, row, extra if len(cells) > len(header) else None
+
+
+def _json_lines(text: str) -> Iterator[tuple[int, Any, str | None]]:
+    """Each JSON line (blank and ``#`` lines left out): its value."""
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        stripped = raw_line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            yield number, json.loads(stripped), None
+        except ValueError as exc:
+            yield number, stripped, f"not valid JSON: {exc}"
+
+
+def read_input(text: str, *, csv_format: bool = False) -> list[InputLine]:
+    """The request lines of the input, each checked: JSON Lines, or CSV with a header row."""
+    lines: list[InputLine] = []
+    for number, data, problem in (_csv_rows if csv_format else _json_lines)(text):
+        if problem is not None:
+            lines.append(InputLine(number, data, None, problem))
+            continue
+        if not isinstance(data, dict):
+            lines.append(InputLine(number, data, None, "not a JSON object"))
+            continue
+        fields = dict(data)
+        key = fields.pop("key", None)
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
+            lines.append(InputLine(number, data, None, "key: must be a non-empty string"))
+            continue
+        try:
+            request = validate_task_request(fields)
+        except InvalidRequestError as exc:
+            lines.append(InputLine(number, data, None, str(exc)))
+            continue
+        lines.append(InputLine(number, data, request, key=key))
+    return lines
 
 
 def default_paths(input_path: Path) -> tuple[Path, Path]:
     """``prompts.journal.sqlite`` and ``prompts.results.jsonl`` beside ``prompts.jsonl``."""
-    stem = input_path.name.removesuffix(".jsonl").removesuffix(".json")
-    return input_path.with_name(f"{stem}.journal.sqlite"), input_path.with_name(
-        f"{stem}.results.jsonl"
+    stem = input_path.name.removesuffix(".jsonl").removesuffix(".json").removesuffix(".csv")
+    return (
+        input_path.with_name(f"{stem}.journal.sqlite"),
+        input_path.with_name(f"{stem}.results.jsonl"),
     )
 
 

@@ -62,6 +62,7 @@ examples:
   videogen batch prompts.jsonl --download videos/ --max-concurrency 8 --timeout 1800
   videogen batch prompts.jsonl --journal runs/monday.sqlite --manifest runs/monday.jsonl
   videogen batch prompts.jsonl --retry-unknown      # accept possible duplicates
+  videogen batch examples/prompts.csv               # CSV: a header row names the fields
 
 Ctrl-C stops cleanly (creates in flight are finished and recorded, the manifest is written)
 and prints the command that resumes. Exit code 0 only when every line succeeded."""
@@ -140,3 +141,20 @@ EPILOGS = {
     "completion": _COMPLETION,
     "sandbox": _SANDBOX,
 }
+
+#: The SDK's calls (``client.tasks.create``) and the command that does each.
+SDK_CALLS = {"tasks": "create", "tasks.get": "status", "tasks.wait": "wait", "tasks.watch": "wait",
+             "tasks.gather_until_done": "wait", "projects": "project", "credits.get": "credits",
+             "projects.wait_for_script": "project script",
+             "projects.create_videos": "project videos",
+             **{f"projects.{c}": f"project {c}" for c in ("create", "get", "wait")}}  # fmt: skip
+
+
+def command_for(argv: list[str]) -> str | None:
+    """The command that does what ``argv`` asks in the SDK's words (``tasks create``)."""
+    valued = ("--api-key", "--base-url", "--timeout", "--max-retries")  # options with a value
+    before = ["", *argv][: len(argv)]
+    words = [w for b, w in zip(before, argv, strict=True) if w[:1] != "-" and b not in valued]
+    named = ".".join(words[:3]).replace("-", "_").removeprefix("client.").split(".")
+    command = SDK_CALLS.get(".".join(named[:2]), SDK_CALLS.get(named[0]))  # not "credits" alone
+    return None if command is None else f"videogen {command}"

@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # batch
     p = command("batch", "create, wait for and download many tasks, resumably", EPILOGS["batch"])
-    p.add_argument("file", metavar="FILE.jsonl", help="one request per line (JSON)")
+    p.add_argument("file", metavar="FILE", help="JSON Lines, or CSV with a header row of fields")
+    p.add_argument("--format", choices=("jsonl", "csv"), help="default: csv for *.csv, else jsonl")
     p.add_argument(
         "--journal",
         metavar="URL",

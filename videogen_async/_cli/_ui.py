@@ -8,7 +8,10 @@ elsewhere tables are plain aligned text and progress a throttled plain line per 
 from __future__ import annotations
 
 import functools
+import itertools
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -173,11 +176,20 @@ class UI:
             self.out_console.print(table)
             return
         widths = [max(map(len, column)) for column in zip(columns, *cells, strict=True)]
+        # On a terminal the widest columns but the first (ids) narrow, wrapping, to fit.
+        fit = shutil.get_terminal_size().columns if self.out_tty else 0
+        while fit and sum(widths) + 2 * len(widths) - 2 > fit and max(widths[1:], default=0) > 12:
+            widths[max(range(1, len(widths)), key=widths.__getitem__)] -= 1
 
         def line(row: Sequence[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            pairs = enumerate(zip(row, widths, strict=True))
+            wrapped = [textwrap.wrap(c, w) if i and len(c) > w else [c] for i, (c, w) in pairs]
+            return "\n".join(
+                "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+                for cells in itertools.zip_longest(*wrapped, fillvalue="")
+            )
 
-        lines = [title] if title else []
+        lines = (textwrap.wrap(title, fit) if fit else [title]) if title else []
         lines += [line(columns), "  ".join("-" * w for w in widths), *map(line, cells)]
         print("\n".join(lines), file=self.out, flush=True)
 

@@ -34,10 +34,10 @@ The tree::
     ├── WebhookDeliveryError          a webhook receiver did not answer 2xx (retried later)
     └── WebhookVerificationError      a webhook whose signature does not check (also a ValueError)
 
-Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` (``None`` where they
-do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed creating call (POST)
-whose request may have reached the service: such a call may have created a task and charged
-credits, so it is never retried automatically. No error text ever contains the API key.
+Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` = ``request_id``
+(``None`` where they do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed
+creating call (POST) whose request may have reached the service: such a call may have created
+a task and charged credits, so it is never retried automatically. No error text has the key.
 
 Every error pickles (to another process, a Celery result backend, a Ray or Temporal worker)
 and unpickles to an error of the same class with the same attributes, rebuilt from its state
@@ -103,6 +103,11 @@ class VideoGenError(Exception):
         self.method = method
         self.path = path
         self.request_may_have_taken_effect = request_may_have_taken_effect
+
+    @property
+    def request_id(self) -> str | None:
+        """The answer's ``trace_id``, by the name the openai SDK gives it."""
+        return self.trace_id
 
     def __reduce__(self) -> tuple[Any, ...]:
         # One rule for the whole tree: the class, its args and its state, never its __init__

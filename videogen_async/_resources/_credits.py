@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .._contract._models import CreditBalance
 from .._http._options import CallOptions, RequestOptions
+from ._raw import raw_call
 from ._resource import Resource
 
 if TYPE_CHECKING:
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
 
 class Credits(Resource):
     """The credit balance of the authenticated user."""
+
+    @property
+    def with_raw_response(self) -> RawCredits:
+        """The calls that send one request, each returning a :class:`RawResponse`."""
+        return RawCredits(self)  # made anew: kept here, it would hold this object in a cycle
 
     async def get(self, **options: Unpack[RequestOptions]) -> CreditBalance:
         """Read the API credit balance (``GET /v1/credits``).
@@ -29,3 +35,10 @@ class Credits(Resource):
             APIConnectionError: The service could not be reached.
         """
         return await self._get("/v1/credits", CreditBalance, options=CallOptions.of(options))
+
+
+class RawCredits:
+    """``client.credits.with_raw_response``: ``get``."""
+
+    def __init__(self, credits: Credits) -> None:
+        self.get = raw_call(credits.get)

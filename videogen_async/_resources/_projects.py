@@ -20,6 +20,7 @@ from .._http._transport import Transport
 from .._observe._spans import end_wait, wait_span
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import UpdateCallback, on_read, poll_until
+from ._raw import raw_call
 from ._resource import Resource
 
 if TYPE_CHECKING:
@@ -33,6 +34,11 @@ def _path(project_id: str, suffix: str = "") -> str:
 
 class Projects(Resource):
     """Viral ad clone projects: a reference ad and product images in, scripts and videos out."""
+
+    @property
+    def with_raw_response(self) -> RawProjects:
+        """The calls that send one request, each returning a :class:`RawResponse`."""
+        return RawProjects(self)  # made anew: kept here, it would hold this object in a cycle
 
     def __init__(
         self,
@@ -304,3 +310,12 @@ class Projects(Resource):
             )
             end_wait(span, project)
         return project
+
+
+class RawProjects:
+    """``client.projects.with_raw_response``: ``create``, ``get``, ``create_videos``."""
+
+    def __init__(self, projects: Projects) -> None:
+        self.create = raw_call(projects.create)
+        self.get = raw_call(projects.get)
+        self.create_videos = raw_call(projects.create_videos)

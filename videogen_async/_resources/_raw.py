@@ -1,6 +1,7 @@
 """``client.with_raw_response``: the same calls, returning the HTTP answer beside the result.
 
-In openai-python's style: ``raw = await client.with_raw_response.tasks.get(task_id)`` gives a
+In openai-python's style: ``raw = await client.with_raw_response.tasks.get(task_id)`` (or
+``client.tasks.with_raw_response.get(task_id)``, the same call) gives a
 :class:`RawResponse`, the answer's :class:`ResponseInfo` (status, headers, ``trace_id``, time
 taken) and the request (``http_request``); ``raw.parse()`` returns what the plain call does.
 """
@@ -14,9 +15,6 @@ from typing import Any, Generic, ParamSpec, TypeVar
 import attrs
 
 from .._contract._meta import HasResponse, ResponseInfo
-from ._credits import Credits
-from ._projects import Projects
-from ._tasks import Tasks
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T", bound=HasResponse)
@@ -76,7 +74,7 @@ class RawResponse(ResponseInfo, Generic[_T]):
         return (RawResponse, (self._parsed, ResponseInfo(*answer)))
 
 
-def _raw(call: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[RawResponse[_T]]]:
+def raw_call(call: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[RawResponse[_T]]]:
     @functools.wraps(call)
     async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> RawResponse[_T]:
         result = await call(*args, **kwargs)
@@ -86,36 +84,3 @@ def _raw(call: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[RawRespons
         return RawResponse(result, info)
 
     return wrapper
-
-
-class RawTasks:
-    """``client.with_raw_response.tasks``: ``create`` and ``get``."""
-
-    def __init__(self, tasks: Tasks) -> None:
-        self.create = _raw(tasks.create)
-        self.get = _raw(tasks.get)
-
-
-class RawProjects:
-    """``client.with_raw_response.projects``: ``create``, ``get`` and ``create_videos``."""
-
-    def __init__(self, projects: Projects) -> None:
-        self.create = _raw(projects.create)
-        self.get = _raw(projects.get)
-        self.create_videos = _raw(projects.create_videos)
-
-
-class RawCredits:
-    """``client.with_raw_response.credits``: ``get``."""
-
-    def __init__(self, credits: Credits) -> None:
-        self.get = _raw(credits.get)
-
-
-class RawResponseClient:
-    """The client's calls that send one request, each returning a :class:`RawResponse`."""
-
-    def __init__(self, tasks: Tasks, projects: Projects, credits: Credits) -> None:
-        self.tasks = RawTasks(tasks)
-        self.projects = RawProjects(projects)
-        self.credits = RawCredits(credits)

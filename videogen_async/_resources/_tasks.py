@@ -18,6 +18,7 @@ from .._waiting._gather import GatherResults, gather_until_done
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import TaskSource, UpdateCallback, on_read, poll_until, wait_on_source
 from .._waiting._schedule import FinishTimeMemory
+from ._raw import raw_call
 from ._resource import Resource
 
 if TYPE_CHECKING:
@@ -30,6 +31,11 @@ def _query(task_id: str) -> dict[str, str]:
 
 class Tasks(Resource):
     """Direct video tasks: create, read, wait for one, wait for many."""
+
+    @property
+    def with_raw_response(self) -> RawTasks:
+        """The calls that send one request, each returning a :class:`RawResponse`."""
+        return RawTasks(self)  # made anew: kept here, it would hold this object in a cycle
 
     async def create(
         self,
@@ -278,3 +284,11 @@ class Tasks(Resource):
         polls = {"extra_headers": extra_headers, "extra_query": extra_query}
         source = self._source(CallOptions.of(polls, polls=True))
         return gather_until_done(source, task_ids, **options)
+
+
+class RawTasks:
+    """``client.tasks.with_raw_response``: ``create``, ``get``."""
+
+    def __init__(self, tasks: Tasks) -> None:
+        self.create = raw_call(tasks.create)
+        self.get = raw_call(tasks.get)
