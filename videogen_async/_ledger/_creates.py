@@ -84,11 +84,8 @@ class Creator:
         price_estimate: PriceEstimate | None,
         create_lease: float = 600.0,
     ) -> None:
-        self.store = store
-        self.spool = spool
-        self.max_credits = max_credits
-        self.price_estimate = price_estimate
-        self.create_lease = create_lease
+        self.store, self.spool, self.create_lease = store, spool, create_lease
+        self.max_credits, self.price_estimate = max_credits, price_estimate
         self.owner = new_creator()
         self.settled = Signal()
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
@@ -128,45 +125,35 @@ class Creator:
                 return await self._existing(key, row)
         self._creating[key] = done = anyio.Event()
         try:
-            return await self._create(plan, entry, key, estimate, send)
+            await self.repair()
+            await self.store.live(self.owner)
+            hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
+            tries = 0
+            while True:
+                try:
+                    start: CreateStart = await self.store.write(plan, entry, hold)
+                except Refused as refused:
+                    start = refused.start
+                if start.outcome == "new":
+                    kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
+                    return await self._send(key, send, kind, estimate)
+                if start.outcome == "existing":
+                    return await self._existing(key, start.row)
+                if start.outcome == "budget":
+                    raise BudgetExceededError(
+                        key,
+                        estimate=start.estimate,
+                        spent=start.spent,
+                        reserved=start.reserved,
+                        max_credits=self.max_credits or 0.0,
+                    )
+                # A create of unknown price is in flight: its answer (or its creator's death)
+                # prices this one.
+                await self.store.expire_creating(alive=self.owner)
+                tries = await self._nap(tries)
         finally:
             del self._creating[key]
             done.set()
-
-    async def _create(
-        self,
-        plan: Callable[[Any, Hold], Any],
-        entry: Any,
-        key: str,
-        estimate: float | None,
-        send: Callable[[], Awaitable[Any]],
-    ) -> LedgerEntry:
-        await self.repair()
-        await self.store.live(self.owner)
-        hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
-        tries = 0
-        while True:
-            try:
-                start: CreateStart = await self.store.write(plan, entry, hold)
-            except Refused as refused:
-                start = refused.start
-            if start.outcome == "new":
-                kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
-                return await self._send(key, send, kind, estimate)
-            if start.outcome == "existing":
-                return await self._existing(key, start.row)
-            if start.outcome == "budget":
-                raise BudgetExceededError(
-                    key,
-                    estimate=start.estimate,
-                    spent=start.spent,
-                    reserved=start.reserved,
-                    max_credits=self.max_credits or 0.0,
-                )
-            # A create of unknown price is in flight: its answer (or its creator's death)
-            # prices this one.
-            await self.store.expire_creating(alive=self.owner)
-            tries = await self._nap(tries)
 
     async def _nap(self, tries: int) -> int:
         """Wait before looking again: backoff, or less when a create of this ledger settles."""
