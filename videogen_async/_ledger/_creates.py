@@ -22,14 +22,7 @@ from typing import Any
 import anyio
 import attrs
 
-from .._contract._exceptions import (
-    AmbiguousCreateError,
-    APIResponseError,
-    BudgetExceededError,
-    InvalidRequestError,
-    LedgerError,
-    VideoGenError,
-)
+from .._contract import _exceptions as err
 from ._engines import new_creator
 from ._entry import LedgerEntry, entry_from_row
 from ._plans import (
@@ -58,12 +51,14 @@ _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  #
 def check_key(key: Any) -> str:
     """Check a ledger key before anything is written (``InvalidRequestError`` naming it)."""
     if not isinstance(key, str) or not key.strip():
-        raise InvalidRequestError("key", "must be a non-empty string", value=key, has_value=True)
+        raise err.InvalidRequestError(
+            "key", "must be a non-empty string", value=key, has_value=True
+        )
     if len(key) > 500:
-        raise InvalidRequestError("key", "must be at most 500 characters")
+        raise err.InvalidRequestError("key", "must be at most 500 characters")
     if _UNSTORABLE.search(key):
         rule = "must not contain NUL or lone surrogate characters (no database stores them)"
-        raise InvalidRequestError("key", rule, value=key, has_value=True)
+        raise err.InvalidRequestError("key", rule, value=key, has_value=True)
     return key
 
 
@@ -104,7 +99,7 @@ class Creator:
             return None
         value = float(self.price_estimate(model, duration))
         if not math.isfinite(value) or value < 0:
-            raise InvalidRequestError("price_estimate", "must return a number >= 0")
+            raise err.InvalidRequestError("price_estimate", "must return a number >= 0")
         return value
 
     async def create(
@@ -140,7 +135,7 @@ class Creator:
                 if start.outcome == "existing":
                     return await self._existing(key, start.row)
                 if start.outcome == "budget":
-                    raise BudgetExceededError(
+                    raise err.BudgetExceededError(
                         key,
                         estimate=start.estimate,
                         spent=start.spent,
@@ -170,10 +165,10 @@ class Creator:
                 tries = await self._nap(tries)
             row = await self.store.read(get, key)
         if row is None:  # pragma: no cover - keys are never deleted
-            raise LedgerError(f"ledger key {key!r}: vanished")
+            raise err.LedgerError(f"ledger key {key!r}: vanished")
         entry = entry_from_row(row)
         if entry.state == "unknown":
-            raise AmbiguousCreateError(key, entry, entry.error)
+            raise err.AmbiguousCreateError(key, entry, entry.error)
         return entry
 
     async def _send(
@@ -182,14 +177,16 @@ class Creator:
         unreadable = None
         try:
             created = await send()
-        except VideoGenError as exc:
+        except err.VideoGenError as exc:
             ambiguous = exc.request_may_have_taken_effect
-            read = exc.readable if isinstance(exc, APIResponseError) else {}
+            read = exc.readable if isinstance(exc, err.APIResponseError) else {}
             if not ambiguous or _CHARGED.get(kind) not in read:
                 state = "unknown" if ambiguous else "refused"
                 row = await self._settle(key, settle_failed, state, str(exc))
                 if ambiguous:
-                    raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
+                    raise err.AmbiguousCreateError(
+                        key, row and entry_from_row(row), str(exc)
+                    ) from exc
                 raise
             # An answer read in part that names what it created: recorded (the watchers poll
             # it), then its error raised.
@@ -201,7 +198,7 @@ class Creator:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 try:
                     await self.store.write_once(settle_failed, *args)
-                except LedgerError:
+                except err.LedgerError:
                     self._kept[key] = (settle_failed, args, "")
             self.settled.fire()
             raise
@@ -220,7 +217,7 @@ class Creator:
         row = await self._settle(key, settle_created, answer, self._prices)
         entry = entry_from_row(await self._checked(key, answer, row))
         if problem is not None:
-            raise AmbiguousCreateError(key, entry, problem)
+            raise err.AmbiguousCreateError(key, entry, problem)
         if unreadable is not None:
             raise unreadable
         return entry
@@ -240,7 +237,7 @@ class Creator:
         try:
             row = await self.store.write(plan, key, self.owner, *args)
         except Exception as again:
-            raise LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
+            raise err.LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
         await self._drop(key)
         return row
 

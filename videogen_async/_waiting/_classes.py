@@ -88,11 +88,8 @@ class BatchSchedule:
         push: Callable[[IdState, float], None],
         rng: random.Random,
     ) -> None:
-        self.classes = classes
-        self._policy = policy
-        self._memory = memory
-        self._push = push
-        self._rng = rng
+        self.classes, self._policy, self._memory = classes, policy, memory
+        self._push, self._rng = push, rng
         self._start_age = 0.0  # the oldest age at the start seen among the answered ids
         self._started = 0.0
         self._skew_low = -math.inf  # bounds of (local wall clock - server clock)

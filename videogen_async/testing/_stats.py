@@ -105,8 +105,7 @@ class RequestStats:
         in_flight = {k: v for k, v in self._in_flight_by_route.items() if v}
         self._in_flight_by_route = in_flight
         self._in_flight = sum(in_flight.values())
-        self._peak = self._in_flight
-        self._peak_by_route = dict(in_flight)
+        self._peak, self._peak_by_route = self._in_flight, dict(in_flight)
         self._tasks_base, self._projects_base = self._created()
         self._since = time.time()
         self._notify()
