@@ -329,9 +329,7 @@ class _Coordinator:
             try:
                 await waiter
             finally:
-                self._waiter = None
-                self._wake_at = -math.inf
-                self._need_worker = False
+                self._waiter, self._wake_at, self._need_worker = None, -math.inf, False
                 if handle is not None:
                     handle.cancel()
         self._closing = True

@@ -74,9 +74,7 @@ class SandboxError(Exception):
         self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+        self.status, self.code, self.message = status, code, message
         self.headers = dict(headers or {})
 
 
