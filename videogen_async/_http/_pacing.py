@@ -157,8 +157,7 @@ class Pacing:
         if now - self._window_start >= 1.0:
             if self._window_start != -math.inf:
                 self._measured_rate = self._window_sent / (now - self._window_start)
-            self._window_start = now
-            self._window_sent = 0
+            self._window_start, self._window_sent = now, 0
         self._window_sent += 1
         if self.rate != math.inf:
             self._next_send = max(self._next_send, now) + 1.0 / self.rate

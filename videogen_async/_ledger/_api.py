@@ -49,8 +49,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
     """
 
     def __init__(self, store: Store, creator: Creator) -> None:
-        self._store = store
-        self._creator = creator
+        self._store, self._creator = store, creator
         self._listener: Listener | None = None
 
     @staticmethod

@@ -81,8 +81,7 @@ class Creator:
     ) -> None:
         self.store, self.spool, self.create_lease = store, spool, create_lease
         self.max_credits, self.price_estimate = max_credits, price_estimate
-        self.owner = new_creator()
-        self.settled = Signal()
+        self.owner, self.settled = new_creator(), Signal()
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         # The keys this creator is creating: the database tells another creator's create of

@@ -84,8 +84,7 @@ class Wallet:
     __slots__ = ("available", "total")
 
     def __init__(self, credits: float) -> None:
-        self.total = float(credits)
-        self.available = float(credits)
+        self.total = self.available = float(credits)
 
     def can_pay(self, amount: float) -> bool:
         """Whether ``amount`` credits are available."""

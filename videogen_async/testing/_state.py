@@ -62,8 +62,7 @@ class SandboxState:
         self.failure_marker, self.media_rejects = failure_marker, media_rejects
         self.rng = random.Random(None if seed is None else f"{seed}:behaviour")
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
-        self.wallet = sim.Wallet(credits)
-        self.render = Renderer(clock)
+        self.wallet, self.render = sim.Wallet(credits), Renderer(clock)
         self.tasks: dict[str, sim.Task] = {}
         self.projects: dict[str, sim.Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []

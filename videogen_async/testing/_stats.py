@@ -89,8 +89,7 @@ class RequestStats:
         faults_injected: Callable[[], Mapping[str, int]],
     ) -> None:
         self.log: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
-        self._created = created
-        self._faults_injected = faults_injected
+        self._created, self._faults_injected = created, faults_injected
         self._in_flight_by_route: dict[str, int] = {}
         self._peak_by_route: dict[str, int] = {}
         self._changed: anyio.Event | None = None
