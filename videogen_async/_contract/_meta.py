@@ -11,6 +11,7 @@ request: both read ``None``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ._redact import redact_text, redact_value
 
@@ -46,13 +47,9 @@ class ResponseInfo:
         attempts: int = 1,
         elapsed: float = 0.0,
     ) -> None:
-        self.status_code = status_code
-        self._headers = headers
-        self._trace_id = trace_id
-        self.method = method
-        self.url = url
-        self.attempts = attempts
-        self.elapsed = elapsed
+        self.status_code, self.method, self.url = status_code, method, url
+        self._headers, self._trace_id = headers, trace_id
+        self.attempts, self.elapsed = attempts, elapsed
 
     @property
     def trace_id(self) -> str | None:
@@ -67,9 +64,7 @@ class ResponseInfo:
     @property
     def headers(self) -> Mapping[str, str]:
         """The response headers, as a read-only mapping (names compare case-insensitively)."""
-        plain = dict(self._headers.items())
-        redacted: dict[str, str] = redact_value(plain)
-        return _Headers(redacted)
+        return _Headers(redact_value(dict(self._headers.items())))
 
     @property
     def retries_taken(self) -> int:
@@ -83,23 +78,11 @@ class ResponseInfo:
             f" elapsed={self.elapsed:.3f})"
         )
 
-    def __reduce__(
-        self,
-    ) -> tuple[type[ResponseInfo], tuple[int, dict[str, str], str | None, str, str, int, float]]:
+    def __reduce__(self) -> tuple[type[ResponseInfo], tuple[Any, ...]]:
         # What is pickled is what is shown: the redacted headers (a plain dict: the answer's
         # are a read-only view that does not pickle) and the redacted trace id.
-        return (
-            ResponseInfo,
-            (
-                self.status_code,
-                dict(self.headers),
-                self.trace_id,
-                self.method,
-                self.url,
-                self.attempts,
-                self.elapsed,
-            ),
-        )
+        shown = (self.status_code, dict(self.headers), self.trace_id)
+        return ResponseInfo, (*shown, self.method, self.url, self.attempts, self.elapsed)
 
 
 class _Headers(Mapping[str, str]):

@@ -345,26 +345,24 @@ def structure_task(data: Any) -> Task:
     ``_contract._service`` (``tests/test_models.py`` holds the three together).
     """
     try:
-        status = data["status"]
-        task_id = data["task_id"]
-        if type(task_id) is not str or type(status) is not str:
+        status, task_id, model = data["status"], data["task_id"], data.get("model")
+        raw_result, cost = data.get("result"), data.get("credits_cost", 0.0)
+        if (
+            type(task_id) is not str
+            or type(status) is not str
+            or type(raw_result) not in (dict, type(None))
+            or type(cost) not in (int, float)
+            or not -math.inf < cost < math.inf
+            or type(model) not in (str, type(None))
+        ):
             raise ValueError("unusual")  # noqa: TRY301
-        raw_result = data.get("result")
         result = None
         if raw_result is not None:
-            if type(raw_result) is not dict:
-                raise ValueError("unusual")  # noqa: TRY301
             result = TaskResult(
                 _fast_text(raw_result.get("video_url")),
                 _fast_text(raw_result.get("error_message")),
                 parse_datetime(raw_result.get("finished_at")),
             )
-        cost = data.get("credits_cost", 0.0)
-        if type(cost) not in (int, float) or not -math.inf < cost < math.inf:
-            raise ValueError("unusual")  # noqa: TRY301
-        model = data.get("model")
-        if model is not None and type(model) is not str:
-            raise ValueError("unusual")  # noqa: TRY301
         texts = [task_id, status, model or ""]
         if result is not None:
             texts += (result.video_url or "", result.error_message or "")

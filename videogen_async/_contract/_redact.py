@@ -41,13 +41,8 @@ def _char_forms(ch: str) -> str:
     if code < 0x10000:
         forms.append(rf"\\[uU](?i:{code:04x})")
     if code < 0x100:
-        forms.append(f"%(?i:{code:02x})")
-        if ch == " ":
-            forms.append(r"\+")
-        if ch == "/":
-            forms.append(r"\\/")
-    forms.append(f"&#0*{code};")
-    forms.append(f"&#(?i:x)0*(?i:{code:x});")
+        forms += [f"%(?i:{code:02x})", *{" ": [r"\+"], "/": [r"\\/"]}.get(ch, [])]
+    forms += [f"&#0*{code};", f"&#(?i:x)0*(?i:{code:x});"]
     return "(?:" + "|".join(forms) + ")"
 
 
@@ -114,8 +109,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
     root: list[Any] = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
-    items = max_items
-    chars = max_chars
+    items, chars = max_items, max_chars
     while stack:
         source, target, key = stack.pop()
         items -= 1
@@ -144,9 +138,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
 
 
 def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_chars: int) -> bool:
-    stack = [value]
-    items = max_items
-    chars = max_chars
+    stack, items, chars = [value], max_items, max_chars
     while stack:
         current = stack.pop()
         items -= 1

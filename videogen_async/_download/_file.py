@@ -19,13 +19,7 @@ from typing import BinaryIO
 import anyio
 import attrs
 
-from .._contract._exceptions import (
-    APIConnectionError,
-    APIResponseError,
-    APIStatusError,
-    DownloadError,
-    VideoGenError,
-)
+from .._contract import _exceptions as err
 from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
@@ -132,14 +126,12 @@ class _PartFile:
             os.replace(part, self.dest)
 
         await anyio.to_thread.run_sync(_commit)
-        self._file = None
-        self.path = None
+        self._file = self.path = None
 
     async def discard(self) -> None:
         """Close and delete the temporary file; safe to call at any time, even cancelled."""
         file, part = self._file, self.path
-        self._file = None
-        self.path = None
+        self._file = self.path = None
         if file is None and part is None:
             return
 
@@ -170,10 +162,9 @@ class _DiskError(Exception):
 class _Retry(Exception):
     """One attempt failed; ``error`` is what the retry decision judges (internal)."""
 
-    def __init__(self, error: VideoGenError, *, restart: bool = False) -> None:
+    def __init__(self, error: err.VideoGenError, *, restart: bool = False) -> None:
         super().__init__(error.message)
-        self.error = error
-        self.restart = restart
+        self.error, self.restart = error, restart
 
 
 async def download_url(
@@ -210,8 +201,8 @@ async def download_url(
     state = _State()
     backoff = attrs.evolve(transport.backoff, max_retries=attempts - 1)
 
-    def failed(message: str) -> DownloadError:
-        return DownloadError(
+    def failed(message: str) -> err.DownloadError:
+        return err.DownloadError(
             message,
             url=url,
             path=dest,
@@ -243,8 +234,8 @@ async def download_url(
                     rng=rng,
                 )
                 delay = decision.delay
-                if decision.reason == "permanent" and isinstance(retry.error, APIStatusError):
-                    raise DownloadError(
+                if decision.reason == "permanent" and isinstance(retry.error, err.APIStatusError):
+                    raise err.DownloadError(
                         f"download of {what}: {reason}",
                         url=url,
                         status_code=retry.error.status_code,
@@ -346,7 +337,7 @@ async def _attempt(
             total = state.total
             async for chunk in resp.iter_chunks(chunk_size):
                 if total is not None and state.received + len(chunk) > total:
-                    raise DownloadError(
+                    raise err.DownloadError(
                         f"download of {what}: the host sent more than the {total} bytes it"
                         " declared",
                         url=url,
@@ -358,7 +349,7 @@ async def _attempt(
                 state.received += len(chunk)
                 if progress is not None:
                     progress(state.received, total)
-    except APIConnectionError as exc:
+    except err.APIConnectionError as exc:
         exc.message = f"the connection broke at byte {state.received}: {exc.message}"
         raise _Retry(exc) from exc
     if state.total is not None and state.received < state.total:
@@ -392,6 +383,6 @@ def _check_resumed(headers: Mapping[str, str], state: _State) -> None:
         state.total = span[2]
 
 
-def _broken(reason: str) -> APIResponseError:
+def _broken(reason: str) -> err.APIResponseError:
     """An answer that is not the file the host declared: transient, as a garbled body is."""
-    return APIResponseError(reason)
+    return err.APIResponseError(reason)

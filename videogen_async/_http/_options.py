@@ -88,10 +88,7 @@ class CallOptions:
                     f"unexpected keyword argument {name!r} (the call's options are"
                     f" {', '.join(sorted(known))})"
                 )
-        headers = options.get("extra_headers")
-        query = options.get("extra_query")
-        body = options.get("extra_body")
-        timeout = options.get("timeout")
+        headers, query, body, timeout = map(options.get, CALL_OPTIONS)
         if headers is None and query is None and body is None and timeout is None:
             return NO_OPTIONS
         return cls(
@@ -113,6 +110,7 @@ class CallOptions:
 NO_OPTIONS = CallOptions()
 _POLL_OPTIONS = PollOptions.__optional_keys__
 _REQUEST_OPTIONS = RequestOptions.__optional_keys__
+CALL_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
 def _fail(field: str, rule: str) -> InvalidRequestError:

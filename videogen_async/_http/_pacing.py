@@ -40,13 +40,9 @@ class Pacing:
         self._ceiling = math.inf  # the concurrency before the first cut
         self.in_flight = 0
         self.rate = math.inf  # allowed requests per second (inf: no limit)
-        self._reduced_rate = math.inf
-        self._last_cut = -math.inf
-        self._next_send = -math.inf
+        self._reduced_rate, self._last_cut, self._next_send = math.inf, -math.inf, -math.inf
         self._events = 0  # 429 events in a row
-        self._window_start = -math.inf
-        self._window_sent = 0
-        self._measured_rate = 0.0
+        self._window_start, self._window_sent, self._measured_rate = -math.inf, 0, 0.0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def __repr__(self) -> str:
@@ -144,9 +140,7 @@ class Pacing:
             logger.info(
                 "rate limited (429): every request of the client pauses %.2fs; concurrency %.0f,"
                 " rate %.1f/s",
-                pause,
-                self.limit,
-                self.rate,
+                *(pause, self.limit, self.rate),
             )
         return max(0.0, self.paused_until - now)
 
@@ -163,8 +157,7 @@ class Pacing:
         if now - self._window_start >= 1.0:
             if self._window_start != -math.inf:
                 self._measured_rate = self._window_sent / (now - self._window_start)
-            self._window_start = now
-            self._window_sent = 0
+            self._window_start, self._window_sent = now, 0
         self._window_sent += 1
         if self.rate != math.inf:
             self._next_send = max(self._next_send, now) + 1.0 / self.rate
@@ -203,12 +196,10 @@ def paced(
         sent = await pacing.acquire()
         try:
             value = await fetch(key)
-        except RateLimitError as exc:
+        except BaseException as exc:
             pacing.release()
-            pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
-            raise
-        except BaseException:
-            pacing.release()
+            if isinstance(exc, RateLimitError):
+                pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
             raise
         pacing.release()
         pacing.succeeded()

@@ -17,12 +17,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .._contract._exceptions import (
-    APIConnectionError,
-    APIResponseError,
-    APIStatusError,
-    RateLimitError,
-)
+from .._contract import _exceptions as err
 
 _ge0 = attrs.validators.ge(0.0)
 _gt0 = attrs.validators.gt(0.0)
@@ -130,12 +125,12 @@ def decide_retry(
     Returns:
         The decision.
     """
-    limited = isinstance(exc, RateLimitError)
+    limited = isinstance(exc, err.RateLimitError)
     if transient is None:
         transient = _is_transient(exc, poll, extra_statuses)
     if not transient:
         return RetryDecision(None, "permanent", f"{type(exc).__name__} is not transient")
-    never_sent = isinstance(exc, APIConnectionError) and not exc.request_may_have_taken_effect
+    never_sent = isinstance(exc, err.APIConnectionError) and not exc.request_may_have_taken_effect
     if method != "GET" and not limited and not never_sent:
         return RetryDecision(None, "unsafe", f"a {method} that may have taken effect")
     limit = policy.max_consecutive_failures if poll else policy.max_retries + 1
@@ -165,9 +160,9 @@ def decide_retry(
 
 
 def _is_transient(exc: BaseException, poll: bool, extra: Collection[int]) -> bool:
-    if isinstance(exc, (APIConnectionError, APIResponseError)):
+    if isinstance(exc, (err.APIConnectionError, err.APIResponseError)):
         return True
-    if not isinstance(exc, APIStatusError):
+    if not isinstance(exc, err.APIStatusError):
         return False
     status = exc.status_code
     if (status is None or status < 400) and exc.code is not None:

@@ -234,8 +234,7 @@ class Webhook:
             "data": entry.to_dict(),
         }
         body = json_text(payload, "", separators=(",", ":"), ensure_ascii=False).encode()
-        msg_id = message_id(entry)
-        stamp = int(time.time())
+        msg_id, stamp = message_id(entry), int(time.time())
         headers = {
             **self._headers,
             "Content-Type": "application/json",

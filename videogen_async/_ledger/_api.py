@@ -16,7 +16,7 @@ from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._contract._service import TASK_REQUEST
 from .._contract._validation import json_text, validate_task_request
-from .._http._options import CallOptions
+from .._http._options import CALL_OPTIONS, CallOptions
 from ._creates import Creator, PriceEstimate, check_key
 from ._dispatch import Dispatches
 from ._engines import engine_for
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
-_CALL_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
 class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
@@ -50,8 +49,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
     """
 
     def __init__(self, store: Store, creator: Creator) -> None:
-        self._store = store
-        self._creator = creator
+        self._store, self._creator = store, creator
         self._listener: Listener | None = None
 
     @staticmethod
@@ -98,8 +96,6 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         """The cap on credits charged through the ledger (``None``: none)."""
         return self._creator.max_credits
 
-    # -- creates -----------------------------------------------------------------------------
-
     async def create_task(
         self,
         client: LedgerClient,
@@ -141,7 +137,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         """
         key = check_key(key) if key is not None else uuid.uuid4().hex
         meta = check_metadata(metadata)
-        options = {name: task_fields.pop(name) for name in _CALL_OPTIONS if name in task_fields}
+        options = {name: task_fields.pop(name) for name in CALL_OPTIONS if name in task_fields}
         extra = CallOptions.of(options).extra_body or {}
         body = validate_task_request({"prompt": prompt, **task_fields})
         model = str(extra.get("model") or body.get("model") or DEFAULT_MODEL)
@@ -187,8 +183,6 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         estimate = self._creator.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
         send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
         return await self._creator.create(restart_unknown, key, key, estimate, send)
-
-    # -- reads -------------------------------------------------------------------------------
 
     async def get(self, key: str) -> LedgerEntry | None:
         """The entry of a key, or ``None``.
@@ -275,8 +269,6 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         if row is None:
             raise LedgerError(f"ledger key {key!r}: no such entry")
         return entry_from_row(row)
-
-    # -- watching ----------------------------------------------------------------------------
 
     def watch(
         self,

@@ -22,14 +22,7 @@ from typing import Any
 import anyio
 import attrs
 
-from .._contract._exceptions import (
-    AmbiguousCreateError,
-    APIResponseError,
-    BudgetExceededError,
-    InvalidRequestError,
-    LedgerError,
-    VideoGenError,
-)
+from .._contract import _exceptions as err
 from ._engines import new_creator
 from ._entry import LedgerEntry, entry_from_row
 from ._plans import (
@@ -58,12 +51,14 @@ _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  #
 def check_key(key: Any) -> str:
     """Check a ledger key before anything is written (``InvalidRequestError`` naming it)."""
     if not isinstance(key, str) or not key.strip():
-        raise InvalidRequestError("key", "must be a non-empty string", value=key, has_value=True)
+        raise err.InvalidRequestError(
+            "key", "must be a non-empty string", value=key, has_value=True
+        )
     if len(key) > 500:
-        raise InvalidRequestError("key", "must be at most 500 characters")
+        raise err.InvalidRequestError("key", "must be at most 500 characters")
     if _UNSTORABLE.search(key):
         rule = "must not contain NUL or lone surrogate characters (no database stores them)"
-        raise InvalidRequestError("key", rule, value=key, has_value=True)
+        raise err.InvalidRequestError("key", rule, value=key, has_value=True)
     return key
 
 
@@ -84,13 +79,9 @@ class Creator:
         price_estimate: PriceEstimate | None,
         create_lease: float = 600.0,
     ) -> None:
-        self.store = store
-        self.spool = spool
-        self.max_credits = max_credits
-        self.price_estimate = price_estimate
-        self.create_lease = create_lease
-        self.owner = new_creator()
-        self.settled = Signal()
+        self.store, self.spool, self.create_lease = store, spool, create_lease
+        self.max_credits, self.price_estimate = max_credits, price_estimate
+        self.owner, self.settled = new_creator(), Signal()
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         # The keys this creator is creating: the database tells another creator's create of
@@ -107,7 +98,7 @@ class Creator:
             return None
         value = float(self.price_estimate(model, duration))
         if not math.isfinite(value) or value < 0:
-            raise InvalidRequestError("price_estimate", "must return a number >= 0")
+            raise err.InvalidRequestError("price_estimate", "must return a number >= 0")
         return value
 
     async def create(
@@ -128,45 +119,35 @@ class Creator:
                 return await self._existing(key, row)
         self._creating[key] = done = anyio.Event()
         try:
-            return await self._create(plan, entry, key, estimate, send)
+            await self.repair()
+            await self.store.live(self.owner)
+            hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
+            tries = 0
+            while True:
+                try:
+                    start: CreateStart = await self.store.write(plan, entry, hold)
+                except Refused as refused:
+                    start = refused.start
+                if start.outcome == "new":
+                    kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
+                    return await self._send(key, send, kind, estimate)
+                if start.outcome == "existing":
+                    return await self._existing(key, start.row)
+                if start.outcome == "budget":
+                    raise err.BudgetExceededError(
+                        key,
+                        estimate=start.estimate,
+                        spent=start.spent,
+                        reserved=start.reserved,
+                        max_credits=self.max_credits or 0.0,
+                    )
+                # A create of unknown price is in flight: its answer (or its creator's death)
+                # prices this one.
+                await self.store.expire_creating(alive=self.owner)
+                tries = await self._nap(tries)
         finally:
             del self._creating[key]
             done.set()
-
-    async def _create(
-        self,
-        plan: Callable[[Any, Hold], Any],
-        entry: Any,
-        key: str,
-        estimate: float | None,
-        send: Callable[[], Awaitable[Any]],
-    ) -> LedgerEntry:
-        await self.repair()
-        await self.store.live(self.owner)
-        hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
-        tries = 0
-        while True:
-            try:
-                start: CreateStart = await self.store.write(plan, entry, hold)
-            except Refused as refused:
-                start = refused.start
-            if start.outcome == "new":
-                kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
-                return await self._send(key, send, kind, estimate)
-            if start.outcome == "existing":
-                return await self._existing(key, start.row)
-            if start.outcome == "budget":
-                raise BudgetExceededError(
-                    key,
-                    estimate=start.estimate,
-                    spent=start.spent,
-                    reserved=start.reserved,
-                    max_credits=self.max_credits or 0.0,
-                )
-            # A create of unknown price is in flight: its answer (or its creator's death)
-            # prices this one.
-            await self.store.expire_creating(alive=self.owner)
-            tries = await self._nap(tries)
 
     async def _nap(self, tries: int) -> int:
         """Wait before looking again: backoff, or less when a create of this ledger settles."""
@@ -183,10 +164,10 @@ class Creator:
                 tries = await self._nap(tries)
             row = await self.store.read(get, key)
         if row is None:  # pragma: no cover - keys are never deleted
-            raise LedgerError(f"ledger key {key!r}: vanished")
+            raise err.LedgerError(f"ledger key {key!r}: vanished")
         entry = entry_from_row(row)
         if entry.state == "unknown":
-            raise AmbiguousCreateError(key, entry, entry.error)
+            raise err.AmbiguousCreateError(key, entry, entry.error)
         return entry
 
     async def _send(
@@ -195,14 +176,16 @@ class Creator:
         unreadable = None
         try:
             created = await send()
-        except VideoGenError as exc:
+        except err.VideoGenError as exc:
             ambiguous = exc.request_may_have_taken_effect
-            read = exc.readable if isinstance(exc, APIResponseError) else {}
+            read = exc.readable if isinstance(exc, err.APIResponseError) else {}
             if not ambiguous or _CHARGED.get(kind) not in read:
                 state = "unknown" if ambiguous else "refused"
                 row = await self._settle(key, settle_failed, state, str(exc))
                 if ambiguous:
-                    raise AmbiguousCreateError(key, row and entry_from_row(row), str(exc)) from exc
+                    raise err.AmbiguousCreateError(
+                        key, row and entry_from_row(row), str(exc)
+                    ) from exc
                 raise
             # An answer read in part that names what it created: recorded (the watchers poll
             # it), then its error raised.
@@ -214,7 +197,7 @@ class Creator:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 try:
                     await self.store.write_once(settle_failed, *args)
-                except LedgerError:
+                except err.LedgerError:
                     self._kept[key] = (settle_failed, args, "")
             self.settled.fire()
             raise
@@ -233,7 +216,7 @@ class Creator:
         row = await self._settle(key, settle_created, answer, self._prices)
         entry = entry_from_row(await self._checked(key, answer, row))
         if problem is not None:
-            raise AmbiguousCreateError(key, entry, problem)
+            raise err.AmbiguousCreateError(key, entry, problem)
         if unreadable is not None:
             raise unreadable
         return entry
@@ -253,7 +236,7 @@ class Creator:
         try:
             row = await self.store.write(plan, key, self.owner, *args)
         except Exception as again:
-            raise LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
+            raise err.LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
         await self._drop(key)
         return row
 

@@ -129,8 +129,7 @@ class _Dispatcher:
         self.lease, self.room, self.attempt_timeout, self.backoff = options
         self.owner = f"dispatcher:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.flying: dict[str, anyio.CancelScope] = {}
-        self.freed = Signal()
-        self.delivered = 0
+        self.freed, self.delivered = Signal(), 0
 
     async def run(self, stop_when_idle: bool) -> None:
         store, lease, room = self.store, self.lease, self.room

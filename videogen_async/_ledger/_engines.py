@@ -379,8 +379,7 @@ class PostgresEngine:
     dialect = POSTGRES
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.where = redact(url)
+        self.url, self.where = url, redact(url)
         self._pool: Any = None
         self._life: Any = None
 

@@ -24,12 +24,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._contract._exceptions import (
-    AmbiguousCreateError,
-    InvalidRequestError,
-    LedgerError,
-    WaitTimeoutError,
-)
+from .._contract import _exceptions as err
 from .._http._retry import decide_retry
 from ._creates import check_key
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
@@ -42,7 +37,7 @@ logger = logging.getLogger("videogen_async")
 GAP_TTL = 120.0
 """Seconds a sequence number passed over is waited for at most (twice the longest statement)."""
 _PAGE = 1000
-_ERRORS = (LedgerError, OSError, asyncio.TimeoutError)
+_ERRORS = (err.LedgerError, OSError, asyncio.TimeoutError)
 _Send = MemoryObjectSendStream[LedgerEntry]
 
 
@@ -149,7 +144,7 @@ class Listener:
         failures = 0
         try:
             while True:
-                error: Exception = LedgerError("its connection was lost")
+                error: Exception = err.LedgerError("its connection was lost")
                 try:
                     await source.open()
                     if not self._ready.is_set():
@@ -265,7 +260,7 @@ class Waits:
         key = check_key(key)
         number = not isinstance(timeout, bool) and isinstance(timeout, (int, float))
         if timeout is not None and not (number and timeout >= 0):  # NaN is not >= 0
-            raise InvalidRequestError("timeout", "must be seconds >= 0 or None")
+            raise err.InvalidRequestError("timeout", "must be seconds >= 0 or None")
         listener, keys, entry = self._listening(), frozenset({key}), None
         send, receive = listener.subscribe(keys, None)
         try:
@@ -273,22 +268,22 @@ class Waits:
                 await listener.start()
                 row = await self._store.read(get, key)
                 if row is None:
-                    raise LedgerError(f"ledger key {key!r}: no such entry")
+                    raise err.LedgerError(f"ledger key {key!r}: no such entry")
                 entry = entry_from_row(row)
                 while not entry.is_terminal:
                     if entry.state == "unknown":
-                        raise AmbiguousCreateError(key, entry, entry.error)
+                        raise err.AmbiguousCreateError(key, entry, entry.error)
                     if entry.state != "creating" and entry.task_id is None:
-                        raise LedgerError(f"ledger key {key!r}: never terminal (no task id)")
+                        raise err.LedgerError(f"ledger key {key!r}: never terminal (no task id)")
                     try:
                         change = await receive.receive()
                     except anyio.EndOfStream:
-                        raise LedgerError("the ledger's change listener stopped") from None
+                        raise err.LedgerError("the ledger's change listener stopped") from None
                     entry = change if change.version > entry.version else entry
                 return entry
         finally:
             listener.unsubscribe(keys, send)
-        raise WaitTimeoutError(
+        raise err.WaitTimeoutError(
             f"ledger key {key!r}: not terminal after {timeout:g} s"
             f" (last seen: {entry.state if entry else 'nothing'})",
             last=entry,
@@ -325,12 +320,14 @@ class Waits:
                 names the oldest position still kept).
         """
         if not (after is None or (type(after) is int and after >= 0)):  # a bool is not
-            raise InvalidRequestError("after", f"must be a position (an int >= 0), got {after!r}")
+            raise err.InvalidRequestError(
+                "after", f"must be a position (an int >= 0), got {after!r}"
+            )
         wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
         wanted_states = None if states is None else frozenset(states)
         if wanted_states is not None and (unknown := wanted_states.difference(STATES)):
             listed = ", ".join(sorted(map(repr, unknown)))
-            raise InvalidRequestError("states", f"unknown states {listed}")
+            raise err.InvalidRequestError("states", f"unknown states {listed}")
         return Changes(self._store, self._listening(), wanted_keys, wanted_states, after)
 
 
@@ -367,7 +364,7 @@ class Changes:
         rows = await self._store.read(_read_changes, self._read, [], self._until)
         seen = rows[0]  # the pruned and the oldest positions, as this read saw them
         if seen["pruned"] is not None and int(seen["pruned"]) > self._read:
-            raise LedgerError(
+            raise err.LedgerError(
                 f"ledger changes after position {self._read} were pruned (kept {CHANGES_KEPT:g}"
                 f" s): the oldest position still kept is {seen['oldest'] or 'none'}"
             )

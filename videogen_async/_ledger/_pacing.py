@@ -30,8 +30,7 @@ class SharedPause:
     """
 
     def __init__(self) -> None:
-        self.until = 0.0
-        self.reported = 0.0
+        self.until = self.reported = 0.0
         self.changed = anyio.Event()
 
     def learn(self, remaining: float) -> None:
@@ -66,9 +65,7 @@ def shared_source(client: Any, pause: SharedPause) -> TaskSource:
     shared pause. A client without a pacing of its own waits out ``pause`` before each poll.
     """
     source = source_of(client)
-    fetch = source.fetch
-    own_pacing = source.pacing is not None
-    backoff = source.backoff
+    fetch, backoff, own_pacing = source.fetch, source.backoff, source.pacing is not None
 
     async def shared_fetch(task_id: str) -> Task:
         if not own_pacing:

@@ -150,13 +150,9 @@ class Store:
     """
 
     def __init__(self, engine: Engine, outage_timeout: float) -> None:
-        self.engine = engine
-        self.where = engine.where
-        self.outage_timeout = outage_timeout
-        self.writes = 0
-        self.changed = Signal()
-        self._living = anyio.Lock()
-        self._next_prune = 0.0
+        self.engine, self.where, self.outage_timeout = engine, engine.where, outage_timeout
+        self.writes, self.changed = 0, Signal()
+        self._living, self._next_prune = anyio.Lock(), 0.0
         self.grouped: set[Callable[..., Plan[Any]]] = set()
         self._lanes: dict[Any, _Lane] = {}
 
@@ -266,8 +262,7 @@ class Store:
         return result  # type: ignore[no-any-return]
 
     async def _retry(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
-        tries = 0
-        deadline = 0.0
+        tries, deadline = 0, 0.0
         while True:
             try:
                 return await attempt()

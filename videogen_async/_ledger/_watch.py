@@ -79,16 +79,11 @@ class Watch(ExitCloses):
             raise ValueError(f"claim_interval must be > 0 seconds, got {claim_interval!r}")
         if isinstance(claim_size, bool) or not isinstance(claim_size, int) or claim_size < 1:
             raise ValueError(f"claim_size must be an int >= 1, got {claim_size!r}")
-        self._creator = creator
-        self._store = store
-        self._lease = lease
-        self._claim_size = claim_size
-        self._interval = claim_interval
+        self._creator, self._store, self._lease = creator, store, lease
+        self._claim_size, self._interval = claim_size, claim_interval
         options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}
         self._gather_options = {name: value for name, value in options.items() if value is not None}
-        self._stop_when_idle = stop_when_idle
-        self._max_held = max_held
-        self._held = 0
+        self._stop_when_idle, self._max_held, self._held = stop_when_idle, max_held, 0
         self.owner = f"watcher:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._pause = SharedPause()
         self._source = shared_source(client, self._pause)

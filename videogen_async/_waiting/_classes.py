@@ -59,15 +59,13 @@ class IdState:
     )
 
     def __init__(self, task_id: str, klass: ClassState) -> None:
-        self.task_id = task_id
-        self.klass = klass
+        self.task_id, self.klass = task_id, klass
         self.created = math.nan  # server epoch seconds of created_at (nan: not seen yet)
         self.due = 0.0  # monotonic time of the next poll
         self.entry = -1  # counter of its live heap entry (-1: none, e.g. in flight)
         self.failures = 0  # transient failures in a row
         self.sent = math.nan  # wall time of the last poll that found it pending
-        self.probe = False
-        self.done = False
+        self.probe = self.done = False
         self.phase = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
         self.rank = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
 
@@ -88,11 +86,8 @@ class BatchSchedule:
         push: Callable[[IdState, float], None],
         rng: random.Random,
     ) -> None:
-        self.classes = classes
-        self._policy = policy
-        self._memory = memory
-        self._push = push
-        self._rng = rng
+        self.classes, self._policy, self._memory = classes, policy, memory
+        self._push, self._rng = push, rng
         self._start_age = 0.0  # the oldest age at the start seen among the answered ids
         self._started = 0.0
         self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
@@ -107,8 +102,7 @@ class BatchSchedule:
         wait for the class's support (as if just created: a probe that shows them older
         brings them forward, see :meth:`next_gap`).
         """
-        self._started = now
-        self.wall_offset = wall_offset
+        self._started, self.wall_offset = now, wall_offset
         for klass in self.classes.values():
             klass.pending = len(klass.states)
             self._model(klass)

@@ -76,10 +76,8 @@ class _Coordinator:
         # it once, for every request of the client); a bare source gets one of its own.
         self._fetch, self._pacing = source.paced()
         self._states: dict[str, IdState] = {}  # joined by `add`
-        self._timeout = timeout
-        self._max_concurrency = max_concurrency
-        self._return_exceptions = return_exceptions
-        self._policy = policy
+        self._timeout, self._max_concurrency = timeout, max_concurrency
+        self._return_exceptions, self._policy = return_exceptions, policy
         self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
         self._counts = GatherCounts(total=0)
@@ -331,9 +329,7 @@ class _Coordinator:
             try:
                 await waiter
             finally:
-                self._waiter = None
-                self._wake_at = -math.inf
-                self._need_worker = False
+                self._waiter, self._wake_at, self._need_worker = None, -math.inf, False
                 if handle is not None:
                     handle.cancel()
         self._closing = True

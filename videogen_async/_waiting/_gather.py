@@ -48,8 +48,7 @@ class GatherResults:
     """
 
     def __init__(self, coordinator: _Coordinator, key_of: Callable[[str], object]) -> None:
-        self._core = coordinator
-        self._key_of = key_of
+        self._core, self._key_of = coordinator, key_of
         self._receive: MemoryObjectReceiveStream[_Item] | None = None
         self._mode = "new"
         self._tg: TaskGroup | None = None

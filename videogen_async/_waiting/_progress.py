@@ -110,10 +110,8 @@ class ProgressReporter:
         fail: Callable[[BaseException], None],
     ) -> None:
         self.active = on_progress is not None
-        self._on_progress = on_progress
-        self._interval = interval
-        self._snapshot = snapshot
-        self._fail = fail
+        self._on_progress, self._interval = on_progress, interval
+        self._snapshot, self._fail = snapshot, fail
 
     def report(self) -> None:
         """Call ``on_progress`` with a snapshot now (nothing without a callback)."""

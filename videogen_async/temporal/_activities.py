@@ -17,23 +17,20 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from .._contract import _exceptions as err
 from .._contract._enums import ProjectStatus
-from .._contract._exceptions import (
-    AmbiguousCreateError,
-    APIStatusError,
-    BudgetExceededError,
-    ConfigurationError,
-    ConflictError,
-    InvalidRequestError,
-    VideoGenError,
-)
 from .._http._retry import DEFAULT_BACKOFF, decide_retry
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._protocol import LedgerClient
 from . import _workflow as calls
 from ._completion import METADATA_KEY, outcome
 
-_PERMANENT = (InvalidRequestError, ConfigurationError, AmbiguousCreateError, BudgetExceededError)
+_PERMANENT = (
+    err.InvalidRequestError,
+    err.ConfigurationError,
+    err.AmbiguousCreateError,
+    err.BudgetExceededError,
+)
 
 
 class VideoActivities:
@@ -51,8 +48,7 @@ class VideoActivities:
     """
 
     def __init__(self, ledger: Ledger, client: LedgerClient) -> None:
-        self._ledger = ledger
-        self._client = client
+        self._ledger, self._client = ledger, client
 
     @property
     def activities(self) -> list[Any]:
@@ -112,8 +108,8 @@ class VideoActivities:
             entries = await self._ledger.create_videos(
                 self._client, request.project_key, batch_key=batch_key, **request.fields
             )
-        except VideoGenError as exc:
-            if type(exc) is not ConflictError:  # not the script's or the project's state
+        except err.VideoGenError as exc:
+            if type(exc) is not err.ConflictError:  # not the script's or the project's state
                 _fail_for_good(exc)
                 raise
             project = await self._ledger.get(request.project_key)
@@ -189,15 +185,15 @@ def _refusals() -> Iterator[None]:
     """Turn an SDK error another attempt would meet again into a non-retryable failure."""
     try:
         yield
-    except VideoGenError as exc:
+    except err.VideoGenError as exc:
         _fail_for_good(exc)
         raise
 
 
-def _fail_for_good(exc: VideoGenError) -> None:
+def _fail_for_good(exc: err.VideoGenError) -> None:
     """Raise a non-retryable failure for ``exc`` when another attempt would meet it again."""
     permanent = isinstance(exc, _PERMANENT)
-    if not permanent and isinstance(exc, APIStatusError):
+    if not permanent and isinstance(exc, err.APIStatusError):
         decision = decide_retry(exc, method="GET", failures=1, policy=DEFAULT_BACKOFF)
         permanent = decision.reason == "permanent"
     if permanent:

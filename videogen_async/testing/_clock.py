@@ -54,12 +54,10 @@ class SandboxClock:
     ) -> None:
         if not isinstance(time_scale, (int, float)) or not time_scale > 0:
             raise ValueError(f"time_scale must be a positive number, got {time_scale!r}")
-        self._time_scale = float(time_scale)
-        self._timer = timer
+        self._time_scale, self._timer = float(time_scale), timer
         self._mono_at_epoch = timer()
         self._epoch_unix = time.time()
-        self._base_sim = 0.0
-        self._base_mono = self._mono_at_epoch
+        self._base_sim, self._base_mono = 0.0, self._mono_at_epoch
         self._running = not paused
         # Segments of the mapping simulated time -> real time, one per change (advance,
         # pause, resume): where each starts, and whether the clock ran during it.

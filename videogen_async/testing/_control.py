@@ -44,9 +44,7 @@ class ControlAPI:
     """The ``/_sandbox/`` endpoints of one sandbox."""
 
     def __init__(self, server: ServerTruth, state: SandboxState, routes: ServiceRoutes) -> None:
-        self._server = server
-        self._state = state
-        self._routes = routes
+        self._server, self._state, self._routes = server, state, routes
 
     def register(self, router: web.UrlDispatcher) -> None:
         """Add the control routes to an application's router."""

@@ -155,9 +155,7 @@ class _Active:
     __slots__ = ("exact", "remaining", "rule", "serial")
 
     def __init__(self, rule: FaultRule, serial: int) -> None:
-        self.rule = rule
-        self.serial = serial
-        self.remaining = rule.times
+        self.rule, self.serial, self.remaining = rule, serial, rule.times
         self.exact = rule.route != "*" and not any(c in rule.route for c in "*?[")
 
 

@@ -46,8 +46,7 @@ class SandboxProcess:
         if api_key is not None:
             self._args += ["--api-key", api_key]
         self.api_key = api_key or DEFAULT_API_KEY
-        self.startup_timeout = startup_timeout
-        self.base_url = ""
+        self.startup_timeout, self.base_url = startup_timeout, ""
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> SandboxProcess:

@@ -155,9 +155,7 @@ class _ProjectView:
     __slots__ = ("now", "origin", "phase", "renderer", "tasks", "video_cost")
 
     def __init__(self, renderer: Renderer, project: Project, now: float, origin: str) -> None:
-        self.renderer = renderer
-        self.now = now
-        self.origin = origin
+        self.renderer, self.now, self.origin = renderer, now, origin
         self.phase = project.phase(now)
         self.tasks = [renderer.project_task(t, now, origin) for t in project.tasks]
         self.video_cost = round(sum(t.credits_cost(now) for t in project.tasks), 2)

@@ -19,29 +19,14 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from .._contract import _validation as rules
 from .._contract._exceptions import InvalidRequestError
 from .._contract._service import ENDPOINTS, PROJECT_REQUEST
-from .._contract._validation import (
-    check_id,
-    validate_project_request,
-    validate_task_request,
-    validate_videos_request,
-)
+from . import _simulation as sim
 from ._config import sample_duration
 from ._media import parse_range, sample_mp4
 from ._openapi import build_openapi
 from ._render import envelope_response
-from ._simulation import (
-    EV_PROJECT_SCRIPT,
-    MEDIA_NOT_STORED,
-    SUCCEEDED,
-    Batch,
-    Project,
-    SandboxError,
-    host_is_invalid,
-    lookup,
-    make_script,
-)
 from ._state import SandboxState
 
 _V = TypeVar("_V")
@@ -79,22 +64,22 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
     try:
         body = json.loads(raw, parse_constant=_reject_constant, parse_float=_number)
     except (ValueError, RecursionError):
-        raise SandboxError(400, 400, "Request body is not valid JSON") from None
+        raise sim.SandboxError(400, 400, "Request body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise SandboxError(400, 400, "Request body must be a JSON object")
+        raise sim.SandboxError(400, 400, "Request body must be a JSON object")
     return body
 
 
 def _checked_id(field: str, value: str | None) -> str:
     if value is None:
-        raise SandboxError(400, 400, f"{field}: is required (query parameter)")
+        raise sim.SandboxError(400, 400, f"{field}: is required (query parameter)")
     try:
-        return check_id(field, value)
+        return rules.check_id(field, value)
     except InvalidRequestError as exc:
-        raise SandboxError(400, 400, str(exc)) from None
+        raise sim.SandboxError(400, 400, str(exc)) from None
 
 
-def create_project(state: SandboxState, body: Mapping[str, Any]) -> Project:
+def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     """Create a project from a validated body: store its media, charge the script, start it.
 
     Raises:
@@ -113,11 +98,11 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> Project:
     if inputs["avatar_image_url"]:
         urls.append(inputs["avatar_image_url"])
     rejects = state.media_rejects
-    if any(host_is_invalid(u) or (rejects is not None and rejects(u)) for u in urls):
-        raise SandboxError(409, 100099, MEDIA_NOT_STORED)
+    if any(sim.host_is_invalid(u) or (rejects is not None and rejects(u)) for u in urls):
+        raise sim.SandboxError(409, 100099, sim.MEDIA_NOT_STORED)
     state.wallet.charge(state.pricing.script_credits)
-    project = Project(
-        state.new_id(state.projects), inputs, now, state.clock.wall_now(), make_script(inputs)
+    project = sim.Project(
+        state.new_id(state.projects), inputs, now, state.clock.wall_now(), sim.make_script(inputs)
     )
     project.script_cost = state.pricing.script_credits
     timing, rng = state.project_timing, state.rng
@@ -134,14 +119,14 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> Project:
             project, rng.choice((project.analysis_done_at, project.script_ready_at)), None
         )
     else:
-        state.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
+        state.push(project.script_ready_at, sim.EV_PROJECT_SCRIPT, project)
     state.projects[project.project_id] = project
     return project
 
 
 def create_videos(
     state: SandboxState, project_id: str, body: Mapping[str, Any]
-) -> tuple[Project, Batch]:
+) -> tuple[sim.Project, sim.Batch]:
     """Create a batch of video tasks from a project's script (a validated body).
 
     Raises:
@@ -150,12 +135,12 @@ def create_videos(
             batch. Nothing is created or charged on failure.
     """
     now = state.settle()
-    project = lookup(state.projects, "Project", project_id)
+    project = sim.lookup(state.projects, "Project", project_id)
     if project.failed(now):
         failed = f"Project {project_id} has failed; no video tasks can be created"
-        raise SandboxError(409, 409, failed)
+        raise sim.SandboxError(409, 409, failed)
     if not project.script_ready(now):
-        raise SandboxError(
+        raise sim.SandboxError(
             409,
             409,
             f"The script of project {project_id} is not ready yet (current_step:"
@@ -209,12 +194,12 @@ class ServiceRoutes:
         challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
         if not header or not header.strip():
             missing = "Missing API key: send the header 'Authorization: Bearer <API_KEY>'"
-            raise SandboxError(401, 401, missing, challenge)
+            raise sim.SandboxError(401, 401, missing, challenge)
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode("utf-8", "surrogateescape"), self._key_bytes
         ):
-            raise SandboxError(401, 401, "Invalid API key", challenge)
+            raise sim.SandboxError(401, 401, "Invalid API key", challenge)
 
     def origin(self, request: web.Request | None = None) -> str:
         """``scheme://host:port`` as the request names the server (video URLs use it)."""
@@ -234,11 +219,11 @@ class ServiceRoutes:
     ) -> web.StreamResponse:
         """Answer with one task or project as the service shows it now (404 when unknown)."""
         now = self._state.settle()
-        return envelope_response(render(lookup(table, kind, key), now, self.origin(request)))
+        return envelope_response(render(sim.lookup(table, kind, key), now, self.origin(request)))
 
     async def _create_task(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
-        body = validate_task_request(await read_json_body(request))
+        body = rules.validate_task_request(await read_json_body(request))
         task = self._state.create_task(body)
         return envelope_response(self._state.render.created_task(task, task.created_at))
 
@@ -254,7 +239,7 @@ class ServiceRoutes:
 
     async def _create_project(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
-        body = validate_project_request(await read_json_body(request))
+        body = rules.validate_project_request(await read_json_body(request))
         project = create_project(self._state, body)
         return envelope_response(self._state.render.created_project(project, project.created_at))
 
@@ -267,7 +252,7 @@ class ServiceRoutes:
     async def _create_videos(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         project_id = _checked_id("project_id", request.match_info["project_id"])
-        body = validate_videos_request(await read_json_body(request))
+        body = rules.validate_videos_request(await read_json_body(request))
         project, batch = create_videos(self._state, project_id, body)
         return envelope_response(self._state.render.video_batch(project, batch))
 
@@ -276,8 +261,8 @@ class ServiceRoutes:
         state = self._state
         now = state.settle()
         task = state.tasks.get(name[:-4]) if name.endswith(".mp4") else None
-        if task is None or task.status(now) != SUCCEEDED:
-            raise SandboxError(404, 404, f"No video at /media/{name[:80]}")
+        if task is None or task.status(now) != sim.SUCCEEDED:
+            raise sim.SandboxError(404, 404, f"No video at /media/{name[:80]}")
         data = sample_mp4()
         size = len(data)
         headers = {

@@ -101,9 +101,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
             raise ValueError(f"port must be from 0 to 65535, got {port!r}")
         if request_log_size < 0:
             raise ValueError("request_log_size must be >= 0")
-        self._host = host
-        self._port = port
-        self._api_key = api_key
+        self._host, self._port, self._api_key = host, port, api_key
         self.clock = SandboxClock(time_scale=time_scale, paused=manual_clock)
         self.faults = FaultInjector(seed, faults)
         self._state = SandboxState(

@@ -74,9 +74,7 @@ class SandboxError(Exception):
         self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+        self.status, self.code, self.message = status, code, message
         self.headers = dict(headers or {})
 
 
@@ -86,8 +84,7 @@ class Wallet:
     __slots__ = ("available", "total")
 
     def __init__(self, credits: float) -> None:
-        self.total = float(credits)
-        self.available = float(credits)
+        self.total = self.available = float(credits)
 
     def can_pay(self, amount: float) -> bool:
         """Whether ``amount`` credits are available."""

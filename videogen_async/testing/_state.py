@@ -20,29 +20,10 @@ from typing import Any
 
 from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
+from . import _simulation as sim
 from ._clock import SandboxClock
 from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
 from ._render import Renderer
-from ._simulation import (
-    AUTO_BATCH_NO_CREDITS,
-    DEFAULT_DURATION,
-    DEFAULT_MODEL,
-    ERROR,
-    EV_PROJECT_FAIL,
-    EV_TASK_REFUND,
-    FAILED,
-    PROJECT_FAILURES,
-    PROJECT_TASK_MODEL,
-    SUCCEEDED,
-    TASK_ERROR_MESSAGE,
-    TASK_FAILURE_MESSAGES,
-    Batch,
-    Project,
-    Task,
-    Wallet,
-    host_is_invalid,
-    lookup,
-)
 
 
 class SandboxState:
@@ -77,17 +58,13 @@ class SandboxState:
         self.project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
         self.task_duration = check_duration(task_duration, "task_duration")
         self.queue_delay = check_duration(queue_delay, "queue_delay")
-        self.clock = clock
-        self.pricing = pricing
-        self.project_timing = project_timing
-        self.failure_marker = failure_marker
-        self.media_rejects = media_rejects
+        self.clock, self.pricing, self.project_timing = clock, pricing, project_timing
+        self.failure_marker, self.media_rejects = failure_marker, media_rejects
         self.rng = random.Random(None if seed is None else f"{seed}:behaviour")
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
-        self.wallet = Wallet(credits)
-        self.render = Renderer(clock)
-        self.tasks: dict[str, Task] = {}
-        self.projects: dict[str, Project] = {}
+        self.wallet, self.render = sim.Wallet(credits), Renderer(clock)
+        self.tasks: dict[str, sim.Task] = {}
+        self.projects: dict[str, sim.Project] = {}
         self._events: list[tuple[float, int, int, Any, int]] = []
         self._seq = itertools.count()
 
@@ -99,28 +76,28 @@ class SandboxState:
             at, _seq, kind, obj, version = heapq.heappop(events)
             if obj.version != version:
                 continue  # rescheduled since
-            if kind == EV_TASK_REFUND:
+            if kind == sim.EV_TASK_REFUND:
                 self._refund_task(obj)
-            elif kind == EV_PROJECT_FAIL:
+            elif kind == sim.EV_PROJECT_FAIL:
                 self._refund_script(obj)
             else:
                 self._script_ready(obj, at)
         return now
 
-    def push(self, at: float, kind: int, obj: Task | Project) -> None:
+    def push(self, at: float, kind: int, obj: sim.Task | sim.Project) -> None:
         heapq.heappush(self._events, (at, next(self._seq), kind, obj, obj.version))
 
-    def _refund_task(self, task: Task) -> None:
+    def _refund_task(self, task: sim.Task) -> None:
         if not task.refunded:
             task.refunded = True
             self.wallet.refund(task.cost)
 
-    def _refund_script(self, project: Project) -> None:
+    def _refund_script(self, project: sim.Project) -> None:
         if project.fails_before_script and project.script_cost:
             self.wallet.refund(project.script_cost)
             project.script_cost = 0.0
 
-    def _script_ready(self, project: Project, at: float) -> None:
+    def _script_ready(self, project: sim.Project, at: float) -> None:
         """The script of an ``auto`` project is ready: create its one automatic batch."""
         if project.mode != ProjectMode.AUTO.value or project.batches or project.failed(at):
             return
@@ -129,7 +106,7 @@ class SandboxState:
         cost = out_number * self.pricing.project_video_cost(project.inputs["duration"], resolution)
         if not self.wallet.can_pay(cost):
             project.fail_at = at
-            project.fail_message = AUTO_BATCH_NO_CREDITS
+            project.fail_message = sim.AUTO_BATCH_NO_CREDITS
             return
         self.create_batch(
             project,
@@ -141,7 +118,7 @@ class SandboxState:
             automatic=True,
         )
 
-    def fail_before_script(self, project: Project, at: float, message: str | None) -> None:
+    def fail_before_script(self, project: sim.Project, at: float, message: str | None) -> None:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
         project.fails_before_script = True
         project.fail_at = at
@@ -151,13 +128,13 @@ class SandboxState:
                 if at <= project.analysis_done_at
                 else ProjectStep.GENERATING_SCRIPT.value
             )
-            message = PROJECT_FAILURES[step]
+            message = sim.PROJECT_FAILURES[step]
         project.fail_message = message
-        self.push(at, EV_PROJECT_FAIL, project)
+        self.push(at, sim.EV_PROJECT_FAIL, project)
 
     def create_batch(
         self,
-        project: Project,
+        project: sim.Project,
         at: float,
         *,
         out_number: int,
@@ -165,18 +142,18 @@ class SandboxState:
         aspect_ratio: str,
         script: str | None,
         automatic: bool,
-    ) -> Batch:
+    ) -> sim.Batch:
         """Charge and create one batch of a project's video tasks at ``at``."""
         cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
         self.wallet.charge(cost * out_number)
-        batch = Batch(
+        batch = sim.Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
         )
         forced = "The batch script was rejected (sandbox failure marker)."
         forced_failure = forced if self.marked(script) else None
         duration, floor = project.inputs["duration"], project.created_wall
         for _ in range(out_number):
-            task = self.new_task(at, PROJECT_TASK_MODEL, duration, cost, forced_failure, floor)
+            task = self.new_task(at, sim.PROJECT_TASK_MODEL, duration, cost, forced_failure, floor)
             task.project_id = project.project_id
             task.batch = batch.index
             task.aspect_ratio = aspect_ratio
@@ -205,12 +182,12 @@ class SandboxState:
     def _draw_outcome(self, forced_failure: str | None) -> tuple[str, str | None]:
         draw = self.rng.random()
         if forced_failure is not None:
-            return FAILED, forced_failure
+            return sim.FAILED, forced_failure
         if draw < self.failure_rate:
-            return FAILED, self.rng.choice(TASK_FAILURE_MESSAGES)
+            return sim.FAILED, self.rng.choice(sim.TASK_FAILURE_MESSAGES)
         if draw < self.failure_rate + self.error_rate:
-            return ERROR, TASK_ERROR_MESSAGE
-        return SUCCEEDED, None
+            return sim.ERROR, sim.TASK_ERROR_MESSAGE
+        return sim.SUCCEEDED, None
 
     def wall_of(self, sim: float, floor: float = 0.0) -> float:
         """The real (Unix) time at which the clock reached ``sim``, at least ``floor``.
@@ -230,11 +207,11 @@ class SandboxState:
         forced_failure: str | None,
         floor: float = 0.0,
         prompt: str | None = None,
-    ) -> Task:
+    ) -> sim.Task:
         queued = sample_duration(self.queue_delay, self.rng)
         running = sample_duration(self.task_duration, self.rng)
         outcome, message = self._draw_outcome(forced_failure)
-        task = Task(
+        task = sim.Task(
             self.new_id(self.tasks),
             model,
             duration,
@@ -248,8 +225,8 @@ class SandboxState:
             prompt=prompt,
         )
         self.tasks[task.task_id] = task
-        if outcome != SUCCEEDED:
-            self.push(task.finished_at, EV_TASK_REFUND, task)
+        if outcome != sim.SUCCEEDED:
+            self.push(task.finished_at, sim.EV_TASK_REFUND, task)
         return task
 
     def marked(self, text: Any) -> bool:
@@ -257,15 +234,15 @@ class SandboxState:
         marker = self.failure_marker
         return bool(marker) and isinstance(text, str) and str(marker) in text
 
-    def create_task(self, body: Mapping[str, Any]) -> Task:
+    def create_task(self, body: Mapping[str, Any]) -> sim.Task:
         """Create a direct video task from a validated body.
 
         Raises:
             SandboxError: 409 / 300111 when the balance does not cover its price.
         """
         now = self.settle()
-        model = body.get("model") or DEFAULT_MODEL
-        duration = int(body.get("duration") or DEFAULT_DURATION)
+        model = body.get("model") or sim.DEFAULT_MODEL
+        duration = int(body.get("duration") or sim.DEFAULT_DURATION)
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
         forced: str | None = None
@@ -274,7 +251,7 @@ class SandboxState:
             *body.get("audio_urls", ()),
             *body.get("video_urls", ()),
         ]
-        bad = next((u for u in media if host_is_invalid(u)), None)
+        bad = next((u for u in media if sim.host_is_invalid(u)), None)
         prompt = body.get("prompt")
         if bad is not None:
             forced = f"Failed to fetch media from URL: {bad}"
@@ -285,10 +262,10 @@ class SandboxState:
     def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""
         now = self.settle()
-        return self.render.describe_task(lookup(self.tasks, "Task", task_id), now, origin)
+        return self.render.describe_task(sim.lookup(self.tasks, "Task", task_id), now, origin)
 
     def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         now = self.settle()
-        project = lookup(self.projects, "Project", project_id)
+        project = sim.lookup(self.projects, "Project", project_id)
         return self.render.describe_project(project, now, origin)

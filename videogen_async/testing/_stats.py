@@ -89,8 +89,7 @@ class RequestStats:
         faults_injected: Callable[[], Mapping[str, int]],
     ) -> None:
         self.log: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
-        self._created = created
-        self._faults_injected = faults_injected
+        self._created, self._faults_injected = created, faults_injected
         self._in_flight_by_route: dict[str, int] = {}
         self._peak_by_route: dict[str, int] = {}
         self._changed: anyio.Event | None = None
@@ -105,8 +104,7 @@ class RequestStats:
         in_flight = {k: v for k, v in self._in_flight_by_route.items() if v}
         self._in_flight_by_route = in_flight
         self._in_flight = sum(in_flight.values())
-        self._peak = self._in_flight
-        self._peak_by_route = dict(in_flight)
+        self._peak, self._peak_by_route = self._in_flight, dict(in_flight)
         self._tasks_base, self._projects_base = self._created()
         self._since = time.time()
         self._notify()

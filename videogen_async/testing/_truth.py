@@ -14,25 +14,12 @@ from typing import Any, TypeVar
 from .._contract._enums import ProjectStatus
 from .._contract._exceptions import InvalidRequestError
 from .._contract._validation import validate_task_request
+from . import _simulation as sim
 from ._clock import SandboxClock
 from ._config import Duration, check_duration, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
 from ._routes import ServiceRoutes
-from ._simulation import (
-    ERROR,
-    EV_PROJECT_SCRIPT,
-    EV_TASK_REFUND,
-    INSUFFICIENT_CREDITS,
-    SUCCEEDED,
-    TASK_ERROR_MESSAGE,
-    TASK_FAILURE_MESSAGES,
-    TASK_OUTCOMES,
-    Project,
-    SandboxError,
-    Task,
-    lookup,
-)
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
 
@@ -185,7 +172,7 @@ class ServerTruth:
     def _wrap_lookup(call: Callable[[], _T]) -> _T:
         try:
             return call()
-        except SandboxError as exc:
+        except sim.SandboxError as exc:
             if exc.status == 404:
                 raise KeyError(exc.message) from None
             raise ValueError(exc.message) from None
@@ -239,13 +226,13 @@ def _create_tasks(
     *,
     finish_in: Duration | None = None,
     outcome: str | None = None,
-) -> list[Task]:
+) -> list[sim.Task]:
     """:meth:`ServerTruth.create_tasks` (a balance too low: 409 / 300111)."""
     _check_outcome(outcome)
     state.settle()
     price = state.pricing.task_cost(body.get("model"), body.get("duration"))
     if not state.wallet.can_pay(price * count):
-        raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+        raise sim.SandboxError(409, 300111, sim.INSUFFICIENT_CREDITS)
     tasks = []
     for _ in range(count):
         task = state.create_task(body)
@@ -261,8 +248,8 @@ def _create_tasks(
 
 
 def _check_outcome(outcome: str | None) -> None:
-    if outcome is not None and outcome not in TASK_OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(TASK_OUTCOMES)}, got {outcome!r}")
+    if outcome is not None and outcome not in sim.TASK_OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(sim.TASK_OUTCOMES)}, got {outcome!r}")
 
 
 def _check_seconds(value: object, name: str) -> float:
@@ -277,12 +264,12 @@ def reschedule_task(
     finish_in: float,
     outcome: str | None = None,
     error_message: str | None = None,
-) -> Task:
+) -> sim.Task:
     """:meth:`ServerTruth.schedule_task` (404 for an unknown task, 409 for one that ended)."""
     now = state.settle()
-    task = lookup(state.tasks, "Task", task_id)
+    task = sim.lookup(state.tasks, "Task", task_id)
     if now >= task.finished_at:
-        raise SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
+        raise sim.SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
     seconds = _check_seconds(finish_in, "finish_in")
     _check_outcome(outcome)
     task.version += 1
@@ -290,12 +277,14 @@ def reschedule_task(
     task.started_at = min(task.started_at, task.finished_at)
     if outcome is not None:
         task.outcome = outcome
-    if task.outcome == SUCCEEDED:
+    if task.outcome == sim.SUCCEEDED:
         task.error_message = None
     else:
-        default = TASK_ERROR_MESSAGE if task.outcome == ERROR else TASK_FAILURE_MESSAGES[2]
+        default = (
+            sim.TASK_ERROR_MESSAGE if task.outcome == sim.ERROR else sim.TASK_FAILURE_MESSAGES[2]
+        )
         task.error_message = error_message or task.error_message or default
-        state.push(task.finished_at, EV_TASK_REFUND, task)
+        state.push(task.finished_at, sim.EV_TASK_REFUND, task)
     state.settle()
     return task
 
@@ -306,15 +295,15 @@ def reschedule_project(
     script_ready_in: float,
     outcome: str = "succeeded",
     error_message: str | None = None,
-) -> Project:
+) -> sim.Project:
     """:meth:`ServerTruth.schedule_project` (404 unknown, 409 past its script step).
 
     The steps still ahead are squeezed or stretched into the new span in proportion.
     """
     now = state.settle()
-    project = lookup(state.projects, "Project", project_id)
+    project = sim.lookup(state.projects, "Project", project_id)
     if project.failed(now) or now >= project.script_ready_at:
-        raise SandboxError(
+        raise sim.SandboxError(
             409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
         )
     span = _check_seconds(script_ready_in, "script_ready_in")
@@ -336,6 +325,6 @@ def reschedule_project(
     if outcome == ProjectStatus.FAILED.value:
         state.fail_before_script(project, project.script_ready_at, error_message)
     else:
-        state.push(project.script_ready_at, EV_PROJECT_SCRIPT, project)
+        state.push(project.script_ready_at, sim.EV_PROJECT_SCRIPT, project)
     state.settle()
     return project
