@@ -8,6 +8,7 @@ saying how to enable them; under ``CI`` they fail instead, so that CI never pass
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
 import os
 import re
@@ -75,6 +76,21 @@ class Lines:
             except anyio.EndOfStream:
                 tail = "\n".join(self.lines[-50:])
                 raise AssertionError(f"the process ended:\n{tail}") from None
+
+    async def finish(self) -> int:
+        """Read the rest of the output until it ends, then the process's exit code.
+
+        A child whose output nobody reads blocks once the pipe is full, and can then never
+        end: a stop waits through this.
+        """
+        stream = self.process.stdout
+        assert stream is not None
+        with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError):
+            while True:
+                self._buffer += await stream.receive()
+        self.lines.extend(self._buffer.decode(errors="replace").splitlines())
+        self._buffer = b""
+        return await self.process.wait()
 
     async def until(self, pattern: str) -> re.Match[str]:
         """The first line from now on matching ``pattern``."""

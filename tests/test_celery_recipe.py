@@ -45,7 +45,7 @@ async def stop(lines: Lines) -> None:
         if lines.process.returncode is None:
             lines.process.terminate()
             with anyio.move_on_after(30):
-                await lines.process.wait()
+                await lines.finish()
             if lines.process.returncode is None:
                 lines.process.kill()
                 await lines.process.wait()

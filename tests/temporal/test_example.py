@@ -48,7 +48,7 @@ async def test_the_example_worker_runs_the_workflows_started_by_its_starter(
             )
             with anyio.fail_after(120):
                 done = [await starter.until(rf"^'{p}': http\S+/media/\S+$") for p in prompts]
-                assert await starter.process.wait() == 0
+                assert await starter.finish() == 0
             await starter.process.aclose()
             assert len(done) == 2
             assert len(sandbox.task_ids) == 2
@@ -56,6 +56,6 @@ async def test_the_example_worker_runs_the_workflows_started_by_its_starter(
             with anyio.CancelScope(shield=True):
                 worker.process.send_signal(signal.SIGINT)
                 with anyio.fail_after(30):
-                    code = await worker.process.wait()
+                    code = await worker.finish()
                 await worker.process.aclose()
         assert code == 0, "\n".join(worker.lines[-30:])
