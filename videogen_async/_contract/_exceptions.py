@@ -35,15 +35,11 @@ The tree::
     └── WebhookVerificationError      a webhook whose signature does not check (also a ValueError)
 
 Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` = ``request_id``
-(``None`` where they do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed
-creating call (POST) whose request may have reached the service: such a call may have created
-a task and charged credits, so it is never retried automatically. No error text has the key.
-
-Every error pickles (to another process, a Celery result backend, a Ray or Temporal worker)
-and unpickles to an error of the same class with the same attributes, rebuilt from its state
-rather than by calling its ``__init__`` again; a cause that is one of these errors travels as
-``__cause__``, a foreign one is left behind (its text is in the message). What is pickled is
-redacted as what is shown: no key.
+(``None`` where they do not apply); ``request_may_have_taken_effect`` is ``True`` on a failed
+create (POST) that may have reached the service (never retried automatically). No error text
+has the key. Every error pickles to one of the same class and attributes (not through
+``__init__``); a cause that is one of these errors travels as ``__cause__``, a foreign one only
+in the message. See docs/errors.md.
 """
 
 from __future__ import annotations

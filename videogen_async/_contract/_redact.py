@@ -1,12 +1,9 @@
 """Keeping the API key out of every exception text and log record, whatever a server sends.
 
-A server or a proxy may echo the request back: the ``Authorization`` header, the bare key,
-the key percent-encoded, JSON-escaped (unicode escapes), as HTML character references, or
-broken by whitespace or a line break. Every text that comes from the wire passes through
-:func:`redact_text` before it becomes part of an error or a log record; the logging filter
-installed on the ``videogen_async`` logger is the safety net for everything else.
-
-The secrets: the API keys of the clients and of ``VIDEOGEN_API_KEY`` (the last :data:`MAX_SECRETS`).
+A server or proxy may echo the key: in ``Authorization``, bare, percent-encoded, JSON-escaped,
+as HTML character references, or split by whitespace. Wire text passes :func:`redact_text`
+before it enters an error or a log record; a filter on the ``videogen_async`` logger is the
+safety net. The secrets: the clients' keys and ``VIDEOGEN_API_KEY`` (the last :data:`MAX_SECRETS`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Signed webhooks, by the Standard Webhooks specification: sending and verifying.
 
-The signature (HMAC-SHA256 of ``"{id}.{timestamp}.{body}"``, ``v1,<base64>``) is the
-specification's whole scheme, a few lines of the standard library: written here rather than
-adding a dependency to the core; the tests check it against the ``standardwebhooks`` package
-both ways. A receiver is someone else's server: no redirect is followed, every attempt is
-bounded, at most an excerpt of the answer is read, and nothing of the client is used. Nor is
-a link-local or cloud metadata address (a URL's host, or where its name resolves) a receiver.
+The scheme (HMAC-SHA256 of ``"{id}.{timestamp}.{body}"``, ``v1,<base64>``) is a few lines of
+the standard library, written here rather than adding a core dependency; tests check it
+against ``standardwebhooks`` both ways. A receiver is someone else's server: no redirect, every
+attempt bounded, an excerpt of the answer read, nothing of the client used, and no link-local or
+cloud metadata address (by URL host or resolution).
 """
 
 from __future__ import annotations

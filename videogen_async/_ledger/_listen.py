@@ -1,13 +1,11 @@
 """``Ledger.wait`` and ``Ledger.changes``: every process's changes, pushed to this one.
 
-One :class:`Listener` per ledger reads the changes the schema's triggers record and hands
-them to this process's waits, iterators and dispatchers, in the order of their sequence
-numbers (their ``position``). A number is taken before its change commits, so a number passed
-over (a gap) holds back the changes after it until it comes, or is known never to come (the
-transactions running when it was first missed have ended: the dialect's ``{in_progress}``), or
-is :data:`GAP_TTL` old: each change is handed on once, in order, and a consumer that resumes
-after a position misses nothing. Woken by the engine (``Engine.listen``: ``NOTIFY`` on
-PostgreSQL, ``PRAGMA data_version`` on SQLite) and by this process's commits.
+One :class:`Listener` per ledger hands the triggers' changes to this process's waits, iterators
+and dispatchers in sequence (``position``) order. A number is taken before its change commits,
+so a gap holds back later changes until it comes, is known never to come (the transactions
+running when it was missed have ended: ``{in_progress}``) or is :data:`GAP_TTL` old: each change
+is handed on once, in order, and a resumed consumer misses nothing. Woken by the engine
+(``NOTIFY``; SQLite's ``PRAGMA data_version``) and by this process's commits.
 """
 
 from __future__ import annotations

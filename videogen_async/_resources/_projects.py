@@ -67,9 +67,8 @@ class Projects(Resource):
     ) -> CreatedProject:
         """Create a project (``POST /v1/video/viral-ads-clone``); charges 10 credits.
 
-        The service stores the media, then analyses the reference and writes a script in
-        the background. In ``auto`` mode it then creates one batch of ``out_number`` videos;
-        in ``manual`` mode it stops at the script and waits for :meth:`create_videos`.
+        The script is written in the background; then ``auto`` creates ``out_number`` videos,
+        ``manual`` waits for :meth:`create_videos`.
 
         Args:
             reference_video_url: Public http(s) URL of the reference ad video.

@@ -52,14 +52,8 @@ class Tasks(Resource):
     ) -> CreatedTask:
         """Create a video generation task (``POST /v1/video/videomodel-2``).
 
-        Every argument is checked against the service's rules before anything is sent, so a
-        request that would be refused costs nothing. An omitted argument takes the service's
-        default (model ``videomodel_2_0``, function_mode ``omni_reference``, ratio ``16:9``,
-        duration 5 s).
-
-        A create is never retried after it may have reached the service (it charges
-        credits and the service has no idempotency key): only a connection that could not be
-        opened, or a 429, is retried.
+        Arguments are checked before anything is sent; omitted ones take the service's
+        defaults. Retried only when the request cannot have taken effect (see docs/errors.md).
 
         Args:
             prompt: The text prompt (required, non-blank).

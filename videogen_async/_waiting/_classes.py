@@ -1,11 +1,9 @@
 """The class state of ``gather_until_done``: ids, classes, the clock skew, and the learning.
 
-:class:`BatchSchedule` knows each pending id's class and creation time, learns each class's
-finish times from the terminal tasks (``_schedule.ClassModel``, with what a
-``FinishTimeMemory`` remembers as a prior) and hands each id's next due time to the
-coordinator's ``push``; it does no I/O. Ages are on the service's clock (the skew bracketed
-from each finished task); growing gaps are capped by the *local* time waited, so a service
-clock that is off can only make polls denser.
+:class:`BatchSchedule` learns each class's finish times (``_schedule.ClassModel``, a
+``FinishTimeMemory`` as prior) and gives each pending id its next due time; no I/O. Ages are on
+the service's clock (skew bracketed from finished tasks); growing gaps are capped by the
+*local* time waited, so an off service clock can only make polls denser.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The single-object waits, and the narrow interface every waiting engine polls.
 
-* :func:`poll_until`: one object (``tasks.wait``, ``projects.wait``), polled on the growing
-  gaps of the waiting policy (``_policy.growth_interval``). After a failure it asks the one
-  retry decision (``decide_retry``, as a poll) whether and when to poll again; every request
-  is paced by the client's ``_pacing``, so a 429 slows the whole client.
-* :class:`TaskSource`: the waiting engines never see the client: they poll through one read
-  of one task, with no retries of its own, the client's pacing and its backoff policy.
+* :func:`poll_until`: one object, on the growing gaps of ``_policy.growth_interval``; after a
+  failure ``decide_retry`` (as a poll) decides; requests share the client's ``_pacing``.
+* :class:`TaskSource`: engines never see the client, only one read of one task (no retries of
+  its own, the client's pacing and backoff policy).
 """
 
 from __future__ import annotations
