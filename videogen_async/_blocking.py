@@ -398,11 +398,9 @@ class VideoGen(_Namespace):
             created = client.tasks.create("a paper boat")
             task = client.tasks.wait(created.task_id, timeout=600)
 
-    It is safe to share between the threads of a process (one event loop in one background
-    thread, one connection pool), but cannot cross a ``fork``. Callbacks (``on_update``,
-    ``on_progress``, event hooks) run on the loop's thread: keep them quick, and make no call
-    of the client from them. It takes the arguments of :class:`AsyncVideoGen`, all but
-    ``session`` (an ``aiohttp`` session belongs to an event loop, and this loop is its own).
+    Thread-safe, but cannot cross a ``fork``. Callbacks run on its loop's thread: keep them
+    quick and never call the client from them. Takes :class:`AsyncVideoGen`'s arguments but
+    ``session``. See docs/sync.md.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid, or a ``session`` was

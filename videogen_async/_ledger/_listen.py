@@ -298,19 +298,17 @@ class Waits:
     ) -> Changes:
         """Every change of the ledger's entries, from every process, as each is committed.
 
-        It starts at its first step, or on entering (``async with ledger.changes() as c:``),
-        or just after the change at ``after``. Each change comes once, in the order of the
-        changes' ``position`` (each entry's in commit order: ``version`` counts them).
+        It starts at its first step (or on entering ``async with``), or just after ``after``;
+        each change comes once, in ``position`` order.
 
         Args:
             keys: Only the changes of these keys.
             states: Only changes to these states (``pending``, ``succeeded``...).
-            after: Resume just after this ``position`` (``0``: every change kept), from any
-                process: nothing missed, nothing twice.
+            after: Resume just after this ``position`` from any process (``0``: every change
+                kept).
 
         Returns:
-            An async iterator of :class:`LedgerEntry`, each as it was at its change, with its
-            ``position``.
+            An async iterator of :class:`LedgerEntry` as at each change, with ``position``.
 
         Raises:
             InvalidRequestError: A bad key, an unknown state, or ``after`` not an int >= 0.

@@ -145,8 +145,7 @@ class Projects(Resource):
     ) -> VideoBatch:
         """Create a new batch of video tasks from a project whose script is ready.
 
-        May be called any number of times; each call creates (and charges) a new batch.
-        Omitted arguments take the project's defaults.
+        Each call creates (and charges) a new batch; omitted arguments: the project's defaults.
 
         Args:
             project_id: The project.
@@ -195,9 +194,8 @@ class Projects(Resource):
             project_id: The project.
             timeout: The deadline in seconds (``None``: no deadline).
             poll_policy: Overrides the client's poll policy.
-            on_update: Called (or awaited) with the first state read and then with each
-                state that differs from the one before (a new ``current_step``, a script,
-                new tasks), the final one included; an exception it raises ends the wait.
+            on_update: Called (or awaited) with the first state and each changed one, the
+                final included; an exception it raises ends the wait.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
@@ -240,10 +238,8 @@ class Projects(Resource):
             project_id: The project.
             timeout: The deadline in seconds (``None``: no deadline).
             poll_policy: Overrides the client's poll policy.
-            on_update: Called (or awaited) with the first state read and then with each
-                state that differs from the one before (its status, step, script, billing
-                or listed tasks changed), the final one included; an exception it raises
-                ends the wait.
+            on_update: Called (or awaited) with the first state and each changed one, the
+                final included; an exception it raises ends the wait.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:

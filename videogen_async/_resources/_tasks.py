@@ -166,10 +166,8 @@ class Tasks(Resource):
             raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or
                 error, instead of returning it.
             poll_policy: Overrides the client's poll policy for this wait.
-            on_update: Called (or awaited, if it returns a coroutine) with the first state
-                read and then with each state that differs from the one before, the final
-                one included (like fal's ``on_queue_update``). An exception it raises ends
-                the wait with that exception.
+            on_update: Called (awaited if it returns a coroutine) with the first state and
+                each changed one, the final included; an exception it raises ends the wait.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
@@ -206,20 +204,17 @@ class Tasks(Resource):
             async for task in client.tasks.watch(task_id, timeout=600):
                 await message.edit(f"{task.status}")
 
-        Each state that differs from the one before is yielded once, the first and the
-        terminal one included; then the iteration ends. No poll runs while your loop body
-        does (and no cancel scope is held across a ``yield``): a slow body delays the next
-        poll, it never races it.
+        No poll runs while your loop body does: a slow body delays the next poll.
 
         Args:
             task_id: The task to watch.
-            timeout: The deadline in seconds for the whole watch (``None``: no deadline);
-                the time your loop body takes counts.
+            timeout: Deadline in seconds for the whole watch, loop body included (``None``:
+                none).
             poll_policy: Overrides the client's poll policy.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Yields:
-            Each new state of the task.
+            Each distinct state once, the first and the terminal one included.
 
         Raises:
             WaitTimeoutError: The deadline passed; ``.last`` holds the last state seen.
