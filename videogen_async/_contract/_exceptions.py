@@ -234,8 +234,7 @@ class ServerError(APIStatusError):
 class APIResponseError(VideoGenError):
     """The body of a response is not the documented envelope (e.g. an HTML page from a proxy).
 
-    Also an envelope whose ``data`` has a field of the wrong type or a number that is not
-    finite: the message names each such field, and what could be read is kept.
+    Also a ``data`` field of the wrong type or a non-finite number (named in the message).
 
     Attributes:
         status_code: The HTTP status.
@@ -330,11 +329,9 @@ class TaskPollError(VideoGenError):
 class DownloadError(VideoGenError):
     """A video could not be downloaded; no partial file was left at the destination.
 
-    Raised for a task that has not succeeded (or has no ``video_url``), an HTTP error of the
-    media host, a body shorter or longer than the host declared, a connection that kept
-    breaking after the resume attempts, or a file that could not be written. A network cause
-    is in ``__cause__``. Messages show the URL without its query (signed URLs keep their
-    signature there).
+    A task not succeeded (or without ``video_url``), a host's HTTP error, a body shorter or
+    longer than declared, a connection broken past the resumes, or an unwritable file; a
+    network cause is in ``__cause__``. Messages show the URL without its (signed) query.
 
     Attributes:
         url: The video's URL, when known.

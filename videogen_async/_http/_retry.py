@@ -1,9 +1,8 @@
 """Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
-Every loop of the SDK (the transport, the waits and gathers, downloads, the ledger) asks
-:func:`decide_retry` after one failure; where a caller differs on purpose, the difference is a
-parameter of the decision (``poll``, ``extra_statuses``, ``transient``), never a table of its
-own. Pure decisions and arithmetic, no I/O.
+Every loop (transport, waits, gathers, downloads, ledger) asks :func:`decide_retry` after a
+failure; a caller's deliberate difference is a parameter (``poll``, ``extra_statuses``,
+``transient``), never a table of its own. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -93,10 +92,9 @@ def decide_retry(
 ) -> RetryDecision:
     """Whether and when to try again after ``exc``: the one retry decision of the SDK.
 
-    Transient: connection errors and timeouts, a body that is not the envelope, and
-    :data:`TRANSIENT_STATUSES`. Any other method than ``GET`` (a create, which charges
-    credits) is tried again only after a 429 or when the connection provably never carried
-    it. The wait is the honoured ``Retry-After``, else :func:`backoff_delay`.
+    Transient: connection errors, timeouts, a non-envelope body, :data:`TRANSIENT_STATUSES`.
+    A non-``GET`` is retried only after a 429 or when provably never sent. The wait is the
+    honoured ``Retry-After``, else :func:`backoff_delay`.
 
     Args:
         exc: The failure.

@@ -425,10 +425,8 @@ class Transport:
 class _Bound:
     """The one timer of an attempt, for its ``total`` and ``read`` timeouts (``None``: none).
 
-    It fires at the attempt's end, or once no byte of the answer came for ``read`` seconds (the
-    wait for the first ones included; checked every quarter of ``read``, so in answers slower
-    than that only), and cancels the attempt's task: :meth:`expired` tells that from any other
-    cancellation.
+    It cancels the attempt's task at its end, or after ``read`` seconds without a byte
+    (checked every quarter of ``read``); :meth:`expired` tells that from other cancellations.
     """
 
     __slots__ = (

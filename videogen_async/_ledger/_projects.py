@@ -70,9 +70,8 @@ class ProjectCreates:
     ) -> list[LedgerEntry]:
         """Record task ids of a project (kind ``project_task``, ``pending``) for watchers.
 
-        Idempotent: an id already recorded is kept as it is. An id that cannot be polled is
-        recorded ``unknown``, with the reason, as ``KEY/#POSITION "ID"`` (the id escaped).
-        The entries take the project entry's metadata.
+        Idempotent. An unpollable id is recorded ``unknown`` as ``KEY/#POSITION "ID"`` (the id
+        escaped), with the reason. The entries take the project's metadata.
 
         Args:
             key: The project's ledger key (each task's key is ``KEY/TASK_ID``).

@@ -230,9 +230,8 @@ class Watch(ExitCloses):
     async def _shed(self) -> None:
         """Give back what this watcher holds over its share when other watchers joined.
 
-        The ids claimed last go back (never below the share, and never ids claimed less than
-        a renewal period ago: what was just handed on is not handed back at once). They leave
-        the gather first, so that no id is polled by this watcher once another may claim it.
+        The last claimed go back (never below the share, nor ids claimed within a renewal
+        period); they leave the gather first, so no id is polled here once another may claim it.
         """
         share, held = await self._store.read(claims.share, self.owner)
         excess = held - share

@@ -258,8 +258,7 @@ class Tasks(Resource):
     ) -> GatherResults:
         """Wait for many tasks at once, yielding each as soon as it is terminal.
 
-        The same as :func:`videogen_async.gather_until_done` with this client; see it for
-        the options (``timeout``, ``max_concurrency``, ``return_exceptions``, ...).
+        :func:`videogen_async.gather_until_done` with this client; see it for the options.
 
         Args:
             task_ids: The ids to wait for (duplicates are polled and yielded once).

@@ -270,10 +270,9 @@ class BatchSchedule:
     def _pull_forward(self, klass: ClassState, now: float) -> None:
         """Bring forward the ids of a class whose support starts before their next poll.
 
-        An O(k log n) pass over the class's k ids, done when its support is first known,
-        starts earlier or ends later: a handful of times per class, never per poll. An id
-        already inside the support is polled one gap after its last poll (at once if that
-        is past): no gap longer than a loop's, and no poll sooner than one.
+        O(k log n) over the class's k ids, only when its support is first known or widens,
+        never per poll. An id inside it is polled one gap after its last poll (at once if
+        past): no gap longer than a loop's, no poll sooner.
         """
         support = klass.support
         if support is None:

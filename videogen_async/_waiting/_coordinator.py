@@ -284,9 +284,8 @@ class _Coordinator:
     def _ready_in(self, now: float) -> float:
         """Seconds until a poll may be sent (0: now); ``inf`` when waiting for an event.
 
-        The client's pacing (a 429's pause and its lowered concurrency) holds the dispatch
-        back; its lowered request rate is kept by the pacing itself, where each poll takes its
-        slot.
+        A 429's pause and lowered concurrency hold the dispatch back; the lowered rate is
+        kept by the pacing slot each poll takes.
         """
         paused_until = self._pacing.paused_until
         if now < paused_until:

@@ -18,12 +18,9 @@ class SandboxClock:
     """Simulated time of one sandbox.
 
     Args:
-        time_scale: Real seconds per simulated second (must be > 0). ``1.0`` runs in real
-            time; ``0.01`` runs 100 times faster.
-        paused: Start paused: the clock then moves only through :meth:`advance` (or after
-            :meth:`resume`).
-        timer: The monotonic real-time source, in seconds (``time.monotonic`` unless a test
-            drives it).
+        time_scale: Real seconds per simulated second (> 0; ``0.01``: 100 times faster).
+        paused: Start paused: moved only by :meth:`advance` (until :meth:`resume`).
+        timer: The monotonic real-time source in seconds (default ``time.monotonic``).
 
     Raises:
         ValueError: ``time_scale`` is not a positive number.

@@ -1,8 +1,7 @@
 """The sandbox in a child process (``python -m videogen_async.testing``), from any program.
 
-A benchmark that measures the client's CPU, a test of a command-line tool, or a program that
-should not share its event loop with the emulator runs the sandbox in its own process. This
-starts one on a free port and reads the base URL and key it announces.
+For a benchmark of the client's CPU, a test of a command-line tool, or a program that must not
+share its event loop with the emulator: started on a free port, its announced URL and key read.
 """
 
 from __future__ import annotations

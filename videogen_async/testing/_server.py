@@ -1,8 +1,7 @@
 """``SandboxServer``: the whole video generation service, in memory, over real HTTP on loopback.
 
-It composes the service's routes (:mod:`._routes`), the control API under ``/_sandbox/``
-(:mod:`._control`), the console, fault injection and the counters behind one middleware; the
-methods tests use to read and steer the simulation are its base class
+It puts the routes (:mod:`._routes`), the control API (:mod:`._control`), the console, faults
+and counters behind one middleware; what tests read and steer is its base class
 (:class:`~._truth.ServerTruth`).
 """
 

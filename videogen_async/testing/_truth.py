@@ -1,9 +1,7 @@
 """What tests and benchmarks read and steer on a sandbox: the base class of ``SandboxServer``.
 
-The server-side truth (every task and project, as the sandbox sees it), exact scheduling of
-outcomes, the balance, the statistics and the request log. The same operations are served
-over HTTP under ``/_sandbox/`` by :mod:`._control`. The schedules are set by the functions
-at the end of this module.
+Every task and project as the sandbox sees it, exact scheduling of outcomes, the balance, the
+statistics and the request log; served over HTTP under ``/_sandbox/`` by :mod:`._control`.
 """
 
 from __future__ import annotations
