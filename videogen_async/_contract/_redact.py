@@ -89,10 +89,9 @@ def redact_text(text: str) -> str:
 def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000_000) -> Any:
     """A copy of a decoded JSON value (or a mapping of headers) with every string redacted.
 
-    The walk is iterative (a deeply nested value cannot exhaust the stack) and returns the
-    value itself when no string in it holds a secret. Its cost is bounded, so a hostile body
-    cannot stall the event loop: past ``max_items`` strings, dicts and lists, or once
-    ``max_chars`` characters have been searched, the rest is replaced by ``<redacted>``.
+    Iterative (deep nesting cannot exhaust the stack); the value itself when nothing holds a
+    secret. Bounded, so a hostile body cannot stall the loop: past ``max_items`` strings,
+    dicts and lists or ``max_chars`` searched characters, the rest is ``<redacted>``.
     """
     pattern = _pattern
     if pattern is None:
@@ -172,11 +171,10 @@ def _chain(exc: BaseException | None) -> list[BaseException]:
 def drop_locals(exc: BaseException | None) -> None:
     """Clear the local variables of the finished frames an exception chain went through.
 
-    A traceback printed with its locals (``pytest --showlocals``, rich's ``show_locals``,
-    error trackers) would show the raw answer a frame held, key echoed and all. The first
-    frame of each traceback, where the exception was caught, may still be running (or be a
-    suspended coroutine, which clearing would close): it is left alone; the frames below it
-    were left by the exception and are done.
+    A traceback printed with locals (``pytest --showlocals``, error trackers) would show the
+    raw answer a frame held, echoed key and all. Each traceback's first frame (where it was
+    caught) may still run, or be a suspended coroutine that clearing would close: it is left
+    alone; the frames below are done.
     """
     for current in _chain(exc):
         tb = current.__traceback__

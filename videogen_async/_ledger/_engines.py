@@ -151,10 +151,9 @@ def is_busy(exc: sqlite3.Error) -> bool:
 def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
     """Switch a file to WAL mode, waiting out the other connections (in a worker thread).
 
-    Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once,
-    without its busy handler, while another connection reads it (as processes opening a new
-    file together do): the switch is retried, backing off from 1 ms to 50 ms, for ``timeout``
-    seconds; then the last ``sqlite3.OperationalError`` is raised.
+    Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once
+    (no busy handler) while another connection reads it: retried, 1 ms to 50 ms apart, for
+    ``timeout`` seconds; then the last ``sqlite3.OperationalError`` is raised.
     """
     deadline = time.monotonic() + timeout
     delay = 0.001

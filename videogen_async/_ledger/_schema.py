@@ -74,15 +74,12 @@ class Dialect:
     """What differs between the engines, as data.
 
     Statements are written once, with ``$1``-style parameters and words in braces: ``{E}``
-    (the entries table), ``{real}``, ``{json}``, ``{now}`` (the database's clock, in seconds
-    since the epoch), ``{greatest}`` (of two values), ``{lock}`` (lock the rows read until the
-    transaction ends), ``{skip_locked}`` (and pass over rows others locked), ``{in_progress}``
-    (the transactions running when the statement began: a list, or ``NULL``), and a few
-    statements of its own. Macros take a parameter: ``items($n)`` and ``numbers($n)``, the
-    set of the elements of a JSON list of strings or integers; ``meta_has($n)``, whether
-    an entry's metadata holds each key of a JSON object with an equal value;
-    ``meta_value($n)``, the JSON text of an entry's metadata value under a key (``NULL``
-    without one).
+    (entries table), ``{real}``, ``{json}``, ``{now}`` (database clock, epoch seconds),
+    ``{greatest}``, ``{lock}`` (rows read, until commit), ``{skip_locked}`` (pass over rows
+    others locked), ``{in_progress}`` (transactions running at the statement's start: a list,
+    or ``NULL``), and a few statements. Macros: ``items($n)``/``numbers($n)`` (elements of a
+    JSON list of strings/integers), ``meta_has($n)`` (metadata holds each key of a JSON object
+    with an equal value), ``meta_value($n)`` (JSON text of a metadata key's value, or ``NULL``).
     """
 
     def __init__(self, name: str, *, macros: dict[str, str], numbered: bool, **words: str) -> None:

@@ -216,10 +216,9 @@ class BatchSchedule:
     def learn(self, state: IdState, task: Task, now: float) -> None:
         """Learn the clock skew and the class's finish times from a terminal task (any end).
 
-        The support is recomputed for each of a class's first 64 finishes, then after every
-        1/32 more (and at the class's last): a pass over a few hundred bins, never per poll,
-        and, once its end would close, over the class's ids to count those already overdue
-        for it (see :meth:`ClassModel.support`).
+        The support is recomputed for a class's first 64 finishes, then every 1/32 more (and
+        at its last): a pass over a few hundred bins, never per poll, and, once its end would
+        close, over the class's ids to count the overdue (:meth:`ClassModel.support`).
         """
         klass = state.klass
         klass.pending -= 1
