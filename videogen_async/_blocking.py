@@ -1,13 +1,10 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
-One event loop in one daemon thread runs each call; the calling thread blocks until its answer.
-Each blocking namespace declares, one line per call, which async call it runs
-(``create = _blocking(Tasks.create)``), taking its signature, types and docstring.
-
-A call is handed over with ``asyncio.run_coroutine_threadsafe``: an anyio blocking portal
-makes two round trips per call, doubling the hand-off's cost (``bench/sync.py``). The thread is
-this module's own, so that it can be told to stop without being joined: by a finalizer (which
-may run on the loop's own thread), and never in a forked child, which has no such thread.
+One event loop in one daemon thread runs each call; the caller blocks until its answer. Each
+blocking call wraps its async call (``create = _blocking(Tasks.create)``), docstring included.
+``asyncio.run_coroutine_threadsafe`` hands calls over: an anyio portal costs two round trips
+(``bench/sync.py``). The thread is ours so that it can be told to stop without a join: by a
+finalizer (maybe on the loop's own thread), never in a forked child, which has no such thread.
 """
 
 from __future__ import annotations
@@ -401,11 +398,9 @@ class VideoGen(_Namespace):
             created = client.tasks.create("a paper boat")
             task = client.tasks.wait(created.task_id, timeout=600)
 
-    It is safe to share between the threads of a process (one event loop in one background
-    thread, one connection pool), but cannot cross a ``fork``. Callbacks (``on_update``,
-    ``on_progress``, event hooks) run on the loop's thread: keep them quick, and make no call
-    of the client from them. It takes the arguments of :class:`AsyncVideoGen`, all but
-    ``session`` (an ``aiohttp`` session belongs to an event loop, and this loop is its own).
+    Thread-safe, but cannot cross a ``fork``. Callbacks run on its loop's thread: keep them
+    quick and never call the client from them. Takes :class:`AsyncVideoGen`'s arguments but
+    ``session``. See docs/sync.md.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid, or a ``session`` was

@@ -119,8 +119,7 @@ class RawResponseClient:
 class AsyncVideoGen(DownloadCalls, AsyncClosing):
     """The asyncio client of the video generation service.
 
-    One client serves any number of concurrent tasks of one event loop; its connection pool
-    is created lazily on first use and closed by :meth:`aclose` or ``async with``::
+    Serves any number of concurrent tasks of one event loop; close it (``async with``)::
 
         async with AsyncVideoGen() as client:
             balance = await client.credits.get()
@@ -129,9 +128,8 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         api_key: The API key; defaults to the ``VIDEOGEN_API_KEY`` environment variable.
         base_url: The service's base URL; defaults to ``VIDEOGEN_BASE_URL``. A trailing
             ``/v1`` is left out (each request's path starts with it).
-        timeout: Per-attempt timeouts: a :class:`Timeout`, or a number of seconds that bounds
-            each attempt as a whole (connect to last byte); ``None`` for no limit. By
-            default 10 s to connect, 60 s between reads and 120 s for the whole attempt.
+        timeout: Per-attempt timeouts: a :class:`Timeout` or seconds for a whole attempt
+            (``None``: none). Default: 10 s connect, 60 s per read, 120 s in all.
         max_retries: Retries of a request after a transient failure (0 turns them off;
             ``None``: the backoff policy's, 2 by default). Creating calls are retried only
             when the request provably did not take effect.
@@ -141,22 +139,16 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
             closed by the client.
         connection_limit: The size of the client's own connection pool.
         poll_policy: When the wait helpers and ``gather_until_done`` poll, by default.
-        backoff: How the client slows down under failure: the backoff between retries, the
-            longest ``Retry-After`` honoured, the pause and pacing after a 429, and when a
-            wait gives up on an id (a :class:`BackoffPolicy`; see ``docs/errors.md``).
+        backoff: How the client slows down under failure (:class:`BackoffPolicy`).
         default_headers: Extra headers sent with every request, checked as ``extra_headers`` are.
         allow_insecure_http: Allow a plain ``http://`` base URL to a host that is not
             loopback.
         max_body_size: The largest response body read, in bytes.
-        trust_env: Use the proxy the environment names (``HTTPS_PROXY``, ``HTTP_PROXY``,
-            ``ALL_PROXY``, minus ``NO_PROXY``), read when the client is made, as requests
-            and httpx do; ``False`` always connects directly. A ``session`` of your own
-            is given the proxy the same way.
-        event_hooks: Callables told of the client's events, by name: ``"request"`` (an
-            attempt is sent), ``"response"`` (an answer came), ``"retry"`` (a failed attempt
-            will be retried), ``"poll"`` (a wait or gather read a state); each a list of
-            plain or async callables taking the event. A hook that raises is logged and
-            the client goes on. See ``docs/observability.md``.
+        trust_env: Use the environment's proxy (``HTTPS_PROXY``, ``HTTP_PROXY``,
+            ``ALL_PROXY``, minus ``NO_PROXY``), also for your ``session``; ``False``: direct.
+        event_hooks: Lists of plain or async callables per event name: ``"request"``,
+            ``"response"``, ``"retry"``, ``"poll"``; a hook that raises is logged. See
+            ``docs/observability.md``.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid.
@@ -317,10 +309,8 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
     ) -> AsyncVideoGen:
         """A view of this client with other options, sharing its connection pool and pacing.
 
-        ``client.with_options(max_retries=0).tasks.get(task_id)`` changes one call without
-        touching the client. The view is closed with the client it was made from; its own
-        :meth:`aclose` does nothing. A 429 seen through a view slows the client and all its
-        views alike.
+        E.g. ``client.with_options(max_retries=0).tasks.get(task_id)``. The view closes with
+        its client (its own :meth:`aclose` does nothing).
 
         Args:
             timeout: New per-attempt timeouts (a :class:`Timeout` or seconds).

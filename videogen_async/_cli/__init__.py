@@ -1,10 +1,8 @@
 """``videogen``: the command line of videogen-async.
 
-The parser is :mod:`argparse`, not click or typer, so that the SDK keeps its four runtime
-dependencies; rich (tables, the live bar) is the optional ``cli`` extra.
-
-:mod:`._parser` holds the commands and options, :mod:`._common` what they share (exit codes,
-configuration, Ctrl-C), :mod:`._ui` the output; one module per area. See ``docs/cli.md``.
+:mod:`argparse`, not click or typer, so that the SDK keeps its four runtime dependencies; rich
+is the optional ``cli`` extra. :mod:`._parser`: commands and options; :mod:`._common`: what
+they share; :mod:`._ui`: the output; one module per area. See ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``videogen batch FILE`` (JSON Lines or CSV): create, wait for and download many tasks.
 
-The lines (:mod:`._batch_state`) live in a ledger (``--journal URL``, :mod:`._batch_store`), so
-a rerun picks up where the last run stopped and several processes on one PostgreSQL URL share
-them. A line whose entry is ``creating`` when the run starts is *in doubt* (another process is
-sending its create, or stopped while sending it): it takes no create slot and is waited for
-until the ledger settles it; Ctrl-C ends that wait at once. The manifest is written at the end
-of every run, interrupted or not (``docs/cli.md``).
+Lines (:mod:`._batch_state`) live in a ledger (:mod:`._batch_store`): a rerun resumes, and
+processes on one PostgreSQL URL share them. A line ``creating`` at start is *in doubt* (being
+sent elsewhere, or its sender stopped): it takes no create slot and is waited on until the
+ledger settles it (Ctrl-C ends that wait). The manifest is written after every run.
 """
 
 from __future__ import annotations

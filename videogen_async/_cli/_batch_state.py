@@ -1,8 +1,7 @@
 """The lines of ``videogen batch``: the input, and what one run knows of them.
 
 Each input line is checked before anything is sent; the run's records (one manifest row per
-line) are read and written by its phases (:mod:`._batch`), downloads and summary
-(:mod:`._batch_report`).
+line) are used by its phases (:mod:`._batch`) and reports (:mod:`._batch_report`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""Where ``videogen batch`` keeps its lines: a ledger (``--journal URL``).
+"""Where ``videogen batch`` keeps its lines: a ledger (``--journal URL``), one key per line.
 
-Each input line has a ledger key, so a rerun, or several processes running the same batch on
-one PostgreSQL URL, create each line once.
-
-A batch journal of the earlier format (tables ``meta`` and ``lines``) at the path is made a
-ledger the first time a batch opens it: a line with a task id becomes a ``pending`` entry, one
-whose create may have taken effect an ``unknown`` one, a refused one nothing (it is created
-again). The ledger is written beside the journal with ``Ledger.create_task`` (a client that
-answers with what the journal recorded), then copied over it with SQLite's backup in one
-transaction of the journal's own file: the path always holds one complete store, and a crash
+A journal of the earlier format (tables ``meta`` and ``lines``) is made a ledger on first open:
+a line with a task id becomes ``pending``, one whose create may have taken effect ``unknown``,
+a refused one nothing (created again). The ledger is written beside it with
+``Ledger.create_task`` (a client answering what the journal recorded), then copied over it with
+SQLite's backup in one transaction: the path always holds one complete store, and a crash
 before the copy commits leaves the journal to import again.
 """
 

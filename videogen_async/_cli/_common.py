@@ -158,10 +158,9 @@ def fmt_credits(value: float | None) -> str:
 class Context:
     """One run of the command line: the parsed options, the output, and Ctrl-C.
 
-    The first Ctrl-C cancels the *work* of the command (the scopes entered with
-    :meth:`cancellable`), while the clean-up that follows (the manifest, closing the ledger
-    and the client) still runs; the command then exits with 130. A second Ctrl-C ends the
-    process at once (a ledger stays consistent: each of its writes is one transaction).
+    The first Ctrl-C cancels the command's *work* (:meth:`cancellable` scopes); the clean-up
+    (manifest, closing ledger and client) still runs, then exit 130. A second Ctrl-C ends the
+    process at once (a ledger stays consistent: each write is one transaction).
     """
 
     def __init__(self, args: argparse.Namespace, ui: UI) -> None:

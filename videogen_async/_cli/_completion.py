@@ -1,8 +1,7 @@
 """``videogen completion bash|zsh|fish``: a completion script generated from the parser.
 
-The script is built by walking the :mod:`argparse` parser itself (commands, actions, options
-and the choices of an option), so it can never disagree with the program. No dependency is
-added: the scripts are plain shell.
+Built by walking the :mod:`argparse` parser (commands, options, choices), so it can never
+disagree with the program; plain shell, no dependency.
 """
 
 from __future__ import annotations

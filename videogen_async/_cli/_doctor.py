@@ -1,10 +1,8 @@
 """``videogen doctor``: does the service named here answer as the SDK expects?
 
-It sends only requests that cost nothing (``DOCTOR_EPILOG`` lists them) and the same ones to
-the SDK's own sandbox: where the service interface leaves an answer "not shown", what the SDK
-assumes is the sandbox's answer, not a table kept here. Both answers run through the SDK's own
-calls, decoding and error mapping, and its own date readers; every text from the wire is
-redacted, as the SDK's errors are.
+It sends only free requests (``DOCTOR_EPILOG``), and the same ones to the sandbox: where the
+interface leaves an answer "not shown", the sandbox's answer is the SDK's assumption. Both go
+through the SDK's own calls, decoding, error mapping and date readers; wire text is redacted.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``videogen sandbox`` and ``videogen demo``: the whole service, in memory, on this machine.
 
-``videogen sandbox`` serves the sandbox on a port until Ctrl-C or SIGTERM, through the
-sandbox's own ``serve``. ``videogen demo`` runs one inside the process with its clock sped up,
-no network and no key, through every call of the service; ``docs/cli.md`` shows it.
+``sandbox`` serves on a port until Ctrl-C or SIGTERM (the sandbox's own ``serve``); ``demo``
+runs one in-process, sped up, with no network nor key, through every call (``docs/cli.md``).
 """
 
 from __future__ import annotations

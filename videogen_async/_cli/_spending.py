@@ -1,10 +1,9 @@
 """The spending guard: an estimate before a create, ``--max-credits`` and ``--yes``.
 
-A video's price is not published: it is estimated with the reference prices of the service
-statement (``REFERENCE_PRICES``, which the sandbox charges), or with what the service charged
-for a project's earlier videos. Beyond the usual (:data:`USUAL_PROJECT`,
-:data:`USUAL_BATCH`), a terminal is asked and a script refused unless ``--yes`` or
-``--max-credits N``; an estimate above ``N`` is refused. See ``docs/cli.md``.
+Prices are not published: estimated from ``REFERENCE_PRICES`` (what the sandbox charges) or a
+project's earlier charges. Beyond the usual (:data:`USUAL_PROJECT`, :data:`USUAL_BATCH`) a
+terminal is asked and a script refused unless ``--yes`` or ``--max-credits N``; an estimate
+above ``N`` is refused. See ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Everything the command line shows: tables, notes, errors, JSON and progress.
 
-Results go to stdout (with ``--json``, one JSON document and nothing else); notes, progress
-and errors go to stderr. rich (the ``cli`` extra) draws tables and a live bar on a terminal;
-elsewhere tables are plain aligned text and progress a throttled plain line per step.
+Results go to stdout (``--json``: one JSON document only); notes, progress and errors to
+stderr. On a terminal rich (``cli`` extra) draws tables and a live bar; elsewhere plain
+aligned tables and a throttled progress line per step.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """String-valued enums of the service's fields.
 
-Every enum member *is* its string value (``TaskStatus.SUCCEEDED == "succeeded"``), so an
-argument accepts the member or the plain string, and a value the SDK does not know yet
-(a newer service) is kept as a plain string by the models rather than failing to parse.
+Every member *is* its string (``TaskStatus.SUCCEEDED == "succeeded"``): arguments accept
+either, and the models keep a value unknown to this SDK as a plain string.
 """
 
 from __future__ import annotations

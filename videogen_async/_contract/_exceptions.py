@@ -35,15 +35,11 @@ The tree::
     └── WebhookVerificationError      a webhook whose signature does not check (also a ValueError)
 
 Every error carries ``status_code``, ``code``, ``message`` and ``trace_id`` = ``request_id``
-(``None`` where they do not apply). ``request_may_have_taken_effect`` is ``True`` on a failed
-creating call (POST) whose request may have reached the service: such a call may have created
-a task and charged credits, so it is never retried automatically. No error text has the key.
-
-Every error pickles (to another process, a Celery result backend, a Ray or Temporal worker)
-and unpickles to an error of the same class with the same attributes, rebuilt from its state
-rather than by calling its ``__init__`` again; a cause that is one of these errors travels as
-``__cause__``, a foreign one is left behind (its text is in the message). What is pickled is
-redacted as what is shown: no key.
+(``None`` where they do not apply); ``request_may_have_taken_effect`` is ``True`` on a failed
+create (POST) that may have reached the service (never retried automatically). No error text
+has the key. Every error pickles to one of the same class and attributes (not through
+``__init__``); a cause that is one of these errors travels as ``__cause__``, a foreign one only
+in the message. See docs/errors.md.
 """
 
 from __future__ import annotations
@@ -238,8 +234,7 @@ class ServerError(APIStatusError):
 class APIResponseError(VideoGenError):
     """The body of a response is not the documented envelope (e.g. an HTML page from a proxy).
 
-    Also an envelope whose ``data`` has a field of the wrong type or a number that is not
-    finite: the message names each such field, and what could be read is kept.
+    Also a ``data`` field of the wrong type or a non-finite number (named in the message).
 
     Attributes:
         status_code: The HTTP status.
@@ -334,11 +329,9 @@ class TaskPollError(VideoGenError):
 class DownloadError(VideoGenError):
     """A video could not be downloaded; no partial file was left at the destination.
 
-    Raised for a task that has not succeeded (or has no ``video_url``), an HTTP error of the
-    media host, a body shorter or longer than the host declared, a connection that kept
-    breaking after the resume attempts, or a file that could not be written. A network cause
-    is in ``__cause__``. Messages show the URL without its query (signed URLs keep their
-    signature there).
+    A task not succeeded (or without ``video_url``), a host's HTTP error, a body shorter or
+    longer than declared, a connection broken past the resumes, or an unwritable file; a
+    network cause is in ``__cause__``. Messages show the URL without its (signed) query.
 
     Attributes:
         url: The video's URL, when known.

@@ -1,11 +1,8 @@
 """What a result knows of the HTTP answer it was parsed from: ``ResponseInfo``.
 
-Every result of a call carries the :class:`ResponseInfo` of the answer it was read from, in a
-private slot outside its attrs fields (equality, hashing, ``repr`` and ``attrs.asdict`` ignore
-it, and the model stays immutable), read as ``result._request_id`` (the service's
-``trace_id``, the name openai-python and anthropic use) and ``result._response``. A copy
-(``attrs.evolve``, ``copy.copy``, ``pickle``) or a model built by hand is not the answer of a
-request: both read ``None``.
+Kept in a private slot outside the attrs fields (ignored by equality, hashing, ``repr`` and
+``attrs.asdict``; the model stays immutable), read as ``result._request_id`` (the ``trace_id``,
+as openai-python names it) and ``result._response``. A copy or a hand-built model reads ``None``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The service's payloads as frozen attrs classes, parsed by one private cattrs converter.
 
-Parsing is lenient where the service may grow and strict where it matters:
-
-* fields a later service version adds are ignored;
-* an enum value the SDK does not know yet is kept as its plain string;
-* dates are timezone-aware (``Z``, offsets, any number of fractional digits; a date without
-  an offset is taken as UTC; a leap second is ``23:59:59.999999``);
-* a missing identifier (``task_id``, ``project_id``) is a malformed response, and so is a
-  field of the wrong JSON type (``null`` where the model's field cannot be ``None``, a text
-  where a number belongs, a number for a date) or a number that is not finite: an answer
-  is read exactly or not at all, never with a substitute;
-* a text that holds an API key (a hostile service's echo) reads ``<redacted>``, so no model's
-  repr, pickle or ``to_dict()`` carries it.
-
-Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
+Lenient where the service may grow: unknown fields are ignored, unknown enum values kept as
+strings. Strict where it matters: dates are timezone-aware (no offset: UTC; a leap second is
+``23:59:59.999999``); a missing id, a field of the wrong JSON type or a non-finite number is a
+malformed response, never read with a substitute. A text holding an API key reads
+``<redacted>``. Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
 """
 
 from __future__ import annotations

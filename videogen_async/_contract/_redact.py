@@ -1,12 +1,9 @@
 """Keeping the API key out of every exception text and log record, whatever a server sends.
 
-A server or a proxy may echo the request back: the ``Authorization`` header, the bare key,
-the key percent-encoded, JSON-escaped (unicode escapes), as HTML character references, or
-broken by whitespace or a line break. Every text that comes from the wire passes through
-:func:`redact_text` before it becomes part of an error or a log record; the logging filter
-installed on the ``videogen_async`` logger is the safety net for everything else.
-
-The secrets: the API keys of the clients and of ``VIDEOGEN_API_KEY`` (the last :data:`MAX_SECRETS`).
+A server or proxy may echo the key: in ``Authorization``, bare, percent-encoded, JSON-escaped,
+as HTML character references, or split by whitespace. Wire text passes :func:`redact_text`
+before it enters an error or a log record; a filter on the ``videogen_async`` logger is the
+safety net. The secrets: the clients' keys and ``VIDEOGEN_API_KEY`` (the last :data:`MAX_SECRETS`).
 """
 
 from __future__ import annotations
@@ -92,10 +89,9 @@ def redact_text(text: str) -> str:
 def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000_000) -> Any:
     """A copy of a decoded JSON value (or a mapping of headers) with every string redacted.
 
-    The walk is iterative (a deeply nested value cannot exhaust the stack) and returns the
-    value itself when no string in it holds a secret. Its cost is bounded, so a hostile body
-    cannot stall the event loop: past ``max_items`` strings, dicts and lists, or once
-    ``max_chars`` characters have been searched, the rest is replaced by ``<redacted>``.
+    Iterative (deep nesting cannot exhaust the stack); the value itself when nothing holds a
+    secret. Bounded, so a hostile body cannot stall the loop: past ``max_items`` strings,
+    dicts and lists or ``max_chars`` searched characters, the rest is ``<redacted>``.
     """
     pattern = _pattern
     if pattern is None:
@@ -175,11 +171,10 @@ def _chain(exc: BaseException | None) -> list[BaseException]:
 def drop_locals(exc: BaseException | None) -> None:
     """Clear the local variables of the finished frames an exception chain went through.
 
-    A traceback printed with its locals (``pytest --showlocals``, rich's ``show_locals``,
-    error trackers) would show the raw answer a frame held, key echoed and all. The first
-    frame of each traceback, where the exception was caught, may still be running (or be a
-    suspended coroutine, which clearing would close): it is left alone; the frames below it
-    were left by the exception and are done.
+    A traceback printed with locals (``pytest --showlocals``, error trackers) would show the
+    raw answer a frame held, echoed key and all. Each traceback's first frame (where it was
+    caught) may still run, or be a suspended coroutine that clearing would close: it is left
+    alone; the frames below are done.
     """
     for current in _chain(exc):
         tb = current.__traceback__

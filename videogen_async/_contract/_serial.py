@@ -1,10 +1,8 @@
-"""The one converter between the SDK's attrs classes and JSON-ready data, and the mixin using it.
+"""The one converter between the SDK's attrs classes and JSON-ready data, and its mixin.
 
-:class:`Serializable` gives a class ``to_dict()``, ``to_json()`` and ``from_dict()``: the
-models, ``LedgerEntry`` and ``GatherProgress`` travel through a broker, a workflow payload or a
-file and come back equal. Dates are ISO 8601 with their offset (``Z`` for UTC), enum members
-their string, an enum value this SDK does not know yet stays a string, nested classes are
-dicts and tuples lists.
+:class:`Serializable` gives ``to_dict()``, ``to_json()`` and ``from_dict()`` (round trips equal,
+through a broker, a workflow or a file): ISO 8601 dates with offset, enums as strings (unknown
+ones stay strings), nested classes as dicts, tuples as lists.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The service, stated once: endpoints, request fields and rules, response shapes.
 
-This module is the table to hold against the service interface document. Everything else is
-derived from it:
-
-* the client's request checks (``_contract._validation``), which the sandbox runs on
-  the bodies it receives;
-* the OpenAPI document (:mod:`videogen_async.testing._openapi`, kept as ``docs/openapi.json``);
-* the sandbox's JSON answers (:mod:`videogen_async.testing._render` takes its field names
-  from the shapes below);
-* the response models (``_contract._models``; a test holds every attrs class and the
-  fast ``Task`` parser to the shapes below);
-* the reference prices (:class:`Pricing`): what the sandbox charges, and what the command
-  line's spending estimate assumes, since the service publishes only the script's price.
+The table to hold against the service interface document. Derived from it: the request checks
+(``_contract._validation``, also run by the sandbox), the OpenAPI document
+(``testing._openapi``, ``docs/openapi.json``), the sandbox's answers (``testing._render``), the
+response models (a test holds them to the shapes) and the reference prices (:class:`Pricing`:
+the sandbox's charges and the CLI's estimate; the service publishes only the script's price).
 
 Adding an optional request field is one line in a ``Body`` below (and its test).
 

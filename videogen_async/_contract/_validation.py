@@ -1,13 +1,9 @@
 """The service's request rules, derived from the statement in ``_contract._service``.
 
-The same functions check a request on both sides of the wire: the client runs them on the
-body it is about to send (so that no credit is spent on a request we know is invalid) and the
-sandbox runs them on the body it receives. Each takes a JSON-shaped mapping and returns the
-body to send, or raises :class:`InvalidRequestError` naming the field and the rule.
-
-Values the service leaves open (a project's ``duration`` upper bound, ``resolution`` beyond
-720 and 1080, the maximum number of product images) are checked for their type only and
-passed on for the service to judge.
+The client runs them before sending (no credit spent on a known-invalid request) and the
+sandbox on what it receives. Each takes a JSON-shaped mapping and returns the body, or raises
+:class:`InvalidRequestError` naming the field and the rule. Values the service leaves open (a
+project's ``duration`` bound, other resolutions, the product image count) are type-checked only.
 """
 
 from __future__ import annotations

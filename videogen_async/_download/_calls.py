@@ -48,11 +48,8 @@ class DownloadCalls:
     ) -> Path:
         """Download a finished video to a file: streamed, atomic, resumed after a broken link.
 
-        The body is streamed in chunks into a temporary file beside ``path`` and renamed over
-        it only when complete and of the declared size, so ``path`` never holds a partial
-        video. A connection that breaks is resumed with a ``Range`` request (or started over
-        when the host ignores ranges). The API key is never sent to the video's host.
-        See ``docs/downloads.md``.
+        ``path`` never holds a partial video; a broken connection is resumed with ``Range``
+        (or started over); the API key is never sent to the host. See ``docs/downloads.md``.
 
         Args:
             source: A succeeded :class:`Task`, a task id (the task is fetched and must have
@@ -104,9 +101,8 @@ class DownloadCalls:
     ) -> list[DownloadResult]:
         """Download many videos into a directory, at most ``max_concurrency`` at a time.
 
-        A failed item does not stop the others: every item gets a :class:`DownloadResult`, in
-        the order of ``items``, with either its ``path`` or its ``error``. Each file is named
-        ``{task_id}.mp4`` (or after its URL), made distinct when two items would collide.
+        A failed item does not stop the others. Files are named as by :meth:`download`, made
+        distinct when two would collide.
 
         Args:
             items: Succeeded tasks, task ids or video URLs.
@@ -116,11 +112,10 @@ class DownloadCalls:
                 item's error.
             attempts: Requests made in all per file (resumes included).
             chunk_size: Bytes read and written at a time.
-            on_result: Called with each result as soon as its item is done (e.g. to move a
-                progress bar); it must be quick and must not raise.
+            on_result: Quick, non-raising callback given each result as soon as it is done.
 
         Returns:
-            One result per item, in the order of ``items``.
+            One :class:`DownloadResult` per item (its ``path`` or ``error``), in order.
 
         Raises:
             ValueError: ``max_concurrency``, ``attempts`` or ``chunk_size`` is below 1.

@@ -1,9 +1,9 @@
 """Decoding a response body safely: whatever bytes arrive, the result is a value or "not JSON".
 
-``json.loads`` alone lets a hostile body escape the error tree (``RecursionError`` from deep
-nesting, ``ValueError`` from a 5,000-digit integer's ``str``) and accepts ``NaN``. Here nesting
-is bounded (:data:`MAX_DEPTH`), the constants are refused, any decoder failure is "not JSON",
-and error texts quote a bounded, redacted excerpt computed without recursion.
+``json.loads`` alone lets a hostile body escape the error tree (``RecursionError``, a
+5,000-digit integer's ``ValueError``) and accepts ``NaN``: here nesting is bounded
+(:data:`MAX_DEPTH`), those constants refused, any failure "not JSON", and error texts quote a
+bounded, redacted excerpt computed without recursion.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Per-call options: ``extra_headers``, ``extra_query``, ``extra_body`` and ``timeout``.
 
-Every call that sends a request takes them (:class:`RequestOptions`), every wait the first two
-for its polls (:class:`PollOptions`); :meth:`CallOptions.of` checks them before anything is
-sent. Headers that carry credentials are refused (``Authorization``: another key, or none,
-where the user meant this one; ``Proxy-Authorization``: it belongs in the proxy's URL; a value
-holding an API key); ``Cookie`` is allowed, since the service authenticates by the key alone.
+Calls take them (:class:`RequestOptions`), waits the first two (:class:`PollOptions`), checked
+by :meth:`CallOptions.of` before sending. Credential headers are refused (``Authorization``:
+another key where the user meant this one; ``Proxy-Authorization``: belongs in the proxy URL; a
+value holding an API key); ``Cookie`` is allowed, as the service authenticates by key alone.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One pacing state per client: a 429 slows every request of the client, then AIMD recovery.
 
-A client and its ``with_options`` views share one :class:`Pacing`; every request of the
-transport holds a slot of it while in flight. A 429 pauses *every* request (its honoured
-``Retry-After``, else a backoff doubling per 429 in a row, at most ``max_retry_after``) and
-cuts the allowed concurrency and rate (multiplicative decrease, once per 429 *event*); each
-success then grows them back (additive increase) until the limits are lifted. Without 429s a
-slot costs a counter increment. The settings are those of the ``BackoffPolicy`` of the request
-that met the 429 (see ``docs/errors.md``).
+A client and its ``with_options`` views share one :class:`Pacing`; each request holds a slot
+while in flight. A 429 pauses *every* request and cuts concurrency and rate once per 429
+*event*; successes grow them back. Without 429s a slot costs a counter increment. Settings are
+the ``BackoffPolicy`` of the request that met the 429 (``docs/errors.md``).
 """
 
 from __future__ import annotations

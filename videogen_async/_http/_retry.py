@@ -1,9 +1,8 @@
 """Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
-Every loop of the SDK (the transport, the waits and gathers, downloads, the ledger) asks
-:func:`decide_retry` after one failure; where a caller differs on purpose, the difference is a
-parameter of the decision (``poll``, ``extra_statuses``, ``transient``), never a table of its
-own. Pure decisions and arithmetic, no I/O.
+Every loop (transport, waits, gathers, downloads, ledger) asks :func:`decide_retry` after a
+failure; a caller's deliberate difference is a parameter (``poll``, ``extra_statuses``,
+``transient``), never a table of its own. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -32,29 +31,23 @@ TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 class BackoffPolicy:
     """How the client slows down under failure: retries, backoff, ``Retry-After``, 429 pacing.
 
-    One policy per client (``AsyncVideoGen(backoff=...)``, ``with_options(backoff=...)``),
-    for its requests, its waits and gathers, and its downloads. All times are in seconds.
+    One per client (requests, waits, gathers, downloads). Times in seconds; see docs/errors.md.
 
     Attributes:
         max_retries: Retries of one request after its first attempt (0 turns them off);
             ``AsyncVideoGen(max_retries=...)`` sets it.
-        initial_delay: Upper bound of the first backoff after a transient failure; each
-            further failure in a row doubles it. The delay is drawn uniformly below that
-            bound (full jitter).
+        initial_delay: Bound of the first backoff, doubled per failure in a row (the delay
+            is drawn uniformly below it).
         max_delay: The cap of that bound.
-        max_retry_after: The longest ``Retry-After`` the client waits by itself, and the
-            longest client-wide pause after a 429. A request asked to wait longer raises its
-            ``RateLimitError`` at once (``retry_after`` says how long the service asked
-            for); a poll treats it as absent. An unreadable value is absent too.
+        max_retry_after: The longest ``Retry-After`` waited (and 429 pause); a request
+            asked longer raises its ``RateLimitError`` at once, a poll ignores it.
         rate_limit_pause: The client-wide pause after a 429 without a usable ``Retry-After``,
             doubled for each 429 in a row (jittered down to half), at most
             ``max_retry_after``.
         rate_decrease: Factor applied on a 429 to the allowed concurrency and request rate.
-        rate_recovery: After a 429, the allowed rate grows back by this fraction of the
-            reduced rate per second, until the limit is lifted.
-        max_consecutive_failures: Transient failures in a row after which a wait or a gather
-            gives up on one id (``None``: never; the wait's deadline still applies). 429s do
-            not count: the pacing answers them.
+        rate_recovery: Per second after a 429, the rate grows back by this fraction.
+        max_consecutive_failures: Transient failures in a row (429s uncounted) after which
+            a wait or gather gives up on an id (``None``: never).
     """
 
     max_retries: int = attrs.field(default=2, validator=attrs.validators.ge(0))
@@ -99,10 +92,9 @@ def decide_retry(
 ) -> RetryDecision:
     """Whether and when to try again after ``exc``: the one retry decision of the SDK.
 
-    Transient: connection errors and timeouts, a body that is not the envelope, and
-    :data:`TRANSIENT_STATUSES`. Any other method than ``GET`` (a create, which charges
-    credits) is tried again only after a 429 or when the connection provably never carried
-    it. The wait is the honoured ``Retry-After``, else :func:`backoff_delay`.
+    Transient: connection errors, timeouts, a non-envelope body, :data:`TRANSIENT_STATUSES`.
+    A non-``GET`` is retried only after a 429 or when provably never sent. The wait is the
+    honoured ``Retry-After``, else :func:`backoff_delay`.
 
     Args:
         exc: The failure.
@@ -110,11 +102,9 @@ def decide_retry(
         failures: Failures in a row of this request (its attempt number) or of this polled
             id, this one included.
         policy: The backoff policy.
-        poll: A poll of a waiting loop: a failure means "poll this id later" rather than
-            "retry this request". Any 5xx is then transient; the limit is
-            ``max_consecutive_failures`` rather than ``max_retries``, and a 429 never
-            reaches it (the caller does not count it: the pacing answers it); a
-            ``Retry-After`` beyond ``max_retry_after`` is ignored rather than raised.
+        poll: A waiting loop's poll ("poll this id later"): any 5xx is transient, the limit
+            is ``max_consecutive_failures`` (429s uncounted), a too long ``Retry-After`` is
+            ignored rather than raised.
         extra_statuses: Statuses also transient for this caller (a media host's 425).
         transient: The caller's own verdict for a failure that is not HTTP (a database
             fault); ``None`` judges ``exc`` as above.

@@ -1,10 +1,8 @@
 """The HTTP transport: one request with its retries, pacing and timeouts.
 
-With ``_session`` and ``_envelope``, the only modules of the client that import aiohttp:
-nothing above it sees an aiohttp type. Retries are decided by ``_retry.decide_retry``, each
-attempt holds a slot of the client's ``_pacing``, ``Timeout`` bounds each attempt and the
-optional ``deadline`` the whole call; the environment's proxy is read once, when the client
-is made.
+With ``_session`` and ``_envelope``, the only client modules importing aiohttp. Retries are
+``_retry.decide_retry``'s, each attempt holds a ``_pacing`` slot, ``Timeout`` bounds an attempt
+and ``deadline`` the call; the environment's proxy is read once, when the client is made.
 """
 
 from __future__ import annotations
@@ -427,10 +425,8 @@ class Transport:
 class _Bound:
     """The one timer of an attempt, for its ``total`` and ``read`` timeouts (``None``: none).
 
-    It fires at the attempt's end, or once no byte of the answer came for ``read`` seconds (the
-    wait for the first ones included; checked every quarter of ``read``, so in answers slower
-    than that only), and cancels the attempt's task: :meth:`expired` tells that from any other
-    cancellation.
+    It cancels the attempt's task at its end, or after ``read`` seconds without a byte
+    (checked every quarter of ``read``); :meth:`expired` tells that from other cancellations.
     """
 
     __slots__ = (

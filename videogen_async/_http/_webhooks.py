@@ -1,11 +1,10 @@
 """Signed webhooks, by the Standard Webhooks specification: sending and verifying.
 
-The signature (HMAC-SHA256 of ``"{id}.{timestamp}.{body}"``, ``v1,<base64>``) is the
-specification's whole scheme, a few lines of the standard library: written here rather than
-adding a dependency to the core; the tests check it against the ``standardwebhooks`` package
-both ways. A receiver is someone else's server: no redirect is followed, every attempt is
-bounded, at most an excerpt of the answer is read, and nothing of the client is used. Nor is
-a link-local or cloud metadata address (a URL's host, or where its name resolves) a receiver.
+The scheme (HMAC-SHA256 of ``"{id}.{timestamp}.{body}"``, ``v1,<base64>``) is a few lines of
+the standard library, written here rather than adding a core dependency; tests check it
+against ``standardwebhooks`` both ways. A receiver is someone else's server: no redirect, every
+attempt bounded, an excerpt of the answer read, nothing of the client used, and no link-local or
+cloud metadata address (by URL host or resolution).
 """
 
 from __future__ import annotations
@@ -286,15 +285,13 @@ def webhook(
     """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
 
     The body is ``{"type": "video.<state>", "timestamp": ISO 8601, "data": entry.to_dict()}``;
-    the headers follow the Standard Webhooks specification (check them with
-    :func:`verify_webhook`, or any Standard Webhooks library). ``webhook-id`` is the same
-    for every retry of one entry's terminal state, so a receiver can drop duplicates.
+    headers by Standard Webhooks (:func:`verify_webhook`); ``webhook-id`` is the same for
+    every retry of one entry's terminal state, so a receiver can drop duplicates.
 
     Args:
-        url: The receiver, ``http(s)://``, without user info (``user:password@``), never a
-            link-local or cloud metadata address (its host, or where its name resolves).
-        secret: The destination's secret: ``whsec_`` and the base64 of 24 to 64 random bytes
-            (e.g. ``"whsec_" + base64.b64encode(os.urandom(32)).decode()``).
+        url: The receiver, ``http(s)://``, without user info, never a link-local or cloud
+            metadata address (by host or resolution).
+        secret: ``whsec_`` and the base64 of 24 to 64 random bytes.
         timeout: Seconds one delivery may take, connection to answer.
         headers: Extra headers to send (e.g. the receiver's own token); never an API key.
         allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.

@@ -63,20 +63,17 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         """Open (and on first use create) a ledger: ``async with Ledger.open(url) as ledger:``.
 
         Args:
-            url: A file path or ``sqlite:///PATH`` (SQLite: one machine, any number of
-                processes), or ``postgresql://USER:PASSWORD@HOST:PORT/DBNAME`` (shared by
-                processes on many machines; needs the ``videogen-async[postgres]`` extra).
+            url: A file path or ``sqlite:///PATH`` (one machine), or
+                ``postgresql://USER:PASSWORD@HOST:PORT/DBNAME`` (``[postgres]`` extra).
             max_credits: Refuse creates that could take the credits charged through this
                 ledger (by every process) past this cap (``None``: no cap).
-            price_estimate: ``(model, duration) -> credits``, the worst-case price reserved
-                before a create is sent under ``max_credits``. ``None``: the highest price
-                answered for the model and duration (see ``docs/ledger.md``).
-            outage_timeout: Seconds an operation retries a database that does not answer (a
-                restart, a failover, killed connections) before it raises ``LedgerError``.
+            price_estimate: ``(model, duration) -> credits`` reserved under ``max_credits``
+                before a create (``None``: the highest price answered for them).
+            outage_timeout: Seconds an operation retries a silent database before raising
+                ``LedgerError``.
 
         Returns:
-            An async context manager giving the :class:`Ledger` (or awaitable: then the caller
-            calls :meth:`aclose`).
+            An async context manager (or awaitable, then :meth:`aclose`) of the :class:`Ledger`.
 
         Raises:
             LedgerError: A malformed URL, an unreachable database, a database that is not a
@@ -110,30 +107,26 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         Args:
             client: The client that sends the create.
             prompt: The prompt.
-            key: Makes the create idempotent across every process of the ledger: a key already
-                created returns its entry and sends nothing. ``None``: a fresh random key.
+            key: Idempotency across the ledger's processes: a created key returns its entry,
+                sending nothing (``None``: a random key).
             metadata: A JSON object kept with the entry (at most 16 KiB, 8 levels deep).
-            **task_fields: The other fields of ``client.tasks.create`` (``model``,
-                ``duration``, ...), and its per-call options (``extra_body``, kept for a
-                :meth:`resend` and read for the price; ``extra_headers``, ``timeout``...).
+            **task_fields: The other fields and per-call options of ``client.tasks.create``
+                (``extra_body`` is kept for :meth:`resend` and read for the price).
 
         Returns:
-            The entry: ``pending`` with its ``task_id`` (or, for a key created before, as the
-            ledger holds it; ``refused`` keys are sent again).
+            The entry, ``pending`` with its ``task_id`` (a key created before: as held;
+            ``refused`` keys are sent again).
 
         Raises:
-            InvalidRequestError: A field (the key, the metadata) breaks a rule; nothing was
-                written.
-            AmbiguousCreateError: This key's create (now or earlier) may have taken effect and
-                its id is unknown (or cannot be polled); nothing more is sent (see
-                :meth:`resend`).
+            InvalidRequestError: A field (key, metadata) breaks a rule; nothing written.
+            AmbiguousCreateError: This key's create may have taken effect, its id unknown (or
+                unpollable); nothing more is sent (see :meth:`resend`).
             BudgetExceededError: The create could pass ``max_credits``; nothing was sent.
             APIStatusError: The service refused the create (the entry is ``refused``).
-            APIResponseError: The answer names the task's id but is otherwise unreadable: the
-                entry is ``pending`` with that id (the watchers poll it), as is the error.
-            LedgerError: The ledger could not be used (nothing was sent), or the answer could
-                not be recorded: its id is then kept and written back later (the message says
-                where).
+            APIResponseError: The answer names the id but is otherwise unreadable (the entry
+                is ``pending`` with that id).
+            LedgerError: The ledger could not be used (nothing sent), or the answer could not
+                be recorded (its id is kept and written back later; the message says where).
         """
         key = check_key(key) if key is not None else uuid.uuid4().hex
         meta = check_metadata(metadata)
@@ -284,27 +277,23 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
     ) -> Watch:
         """Wait on the ledger's pending entries with other watchers; yield each terminal one.
 
-        Use it as ``async with ledger.watch(client) as finished: async for entry in
-        finished: ...``. A database that does not answer is retried for ``outage_timeout``
-        seconds (see :meth:`open`) before the iteration raises ``LedgerError``.
+        ``async with ledger.watch(client) as finished: async for entry in finished: ...``;
+        the iteration raises ``LedgerError`` after ``outage_timeout`` (:meth:`open`).
 
         Args:
             client: The client that polls.
-            lease: Seconds a claimed entry stays this watcher's without a renewal (renewed
-                every third of it while the watcher lives); a watcher that dies leaves its
-                entries to the others after this long.
+            lease: Seconds a claimed entry stays this watcher's unrenewed (renewed every
+                third of it): a dead watcher's entries pass to others after this long.
             claim_size: Entries claimed at most per claim.
             claim_interval: Seconds between looks for new entries (and renewals).
             max_concurrency: Polls in flight at most per gather (``None``: its default).
             poll_policy: The poll policy (``None``: the client's).
             stop_when_idle: End the iteration once the ledger holds nothing open (no entry
                 ``creating``, ``pending``, or terminal and not yet delivered).
-            max_held: Entries this watcher holds at most at once (``None``: no limit; claims
-                are greedy, so set it to spread a large backlog over several watchers).
+            max_held: Entries held at most at once (``None``: no limit); claims are greedy.
 
         Returns:
-            A :class:`Watch`: an async context manager whose value is an async iterator of
-            terminal :class:`LedgerEntry`.
+            A :class:`Watch`: an async context manager of terminal :class:`LedgerEntry`.
         """
         return Watch(
             self._store,

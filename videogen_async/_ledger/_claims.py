@@ -1,10 +1,8 @@
 """The statements watchers run: claims, leases, fair shares, finishes and the shared pause.
 
-A claim is one ``UPDATE`` over the claimable rows (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so
-that watchers never wait on nor take each other's rows). A transaction that changes several
-entries locks them in key order, after the budget row where it takes it. Leases are written
-once for any table with ``key``, ``owner`` and ``lease_until``: the watchers' entries and the
-dispatchers' deliveries.
+A claim is one ``UPDATE`` (PostgreSQL: ``FOR UPDATE SKIP LOCKED``: watchers never wait on or
+take each other's rows). Multi-entry transactions lock in key order, after the budget row when
+taken. Leases are written once for any table with ``key``, ``owner`` and ``lease_until``.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value

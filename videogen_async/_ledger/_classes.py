@@ -1,9 +1,8 @@
 """The ledger's memory of finish times per class of tasks, shared by its watchers.
 
-The gather reads and updates a :class:`LedgerFinishTimes` in memory; the watcher loads the
-ledger's classes when it starts and writes the changed ones back once per round, each with the
-version it was read at: a class another watcher wrote meanwhile is merged and written again,
-so that no watcher's update is lost.
+The gather updates a :class:`LedgerFinishTimes` in memory; the watcher loads the classes at
+start and writes changed ones back each round with their read version: one written meanwhile
+by another watcher is merged and written again, so no update is lost.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The creates of a ledger: decided and written ahead, sent, recorded, repaired.
 
-A create is decided in one transaction (its key, and under ``max_credits`` its reservation:
-see ``_plans.decide_budget``), then sent, then its answer recorded. An answer that cannot be
-recorded (the database went away during the request, its disk is full) is kept in the spool
-at once, written again with backoff while the database is away, and written back by any
-later operation or open (see ``_spool``); as a last resort its id is logged at ERROR. A
-creator holds a liveness lock while it lives (see ``_engines``): the ``creating`` entries of
-a dead one are ``unknown`` at once, its lease (600 s) only the last resort.
+A create is decided in one transaction (key; under ``max_credits`` its reservation), sent, then
+recorded. An answer that cannot be recorded goes to the spool at once, retried with backoff and
+written back by any later operation or open (``_spool``); last resort: its id logged at ERROR.
+A creator holds a liveness lock (``_engines``): a dead one's ``creating`` entries are
+``unknown`` at once, its 600 s lease only the last resort.
 """
 
 from __future__ import annotations

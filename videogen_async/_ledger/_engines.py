@@ -1,16 +1,14 @@
 """The engines a ledger runs on: how a plan reaches the database, and how creators live.
 
-* :class:`SQLiteEngine`: one connection, used only from one worker thread at a time (a whole
-  plan in one hop, never on the event loop); WAL mode, a busy timeout, and every change one
-  ``BEGIN IMMEDIATE`` transaction. A creator lives while it holds an ``flock`` on its file
-  in ``PATH-creators/``.
-* :class:`PostgresEngine`: an asyncpg pool, each plan on a connection of its own (taken back
-  without a reset statement: plans leave no session state); a connection whose operation was
-  interrupted (killed, cancelled, broken) is terminated, never handed out again. A creator
-  lives while it holds a session-level advisory lock, on a connection of its own.
+* :class:`SQLiteEngine`: one connection, one worker thread at a time (a whole plan per hop,
+  never on the event loop); WAL, a busy timeout, each change a ``BEGIN IMMEDIATE``. A creator
+  lives while it holds an ``flock`` on its file in ``PATH-creators/``.
+* :class:`PostgresEngine`: an asyncpg pool, a connection per plan (no reset statement: plans
+  leave no session state); an interrupted connection is terminated, never reused. A creator
+  lives while it holds a session advisory lock on a connection of its own.
 
-A database that does not answer is reported as :class:`~._store.DatabaseUnavailable`, every
-other failure as :class:`LedgerError`: never a driver's own error.
+A silent database is :class:`~._store.DatabaseUnavailable`, any other failure
+:class:`LedgerError`: never a driver's error.
 """
 
 from __future__ import annotations
@@ -153,10 +151,9 @@ def is_busy(exc: sqlite3.Error) -> bool:
 def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
     """Switch a file to WAL mode, waiting out the other connections (in a worker thread).
 
-    Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once,
-    without its busy handler, while another connection reads it (as processes opening a new
-    file together do): the switch is retried, backing off from 1 ms to 50 ms, for ``timeout``
-    seconds; then the last ``sqlite3.OperationalError`` is raised.
+    Leaving rollback mode needs the file to itself, and SQLite answers ``SQLITE_BUSY`` at once
+    (no busy handler) while another connection reads it: retried, 1 ms to 50 ms apart, for
+    ``timeout`` seconds; then the last ``sqlite3.OperationalError`` is raised.
     """
     deadline = time.monotonic() + timeout
     delay = 0.001

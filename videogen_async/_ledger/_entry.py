@@ -41,18 +41,14 @@ class LedgerEntry(Serializable):
     """One key of a ledger.
 
     Attributes:
-        key: The key (given to ``create_task``, or drawn at random when none was given).
-        state: ``creating`` (written, not yet answered), ``unknown`` (the create may have taken
-            effect, its id is not known), ``refused`` (the service certainly created nothing),
-            ``pending`` (created, not terminal), or the terminal task states ``succeeded``,
-            ``failed``, ``error``.
+        key: The key (given to ``create_task``, or random).
+        state: ``creating`` (written, unanswered), ``unknown`` (may have taken effect, id
+            unknown), ``refused`` (nothing created), ``pending``, or a terminal task state.
         task_id: The task id, once known.
-        credits_cost: The credits the service says it charged (``None`` before its answer;
-            0 for a failed task it refunded).
+        credits_cost: Credits charged (``None`` before the answer; 0 once refunded).
         task: The last :class:`Task` seen, or ``None``.
-        kind: ``task`` for a direct task, ``project`` for a project, ``project_task`` for a
-            task of a project's video batch, ``videos`` for the create of a video batch
-            (state ``created`` once answered; its tasks are entries of their own).
+        kind: ``task``, ``project``, ``project_task`` (a task of a project's batch) or
+            ``videos`` (a batch's create: ``created`` once answered).
         model: The model asked for (``None``: the service's default).
         duration: The duration asked for, in seconds (``None``: the service's default).
         request: The fields the create was (or will be) sent with.
@@ -63,11 +59,9 @@ class LedgerEntry(Serializable):
         finished_at: When a watcher recorded its terminal state.
         metadata: The JSON object given with the create (``{}``: none), see
             :meth:`Ledger.update_metadata`.
-        version: The entry's changes so far (of its state or metadata), counted from 0: each
-            process sees an entry's versions in this order.
-        position: The change's position, on an entry read as a change (``Ledger.changes``):
-            it only grows, and ``changes(after=position)`` resumes just after it; ``None``
-            otherwise. Not compared: the same entry read from the table is equal.
+        version: The entry's state/metadata changes so far, from 0 (seen in this order).
+        position: On an entry read as a change (``Ledger.changes``), its growing position
+            for ``changes(after=position)``; ``None`` otherwise. Not compared.
     """
 
     key: str

@@ -1,13 +1,11 @@
 """``Ledger.wait`` and ``Ledger.changes``: every process's changes, pushed to this one.
 
-One :class:`Listener` per ledger reads the changes the schema's triggers record and hands
-them to this process's waits, iterators and dispatchers, in the order of their sequence
-numbers (their ``position``). A number is taken before its change commits, so a number passed
-over (a gap) holds back the changes after it until it comes, or is known never to come (the
-transactions running when it was first missed have ended: the dialect's ``{in_progress}``), or
-is :data:`GAP_TTL` old: each change is handed on once, in order, and a consumer that resumes
-after a position misses nothing. Woken by the engine (``Engine.listen``: ``NOTIFY`` on
-PostgreSQL, ``PRAGMA data_version`` on SQLite) and by this process's commits.
+One :class:`Listener` per ledger hands the triggers' changes to this process's waits, iterators
+and dispatchers in sequence (``position``) order. A number is taken before its change commits,
+so a gap holds back later changes until it comes, is known never to come (the transactions
+running when it was missed have ended: ``{in_progress}``) or is :data:`GAP_TTL` old: each change
+is handed on once, in order, and a resumed consumer misses nothing. Woken by the engine
+(``NOTIFY``; SQLite's ``PRAGMA data_version``) and by this process's commits.
 """
 
 from __future__ import annotations
@@ -300,19 +298,17 @@ class Waits:
     ) -> Changes:
         """Every change of the ledger's entries, from every process, as each is committed.
 
-        It starts at its first step, or on entering (``async with ledger.changes() as c:``),
-        or just after the change at ``after``. Each change comes once, in the order of the
-        changes' ``position`` (each entry's in commit order: ``version`` counts them).
+        It starts at its first step (or on entering ``async with``), or just after ``after``;
+        each change comes once, in ``position`` order.
 
         Args:
             keys: Only the changes of these keys.
             states: Only changes to these states (``pending``, ``succeeded``...).
-            after: Resume just after this ``position`` (``0``: every change kept), from any
-                process: nothing missed, nothing twice.
+            after: Resume just after this ``position`` from any process (``0``: every change
+                kept).
 
         Returns:
-            An async iterator of :class:`LedgerEntry`, each as it was at its change, with its
-            ``position``.
+            An async iterator of :class:`LedgerEntry` as at each change, with ``position``.
 
         Raises:
             InvalidRequestError: A bad key, an unknown state, or ``after`` not an int >= 0.

@@ -1,10 +1,9 @@
 """The statements of creates and reads, written once for both engines (see ``_schema``).
 
-Every change is conditional on the state it changes, so that a plan run again after a commit
-whose answer was lost changes nothing twice. What was spent and reserved are the entries' sums:
-the budget row is locked by decisions under a cap only, before any entry (as every writer of
-several entries takes them in key order after it), so that no two writers wait on each other.
-A create without a cap is two statements committed alone: its write ahead, its answer.
+Every change is conditional on the state it changes, so a plan rerun after a lost commit answer
+changes nothing twice. Spent and reserved are sums of entries; the budget row is locked only by
+decisions under a cap, before any entry (writers take entries in key order after it), so no two
+writers wait on each other. An uncapped create is two statements: its write ahead, its answer.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value

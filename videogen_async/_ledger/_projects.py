@@ -34,9 +34,8 @@ class ProjectCreates:
     ) -> LedgerEntry:
         """Create a project through the ledger, with the guarantees of ``create_task``.
 
-        The entry (kind ``project``) holds the ``project_id`` the moment it is known. The
-        tasks of its video batches are recorded with :meth:`create_videos` (and, for the
-        automatic first batch of auto mode, :meth:`record_project_tasks`).
+        Its batches' tasks are recorded by :meth:`create_videos` (:meth:`record_project_tasks`
+        for auto mode's first batch).
 
         Args:
             client: The client that sends the create.
@@ -71,9 +70,8 @@ class ProjectCreates:
     ) -> list[LedgerEntry]:
         """Record task ids of a project (kind ``project_task``, ``pending``) for watchers.
 
-        Idempotent: an id already recorded is kept as it is. An id that cannot be polled is
-        recorded ``unknown``, with the reason, as ``KEY/#POSITION "ID"`` (the id escaped).
-        The entries take the project entry's metadata.
+        Idempotent. An unpollable id is recorded ``unknown`` as ``KEY/#POSITION "ID"`` (the id
+        escaped), with the reason. The entries take the project's metadata.
 
         Args:
             key: The project's ledger key (each task's key is ``KEY/TASK_ID``).
@@ -104,9 +102,8 @@ class ProjectCreates:
     ) -> list[LedgerEntry]:
         """Create a video batch of a ledger project, written ahead like every create.
 
-        The batch's entry (kind ``videos``) is ``creating`` before the request is sent; its
-        task ids are recorded with the answer in one transaction (``project_task`` entries,
-        keys ``KEY/TASK_ID``). A batch key created before returns its tasks, sending nothing.
+        Its task ids are recorded with the answer (``project_task`` entries, keys
+        ``KEY/TASK_ID``); a batch key created before returns its tasks, sending nothing.
 
         Args:
             client: The client that sends the create.

@@ -1,15 +1,12 @@
 """The ledger's schema, the two SQL dialects its statements are written in once, and plans.
 
-A *plan* is a generator that yields :class:`Step` statements and receives each one's rows (a
-list of dicts); its return value is the operation's result. An engine (``_engines``) runs a
-plan in one transaction.
-
-Tables are named ``videogen_ledger_*`` (a ledger may live in an application's database). An
-entry's ``owner`` is its creator while ``creating`` or ``unknown``, then the watcher whose
-lease holds it; its ``version`` counts the statements that changed its state or metadata, each
-recorded in ``changes`` by the triggers, in the change's transaction (on PostgreSQL with a
-``pg_notify``). ``rates`` (version 1) is no longer made nor read; ``budget`` (version 5) is
-only locked by decisions under a cap. Migrations only ever add; a newer ledger is refused.
+A *plan* is a generator yielding :class:`Step` statements and receiving each one's rows (dicts);
+it returns the result. An engine runs a plan in one transaction. Tables are
+``videogen_ledger_*`` (a ledger may share an application's database). An entry's ``owner`` is
+its creator while ``creating``/``unknown``, then the leasing watcher; its ``version`` counts its
+state/metadata changes, each recorded in ``changes`` by triggers in the same transaction (with
+``pg_notify``). ``rates`` (v1) is unused; ``budget`` (v5) only locked under a cap. Migrations
+only add; a newer ledger is refused.
 """
 
 # ruff: noqa: S608 - the SQL interpolates only this module's constant fragments; every value
@@ -77,15 +74,12 @@ class Dialect:
     """What differs between the engines, as data.
 
     Statements are written once, with ``$1``-style parameters and words in braces: ``{E}``
-    (the entries table), ``{real}``, ``{json}``, ``{now}`` (the database's clock, in seconds
-    since the epoch), ``{greatest}`` (of two values), ``{lock}`` (lock the rows read until the
-    transaction ends), ``{skip_locked}`` (and pass over rows others locked), ``{in_progress}``
-    (the transactions running when the statement began: a list, or ``NULL``), and a few
-    statements of its own. Macros take a parameter: ``items($n)`` and ``numbers($n)``, the
-    set of the elements of a JSON list of strings or integers; ``meta_has($n)``, whether
-    an entry's metadata holds each key of a JSON object with an equal value;
-    ``meta_value($n)``, the JSON text of an entry's metadata value under a key (``NULL``
-    without one).
+    (entries table), ``{real}``, ``{json}``, ``{now}`` (database clock, epoch seconds),
+    ``{greatest}``, ``{lock}`` (rows read, until commit), ``{skip_locked}`` (pass over rows
+    others locked), ``{in_progress}`` (transactions running at the statement's start: a list,
+    or ``NULL``), and a few statements. Macros: ``items($n)``/``numbers($n)`` (elements of a
+    JSON list of strings/integers), ``meta_has($n)`` (metadata holds each key of a JSON object
+    with an equal value), ``meta_value($n)`` (JSON text of a metadata key's value, or ``NULL``).
     """
 
     def __init__(self, name: str, *, macros: dict[str, str], numbered: bool, **words: str) -> None:

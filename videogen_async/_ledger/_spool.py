@@ -1,8 +1,7 @@
 """Answers of creates the ledger could not record yet, kept in local files until it can.
 
-A file per answer (see :func:`spool_directory`), written to a temporary name, flushed to
-disk, then renamed, so that a reader sees a whole record or none. The methods block: call them
-in a worker thread.
+A file per answer (:func:`spool_directory`), written to a temporary name, flushed, renamed: a
+reader sees a whole record or none. The methods block: call them in a worker thread.
 """
 
 from __future__ import annotations

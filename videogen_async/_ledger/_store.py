@@ -1,18 +1,15 @@
 """One store for both engines: each operation a plan (``_schema``) run in one transaction.
 
-An engine (``_engines``) reports a database that does not answer (a restart, a failover,
-killed connections, a full disk) as :class:`DatabaseUnavailable`; :class:`Store` then runs the
-whole transaction again with the SDK's backoff for up to ``outage_timeout`` seconds, and raises
-:class:`LedgerError` only when it gives up. Every write plan may run again safely: each change
-is conditional on the state it changes, since a commit whose answer was lost may have taken
-effect.
+On :class:`DatabaseUnavailable` (restart, failover, killed connections, full disk) the
+:class:`Store` reruns the whole transaction with backoff for up to ``outage_timeout`` seconds,
+then raises :class:`LedgerError`. Every write plan is safe to rerun (each change is conditional
+on the state it changes), as a commit whose answer was lost may have taken effect.
 
-Group commit: the writes of :attr:`Store.grouped` plans queued while a transaction of theirs
-ran share the next one (each alone when one of them fails the others). Added once: every write
-passes through :meth:`Store._attempt` (it fires :attr:`Store.changed` and prunes old changes
-once a minute, in the same transaction); an entry's change is recorded by the schema's
-triggers; an entry's column is a field of ``_plans.NewEntry``, a migration and a field of
-``LedgerEntry``; terminal states and their deliveries are written by ``_claims.finish_many``.
+Group commit: :attr:`Store.grouped` writes queued during a transaction share the next (each
+alone if one fails). Written once: every write passes :meth:`Store._attempt` (fires
+:attr:`Store.changed`, prunes old changes once a minute); changes are recorded by triggers; an
+entry column is a ``_plans.NewEntry`` field, a migration and a ``LedgerEntry`` field; terminal
+states and deliveries are written by ``_claims.finish_many``.
 """
 
 from __future__ import annotations

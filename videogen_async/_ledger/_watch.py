@@ -1,10 +1,9 @@
 """``Ledger.watch``: cooperative watchers that share a ledger's pending entries.
 
-Each watcher claims entries with a lease (decided in SQL), polls them with one open-ended
-:func:`gather_until_done` living as long as the watcher, writes each terminal state back and
-hands the entry to its consumer, renewing its leases every third of the lease. Delivery is at
-least once: an entry is marked delivered when its consumer asks for the next one (or leaves
-the block without an exception). An id that cannot be polled is marked ``unknown``.
+A watcher claims entries with a lease (renewed every third of it), polls them with one
+open-ended :func:`gather_until_done`, writes each terminal state back and hands the entry on.
+At least once: an entry is delivered when its consumer asks for the next one (or leaves the
+block without an exception). An id that cannot be polled is marked ``unknown``.
 """
 
 from __future__ import annotations
@@ -231,9 +230,8 @@ class Watch(ExitCloses):
     async def _shed(self) -> None:
         """Give back what this watcher holds over its share when other watchers joined.
 
-        The ids claimed last go back (never below the share, and never ids claimed less than
-        a renewal period ago: what was just handed on is not handed back at once). They leave
-        the gather first, so that no id is polled by this watcher once another may claim it.
+        The last claimed go back (never below the share, nor ids claimed within a renewal
+        period); they leave the gather first, so no id is polled here once another may claim it.
         """
         share, held = await self._store.read(claims.share, self.owner)
         excess = held - share

@@ -1,11 +1,9 @@
 """Event hooks: what the client tells its observers, in httpx's ``event_hooks`` style.
 
-A hook is a plain or ``async`` callable taking one event (an async one is awaited in line, so
-keep it quick). An event never carries the API key: hooks never see the request's headers, and
-what the service sent back is redacted. A hook that raises is logged and the client goes on,
-unlike httpx: a hook runs inside calls that must keep their promises (a create whose answer
-names what was charged, a gather that must not drop its ids). A cancellation propagates. See
-``docs/observability.md``.
+A hook is a plain or ``async`` callable taking one event (awaited in line: keep it quick).
+Events never carry the API key (no request headers; answers redacted). Unlike httpx, a hook
+that raises is logged and the client goes on: hooks run inside calls that must keep their
+promises. A cancellation propagates. See ``docs/observability.md``.
 """
 
 from __future__ import annotations

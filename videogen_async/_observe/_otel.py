@@ -1,10 +1,8 @@
-"""OpenTelemetry, when ``opentelemetry-api`` is installed (``pip install videogen-async[otel]``).
+"""OpenTelemetry, when ``opentelemetry-api`` is installed (``videogen-async[otel]``).
 
-The one module that imports it, once, at import time. Without it, :data:`ENABLED` is ``False``
-and the callers skip every span: no tracing code runs. With it, spans go to whatever tracer
-provider the application configured; while it has configured none (the API's default, whose
-spans record nothing), :func:`recording` is ``False`` and the callers skip the spans too, so
-that installing the extra costs nothing until tracing is set up.
+The one module importing it, once. Without it :data:`ENABLED` is ``False`` and no tracing code
+runs; with no tracer provider configured, :func:`recording` is ``False`` and spans are skipped
+too, so the extra costs nothing until tracing is set up.
 """
 
 from __future__ import annotations

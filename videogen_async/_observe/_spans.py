@@ -1,11 +1,9 @@
 """Where the client is observed: event hooks and OpenTelemetry spans around requests and waits.
 
-:class:`RequestObserver` wraps each attempt of a request in the ``request``, ``response`` and
-``retry`` hooks and one ``CLIENT`` span (OpenTelemetry's HTTP client conventions; a retry is a
-new span with ``http.request.resend_count``); :func:`wait_span` and :func:`observe_gather` put
-one span around a wait or a gather. What nothing observes does not run: a request skips the
-observer unless a hook is set or spans would record (``_otel.recording()``, asked call by
-call), and a wait skips its span unless they would.
+:class:`RequestObserver` wraps each attempt in the ``request``/``response``/``retry`` hooks and
+one ``CLIENT`` span (HTTP client conventions; a retry is a new span with
+``http.request.resend_count``); :func:`wait_span` and :func:`observe_gather` span a wait or a
+gather. What nothing observes does not run: no hook and no recording span, no observer.
 """
 
 from __future__ import annotations

@@ -67,9 +67,8 @@ class Projects(Resource):
     ) -> CreatedProject:
         """Create a project (``POST /v1/video/viral-ads-clone``); charges 10 credits.
 
-        The service stores the media, then analyses the reference and writes a script in
-        the background. In ``auto`` mode it then creates one batch of ``out_number`` videos;
-        in ``manual`` mode it stops at the script and waits for :meth:`create_videos`.
+        The script is written in the background; then ``auto`` creates ``out_number`` videos,
+        ``manual`` waits for :meth:`create_videos`.
 
         Args:
             reference_video_url: Public http(s) URL of the reference ad video.
@@ -146,8 +145,7 @@ class Projects(Resource):
     ) -> VideoBatch:
         """Create a new batch of video tasks from a project whose script is ready.
 
-        May be called any number of times; each call creates (and charges) a new batch.
-        Omitted arguments take the project's defaults.
+        Each call creates (and charges) a new batch; omitted arguments: the project's defaults.
 
         Args:
             project_id: The project.
@@ -196,9 +194,8 @@ class Projects(Resource):
             project_id: The project.
             timeout: The deadline in seconds (``None``: no deadline).
             poll_policy: Overrides the client's poll policy.
-            on_update: Called (or awaited) with the first state read and then with each
-                state that differs from the one before (a new ``current_step``, a script,
-                new tasks), the final one included; an exception it raises ends the wait.
+            on_update: Called (or awaited) with the first state and each changed one, the
+                final included; an exception it raises ends the wait.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
@@ -241,10 +238,8 @@ class Projects(Resource):
             project_id: The project.
             timeout: The deadline in seconds (``None``: no deadline).
             poll_policy: Overrides the client's poll policy.
-            on_update: Called (or awaited) with the first state read and then with each
-                state that differs from the one before (its status, step, script, billing
-                or listed tasks changed), the final one included; an exception it raises
-                ends the wait.
+            on_update: Called (or awaited) with the first state and each changed one, the
+                final included; an exception it raises ends the wait.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:

@@ -1,9 +1,8 @@
 """``client.with_raw_response``: the same calls, returning the HTTP answer beside the result.
 
-In openai-python's style: ``raw = await client.with_raw_response.tasks.get(task_id)`` (or
-``client.tasks.with_raw_response.get(task_id)``, the same call) gives a
-:class:`RawResponse`, the answer's :class:`ResponseInfo` (status, headers, ``trace_id``, time
-taken) and the request (``http_request``); ``raw.parse()`` returns what the plain call does.
+As in openai-python: ``await client.with_raw_response.tasks.get(task_id)`` (or
+``client.tasks.with_raw_response.get``) gives a :class:`RawResponse`: the answer's
+:class:`ResponseInfo`, the ``http_request``, and ``parse()`` for the plain call's result.
 """
 
 from __future__ import annotations

@@ -58,11 +58,9 @@ class Resource:
     ) -> _T:
         """Send a creating call so that a charged identifier is never dropped.
 
-        The request runs in its own task. If the caller is cancelled while it is in flight,
-        the cancellation goes on at once, but the request runs to its answer (bounded by the
-        client's timeout settings; ``aclose()`` waits for it as long as they allow) and the id
-        of what the service created is logged at WARNING, so a charged task is never silently
-        lost.
+        The request runs in its own task: a cancelled caller returns at once, but the request
+        runs to its answer (within the timeouts; ``aclose()`` waits for it) and the created id
+        is logged at WARNING.
         """
 
         async def send() -> tuple[_T, Response]:

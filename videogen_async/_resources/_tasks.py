@@ -52,14 +52,8 @@ class Tasks(Resource):
     ) -> CreatedTask:
         """Create a video generation task (``POST /v1/video/videomodel-2``).
 
-        Every argument is checked against the service's rules before anything is sent, so a
-        request that would be refused costs nothing. An omitted argument takes the service's
-        default (model ``videomodel_2_0``, function_mode ``omni_reference``, ratio ``16:9``,
-        duration 5 s).
-
-        A create is never retried after it may have reached the service (it charges
-        credits and the service has no idempotency key): only a connection that could not be
-        opened, or a 429, is retried.
+        Arguments are checked before anything is sent; omitted ones take the service's
+        defaults. Retried only when the request cannot have taken effect (see docs/errors.md).
 
         Args:
             prompt: The text prompt (required, non-blank).
@@ -172,10 +166,8 @@ class Tasks(Resource):
             raise_on_failure: Raise :class:`TaskFailedError` when the task ends failed or
                 error, instead of returning it.
             poll_policy: Overrides the client's poll policy for this wait.
-            on_update: Called (or awaited, if it returns a coroutine) with the first state
-                read and then with each state that differs from the one before, the final
-                one included (like fal's ``on_queue_update``). An exception it raises ends
-                the wait with that exception.
+            on_update: Called (awaited if it returns a coroutine) with the first state and
+                each changed one, the final included; an exception it raises ends the wait.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Returns:
@@ -212,20 +204,17 @@ class Tasks(Resource):
             async for task in client.tasks.watch(task_id, timeout=600):
                 await message.edit(f"{task.status}")
 
-        Each state that differs from the one before is yielded once, the first and the
-        terminal one included; then the iteration ends. No poll runs while your loop body
-        does (and no cancel scope is held across a ``yield``): a slow body delays the next
-        poll, it never races it.
+        No poll runs while your loop body does: a slow body delays the next poll.
 
         Args:
             task_id: The task to watch.
-            timeout: The deadline in seconds for the whole watch (``None``: no deadline);
-                the time your loop body takes counts.
+            timeout: Deadline in seconds for the whole watch, loop body included (``None``:
+                none).
             poll_policy: Overrides the client's poll policy.
             **options: Sent with every poll (:class:`PollOptions`).
 
         Yields:
-            Each new state of the task.
+            Each distinct state once, the first and the terminal one included.
 
         Raises:
             WaitTimeoutError: The deadline passed; ``.last`` holds the last state seen.
@@ -269,8 +258,7 @@ class Tasks(Resource):
     ) -> GatherResults:
         """Wait for many tasks at once, yielding each as soon as it is terminal.
 
-        The same as :func:`videogen_async.gather_until_done` with this client; see it for
-        the options (``timeout``, ``max_concurrency``, ``return_exceptions``, ...).
+        :func:`videogen_async.gather_until_done` with this client; see it for the options.
 
         Args:
             task_ids: The ids to wait for (duplicates are polled and yielded once).

@@ -1,11 +1,9 @@
 """The class state of ``gather_until_done``: ids, classes, the clock skew, and the learning.
 
-:class:`BatchSchedule` knows each pending id's class and creation time, learns each class's
-finish times from the terminal tasks (``_schedule.ClassModel``, with what a
-``FinishTimeMemory`` remembers as a prior) and hands each id's next due time to the
-coordinator's ``push``; it does no I/O. Ages are on the service's clock (the skew bracketed
-from each finished task); growing gaps are capped by the *local* time waited, so a service
-clock that is off can only make polls denser.
+:class:`BatchSchedule` learns each class's finish times (``_schedule.ClassModel``, a
+``FinishTimeMemory`` as prior) and gives each pending id its next due time; no I/O. Ages are on
+the service's clock (skew bracketed from finished tasks); growing gaps are capped by the
+*local* time waited, so an off service clock can only make polls denser.
 """
 
 from __future__ import annotations
@@ -218,10 +216,9 @@ class BatchSchedule:
     def learn(self, state: IdState, task: Task, now: float) -> None:
         """Learn the clock skew and the class's finish times from a terminal task (any end).
 
-        The support is recomputed for each of a class's first 64 finishes, then after every
-        1/32 more (and at the class's last): a pass over a few hundred bins, never per poll,
-        and, once its end would close, over the class's ids to count those already overdue
-        for it (see :meth:`ClassModel.support`).
+        The support is recomputed for a class's first 64 finishes, then every 1/32 more (and
+        at its last): a pass over a few hundred bins, never per poll, and, once its end would
+        close, over the class's ids to count the overdue (:meth:`ClassModel.support`).
         """
         klass = state.klass
         klass.pending -= 1
@@ -272,10 +269,9 @@ class BatchSchedule:
     def _pull_forward(self, klass: ClassState, now: float) -> None:
         """Bring forward the ids of a class whose support starts before their next poll.
 
-        An O(k log n) pass over the class's k ids, done when its support is first known,
-        starts earlier or ends later: a handful of times per class, never per poll. An id
-        already inside the support is polled one gap after its last poll (at once if that
-        is past): no gap longer than a loop's, and no poll sooner than one.
+        O(k log n) over the class's k ids, only when its support is first known or widens,
+        never per poll. An id inside it is polled one gap after its last poll (at once if
+        past): no gap longer than a loop's, no poll sooner.
         """
         support = klass.support
         if support is None:

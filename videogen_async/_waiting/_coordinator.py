@@ -1,13 +1,10 @@
 """The polling engine of ``gather_until_done``: one dispatcher, a heap, a pool of workers.
 
-The next poll of every pending id is an entry of one heap (``_due.DueHeap``); when each id is
-due is the class state's (``_classes.BatchSchedule``). ``max_concurrency`` worker tasks poll,
-fed by one dispatcher that wakes at most once per ``coalesce`` seconds, however many ids are
-due. A 429 is the client's one pacing's (``_pacing.Pacing``; a source without one gets its
-own); whether an id is polled again after a failure is the one retry decision's
-(``decide_retry`` as a poll). No cancel scope is held across a yield: the polling runs in a
-task group owned by ``_gather.GatherResults``, and results leave through a memory object
-stream. See ``docs/waiting.md``.
+Each pending id's next poll is in one heap (``_due.DueHeap``), its due time the class state's.
+``max_concurrency`` workers poll, fed by one dispatcher waking at most once per ``coalesce``
+seconds. 429s are the client's pacing's (a source without one gets its own); repolling after a
+failure is ``decide_retry``'s. No cancel scope across a yield: polling runs in a task group
+owned by ``_gather.GatherResults``; results leave through a memory object stream.
 """
 
 from __future__ import annotations
@@ -287,9 +284,8 @@ class _Coordinator:
     def _ready_in(self, now: float) -> float:
         """Seconds until a poll may be sent (0: now); ``inf`` when waiting for an event.
 
-        The client's pacing (a 429's pause and its lowered concurrency) holds the dispatch
-        back; its lowered request rate is kept by the pacing itself, where each poll takes its
-        slot.
+        A 429's pause and lowered concurrency hold the dispatch back; the lowered rate is
+        kept by the pacing slot each poll takes.
         """
         paused_until = self._pacing.paused_until
         if now < paused_until:

@@ -1,13 +1,9 @@
 """``gather_until_done``: wait on many task ids at once, with one scheduler for all of them.
 
-The public face: the function (argument checks, ids and their classes) and the results object
-(the two ways to consume it, and the clean-up). The polling is ``_coordinator``'s; when each id
-is polled, ``_classes``' (on the finish-time models of ``_schedule``).
-
-**No cancel scope across a yield.** The polling runs in a task group owned either by the
-``async with`` block or by a background asyncio task started by the first ``__anext__`` of a
-plain ``async for``; results reach the consumer through an anyio memory object stream, and
-the consumer side never yields inside a cancel scope.
+The function (checks, ids, classes) and the results object; polling is ``_coordinator``'s.
+**No cancel scope across a yield**: the polling's task group is owned by the ``async with``
+block or by a background task started by a plain ``async for``'s first ``__anext__``; results
+come through an anyio memory object stream, never yielded inside a cancel scope.
 """
 
 from __future__ import annotations
@@ -208,43 +204,37 @@ def gather_until_done(
             async for task in results:
                 await notify(task.task_id, task.status, task.video_url)
 
-    A task that ended failed or error is a result (a :class:`Task`), not an exception.
-    Transient failures of a poll (connection errors, 5xx, 429, a garbled body) slow that id
-    down (a 429 slows everyone) and never end the batch.
+    A failed or error task is a result, not an exception; transient poll failures slow that id
+    down (a 429 slows everyone) and never end the batch. See docs/waiting.md.
 
     Args:
-        client: The client (``AsyncVideoGen``); polls are single reads without retries of
-            their own, so that the gather owns the backoff, paced by the client's pacing
-            (a 429 seen here slows every request of the client, and the other way round).
-            Below the client, a :class:`TaskSource` is taken as it is.
+        client: The client (``AsyncVideoGen``), whose pacing the polls share (they do not
+            retry: the gather owns the backoff), or a :class:`TaskSource`.
         task_ids: The ids; duplicates are polled once and yielded once.
         timeout: Deadline in seconds for the whole gather (``None``: none).
-        max_concurrency: Polls in flight at most (never exceeded).
-        return_exceptions: How an id that cannot be polled (404, 401, 403, 400, or
-            ``max_consecutive_failures`` transient failures in a row) or is still pending at
-            the deadline is reported: ``False`` raises the first such error (the deadline
-            raises :class:`WaitTimeoutError` with ``.pending``) after stopping every poll;
-            ``True`` yields a :class:`TaskPollError` for that id (its ``__cause__`` is the
-            error, a :class:`WaitTimeoutError` for the deadline) and goes on.
+        max_concurrency: Polls in flight at most.
+        return_exceptions: For an id that cannot be polled (404, 401, 403, 400, or
+            ``max_consecutive_failures`` transient failures in a row) or is pending at the
+            deadline: ``False`` stops every poll and raises the first error (the deadline:
+            :class:`WaitTimeoutError` with ``.pending``); ``True`` yields a
+            :class:`TaskPollError` (``__cause__``: the error) and goes on.
         poll_policy: The poll policy (``None``: the client's, else the defaults).
-        on_progress: Called with a :class:`GatherProgress` after each id finishes, on 429
-            pauses, at the end and every ``progress_interval`` seconds. It must be quick and
-            must not block; an exception it raises ends the gather with that exception.
+        on_progress: Quick, non-blocking callback given a :class:`GatherProgress` after each
+            id finishes, on 429 pauses, at the end and every ``progress_interval`` seconds;
+            an exception it raises ends the gather.
         progress_interval: Seconds between periodic ``on_progress`` calls.
-        classes: The class of each id, for ids that take different times (e.g. ``(model,
-            duration)``): a mapping from id to a hashable key (ids not in it have no class),
-            or a callable returning the key of an id. Each class's finish times are learned
-            on their own, and remembered (see ``finish_times``) for the next gather.
-        finish_times: Where what is learned about each class is kept between gathers
-            (``None``: the client's ``finish_times``, an in-memory store, if it has one).
-            Ids without a class are kept under the key ``None``.
-        open_ended: Keep the gather running when its ids are done, for ids that join later
+        classes: Each id's class for ids that take different times (e.g. ``(model,
+            duration)``): a mapping id -> hashable key, or a callable; finish times are
+            learned per class.
+        finish_times: Where what is learned per class is kept between gathers (``None``:
+            the client's ``finish_times``, if any); ids without a class are under ``None``.
+        open_ended: Keep running when the ids are done, for ids added later
             (:meth:`GatherResults.add`), until :meth:`GatherResults.end_input`.
 
     Returns:
-        A :class:`GatherResults`: an async iterator of :class:`Task` (and, with
-        ``return_exceptions=True``, :class:`TaskPollError`), also an async context manager;
-        its ``progress`` property is readable at any time.
+        A :class:`GatherResults`: an async iterator (and async context manager) of
+        :class:`Task` (and :class:`TaskPollError` with ``return_exceptions=True``), with a
+        ``progress`` property.
 
     Raises:
         ValueError: ``max_concurrency`` < 1, a negative ``timeout`` or a non-positive

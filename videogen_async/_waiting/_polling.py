@@ -1,11 +1,9 @@
 """The single-object waits, and the narrow interface every waiting engine polls.
 
-* :func:`poll_until`: one object (``tasks.wait``, ``projects.wait``), polled on the growing
-  gaps of the waiting policy (``_policy.growth_interval``). After a failure it asks the one
-  retry decision (``decide_retry``, as a poll) whether and when to poll again; every request
-  is paced by the client's ``_pacing``, so a 429 slows the whole client.
-* :class:`TaskSource`: the waiting engines never see the client: they poll through one read
-  of one task, with no retries of its own, the client's pacing and its backoff policy.
+* :func:`poll_until`: one object, on the growing gaps of ``_policy.growth_interval``; after a
+  failure ``decide_retry`` (as a poll) decides; requests share the client's ``_pacing``.
+* :class:`TaskSource`: engines never see the client, only one read of one task (no retries of
+  its own, the client's pacing and backoff policy).
 """
 
 from __future__ import annotations
@@ -148,12 +146,10 @@ async def poll_until(
 ) -> _T:
     """Poll one object (named ``what`` in errors and logs) until ``done`` says so.
 
-    The gaps grow with the object's age (``age_of`` a value and the seconds waited; by default
-    the seconds waited). After a failure the one retry decision (``decide_retry`` as a poll)
-    says whether and when to poll again: a transient failure backs off, a 429 waits for its
-    ``Retry-After`` (or the client's pause); ``backoff.max_consecutive_failures`` transient
-    failures in a row, or any other error, are raised, as is what ``done`` or ``on_value``
-    (awaited with each value read) raises.
+    Gaps grow with the object's age (``age_of``; default: the seconds waited). After a failure
+    ``decide_retry`` (as a poll) decides: transient failures back off, a 429 waits its
+    ``Retry-After``; ``backoff.max_consecutive_failures`` in a row, any other error, and what
+    ``done`` or ``on_value`` (awaited per value) raise are raised.
 
     Raises:
         WaitTimeoutError: The deadline passed, or a wait asked for after a failure would

@@ -1,11 +1,10 @@
 """Finish-time models for ``gather_until_done``: what is known of when tasks end, per class.
 
-Pure data structures and arithmetic. A :class:`FinishSketch` is a decaying histogram of
-durations on 2 % log bins; a :class:`ClassModel`, one class's estimate (with a remembered
-:class:`FinishTimeStats` as a prior of bounded weight), gives the :class:`Support`, the ages
-between which finishes are expected; :func:`batch_gap` is the gap before an id's next poll.
-A :class:`FinishTimeMemory` (by default one :class:`InMemoryFinishTimes` per client) keeps the
-stats between gathers.
+Pure. :class:`FinishSketch`: a decaying histogram of durations on 2 % log bins.
+:class:`ClassModel`: a class's estimate (a remembered :class:`FinishTimeStats` as bounded prior)
+giving the :class:`Support` of expected finishes; :func:`batch_gap`: the gap before an id's
+next poll. A :class:`FinishTimeMemory` (default: :class:`InMemoryFinishTimes` per client) keeps
+the stats between gathers.
 """
 
 from __future__ import annotations

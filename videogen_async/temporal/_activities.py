@@ -1,9 +1,9 @@
 """The worker side: activities that create through the ledger and complete asynchronously.
 
-An activity writes its task token into the entry's metadata and returns without holding a
-worker slot; :class:`ActivityCompleter` completes it when the video has finished. The ledger
-key is derived from the workflow, its run and the activity, so a retried attempt sends
-nothing: it puts its own token on the entry (returning at once if the video has finished).
+An activity writes its task token into the entry's metadata and returns holding no slot;
+:class:`ActivityCompleter` completes it when the video has finished. The key derives from the
+workflow run and activity, so a retried attempt sends nothing: it puts its own token on the
+entry (returning at once if the video has finished).
 """
 
 from __future__ import annotations

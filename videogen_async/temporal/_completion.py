@@ -1,8 +1,7 @@
 """The other end of an activity that waits: completing it from the ledger's dispatch.
 
-The dispatch hands each attempt the entry as it is now, so a retried activity's new token is
-the one used; an activity already closed (completed, timed out, its workflow gone) answers
-``NOT_FOUND``, which counts as delivered.
+Each attempt gets the entry as it is now (a retried activity's new token is used); an activity
+already closed answers ``NOT_FOUND``, which counts as delivered.
 """
 
 from __future__ import annotations
@@ -97,9 +96,8 @@ async def run_completions(
 ) -> None:
     """Run a worker's companions until cancelled: one watch and one dispatch of the ledger.
 
-    The watch polls every pending video of every workflow with one adaptive gather; the
-    dispatch (destination :data:`DESTINATION`) completes each waiting activity once its
-    video has finished. Any number of these, in any processes, share the work.
+    The watch polls every workflow's pending videos in one gather; the dispatch
+    (:data:`DESTINATION`) completes each waiting activity. Any number of these share the work.
 
     Args:
         ledger: The ledger the activities create through.

@@ -78,16 +78,15 @@ async def generate_video(
 ) -> Task:
     """Create a video task and wait until it has finished: call it from a workflow.
 
-    The activity creates the task through the worker's ledger and returns at once without
-    holding a worker slot; the worker's companions (:func:`run_completions`) complete it
-    when the video is ready. A retried attempt never creates a second task.
+    Created through the worker's ledger, once even when retried; the activity holds no slot
+    while waiting (:func:`run_completions` completes it). See docs/temporal.md.
 
     Args:
         prompt: The prompt.
         key: The ledger key (``None``: derived from the workflow, its run and the activity).
         metadata: Metadata kept on the ledger entry (for ``ledger.entries(metadata=...)``).
-        start_to_close_timeout: How long one attempt may wait for its video before Temporal
-            starts another (which creates nothing and waits again).
+        start_to_close_timeout: How long one attempt may wait before Temporal starts another
+            (which only waits again).
         retry_policy: Temporal's retry policy of the activity (``None``: Temporal's default).
         task_queue: The task queue of the activity (``None``: the workflow's).
         **task_fields: The other fields of ``client.tasks.create``.
@@ -157,16 +156,13 @@ async def generate_project_videos(
 ) -> list[Task]:
     """Create a video batch of a project and wait for every video: call it from a workflow.
 
-    The batch is created once per ``batch_key`` (a script not written yet is tried again by
-    Temporal, without holding a slot); each video is then awaited as :func:`generate_video`
-    awaits one, by asynchronous completion.
+    The batch is created once per ``batch_key`` (a script not yet written is retried by
+    Temporal); each video is awaited as in :func:`generate_video`.
 
     Args:
         project_key: The project's ledger key (:func:`create_project`'s entry's ``key``).
-        batch_key: The batch's ledger key (``None``: derived from the workflow, its run and
-            the activity).
-        start_to_close_timeout: How long one attempt may wait for its video (or for the
-            batch's create).
+        batch_key: The batch's ledger key (``None``: derived from the workflow run).
+        start_to_close_timeout: How long one attempt may wait for its video or create.
         retry_policy: Temporal's retry policy of the activities (``None``: Temporal's).
         task_queue: The task queue of the activities (``None``: the workflow's).
         **batch_fields: The fields of ``client.projects.create_videos`` (``out_number``...).

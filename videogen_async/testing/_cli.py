@@ -1,9 +1,8 @@
 """Serving the sandbox from the command line: ``python -m videogen_async.testing``.
 
-Once listening it prints, and flushes, where it serves (:func:`announce`: the URL, then
-``VIDEOGEN_BASE_URL=...`` and, for the default key only, ``VIDEOGEN_API_KEY=...``), and serves
-until Ctrl-C or SIGTERM. ``--write-openapi PATH`` writes the OpenAPI document and exits.
-``videogen sandbox`` is the same program, through the functions of this module.
+Once listening it prints and flushes where it serves (:func:`announce`: the URL, then
+``VIDEOGEN_BASE_URL=...`` and, for the default key only, ``VIDEOGEN_API_KEY=...``) and serves
+until Ctrl-C or SIGTERM; ``--write-openapi PATH`` writes the OpenAPI document and exits.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The sandbox's clock: simulated seconds that tests can speed up, pause and move forward.
 
-Every duration the sandbox simulates is measured on this clock, which runs ``1 / time_scale``
-times faster than real time, can be paused, and jumps forward with
-:meth:`SandboxClock.advance`, so that a test never sleeps to wait for a state. The timestamps
-the sandbox reports are the real times at which the clock reached each instant
-(:meth:`SandboxClock.wall_time_of`), so a client's own clock agrees with them at any time
-scale (``docs/sandbox.md``).
+It runs ``1 / time_scale`` times real time, can pause, and jumps with
+:meth:`SandboxClock.advance`, so tests never sleep. Reported timestamps are the real times the
+clock reached each instant (:meth:`SandboxClock.wall_time_of`), agreeing with a client's clock.
 """
 
 from __future__ import annotations
@@ -21,12 +18,9 @@ class SandboxClock:
     """Simulated time of one sandbox.
 
     Args:
-        time_scale: Real seconds per simulated second (must be > 0). ``1.0`` runs in real
-            time; ``0.01`` runs 100 times faster.
-        paused: Start paused: the clock then moves only through :meth:`advance` (or after
-            :meth:`resume`).
-        timer: The monotonic real-time source, in seconds (``time.monotonic`` unless a test
-            drives it).
+        time_scale: Real seconds per simulated second (> 0; ``0.01``: 100 times faster).
+        paused: Start paused: moved only by :meth:`advance` (until :meth:`resume`).
+        timer: The monotonic real-time source in seconds (default ``time.monotonic``).
 
     Raises:
         ValueError: ``time_scale`` is not a positive number.

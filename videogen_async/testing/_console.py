@@ -1,11 +1,9 @@
 """The sandbox console: a read-only web page of what the sandbox has seen (``docs/sandbox.md``).
 
-``GET /_sandbox/console`` serves one self-contained HTML page (no external asset; it works
-offline); ``?part=live`` is its live part, which an inline script reloads every second. Every
-value is HTML-escaped (prompts, paths and inputs come from users' requests) and a
-``Content-Security-Policy`` nonce forbids any script but its own. It asks for no key (a
-browser cannot send the Bearer header), shows no secret, and reads the sandbox's public truth
-(:class:`~._truth.ServerTruth`) only.
+``GET /_sandbox/console``: one self-contained page (works offline); ``?part=live`` is the part
+its inline script reloads every second. Values are HTML-escaped (they come from users) and a
+CSP nonce allows no other script. No key asked (a browser cannot send the Bearer header), no
+secret shown; it reads only the public truth (:class:`~._truth.ServerTruth`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The control API under ``/_sandbox/``: the sandbox's own endpoints for tests and benchmarks.
 
-Same Bearer key, JSON and envelope as the service; not part of the service, left out of the
-request log and the statistics, and described in ``docs/sandbox.md``. Each endpoint is the
-HTTP face of a public method of :class:`~videogen_async.testing.SandboxServer`; a
-``ValueError`` of that method (the caller's mistake) is a 400.
+Same key, JSON and envelope as the service, outside its request log and statistics
+(``docs/sandbox.md``). Each endpoint is the HTTP face of a public method of
+:class:`~videogen_async.testing.SandboxServer`, whose ``ValueError`` is a 400.
 """
 
 from __future__ import annotations

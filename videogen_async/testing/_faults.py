@@ -1,11 +1,10 @@
 """Fault injection: make the sandbox misbehave like a real network and a real service.
 
-A :class:`FaultRule` gives each kind of fault on a route a probability: a 5xx envelope
-(``error``), a proxy's HTML page (``html``), a 429 (``rate_limit``), a connection dropped
-before the request takes effect (``drop_before``) or after it took effect (``drop_after``).
-The kinds are exclusive for one request (one seeded draw picks at most one); real-time
-``latency`` adds to any. Rules are set per route at run time through :class:`FaultInjector`
-(``server.faults``), in code or over HTTP (``POST /_sandbox/faults``).
+A :class:`FaultRule` gives each fault kind on a route a probability: ``error`` (5xx envelope),
+``html`` (a proxy's page), ``rate_limit`` (429), ``drop_before``/``drop_after`` (connection
+dropped before/after the request takes effect). One seeded draw picks at most one kind;
+``latency`` adds to any. Set per route via :class:`FaultInjector` (``server.faults``) or
+``POST /_sandbox/faults``.
 """
 
 from __future__ import annotations
@@ -53,24 +52,18 @@ class FaultRule:
     """What can go wrong on one route (or on every route).
 
     Args:
-        route: Which requests the rule applies to: ``"*"`` (every service route and the
-            media route), ``"METHOD /path"`` or ``"/path"`` (any method). The path is the
-            route's pattern as the spec writes it (``/v1/video/viral-ads-clone/{project_id}``)
-            or a concrete path; shell-style wildcards (``*``, ``?``) are allowed.
+        route: ``"*"`` (every service route and media), ``"METHOD /path"`` or ``"/path"``;
+            a spec pattern (``.../{project_id}``) or concrete path, wildcards allowed.
         error_rate: Probability of a 5xx answer with an error envelope.
         error_statuses: The statuses drawn from for ``error`` (uniformly).
         html_rate: Probability of an HTML error page instead of the envelope.
         html_status: The status of the HTML page.
         rate_limit_rate: Probability of a 429 answer.
         retry_after: Seconds sent in the 429's ``Retry-After`` header (``None``: no header).
-        drop_before_rate: Probability that the connection is closed before the request takes
-            effect.
-        drop_after_rate: Probability that the request takes effect and the connection is
-            closed instead of answering.
-        latency: Real seconds added before handling: a number, a ``(low, high)`` range or a
-            callable(rng); ``None`` for none.
-        times: Apply the rule to this many matching requests only, then drop it
-            (``None``: until cleared).
+        drop_before_rate: Probability of closing the connection before the request acts.
+        drop_after_rate: Probability of closing it after the request took effect.
+        latency: Real seconds added: a number, ``(low, high)`` or callable(rng) (``None``).
+        times: Matching requests the rule applies to, then dropped (``None``: until cleared).
 
     Raises:
         ValueError: A rate outside 0..1, rates adding up to more than 1, a non-5xx error

@@ -1,8 +1,8 @@
 """The sandbox's middleware: fault injection, counting, and every failure as the envelope.
 
-Every request passes through :func:`service_middleware`: control endpoints (``/_sandbox/``)
-are only guarded (a failure becomes the error envelope); the service's requests are counted,
-logged and, when a fault rule matches, delayed, answered with an injected failure or dropped.
+In :func:`service_middleware`, control endpoints are only guarded (a failure becomes the
+envelope); service requests are counted, logged and, when a fault rule matches, delayed,
+failed or dropped.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The OpenAPI 3.1 document of the service as the sandbox implements it.
 
-It is generated here, served by every sandbox at ``/openapi.json`` and kept in the repository
-as ``docs/openapi.json`` (``python -m videogen_async.testing --write-openapi docs/openapi.json``
-regenerates it; a test checks that the two are equal).
-
-Every schema and service path is generated from the statement of the service, as the
-request checks are, so a request that fits the schema is accepted and one that does not is
-answered 400. The control endpoints under ``/_sandbox/`` are left out.
+Served at ``/openapi.json`` and kept as ``docs/openapi.json`` (``python -m
+videogen_async.testing --write-openapi docs/openapi.json``; a test checks they are equal).
+Generated from the service statement, as the request checks are, so what fits the schema is
+accepted and the rest answered 400. ``/_sandbox/`` endpoints are left out.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The sandbox in a child process (``python -m videogen_async.testing``), from any program.
 
-A benchmark that measures the client's CPU, a test of a command-line tool, or a program that
-should not share its event loop with the emulator runs the sandbox in its own process. This
-starts one on a free port and reads the base URL and key it announces.
+For a benchmark of the client's CPU, a test of a command-line tool, or a program that must not
+share its event loop with the emulator: started on a free port, its announced URL and key read.
 """
 
 from __future__ import annotations
@@ -23,13 +22,11 @@ class SandboxProcess:
         with SandboxProcess("--seed", "1", "--time-scale", "0.01") as sandbox:
             client = AsyncVideoGen(api_key=sandbox.api_key, base_url=sandbox.base_url)
 
-    The child does not inherit ``VIDEOGEN_*`` variables, so the caller's configuration of the
-    real service never reaches it. Starting blocks until the child has announced its URL;
-    from async code call it through a thread (``await anyio.to_thread.run_sync(sandbox.start)``).
+    The child inherits no ``VIDEOGEN_*`` variable. Starting blocks until it announces its URL
+    (from async code: ``await anyio.to_thread.run_sync(sandbox.start)``).
 
     Args:
-        *args: Further options of ``python -m videogen_async.testing`` (``--seed``,
-            ``--time-scale``, ``--manual-clock``, ``--credits`` ...).
+        *args: Further options of ``python -m videogen_async.testing``.
         api_key: The key the sandbox accepts (its default key when ``None``).
         startup_timeout: Seconds to wait for the child to announce itself.
 

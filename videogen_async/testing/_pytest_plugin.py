@@ -1,10 +1,9 @@
 """pytest plugin: sandbox fixtures for your own test suite (see ``docs/testing.md``).
 
-Installed with ``videogen-async`` (entry point ``pytest11``); importing it only defines the
-fixtures ``videogen_sandbox`` (a started server, closed after the test),
-``videogen_sandbox_options`` (its keyword arguments; override it in a ``conftest.py``) and
-``videogen_sandbox_factory`` (``await make(**options)`` starts more). The async ones need
-pytest-asyncio, in its ``auto`` or ``strict`` mode.
+Installed with ``videogen-async`` (``pytest11``); defines the fixtures ``videogen_sandbox`` (a
+started server), ``videogen_sandbox_options`` (its arguments: override in ``conftest.py``) and
+``videogen_sandbox_factory`` (``await make(**options)``); they need pytest-asyncio (``auto`` or
+``strict``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The sandbox's JSON: the envelope, and every object of the service as the statement shapes it.
 
-Each answer is built from a table of producers keyed by field name; the table is checked
-against the shape of :mod:`videogen_async._contract._service` when this module is imported, and the
-answer lists the fields in the statement's order. A field added to a shape without its
-producer (or the other way round) fails at import, in every test.
+Answers are built from producers keyed by field name, in the statement's order; the table is
+checked against the shapes of :mod:`videogen_async._contract._service` at import, so a field
+without its producer (or the reverse) fails at import, in every test.
 """
 
 from __future__ import annotations

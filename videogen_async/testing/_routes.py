@@ -1,12 +1,9 @@
 """The service's routes: each endpoint of the statement, answered from the sandbox's state.
 
-Requests are checked with the client's own rule functions (derived from the statement of the
-service), so the sandbox refuses exactly what the client refuses; answers are rendered from
-the statement's shapes (:mod:`._render`). What the sandbox answers where the spec says "not
-shown" (a missing key, an unknown id, a body that is not JSON, an unknown field, videos
-before the script, prices, refunds, timestamps) is listed in ``docs/sandbox.md``. A
-project's creation (store the media, charge the script, start its steps) and a batch of its
-videos are written here, as the service's desk takes them.
+Requests are checked with the client's own rules (it refuses exactly what the client refuses);
+answers rendered from the statement's shapes (:mod:`._render`). Answers where the spec says
+"not shown" are listed in ``docs/sandbox.md``. Project creation (store media, charge the
+script, start its steps) and video batches are written here, as the service's desk takes them.
 """
 
 from __future__ import annotations

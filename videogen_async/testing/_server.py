@@ -1,8 +1,7 @@
 """``SandboxServer``: the whole video generation service, in memory, over real HTTP on loopback.
 
-It composes the service's routes (:mod:`._routes`), the control API under ``/_sandbox/``
-(:mod:`._control`), the console, fault injection and the counters behind one middleware; the
-methods tests use to read and steer the simulation are its base class
+It puts the routes (:mod:`._routes`), the control API (:mod:`._control`), the console, faults
+and counters behind one middleware; what tests read and steer is its base class
 (:class:`~._truth.ServerTruth`).
 """
 
@@ -42,29 +41,26 @@ class SandboxServer(ServerTruth, AsyncClosing):
             async with server.client() as client:
                 task = await client.tasks.create("a red fox in the snow")
 
-    Several servers can run at once in one process; each has its own state, clock and port.
-    ``docs/sandbox.md`` tells each option at length.
+    Servers are independent (state, clock, port). See docs/sandbox.md.
 
     Args:
         host: Interface to listen on.
         port: Port to listen on; ``0`` picks a free one.
         api_key: The key the sandbox accepts (``Authorization: Bearer <key>``).
         credits: Starting balance (total and available).
-        time_scale: Real seconds per simulated second (``0.001``: 1000 times faster); every
-            duration below is in simulated seconds.
+        time_scale: Real seconds per simulated second; durations below are simulated.
         manual_clock: Start with the clock paused: it moves only through ``clock.advance``.
         seed: Seed of every random draw (durations, outcomes, ids, faults).
-        task_duration: How long a video task runs: seconds, a ``(low, high)`` uniform range,
-            or a callable ``(rng) -> seconds``.
+        task_duration: A task's run time: seconds, ``(low, high)`` or ``(rng) -> seconds``.
         queue_delay: How long a video task is ``queued`` before it runs (same forms).
         failure_rate: Probability that a task ends ``failed`` (refunded).
         error_rate: Probability that a task ends ``error`` (refunded).
         project_timing: Durations of a project's steps before its script is ready.
         project_failure_rate: Probability that a project fails before its script.
-        failure_marker: Text that makes a project (in its ``reference_video_url``) or a task
-            (in its prompt or batch script) fail; ``None`` disables it.
-        media_rejects: A predicate on project media URLs: ``True`` means it cannot be stored
-            (409 / 100099), as a host under ``.invalid``.
+        failure_marker: Text making a project (``reference_video_url``) or task (prompt,
+            script) fail; ``None``: off.
+        media_rejects: Predicate on project media URLs: ``True``: not storable (409 / 100099),
+            as hosts under ``.invalid`` always are.
         pricing: What tasks and projects cost.
         faults: Fault rules active from the start (see :class:`FaultRule`).
         request_log_size: How many recent requests the request log keeps.

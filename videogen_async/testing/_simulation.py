@@ -1,8 +1,7 @@
 """The simulation's objects: tasks, batches and projects as state machines on time; the balance.
 
-Nothing here runs in the background. A task or project stores the simulated instants at which
-it changes (start, finish, each project step) and its state is computed from the clock when it
-is read, so a hundred thousand pending tasks cost a few hundred bytes each and no timer.
+Nothing runs in the background: an object stores the simulated instants it changes at and its
+state is computed from the clock when read, so 100,000 pending tasks cost bytes, no timers.
 """
 
 from __future__ import annotations

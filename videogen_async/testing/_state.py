@@ -1,11 +1,9 @@
 """The sandbox's service state: tasks and projects on the sandbox clock, and their events.
 
-What has effects beyond the object itself (a failed task's refund, the script's refund of a
-project that fails before it, an ``auto`` project's automatic batch) is an event of a
-time-ordered heap that :meth:`SandboxState.settle` drains up to the current time before every
-read or write, each event once and in time order: the ledger is the same whether a test reads
-it after every simulated second or once after a jump of an hour. The objects and the balance
-are in :mod:`._simulation`; a project's creation and exact schedules in :mod:`._routes` and
+Effects beyond the object (a failed task's refund, a project's script refund, an ``auto``
+project's batch) are events of a time-ordered heap that :meth:`SandboxState.settle` drains
+before every read or write, once each, in order: the ledger is the same however often a test
+reads. Objects and balance: :mod:`._simulation`; creation and schedules: :mod:`._routes`,
 :mod:`._truth`.
 """
 

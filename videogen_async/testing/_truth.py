@@ -1,9 +1,7 @@
 """What tests and benchmarks read and steer on a sandbox: the base class of ``SandboxServer``.
 
-The server-side truth (every task and project, as the sandbox sees it), exact scheduling of
-outcomes, the balance, the statistics and the request log. The same operations are served
-over HTTP under ``/_sandbox/`` by :mod:`._control`. The schedules are set by the functions
-at the end of this module.
+Every task and project as the sandbox sees it, exact scheduling of outcomes, the balance, the
+statistics and the request log; served over HTTP under ``/_sandbox/`` by :mod:`._control`.
 """
 
 from __future__ import annotations
@@ -108,26 +106,22 @@ class ServerTruth:
     ) -> list[str]:
         """Create many direct tasks at once, each charged as if created through the service.
 
-        For benchmarks and soak runs that need many ids quickly (``POST /_sandbox/tasks/bulk``
-        over HTTP); the tasks count in ``tasks_created``, no request is logged.
+        For benchmarks (``POST /_sandbox/tasks/bulk``); counted in ``tasks_created``, not logged.
 
         Args:
             count: How many tasks, 1 to 1,000,000.
             prompt: Their prompt (the failure marker works as usual).
             model: Their model, ``duration`` their duration (the service's defaults).
             duration: Seconds of video.
-            finish_in: When each ends, in simulated seconds from now: a number, a
-                ``(low, high)`` range drawn per task, or a callable(rng); the sandbox's task
-                duration when ``None``. A very large value keeps them pending.
-            outcome: ``"succeeded"``, ``"failed"`` or ``"error"`` for all; drawn from the
-                failure rates when ``None``.
+            finish_in: Simulated seconds until each ends: a number, ``(low, high)`` per task
+                or callable(rng) (``None``: the sandbox's task duration).
+            outcome: ``"succeeded"``, ``"failed"`` or ``"error"`` (``None``: drawn).
 
         Returns:
             The new ids, in creation order.
 
         Raises:
-            ValueError: A bad argument, or a balance that does not cover them all (then
-                none is created).
+            ValueError: A bad argument, or a balance short of them all (none created).
         """
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
             raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
