@@ -96,7 +96,7 @@ class ThreadedSandbox:
     def _served(self, route: str) -> int:
         return sum(1 for r in self.srv.request_log if r.route == route)
 
-    def wait_for_route(self, route: str, *, above: int, timeout: float = 20.0) -> None:
+    def wait_for_route(self, route: str, *, above: int, timeout: float = 120.0) -> None:
         """Block until the sandbox has answered more than ``above`` requests on ``route``:
         checked on its loop as each request arrives or ends."""
 
@@ -185,8 +185,12 @@ def videogen(*argv: str, **kwargs: Any) -> subprocess.Popen[str]:
     )
 
 
-def wait_until(predicate: Callable[[], bool], *, timeout: float = 20.0, what: str = "") -> None:
-    """Poll ``predicate`` until true, failing after ``timeout`` seconds (never a bare sleep)."""
+def wait_until(predicate: Callable[[], bool], *, timeout: float = 120.0, what: str = "") -> None:
+    """Poll ``predicate`` until true (never a bare sleep); ``timeout`` only guards a hang.
+
+    The waits are for subprocesses that start an interpreter under coverage: on a busy
+    machine that alone can take tens of seconds.
+    """
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

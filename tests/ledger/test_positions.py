@@ -5,6 +5,7 @@ twice; a position whose following changes were pruned is an error, never silence
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
@@ -123,7 +124,7 @@ async def _age_changes(url: str, up_to: int) -> None:
         finally:
             await conn.close()
     else:
-        with sqlite3.connect(url) as conn:
+        with contextlib.closing(sqlite3.connect(url)) as conn, conn:  # closed, and committed
             conn.execute(sql + "?", (up_to,))
 
 
