@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests._services import TEMPORAL_HINT, TemporalServer, require, unavailable
+
+# temporalio (and protobuf under it) imported once, while the tests are collected in one
+# thread: a first import of it in the middle of a run, with other threads and finalizers
+# importing, met a KeyError in Python 3.11's module locks (importlib._bootstrap).
+with contextlib.suppress(ImportError):
+    import videogen_async.temporal  # noqa: F401
 
 
 def temporal_binary() -> str | None:
