@@ -1,8 +1,12 @@
 """Whether and when to try again: one backoff policy, one decision, ``Retry-After`` read once.
 
-Every loop (transport, waits, gathers, downloads, ledger) asks :func:`decide_retry` after a
-failure; a caller's deliberate difference is a parameter (``poll``, ``extra_statuses``,
-``transient``), never a table of its own. Pure, no I/O.
+Two questions, each answered once: what a failure is (:func:`is_transient`: worth another
+try, from its kind, status and method) and how long to wait (:func:`backoff_after`: the one
+backoff policy and ``Retry-After``). A request loop (transport, waits, gathers, downloads)
+asks both through :func:`decide_retry`; a loop that only means "back off" (the ledger's
+database retries, its listener and dispatcher) asks :func:`backoff_after` alone. A caller's
+deliberate difference is a parameter (``poll``, ``extra_statuses``, ``request``), never a
+table of its own. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -86,15 +90,14 @@ def decide_retry(
     policy: BackoffPolicy,
     poll: bool = False,
     extra_statuses: Collection[int] = (),
-    transient: bool | None = None,
     remaining: float = math.inf,
     rng: random.Random | None = None,
 ) -> RetryDecision:
-    """Whether and when to try again after ``exc``: the one retry decision of the SDK.
+    """Whether and when to send a request again after ``exc``: the SDK's one retry decision.
 
-    Transient: connection errors, timeouts, a non-envelope body, :data:`TRANSIENT_STATUSES`.
-    A non-``GET`` is retried only after a 429 or when provably never sent. The wait is the
-    honoured ``Retry-After``, else :func:`backoff_delay`.
+    First what the failure is (:func:`is_transient`; a non-``GET`` only after a 429 or when
+    provably never sent, since a create may have taken effect), then how long to wait
+    (:func:`backoff_after`).
 
     Args:
         exc: The failure.
@@ -102,36 +105,88 @@ def decide_retry(
         failures: Failures in a row of this request (its attempt number) or of this polled
             id, this one included.
         policy: The backoff policy.
-        poll: A waiting loop's poll ("poll this id later"): any 5xx is transient, the limit
-            is ``max_consecutive_failures`` (429s uncounted), a too long ``Retry-After`` is
-            ignored rather than raised.
+        poll: A waiting loop's poll ("poll this id later"): any 5xx is transient, and the
+            wait is a loop's (see :func:`backoff_after`, ``request``).
         extra_statuses: Statuses also transient for this caller (a media host's 425).
-        transient: The caller's own verdict for a failure that is not HTTP (a database
-            fault); ``None`` judges ``exc`` as above.
-        remaining: Seconds left before the caller's bound (a deadline): a wait that would
-            end past it is ``"too long"``.
+        remaining: Seconds left before the caller's bound (a deadline).
         rng: The random source of the jitter.
 
     Returns:
         The decision.
     """
-    limited = isinstance(exc, err.RateLimitError)
-    if transient is None:
-        transient = _is_transient(exc, poll, extra_statuses)
-    if not transient:
+    if not is_transient(exc, poll=poll, extra_statuses=extra_statuses):
         return RetryDecision(None, "permanent", f"{type(exc).__name__} is not transient")
     never_sent = isinstance(exc, err.APIConnectionError) and not exc.request_may_have_taken_effect
-    if method != "GET" and not limited and not never_sent:
+    if method != "GET" and not isinstance(exc, err.RateLimitError) and not never_sent:
         return RetryDecision(None, "unsafe", f"a {method} that may have taken effect")
-    limit = policy.max_consecutive_failures if poll else policy.max_retries + 1
-    if limit is not None and failures >= limit and not (poll and limited):
+    return backoff_after(failures, policy, exc=exc, request=not poll, remaining=remaining, rng=rng)
+
+
+def is_transient(
+    exc: BaseException, *, poll: bool = False, extra_statuses: Collection[int] = ()
+) -> bool:
+    """Whether another try may meet something else than ``exc``: the classification alone.
+
+    Transient: connection errors, timeouts, a non-envelope body, :data:`TRANSIENT_STATUSES`
+    and ``extra_statuses``; for a ``poll``, any 5xx too (a poll is always safe to repeat, and
+    a server error on a read is worth waiting out). An envelope's failure code under HTTP 200
+    decides as a status would.
+    """
+    if isinstance(exc, (err.APIConnectionError, err.APIResponseError)):
+        return True
+    if not isinstance(exc, err.APIStatusError):
+        return False
+    status = exc.status_code
+    if (status is None or status < 400) and exc.code is not None:
+        status = exc.code
+    if status is None:
+        return False
+    server_error = 500 <= status < 600
+    return status in TRANSIENT_STATUSES or status in extra_statuses or (poll and server_error)
+
+
+def backoff_after(
+    failures: int,
+    policy: BackoffPolicy,
+    *,
+    exc: BaseException | None = None,
+    request: bool = False,
+    remaining: float = math.inf,
+    rng: random.Random | None = None,
+) -> RetryDecision:
+    """How long to wait after ``failures`` failures in a row: the one backoff of the SDK.
+
+    For any loop that only means "back off" (a database that did not answer, a delivery that
+    failed, a listener that lost its connection) as well as for :func:`decide_retry`. The
+    wait is the honoured ``Retry-After`` of ``exc``, else :func:`backoff_delay`.
+
+    Args:
+        failures: Failures in a row, this one included (from 1).
+        policy: The backoff policy.
+        exc: The failure, when it may carry a ``Retry-After``.
+        request: One request's retries: at most ``max_retries`` of them, and a
+            ``Retry-After`` longer than ``max_retry_after`` ends them (``"too long"``: the
+            caller raises at once rather than sleep past what it allows). Otherwise a
+            loop's: ``max_consecutive_failures`` in a row (429s uncounted, the pacing
+            answers those), and a too long ``Retry-After`` is ignored for the backoff (the
+            loop polls again later anyway).
+        remaining: Seconds left before the caller's bound: a wait that would end past it
+            is ``"too long"``.
+        rng: The random source of the jitter.
+
+    Returns:
+        The decision: a ``delay``, or ``None`` with ``"exhausted"`` or ``"too long"``.
+    """
+    limit = policy.max_retries + 1 if request else policy.max_consecutive_failures
+    uncounted = not request and isinstance(exc, err.RateLimitError)
+    if limit is not None and failures >= limit and not uncounted:
         return RetryDecision(None, "exhausted", f"{failures} failures in a row")
     delay = honoured_retry_after(exc, policy)
     source = "Retry-After"
     if delay is None:
         source = "backoff"
         asked = retry_after_of(exc)
-        if asked is not None and not poll:
+        if asked is not None and request:
             return RetryDecision(
                 None,
                 "too long",
@@ -147,19 +202,6 @@ def decide_retry(
             f" call's bound ({_seconds(max(remaining, 0.0))} left)",
         )
     return RetryDecision(delay)
-
-
-def _is_transient(exc: BaseException, poll: bool, extra: Collection[int]) -> bool:
-    if isinstance(exc, (err.APIConnectionError, err.APIResponseError)):
-        return True
-    if not isinstance(exc, err.APIStatusError):
-        return False
-    status = exc.status_code
-    if (status is None or status < 400) and exc.code is not None:
-        status = exc.code  # an envelope's failure code under HTTP 200 decides as a status
-    if status is None:
-        return False
-    return status in TRANSIENT_STATUSES or status in extra or (poll and 500 <= status < 600)
 
 
 def _seconds(value: float) -> str:
@@ -204,7 +246,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     return max((when - (now or datetime.now(timezone.utc))).total_seconds(), 0.0)
 
 
-def retry_after_of(exc: BaseException) -> float | None:
+def retry_after_of(exc: BaseException | None) -> float | None:
     """The ``Retry-After`` a failure carries (a 429, or a 503 that sent one), in seconds."""
     value = getattr(exc, "retry_after", None)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -216,7 +258,7 @@ def retry_after_of(exc: BaseException) -> float | None:
     return None
 
 
-def honoured_retry_after(exc: BaseException, policy: BackoffPolicy) -> float | None:
+def honoured_retry_after(exc: BaseException | None, policy: BackoffPolicy) -> float | None:
     """The ``Retry-After`` of ``exc`` the client waits by itself, in seconds.
 
     ``None`` when there is none, or it is unreadable or longer than ``max_retry_after``: such a

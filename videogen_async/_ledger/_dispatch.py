@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from .._contract._exceptions import InvalidRequestError, LedgerError
-from .._http._retry import BackoffPolicy, decide_retry
+from .._http._retry import BackoffPolicy, backoff_after
 from ._claims import claim_statement, release_leases, renew_leases
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._listen import Listener
@@ -181,10 +181,7 @@ class _Dispatcher:
                         await self.deliver(entry_from_row(row))  # type: ignore[arg-type]
                 except Exception as exc:  # a failed attempt: tried again later
                     error = f"{type(exc).__name__}: {exc}"[:2000]
-                    decision = decide_retry(
-                        exc, method="GET", failures=attempts + 1, policy=self.backoff,
-                        poll=True, transient=True,
-                    )  # fmt: skip
+                    decision = backoff_after(attempts + 1, self.backoff, exc=exc)
                     delay = decision.delay
                     logger.log(
                         logging.WARNING if delay is not None else logging.ERROR,

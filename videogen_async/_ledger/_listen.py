@@ -23,7 +23,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._contract import _exceptions as err
-from .._http._retry import decide_retry
+from .._http._retry import backoff_after
 from ._creates import check_key
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
@@ -161,10 +161,7 @@ class Listener:
                         *(self._store.where, type(exc).__name__, exc),
                     )
                 await source.close()
-                decision = decide_retry(
-                    error, method="GET", failures=max(failures, 1), policy=DATABASE_BACKOFF,
-                    poll=True, transient=True,
-                )  # fmt: skip
+                decision = backoff_after(max(failures, 1), DATABASE_BACKOFF, exc=error)
                 await anyio.sleep(decision.delay or 0.0)
         finally:
             await source.close()
