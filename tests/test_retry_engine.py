@@ -286,7 +286,7 @@ def test_the_client_takes_one_backoff_policy() -> None:
     )
     assert client.with_options(max_retries=0).backoff.max_retry_after == 120.0
     assert client.with_options(backoff=BackoffPolicy()).max_retries == 2
-    with pytest.raises(vg.ConfigurationError, match="backoff must be a BackoffPolicy"):
+    with pytest.raises(vg.ConfigurationError, match="backoff: must be a BackoffPolicy"):
         vg.AsyncVideoGen(**options, backoff=vg.PollPolicy())  # type: ignore[arg-type]
     with pytest.raises(vg.ConfigurationError, match="max_retries"):
         client.with_options(max_retries=-1)

@@ -24,7 +24,7 @@ from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
 from .._http._transport import Transport
-from ._sources import check_url, redact_url
+from ._sources import check_download_options, check_url, redact_url
 
 logger = logging.getLogger("videogen_async")
 
@@ -189,12 +189,9 @@ async def download_url(
     Raises:
         DownloadError: The video could not be downloaded; nothing is left at ``dest`` (an
             existing file there is untouched).
-        ValueError: ``attempts`` or ``chunk_size`` is below 1.
+        InvalidRequestError: ``attempts`` or ``chunk_size`` is not a whole number >= 1.
     """
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, got {attempts!r}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
+    check_download_options(attempts, chunk_size)
     url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
     part = _PartFile(dest)

@@ -16,15 +16,18 @@ import random
 from collections.abc import Collection, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
 from .._contract import _exceptions as err
+from .._contract._checks import number, validator, whole
 
-_ge0 = attrs.validators.ge(0.0)
-_gt0 = attrs.validators.gt(0.0)
-_optional_ge1: Any = attrs.validators.optional(attrs.validators.ge(1))
+# The policies' validators (``PollPolicy`` takes them too): the argument checks' rules, with
+# ``inf`` allowed (a policy's "no limit").
+GE0 = validator(number, finite=False)
+GT0 = validator(number, above=True, finite=False)
+OPTIONAL_GE1 = validator(whole, optional=True)
 
 #: The HTTP statuses (or envelope codes under HTTP 200) after which a request may be tried
 #: again: the one list of what is transient.
@@ -54,16 +57,16 @@ class BackoffPolicy:
             a wait or gather gives up on an id (``None``: never).
     """
 
-    max_retries: int = attrs.field(default=2, validator=attrs.validators.ge(0))
-    initial_delay: float = attrs.field(default=0.5, validator=_ge0)
-    max_delay: float = attrs.field(default=30.0, validator=_ge0)
-    max_retry_after: float = attrs.field(default=60.0, validator=_ge0)
-    rate_limit_pause: float = attrs.field(default=1.0, validator=_gt0)
+    max_retries: int = attrs.field(default=2, validator=validator(whole, minimum=0))
+    initial_delay: float = attrs.field(default=0.5, validator=GE0)
+    max_delay: float = attrs.field(default=30.0, validator=GE0)
+    max_retry_after: float = attrs.field(default=60.0, validator=GE0)
+    rate_limit_pause: float = attrs.field(default=1.0, validator=GT0)
     rate_decrease: float = attrs.field(
-        default=0.5, validator=attrs.validators.and_(_gt0, attrs.validators.le(1.0))
+        default=0.5, validator=validator(number, above=True, high=1.0)
     )
-    rate_recovery: float = attrs.field(default=0.1, validator=_gt0)
-    max_consecutive_failures: int | None = attrs.field(default=10, validator=_optional_ge1)
+    rate_recovery: float = attrs.field(default=0.1, validator=GT0)
+    max_consecutive_failures: int | None = attrs.field(default=10, validator=OPTIONAL_GE1)
 
 
 DEFAULT_BACKOFF = BackoffPolicy()

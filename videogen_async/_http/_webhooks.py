@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import ResolveResult
 
+from .._contract._checks import positive
 from .._contract._exceptions import (
     InvalidRequestError,
     WebhookDeliveryError,
@@ -206,8 +207,7 @@ class Webhook:
         self.url = _check_url(url, allow_metadata_hosts)
         self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise InvalidRequestError("timeout", "must be a number of seconds > 0")
+        positive("timeout", timeout)
         extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
         self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))

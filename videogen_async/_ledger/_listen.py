@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from .._contract import _checks as checks
 from .._contract import _exceptions as err
 from .._http._retry import backoff_after
 from ._creates import check_key
@@ -253,9 +254,7 @@ class Waits:
             AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
         key = check_key(key)
-        number = not isinstance(timeout, bool) and isinstance(timeout, (int, float))
-        if timeout is not None and not (number and timeout >= 0):  # NaN is not >= 0
-            raise err.InvalidRequestError("timeout", "must be seconds >= 0 or None")
+        checks.seconds_or_none("timeout", timeout)
         listener, keys, entry = self._listening(), frozenset({key}), None
         send, receive = listener.subscribe(keys, None)
         try:
@@ -312,10 +311,8 @@ class Waits:
             LedgerError: On its first step: changes after ``after`` were pruned (the message
                 names the oldest position still kept).
         """
-        if not (after is None or (type(after) is int and after >= 0)):  # a bool is not
-            raise err.InvalidRequestError(
-                "after", f"must be a position (an int >= 0), got {after!r}"
-            )
+        if after is not None:
+            checks.whole("after", after, minimum=0)
         wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
         wanted_states = None if states is None else frozenset(states)
         if wanted_states is not None and (unknown := wanted_states.difference(STATES)):

@@ -8,15 +8,13 @@ Waiting is not retrying: a running task is not a failure, so it is not backed of
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import attrs
 
-from .._http._retry import _ge0, _gt0, _optional_ge1  # the backoff policy's validators
+from .._contract._checks import fail, number, validator
+from .._http._retry import GE0, GT0, OPTIONAL_GE1
 
-
-def _fraction(upper: float) -> Any:
-    return attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(upper))
+_AT_MOST_HALF = validator(number, high=0.5)
 
 
 @attrs.frozen
@@ -51,27 +49,26 @@ class PollPolicy:
         prior_weight: The most finished tasks a remembered estimate counts for.
     """
 
-    first_delay: float = attrs.field(default=0.0, validator=_ge0)
-    min_interval: float = attrs.field(default=1.0, validator=_gt0)
-    growth: float = attrs.field(default=0.1, validator=_ge0)
-    max_interval: float = attrs.field(default=15.0, validator=_gt0)
-    jitter: float = attrs.field(default=0.1, validator=_fraction(0.5))
+    first_delay: float = attrs.field(default=0.0, validator=GE0)
+    min_interval: float = attrs.field(default=1.0, validator=GT0)
+    growth: float = attrs.field(default=0.1, validator=GE0)
+    max_interval: float = attrs.field(default=15.0, validator=GT0)
+    jitter: float = attrs.field(default=0.1, validator=_AT_MOST_HALF)
     adaptive: bool = True
-    dense_interval: float = attrs.field(default=1.0, validator=_gt0)
-    probes: int | None = attrs.field(default=None, validator=_optional_ge1)
-    sparse_growth: float = attrs.field(default=2.0, validator=_ge0)
-    sparse_cap: float = attrs.field(default=30.0, validator=_gt0)
-    window_quantile: float = attrs.field(default=0.02, validator=_fraction(0.5))
-    overdue_growth: float = attrs.field(default=0.5, validator=_ge0)
-    coalesce: float = attrs.field(default=0.02, validator=_ge0)
-    half_life: float = attrs.field(default=256.0, validator=_gt0)
-    prior_weight: float = attrs.field(default=16.0, validator=_ge0)
+    dense_interval: float = attrs.field(default=1.0, validator=GT0)
+    probes: int | None = attrs.field(default=None, validator=OPTIONAL_GE1)
+    sparse_growth: float = attrs.field(default=2.0, validator=GE0)
+    sparse_cap: float = attrs.field(default=30.0, validator=GT0)
+    window_quantile: float = attrs.field(default=0.02, validator=_AT_MOST_HALF)
+    overdue_growth: float = attrs.field(default=0.5, validator=GE0)
+    coalesce: float = attrs.field(default=0.02, validator=GE0)
+    half_life: float = attrs.field(default=256.0, validator=GT0)
+    prior_weight: float = attrs.field(default=16.0, validator=GE0)
 
     def __attrs_post_init__(self) -> None:
         if self.max_interval < self.min_interval:
-            raise ValueError(
-                f"max_interval ({self.max_interval}) must be >= min_interval ({self.min_interval})"
-            )
+            rule = f"must be >= min_interval ({self.min_interval:g})"
+            raise fail("max_interval", rule, self.max_interval)
 
 
 DEFAULT_POLICY = PollPolicy()

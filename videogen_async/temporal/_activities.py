@@ -23,7 +23,7 @@ from .._http._retry import is_transient
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._protocol import LedgerClient
 from . import _workflow as calls
-from ._completion import METADATA_KEY, outcome
+from ._completer import METADATA_KEY, outcome
 
 _PERMANENT = (
     err.InvalidRequestError,
