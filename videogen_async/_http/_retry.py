@@ -38,23 +38,29 @@ TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 class BackoffPolicy:
     """How the client slows down under failure: retries, backoff, ``Retry-After``, 429 pacing.
 
-    One per client (requests, waits, gathers, downloads). Times in seconds; see docs/errors.md.
+    One policy per client (``AsyncVideoGen(backoff=...)``, ``with_options(backoff=...)``),
+    for its requests, its waits and gathers, and its downloads. All times are in seconds.
 
     Attributes:
         max_retries: Retries of one request after its first attempt (0 turns them off);
             ``AsyncVideoGen(max_retries=...)`` sets it.
-        initial_delay: Bound of the first backoff, doubled per failure in a row (the delay
-            is drawn uniformly below it).
+        initial_delay: Upper bound of the first backoff after a transient failure; each
+            further failure in a row doubles it. The delay is drawn uniformly below that
+            bound (full jitter).
         max_delay: The cap of that bound.
-        max_retry_after: The longest ``Retry-After`` waited (and 429 pause); a request
-            asked longer raises its ``RateLimitError`` at once, a poll ignores it.
+        max_retry_after: The longest ``Retry-After`` the client waits by itself, and the
+            longest client-wide pause after a 429. A request asked to wait longer raises its
+            ``RateLimitError`` at once (``retry_after`` says how long the service asked
+            for); a poll treats it as absent. An unreadable value is absent too.
         rate_limit_pause: The client-wide pause after a 429 without a usable ``Retry-After``,
             doubled for each 429 in a row (jittered down to half), at most
             ``max_retry_after``.
         rate_decrease: Factor applied on a 429 to the allowed concurrency and request rate.
-        rate_recovery: Per second after a 429, the rate grows back by this fraction.
-        max_consecutive_failures: Transient failures in a row (429s uncounted) after which
-            a wait or gather gives up on an id (``None``: never).
+        rate_recovery: After a 429, the allowed rate grows back by this fraction of the
+            reduced rate per second, until the limit is lifted.
+        max_consecutive_failures: Transient failures in a row after which a wait or a gather
+            gives up on one id (``None``: never; the wait's deadline still applies). 429s do
+            not count: the pacing answers them.
     """
 
     max_retries: int = attrs.field(default=2, validator=validator(whole, minimum=0))
