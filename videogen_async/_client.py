@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import attrs
 
-from ._contract._checks import instance, positive
+from ._contract._checks import instance, positive, web_url
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
 from ._download._calls import DownloadCalls
@@ -54,21 +54,12 @@ _AUTHORITY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\[\]@:/\\?#%\s]+)(?::[0-
 
 
 def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
-    text = base_url.strip()
     try:
-        parts = urlsplit(text)
-        host = parts.hostname
-        _ = parts.port  # a port that is not a number from 0 to 65535 raises ValueError
-    except ValueError:
-        raise ConfigurationError(f"base_url is not a URL: {text!r}") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise ConfigurationError(f"base_url must be an http(s) URL with a host, got {text!r}")
-    if any(c.isspace() or not c.isprintable() for c in text):
-        raise ConfigurationError(
-            f"base_url must not contain spaces or control characters: {text!r}"
-        )
-    if parts.username or parts.password or "@" in parts.netloc:
-        raise ConfigurationError("base_url must not carry credentials; pass api_key instead")
+        text = web_url("base_url", base_url)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    parts = urlsplit(text)
+    host = parts.hostname or ""
     authority = _AUTHORITY.fullmatch(parts.netloc)
     if authority is None or not _valid_host(authority["host"], host):
         raise ConfigurationError(f"base_url has an invalid host or port: {text!r}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from ._exceptions import InvalidRequestError
 
@@ -111,6 +112,28 @@ def name(field: str, value: Any, *, max_length: int = 500) -> str:
 def check_key(key: Any) -> str:
     """A ledger key: a :func:`name` of at most 500 characters (``InvalidRequestError``: key)."""
     return name("key", key)
+
+
+def web_url(field: str, value: Any) -> str:
+    """An ``http(s)`` URL with a host, on one line, without user info; returned stripped.
+
+    The URL is never quoted in the error: it may hold a secret (a signed query, a password).
+    User info is refused because a URL is logged and shown in errors, where a password would
+    leak; credentials go in headers (or the client's ``api_key``).
+    """
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # a port that is not a number from 0 to 65535 raises ValueError
+    except ValueError:
+        raise fail(field, "must be an http(s) URL with a host") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise fail(field, "must be an http(s) URL with a host")
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise fail(field, "must not contain white space or control characters")
+    if parts.username is not None or "@" in parts.netloc:
+        raise fail(field, "must not hold user info (user:password@): no credentials in a URL")
+    return text
 
 
 def instance(field: str, value: object, kind: type[_T] | tuple[type[_T], ...], rule: str) -> _T:
