@@ -226,8 +226,16 @@ def backoff_delay(
 
     A delay drawn uniformly from ``[0, min(cap, initial * 2 ** (attempt - 1))]``.
     """
-    exponent = min(max(attempt - 1, 0), 62)
-    return (rng or random).uniform(0.0, min(cap, initial * (2.0**exponent)))
+    return (rng or random).uniform(0.0, doubled(initial, attempt, cap))
+
+
+def doubled(initial: float, times: int, cap: float) -> float:
+    """``initial`` doubled for each of ``times`` events in a row after the first, at most ``cap``.
+
+    The one growth of every backoff (a retry's bound, the client's pause after 429s); the
+    exponent is bounded so that a long run of failures never overflows a float.
+    """
+    return min(cap, initial * 2.0 ** min(max(times - 1, 0), 62))
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
