@@ -66,7 +66,7 @@ class GatherResults:
         ended polls nothing.
 
         Raises:
-            TypeError: An id is not a string.
+            InvalidRequestError: An id is not a non-empty string (named ``task_id``).
         """
         states = _new_states(task_ids, self._key_of, self._core.known, self._core.schedule.classes)
         self._core.add(states)
