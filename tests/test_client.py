@@ -49,7 +49,7 @@ def test_environment_is_read_and_arguments_win(monkeypatch: pytest.MonkeyPatch) 
     [
         ("ftp://x.example.com", "http"),
         ("not a url", "http"),
-        ("https://user:pw@x.example.com", "credentials"),
+        ("https://user:pw@x.example.com", "user info"),
         ("http://api.example.com", "plain http"),
         ("https://x.example.com/?a=1", "query"),
     ],

@@ -25,6 +25,7 @@ from videogen_async._contract._exceptions import (
     APIConnectionError,
     APIResponseError,
     AuthenticationError,
+    InvalidRequestError,
     NotFoundError,
     RateLimitError,
     ServerError,
@@ -670,22 +671,25 @@ async def test_a_failing_on_progress_ends_the_gather() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error"),
+    ("kwargs", "field"),
     [
-        ({"max_concurrency": 0}, ValueError),
-        ({"max_concurrency": 2.5}, TypeError),
-        ({"timeout": -1}, ValueError),
-        ({"progress_interval": 0}, ValueError),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_concurrency": 2.5}, "max_concurrency"),
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"progress_interval": 0}, "progress_interval"),
     ],
 )
-def test_invalid_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
-    with pytest.raises(error):
+def test_invalid_arguments(kwargs: dict[str, Any], field: str) -> None:
+    # One error for a bad argument, naming the field.
+    with pytest.raises(InvalidRequestError) as info:
         gather_until_done(FakeClient(), ["a"], **kwargs)
+    assert info.value.field == field
 
 
 @pytest.mark.parametrize("bad", ["abc", [1, 2]])
 def test_invalid_ids(bad: Iterable[Any]) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidRequestError):
         gather_until_done(FakeClient(), bad)
 
 

@@ -486,3 +486,23 @@ def test_max_consecutive_failures_is_exact(limit: int) -> None:
 
     anyio.run(main)
     assert len(calls) == limit
+
+
+async def test_watch_polls_an_old_task_on_the_same_schedule_as_wait() -> None:
+    # One wait for both: a task created an hour ago is watched at the cap, as it is waited
+    # for (the gaps never restart from min_interval at each new state).
+    from videogen_async import AsyncVideoGen
+
+    policy = PollPolicy(min_interval=0.001, growth=0.1, max_interval=0.05, jitter=0.0)
+    old = datetime.fromtimestamp(time.time() - 3600, timezone.utc)
+    fake = OneTaskClient(["queued", "running", "running", "succeeded"], created=old)
+
+    async def fetch_once(task_id: str, options: Any = None) -> Task:
+        return fake.next(task_id)
+
+    async with AsyncVideoGen(api_key="k" * 16, base_url="http://127.0.0.1:9") as client:
+        client.tasks._fetch_once = fetch_once  # type: ignore[method-assign]
+        states = [t.status async for t in client.tasks.watch("t1", poll_policy=policy)]
+    assert states == ["queued", "running", "succeeded"]
+    gaps = [b - a for a, b in itertools.pairwise(fake.calls)]
+    assert min(gaps) >= 0.045

@@ -18,6 +18,7 @@ from videogen_async._http._pacing import Pacing
 from videogen_async._http._retry import (
     DEFAULT_BACKOFF,
     BackoffPolicy,
+    backoff_after,
     decide_retry,
     retry_after_of,
 )
@@ -79,12 +80,27 @@ def test_decision_table(make: object, get_ok: bool, post_ok: bool, poll_ok: bool
 
 
 def test_the_callers_differences_are_parameters() -> None:
-    # A media host's 425 (a download), a database fault judged by its caller (the ledger).
+    # A media host's 425 (a download); a failure that is not HTTP is not the decision's.
     assert retries(status_error(425), extra_statuses={425})
     assert not retries(status_error(404), extra_statuses={425})
-    assert retries(ConnectionRefusedError(), transient=True)
-    assert not retries(ConnectionRefusedError(), transient=False)
     assert not retries(ConnectionRefusedError())
+
+
+def test_a_loop_that_only_backs_off_asks_the_delay_alone() -> None:
+    # The ledger's database retries and dispatcher: no classification, the one backoff.
+    policy = BackoffPolicy(initial_delay=0.5, max_delay=2.0, max_consecutive_failures=3)
+    for failures in (1, 2):
+        delay = backoff_after(failures, policy).delay
+        assert delay is not None
+        assert 0 <= delay <= 0.5 * 2 ** (failures - 1)
+    exhausted = backoff_after(3, policy)
+    assert (exhausted.delay, exhausted.reason) == (None, "exhausted")
+    # A 429 is not counted against a loop, and its Retry-After is honoured.
+    assert backoff_after(3, policy, exc=status_error(429, **{"Retry-After": "1"})).delay == 1.0
+    bounded = backoff_after(1, BackoffPolicy(initial_delay=10), remaining=0.0)
+    assert (bounded.delay, bounded.reason) == (None, "too long")
+    never = BackoffPolicy(max_consecutive_failures=None)
+    assert backoff_after(1000, never).delay is not None
 
 
 def test_envelope_code_under_http_200_decides() -> None:
@@ -270,7 +286,7 @@ def test_the_client_takes_one_backoff_policy() -> None:
     )
     assert client.with_options(max_retries=0).backoff.max_retry_after == 120.0
     assert client.with_options(backoff=BackoffPolicy()).max_retries == 2
-    with pytest.raises(vg.ConfigurationError, match="backoff must be a BackoffPolicy"):
+    with pytest.raises(vg.ConfigurationError, match="backoff: must be a BackoffPolicy"):
         vg.AsyncVideoGen(**options, backoff=vg.PollPolicy())  # type: ignore[arg-type]
     with pytest.raises(vg.ConfigurationError, match="max_retries"):
         client.with_options(max_retries=-1)

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from videogen_async import TaskPollError
+from videogen_async import InvalidRequestError, TaskPollError
 from videogen_async._contract._models import Task, TaskResult
-from videogen_async._waiting._classes import _PROBING, BatchSchedule, ClassState, IdState
+from videogen_async._waiting._cohorts import _PROBING, BatchSchedule, ClassState, IdState
 from videogen_async._waiting._gather import gather_until_done
 from videogen_async._waiting._policy import PollPolicy
 from videogen_async._waiting._schedule import (
@@ -271,11 +271,11 @@ SLOW_START = PollPolicy(
 
 async def test_classes_are_validated_before_any_request() -> None:
     fake = FakeClient({"a": 0.0})
-    with pytest.raises(TypeError, match="hashable"):
+    with pytest.raises(InvalidRequestError, match="hashable"):
         gather_until_done(fake, ["a"], classes={"a": ["unhashable"]})  # type: ignore[dict-item]
-    with pytest.raises(TypeError, match="classes must be a mapping"):
+    with pytest.raises(InvalidRequestError, match="classes: must be a mapping"):
         gather_until_done(fake, ["a"], classes=42)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="hashable"):
+    with pytest.raises(InvalidRequestError, match="hashable"):
         gather_until_done(fake, ["a"], classes=lambda _i: {})
     assert fake.requests == 0
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import attrs
 
+from ._contract._checks import instance, positive, web_url
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
 from ._download._calls import DownloadCalls
@@ -53,21 +54,12 @@ _AUTHORITY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\[\]@:/\\?#%\s]+)(?::[0-
 
 
 def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
-    text = base_url.strip()
     try:
-        parts = urlsplit(text)
-        host = parts.hostname
-        _ = parts.port  # a port that is not a number from 0 to 65535 raises ValueError
-    except ValueError:
-        raise ConfigurationError(f"base_url is not a URL: {text!r}") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise ConfigurationError(f"base_url must be an http(s) URL with a host, got {text!r}")
-    if any(c.isspace() or not c.isprintable() for c in text):
-        raise ConfigurationError(
-            f"base_url must not contain spaces or control characters: {text!r}"
-        )
-    if parts.username or parts.password or "@" in parts.netloc:
-        raise ConfigurationError("base_url must not carry credentials; pass api_key instead")
+        text = web_url("base_url", base_url)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    parts = urlsplit(text)
+    host = parts.hostname or ""
     authority = _AUTHORITY.fullmatch(parts.netloc)
     if authority is None or not _valid_host(authority["host"], host):
         raise ConfigurationError(f"base_url has an invalid host or port: {text!r}")
@@ -85,26 +77,16 @@ def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
     return text.rstrip("/")
 
 
-def _backoff_with(backoff: object, max_retries: object) -> BackoffPolicy:
-    """The backoff policy of a client, checked, with ``max_retries`` (when given) in it."""
-    if not isinstance(backoff, BackoffPolicy):
-        raise ConfigurationError(f"backoff must be a BackoffPolicy, got {backoff!r}")
-    if max_retries is None:
-        return backoff
-    if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-        raise ConfigurationError(f"max_retries must be a whole number >= 0, got {max_retries!r}")
-    return attrs.evolve(backoff, max_retries=max_retries)
+def _checked(backoff: object, max_retries: int | None, deadline: float | None) -> BackoffPolicy:
+    """The backoff policy of a client, checked, with ``max_retries`` (when given) in it.
 
-
-def _check_deadline(deadline: object) -> None:
-    if deadline is None:
-        return
-    if (
-        isinstance(deadline, bool)
-        or not isinstance(deadline, (int, float))
-        or not float(deadline) > 0
-    ):
-        raise ConfigurationError(f"deadline must be positive seconds or None, got {deadline!r}")
+    Checks ``deadline`` too (positive seconds or ``None``). Raises ``InvalidRequestError``,
+    which the client's calls re-raise as ``ConfigurationError``.
+    """
+    policy = instance("backoff", backoff, BackoffPolicy, "must be a BackoffPolicy")
+    if deadline is not None:
+        positive("deadline", deadline)
+    return policy if max_retries is None else attrs.evolve(policy, max_retries=max_retries)
 
 
 class RawResponseClient:
@@ -186,11 +168,10 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
                 "no base URL: pass base_url=... or set the VIDEOGEN_BASE_URL environment"
                 " variable (for a local sandbox: `videogen sandbox`)"
             )
-        policy = _backoff_with(backoff or DEFAULT_BACKOFF, max_retries)
-        _check_deadline(deadline)
         headers = dict(default_headers or {})
         base = _check_base_url(url, allow_insecure_http=allow_insecure_http)
-        try:
+        try:  # an InvalidRequestError (a ValueError) here is the client's configuration
+            policy = _checked(backoff or DEFAULT_BACKOFF, max_retries, deadline)
             check_headers(headers, "default_headers", key)  # a ValueError, as Timeout.of raises
             timeouts = Timeout.of(timeout)
             owner = SessionOwner(
@@ -325,15 +306,15 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         Raises:
             ConfigurationError: An option is invalid.
         """
-        policy = _backoff_with(backoff or self._transport.backoff, max_retries)
-        new_timeout = None
-        if timeout is not UNSET:
-            try:
-                new_timeout = Timeout.of(timeout)
-            except ValueError as exc:
-                raise ConfigurationError(str(exc)) from None
-        if deadline is not UNSET:
-            _check_deadline(deadline)
+        try:
+            policy = _checked(
+                backoff or self._transport.backoff,
+                max_retries,
+                None if deadline is UNSET else deadline,
+            )
+            new_timeout = None if timeout is UNSET else Timeout.of(timeout)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         transport = self._transport.copy(timeout=new_timeout, backoff=policy, deadline=deadline)
         return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
 

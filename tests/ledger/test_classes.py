@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from videogen_async import AsyncVideoGen, FinishTimeStats, Ledger
 from videogen_async._ledger._claims import load_classes
-from videogen_async._ledger._classes import LedgerFinishTimes, class_text, merge_stats
+from videogen_async._ledger._cohorts import LedgerFinishTimes, class_text, merge_stats
 from videogen_async.testing import SandboxServer
 
 GET = "GET /v1/tasks"

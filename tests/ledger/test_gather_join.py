@@ -8,7 +8,7 @@ from urllib.parse import parse_qs
 import anyio
 import pytest
 
-from videogen_async import Task, gather_until_done
+from videogen_async import InvalidRequestError, Task, gather_until_done
 from videogen_async.testing import SandboxServer
 
 GET = "GET /v1/tasks"
@@ -84,9 +84,9 @@ async def test_ids_added_before_the_gather_starts_are_scheduled_with_the_others(
 async def test_add_checks_its_ids() -> None:
     async with SandboxServer(time_scale=0.01, seed=14) as server, server.client() as client:
         results = gather_until_done(client, [], open_ended=True)
-        with pytest.raises(TypeError, match="single string"):
+        with pytest.raises(InvalidRequestError, match="single string"):
             results.add("abc")
-        with pytest.raises(TypeError, match="strings"):
+        with pytest.raises(InvalidRequestError, match="task_id: must be a non-empty string"):
             results.add([1])  # type: ignore[list-item]
         results.end_input()
         async with results:

@@ -86,6 +86,28 @@ def redact_text(text: str) -> str:
     return pattern.sub(REDACTED, text)
 
 
+def _copy_keys(
+    source: dict[Any, Any],
+    copy: dict[Any, Any],
+    pattern: re.Pattern[str],
+    chars: int,
+    stack: list[tuple[Any, Any, Any]],
+) -> int:
+    """Fill ``copy`` with the redacted keys of ``source``, their values to do on ``stack``.
+
+    Returns the characters left to search. Past the budget a key becomes ``<redacted>N``
+    (numbered, so two keys never collapse into one).
+    """
+    for k, v in source.items():
+        new_key = k
+        if isinstance(k, str):
+            chars -= len(k)
+            new_key = pattern.sub(REDACTED, k) if chars >= 0 else f"{REDACTED}{len(copy)}"
+        copy[new_key] = None
+        stack.append((v, copy, new_key))
+    return chars
+
+
 def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000_000) -> Any:
     """A copy of a decoded JSON value (or a mapping of headers) with every string redacted.
 
@@ -117,13 +139,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         elif isinstance(source, dict):
             copy: dict[Any, Any] = {}
             target[key] = copy
-            for k, v in source.items():
-                new_key = k
-                if isinstance(k, str):
-                    chars -= len(k)
-                    new_key = pattern.sub(REDACTED, k) if chars >= 0 else f"{REDACTED}{len(copy)}"
-                copy[new_key] = None
-                stack.append((v, copy, new_key))
+            chars = _copy_keys(source, copy, pattern, chars, stack)
         elif isinstance(source, list):
             elements: list[Any] = [None] * len(source)
             target[key] = elements

@@ -11,17 +11,14 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ._checks import fail
 from ._exceptions import InvalidRequestError
 from ._serial import NotFinite, finite_json
 from ._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST, Body, Field, MaxItemsWhen
-
-
-def _fail(field: str, rule: str, value: Any = None, *, show: bool = True) -> InvalidRequestError:
-    return InvalidRequestError(field, rule, value=value, has_value=show)
 
 
 def _integer(value: Any) -> int | None:
@@ -48,19 +45,19 @@ def is_web_url(value: Any) -> bool:
 
 def _url(field: str, value: Any) -> None:
     if not is_web_url(value):
-        raise _fail(field, "must be an http or https URL", value)
+        raise fail(field, "must be an http or https URL", value)
     if any(c.isspace() for c in value):
-        raise _fail(field, "must be a URL without spaces", value)
+        raise fail(field, "must be a URL without spaces", value)
 
 
 def _urls(spec: Field, value: Any) -> int:
     name = spec.name
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise _fail(name, "must be a list of URLs", value)
+        raise fail(name, "must be a list of URLs", value)
     if len(value) < spec.min_items:
-        raise _fail(name, f"must hold at least {spec.min_items} URL", value)
+        raise fail(name, f"must hold at least {spec.min_items} URL", value)
     if spec.max_items is not None and len(value) > spec.max_items:
-        raise _fail(name, f"must hold at most {spec.max_items} URLs (got {len(value)})", show=False)
+        raise fail(name, f"must hold at most {spec.max_items} URLs (got {len(value)})")
     for index, item in enumerate(value):
         _url(f"{name}[{index}]", item)
     return len(value)
@@ -73,47 +70,60 @@ def _integer_rule(spec: Field) -> str:
     return f"must be a positive integer number of {spec.unit}" if unit else "must be positive"
 
 
-def _check_value(spec: Field, value: Any, *, unknown_hint: bool = False) -> None:
-    kind = spec.type  # one branch per field type
-    if kind == "text":
-        if not isinstance(value, str):
-            raise _fail(spec.name, "must be a non-empty string", value)
-        if not value.strip():
-            raise _fail(spec.name, "must be non-empty after trimming", value)
-    elif kind == "string":
-        if not isinstance(value, str):
-            raise _fail(spec.name, "must be a string", value)
-    elif kind == "enum":
-        values: tuple[str, ...] = spec.choices.values() if spec.choices is not None else ()
-        if not isinstance(value, str) or value not in values:
-            rule = "must be one of " + ", ".join(repr(v) for v in values)
-            if unknown_hint and isinstance(value, str):
-                rule += (
-                    "; to send a value this version of the SDK does not know, pass"
-                    f" extra_body={{{spec.name!r}: {value!r}}}"
-                )
-            raise _fail(spec.name, rule, value)
-    elif kind == "integer":
-        number = _integer(value)
-        if (
-            number is None
-            or (spec.minimum is not None and number < spec.minimum)
-            or (spec.maximum is not None and number > spec.maximum)
-        ):
-            raise _fail(spec.name, _integer_rule(spec), value)
-    elif kind == "resolution":
-        number = _integer(value)
-        if number is not None:
-            if number <= 0:
-                raise _fail(spec.name, "must be a positive integer or a string", value)
-        elif not isinstance(value, str) or not value.strip():
-            raise _fail(spec.name, "must be a positive integer or a non-empty string", value)
-    elif kind == "url":
-        _url(spec.name, value)
-    elif kind == "urls":
-        _urls(spec, value)
-    else:  # pragma: no cover - the statement uses only the types above in requests
-        raise TypeError(f"no request rule for field type {kind!r}")
+def _text(spec: Field, value: Any, _hint: bool) -> None:
+    if not isinstance(value, str):
+        raise fail(spec.name, "must be a non-empty string", value)
+    if not value.strip():
+        raise fail(spec.name, "must be non-empty after trimming", value)
+
+
+def _string(spec: Field, value: Any, _hint: bool) -> None:
+    if not isinstance(value, str):
+        raise fail(spec.name, "must be a string", value)
+
+
+def _enum(spec: Field, value: Any, unknown_hint: bool) -> None:
+    values: tuple[str, ...] = spec.choices.values() if spec.choices is not None else ()
+    if isinstance(value, str) and value in values:
+        return
+    rule = "must be one of " + ", ".join(repr(v) for v in values)
+    if unknown_hint and isinstance(value, str):
+        rule += (
+            "; to send a value this version of the SDK does not know, pass"
+            f" extra_body={{{spec.name!r}: {value!r}}}"
+        )
+    raise fail(spec.name, rule, value)
+
+
+def _integer_field(spec: Field, value: Any, _hint: bool) -> None:
+    number = _integer(value)
+    if (
+        number is None
+        or (spec.minimum is not None and number < spec.minimum)
+        or (spec.maximum is not None and number > spec.maximum)
+    ):
+        raise fail(spec.name, _integer_rule(spec), value)
+
+
+def _resolution(spec: Field, value: Any, _hint: bool) -> None:
+    number = _integer(value)
+    if number is not None:
+        if number <= 0:
+            raise fail(spec.name, "must be a positive integer or a string", value)
+    elif not isinstance(value, str) or not value.strip():
+        raise fail(spec.name, "must be a positive integer or a non-empty string", value)
+
+
+#: One check per field type of the statement (``Field.type``).
+_CHECKS: dict[str, Callable[[Field, Any, bool], object]] = {
+    "text": _text,
+    "string": _string,
+    "enum": _enum,
+    "integer": _integer_field,
+    "resolution": _resolution,
+    "url": lambda spec, value, _hint: _url(spec.name, value),
+    "urls": lambda spec, value, _hint: _urls(spec, value),
+}
 
 
 def _count(body: Mapping[str, Any], name: str) -> int:
@@ -131,19 +141,17 @@ def _check_rules(spec: Body, body: Mapping[str, Any]) -> None:
         if isinstance(rule, MaxItemsWhen):
             count = _count(body, rule.field)
             if count > rule.max_items:
-                raise _fail(
+                raise fail(
                     rule.field,
                     f"must hold at most {rule.max_items} {rule.noun} when {rule.when} is"
                     f" {rule.equals} (got {count})",
-                    show=False,
                 )
         elif _count(body, rule.field) and not any(_count(body, o) for o in rule.others):
             needed = " or ".join(rule.others)
-            raise _fail(
+            raise fail(
                 rule.field,
                 f"needs at least one of {needed} with it when {rule.when} is"
                 f" {rule.equals} ({rule.reason})",
-                show=False,
             )
 
 
@@ -172,33 +180,31 @@ def check_body(
         InvalidRequestError: A rule is broken; the error names the field and the rule.
     """
     if not isinstance(body, Mapping):
-        raise _fail("body", "must be a JSON object", show=False)
+        raise fail("body", "must be a JSON object")
     known = spec.names
     unknown = sorted(str(k) for k in body if k not in known)
     if unknown:
-        raise _fail(unknown[0], "is not a field of this request", show=False)
-    sent: dict[str, Any] = {}
+        raise fail(unknown[0], "is not a field of this request")
     for field in spec.fields:
         value = body.get(field.name)
-        if value is None:
-            if field.required:
-                rule = "is required"
-                if field.type == "urls" and field.min_items:
-                    rule = f"is required (a list of at least {field.min_items} URL)"
-                raise _fail(field.name, rule, show=False)
-            continue
-        _check_value(field, value, unknown_hint=unknown_hint)
+        if value is not None:
+            _CHECKS[field.type](field, value, unknown_hint)
+        elif field.required:
+            rule = "is required"
+            if field.type == "urls" and field.min_items:
+                rule = f"is required (a list of at least {field.min_items} URL)"
+            raise fail(field.name, rule)
     _check_rules(spec, body)
-    for key, value in body.items():
-        if value is None:
-            continue
-        if isinstance(value, str):
-            sent[key] = str(value)
-        elif isinstance(value, float) and spec.field(key).type in ("integer", "resolution"):
-            sent[key] = _integer(value)
-        else:
-            sent[key] = value
-    return sent
+    return {key: _to_send(spec, key, value) for key, value in body.items() if value is not None}
+
+
+def _to_send(spec: Body, key: str, value: Any) -> Any:
+    """A checked value as it is sent: a plain ``str`` (not an enum member), an integer."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, float) and spec.field(key).type in ("integer", "resolution"):
+        return _integer(value)
+    return value
 
 
 ID_UNSAFE = (
@@ -257,12 +263,12 @@ def check_id(field: str, value: Any) -> str:
         InvalidRequestError: The id is not a non-empty string that is one path segment.
     """
     if not isinstance(value, str):
-        raise _fail(field, "must be a non-empty string", value)
+        raise fail(field, "must be a non-empty string", value)
     if _PLAIN_ID.fullmatch(value) and value not in (".", ".."):
         return str(value)
     problem = _id_problem(value)
     if problem is not None:
-        raise _fail(field, problem, value)
+        raise fail(field, problem, value)
     return str(value)
 
 

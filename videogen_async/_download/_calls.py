@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 
+from .._contract import _checks as checks
 from .._contract._exceptions import VideoGenError
 from .._contract._models import ProjectTask, Task
 from .._http._transport import Transport
@@ -19,6 +20,8 @@ from ._many import DownloadResult
 from ._sources import (
     DownloadSource,
     GetTask,
+    check_download_options,
+    check_source,
     default_filename,
     is_url,
     planned_names,
@@ -69,10 +72,12 @@ class DownloadCalls:
                 or the file could not be written; nothing partial is left behind.
             NotFoundError: No such task (for a task id).
             APIConnectionError: The service could not be reached to read the task.
-            ValueError: ``attempts`` or ``chunk_size`` is below 1.
+            InvalidRequestError: ``source`` is not a ``Task``, a task id or a URL, or
+                ``attempts`` or ``chunk_size`` is not a whole number >= 1.
         """
         transport, get_task = self._download_through()
-        url, task_id = await resolve_source(get_task, source)
+        check_download_options(attempts, chunk_size)
+        url, task_id = await resolve_source(get_task, check_source(source))
         dest = Path(path)
         if await anyio.to_thread.run_sync(dest.is_dir) or str(path).endswith(("/", os.sep)):
             dest = dest / default_filename(url=url, task_id=task_id)
@@ -118,18 +123,13 @@ class DownloadCalls:
             One :class:`DownloadResult` per item (its ``path`` or ``error``), in order.
 
         Raises:
-            ValueError: ``max_concurrency``, ``attempts`` or ``chunk_size`` is below 1.
-            TypeError: An item is not a ``Task``, a task id or a URL.
+            InvalidRequestError: ``max_concurrency``, ``attempts`` or ``chunk_size`` is not
+                a whole number >= 1, or an item is not a ``Task``, a task id or a URL.
         """
         transport, get_task = self._download_through()
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency!r}")
-        if attempts < 1 or chunk_size < 1:
-            raise ValueError("attempts and chunk_size must be at least 1")
-        sources = list(items)
-        for item in sources:
-            if not isinstance(item, (Task, ProjectTask, str)):
-                raise TypeError(f"cannot download a {type(item).__name__}: pass a Task, id or URL")
+        checks.whole("max_concurrency", max_concurrency)
+        check_download_options(attempts, chunk_size)
+        sources = [check_source(item) for item in items]
         names = planned_names(sources)
         folder = Path(directory)
         results: list[DownloadResult | None] = [None] * len(sources)

@@ -23,8 +23,8 @@ from .._contract import _exceptions as err
 from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
-from .._http._transport import Transport
-from ._sources import check_url, redact_url
+from .._http._transport import StreamResponse, Transport
+from ._sources import check_download_options, check_url, redact_url
 
 logger = logging.getLogger("videogen_async")
 
@@ -189,12 +189,9 @@ async def download_url(
     Raises:
         DownloadError: The video could not be downloaded; nothing is left at ``dest`` (an
             existing file there is untouched).
-        ValueError: ``attempts`` or ``chunk_size`` is below 1.
+        InvalidRequestError: ``attempts`` or ``chunk_size`` is not a whole number >= 1.
     """
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, got {attempts!r}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
+    check_download_options(attempts, chunk_size)
     url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
     part = _PartFile(dest)
@@ -311,49 +308,64 @@ async def _attempt(
             headers["If-Range"] = state.validator
     try:
         async with transport.stream(url, headers=headers) as resp:
-            status = resp.status_code
-            # HTTP header names are case-insensitive; the stream hands over a plain dict.
-            hdrs = {k.lower(): v for k, v in resp.headers.items()}
-            encoding = hdrs.get("content-encoding", "identity").strip().lower()
-            exact = encoding in ("", "identity")
-            if resuming and status == 206:
-                _check_resumed(hdrs, state)
-            elif status == 200:
-                if resuming:
-                    logger.info("download of %s: the host ignored Range; starting over", what)
-                    await _start_over(part, state)
-                    state.ranges_ok = False
-                state.total = _content_length(hdrs) if exact else None
-                state.validator = _validator(hdrs)
-                if not exact or hdrs.get("accept-ranges", "").strip().lower() == "none":
-                    state.ranges_ok = False
-            elif resuming and status == 416:
-                raise _Retry(_broken("the host refused the resume range (416)"), restart=True)
-            else:
-                excerpt = await resp.read_excerpt()
-                text = f"the host answered HTTP {status}" + (f": {excerpt}" if excerpt else "")
-                answer = dict(resp.headers)
-                raise _Retry(make_status_error(status, None, text, headers=answer, method="GET"))
-            total = state.total
+            await _check_answer(resp, part, state, resuming=resuming, what=what)
             async for chunk in resp.iter_chunks(chunk_size):
-                if total is not None and state.received + len(chunk) > total:
-                    raise err.DownloadError(
-                        f"download of {what}: the host sent more than the {total} bytes it"
-                        " declared",
-                        url=url,
-                        path=part.dest,
-                        bytes_received=state.received + len(chunk),
-                        expected_size=total,
-                    )
+                _check_not_beyond(state, len(chunk), url, part.dest, what)
                 await part.write(chunk)
                 state.received += len(chunk)
                 if progress is not None:
-                    progress(state.received, total)
+                    progress(state.received, state.total)
     except err.APIConnectionError as exc:
         exc.message = f"the connection broke at byte {state.received}: {exc.message}"
         raise _Retry(exc) from exc
     if state.total is not None and state.received < state.total:
         raise _Retry(_broken(f"short body: got {state.received} of {state.total} bytes"))
+
+
+async def _check_answer(
+    resp: StreamResponse, part: _PartFile, state: _State, *, resuming: bool, what: str
+) -> None:
+    """Read an answer's status and headers into ``state`` (size, validator, resumable).
+
+    A 200 to a resume starts the file over (the host ignored ``Range``); any other failure is
+    a :class:`_Retry` for the retry decision.
+    """
+    status = resp.status_code
+    # HTTP header names are case-insensitive; the stream hands over a plain dict.
+    hdrs = {k.lower(): v for k, v in resp.headers.items()}
+    if resuming and status == 206:
+        _check_resumed(hdrs, state)
+        return
+    if resuming and status == 416:
+        raise _Retry(_broken("the host refused the resume range (416)"), restart=True)
+    if status != 200:
+        excerpt = await resp.read_excerpt()
+        text = f"the host answered HTTP {status}" + (f": {excerpt}" if excerpt else "")
+        answer = dict(resp.headers)
+        raise _Retry(make_status_error(status, None, text, headers=answer, method="GET"))
+    if resuming:
+        logger.info("download of %s: the host ignored Range; starting over", what)
+        await _start_over(part, state)
+        state.ranges_ok = False
+    # A compressed body's length is not the file's: no size to check, no byte ranges.
+    exact = hdrs.get("content-encoding", "identity").strip().lower() in ("", "identity")
+    state.total = _content_length(hdrs) if exact else None
+    state.validator = _validator(hdrs)
+    if not exact or hdrs.get("accept-ranges", "").strip().lower() == "none":
+        state.ranges_ok = False
+
+
+def _check_not_beyond(state: _State, size: int, url: str, dest: Path, what: str) -> None:
+    """Refuse a chunk that would pass the size the host declared (no retry: it would again)."""
+    total = state.total
+    if total is not None and state.received + size > total:
+        raise err.DownloadError(
+            f"download of {what}: the host sent more than the {total} bytes it declared",
+            url=url,
+            path=dest,
+            bytes_received=state.received + size,
+            expected_size=total,
+        )
 
 
 async def _start_over(part: _PartFile, state: _State) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .._contract import _checks as checks
 from .._contract._exceptions import DownloadError
 from .._contract._models import ProjectTask, Task
 from .._contract._validation import is_web_url
@@ -14,6 +16,22 @@ from .._contract._validation import is_web_url
 GetTask = Callable[[str], Awaitable[Task]]
 
 DownloadSource = Task | ProjectTask | str
+
+
+def check_source(source: object) -> DownloadSource:
+    """``source`` when it is something to download (a ``Task``, a task id or a URL)."""
+    kinds = (Task, ProjectTask, str)
+    return cast(
+        DownloadSource, checks.instance("source", source, kinds, "must be a Task, id or URL")
+    )
+
+
+def check_download_options(attempts: object, chunk_size: object) -> None:
+    """The options of a file's download: whole numbers >= 1."""
+    checks.whole("attempts", attempts)
+    checks.whole("chunk_size", chunk_size)
+
+
 """What can be downloaded: a :class:`Task` (or a task listed in a project), a task id, or an
 ``http(s)`` URL."""
 
@@ -124,12 +142,10 @@ async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str
         if not source.task_id:
             raise DownloadError("this project task carries no task_id")
         task = await get_task(source.task_id)
-    elif isinstance(source, str):
-        if is_url(source):
-            return check_url(source), None
-        task = await get_task(source)
+    elif is_url(source):  # a string: checked by check_source first
+        return check_url(source), None
     else:
-        raise TypeError(f"cannot download a {type(source).__name__}: pass a Task, id or URL")
+        task = await get_task(source)
     if not task.is_succeeded:
         reason = f": {task.error_message}" if task.error_message else ""
         state = "has not finished yet" if not task.is_terminal else f"ended {task.status}"

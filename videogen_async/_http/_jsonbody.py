@@ -8,7 +8,9 @@ bounded, redacted excerpt computed without recursion.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -61,32 +63,26 @@ def decode_json(raw: bytes) -> tuple[Any, bool]:
     return value, True
 
 
+#: A JSON string (its escapes included), or an unterminated one up to the end: where brackets
+#: do not count. Unrolled (``[^"\\]*`` runs between escapes) so that it never backtracks.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)', re.DOTALL)
+
+
 def nested_too_deep(raw: bytes) -> bool:
     """Whether the brackets of ``raw`` nest deeper than :data:`MAX_DEPTH` (strings skipped).
 
-    Scans the bytes without decoding (in UTF-16/32 every bracket and quote is one code unit).
+    Scans the bytes without decoding (in UTF-16/32 every bracket and quote is one code unit,
+    so the zero bytes are dropped first).
     """
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return False
     depth = 0
-    in_string = False
-    escaped = False
-    text = raw.replace(b"\x00", b"")  # UTF-16/32: the brackets and quotes are ASCII
-    for byte in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
+    for byte in _STRING.sub(b"", raw.replace(b"\x00", b"")):
+        if byte in b"[{":
             depth += 1
             if depth > MAX_DEPTH:
                 return True
-        elif byte in (0x5D, 0x7D):  # ] }
+        elif byte in b"]}":
             depth -= 1
     return False
 
@@ -121,44 +117,49 @@ def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
     """A ``repr``-like text of a decoded JSON value, redacted, cut after ``limit`` characters.
 
     Unlike ``repr``, it cannot exhaust the stack on a deeply nested value nor spend time on a
-    huge one.
+    huge one: a stack of work items (a value to render, or a literal piece of punctuation),
+    stopped once the text is long enough.
     """
     budget = limit + _WINDOW
     parts: list[str] = []
     size = 0
-    # Work items: a value to render, or a literal piece of punctuation.
     stack: list[tuple[bool, Any]] = [(False, value)]
     while stack and size < budget:
         literal, item = stack.pop()
         if literal:
             piece = item
-        elif isinstance(item, dict):
-            piece = "{"
-            entries: list[tuple[bool, Any]] = [(True, "}")]
-            for i, (k, v) in enumerate(reversed(list(item.items())[:budget])):
-                if i:
-                    entries.append((True, ", "))
-                entries.append((False, v))
-                entries.append((True, ": "))
-                entries.append((False, k))
-            stack.extend(entries)
-        elif isinstance(item, list):
-            piece = "["
-            entries = [(True, "]")]
-            for i, v in enumerate(reversed(item[:budget])):
-                if i:
-                    entries.append((True, ", "))
-                entries.append((False, v))
-            stack.extend(entries)
-        elif isinstance(item, str):
-            piece = repr(item[:budget])
-        elif isinstance(item, int) and not isinstance(item, bool):
-            piece = int_text(item)
         else:
-            piece = repr(item)
+            piece, more = _opened(item, budget)
+            stack.extend(more)
         parts.append(piece)
         size += len(piece)
     return clip("".join(parts), limit)
+
+
+def _opened(item: Any, budget: int) -> tuple[str, list[tuple[bool, Any]]]:
+    """The first piece of ``item``'s text, and the work items after it (in stack order)."""
+    if isinstance(item, dict):
+        pairs = itertools.islice(item.items(), budget)
+        return "{", _joined([[(False, k), (True, ": "), (False, v)] for k, v in pairs], "}")
+    if isinstance(item, list):
+        return "[", _joined([[(False, v)] for v in item[:budget]], "]")
+    if isinstance(item, str):
+        return repr(item[:budget]), []
+    if isinstance(item, int) and not isinstance(item, bool):
+        return int_text(item), []
+    return repr(item), []
+
+
+def _joined(rows: list[list[tuple[bool, Any]]], close: str) -> list[tuple[bool, Any]]:
+    """``rows`` separated by ``", "``, then ``close``: reversed, as the stack pops them."""
+    items: list[tuple[bool, Any]] = []
+    for i, row in enumerate(rows):
+        if i:
+            items.append((True, ", "))
+        items.extend(row)
+    items.append((True, close))
+    items.reverse()
+    return items
 
 
 def int_text(value: int) -> str:

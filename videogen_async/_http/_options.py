@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 import attrs
 
+from .._contract._checks import fail
 from .._contract._exceptions import InvalidRequestError
 from .._contract._redact import holds_api_key
 from .._contract._validation import json_text
@@ -94,7 +95,7 @@ class CallOptions:
             check_headers(headers or {}, "extra_headers"),
             _query(query or {}),
             None if body is None else _body(body),
-            None if timeout is None else _timeout(timeout),
+            None if timeout is None else Timeout.of(timeout),
         )
 
     def with_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
@@ -112,13 +113,9 @@ _REQUEST_OPTIONS = RequestOptions.__optional_keys__
 CALL_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
 
 
-def _fail(field: str, rule: str) -> InvalidRequestError:
-    return InvalidRequestError(field, rule)
-
-
 def _mapping(field: str, value: object) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
-        raise _fail(field, f"must be a mapping, got {type(value).__name__}")
+        raise fail(field, f"must be a mapping, got {type(value).__name__}")
     return value
 
 
@@ -133,16 +130,16 @@ def check_headers(
     checked: dict[str, str | None] = {}
     for name, value in _mapping(field, headers).items():
         if not isinstance(name, str) or not _TOKEN.fullmatch(name):
-            raise _fail(field, f"{name!r} is not a valid header name")
+            raise fail(field, f"{name!r} is not a valid header name")
         reason = refused.get(name.lower())
         if reason is not None:
-            raise _fail(field, f"must not set {name!r}: {reason}")
+            raise fail(field, f"must not set {name!r}: {reason}")
         if value is not None and (not isinstance(value, str) or any(c in value for c in "\r\n\0")):
-            raise _fail(
+            raise fail(
                 field, f"the value of {name!r} must be a string without line breaks, or None"
             )
         if value is not None and holds_api_key(value, api_key):
-            raise _fail(field, f"{name!r} must not carry the API key (sent to the service only)")
+            raise fail(field, f"{name!r} must not carry the API key (sent to the service only)")
         checked[name] = value
     return checked
 
@@ -151,11 +148,11 @@ def _query(query: Query) -> dict[str, str | None]:
     checked: dict[str, str | None] = {}
     for name, value in _mapping("extra_query", query).items():
         if not isinstance(name, str) or not name:
-            raise _fail("extra_query", f"{name!r} is not a parameter name (a non-empty string)")
+            raise fail("extra_query", f"{name!r} is not a parameter name (a non-empty string)")
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, (str, int, float))
         ):
-            raise _fail("extra_query", f"the value of {name!r} must be a string, a number or None")
+            raise fail("extra_query", f"the value of {name!r} must be a string, a number or None")
         checked[name] = None if value is None else str(value)
     return checked
 
@@ -163,20 +160,11 @@ def _query(query: Query) -> dict[str, str | None]:
 def _body(body: Mapping[str, Any]) -> dict[str, Any]:
     fields = dict(_mapping("extra_body", body))
     if not all(isinstance(name, str) for name in fields):
-        raise _fail("extra_body", "field names must be strings")
+        raise fail("extra_body", "field names must be strings")
     try:
         json_text(fields, "extra_body")
     except InvalidRequestError:
         raise
     except (TypeError, ValueError) as exc:
-        raise _fail("extra_body", f"must be JSON-serializable ({exc})") from None
+        raise fail("extra_body", f"must be JSON-serializable ({exc})") from None
     return fields
-
-
-def _timeout(timeout: Timeout | float) -> Timeout:
-    if isinstance(timeout, bool) or not isinstance(timeout, (Timeout, int, float)):
-        raise _fail("timeout", f"must be seconds or a Timeout, got {timeout!r}")
-    try:
-        return Timeout.of(timeout)
-    except ValueError as exc:
-        raise _fail("timeout", str(exc)) from None

@@ -19,7 +19,7 @@ from typing import TypeVar
 import anyio
 
 from .._contract._exceptions import RateLimitError
-from ._retry import DEFAULT_BACKOFF, BackoffPolicy, honoured_retry_after
+from ._retry import DEFAULT_BACKOFF, BackoffPolicy, doubled, honoured_retry_after
 
 logger = logging.getLogger("videogen_async")
 
@@ -216,8 +216,7 @@ def rate_limit_pause(
     """
     if retry_after is not None:
         return min(max(0.0, retry_after), policy.max_retry_after)
-    exponent = min(max(consecutive - 1, 0), 62)
-    ceiling = min(policy.max_retry_after, policy.rate_limit_pause * 2.0**exponent)
+    ceiling = doubled(policy.rate_limit_pause, consecutive, policy.max_retry_after)
     return ceiling * (0.5 + 0.5 * rand)
 
 

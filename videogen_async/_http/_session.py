@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import attrs
 
+from .._contract._checks import number, whole
 from ._pacing import Pacing
 
 logger = logging.getLogger("videogen_async")
@@ -50,15 +51,13 @@ class Timeout:
         """A ``Timeout`` from a number of seconds (the whole attempt) or ``None`` (no limit).
 
         Raises:
-            ValueError: The number is not positive.
+            InvalidRequestError: The number is not positive.
         """
         if isinstance(value, Timeout):
             return value
         if value is None:
             return cls(connect=None, read=None, total=None)
-        seconds = float(value)
-        if not seconds > 0:
-            raise ValueError(f"timeout must be positive, got {value!r}")
+        seconds = number("timeout", value, above=True, finite=False)
         return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
 
     def to_aiohttp(self) -> aiohttp.ClientTimeout:
@@ -137,8 +136,7 @@ class SessionOwner:
         connection_limit: int = 100,
         created_at: traceback.StackSummary | None = None,
     ) -> None:
-        if connection_limit < 1:
-            raise ValueError("connection_limit must be at least 1")
+        whole("connection_limit", connection_limit)
         self._session = session
         self._owned = session is None
         self._connection_limit = connection_limit

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import ResolveResult
 
+from .._contract._checks import positive, web_url
 from .._contract._exceptions import (
     InvalidRequestError,
     WebhookDeliveryError,
@@ -166,23 +167,10 @@ def verify_webhook(
 
 
 def _check_url(url: object, allow_metadata_hosts: bool) -> str:
-    if not isinstance(url, str):
-        raise InvalidRequestError("url", "must be an http(s) URL")
-    try:
-        parts = urlsplit(url.strip())
-        host = parts.hostname
-        _ = parts.port
-    except ValueError:
-        raise InvalidRequestError("url", "must be an http(s) URL") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise InvalidRequestError("url", "must be an http(s) URL with a host")
-    if any(c.isspace() or not c.isprintable() for c in url.strip()):
-        raise InvalidRequestError("url", "must not contain white space or control characters")
-    if "@" in parts.netloc:
-        raise InvalidRequestError("url", "must not hold user info (user:password@): use headers=")
-    if not allow_metadata_hosts and _is_metadata(host):
+    text = web_url("url", url)
+    if not allow_metadata_hosts and _is_metadata(urlsplit(text).hostname or ""):
         raise InvalidRequestError("url", f"must not be {_RULE}")
-    return url.strip()
+    return text
 
 
 class Webhook:
@@ -206,8 +194,7 @@ class Webhook:
         self.url = _check_url(url, allow_metadata_hosts)
         self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise InvalidRequestError("timeout", "must be a number of seconds > 0")
+        positive("timeout", timeout)
         extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
         self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))

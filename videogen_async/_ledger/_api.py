@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
+from .._contract import _checks as checks
 from .._contract._closing import AsyncClosing, ExitCloses
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._contract._service import TASK_REQUEST
@@ -82,8 +82,8 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
                 not a number > 0.
         """
         if max_credits is not None:
-            _check_number("max_credits", max_credits, "must be a number >= 0 or None", zero=True)
-        _check_number("outage_timeout", outage_timeout, "must be a number > 0")
+            checks.number("max_credits", max_credits)
+        checks.positive("outage_timeout", outage_timeout)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
         return LedgerOpener(engine_for(url), max_credits, price_estimate, outage_timeout)
@@ -321,13 +321,6 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
 
     def __repr__(self) -> str:
         return f"<Ledger {self._store.engine.dialect.name}>"
-
-
-def _check_number(field: str, value: Any, rule: str, *, zero: bool = False) -> None:
-    """Refuse ``value`` unless it is a finite number > 0 (or 0 too, when ``zero``)."""
-    number = not isinstance(value, bool) and isinstance(value, (int, float))
-    if not number or not math.isfinite(value) or not (value >= 0 if zero else value > 0):
-        raise InvalidRequestError(field, rule, value=value, has_value=True)
 
 
 @attrs.define(eq=False, repr=False)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import re
 import types
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +20,7 @@ import anyio
 import attrs
 
 from .._contract import _exceptions as err
+from .._contract._checks import check_key as check_key  # noqa: PLC0414  # re-exported
 from ._engines import new_creator
 from ._entry import LedgerEntry, entry_from_row
 from ._plans import (
@@ -42,22 +42,7 @@ logger = logging.getLogger("videogen_async")
 PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
-
-
-def check_key(key: Any) -> str:
-    """Check a ledger key before anything is written (``InvalidRequestError`` naming it)."""
-    if not isinstance(key, str) or not key.strip():
-        raise err.InvalidRequestError(
-            "key", "must be a non-empty string", value=key, has_value=True
-        )
-    if len(key) > 500:
-        raise err.InvalidRequestError("key", "must be at most 500 characters")
-    if _UNSTORABLE.search(key):
-        rule = "must not contain NUL or lone surrogate characters (no database stores them)"
-        raise err.InvalidRequestError("key", rule, value=key, has_value=True)
-    return key
 
 
 class Creator:

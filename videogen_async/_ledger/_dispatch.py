@@ -20,8 +20,9 @@ from typing import Any
 
 import anyio
 
+from .._contract import _checks as checks
 from .._contract._exceptions import InvalidRequestError, LedgerError
-from .._http._retry import BackoffPolicy, decide_retry
+from .._http._retry import BackoffPolicy, backoff_after
 from ._claims import claim_statement, release_leases, renew_leases
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._listen import Listener
@@ -181,10 +182,7 @@ class _Dispatcher:
                         await self.deliver(entry_from_row(row))  # type: ignore[arg-type]
                 except Exception as exc:  # a failed attempt: tried again later
                     error = f"{type(exc).__name__}: {exc}"[:2000]
-                    decision = decide_retry(
-                        exc, method="GET", failures=attempts + 1, policy=self.backoff,
-                        poll=True, transient=True,
-                    )  # fmt: skip
+                    decision = backoff_after(attempts + 1, self.backoff, exc=exc)
                     delay = decision.delay
                     logger.log(
                         logging.WARNING if delay is not None else logging.ERROR,
@@ -199,12 +197,6 @@ class _Dispatcher:
         finally:
             self.flying.pop(key, None)
             self.freed.fire()
-
-
-def _seconds(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-        raise InvalidRequestError(field, "must be a number of seconds > 0")
-    return float(value)
 
 
 class Dispatches:
@@ -253,16 +245,15 @@ class Dispatches:
             InvalidRequestError: A bad argument; nothing was written.
             LedgerError: The database stayed away longer than ``outage_timeout``.
         """
-        if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\x00" in name:
-            rule = "must be a destination name: a non-empty string of at most 200 characters"
-            raise InvalidRequestError("name", rule, value=name, has_value=True)
+        checks.name("name", name, max_length=200)
         if not callable(deliver):
             raise InvalidRequestError("deliver", "must be an async callable taking a LedgerEntry")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidRequestError("concurrency", "must be a whole number >= 1")
-        if backoff is not None and not isinstance(backoff, BackoffPolicy):
-            raise InvalidRequestError("backoff", "must be a BackoffPolicy")
-        seconds = _seconds("lease", lease), _seconds("attempt_timeout", attempt_timeout)
+        checks.whole("concurrency", concurrency)
+        checks.instance("backoff", backoff, (BackoffPolicy, type(None)), "must be a BackoffPolicy")
+        seconds = (
+            checks.number("lease", lease, above=True, high=1e9),
+            checks.number("attempt_timeout", attempt_timeout, above=True, high=1e9),
+        )
         options = (seconds[0], concurrency, seconds[1], backoff or DISPATCH_BACKOFF)
         dispatcher = _Dispatcher(self._store, self._listening(), name, deliver, options)
         try:

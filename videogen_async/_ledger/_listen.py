@@ -28,8 +28,9 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from .._contract import _checks as checks
 from .._contract import _exceptions as err
-from .._http._retry import decide_retry
+from .._http._retry import backoff_after
 from ._creates import check_key
 from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._plans import get
@@ -167,10 +168,7 @@ class Listener:
                         *(self._store.where, type(exc).__name__, exc),
                     )
                 await source.close()
-                decision = decide_retry(
-                    error, method="GET", failures=max(failures, 1), policy=DATABASE_BACKOFF,
-                    poll=True, transient=True,
-                )  # fmt: skip
+                decision = backoff_after(max(failures, 1), DATABASE_BACKOFF, exc=error)
                 await anyio.sleep(decision.delay or 0.0)
         finally:
             await source.close()
@@ -263,9 +261,7 @@ class Waits:
             AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
         key = check_key(key)
-        number = not isinstance(timeout, bool) and isinstance(timeout, (int, float))
-        if timeout is not None and not (number and timeout >= 0):  # NaN is not >= 0
-            raise err.InvalidRequestError("timeout", "must be seconds >= 0 or None")
+        checks.seconds_or_none("timeout", timeout)
         listener, keys, entry = self._listening(), frozenset({key}), None
         send, receive = listener.subscribe(keys, None)
         try:
@@ -322,10 +318,8 @@ class Waits:
             LedgerError: On its first step: changes after ``after`` were pruned (the message
                 names the oldest position still kept).
         """
-        if not (after is None or (type(after) is int and after >= 0)):  # a bool is not
-            raise err.InvalidRequestError(
-                "after", f"must be a position (an int >= 0), got {after!r}"
-            )
+        if after is not None:
+            checks.whole("after", after, minimum=0)
         wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
         wanted_states = None if states is None else frozenset(states)
         if wanted_states is not None and (unknown := wanted_states.difference(STATES)):

@@ -22,7 +22,7 @@ import anyio
 import attrs
 
 from .._contract._exceptions import LedgerError
-from .._http._retry import BackoffPolicy, decide_retry
+from .._http._retry import BackoffPolicy, backoff_after
 from ._plans import creating_owners, expire_creating, prune_changes
 from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
 
@@ -269,15 +269,7 @@ class Store:
                 if tries == 1:
                     deadline = now + self.outage_timeout
                     logger.warning("%s; retrying for up to %g s", exc, self.outage_timeout)
-                decision = decide_retry(
-                    exc,
-                    method="GET",
-                    failures=tries,
-                    policy=DATABASE_BACKOFF,
-                    poll=True,
-                    transient=True,
-                    remaining=deadline - now,
-                )
+                decision = backoff_after(tries, DATABASE_BACKOFF, remaining=deadline - now)
                 if decision.delay is None:
                     raise LedgerError(
                         f"the database did not answer for {self.outage_timeout:g} s: {exc}"

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .._contract import _checks as checks
 from .._contract._closing import ExitCloses
 from .._contract._exceptions import LedgerError, TaskPollError
 from .._waiting._gather import GatherResults, gather_until_done
 from . import _claims as claims
-from ._classes import LedgerFinishTimes
+from ._cohorts import LedgerFinishTimes
 from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
@@ -72,12 +73,9 @@ class Watch(ExitCloses):
         stop_when_idle: bool,
         max_held: int | None = None,
     ) -> None:
-        if not lease > 0 or not math.isfinite(lease):
-            raise ValueError(f"lease must be > 0 seconds, got {lease!r}")
-        if not claim_interval > 0:
-            raise ValueError(f"claim_interval must be > 0 seconds, got {claim_interval!r}")
-        if isinstance(claim_size, bool) or not isinstance(claim_size, int) or claim_size < 1:
-            raise ValueError(f"claim_size must be an int >= 1, got {claim_size!r}")
+        checks.positive("lease", lease)
+        checks.positive("claim_interval", claim_interval)
+        checks.whole("claim_size", claim_size)
         self._creator, self._store, self._lease = creator, store, lease
         self._claim_size, self._interval = claim_size, claim_interval
         options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}

@@ -16,7 +16,7 @@ from .._http._options import NO_OPTIONS, CallOptions, Headers, PollOptions, Quer
 from .._http._transport import Transport
 from .._waiting._gather import GatherResults, gather_until_done
 from .._waiting._policy import PollPolicy
-from .._waiting._polling import TaskSource, UpdateCallback, on_read, poll_until, wait_on_source
+from .._waiting._polling import TaskSource, UpdateCallback, wait_on_source
 from .._waiting._schedule import FinishTimeMemory
 from ._raw import raw_call
 from ._resource import Resource
@@ -204,7 +204,9 @@ class Tasks(Resource):
             async for task in client.tasks.watch(task_id, timeout=600):
                 await message.edit(f"{task.status}")
 
-        No poll runs while your loop body does: a slow body delays the next poll.
+        No poll runs while your loop body does: a slow body delays the next poll. The polls
+        follow the same schedule as ``wait`` (gaps that grow with the task's age), each
+        state being one wait for a state that differs from the last.
 
         Args:
             task_id: The task to watch.
@@ -221,22 +223,20 @@ class Tasks(Resource):
             NotFoundError: No such task.
         """
         task_id = check_id("task_id", task_id)
-        call = CallOptions.of(options, polls=True)
-        policy = poll_policy or self._poll_policy
+        source = self._source(CallOptions.of(options, polls=True))
         deadline = None if timeout is None else time.monotonic() + timeout
-        on_value = on_read(self._transport.hooks, None, lambda task: task.is_terminal)
         last: Task | None = None
         while last is None or not last.is_terminal:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                current = await poll_until(
-                    lambda: self._fetch_once(task_id, call),
-                    functools.partial(operator.ne, last),
+                last = await wait_on_source(
+                    source,
+                    task_id,
                     timeout=left,
-                    poll_policy=policy,
-                    what=task_id,
-                    backoff=self._transport.backoff,
-                    on_value=on_value,
+                    raise_on_failure=False,
+                    poll_policy=poll_policy or self._poll_policy,
+                    done=functools.partial(operator.ne, last),
+                    after=last,
                 )
             except WaitTimeoutError as exc:
                 if exc.last is None:
@@ -244,8 +244,7 @@ class Tasks(Resource):
                 exc.message = f"task {task_id} was not terminal after {timeout:g} s"
                 exc.args = (exc.message,)
                 raise
-            last = current
-            yield current
+            yield last
 
     def gather_until_done(
         self,

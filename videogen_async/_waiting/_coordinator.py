@@ -24,7 +24,7 @@ from .._contract._exceptions import RateLimitError, TaskPollError, WaitTimeoutEr
 from .._contract._models import Task
 from .._http._retry import decide_retry
 from .._observe._spans import observe_gather
-from ._classes import BatchSchedule, IdState
+from ._cohorts import BatchSchedule, IdState
 from ._due import DueHeap
 from ._policy import PollPolicy
 from ._polling import TaskSource

@@ -6,7 +6,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._classes import IdState
+    from ._cohorts import IdState
 
 
 class DueHeap:

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .._contract import _checks as checks
 from .._contract._exceptions import TaskPollError
 from .._contract._models import Task
 from .._contract._validation import check_id
-from ._classes import ClassState, IdState
+from ._cohorts import ClassState, IdState
 from ._coordinator import _Coordinator, _Fatal, _Item
 from ._policy import DEFAULT_POLICY, PollPolicy
 from ._polling import PollingClient, TaskSource, source_of
@@ -65,7 +66,7 @@ class GatherResults:
         ended polls nothing.
 
         Raises:
-            TypeError: An id is not a string.
+            InvalidRequestError: An id is not a non-empty string (named ``task_id``).
         """
         states = _new_states(task_ids, self._key_of, self._core.known, self._core.schedule.classes)
         self._core.add(states)
@@ -237,19 +238,13 @@ def gather_until_done(
         ``progress`` property.
 
     Raises:
-        ValueError: ``max_concurrency`` < 1, a negative ``timeout`` or a non-positive
-            ``progress_interval``.
-        TypeError: An id is not a string, ``classes`` is neither a mapping nor a callable,
-            or a class key is not hashable.
+        InvalidRequestError: ``max_concurrency`` not a whole number >= 1, a negative
+            ``timeout``, a non-positive ``progress_interval``, an id that is not a string,
+            ``classes`` neither a mapping nor a callable, or a class key not hashable.
     """
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-        raise TypeError(f"max_concurrency must be an int, got {max_concurrency!r}")
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-    if timeout is not None and not timeout >= 0:
-        raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
-    if not progress_interval > 0:
-        raise ValueError(f"progress_interval must be > 0, got {progress_interval!r}")
+    checks.whole("max_concurrency", max_concurrency)
+    checks.seconds_or_none("timeout", timeout)
+    checks.positive("progress_interval", progress_interval)
     key_of = _class_keys(classes)
     source = source_of(client)
     memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
@@ -277,12 +272,10 @@ def _new_states(
 ) -> list[IdState]:
     """Checked states of the distinct ids not pending in ``known``, each with its class."""
     if isinstance(task_ids, str):
-        raise TypeError("task_ids must be an iterable of ids, not a single string")
+        raise checks.fail("task_ids", "must be an iterable of ids, not a single string")
     made: dict[object, ClassState] = {}
     new: dict[str, IdState] = {}
     for task_id in task_ids:
-        if not isinstance(task_id, str):
-            raise TypeError(f"task ids must be strings, got {task_id!r}")
         check_id("task_id", task_id)
         former = known.get(task_id)
         if (former is None or former.done) and task_id not in new:
@@ -305,10 +298,7 @@ def _class_keys(
     elif callable(classes):
         find = classes
     else:
-        raise TypeError(
-            "classes must be a mapping of id to class key or a callable, got"
-            f" {type(classes).__name__}"
-        )
+        raise checks.fail("classes", "must be a mapping of id to key, or a callable", classes)
     return lambda task_id: _checked_key(task_id, find(task_id))
 
 
@@ -316,7 +306,7 @@ def _checked_key(task_id: str, key: object) -> object:
     try:
         hash(key)
     except TypeError:
-        raise TypeError(
-            f"classes: the class key of {task_id!r} must be hashable, got {key!r}"
+        raise checks.fail(
+            "classes", f"the class key of {task_id!r} must be hashable", key
         ) from None
     return key

@@ -22,7 +22,7 @@ import attrs
 from .._contract._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
 from .._contract._models import Project, Task
 from .._http._pacing import Pacing, paced
-from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, decide_retry
+from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, RetryDecision, decide_retry
 from .._observe._hooks import EventHooks
 from .._observe._spans import end_wait, poll_event, wait_span
 from ._policy import DEFAULT_POLICY, PollPolicy, growth_interval
@@ -143,13 +143,18 @@ async def poll_until(
     on_value: Callable[[_T], Awaitable[object]] | None = None,
     age_of: Callable[[_T, float], float] | None = None,
     pending: str | None = None,
+    after: _T | None = None,
 ) -> _T:
     """Poll one object (named ``what`` in errors and logs) until ``done`` says so.
 
-    Gaps grow with the object's age (``age_of``; default: the seconds waited). After a failure
-    ``decide_retry`` (as a poll) decides: transient failures back off, a 429 waits its
-    ``Retry-After``; ``backoff.max_consecutive_failures`` in a row, any other error, and what
-    ``done`` or ``on_value`` (awaited per value) raise are raised.
+    Gaps grow with the object's age (``age_of``; default: the seconds waited), so that an
+    object that has run long is not polled as often as a new one: the lag stays a fraction
+    of its run time. ``after`` is a value the caller read last (``tasks.watch`` between two
+    states): the first poll then waits the gap that value's age gives, as if this loop had
+    read it, instead of ``first_delay``. After a failure ``decide_retry`` (as a poll)
+    decides: transient failures back off, a 429 waits its ``Retry-After``;
+    ``backoff.max_consecutive_failures`` in a row, any other error, and what ``done`` or
+    ``on_value`` (awaited per value) raise are raised.
 
     Raises:
         WaitTimeoutError: The deadline passed, or a wait asked for after a failure would
@@ -160,47 +165,70 @@ async def poll_until(
     rng = random.Random()
     start = anyio.current_time()
     end = math.inf if timeout is None else start + timeout
-    last: _T | None = None
+    aged = age_of or _seconds_waited
+    last = after
     failures = 0  # transient failures in a row, 429s apart (the pacing answers those)
 
     def timed_out(why: str = "") -> WaitTimeoutError:
         text = f"{what} was not done after {timeout:g} s{why}"
         return WaitTimeoutError(text, last=last, pending=(pending or what,), timeout=timeout)
 
+    def gap(value: _T) -> float:
+        return growth_interval(policy, aged(value, anyio.current_time() - start), rng.random())
+
     with anyio.move_on_after(end - start):
-        if policy.first_delay > 0:
-            await anyio.sleep(policy.first_delay)
+        delay = policy.first_delay if after is None else gap(after)
         while True:
+            await anyio.sleep(delay)
             try:
                 value = await fetch()
             except Exception as exc:
-                decision = decide_retry(
-                    exc, method="GET", failures=failures + 1, policy=backoff, poll=True,
-                    remaining=end - anyio.current_time(), rng=rng,
-                )  # fmt: skip
+                decision = _after_failure(exc, failures + 1, backoff, end, rng, what)
                 if decision.delay is None:
-                    if decision.reason == "exhausted":
-                        logger.warning("%s: giving up: %s", what, decision.detail)
-                    if decision.reason != "too long":
-                        raise
                     raise timed_out(f": {decision.detail}") from exc
-                if not isinstance(exc, RateLimitError):
-                    failures += 1
+                failures += not isinstance(exc, RateLimitError)
                 delay = decision.delay
-                logger.debug("%s: %s; polling again in %.2fs", what, exc, delay)
-            else:
-                failures = 0
-                last = value
-                finished = done(value)
-                if on_value is not None:
-                    await on_value(value)
-                if finished:
-                    return value
-                elapsed = anyio.current_time() - start
-                age = elapsed if age_of is None else age_of(value, elapsed)
-                delay = growth_interval(policy, age, rng.random())
-            await anyio.sleep(delay)
+                continue
+            failures = 0
+            last = value
+            finished = done(value)
+            if on_value is not None:
+                await on_value(value)
+            if finished:
+                return value
+            delay = gap(value)
     raise timed_out()
+
+
+def _seconds_waited(_value: object, elapsed: float) -> float:
+    return elapsed
+
+
+def _after_failure(
+    exc: Exception,
+    failures: int,
+    backoff: BackoffPolicy,
+    end: float,
+    rng: random.Random,
+    what: str,
+) -> RetryDecision:
+    """The decision after a failed poll: raises ``exc`` unless it is a wait or "too long"."""
+    decision = decide_retry(
+        exc,
+        method="GET",
+        failures=failures,
+        policy=backoff,
+        poll=True,
+        remaining=end - anyio.current_time(),
+        rng=rng,
+    )
+    if decision.delay is None and decision.reason != "too long":
+        if decision.reason == "exhausted":
+            logger.warning("%s: giving up: %s", what, decision.detail)
+        raise exc
+    if decision.delay is not None:
+        logger.debug("%s: %s; polling again in %.2fs", what, exc, decision.delay)
+    return decision
 
 
 async def wait_on_source(
@@ -211,12 +239,17 @@ async def wait_on_source(
     raise_on_failure: bool,
     poll_policy: PollPolicy | None,
     on_update: UpdateCallback[Task] | None = None,
+    done: Callable[[Task], bool] | None = None,
+    after: Task | None = None,
 ) -> Task:
-    """``tasks.wait`` below the client: :func:`poll_until` on ``source.fetch``.
+    """``tasks.wait`` and ``tasks.watch`` below the client: :func:`poll_until` on ``source``.
 
     The source's reads have no retries of their own (this loop owns the backoff) and are
     paced by its pacing, or one of this wait's own; the gaps grow with the task's age (from
-    its ``created_at``). The arguments and errors are those of ``tasks.wait``.
+    its ``created_at``), so a task an hour old is polled as one, whoever waits. ``done``
+    says when the wait ends (``None``: a terminal state; ``tasks.watch`` waits for the next
+    state that differs from ``after``, the last it yielded, and waits that state's gap before
+    its first poll). The other arguments and the errors are those of ``tasks.wait``.
     """
     get, _ = source.paced()
 
@@ -229,7 +262,7 @@ async def wait_on_source(
     with wait_span("task", task_id) as span:
         task = await poll_until(
             lambda: get(task_id),
-            lambda t: t.is_terminal,
+            done or (lambda t: t.is_terminal),
             timeout=timeout,
             poll_policy=poll_policy or source.poll_policy,
             what=f"task {task_id}",
@@ -237,6 +270,7 @@ async def wait_on_source(
             on_value=on_value,
             age_of=age_of,
             pending=task_id,
+            after=after,
         )
         end_wait(span, task)
     if raise_on_failure and task.is_failed:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import attrs
 
+from .._contract import _checks as checks
 from ._policy import PollPolicy
 
 _RATIO = 1.02
@@ -51,8 +52,7 @@ class FinishTimeStats:
     count: int
 
     def __attrs_post_init__(self) -> None:
-        if self.count < 0:
-            raise ValueError(f"count must be >= 0, got {self.count}")
+        checks.whole("count", self.count, minimum=0)
 
 
 class FinishTimeMemory(Protocol):
@@ -76,8 +76,7 @@ class InMemoryFinishTimes:
     """A :class:`FinishTimeMemory` in a dict, bounded to ``max_keys`` classes (oldest out)."""
 
     def __init__(self, max_keys: int = 1024) -> None:
-        if max_keys < 1:
-            raise ValueError(f"max_keys must be >= 1, got {max_keys}")
+        checks.whole("max_keys", max_keys)
         self._max = max_keys
         self._data: dict[object, FinishTimeStats] = {}
 
@@ -113,8 +112,7 @@ class FinishSketch:
         prior: FinishTimeStats | None = None,
         prior_weight: float = 16.0,
     ) -> None:
-        if not half_life > 0:
-            raise ValueError(f"half_life must be > 0, got {half_life!r}")
+        checks.number("half_life", half_life, above=True, finite=False)
         self._growth = 2.0 ** (1.0 / half_life)
         self._step = 1.0  # the weight of the next observation
         self._bins: dict[int, float] = {}

@@ -12,7 +12,7 @@ except ImportError as exc:  # pragma: no cover - tested in a subprocess without 
     ) from exc
 
 from ._activities import VideoActivities
-from ._completion import DESTINATION, ActivityCompleter, run_completions
+from ._completer import DESTINATION, ActivityCompleter, run_completions
 from ._workflow import (
     AWAIT_ENTRY,
     CREATE_PROJECT,

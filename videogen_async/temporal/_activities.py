@@ -19,11 +19,11 @@ from temporalio.exceptions import ApplicationError
 
 from .._contract import _exceptions as err
 from .._contract._enums import ProjectStatus
-from .._http._retry import DEFAULT_BACKOFF, decide_retry
+from .._http._retry import is_transient
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._protocol import LedgerClient
 from . import _workflow as calls
-from ._completion import METADATA_KEY, outcome
+from ._completer import METADATA_KEY, outcome
 
 _PERMANENT = (
     err.InvalidRequestError,
@@ -194,7 +194,6 @@ def _fail_for_good(exc: err.VideoGenError) -> None:
     """Raise a non-retryable failure for ``exc`` when another attempt would meet it again."""
     permanent = isinstance(exc, _PERMANENT)
     if not permanent and isinstance(exc, err.APIStatusError):
-        decision = decide_retry(exc, method="GET", failures=1, policy=DEFAULT_BACKOFF)
-        permanent = decision.reason == "permanent"
+        permanent = not is_transient(exc)
     if permanent:
         raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc

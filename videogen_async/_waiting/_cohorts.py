@@ -1,4 +1,8 @@
-"""The class state of ``gather_until_done``: ids, classes, the clock skew, and the learning.
+"""The cohorts of ``gather_until_done``: its ids grouped by class key, and what is learned.
+
+A cohort is the ids of a gather that share a class of tasks (the same model and duration,
+say), so that the finish times of the first to end tell when the rest will. Held here: each
+id's state, each cohort's state (``ClassState``), the clock skew, and the learning.
 
 :class:`BatchSchedule` learns each class's finish times (``_schedule.ClassModel``, a
 ``FinishTimeMemory`` as prior) and gives each pending id its next due time; no I/O. Ages are on
