@@ -55,7 +55,7 @@ _AUTHORITY = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\[\]@:/\\?#%\s]+)(?::[0-
 
 def _check_base_url(base_url: str, *, allow_insecure_http: bool) -> str:
     try:
-        text = web_url("base_url", base_url)
+        text = web_url("base_url", base_url, instead="pass api_key instead")
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     parts = urlsplit(text)

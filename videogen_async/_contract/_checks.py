@@ -114,12 +114,13 @@ def check_key(key: Any) -> str:
     return name("key", key)
 
 
-def web_url(field: str, value: Any) -> str:
+def web_url(field: str, value: Any, *, instead: str = "no credentials in a URL") -> str:
     """An ``http(s)`` URL with a host, on one line, without user info; returned stripped.
 
     The URL is never quoted in the error: it may hold a secret (a signed query, a password).
     User info is refused because a URL is logged and shown in errors, where a password would
-    leak; credentials go in headers (or the client's ``api_key``).
+    leak; credentials go in headers (or the client's ``api_key``). ``instead``: what to do
+    instead, for the error (a client says where its key goes).
     """
     text = value.strip() if isinstance(value, str) else ""
     try:
@@ -132,7 +133,7 @@ def web_url(field: str, value: Any) -> str:
     if any(c.isspace() or not c.isprintable() for c in text):
         raise fail(field, "must not contain white space or control characters")
     if parts.username is not None or "@" in parts.netloc:
-        raise fail(field, "must not hold user info (user:password@): no credentials in a URL")
+        raise fail(field, f"must not hold user info (user:password@): {instead}")
     return text
 
 
