@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import math
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._contract._argtypes import number_type
 from ._config import DEFAULT_API_KEY, Duration
 from ._openapi import write_openapi
 from ._server import SandboxServer
@@ -37,35 +37,6 @@ def _duration(text: str) -> Duration:
         raise argparse.ArgumentTypeError(
             f"expected seconds (30) or a range (20-40), got {text!r}"
         ) from None
-
-
-def number_type(
-    convert: Callable[[str], Any],
-    *,
-    minimum: int,
-    maximum: int | None = None,
-    strict: bool = False,
-    what: str = "a number",
-) -> Callable[[str], Any]:
-    """An ``argparse`` type: a finite number from ``minimum`` (above it when ``strict``)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not (
-            (value > minimum if strict else value >= minimum)  # NaN fails both
-            and math.isfinite(value)
-            and (maximum is None or value <= maximum)
-        ):
-            bound = f"{'>' if strict else '>='} {minimum}"
-            if maximum is not None:
-                bound = f"from {minimum} to {maximum}"
-            raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}")
-        return value
-
-    return parse
 
 
 _time_scale = number_type(float, minimum=0, strict=True, what="real seconds per simulated second")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .._contract._schemas import ID_PATTERN, component_schemas, ref
 from .._contract._service import ENDPOINTS, Endpoint
 from .._contract._validation import json_text
-from ._schemas import ID_PATTERN, component_schemas, ref
 
 
 def _envelope(data: dict[str, Any], description: str) -> dict[str, Any]:
