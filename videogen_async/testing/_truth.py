@@ -6,11 +6,10 @@ statistics and the request log; served over HTTP under ``/_sandbox/`` by :mod:`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._contract._enums import ProjectStatus
-from .._contract._exceptions import InvalidRequestError
 from .._contract._validation import validate_task_request
 from . import _simulation as sim
 from ._clock import SandboxClock
@@ -123,17 +122,18 @@ class ServerTruth:
         Raises:
             ValueError: A bad argument, or a balance short of them all (none created).
         """
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
-            raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
-        spec = None if finish_in is None else check_duration(finish_in, "finish_in")
-        try:
-            body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
-        except InvalidRequestError as exc:
-            raise ValueError(str(exc)) from None
-        tasks = self._wrap_lookup(
-            lambda: _create_tasks(self._state, body, count, finish_in=spec, outcome=outcome)
+        state = self._state
+        return self._wrap_lookup(
+            lambda: create_tasks(
+                state,
+                count,
+                prompt=prompt,
+                model=model,
+                duration=duration,
+                finish_in=finish_in,
+                outcome=outcome,
+            )
         )
-        return [task.task_id for task in tasks]
 
     def schedule_project(
         self,
@@ -164,6 +164,8 @@ class ServerTruth:
 
     @staticmethod
     def _wrap_lookup(call: Callable[[], _T]) -> _T:
+        # The service's answer to a failure becomes KeyError (404) or ValueError, as the
+        # methods say; the control API keeps the statuses (it calls the same functions).
         try:
             return call()
         except sim.SandboxError as exc:
@@ -213,32 +215,44 @@ class ServerTruth:
         return build_openapi(self._routes.base_url())
 
 
-def _create_tasks(
+def create_tasks(
     state: SandboxState,
-    body: Mapping[str, Any],
     count: int,
     *,
+    prompt: str = "a sandbox bulk task",
+    model: str | None = None,
+    duration: int | None = None,
     finish_in: Duration | None = None,
     outcome: str | None = None,
-) -> list[sim.Task]:
-    """:meth:`ServerTruth.create_tasks` (a balance too low: 409 / 300111)."""
+) -> list[str]:
+    """:meth:`ServerTruth.create_tasks` (``POST /_sandbox/tasks/bulk``).
+
+    Raises:
+        ValueError: A bad argument (a bad task field: ``InvalidRequestError``, a
+            ``ValueError`` too).
+        SandboxError: 409 / 300111 when the balance does not cover them all.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
+        raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
+    spec = None if finish_in is None else check_duration(finish_in, "finish_in")
+    body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
     _check_outcome(outcome)
     state.settle()
     price = state.pricing.task_cost(body.get("model"), body.get("duration"))
     if not state.wallet.can_pay(price * count):
         raise sim.SandboxError(409, 300111, sim.INSUFFICIENT_CREDITS)
-    tasks = []
+    ids = []
     for _ in range(count):
         task = state.create_task(body)
-        if finish_in is not None or outcome is not None:
+        if spec is not None or outcome is not None:
             seconds = (
                 task.finished_at - task.created_at
-                if finish_in is None
-                else sample_duration(finish_in, state.rng)
+                if spec is None
+                else sample_duration(spec, state.rng)
             )
             reschedule_task(state, task.task_id, seconds, outcome)
-        tasks.append(task)
-    return tasks
+        ids.append(task.task_id)
+    return ids
 
 
 def _check_outcome(outcome: str | None) -> None:
@@ -255,7 +269,7 @@ def _check_seconds(value: object, name: str) -> float:
 def reschedule_task(
     state: SandboxState,
     task_id: str,
-    finish_in: float,
+    finish_in: object,
     outcome: str | None = None,
     error_message: str | None = None,
 ) -> sim.Task:
@@ -286,7 +300,7 @@ def reschedule_task(
 def reschedule_project(
     state: SandboxState,
     project_id: str,
-    script_ready_in: float,
+    script_ready_in: object,
     outcome: str = "succeeded",
     error_message: str | None = None,
 ) -> sim.Project:
