@@ -8,6 +8,7 @@ clock reached each instant (:meth:`SandboxClock.wall_time_of`), agreeing with a 
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Callable
 
@@ -30,9 +31,7 @@ class SandboxClock:
         "_base_mono",
         "_base_sim",
         "_epoch_unix",
-        "_history_mono",
-        "_history_running",
-        "_history_sim",
+        "_history",
         "_mono_at_epoch",
         "_running",
         "_time_scale",
@@ -54,10 +53,9 @@ class SandboxClock:
         self._base_sim, self._base_mono = 0.0, self._mono_at_epoch
         self._running = not paused
         # Segments of the mapping simulated time -> real time, one per change (advance,
-        # pause, resume): where each starts, and whether the clock ran during it.
-        self._history_sim: list[float] = [0.0]
-        self._history_mono: list[float] = [self._mono_at_epoch]
-        self._history_running: list[bool] = [self._running]
+        # pause, resume): where each starts (simulated, monotonic), and whether the clock ran
+        # during it. Ordered by simulated start: the clock never goes back.
+        self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, self._running)]
 
     def __repr__(self) -> str:
         state = "running" if self._running else "paused"
@@ -112,12 +110,9 @@ class SandboxClock:
         self._base_sim = sim
         self._base_mono = self._timer()
         self._running = running
-        self._history_sim.append(sim)
-        self._history_mono.append(self._base_mono)
-        self._history_running.append(running)
-        if len(self._history_sim) > _MAX_HISTORY:
-            drop = len(self._history_sim) - _MAX_HISTORY
-            del self._history_sim[:drop], self._history_mono[:drop], self._history_running[:drop]
+        self._history.append((sim, self._base_mono, running))
+        if len(self._history) > _MAX_HISTORY:
+            del self._history[: len(self._history) - _MAX_HISTORY]
 
     def wall_now(self) -> float:
         """Return the current real time (Unix seconds) as this clock's timer sees it."""
@@ -130,22 +125,20 @@ class SandboxClock:
         that jumped over it, if one did); for a future one a forecast at the time scale, or
         ``None`` while the clock is paused (it is reached only once someone moves the clock).
         """
-        index = bisect.bisect_right(self._history_sim, sim) - 1
+        history = self._history
+        # The last segment starting at or before ``sim`` (a later one at the same instant
+        # wins: ``inf`` sorts after every monotonic time).
+        index = bisect.bisect_right(history, (sim, math.inf, True)) - 1
         if index < 0:
-            return self._mono_to_unix(self._history_mono[0])
-        start_sim = self._history_sim[index]
-        start_mono = self._history_mono[index]
-        last = index == len(self._history_sim) - 1
-        if self._history_running[index]:
+            return self._mono_to_unix(history[0][1])
+        start_sim, start_mono, ran = history[index]
+        following = history[index + 1][1] if index + 1 < len(history) else None
+        if ran:
             mono = start_mono + (sim - start_sim) * self._time_scale
-            if not last:
-                mono = min(mono, self._history_mono[index + 1])
-            return self._mono_to_unix(mono)
+            return self._mono_to_unix(mono if following is None else min(mono, following))
         if sim <= start_sim:
             return self._mono_to_unix(start_mono)
-        if last:
-            return None
-        return self._mono_to_unix(self._history_mono[index + 1])
+        return None if following is None else self._mono_to_unix(following)
 
     def _mono_to_unix(self, mono: float) -> float:
         return self._epoch_unix + (mono - self._mono_at_epoch)

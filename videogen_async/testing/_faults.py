@@ -98,13 +98,13 @@ class FaultRule:
         return tuple(getattr(self, f"{kind}_rate") for kind in FAULT_KINDS)
 
     def to_dict(self) -> dict[str, Any]:
-        """The rule as JSON-ready data (a callable latency is shown as ``"callable"``)."""
+        """The rule as JSON-ready data (a callable latency is shown as ``"callable"``).
+
+        ``attrs.asdict`` writes the tuples (statuses, a latency range) as lists.
+        """
         data = attrs.asdict(self)
-        data["error_statuses"] = list(self.error_statuses)
         if callable(self.latency):
             data["latency"] = "callable"
-        elif isinstance(self.latency, tuple):
-            data["latency"] = list(self.latency)
         return data
 
     @classmethod
@@ -118,11 +118,8 @@ class FaultRule:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown fault rule field(s): {', '.join(unknown)}")
-        values = dict(data)
-        if isinstance(values.get("latency"), list):
-            values["latency"] = tuple(values["latency"])
         try:
-            return cls(**values)
+            return cls(**data)  # a latency range as a JSON list: check_duration takes it
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from .._contract import _validation as rules
-from .._contract._exceptions import InvalidRequestError
 from .._contract._service import ENDPOINTS, PROJECT_REQUEST
 from . import _simulation as sim
 from ._config import sample_duration
@@ -68,12 +67,10 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
 
 
 def _checked_id(field: str, value: str | None) -> str:
+    """The id of a path or query; a bad one is answered 400 (``InvalidRequestError``)."""
     if value is None:
         raise sim.SandboxError(400, 400, f"{field}: is required (query parameter)")
-    try:
-        return rules.check_id(field, value)
-    except InvalidRequestError as exc:
-        raise sim.SandboxError(400, 400, str(exc)) from None
+    return rules.check_id(field, value)
 
 
 def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
