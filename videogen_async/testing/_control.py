@@ -142,8 +142,8 @@ class ControlAPI:
         return _ids("task_ids", self._server.task_ids, offset, limit)
 
     def _task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        task_id = request.match_info["task_id"]
-        return self._state.describe_task(task_id, self._routes.origin(request))
+        state, task_id = self._state, request.match_info["task_id"]
+        return state.show("Task", task_id, state.render.describe_task, self._routes.origin(request))
 
     def _schedule_task(self, request: web.Request, body: dict[str, Any]) -> Any:
         task_id, message = request.match_info["task_id"], body.get("error_message")
@@ -159,8 +159,9 @@ class ControlAPI:
         return _ids("task_ids", ids)
 
     def _project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        project_id = request.match_info["project_id"]
-        return self._state.describe_project(project_id, self._routes.origin(request))
+        state, project_id = self._state, request.match_info["project_id"]
+        origin = self._routes.origin(request)
+        return state.show("Project", project_id, state.render.describe_project, origin)
 
     def _schedule_project(self, request: web.Request, body: dict[str, Any]) -> Any:
         span, message = body.get("script_ready_in"), body.get("error_message")

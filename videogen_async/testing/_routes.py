@@ -11,8 +11,8 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -21,11 +21,10 @@ from .._contract._service import ENDPOINTS, PROJECT_REQUEST
 from . import _simulation as sim
 from ._config import sample_duration
 from ._media import parse_range, sample_mp4
+from ._middleware import Handler
 from ._openapi import build_openapi
-from ._render import envelope_response
+from ._render import CREATED_PROJECT, CREATED_TASK, VIDEO_BATCH, envelope_response
 from ._state import SandboxState
-
-_V = TypeVar("_V")
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 _MEDIA_ETAG = '"videogen-sandbox-sample"'
@@ -170,7 +169,7 @@ class ServiceRoutes:
         }
         for endpoint in ENDPOINTS:
             path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
-            handler = handlers[endpoint.operation_id]
+            handler = self._answer(handlers[endpoint.operation_id])
             if endpoint.method == "GET":
                 router.add_get(path, handler)
             else:
@@ -203,52 +202,41 @@ class ServiceRoutes:
                 return f"{request.scheme}://{host}"
         return self.base_url() or "http://127.0.0.1"
 
-    def _show(
-        self,
-        request: web.Request,
-        table: Mapping[str, _V],
-        kind: str,
-        key: str,
-        render: Callable[[_V, float, str], dict[str, Any]],
-    ) -> web.StreamResponse:
-        """Answer with one task or project as the service shows it now (404 when unknown)."""
-        now = self._state.settle()
-        return envelope_response(render(sim.lookup(table, kind, key), now, self.origin(request)))
+    def _answer(self, handler: Callable[[web.Request], Awaitable[Any]]) -> Handler:
+        """An endpoint of the service: the key checked, then ``handler``'s data enveloped."""
 
-    async def _create_task(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+        async def endpoint(request: web.Request) -> web.StreamResponse:
+            self.authorize(request)
+            return envelope_response(await handler(request))
+
+        return endpoint
+
+    async def _create_task(self, request: web.Request) -> Any:
         body = rules.validate_task_request(await read_json_body(request))
         task = self._state.create_task(body)
-        return envelope_response(self._state.render.created_task(task, task.created_at))
+        return CREATED_TASK(task, task.created_at)
 
-    async def _get_task(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _get_task(self, request: web.Request) -> Any:
         task_id = _checked_id("task_id", request.query.get("task_id"))
-        state = self._state
-        return self._show(request, state.tasks, "Task", task_id, state.render.task)
+        return self._state.show("Task", task_id, self._state.render.task, self.origin(request))
 
-    async def _get_credits(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
-        return envelope_response(self._state.credits_data())
+    async def _get_credits(self, request: web.Request) -> Any:
+        return self._state.credits_data()
 
-    async def _create_project(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _create_project(self, request: web.Request) -> Any:
         body = rules.validate_project_request(await read_json_body(request))
         project = create_project(self._state, body)
-        return envelope_response(self._state.render.created_project(project, project.created_at))
+        return CREATED_PROJECT(project, project.phase(project.created_at))
 
-    async def _get_project(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _get_project(self, request: web.Request) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
         state = self._state
-        return self._show(request, state.projects, "Project", project_id, state.render.project)
+        return state.show("Project", project_id, state.render.project, self.origin(request))
 
-    async def _create_videos(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _create_videos(self, request: web.Request) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
         body = rules.validate_videos_request(await read_json_body(request))
-        project, batch = create_videos(self._state, project_id, body)
-        return envelope_response(self._state.render.video_batch(project, batch))
+        return VIDEO_BATCH(*create_videos(self._state, project_id, body))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file_name"]

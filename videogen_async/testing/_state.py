@@ -21,7 +21,7 @@ from .._contract._service import Pricing
 from . import _simulation as sim
 from ._clock import SandboxClock
 from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
-from ._render import Renderer
+from ._render import CREDITS, Renderer
 
 
 class SandboxState:
@@ -164,7 +164,7 @@ class SandboxState:
     def credits_data(self) -> dict[str, Any]:
         """The ``data`` of ``GET /v1/credits``, after settling."""
         self.settle()
-        return self.render.credits(self.wallet)
+        return CREDITS(self.wallet, None)
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set the balance (``total`` defaults to ``max(total, available)``)."""
@@ -257,13 +257,17 @@ class SandboxState:
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
         return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
-    def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
-        """Everything the sandbox knows about a task, for tests and benchmarks."""
-        now = self.settle()
-        return self.render.describe_task(sim.lookup(self.tasks, "Task", task_id), now, origin)
+    def show(
+        self, kind: str, key: str, render: Callable[[Any, float, str], Any], origin: str
+    ) -> dict[str, Any]:
+        """The task or project (``kind``) ``key`` rendered as of now.
 
-    def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
-        """Everything the sandbox knows about a project, for tests and benchmarks."""
+        ``render`` is a :class:`Renderer` method: what the service shows of it, or what the
+        sandbox knows (``describe_task``); ``origin`` is the base of video URLs.
+
+        Raises:
+            SandboxError: 404 when there is no such task or project.
+        """
         now = self.settle()
-        project = sim.lookup(self.projects, "Project", project_id)
-        return self.render.describe_project(project, now, origin)
+        table: Mapping[str, Any] = self.tasks if kind == "Task" else self.projects
+        return render(sim.lookup(table, kind, key), now, origin)  # type: ignore[no-any-return]

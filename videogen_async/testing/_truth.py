@@ -56,8 +56,10 @@ class ServerTruth:
         Raises:
             KeyError: No such task.
         """
-        origin = self._routes.origin()
-        return self._wrap_lookup(lambda: self._state.describe_task(task_id, origin))
+        state, origin = self._state, self._routes.origin()
+        return self._wrap_lookup(
+            lambda: state.show("Task", task_id, state.render.describe_task, origin)
+        )
 
     def describe_project(self, project_id: str) -> dict[str, Any]:
         """What the project endpoint would show, plus inputs, script, batches and schedule.
@@ -65,8 +67,9 @@ class ServerTruth:
         Raises:
             KeyError: No such project.
         """
+        state, origin = self._state, self._routes.origin()
         return self._wrap_lookup(
-            lambda: self._state.describe_project(project_id, self._routes.origin())
+            lambda: state.show("Project", project_id, state.render.describe_project, origin)
         )
 
     def schedule_task(
