@@ -88,23 +88,20 @@ class RequestStats:
         created: Callable[[], tuple[int, int]],
         faults_injected: Callable[[], Mapping[str, int]],
     ) -> None:
+        # A deque of maxlen 0 keeps nothing: request_log_size=0 turns the log off.
         self.log: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
         self._created, self._faults_injected = created, faults_injected
-        self._in_flight_by_route: dict[str, int] = {}
-        self._peak_by_route: dict[str, int] = {}
+        self._in_flight: collections.Counter[str] = collections.Counter()
         self._changed: anyio.Event | None = None
         self.reset()
 
     def reset(self) -> None:
         """Zero the counters and the peaks (the log is cleared by :meth:`clear`)."""
-        self._requests = 0
         self._by_route: collections.Counter[str] = collections.Counter()
         self._by_status: collections.Counter[str] = collections.Counter()
         # Requests in flight now stay counted (they will leave), and seed the new peaks.
-        in_flight = {k: v for k, v in self._in_flight_by_route.items() if v}
-        self._in_flight_by_route = in_flight
-        self._in_flight = sum(in_flight.values())
-        self._peak, self._peak_by_route = self._in_flight, dict(in_flight)
+        self._in_flight = +self._in_flight
+        self._peak, self._peak_by_route = self._in_flight.total(), dict(self._in_flight)
         self._tasks_base, self._projects_base = self._created()
         self._since = time.time()
         self._notify()
@@ -116,23 +113,17 @@ class RequestStats:
 
     def enter(self, route: str) -> None:
         """A request of ``route`` arrived."""
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
-        count = self._in_flight_by_route.get(route, 0) + 1
-        self._in_flight_by_route[route] = count
-        self._peak_by_route[route] = max(count, self._peak_by_route.get(route, 0))
+        self._in_flight[route] += 1
+        self._peak = max(self._peak, self._in_flight.total())
+        self._peak_by_route[route] = max(self._in_flight[route], self._peak_by_route.get(route, 0))
         self._notify()
 
     def leave(self, record: RequestRecord) -> None:
         """A request ended (``record.status`` is ``None`` for a dropped connection)."""
-        route = record.route
-        self._in_flight -= 1
-        self._in_flight_by_route[route] -= 1
-        self._requests += 1
-        self._by_route[route] += 1
+        self._in_flight[record.route] -= 1
+        self._by_route[record.route] += 1
         self._by_status["dropped" if record.status is None else str(record.status)] += 1
-        if self.log.maxlen:
-            self.log.append(record)
+        self.log.append(record)
         self._notify()
 
     async def changed(self) -> None:
@@ -150,10 +141,10 @@ class RequestStats:
         """The counters now."""
         tasks, projects = self._created()
         return SandboxStats(
-            requests=self._requests,
+            requests=self._by_route.total(),
             by_route=dict(self._by_route),
             by_status=dict(self._by_status),
-            in_flight=self._in_flight,
+            in_flight=self._in_flight.total(),
             peak_in_flight=self._peak,
             peak_in_flight_by_route=dict(self._peak_by_route),
             tasks_created=tasks - self._tasks_base,
