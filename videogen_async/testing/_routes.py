@@ -257,8 +257,8 @@ class ServiceRoutes:
             return web.Response(status=416, headers={**headers, "Content-Range": f"bytes */{size}"})
         status = 200
         if wanted is not None:
-            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.end}/{size}"
-            data, status = data[wanted.start : wanted.end + 1], 206
+            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.stop - 1}/{size}"
+            data, status = data[wanted.start : wanted.stop], 206
         return web.Response(body=data, status=status, content_type="video/mp4", headers=headers)
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:
