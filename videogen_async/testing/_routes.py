@@ -139,12 +139,7 @@ def create_videos(
             f"The script of project {project_id} is not ready yet (current_step:"
             f" {project.phase(now)[1]}); create videos once current_step is script_ready",
         )
-    given = {k: body.get(k) or project.inputs[k] for k in ("resolution", "aspect_ratio")}
-    out_number = int(body.get("out_number") or project.inputs["out_number"])
-    batch = state.create_batch(
-        project, now, out_number=out_number, script=body.get("script"), automatic=False, **given
-    )
-    return project, batch
+    return project, state.create_batch(project, now, body, automatic=False)
 
 
 class ServiceRoutes:

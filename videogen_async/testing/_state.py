@@ -99,22 +99,11 @@ class SandboxState:
         """The script of an ``auto`` project is ready: create its one automatic batch."""
         if project.mode != ProjectMode.AUTO.value or project.batches or project.failed(at):
             return
-        out_number = int(project.inputs["out_number"])
-        resolution = project.inputs["resolution"]
-        cost = out_number * self.pricing.project_video_cost(project.inputs["duration"], resolution)
-        if not self.wallet.can_pay(cost):
+        try:
+            self.create_batch(project, at, {}, automatic=True)
+        except sim.SandboxError:  # the balance cannot pay it: nothing was charged
             project.fail_at = at
             project.fail_message = sim.AUTO_BATCH_NO_CREDITS
-            return
-        self.create_batch(
-            project,
-            at,
-            out_number=out_number,
-            resolution=resolution,
-            aspect_ratio=project.inputs["aspect_ratio"],
-            script=None,
-            automatic=True,
-        )
 
     def fail_before_script(self, project: sim.Project, at: float, message: str | None) -> None:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
@@ -131,18 +120,21 @@ class SandboxState:
         self.push(at, sim.EV_PROJECT_FAIL, project)
 
     def create_batch(
-        self,
-        project: sim.Project,
-        at: float,
-        *,
-        out_number: int,
-        resolution: int | str,
-        aspect_ratio: str,
-        script: str | None,
-        automatic: bool,
+        self, project: sim.Project, at: float, body: Mapping[str, Any], *, automatic: bool
     ) -> sim.Batch:
-        """Charge and create one batch of a project's video tasks at ``at``."""
-        cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
+        """Charge and create one batch of a project's video tasks at ``at``.
+
+        ``body`` is a checked videos request: what it leaves out is the project's.
+
+        Raises:
+            SandboxError: 409 / 300111 when the balance does not cover the batch (nothing is
+                charged or created).
+        """
+        inputs, script = project.inputs, body.get("script")
+        out_number = int(body.get("out_number") or inputs["out_number"])
+        resolution = body.get("resolution") or inputs["resolution"]
+        aspect_ratio = body.get("aspect_ratio") or inputs["aspect_ratio"]
+        cost = self.pricing.project_video_cost(inputs["duration"], resolution)
         self.wallet.charge(cost * out_number)
         batch = sim.Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
