@@ -28,12 +28,9 @@ class SandboxClock:
     """
 
     __slots__ = (
-        "_base_mono",
-        "_base_sim",
         "_epoch_unix",
         "_history",
         "_mono_at_epoch",
-        "_running",
         "_time_scale",
         "_timer",
     )
@@ -50,15 +47,14 @@ class SandboxClock:
         self._time_scale, self._timer = float(time_scale), timer
         self._mono_at_epoch = timer()
         self._epoch_unix = time.time()
-        self._base_sim, self._base_mono = 0.0, self._mono_at_epoch
-        self._running = not paused
         # Segments of the mapping simulated time -> real time, one per change (advance,
         # pause, resume): where each starts (simulated, monotonic), and whether the clock ran
-        # during it. Ordered by simulated start: the clock never goes back.
-        self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, self._running)]
+        # during it. Ordered by simulated start: the clock never goes back. The last one is
+        # the clock now.
+        self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, not paused)]
 
     def __repr__(self) -> str:
-        state = "running" if self._running else "paused"
+        state = "paused" if self.paused else "running"
         return f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g} {state}>"
 
     @property
@@ -69,7 +65,7 @@ class SandboxClock:
     @property
     def paused(self) -> bool:
         """Whether the clock is paused (moves only through :meth:`advance`)."""
-        return not self._running
+        return not self._history[-1][2]
 
     @property
     def epoch(self) -> float:
@@ -78,9 +74,8 @@ class SandboxClock:
 
     def now(self) -> float:
         """Return the simulated seconds since the clock was created."""
-        if not self._running:
-            return self._base_sim
-        return self._base_sim + (self._timer() - self._base_mono) / self._time_scale
+        sim, mono, running = self._history[-1]
+        return sim + (self._timer() - mono) / self._time_scale if running else sim
 
     def advance(self, seconds: float) -> float:
         """Skip ``seconds`` of simulated time at once; return the new time.
@@ -93,24 +88,22 @@ class SandboxClock:
         """
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
             raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
-        self._rebase(self.now() + float(seconds), self._running)
-        return self._base_sim
+        now = self.now() + float(seconds)
+        self._rebase(now, running=not self.paused)
+        return now
 
     def pause(self) -> None:
         """Stop the clock; it then moves only through :meth:`advance`."""
-        if self._running:
+        if not self.paused:
             self._rebase(self.now(), running=False)
 
     def resume(self) -> None:
         """Let the clock run again at its time scale."""
-        if not self._running:
-            self._rebase(self._base_sim, running=True)
+        if self.paused:
+            self._rebase(self.now(), running=True)
 
     def _rebase(self, sim: float, running: bool) -> None:
-        self._base_sim = sim
-        self._base_mono = self._timer()
-        self._running = running
-        self._history.append((sim, self._base_mono, running))
+        self._history.append((sim, self._timer(), running))
         if len(self._history) > _MAX_HISTORY:
             del self._history[: len(self._history) - _MAX_HISTORY]
 

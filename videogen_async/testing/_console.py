@@ -75,10 +75,6 @@ def _state(value: Any) -> str:
     return f"<span class='state {_e(value)}'>{_e(value)}</span>"
 
 
-def _prompt(prompt: Any) -> str | None:
-    return prompt[:_PROMPT_LIMIT] if isinstance(prompt, str) else None
-
-
 def _media_path(url: Any) -> str | None:
     if not isinstance(url, str):
         return None
@@ -102,12 +98,13 @@ def _live(source: ServerTruth) -> str:
         if task.get("refunded"):
             cost += " <small>(refunded)</small>"
         link = f"<a href='{_e(media)}'>video</a>" if media else ""
+        prompt = task["prompt"] and task["prompt"][:_PROMPT_LIMIT]  # None for a project's
         task_rows.append(
             [
                 f"<code>{_e(task['task_id'])}</code>",
                 _state(task.get("status")),
                 cost,
-                f"<span class='prompt'>{_e(_prompt(task.get('prompt')))}</span>",
+                f"<span class='prompt'>{_e(prompt)}</span>",
                 _e(task.get("project_id")),
                 link,
             ]

@@ -23,7 +23,7 @@ from ._config import sample_duration
 from ._media import parse_range, sample_mp4
 from ._middleware import Handler
 from ._openapi import build_openapi
-from ._render import CREATED_PROJECT, CREATED_TASK, VIDEO_BATCH, envelope_response
+from ._render import CREATED_PROJECT, CREATED_TASK, CREDITS, VIDEO_BATCH, envelope_response
 from ._state import SandboxState
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
@@ -216,7 +216,7 @@ class ServiceRoutes:
         return self._state.show("Task", task_id, self._state.render.task, self.origin(request))
 
     async def _get_credits(self, request: web.Request) -> Any:
-        return self._state.credits_data()
+        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
 
     async def _create_project(self, request: web.Request) -> Any:
         body = rules.validate_project_request(await read_json_body(request))

@@ -122,7 +122,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._stats = RequestStats(
             request_log_size,
             lambda: (len(state.tasks), len(state.projects)),
-            lambda: self.faults.injected,
+            self.faults.injected,  # counted in place, zeroed in place
         )
         self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
         self._control = ControlAPI(self, state, self._routes)

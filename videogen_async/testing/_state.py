@@ -21,7 +21,7 @@ from .._contract._service import Pricing
 from . import _simulation as sim
 from ._clock import SandboxClock
 from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
-from ._render import CREDITS, Renderer
+from ._render import Renderer
 
 
 class SandboxState:
@@ -152,16 +152,6 @@ class SandboxState:
             project.tasks.append(task)
         project.batches.append(batch)
         return batch
-
-    def credits_data(self) -> dict[str, Any]:
-        """The ``data`` of ``GET /v1/credits``, after settling."""
-        self.settle()
-        return CREDITS(self.wallet, None)
-
-    def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
-        """Set the balance (``total`` defaults to ``max(total, available)``)."""
-        self.settle()
-        self.wallet.set(available=available, total=total)
 
     def new_id(self, taken: Mapping[str, Any]) -> str:
         while True:

@@ -86,7 +86,7 @@ class RequestStats:
         self,
         log_size: int,
         created: Callable[[], tuple[int, int]],
-        faults_injected: Callable[[], Mapping[str, int]],
+        faults_injected: Mapping[str, int],
     ) -> None:
         # A deque of maxlen 0 keeps nothing: request_log_size=0 turns the log off.
         self.log: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
@@ -149,6 +149,6 @@ class RequestStats:
             peak_in_flight_by_route=dict(self._peak_by_route),
             tasks_created=tasks - self._tasks_base,
             projects_created=projects - self._projects_base,
-            faults=dict(self._faults_injected()),
+            faults=dict(self._faults_injected),
             since=self._since,
         )

@@ -16,6 +16,7 @@ from ._clock import SandboxClock
 from ._config import Duration, check_duration, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
+from ._render import CREDITS
 from ._routes import ServiceRoutes
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
@@ -178,16 +179,18 @@ class ServerTruth:
 
     def credits(self) -> dict[str, float | int]:
         """Return the balance as ``GET /v1/credits`` shows it."""
-        return self._state.credits_data()
+        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set ``api_available_credits`` and ``api_total_credits`` (raised to ``available``)."""
-        self._state.set_credits(available=available, total=total)
+        self._state.settle()
+        self._state.wallet.set(available=available, total=total)
 
     def add_credits(self, amount: float) -> None:
         """Add ``amount`` credits to the balance (total and available)."""
         wallet = self._state.wallet
-        self._state.set_credits(available=wallet.available + amount, total=wallet.total + amount)
+        self._state.settle()
+        wallet.set(available=wallet.available + amount, total=wallet.total + amount)
 
     @property
     def request_log(self) -> tuple[RequestRecord, ...]:
