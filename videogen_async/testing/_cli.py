@@ -50,7 +50,6 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The parser (or sub-command parser) to extend.
     """
-    low, high = _DEFAULTS["task_duration"]
     add = parser.add_argument
     add("--host", default=_DEFAULTS["host"], help="interface (default %(default)s)")
     add("--port", type=_port, default=DEFAULT_PORT, help="port, 0 for any (default %(default)s)")
@@ -71,8 +70,10 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--task-duration",
         type=_duration,
-        default=(low, high),
-        help=f"simulated seconds a task runs: 30 or a range 20-40 (default {low:g}-{high:g})",
+        default=_DEFAULTS["task_duration"],
+        help="simulated seconds a task runs: 30 or a range 20-40 (default {:g}-{:g})".format(
+            *_DEFAULTS["task_duration"]
+        ),
     )
     add(
         "--queue-delay",
@@ -96,15 +97,28 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The options given to SandboxServer as they are read.
+_PASSED = (
+    "host",
+    "port",
+    "time_scale",
+    "credits",
+    "task_duration",
+    "queue_delay",
+    "failure_rate",
+    "error_rate",
+    "project_failure_rate",
+    "manual_clock",
+)
+
+
 def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ``SandboxServer`` keyword arguments of options from :func:`add_sandbox_arguments`."""
     seed: int | str | None = args.seed
     if isinstance(seed, str) and seed.lstrip("-").isdigit():
         seed = int(seed)
-    names = ("host", "port", "time_scale", "credits", "task_duration", "queue_delay")
-    rates = ("failure_rate", "error_rate", "project_failure_rate", "manual_clock")
     return {
-        **{name: getattr(args, name) for name in (*names, *rates)},
+        **{name: getattr(args, name) for name in _PASSED},
         "seed": seed,
         "api_key": args.api_key or DEFAULT_API_KEY,
     }

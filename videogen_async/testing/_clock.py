@@ -12,6 +12,8 @@ import math
 import time
 from collections.abc import Callable
 
+from ._config import is_number
+
 _MAX_HISTORY = 65_536
 
 
@@ -86,7 +88,7 @@ class SandboxClock:
         Raises:
             ValueError: ``seconds`` is negative or not a number.
         """
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+        if not is_number(seconds) or seconds < 0:
             raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
         now = self.now() + float(seconds)
         self._rebase(now, running=not self.paused)

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ._config import is_number
 from ._faults import FaultRule
 from ._render import envelope_response
 from ._routes import ServiceRoutes, read_json_body
@@ -26,7 +27,7 @@ _BULK_FIELDS = frozenset({"count", "prompt", "model", "duration", "finish_in", "
 
 def _number(body: Mapping[str, Any], name: str) -> float | None:
     value = body.get(name)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if value is not None and not is_number(value):
         raise SandboxError(400, 400, f"{name}: must be a number")
     return value
 

@@ -20,7 +20,14 @@ from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
 from . import _simulation as sim
 from ._clock import SandboxClock
-from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
+from ._config import (
+    Duration,
+    ProjectTiming,
+    check_duration,
+    check_rate,
+    is_number,
+    sample_duration,
+)
 from ._render import Renderer
 
 
@@ -47,7 +54,7 @@ class SandboxState:
         failure_marker: str | None,
         media_rejects: Callable[[str], bool] | None,
     ) -> None:
-        if isinstance(credits, bool) or not isinstance(credits, (int, float)) or credits < 0:
+        if not is_number(credits) or credits < 0:
             raise ValueError(f"credits must be a number >= 0, got {credits!r}")
         self.failure_rate = check_rate(failure_rate, "failure_rate")
         self.error_rate = check_rate(error_rate, "error_rate")

@@ -13,7 +13,7 @@ from .._contract._enums import ProjectStatus
 from .._contract._validation import validate_task_request
 from . import _simulation as sim
 from ._clock import SandboxClock
-from ._config import Duration, check_duration, sample_duration
+from ._config import Duration, check_duration, is_number, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
 from ._render import CREDITS
@@ -267,7 +267,7 @@ def _check_outcome(outcome: str | None) -> None:
 
 
 def _check_seconds(value: object, name: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+    if not is_number(value) or value < 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     return float(value)
 
