@@ -13,7 +13,6 @@ import secrets
 import time
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -75,13 +74,6 @@ def _state(value: Any) -> str:
     return f"<span class='state {_e(value)}'>{_e(value)}</span>"
 
 
-def _media_path(url: Any) -> str | None:
-    if not isinstance(url, str):
-        return None
-    parts = urlsplit(url)
-    return parts.path if parts.path.startswith("/media/") else None
-
-
 def _live(source: ServerTruth) -> str:
     balance = source.credits()
     tasks = [source.describe_task(task_id) for task_id in source.task_ids[-_SHOWN_TASKS:]]
@@ -91,7 +83,8 @@ def _live(source: ServerTruth) -> str:
     video = None
     task_rows = []
     for task in reversed(tasks):
-        media = _media_path((task.get("result") or {}).get("video_url"))
+        # A succeeded task's video, on this sandbox (the video URL's path).
+        media = f"/media/{task['task_id']}.mp4" if task["status"] == "succeeded" else None
         if media is not None and video is None:
             video = (task["task_id"], media)
         cost = _e(task.get("credits_cost"))
@@ -133,8 +126,8 @@ def _live(source: ServerTruth) -> str:
         ]
         for r in reversed(log)
     ]
-    fired = {kind: count for kind, count in source.stats().faults.items() if count}
-    fault_rows = [[_e(kind), _e(count)] for kind, count in sorted(fired.items())]
+    faults = sorted(source.stats().faults.items())
+    fault_rows = [[_e(kind), _e(count)] for kind, count in faults if count]
     rules = [json_text(rule.to_dict(), "fault", sort_keys=True) for rule in source.faults.rules]
 
     available = balance.get("api_available_credits")

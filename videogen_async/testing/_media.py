@@ -38,14 +38,10 @@ def parse_range(header: str | None, size: int) -> range | Literal[False] | None:
     past the last byte), ``None`` for the whole resource, or ``False`` when the range cannot
     be satisfied (416).
     """
-    if not header:
+    match = _RANGE.match(header or "")
+    if match is None or match.groups() == ("", ""):
         return None
-    match = _RANGE.match(header)
-    if match is None:
-        return None
-    first, last = match.group(1), match.group(2)
-    if not first and not last:
-        return None
+    first, last = match.groups()
     if not first:  # suffix range: the last N bytes
         suffix = int(last)
         if suffix == 0 or size == 0:

@@ -85,10 +85,6 @@ class Wallet:
     def __init__(self, credits: float) -> None:
         self.total = self.available = float(credits)
 
-    def can_pay(self, amount: float) -> bool:
-        """Whether ``amount`` credits are available."""
-        return amount <= self.available
-
     def charge(self, amount: float) -> None:
         """Take ``amount`` credits.
 

@@ -218,8 +218,8 @@ class SandboxState:
 
     def marked(self, text: Any) -> bool:
         """Whether ``text`` holds the failure marker."""
-        marker = self.failure_marker
-        return bool(marker) and isinstance(text, str) and str(marker) in text
+        marker = self.failure_marker  # None when off (an empty marker is off too)
+        return marker is not None and isinstance(text, str) and marker in text
 
     def create_task(self, body: Mapping[str, Any]) -> sim.Task:
         """Create a direct video task from a validated body.

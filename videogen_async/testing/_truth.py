@@ -245,7 +245,7 @@ def create_tasks(
     _check_outcome(outcome)
     state.settle()
     price = state.pricing.task_cost(body.get("model"), body.get("duration"))
-    if not state.wallet.can_pay(price * count):
+    if price * count > state.wallet.available:  # all or none
         raise sim.SandboxError(409, 300111, sim.INSUFFICIENT_CREDITS)
     ids = []
     for _ in range(count):
