@@ -190,14 +190,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     if args.write_openapi:
         write_openapi(args.write_openapi)
         return 0
-    if args.log_level:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("videogen_async").setLevel(args.log_level.upper())
     # aiohttp logs a traceback for every malformed HTTP request it answers 400 (fuzzers send
     # many); show those only when asked for logs.
     aiohttp_server = logging.getLogger("aiohttp.server")
     level = aiohttp_server.level
-    if not args.log_level:
+    if args.log_level:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("videogen_async").setLevel(args.log_level.upper())
+    else:
         aiohttp_server.setLevel(logging.CRITICAL)
     try:
         asyncio.run(_serve_until_signal(sandbox_options_from_args(args), args.api_key is None))

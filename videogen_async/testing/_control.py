@@ -128,9 +128,7 @@ class ControlAPI:
         }
 
     def _set_credits(self, request: web.Request, body: dict[str, Any]) -> Any:
-        add = _number(body, "add")
-        available = _number(body, "available")
-        total = _number(body, "total")
+        add, available, total = (_number(body, name) for name in ("add", "available", "total"))
         if add is not None:
             self._server.add_credits(add)
         if available is not None or total is not None:

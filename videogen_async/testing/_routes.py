@@ -80,13 +80,8 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
             balance does not cover the script charge. Nothing is created or charged.
     """
     now = state.settle()
-    inputs: dict[str, Any] = {
-        f.name: f.default if body.get(f.name) is None else body[f.name]
-        for f in PROJECT_REQUEST.fields
-    }
-    inputs["product_image_urls"] = list(inputs["product_image_urls"])
-    inputs["duration"] = int(inputs["duration"])
-    inputs["out_number"] = int(inputs["out_number"])
+    # The checked body has no nulls and its integers are ints (``check_body``).
+    inputs = {f.name: body.get(f.name, f.default) for f in PROJECT_REQUEST.fields}
     urls = [inputs["reference_video_url"], *inputs["product_image_urls"]]
     if inputs["avatar_image_url"]:
         urls.append(inputs["avatar_image_url"])

@@ -138,7 +138,7 @@ class SandboxState:
                 charged or created).
         """
         inputs, script = project.inputs, body.get("script")
-        out_number = int(body.get("out_number") or inputs["out_number"])
+        out_number = body.get("out_number") or inputs["out_number"]
         resolution = body.get("resolution") or inputs["resolution"]
         aspect_ratio = body.get("aspect_ratio") or inputs["aspect_ratio"]
         cost = self.pricing.project_video_cost(inputs["duration"], resolution)
@@ -229,7 +229,7 @@ class SandboxState:
         """
         now = self.settle()
         model = body.get("model") or sim.DEFAULT_MODEL
-        duration = int(body.get("duration") or sim.DEFAULT_DURATION)
+        duration = body.get("duration") or sim.DEFAULT_DURATION
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
         forced: str | None = None
