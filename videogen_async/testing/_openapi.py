@@ -94,16 +94,17 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
     Returns:
         The document as JSON-ready data.
     """
-    bad_request = _error("Invalid request: bad JSON, a broken rule (the message names the field).")
-    not_found = _error("No such task or project (code 404).")
-    conflict = _error(
-        "Conflict. code 300111 'Insufficient API credits' (nothing was created or charged);"
-        " code 100099 'Failed to store media from URL' (project creation only, nothing"
-        " charged); code 409 when the project's script is not generated yet or the project"
-        " has failed (videos endpoint only)."
-    )
-    too_large = _error("The body is larger than the sandbox accepts (1 MiB).")
-    responses = {"400": bad_request, "404": not_found, "409": conflict, "413": too_large}
+    responses = {
+        "400": _error("Invalid request: bad JSON, a broken rule (the message names the field)."),
+        "404": _error("No such task or project (code 404)."),
+        "409": _error(
+            "Conflict. code 300111 'Insufficient API credits' (nothing was created or charged);"
+            " code 100099 'Failed to store media from URL' (project creation only, nothing"
+            " charged); code 409 when the project's script is not generated yet or the project"
+            " has failed (videos endpoint only)."
+        ),
+        "413": _error("The body is larger than the sandbox accepts (1 MiB)."),
+    }
     special_400 = {
         "getTask": _error("task_id is missing, blank, or not one path segment."),
         "getCredits": _error("The request failed."),

@@ -173,12 +173,12 @@ class ServiceRoutes:
         Raises:
             SandboxError: 401 with a ``WWW-Authenticate`` challenge; the key is never echoed.
         """
-        header = request.headers.get("Authorization")
+        header = request.headers.get("Authorization", "").strip()
         challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
-        if not header or not header.strip():
+        if not header:
             missing = "Missing API key: send the header 'Authorization: Bearer <API_KEY>'"
             raise sim.SandboxError(401, 401, missing, challenge)
-        scheme, _, token = header.strip().partition(" ")
+        scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode("utf-8", "surrogateescape"), self._key_bytes
         ):

@@ -66,15 +66,17 @@ _SCRIPT_BEATS = (
 )
 
 
+@attrs.define
 class SandboxError(Exception):
-    """A failure answered with the service's error envelope (``status``, ``code``, ``message``)."""
+    """A failure answered with the service's error envelope (``status``, ``code``, ``message``).
 
-    def __init__(
-        self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.headers = dict(headers or {})
+    An attrs exception: its fields are its ``args``.
+    """
+
+    status: int
+    code: int
+    message: str
+    headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
 class Wallet:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
 import attrs
 
+from .._contract._serial import Serializable
+
 
 @attrs.frozen
-class RequestRecord:
+class RequestRecord(Serializable):
     """One request as the sandbox saw it.
 
     Attributes:
@@ -41,13 +42,9 @@ class RequestRecord:
     user_agent: str | None = None
     code: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data."""
-        return attrs.asdict(self)
-
 
 @attrs.frozen
-class SandboxStats:
+class SandboxStats(Serializable):
     """Counters of the requests a sandbox has served since its last statistics reset.
 
     Attributes:
@@ -73,10 +70,6 @@ class SandboxStats:
     projects_created: int
     faults: Mapping[str, int]
     since: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """The statistics as JSON-ready data."""
-        return attrs.asdict(self)
 
 
 class RequestStats:

@@ -93,8 +93,9 @@ class ServerTruth:
             KeyError: No such task.
             ValueError: The task has already ended, or a bad argument.
         """
-        state, message = self._state, error_message
-        self._wrap_lookup(lambda: reschedule_task(state, task_id, finish_in, outcome, message))
+        self._wrap_lookup(
+            lambda: reschedule_task(self._state, task_id, finish_in, outcome, error_message)
+        )
         return self.describe_task(task_id)
 
     def create_tasks(
@@ -162,8 +163,10 @@ class ServerTruth:
             KeyError: No such project.
             ValueError: The script is already ready or the project failed; a bad argument.
         """
-        state, span, message = self._state, script_ready_in, error_message
-        self._wrap_lookup(lambda: reschedule_project(state, project_id, span, outcome, message))
+        state, span = self._state, script_ready_in
+        self._wrap_lookup(
+            lambda: reschedule_project(state, project_id, span, outcome, error_message)
+        )
         return self.describe_project(project_id)
 
     @staticmethod
