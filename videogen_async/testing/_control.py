@@ -153,8 +153,10 @@ class ControlAPI:
         unknown = sorted(set(body) - _BULK_FIELDS)
         if unknown:
             raise SandboxError(400, 400, f"{unknown[0]}: is not a field of this request")
-        # A null field takes the method's default, as an omitted one does.
-        ids = create_tasks(self._state, **{k: v for k, v in body.items() if v is not None})
+        # A null field takes the method's default, as an omitted one does; a missing count is
+        # refused by create_tasks (400), as a bad one is.
+        options = {k: v for k, v in body.items() if v is not None}
+        ids = create_tasks(self._state, options.pop("count", None), **options)
         return _ids("task_ids", ids)
 
     def _project(self, request: web.Request, body: dict[str, Any]) -> Any:
