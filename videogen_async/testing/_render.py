@@ -65,12 +65,6 @@ class _TaskView:
     origin: str
 
 
-def _result(task: Task, view: _TaskView) -> dict[str, Any] | None:
-    if view.status not in TASK_OUTCOMES:
-        return None
-    return _RESULT(task, view)
-
-
 _RESULT = _table(
     "TaskResult",
     {
@@ -89,7 +83,7 @@ _TASK_PRODUCERS: dict[str, _Producer] = {
     "created_at": lambda t, v: iso(t.created_wall),
     "updated_at": lambda t, v: v.renderer.stamp(t.updated_at(v.now), t.created_wall),
     "credits_cost": lambda t, v: num(t.credits_cost(v.now)),
-    "result": _result,
+    "result": lambda t, v: _RESULT(t, v) if v.status in TASK_OUTCOMES else None,
 }
 _TASK = _table("Task", _TASK_PRODUCERS)
 _PROJECT_TASK = _table(
