@@ -155,8 +155,9 @@ class ControlAPI:
             raise SandboxError(400, 400, f"{unknown[0]}: is not a field of this request")
         # A null field takes the method's default, as an omitted one does; a missing count is
         # refused by create_tasks (400), as a bad one is.
-        options = {k: v for k, v in body.items() if v is not None}
-        ids = create_tasks(self._state, options.pop("count", None), **options)
+        fields = {k: v for k, v in body.items() if v is not None}
+        count, finish_in, outcome = (fields.pop(k, None) for k in ("count", "finish_in", "outcome"))
+        ids = create_tasks(self._state, count, finish_in, outcome, fields)
         return _ids("task_ids", ids)
 
     def _project(self, request: web.Request, body: dict[str, Any]) -> Any:

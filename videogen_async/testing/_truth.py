@@ -6,7 +6,7 @@ statistics and the request log; served over HTTP under ``/_sandbox/`` by :mod:`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .._contract._enums import ProjectStatus
@@ -23,6 +23,8 @@ from ._stats import RequestRecord, RequestStats, SandboxStats
 
 _T = TypeVar("_T")
 _BULK_MAX = 1_000_000
+BULK_PROMPT = "a sandbox bulk task"
+"""The prompt of bulk-created tasks unless given one."""
 
 
 class ServerTruth:
@@ -102,7 +104,7 @@ class ServerTruth:
         self,
         count: int,
         *,
-        prompt: str = "a sandbox bulk task",
+        prompt: str = BULK_PROMPT,
         model: str | None = None,
         duration: int | None = None,
         finish_in: Duration | None = None,
@@ -127,17 +129,9 @@ class ServerTruth:
         Raises:
             ValueError: A bad argument, or a balance short of them all (none created).
         """
-        state = self._state
+        fields = {"prompt": prompt, "model": model, "duration": duration}
         return self._wrap_lookup(
-            lambda: create_tasks(
-                state,
-                count,
-                prompt=prompt,
-                model=model,
-                duration=duration,
-                finish_in=finish_in,
-                outcome=outcome,
-            )
+            lambda: create_tasks(self._state, count, finish_in, outcome, fields)
         )
 
     def schedule_project(
@@ -226,15 +220,15 @@ class ServerTruth:
 
 def create_tasks(
     state: SandboxState,
-    count: int,
-    *,
-    prompt: str = "a sandbox bulk task",
-    model: str | None = None,
-    duration: int | None = None,
-    finish_in: Duration | None = None,
-    outcome: str | None = None,
+    count: object,
+    finish_in: Duration | None,
+    outcome: str | None,
+    fields: Mapping[str, Any],
 ) -> list[str]:
     """:meth:`ServerTruth.create_tasks` (``POST /_sandbox/tasks/bulk``).
+
+    ``fields``: the tasks' ``prompt``, ``model`` and ``duration`` as given (``None`` or
+    missing: the defaults, :data:`BULK_PROMPT` for the prompt).
 
     Raises:
         ValueError: A bad argument (a bad task field: ``InvalidRequestError``, a
@@ -244,7 +238,7 @@ def create_tasks(
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
         raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
     spec = None if finish_in is None else check_duration(finish_in, "finish_in")
-    body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
+    body = validate_task_request({"prompt": BULK_PROMPT, **fields})
     _check_outcome(outcome)
     state.settle()
     price = state.pricing.task_cost(body.get("model"), body.get("duration"))
