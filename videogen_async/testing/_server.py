@@ -92,7 +92,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         faults: FaultRule | Iterable[FaultRule] | None = None,
         request_log_size: int = 100_000,
     ) -> None:
-        if not isinstance(api_key, str) or not api_key.strip() or api_key != api_key.strip():
+        if not isinstance(api_key, str) or not api_key or api_key != api_key.strip():
             raise ValueError("api_key must be a non-empty string without surrounding spaces")
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be from 0 to 65535, got {port!r}")
