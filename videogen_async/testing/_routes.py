@@ -107,7 +107,7 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
             project, rng.choice((project.analysis_done_at, project.script_ready_at)), None
         )
     else:
-        state.push(project.script_ready_at, sim.EV_PROJECT_SCRIPT, project)
+        state.push(project.script_ready_at, state.script_ready, project)
     state.projects[project.project_id] = project
     return project
 

@@ -30,11 +30,6 @@ DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
 PROJECT_TASK_MODEL = DEFAULT_MODEL  # the model a project's video tasks show
 
-# Kinds of the events of SandboxState's heap.
-EV_TASK_REFUND = 0
-EV_PROJECT_FAIL = 1
-EV_PROJECT_SCRIPT = 2
-
 INSUFFICIENT_CREDITS = "Insufficient API credits"
 MEDIA_NOT_STORED = "Failed to store media from URL"
 

@@ -70,7 +70,8 @@ class SandboxState:
         self.wallet, self.render = sim.Wallet(credits), Renderer(clock)
         self.tasks: dict[str, sim.Task] = {}
         self.projects: dict[str, sim.Project] = {}
-        self._events: list[tuple[float, int, int, Any, int]] = []
+        # (when, order of pushing, the effect, its task or project, the object's version).
+        self._events: list[tuple[float, int, Callable[[Any, float], None], Any, int]] = []
         self._seq = itertools.count()
 
     def settle(self) -> float:
@@ -78,32 +79,32 @@ class SandboxState:
         now = self.clock.now()
         events = self._events
         while events and events[0][0] <= now:
-            at, _seq, kind, obj, version = heapq.heappop(events)
-            if obj.version != version:
-                continue  # rescheduled since
-            if kind == sim.EV_TASK_REFUND:
-                self._refund_task(obj)
-            elif kind == sim.EV_PROJECT_FAIL:
-                self._refund_script(obj)
-            else:
-                self._script_ready(obj, at)
+            at, _seq, effect, obj, version = heapq.heappop(events)
+            if obj.version == version:  # else rescheduled since: a later event replaces it
+                effect(obj, at)
         return now
 
-    def push(self, at: float, kind: int, obj: sim.Task | sim.Project) -> None:
-        heapq.heappush(self._events, (at, next(self._seq), kind, obj, obj.version))
+    def push(self, at: float, effect: Callable[[Any, float], None], obj: Any) -> None:
+        """Apply ``effect(obj, at)`` once the clock reaches ``at`` (the next :meth:`settle`).
 
-    def _refund_task(self, task: sim.Task) -> None:
+        ``obj`` is a task or project; a change of its ``version`` cancels the event.
+        """
+        heapq.heappush(self._events, (at, next(self._seq), effect, obj, obj.version))
+
+    def refund_task(self, task: sim.Task, at: float) -> None:
+        """A failed task ends: its charge comes back (an event)."""
         if not task.refunded:
             task.refunded = True
             self.wallet.refund(task.cost)
 
-    def _refund_script(self, project: sim.Project) -> None:
+    def refund_script(self, project: sim.Project, at: float) -> None:
+        """A project fails before its script: the script charge comes back (an event)."""
         if project.fails_before_script and project.script_cost:
             self.wallet.refund(project.script_cost)
             project.script_cost = 0.0
 
-    def _script_ready(self, project: sim.Project, at: float) -> None:
-        """The script of an ``auto`` project is ready: create its one automatic batch."""
+    def script_ready(self, project: sim.Project, at: float) -> None:
+        """A project's script is ready: an ``auto`` one gets its one automatic batch (an event)."""
         if project.mode != ProjectMode.AUTO.value or project.batches or project.failed(at):
             return
         try:
@@ -124,7 +125,7 @@ class SandboxState:
             )
             message = sim.PROJECT_FAILURES[step]
         project.fail_message = message
-        self.push(at, sim.EV_PROJECT_FAIL, project)
+        self.push(at, self.refund_script, project)
 
     def create_batch(
         self, project: sim.Project, at: float, body: Mapping[str, Any], *, automatic: bool
@@ -213,7 +214,7 @@ class SandboxState:
         )
         self.tasks[task.task_id] = task
         if outcome != sim.SUCCEEDED:
-            self.push(task.finished_at, sim.EV_TASK_REFUND, task)
+            self.push(task.finished_at, self.refund_task, task)
         return task
 
     def marked(self, text: Any) -> bool:

@@ -295,7 +295,7 @@ def reschedule_task(
             sim.TASK_ERROR_MESSAGE if task.outcome == sim.ERROR else sim.TASK_FAILURE_MESSAGES[2]
         )
         task.error_message = error_message or task.error_message or default
-        state.push(task.finished_at, sim.EV_TASK_REFUND, task)
+        state.push(task.finished_at, state.refund_task, task)
     state.settle()
     return task
 
@@ -336,6 +336,6 @@ def reschedule_project(
     if outcome == ProjectStatus.FAILED.value:
         state.fail_before_script(project, project.script_ready_at, error_message)
     else:
-        state.push(project.script_ready_at, sim.EV_PROJECT_SCRIPT, project)
+        state.push(project.script_ready_at, state.script_ready, project)
     state.settle()
     return project
