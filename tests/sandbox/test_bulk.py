@@ -40,6 +40,8 @@ async def test_bulk_outcome_and_pending_for_good(api: Api, sandbox: SandboxServe
     ("body", "status", "code"),
     [
         ({"count": 0}, 400, 400),
+        ({}, 400, 400),
+        ({"count": None}, 400, 400),
         ({"count": "3"}, 400, 400),
         ({"count": 2_000_000}, 400, 400),
         ({"count": 2, "finish_in": -1}, 400, 400),

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from videogen_async._contract._exceptions import InvalidRequestError
+from videogen_async._contract._schemas import ID_PATTERN
 from videogen_async._contract._validation import (
     ID_UNSAFE,
     check_id,
@@ -21,7 +22,6 @@ from videogen_async._contract._validation import (
     validate_videos_request,
 )
 from videogen_async.testing import SandboxServer, build_openapi, openapi_json, write_openapi
-from videogen_async.testing._schemas import ID_PATTERN
 
 from ._jsonschema import check, errors
 from .conftest import PRODUCT, SCRIPT_READY, TASK_SECONDS, Api

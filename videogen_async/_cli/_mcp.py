@@ -11,9 +11,9 @@ from typing import Any
 import anyio
 
 from .. import AsyncVideoGen, Ledger
+from .._contract._argtypes import number_type
 from .._http._session import is_loopback
 from .._mcp import serve
-from ..testing._cli import number_type
 from ._common import EXIT_OK, Context, UsageError
 
 MCP_EPILOG = """\

@@ -8,9 +8,9 @@ from typing import Any
 
 from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
 from .._contract import _service as service
+from .._contract._argtypes import number_type
 from .._ledger._entry import STATES as LEDGER_STATES
 from ..testing import add_sandbox_arguments
-from ..testing._cli import number_type
 from ._batch import cmd_batch
 from ._completion import cmd_completion
 from ._doctor import add_doctor_parser

@@ -23,11 +23,11 @@ from pydantic import ConfigDict
 from .. import AsyncVideoGen, Ledger, LedgerEntry
 from .._contract import _exceptions as err
 from .._contract._redact import redact_text, redact_value
+from .._contract._schemas import component_schemas
 from .._contract._service import PROJECT_REQUEST, REFERENCE_PRICES, TASK_REQUEST
 from .._contract._validation import check_id, validate_project_request, validate_task_request
 from .._ledger._creates import check_key
 from .._ledger._entry import STATES
-from ..testing._schemas import component_schemas
 
 MAX_WAIT = 600.0  # the longest wait_for_video (seconds): an agent calls it again to wait longer
 MAX_LIST = 100

@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import math
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._contract._argtypes import number_type
 from ._config import DEFAULT_API_KEY, Duration
 from ._openapi import write_openapi
 from ._server import SandboxServer
@@ -39,35 +39,6 @@ def _duration(text: str) -> Duration:
         ) from None
 
 
-def number_type(
-    convert: Callable[[str], Any],
-    *,
-    minimum: int,
-    maximum: int | None = None,
-    strict: bool = False,
-    what: str = "a number",
-) -> Callable[[str], Any]:
-    """An ``argparse`` type: a finite number from ``minimum`` (above it when ``strict``)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not (
-            (value > minimum if strict else value >= minimum)  # NaN fails both
-            and math.isfinite(value)
-            and (maximum is None or value <= maximum)
-        ):
-            bound = f"{'>' if strict else '>='} {minimum}"
-            if maximum is not None:
-                bound = f"from {minimum} to {maximum}"
-            raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}")
-        return value
-
-    return parse
-
-
 _time_scale = number_type(float, minimum=0, strict=True, what="real seconds per simulated second")
 _port = number_type(int, minimum=0, maximum=65535, what="a port")
 _rate = number_type(float, minimum=0, maximum=1)
@@ -79,7 +50,6 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The parser (or sub-command parser) to extend.
     """
-    low, high = _DEFAULTS["task_duration"]
     add = parser.add_argument
     add("--host", default=_DEFAULTS["host"], help="interface (default %(default)s)")
     add("--port", type=_port, default=DEFAULT_PORT, help="port, 0 for any (default %(default)s)")
@@ -100,8 +70,10 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--task-duration",
         type=_duration,
-        default=(low, high),
-        help=f"simulated seconds a task runs: 30 or a range 20-40 (default {low:g}-{high:g})",
+        default=_DEFAULTS["task_duration"],
+        help="simulated seconds a task runs: 30 or a range 20-40 (default {:g}-{:g})".format(
+            *_DEFAULTS["task_duration"]
+        ),
     )
     add(
         "--queue-delay",
@@ -125,15 +97,28 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The options given to SandboxServer as they are read.
+_PASSED = (
+    "host",
+    "port",
+    "time_scale",
+    "credits",
+    "task_duration",
+    "queue_delay",
+    "failure_rate",
+    "error_rate",
+    "project_failure_rate",
+    "manual_clock",
+)
+
+
 def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ``SandboxServer`` keyword arguments of options from :func:`add_sandbox_arguments`."""
     seed: int | str | None = args.seed
     if isinstance(seed, str) and seed.lstrip("-").isdigit():
         seed = int(seed)
-    names = ("host", "port", "time_scale", "credits", "task_duration", "queue_delay")
-    rates = ("failure_rate", "error_rate", "project_failure_rate", "manual_clock")
     return {
-        **{name: getattr(args, name) for name in (*names, *rates)},
+        **{name: getattr(args, name) for name in _PASSED},
         "seed": seed,
         "api_key": args.api_key or DEFAULT_API_KEY,
     }
@@ -205,14 +190,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     if args.write_openapi:
         write_openapi(args.write_openapi)
         return 0
-    if args.log_level:
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("videogen_async").setLevel(args.log_level.upper())
     # aiohttp logs a traceback for every malformed HTTP request it answers 400 (fuzzers send
     # many); show those only when asked for logs.
     aiohttp_server = logging.getLogger("aiohttp.server")
     level = aiohttp_server.level
-    if not args.log_level:
+    if args.log_level:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("videogen_async").setLevel(args.log_level.upper())
+    else:
         aiohttp_server.setLevel(logging.CRITICAL)
     try:
         asyncio.run(_serve_until_signal(sandbox_options_from_args(args), args.api_key is None))

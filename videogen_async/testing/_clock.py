@@ -8,8 +8,11 @@ clock reached each instant (:meth:`SandboxClock.wall_time_of`), agreeing with a 
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Callable
+
+from ._config import is_number
 
 _MAX_HISTORY = 65_536
 
@@ -27,14 +30,9 @@ class SandboxClock:
     """
 
     __slots__ = (
-        "_base_mono",
-        "_base_sim",
         "_epoch_unix",
-        "_history_mono",
-        "_history_running",
-        "_history_sim",
+        "_history",
         "_mono_at_epoch",
-        "_running",
         "_time_scale",
         "_timer",
     )
@@ -51,16 +49,14 @@ class SandboxClock:
         self._time_scale, self._timer = float(time_scale), timer
         self._mono_at_epoch = timer()
         self._epoch_unix = time.time()
-        self._base_sim, self._base_mono = 0.0, self._mono_at_epoch
-        self._running = not paused
         # Segments of the mapping simulated time -> real time, one per change (advance,
-        # pause, resume): where each starts, and whether the clock ran during it.
-        self._history_sim: list[float] = [0.0]
-        self._history_mono: list[float] = [self._mono_at_epoch]
-        self._history_running: list[bool] = [self._running]
+        # pause, resume): where each starts (simulated, monotonic), and whether the clock ran
+        # during it. Ordered by simulated start: the clock never goes back. The last one is
+        # the clock now.
+        self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, not paused)]
 
     def __repr__(self) -> str:
-        state = "running" if self._running else "paused"
+        state = "paused" if self.paused else "running"
         return f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g} {state}>"
 
     @property
@@ -71,7 +67,7 @@ class SandboxClock:
     @property
     def paused(self) -> bool:
         """Whether the clock is paused (moves only through :meth:`advance`)."""
-        return not self._running
+        return not self._history[-1][2]
 
     @property
     def epoch(self) -> float:
@@ -80,9 +76,8 @@ class SandboxClock:
 
     def now(self) -> float:
         """Return the simulated seconds since the clock was created."""
-        if not self._running:
-            return self._base_sim
-        return self._base_sim + (self._timer() - self._base_mono) / self._time_scale
+        sim, mono, running = self._history[-1]
+        return sim + (self._timer() - mono) / self._time_scale if running else sim
 
     def advance(self, seconds: float) -> float:
         """Skip ``seconds`` of simulated time at once; return the new time.
@@ -93,31 +88,26 @@ class SandboxClock:
         Raises:
             ValueError: ``seconds`` is negative or not a number.
         """
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+        if not is_number(seconds) or seconds < 0:
             raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
-        self._rebase(self.now() + float(seconds), self._running)
-        return self._base_sim
+        now = self.now() + float(seconds)
+        self._rebase(now, running=not self.paused)
+        return now
 
     def pause(self) -> None:
         """Stop the clock; it then moves only through :meth:`advance`."""
-        if self._running:
+        if not self.paused:
             self._rebase(self.now(), running=False)
 
     def resume(self) -> None:
         """Let the clock run again at its time scale."""
-        if not self._running:
-            self._rebase(self._base_sim, running=True)
+        if self.paused:
+            self._rebase(self.now(), running=True)
 
     def _rebase(self, sim: float, running: bool) -> None:
-        self._base_sim = sim
-        self._base_mono = self._timer()
-        self._running = running
-        self._history_sim.append(sim)
-        self._history_mono.append(self._base_mono)
-        self._history_running.append(running)
-        if len(self._history_sim) > _MAX_HISTORY:
-            drop = len(self._history_sim) - _MAX_HISTORY
-            del self._history_sim[:drop], self._history_mono[:drop], self._history_running[:drop]
+        self._history.append((sim, self._timer(), running))
+        if len(self._history) > _MAX_HISTORY:
+            del self._history[: len(self._history) - _MAX_HISTORY]
 
     def wall_now(self) -> float:
         """Return the current real time (Unix seconds) as this clock's timer sees it."""
@@ -130,22 +120,20 @@ class SandboxClock:
         that jumped over it, if one did); for a future one a forecast at the time scale, or
         ``None`` while the clock is paused (it is reached only once someone moves the clock).
         """
-        index = bisect.bisect_right(self._history_sim, sim) - 1
+        history = self._history
+        # The last segment starting at or before ``sim`` (a later one at the same instant
+        # wins: ``inf`` sorts after every monotonic time).
+        index = bisect.bisect_right(history, (sim, math.inf, True)) - 1
         if index < 0:
-            return self._mono_to_unix(self._history_mono[0])
-        start_sim = self._history_sim[index]
-        start_mono = self._history_mono[index]
-        last = index == len(self._history_sim) - 1
-        if self._history_running[index]:
+            return self._mono_to_unix(history[0][1])
+        start_sim, start_mono, ran = history[index]
+        following = history[index + 1][1] if index + 1 < len(history) else None
+        if ran:
             mono = start_mono + (sim - start_sim) * self._time_scale
-            if not last:
-                mono = min(mono, self._history_mono[index + 1])
-            return self._mono_to_unix(mono)
+            return self._mono_to_unix(mono if following is None else min(mono, following))
         if sim <= start_sim:
             return self._mono_to_unix(start_mono)
-        if last:
-            return None
-        return self._mono_to_unix(self._history_mono[index + 1])
+        return None if following is None else self._mono_to_unix(following)
 
     def _mono_to_unix(self, mono: float) -> float:
         return self._epoch_unix + (mono - self._mono_at_epoch)

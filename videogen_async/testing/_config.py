@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import attrs
 
@@ -20,7 +20,8 @@ Duration = float | tuple[float, float] | Callable[[random.Random], float]
 or a callable that draws one from the sandbox's seeded ``random.Random``."""
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
+    """Whether ``value`` is an ``int`` or a ``float`` (a ``bool`` is no number here)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -33,11 +34,11 @@ def check_duration(value: Any, name: str) -> Duration:
     """
     if callable(value):
         return value  # type: ignore[no-any-return]
-    if _is_number(value):
+    if is_number(value):
         if value < 0 or not math.isfinite(value):
             raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
         return float(value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_number, value)):
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(map(is_number, value)):
         low, high = float(value[0]), float(value[1])
         if not 0 <= low <= high or not math.isfinite(high):
             raise ValueError(f"{name} must be a (low, high) range with 0 <= low <= high")
@@ -63,7 +64,7 @@ def check_rate(value: Any, name: str) -> float:
     Raises:
         ValueError: Not a number from 0 to 1; the message names the setting.
     """
-    if not _is_number(value) or not 0 <= value <= 1:
+    if not is_number(value) or not 0 <= value <= 1:
         raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
     return float(value)
 

@@ -13,7 +13,6 @@ import secrets
 import time
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -75,73 +74,63 @@ def _state(value: Any) -> str:
     return f"<span class='state {_e(value)}'>{_e(value)}</span>"
 
 
-def _prompt(prompt: Any) -> str | None:
-    return prompt[:_PROMPT_LIMIT] if isinstance(prompt, str) else None
+def _code(value: Any) -> str:
+    return f"<code>{_e(value)}</code>"
 
 
-def _media_path(url: Any) -> str | None:
-    if not isinstance(url, str):
-        return None
-    parts = urlsplit(url)
-    return parts.path if parts.path.startswith("/media/") else None
+def _media(task: dict[str, Any]) -> str | None:
+    """A succeeded task's video on this sandbox (the path of its video URL)."""
+    return f"/media/{task['task_id']}.mp4" if task["status"] == "succeeded" else None
 
 
 def _live(source: ServerTruth) -> str:
     balance = source.credits()
-    tasks = [source.describe_task(task_id) for task_id in source.task_ids[-_SHOWN_TASKS:]]
-    projects = [source.describe_project(pid) for pid in source.project_ids[-_SHOWN_PROJECTS:]]
+    # Newest first; describe_* give every key, for a project's task too (prompt None).
+    tasks = [source.describe_task(t) for t in reversed(source.task_ids[-_SHOWN_TASKS:])]
+    shown_projects = reversed(source.project_ids[-_SHOWN_PROJECTS:])
     log = source.request_log[-_SHOWN_REQUESTS:]
 
-    video = None
-    task_rows = []
-    for task in reversed(tasks):
-        media = _media_path((task.get("result") or {}).get("video_url"))
-        if media is not None and video is None:
-            video = (task["task_id"], media)
-        cost = _e(task.get("credits_cost"))
-        if task.get("refunded"):
-            cost += " <small>(refunded)</small>"
-        link = f"<a href='{_e(media)}'>video</a>" if media else ""
-        task_rows.append(
-            [
-                f"<code>{_e(task['task_id'])}</code>",
-                _state(task.get("status")),
-                cost,
-                f"<span class='prompt'>{_e(_prompt(task.get('prompt')))}</span>",
-                _e(task.get("project_id")),
-                link,
-            ]
-        )
+    latest = next((t for t in tasks if _media(t)), None)
+    task_rows = [
+        [
+            _code(t["task_id"]),
+            _state(t["status"]),
+            _e(t["credits_cost"]) + (" <small>(refunded)</small>" if t["refunded"] else ""),
+            f"<span class='prompt'>{_e(t['prompt'] and t['prompt'][:_PROMPT_LIMIT])}</span>",
+            _e(t["project_id"]),
+            f"<a href='{_e(_media(t))}'>video</a>" if _media(t) else "",
+        ]
+        for t in tasks
+    ]
     project_rows = [
         [
-            f"<code>{_e(p['project_id'])}</code>",
-            _e(p.get("mode")),
-            _state(p.get("status")),
-            _e(p.get("current_step")),
-            _e((p.get("billing") or {}).get("total_credits_cost")),
-            _e(len(p.get("task_ids") or ())),
+            _code(p["project_id"]),
+            _e(p["mode"]),
+            _state(p["status"]),
+            _e(p["current_step"]),
+            _e(p["billing"]["total_credits_cost"]),
+            _e(len(p["task_ids"])),
         ]
-        for p in reversed(projects)
+        for p in map(source.describe_project, shown_projects)
     ]
     request_rows = [
         [
             _e(time.strftime("%H:%M:%S", time.localtime(r.started_at))),
             _e(r.method),
-            f"<code>{_e(r.path)}</code>",
+            _code(r.path),
             _e("dropped" if r.status is None else r.status),
             _e(r.code),
-            f"<code>{_e(r.trace_id)}</code>",
+            _code(r.trace_id),
             f"<span class='fault'>{_e(r.fault)}</span>" if r.fault else "",
             _e(f"{r.duration * 1000:.1f}"),
         ]
         for r in reversed(log)
     ]
-    fired = {kind: count for kind, count in source.stats().faults.items() if count}
-    fault_rows = [[_e(kind), _e(count)] for kind, count in sorted(fired.items())]
+    faults = sorted(source.stats().faults.items())
+    fault_rows = [[_e(kind), _e(count)] for kind, count in faults if count]
     rules = [json_text(rule.to_dict(), "fault", sort_keys=True) for rule in source.faults.rules]
 
-    available = balance.get("api_available_credits")
-    total = balance.get("api_total_credits")
+    available, total = balance["api_available_credits"], balance["api_total_credits"]
     parts = [
         f"<p id='balance' class='balance'>Credits: <strong>{_e(available)}</strong>"
         f" available of {_e(total)}</p>",
@@ -158,7 +147,7 @@ def _live(source: ServerTruth) -> str:
             + "; ".join(f"<code>{_e(rule)}</code>" for rule in rules)
             + "</p>"
         )
-    video_attr = f"{_e(video[1])}|{_e(video[0])}" if video else ""
+    video_attr = "" if latest is None else f"{_e(_media(latest))}|{_e(latest['task_id'])}"
     parts.append(f"<div id='latest-video' hidden data-video='{video_attr}'></div>")
     return "<div id='live'>" + "".join(parts) + "</div>"
 

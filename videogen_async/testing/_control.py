@@ -7,29 +7,33 @@ Same key, JSON and envelope as the service, outside its request log and statisti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from ._config import is_number
 from ._faults import FaultRule
 from ._render import envelope_response
 from ._routes import ServiceRoutes, read_json_body
-from ._simulation import INSUFFICIENT_CREDITS, SandboxError
+from ._simulation import SandboxError
 from ._state import SandboxState
-from ._truth import ServerTruth, reschedule_project, reschedule_task
+from ._truth import ServerTruth, create_tasks, reschedule_project, reschedule_task
 
-_Handler = Callable[[web.Request, dict[str, Any]], Any]
+# A handler takes the request and its JSON body ({} for a GET or DELETE).
+_Handler = Callable[[web.Request, Any], Any]
 _BULK_FIELDS = frozenset({"count", "prompt", "model", "duration", "finish_in", "outcome"})
 
 
-def _number(body: Mapping[str, Any], name: str, *, required: bool = True) -> float | None:
+def _number(body: Mapping[str, Any], name: str) -> float | None:
     value = body.get(name)
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if value is not None and not is_number(value):
         raise SandboxError(400, 400, f"{name}: must be a number")
-    return float(value)
+    return value
+
+
+def _nothing() -> None:
+    pass
 
 
 def _query_int(request: web.Request, name: str, default: int) -> int:
@@ -39,6 +43,12 @@ def _query_int(request: web.Request, name: str, default: int) -> int:
     return int(raw)
 
 
+def _ids(name: str, ids: Sequence[str], offset: int = 0, limit: int | None = None) -> Any:
+    """A listing: how many there are, and the ids from ``offset`` (``limit`` of them)."""
+    end = None if limit is None else offset + limit
+    return {"count": len(ids), name: list(ids[offset:end])}
+
+
 class ControlAPI:
     """The ``/_sandbox/`` endpoints of one sandbox."""
 
@@ -46,27 +56,42 @@ class ControlAPI:
         self._server, self._state, self._routes = server, state, routes
 
     def register(self, router: web.UrlDispatcher) -> None:
-        """Add the control routes to an application's router."""
+        """Add the control routes to an application's router.
+
+        Each handler takes the request and its JSON body (``{}`` for a GET). The schedules and
+        the bulk create call the functions behind ``ServerTruth``'s methods, which answer
+        404 and 409 as the service would, where the methods raise ``KeyError``/``ValueError``.
+        """
+        server = self._server
+        clock, faults = server.clock, server.faults
         endpoints: list[tuple[str, str, _Handler]] = [
-            ("GET", "stats", self._stats),
-            ("POST", "reset-stats", self._reset_stats),
+            ("GET", "stats", lambda r, b: self._stats()),
+            ("POST", "reset-stats", lambda r, b: self._stats(server.reset_stats)),
             ("GET", "requests", self._requests),
-            ("GET", "clock", self._clock),
-            ("POST", "clock/advance", self._clock_advance),
-            ("POST", "clock/pause", self._clock_pause),
-            ("POST", "clock/resume", self._clock_resume),
-            ("GET", "credits", self._credits),
+            ("GET", "clock", lambda r, b: self._clock()),
+            (
+                "POST",
+                "clock/advance",
+                lambda r, b: self._clock(lambda: clock.advance(b.get("seconds"))),
+            ),
+            ("POST", "clock/pause", lambda r, b: self._clock(clock.pause)),
+            ("POST", "clock/resume", lambda r, b: self._clock(clock.resume)),
+            ("GET", "credits", lambda r, b: server.credits()),
             ("POST", "credits", self._set_credits),
             ("GET", "tasks", self._tasks),
             ("POST", "tasks/bulk", self._bulk_tasks),
             ("GET", "tasks/{task_id}", self._task),
             ("POST", "tasks/{task_id}/schedule", self._schedule_task),
-            ("GET", "projects", self._projects),
+            ("GET", "projects", lambda r, b: _ids("project_ids", server.project_ids)),
             ("GET", "projects/{project_id}", self._project),
             ("POST", "projects/{project_id}/schedule", self._schedule_project),
-            ("GET", "faults", self._faults),
+            ("GET", "faults", lambda r, b: self._faults()),
             ("POST", "faults", self._set_faults),
-            ("DELETE", "faults", self._clear_faults),
+            (
+                "DELETE",
+                "faults",
+                lambda r, b: self._faults(lambda: faults.clear(r.query.get("route"))),
+            ),
         ]
         for method, path, handler in endpoints:
             router.add_route(method, f"/_sandbox/{path}", self._endpoint(handler))
@@ -82,19 +107,18 @@ class ControlAPI:
 
         return endpoint
 
-    def _stats(self, request: web.Request, body: dict[str, Any]) -> Any:
-        return self._server.stats().to_dict()
-
-    def _reset_stats(self, request: web.Request, body: dict[str, Any]) -> Any:
-        self._server.reset_stats()
-        return self._server.stats().to_dict()
-
     def _requests(self, request: web.Request, body: dict[str, Any]) -> Any:
         log = self._server.request_log
         limit = _query_int(request, "limit", 1000)
         return {"count": len(log), "requests": [r.to_dict() for r in log[-limit:]] if limit else []}
 
-    def _clock(self, request: web.Request, body: dict[str, Any]) -> Any:
+    def _stats(self, action: Callable[[], object] = _nothing) -> Any:
+        action()
+        return self._server.stats().to_dict()
+
+    def _clock(self, action: Callable[[], object] = _nothing) -> Any:
+        """The clock after ``action`` (an advance, a pause...), as ``GET`` shows it."""
+        action()
         clock = self._server.clock
         return {
             "now": self._state.settle(),
@@ -103,25 +127,8 @@ class ControlAPI:
             "paused": clock.paused,
         }
 
-    def _clock_advance(self, request: web.Request, body: dict[str, Any]) -> Any:
-        self._server.clock.advance(_number(body, "seconds") or 0.0)
-        return self._clock(request, body)
-
-    def _clock_pause(self, request: web.Request, body: dict[str, Any]) -> Any:
-        self._server.clock.pause()
-        return self._clock(request, body)
-
-    def _clock_resume(self, request: web.Request, body: dict[str, Any]) -> Any:
-        self._server.clock.resume()
-        return self._clock(request, body)
-
-    def _credits(self, request: web.Request, body: dict[str, Any]) -> Any:
-        return self._server.credits()
-
     def _set_credits(self, request: web.Request, body: dict[str, Any]) -> Any:
-        add = _number(body, "add", required=False)
-        available = _number(body, "available", required=False)
-        total = _number(body, "total", required=False)
+        add, available, total = (_number(body, name) for name in ("add", "available", "total"))
         if add is not None:
             self._server.add_credits(add)
         if available is not None or total is not None:
@@ -131,54 +138,42 @@ class ControlAPI:
     def _tasks(self, request: web.Request, body: dict[str, Any]) -> Any:
         offset = _query_int(request, "offset", 0)
         limit = _query_int(request, "limit", 1000)
-        ids = self._server.task_ids
-        return {"count": len(ids), "task_ids": list(ids[offset : offset + limit])}
+        return _ids("task_ids", self._server.task_ids, offset, limit)
 
     def _task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        task_id = request.match_info["task_id"]
-        return self._state.describe_task(task_id, self._routes.origin(request))
+        state, task_id = self._state, request.match_info["task_id"]
+        return state.show("Task", task_id, state.render.describe_task, self._routes.origin(request))
 
     def _schedule_task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        finish_in = _number(body, "finish_in") or 0.0
         task_id, message = request.match_info["task_id"], body.get("error_message")
-        reschedule_task(self._state, task_id, finish_in, body.get("outcome"), message)
+        reschedule_task(self._state, task_id, body.get("finish_in"), body.get("outcome"), message)
         return self._task(request, body)
 
     def _bulk_tasks(self, request: web.Request, body: dict[str, Any]) -> Any:
         unknown = sorted(set(body) - _BULK_FIELDS)
         if unknown:
             raise SandboxError(400, 400, f"{unknown[0]}: is not a field of this request")
-        finish_in = body.get("finish_in")
-        options = {k: body[k] for k in ("prompt", "model", "duration") if body.get(k) is not None}
-        try:
-            ids = self._server.create_tasks(
-                body.get("count"),  # type: ignore[arg-type]  # checked there
-                finish_in=tuple(finish_in) if isinstance(finish_in, list) else finish_in,
-                outcome=body.get("outcome"),
-                **options,
-            )
-        except ValueError as exc:
-            if str(exc) == INSUFFICIENT_CREDITS:
-                raise SandboxError(409, 300111, INSUFFICIENT_CREDITS) from None
-            raise
-        return {"count": len(ids), "task_ids": ids}
-
-    def _projects(self, request: web.Request, body: dict[str, Any]) -> Any:
-        ids = self._server.project_ids
-        return {"count": len(ids), "project_ids": list(ids)}
+        # A null field takes the method's default, as an omitted one does; a missing count is
+        # refused by create_tasks (400), as a bad one is.
+        fields = {k: v for k, v in body.items() if v is not None}
+        count, finish_in, outcome = (fields.pop(k, None) for k in ("count", "finish_in", "outcome"))
+        ids = create_tasks(self._state, count, finish_in, outcome, fields)
+        return _ids("task_ids", ids)
 
     def _project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        project_id = request.match_info["project_id"]
-        return self._state.describe_project(project_id, self._routes.origin(request))
+        state, project_id = self._state, request.match_info["project_id"]
+        origin = self._routes.origin(request)
+        return state.show("Project", project_id, state.render.describe_project, origin)
 
     def _schedule_project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        span = _number(body, "script_ready_in") or 0.0
+        span, message = body.get("script_ready_in"), body.get("error_message")
         outcome = body.get("outcome") or "succeeded"
         project_id = request.match_info["project_id"]
-        reschedule_project(self._state, project_id, span, outcome, body.get("error_message"))
+        reschedule_project(self._state, project_id, span, outcome, message)
         return self._project(request, body)
 
-    def _faults(self, request: web.Request, body: dict[str, Any]) -> Any:
+    def _faults(self, action: Callable[[], object] = _nothing) -> Any:
+        action()
         faults = self._server.faults
         return {"rules": [r.to_dict() for r in faults.rules], "injected": dict(faults.injected)}
 
@@ -192,8 +187,4 @@ class ControlAPI:
             self._server.faults.clear()
         for rule in built:
             self._server.faults.add(rule)
-        return self._faults(request, body)
-
-    def _clear_faults(self, request: web.Request, body: dict[str, Any]) -> Any:
-        self._server.faults.clear(request.query.get("route"))
-        return self._faults(request, body)
+        return self._faults()

@@ -98,13 +98,13 @@ class FaultRule:
         return tuple(getattr(self, f"{kind}_rate") for kind in FAULT_KINDS)
 
     def to_dict(self) -> dict[str, Any]:
-        """The rule as JSON-ready data (a callable latency is shown as ``"callable"``)."""
+        """The rule as JSON-ready data (a callable latency is shown as ``"callable"``).
+
+        ``attrs.asdict`` writes the tuples (statuses, a latency range) as lists.
+        """
         data = attrs.asdict(self)
-        data["error_statuses"] = list(self.error_statuses)
         if callable(self.latency):
             data["latency"] = "callable"
-        elif isinstance(self.latency, tuple):
-            data["latency"] = list(self.latency)
         return data
 
     @classmethod
@@ -118,11 +118,8 @@ class FaultRule:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown fault rule field(s): {', '.join(unknown)}")
-        values = dict(data)
-        if isinstance(values.get("latency"), list):
-            values["latency"] = tuple(values["latency"])
         try:
-            return cls(**values)
+            return cls(**data)  # a latency range as a JSON list: check_duration takes it
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
@@ -145,10 +142,12 @@ class FaultDecision:
 
 
 class _Active:
-    __slots__ = ("exact", "remaining", "rule", "serial")
+    """A rule in use: how many more requests it applies to, and whether it names one route."""
 
-    def __init__(self, rule: FaultRule, serial: int) -> None:
-        self.rule, self.serial, self.remaining = rule, serial, rule.times
+    __slots__ = ("exact", "remaining", "rule")
+
+    def __init__(self, rule: FaultRule) -> None:
+        self.rule, self.remaining = rule, rule.times
         self.exact = rule.route != "*" and not any(c in rule.route for c in "*?[")
 
 
@@ -168,8 +167,9 @@ class FaultInjector:
         self, seed: int | str | None = None, rules: FaultRule | Iterable[FaultRule] | None = ()
     ) -> None:
         self._rng = random.Random(None if seed is None else f"{seed}:faults")
+        # By route, in the order set: setting a route again moves it last, so the last
+        # wildcard rule that matches is the most recently set.
         self._rules: dict[str, _Active] = {}
-        self._serial = 0
         self.injected: dict[str, int] = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
         for rule in [rules] if isinstance(rules, FaultRule) else rules or ():
             self.add(rule)
@@ -186,9 +186,8 @@ class FaultInjector:
         """Activate ``rule`` (and return it), replacing any rule for the same route."""
         if not isinstance(rule, FaultRule):
             raise TypeError(f"faults must be FaultRule objects, got {rule!r}")
-        self._serial += 1
         self._rules.pop(rule.route, None)
-        self._rules[rule.route] = _Active(rule, self._serial)
+        self._rules[rule.route] = _Active(rule)
         return rule
 
     def set(self, route: str = "*", **settings: Any) -> FaultRule:
@@ -218,22 +217,16 @@ class FaultInjector:
 
     def _match(self, method: str, pattern: str, path: str) -> _Active | None:
         keys = (f"{method} {pattern}", f"{method} {path}", pattern, path)
-        best: _Active | None = None
-        for active in self._rules.values():
-            route = active.rule.route
-            if route == "*":
-                if best is None:
-                    best = active
-                continue
-            if active.exact:
-                if route in keys:
-                    return active
-                continue
-            if any(fnmatch.fnmatchcase(key, route) for key in keys) and (
-                best is None or best.rule.route == "*" or active.serial > best.serial
-            ):
-                best = active
-        return best
+        rules = list(self._rules.values())
+        exact = (a for a in rules if a.exact and a.rule.route in keys)
+        wild = (
+            a
+            for a in reversed(rules)
+            if not a.exact
+            and a.rule.route != "*"
+            and any(fnmatch.fnmatchcase(key, a.rule.route) for key in keys)
+        )
+        return next(exact, None) or next(wild, None) or self._rules.get("*")
 
     def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
         """Draw the fate of one request (``pattern``: its route's, ``path``: the concrete one).

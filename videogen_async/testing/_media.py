@@ -18,8 +18,6 @@ import importlib.resources
 import re
 from typing import Literal
 
-import attrs
-
 
 @functools.lru_cache(maxsize=1)
 def sample_mp4() -> bytes:
@@ -27,48 +25,32 @@ def sample_mp4() -> bytes:
     return importlib.resources.files(__package__).joinpath("sample.mp4").read_bytes()
 
 
-@attrs.frozen
-class ByteRange:
-    """A satisfiable byte range of a resource: ``start`` to ``end`` inclusive."""
-
-    start: int
-    end: int
-
-    @property
-    def length(self) -> int:
-        """Number of bytes in the range."""
-        return self.end - self.start + 1
-
-
 # At most 18 digits: larger positions are not sizes of anything, and int() of a very long
 # digit string would raise.
 _RANGE = re.compile(r"^\s*bytes\s*=\s*(\d{0,18})\s*-\s*(\d{0,18})\s*$", re.IGNORECASE)
 
 
-def parse_range(header: str | None, size: int) -> ByteRange | Literal[False] | None:
+def parse_range(header: str | None, size: int) -> range | Literal[False] | None:
     """Read the ``Range`` header of a request for a resource of ``size`` bytes.
 
     One range is honoured; several (``bytes=0-1,5-6``) or one not understood are ignored, as
-    RFC 9110 allows. Returns the part to send (206), ``None`` for the whole resource, or
-    ``False`` when the range cannot be satisfied (416).
+    RFC 9110 allows. Returns the positions to send (206: a ``range``, whose ``stop`` is one
+    past the last byte), ``None`` for the whole resource, or ``False`` when the range cannot
+    be satisfied (416).
     """
-    if not header:
+    match = _RANGE.match(header or "")
+    if match is None or match.groups() == ("", ""):
         return None
-    match = _RANGE.match(header)
-    if match is None:
-        return None
-    first, last = match.group(1), match.group(2)
-    if not first and not last:
-        return None
+    first, last = match.groups()
     if not first:  # suffix range: the last N bytes
         suffix = int(last)
         if suffix == 0 or size == 0:
             return False
-        return ByteRange(max(0, size - suffix), size - 1)
+        return range(max(0, size - suffix), size)
     start = int(first)
     if last and int(last) < start:
         return None  # syntactically invalid: ignored
     if start >= size:
         return False
     end = int(last) if last else size - 1
-    return ByteRange(start, min(end, size - 1))
+    return range(start, min(end, size - 1) + 1)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .._contract._schemas import ID_PATTERN, component_schemas, ref
 from .._contract._service import ENDPOINTS, Endpoint
 from .._contract._validation import json_text
-from ._schemas import ID_PATTERN, component_schemas, ref
 
 
 def _envelope(data: dict[str, Any], description: str) -> dict[str, Any]:
@@ -94,16 +94,17 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
     Returns:
         The document as JSON-ready data.
     """
-    bad_request = _error("Invalid request: bad JSON, a broken rule (the message names the field).")
-    not_found = _error("No such task or project (code 404).")
-    conflict = _error(
-        "Conflict. code 300111 'Insufficient API credits' (nothing was created or charged);"
-        " code 100099 'Failed to store media from URL' (project creation only, nothing"
-        " charged); code 409 when the project's script is not generated yet or the project"
-        " has failed (videos endpoint only)."
-    )
-    too_large = _error("The body is larger than the sandbox accepts (1 MiB).")
-    responses = {"400": bad_request, "404": not_found, "409": conflict, "413": too_large}
+    responses = {
+        "400": _error("Invalid request: bad JSON, a broken rule (the message names the field)."),
+        "404": _error("No such task or project (code 404)."),
+        "409": _error(
+            "Conflict. code 300111 'Insufficient API credits' (nothing was created or charged);"
+            " code 100099 'Failed to store media from URL' (project creation only, nothing"
+            " charged); code 409 when the project's script is not generated yet or the project"
+            " has failed (videos endpoint only)."
+        ),
+        "413": _error("The body is larger than the sandbox accepts (1 MiB)."),
+    }
     special_400 = {
         "getTask": _error("task_id is missing, blank, or not one path segment."),
         "getCredits": _error("The request failed."),
@@ -115,44 +116,40 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
         if endpoint.operation_id in special_400:
             errors["400"] = special_400[endpoint.operation_id]
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint, errors)
-    paths.update(
-        {
-            "/media/{file_name}": {
-                "get": {
-                    "operationId": "getMedia",
-                    "summary": "Download a generated video (the sandbox's stand-in for the CDN)",
-                    "description": "No authentication. Honours one HTTP byte range (a standard"
-                    " `Range: bytes=...` request header: 206 with Content-Range, or 416 past the"
-                    " end).",
-                    "tags": ["media"],
-                    "security": [],
-                    "parameters": [
-                        {
-                            "name": "file_name",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string", "minLength": 1},
-                            "description": "{task_id}.mp4 of a succeeded task.",
-                        }
-                    ],
-                    "responses": {
-                        "200": {
-                            "description": "The whole video.",
-                            "content": {"video/mp4": {"schema": {"type": "string"}}},
-                        },
-                        "206": {
-                            "description": "The requested byte range (Content-Range).",
-                            "content": {"video/mp4": {"schema": {"type": "string"}}},
-                        },
-                        "404": _error("No succeeded task with that id."),
-                        "416": {"description": "The range cannot be satisfied."},
-                        "429": {"$ref": "#/components/responses/RateLimited"},
-                        "5XX": {"$ref": "#/components/responses/ServerError"},
-                    },
+    paths["/media/{file_name}"] = {
+        "get": {
+            "operationId": "getMedia",
+            "summary": "Download a generated video (the sandbox's stand-in for the CDN)",
+            "description": "No authentication. Honours one HTTP byte range (a standard"
+            " `Range: bytes=...` request header: 206 with Content-Range, or 416 past the"
+            " end).",
+            "tags": ["media"],
+            "security": [],
+            "parameters": [
+                {
+                    "name": "file_name",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "minLength": 1},
+                    "description": "{task_id}.mp4 of a succeeded task.",
                 }
-            }
+            ],
+            "responses": {
+                "200": {
+                    "description": "The whole video.",
+                    "content": {"video/mp4": {"schema": {"type": "string"}}},
+                },
+                "206": {
+                    "description": "The requested byte range (Content-Range).",
+                    "content": {"video/mp4": {"schema": {"type": "string"}}},
+                },
+                "404": _error("No succeeded task with that id."),
+                "416": {"description": "The range cannot be satisfied."},
+                "429": {"$ref": "#/components/responses/RateLimited"},
+                "5XX": {"$ref": "#/components/responses/ServerError"},
+            },
         }
-    )
+    }
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -162,55 +159,51 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
             " implements it. Every response body is the envelope {code, trace_id, message,"
             " data}. 429 and 5xx answers appear only when fault injection is configured.",
         },
-    }
-    if server_url is not None:
-        document["servers"] = [{"url": server_url}]
-    document.update(
-        {
-            "security": [{"bearerAuth": []}],
-            "tags": [{"name": tag} for tag in ("tasks", "projects", "credits", "media")],
-            "paths": paths,
-            "components": {
-                "securitySchemes": {
-                    "bearerAuth": {
-                        "type": "http",
-                        "scheme": "bearer",
-                        "description": "Authorization: Bearer <API_KEY>",
-                    }
-                },
-                "headers": {
-                    "TraceId": {
-                        "description": "The trace_id of the envelope.",
-                        "schema": {"type": "string"},
-                    }
-                },
-                "responses": {
-                    "Unauthorized": {
-                        **_error("Missing or invalid API key (code 401)."),
-                        "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
-                    },
-                    "RateLimited": {
-                        **_error("Too many requests (injected fault; code 429)."),
-                        "headers": {
-                            "Retry-After": {
-                                "description": "Seconds to wait.",
-                                "schema": {"type": "string"},
-                            }
-                        },
-                    },
-                    "ServerError": {
-                        "description": "Server failure (injected fault): the error envelope,"
-                        " or an HTML page from a proxy.",
-                        "content": {
-                            "application/json": {"schema": ref("ErrorEnvelope")},
-                            "text/html": {"schema": {"type": "string"}},
-                        },
-                    },
-                },
-                "schemas": component_schemas(),
+        # Listed by a served document; the kept one (docs/openapi.json) names no server.
+        **({} if server_url is None else {"servers": [{"url": server_url}]}),
+        "security": [{"bearerAuth": []}],
+        "tags": [{"name": tag} for tag in ("tasks", "projects", "credits", "media")],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Authorization: Bearer <API_KEY>",
+                }
             },
-        }
-    )
+            "headers": {
+                "TraceId": {
+                    "description": "The trace_id of the envelope.",
+                    "schema": {"type": "string"},
+                }
+            },
+            "responses": {
+                "Unauthorized": {
+                    **_error("Missing or invalid API key (code 401)."),
+                    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+                },
+                "RateLimited": {
+                    **_error("Too many requests (injected fault; code 429)."),
+                    "headers": {
+                        "Retry-After": {
+                            "description": "Seconds to wait.",
+                            "schema": {"type": "string"},
+                        }
+                    },
+                },
+                "ServerError": {
+                    "description": "Server failure (injected fault): the error envelope,"
+                    " or an HTML page from a proxy.",
+                    "content": {
+                        "application/json": {"schema": ref("ErrorEnvelope")},
+                        "text/html": {"schema": {"type": "string"}},
+                    },
+                },
+            },
+            "schemas": component_schemas(),
+        },
+    }
     return document
 
 

@@ -80,15 +80,12 @@ class SandboxProcess:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.terminate()
+        with process:  # on leaving: its stdout closed, and waited for
+            process.terminate()  # nothing when it has ended
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
 
     def __enter__(self) -> SandboxProcess:
         return self.start()

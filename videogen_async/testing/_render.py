@@ -17,7 +17,7 @@ from aiohttp import web
 from .._contract._service import SHAPES
 from .._contract._validation import json_text
 from ._clock import SandboxClock
-from ._simulation import SUCCEEDED, TASK_OUTCOMES, Batch, Project, Task, Wallet, iso, num
+from ._simulation import SUCCEEDED, TASK_OUTCOMES, Project, Task, iso, num
 
 _Producer = Callable[[Any, Any], Any]
 _Render = Callable[[Any, Any], dict[str, Any]]
@@ -26,19 +26,16 @@ _Render = Callable[[Any, Any], dict[str, Any]]
 def _table(shape: str, producers: Mapping[str, _Producer]) -> _Render:
     """A function building the shape's JSON object from its producers, in the statement's order.
 
-    Refuses a table that does not fit the shape. The function is compiled once, as one dict
-    display calling each producer: as fast as a hand-written literal.
+    Refuses a table that does not fit the shape. (A dict comprehension over the pairs costs
+    under a microsecond more per object than a hand-written literal: nothing beside a request.)
     """
     names = SHAPES[shape].names
     if set(names) != set(producers):
         missing = sorted(set(names) - set(producers))
         unknown = sorted(set(producers) - set(names))
         raise RuntimeError(f"{shape}: no producer for {missing}, not in the statement {unknown}")
-    items = ", ".join(f"{name!r}: p{i}(o, c)" for i, name in enumerate(names))
-    namespace: dict[str, Any] = {f"p{i}": producers[name] for i, name in enumerate(names)}
-    exec(f"def render(o, c):\n    return {{{items}}}", namespace)  # noqa: S102
-    render: _Render = namespace["render"]
-    return render
+    pairs = [(name, producers[name]) for name in names]
+    return lambda o, c: {name: produce(o, c) for name, produce in pairs}
 
 
 def envelope_response(
@@ -68,12 +65,6 @@ class _TaskView:
     origin: str
 
 
-def _result(task: Task, view: _TaskView) -> dict[str, Any] | None:
-    if view.status not in TASK_OUTCOMES:
-        return None
-    return _RESULT(task, view)
-
-
 _RESULT = _table(
     "TaskResult",
     {
@@ -92,7 +83,7 @@ _TASK_PRODUCERS: dict[str, _Producer] = {
     "created_at": lambda t, v: iso(t.created_wall),
     "updated_at": lambda t, v: v.renderer.stamp(t.updated_at(v.now), t.created_wall),
     "credits_cost": lambda t, v: num(t.credits_cost(v.now)),
-    "result": _result,
+    "result": lambda t, v: _RESULT(t, v) if v.status in TASK_OUTCOMES else None,
 }
 _TASK = _table("Task", _TASK_PRODUCERS)
 _PROJECT_TASK = _table(
@@ -104,7 +95,8 @@ _PROJECT_TASK = _table(
         "resolution": lambda t, v: t.resolution,
     },
 )
-_CREATED_TASK = _table(
+# The data of a create's answer: ``CREATED_TASK(task, now)``.
+CREATED_TASK = _table(
     "CreatedTask",
     {
         "task_id": lambda t, now: t.task_id,
@@ -113,14 +105,16 @@ _CREATED_TASK = _table(
         "credits_cost": lambda t, now: num(t.cost),
     },
 )
-_CREDITS = _table(
+# ``GET /v1/credits``: ``CREDITS(wallet, None)``.
+CREDITS = _table(
     "CreditBalance",
     {
         "api_available_credits": lambda w, _: num(w.available),
         "api_total_credits": lambda w, _: num(w.total),
     },
 )
-_CREATED_PROJECT = _table(
+# ``CREATED_PROJECT(project, project.phase(now))``.
+CREATED_PROJECT = _table(
     "CreatedProject",
     {
         "project_id": lambda p, phase: p.project_id,
@@ -139,7 +133,8 @@ _BILLING = _table(
         "total_credits_cost": lambda p, video: num(round(p.script_cost + video, 2)),
     },
 )
-_VIDEO_BATCH = _table(
+# ``POST .../{project_id}/videos``: ``VIDEO_BATCH(project, batch)``.
+VIDEO_BATCH = _table(
     "VideoBatch",
     {
         "project_id": lambda p, b: p.project_id,
@@ -189,14 +184,6 @@ class Renderer:
         wall = self.clock.wall_time_of(sim)
         return iso(floor if wall is None or wall < floor else wall)
 
-    def credits(self, wallet: Wallet) -> dict[str, Any]:
-        """``GET /v1/credits``."""
-        return _CREDITS(wallet, None)
-
-    def created_task(self, task: Task, now: float) -> dict[str, Any]:
-        """``POST /v1/video/videomodel-2``."""
-        return _CREATED_TASK(task, now)
-
     def task(self, task: Task, now: float, origin: str) -> dict[str, Any]:
         """``GET /v1/tasks``: ``origin`` is the ``scheme://host:port`` of the video URL."""
         return _TASK(task, _TaskView(self, task.status(now), now, origin))
@@ -205,17 +192,9 @@ class Renderer:
         """One element of a project's ``tasks``."""
         return _PROJECT_TASK(task, _TaskView(self, task.status(now), now, origin))
 
-    def created_project(self, project: Project, now: float) -> dict[str, Any]:
-        """``POST /v1/video/viral-ads-clone``."""
-        return _CREATED_PROJECT(project, project.phase(now))
-
     def project(self, project: Project, now: float, origin: str) -> dict[str, Any]:
         """``GET /v1/video/viral-ads-clone/{project_id}``."""
         return _PROJECT(project, _ProjectView(self, project, now, origin))
-
-    def video_batch(self, project: Project, batch: Batch) -> dict[str, Any]:
-        """``POST /v1/video/viral-ads-clone/{project_id}/videos``."""
-        return _VIDEO_BATCH(project, batch)
 
     def describe_task(self, task: Task, now: float, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a task, for tests and benchmarks."""

@@ -11,22 +11,20 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
 from .._contract import _validation as rules
-from .._contract._exceptions import InvalidRequestError
 from .._contract._service import ENDPOINTS, PROJECT_REQUEST
 from . import _simulation as sim
 from ._config import sample_duration
 from ._media import parse_range, sample_mp4
+from ._middleware import Handler
 from ._openapi import build_openapi
-from ._render import envelope_response
+from ._render import CREATED_PROJECT, CREATED_TASK, CREDITS, VIDEO_BATCH, envelope_response
 from ._state import SandboxState
-
-_V = TypeVar("_V")
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 _MEDIA_ETAG = '"videogen-sandbox-sample"'
@@ -68,12 +66,10 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
 
 
 def _checked_id(field: str, value: str | None) -> str:
+    """The id of a path or query; a bad one is answered 400 (``InvalidRequestError``)."""
     if value is None:
         raise sim.SandboxError(400, 400, f"{field}: is required (query parameter)")
-    try:
-        return rules.check_id(field, value)
-    except InvalidRequestError as exc:
-        raise sim.SandboxError(400, 400, str(exc)) from None
+    return rules.check_id(field, value)
 
 
 def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
@@ -84,13 +80,8 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
             balance does not cover the script charge. Nothing is created or charged.
     """
     now = state.settle()
-    inputs: dict[str, Any] = {
-        f.name: f.default if body.get(f.name) is None else body[f.name]
-        for f in PROJECT_REQUEST.fields
-    }
-    inputs["product_image_urls"] = list(inputs["product_image_urls"])
-    inputs["duration"] = int(inputs["duration"])
-    inputs["out_number"] = int(inputs["out_number"])
+    # The checked body has no nulls and its integers are ints (``check_body``).
+    inputs = {f.name: body.get(f.name, f.default) for f in PROJECT_REQUEST.fields}
     urls = [inputs["reference_video_url"], *inputs["product_image_urls"]]
     if inputs["avatar_image_url"]:
         urls.append(inputs["avatar_image_url"])
@@ -116,7 +107,7 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
             project, rng.choice((project.analysis_done_at, project.script_ready_at)), None
         )
     else:
-        state.push(project.script_ready_at, sim.EV_PROJECT_SCRIPT, project)
+        state.push(project.script_ready_at, state.script_ready, project)
     state.projects[project.project_id] = project
     return project
 
@@ -143,12 +134,7 @@ def create_videos(
             f"The script of project {project_id} is not ready yet (current_step:"
             f" {project.phase(now)[1]}); create videos once current_step is script_ready",
         )
-    given = {k: body.get(k) or project.inputs[k] for k in ("resolution", "aspect_ratio")}
-    out_number = int(body.get("out_number") or project.inputs["out_number"])
-    batch = state.create_batch(
-        project, now, out_number=out_number, script=body.get("script"), automatic=False, **given
-    )
-    return project, batch
+    return project, state.create_batch(project, now, body, automatic=False)
 
 
 class ServiceRoutes:
@@ -173,7 +159,7 @@ class ServiceRoutes:
         }
         for endpoint in ENDPOINTS:
             path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
-            handler = handlers[endpoint.operation_id]
+            handler = self._answer(handlers[endpoint.operation_id])
             if endpoint.method == "GET":
                 router.add_get(path, handler)
             else:
@@ -187,12 +173,12 @@ class ServiceRoutes:
         Raises:
             SandboxError: 401 with a ``WWW-Authenticate`` challenge; the key is never echoed.
         """
-        header = request.headers.get("Authorization")
+        header = request.headers.get("Authorization", "").strip()
         challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
-        if not header or not header.strip():
+        if not header:
             missing = "Missing API key: send the header 'Authorization: Bearer <API_KEY>'"
             raise sim.SandboxError(401, 401, missing, challenge)
-        scheme, _, token = header.strip().partition(" ")
+        scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode("utf-8", "surrogateescape"), self._key_bytes
         ):
@@ -206,52 +192,41 @@ class ServiceRoutes:
                 return f"{request.scheme}://{host}"
         return self.base_url() or "http://127.0.0.1"
 
-    def _show(
-        self,
-        request: web.Request,
-        table: Mapping[str, _V],
-        kind: str,
-        key: str,
-        render: Callable[[_V, float, str], dict[str, Any]],
-    ) -> web.StreamResponse:
-        """Answer with one task or project as the service shows it now (404 when unknown)."""
-        now = self._state.settle()
-        return envelope_response(render(sim.lookup(table, kind, key), now, self.origin(request)))
+    def _answer(self, handler: Callable[[web.Request], Awaitable[Any]]) -> Handler:
+        """An endpoint of the service: the key checked, then ``handler``'s data enveloped."""
 
-    async def _create_task(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+        async def endpoint(request: web.Request) -> web.StreamResponse:
+            self.authorize(request)
+            return envelope_response(await handler(request))
+
+        return endpoint
+
+    async def _create_task(self, request: web.Request) -> Any:
         body = rules.validate_task_request(await read_json_body(request))
         task = self._state.create_task(body)
-        return envelope_response(self._state.render.created_task(task, task.created_at))
+        return CREATED_TASK(task, task.created_at)
 
-    async def _get_task(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _get_task(self, request: web.Request) -> Any:
         task_id = _checked_id("task_id", request.query.get("task_id"))
-        state = self._state
-        return self._show(request, state.tasks, "Task", task_id, state.render.task)
+        return self._state.show("Task", task_id, self._state.render.task, self.origin(request))
 
-    async def _get_credits(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
-        return envelope_response(self._state.credits_data())
+    async def _get_credits(self, request: web.Request) -> Any:
+        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
 
-    async def _create_project(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _create_project(self, request: web.Request) -> Any:
         body = rules.validate_project_request(await read_json_body(request))
         project = create_project(self._state, body)
-        return envelope_response(self._state.render.created_project(project, project.created_at))
+        return CREATED_PROJECT(project, project.phase(project.created_at))
 
-    async def _get_project(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _get_project(self, request: web.Request) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
         state = self._state
-        return self._show(request, state.projects, "Project", project_id, state.render.project)
+        return state.show("Project", project_id, state.render.project, self.origin(request))
 
-    async def _create_videos(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+    async def _create_videos(self, request: web.Request) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
         body = rules.validate_videos_request(await read_json_body(request))
-        project, batch = create_videos(self._state, project_id, body)
-        return envelope_response(self._state.render.video_batch(project, batch))
+        return VIDEO_BATCH(*create_videos(self._state, project_id, body))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file_name"]
@@ -272,8 +247,8 @@ class ServiceRoutes:
             return web.Response(status=416, headers={**headers, "Content-Range": f"bytes */{size}"})
         status = 200
         if wanted is not None:
-            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.end}/{size}"
-            data, status = data[wanted.start : wanted.end + 1], 206
+            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.stop - 1}/{size}"
+            data, status = data[wanted.start : wanted.stop], 206
         return web.Response(body=data, status=status, content_type="video/mp4", headers=headers)
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:

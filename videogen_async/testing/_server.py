@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 from aiohttp import web
+from yarl import URL
 
 from .._client import AsyncVideoGen
 from .._contract._closing import AsyncClosing
@@ -91,7 +92,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         faults: FaultRule | Iterable[FaultRule] | None = None,
         request_log_size: int = 100_000,
     ) -> None:
-        if not isinstance(api_key, str) or not api_key.strip() or api_key != api_key.strip():
+        if not isinstance(api_key, str) or not api_key or api_key != api_key.strip():
             raise ValueError("api_key must be a non-empty string without surrounding spaces")
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be from 0 to 65535, got {port!r}")
@@ -121,7 +122,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._stats = RequestStats(
             request_log_size,
             lambda: (len(state.tasks), len(state.projects)),
-            lambda: self.faults.injected,
+            self.faults.injected,  # counted in place, zeroed in place
         )
         self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
         self._control = ControlAPI(self, state, self._routes)
@@ -202,14 +203,10 @@ class SandboxServer(ServerTruth, AsyncClosing):
     def _base_url_or_none(self) -> str | None:
         if self._bound_port is None:
             return None
-        host = self._host
-        if host in ("", "0.0.0.0"):  # noqa: S104 - shown as loopback, not bound
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self._bound_port}"
+        # A wildcard is shown as loopback, where a client can reach it; yarl brackets IPv6.
+        wildcards = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
+        host = wildcards.get(self._host, self._host)
+        return str(URL.build(scheme="http", host=host, port=self._bound_port))
 
     @property
     def api_key(self) -> str:

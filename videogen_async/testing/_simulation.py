@@ -30,11 +30,6 @@ DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
 PROJECT_TASK_MODEL = DEFAULT_MODEL  # the model a project's video tasks show
 
-# Kinds of the events of SandboxState's heap.
-EV_TASK_REFUND = 0
-EV_PROJECT_FAIL = 1
-EV_PROJECT_SCRIPT = 2
-
 INSUFFICIENT_CREDITS = "Insufficient API credits"
 MEDIA_NOT_STORED = "Failed to store media from URL"
 
@@ -66,15 +61,17 @@ _SCRIPT_BEATS = (
 )
 
 
+@attrs.define
 class SandboxError(Exception):
-    """A failure answered with the service's error envelope (``status``, ``code``, ``message``)."""
+    """A failure answered with the service's error envelope (``status``, ``code``, ``message``).
 
-    def __init__(
-        self, status: int, code: int, message: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.headers = dict(headers or {})
+    An attrs exception: its fields are its ``args``.
+    """
+
+    status: int
+    code: int
+    message: str
+    headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
 class Wallet:
@@ -84,10 +81,6 @@ class Wallet:
 
     def __init__(self, credits: float) -> None:
         self.total = self.available = float(credits)
-
-    def can_pay(self, amount: float) -> bool:
-        """Whether ``amount`` credits are available."""
-        return amount <= self.available
 
     def charge(self, amount: float) -> None:
         """Take ``amount`` credits.
@@ -193,28 +186,32 @@ class Batch:
 
 @attrs.define(eq=False)
 class Project:
-    """One viral ad clone project: its inputs, its timeline and its batches."""
+    """One viral ad clone project: its inputs, its timeline and its batches.
+
+    The ends of its steps (``media_done_at``...) and its script charge are set by the creation
+    (``_routes.create_project``) as it draws them.
+    """
 
     project_id: str
     inputs: dict[str, Any]
     created_at: float
     created_wall: float
     script: str
-    mode: str = attrs.field(init=False)
-    media_done_at: float = attrs.field(init=False)
-    analysis_done_at: float = attrs.field(init=False)
-    script_ready_at: float = attrs.field(init=False)
-    fail_at: float | None = attrs.field(init=False, default=None)
-    fail_message: str | None = attrs.field(init=False, default=None)
-    fails_before_script: bool = attrs.field(init=False, default=False)
-    script_cost: float = attrs.field(init=False, default=0.0)
-    batches: list[Batch] = attrs.field(init=False, factory=list)
-    tasks: list[Task] = attrs.field(init=False, factory=list)
-    version: int = attrs.field(init=False, default=0)
+    media_done_at: float = 0.0
+    analysis_done_at: float = 0.0
+    script_ready_at: float = 0.0
+    fail_at: float | None = None
+    fail_message: str | None = None
+    fails_before_script: bool = False
+    script_cost: float = 0.0
+    batches: list[Batch] = attrs.Factory(list)
+    tasks: list[Task] = attrs.Factory(list)
+    version: int = 0
 
-    def __attrs_post_init__(self) -> None:
-        self.mode = self.inputs["mode"]
-        self.media_done_at = self.analysis_done_at = self.script_ready_at = self.created_at
+    @property
+    def mode(self) -> str:
+        """``auto`` or ``manual``, as created."""
+        return str(self.inputs["mode"])
 
     def failed(self, now: float) -> bool:
         """Whether the project has failed by ``now``."""

@@ -20,7 +20,14 @@ from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
 from . import _simulation as sim
 from ._clock import SandboxClock
-from ._config import Duration, ProjectTiming, check_duration, check_rate, sample_duration
+from ._config import (
+    Duration,
+    ProjectTiming,
+    check_duration,
+    check_rate,
+    is_number,
+    sample_duration,
+)
 from ._render import Renderer
 
 
@@ -47,7 +54,7 @@ class SandboxState:
         failure_marker: str | None,
         media_rejects: Callable[[str], bool] | None,
     ) -> None:
-        if isinstance(credits, bool) or not isinstance(credits, (int, float)) or credits < 0:
+        if not is_number(credits) or credits < 0:
             raise ValueError(f"credits must be a number >= 0, got {credits!r}")
         self.failure_rate = check_rate(failure_rate, "failure_rate")
         self.error_rate = check_rate(error_rate, "error_rate")
@@ -63,7 +70,8 @@ class SandboxState:
         self.wallet, self.render = sim.Wallet(credits), Renderer(clock)
         self.tasks: dict[str, sim.Task] = {}
         self.projects: dict[str, sim.Project] = {}
-        self._events: list[tuple[float, int, int, Any, int]] = []
+        # (when, order of pushing, the effect, its task or project, the object's version).
+        self._events: list[tuple[float, int, Callable[[Any, float], None], Any, int]] = []
         self._seq = itertools.count()
 
     def settle(self) -> float:
@@ -71,50 +79,39 @@ class SandboxState:
         now = self.clock.now()
         events = self._events
         while events and events[0][0] <= now:
-            at, _seq, kind, obj, version = heapq.heappop(events)
-            if obj.version != version:
-                continue  # rescheduled since
-            if kind == sim.EV_TASK_REFUND:
-                self._refund_task(obj)
-            elif kind == sim.EV_PROJECT_FAIL:
-                self._refund_script(obj)
-            else:
-                self._script_ready(obj, at)
+            at, _seq, effect, obj, version = heapq.heappop(events)
+            if obj.version == version:  # else rescheduled since: a later event replaces it
+                effect(obj, at)
         return now
 
-    def push(self, at: float, kind: int, obj: sim.Task | sim.Project) -> None:
-        heapq.heappush(self._events, (at, next(self._seq), kind, obj, obj.version))
+    def push(self, at: float, effect: Callable[[Any, float], None], obj: Any) -> None:
+        """Apply ``effect(obj, at)`` once the clock reaches ``at`` (the next :meth:`settle`).
 
-    def _refund_task(self, task: sim.Task) -> None:
+        ``obj`` is a task or project; a change of its ``version`` cancels the event.
+        """
+        heapq.heappush(self._events, (at, next(self._seq), effect, obj, obj.version))
+
+    def refund_task(self, task: sim.Task, at: float) -> None:
+        """A failed task ends: its charge comes back (an event)."""
         if not task.refunded:
             task.refunded = True
             self.wallet.refund(task.cost)
 
-    def _refund_script(self, project: sim.Project) -> None:
+    def refund_script(self, project: sim.Project, at: float) -> None:
+        """A project fails before its script: the script charge comes back (an event)."""
         if project.fails_before_script and project.script_cost:
             self.wallet.refund(project.script_cost)
             project.script_cost = 0.0
 
-    def _script_ready(self, project: sim.Project, at: float) -> None:
-        """The script of an ``auto`` project is ready: create its one automatic batch."""
+    def script_ready(self, project: sim.Project, at: float) -> None:
+        """A project's script is ready: an ``auto`` one gets its one automatic batch (an event)."""
         if project.mode != ProjectMode.AUTO.value or project.batches or project.failed(at):
             return
-        out_number = int(project.inputs["out_number"])
-        resolution = project.inputs["resolution"]
-        cost = out_number * self.pricing.project_video_cost(project.inputs["duration"], resolution)
-        if not self.wallet.can_pay(cost):
+        try:
+            self.create_batch(project, at, {}, automatic=True)
+        except sim.SandboxError:  # the balance cannot pay it: nothing was charged
             project.fail_at = at
             project.fail_message = sim.AUTO_BATCH_NO_CREDITS
-            return
-        self.create_batch(
-            project,
-            at,
-            out_number=out_number,
-            resolution=resolution,
-            aspect_ratio=project.inputs["aspect_ratio"],
-            script=None,
-            automatic=True,
-        )
 
     def fail_before_script(self, project: sim.Project, at: float, message: str | None) -> None:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
@@ -128,21 +125,24 @@ class SandboxState:
             )
             message = sim.PROJECT_FAILURES[step]
         project.fail_message = message
-        self.push(at, sim.EV_PROJECT_FAIL, project)
+        self.push(at, self.refund_script, project)
 
     def create_batch(
-        self,
-        project: sim.Project,
-        at: float,
-        *,
-        out_number: int,
-        resolution: int | str,
-        aspect_ratio: str,
-        script: str | None,
-        automatic: bool,
+        self, project: sim.Project, at: float, body: Mapping[str, Any], *, automatic: bool
     ) -> sim.Batch:
-        """Charge and create one batch of a project's video tasks at ``at``."""
-        cost = self.pricing.project_video_cost(project.inputs["duration"], resolution)
+        """Charge and create one batch of a project's video tasks at ``at``.
+
+        ``body`` is a checked videos request: what it leaves out is the project's.
+
+        Raises:
+            SandboxError: 409 / 300111 when the balance does not cover the batch (nothing is
+                charged or created).
+        """
+        inputs, script = project.inputs, body.get("script")
+        out_number = body.get("out_number") or inputs["out_number"]
+        resolution = body.get("resolution") or inputs["resolution"]
+        aspect_ratio = body.get("aspect_ratio") or inputs["aspect_ratio"]
+        cost = self.pricing.project_video_cost(inputs["duration"], resolution)
         self.wallet.charge(cost * out_number)
         batch = sim.Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
@@ -160,16 +160,6 @@ class SandboxState:
             project.tasks.append(task)
         project.batches.append(batch)
         return batch
-
-    def credits_data(self) -> dict[str, Any]:
-        """The ``data`` of ``GET /v1/credits``, after settling."""
-        self.settle()
-        return self.render.credits(self.wallet)
-
-    def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
-        """Set the balance (``total`` defaults to ``max(total, available)``)."""
-        self.settle()
-        self.wallet.set(available=available, total=total)
 
     def new_id(self, taken: Mapping[str, Any]) -> str:
         while True:
@@ -224,13 +214,13 @@ class SandboxState:
         )
         self.tasks[task.task_id] = task
         if outcome != sim.SUCCEEDED:
-            self.push(task.finished_at, sim.EV_TASK_REFUND, task)
+            self.push(task.finished_at, self.refund_task, task)
         return task
 
     def marked(self, text: Any) -> bool:
         """Whether ``text`` holds the failure marker."""
-        marker = self.failure_marker
-        return bool(marker) and isinstance(text, str) and str(marker) in text
+        marker = self.failure_marker  # None when off (an empty marker is off too)
+        return marker is not None and isinstance(text, str) and marker in text
 
     def create_task(self, body: Mapping[str, Any]) -> sim.Task:
         """Create a direct video task from a validated body.
@@ -240,7 +230,7 @@ class SandboxState:
         """
         now = self.settle()
         model = body.get("model") or sim.DEFAULT_MODEL
-        duration = int(body.get("duration") or sim.DEFAULT_DURATION)
+        duration = body.get("duration") or sim.DEFAULT_DURATION
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
         forced: str | None = None
@@ -257,13 +247,17 @@ class SandboxState:
             forced = "The prompt was rejected by the content policy (sandbox failure marker)."
         return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
-    def describe_task(self, task_id: str, origin: str) -> dict[str, Any]:
-        """Everything the sandbox knows about a task, for tests and benchmarks."""
-        now = self.settle()
-        return self.render.describe_task(sim.lookup(self.tasks, "Task", task_id), now, origin)
+    def show(
+        self, kind: str, key: str, render: Callable[[Any, float, str], Any], origin: str
+    ) -> dict[str, Any]:
+        """The task or project (``kind``) ``key`` rendered as of now.
 
-    def describe_project(self, project_id: str, origin: str) -> dict[str, Any]:
-        """Everything the sandbox knows about a project, for tests and benchmarks."""
+        ``render`` is a :class:`Renderer` method: what the service shows of it, or what the
+        sandbox knows (``describe_task``); ``origin`` is the base of video URLs.
+
+        Raises:
+            SandboxError: 404 when there is no such task or project.
+        """
         now = self.settle()
-        project = sim.lookup(self.projects, "Project", project_id)
-        return self.render.describe_project(project, now, origin)
+        table: Mapping[str, Any] = self.tasks if kind == "Task" else self.projects
+        return render(sim.lookup(table, kind, key), now, origin)  # type: ignore[no-any-return]

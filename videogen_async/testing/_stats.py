@@ -5,14 +5,15 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
 import attrs
 
+from .._contract._serial import Serializable
+
 
 @attrs.frozen
-class RequestRecord:
+class RequestRecord(Serializable):
     """One request as the sandbox saw it.
 
     Attributes:
@@ -41,13 +42,9 @@ class RequestRecord:
     user_agent: str | None = None
     code: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data."""
-        return attrs.asdict(self)
-
 
 @attrs.frozen
-class SandboxStats:
+class SandboxStats(Serializable):
     """Counters of the requests a sandbox has served since its last statistics reset.
 
     Attributes:
@@ -74,10 +71,6 @@ class SandboxStats:
     faults: Mapping[str, int]
     since: float
 
-    def to_dict(self) -> dict[str, Any]:
-        """The statistics as JSON-ready data."""
-        return attrs.asdict(self)
-
 
 class RequestStats:
     """The counters and the request log of one sandbox."""
@@ -86,25 +79,22 @@ class RequestStats:
         self,
         log_size: int,
         created: Callable[[], tuple[int, int]],
-        faults_injected: Callable[[], Mapping[str, int]],
+        faults_injected: Mapping[str, int],
     ) -> None:
+        # A deque of maxlen 0 keeps nothing: request_log_size=0 turns the log off.
         self.log: collections.deque[RequestRecord] = collections.deque(maxlen=log_size)
         self._created, self._faults_injected = created, faults_injected
-        self._in_flight_by_route: dict[str, int] = {}
-        self._peak_by_route: dict[str, int] = {}
+        self._in_flight: collections.Counter[str] = collections.Counter()
         self._changed: anyio.Event | None = None
         self.reset()
 
     def reset(self) -> None:
         """Zero the counters and the peaks (the log is cleared by :meth:`clear`)."""
-        self._requests = 0
         self._by_route: collections.Counter[str] = collections.Counter()
         self._by_status: collections.Counter[str] = collections.Counter()
         # Requests in flight now stay counted (they will leave), and seed the new peaks.
-        in_flight = {k: v for k, v in self._in_flight_by_route.items() if v}
-        self._in_flight_by_route = in_flight
-        self._in_flight = sum(in_flight.values())
-        self._peak, self._peak_by_route = self._in_flight, dict(in_flight)
+        self._in_flight = +self._in_flight
+        self._peak, self._peak_by_route = self._in_flight.total(), dict(self._in_flight)
         self._tasks_base, self._projects_base = self._created()
         self._since = time.time()
         self._notify()
@@ -116,23 +106,17 @@ class RequestStats:
 
     def enter(self, route: str) -> None:
         """A request of ``route`` arrived."""
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
-        count = self._in_flight_by_route.get(route, 0) + 1
-        self._in_flight_by_route[route] = count
-        self._peak_by_route[route] = max(count, self._peak_by_route.get(route, 0))
+        self._in_flight[route] += 1
+        self._peak = max(self._peak, self._in_flight.total())
+        self._peak_by_route[route] = max(self._in_flight[route], self._peak_by_route.get(route, 0))
         self._notify()
 
     def leave(self, record: RequestRecord) -> None:
         """A request ended (``record.status`` is ``None`` for a dropped connection)."""
-        route = record.route
-        self._in_flight -= 1
-        self._in_flight_by_route[route] -= 1
-        self._requests += 1
-        self._by_route[route] += 1
+        self._in_flight[record.route] -= 1
+        self._by_route[record.route] += 1
         self._by_status["dropped" if record.status is None else str(record.status)] += 1
-        if self.log.maxlen:
-            self.log.append(record)
+        self.log.append(record)
         self._notify()
 
     async def changed(self) -> None:
@@ -150,14 +134,14 @@ class RequestStats:
         """The counters now."""
         tasks, projects = self._created()
         return SandboxStats(
-            requests=self._requests,
+            requests=self._by_route.total(),
             by_route=dict(self._by_route),
             by_status=dict(self._by_status),
-            in_flight=self._in_flight,
+            in_flight=self._in_flight.total(),
             peak_in_flight=self._peak,
             peak_in_flight_by_route=dict(self._peak_by_route),
             tasks_created=tasks - self._tasks_base,
             projects_created=projects - self._projects_base,
-            faults=dict(self._faults_injected()),
+            faults=dict(self._faults_injected),
             since=self._since,
         )

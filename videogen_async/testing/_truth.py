@@ -10,19 +10,21 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .._contract._enums import ProjectStatus
-from .._contract._exceptions import InvalidRequestError
 from .._contract._validation import validate_task_request
 from . import _simulation as sim
 from ._clock import SandboxClock
-from ._config import Duration, check_duration, sample_duration
+from ._config import Duration, check_duration, is_number, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
+from ._render import CREDITS
 from ._routes import ServiceRoutes
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
 
 _T = TypeVar("_T")
 _BULK_MAX = 1_000_000
+BULK_PROMPT = "a sandbox bulk task"
+"""The prompt of bulk-created tasks unless given one."""
 
 
 class ServerTruth:
@@ -57,8 +59,10 @@ class ServerTruth:
         Raises:
             KeyError: No such task.
         """
-        origin = self._routes.origin()
-        return self._wrap_lookup(lambda: self._state.describe_task(task_id, origin))
+        state, origin = self._state, self._routes.origin()
+        return self._wrap_lookup(
+            lambda: state.show("Task", task_id, state.render.describe_task, origin)
+        )
 
     def describe_project(self, project_id: str) -> dict[str, Any]:
         """What the project endpoint would show, plus inputs, script, batches and schedule.
@@ -66,8 +70,9 @@ class ServerTruth:
         Raises:
             KeyError: No such project.
         """
+        state, origin = self._state, self._routes.origin()
         return self._wrap_lookup(
-            lambda: self._state.describe_project(project_id, self._routes.origin())
+            lambda: state.show("Project", project_id, state.render.describe_project, origin)
         )
 
     def schedule_task(
@@ -90,15 +95,16 @@ class ServerTruth:
             KeyError: No such task.
             ValueError: The task has already ended, or a bad argument.
         """
-        state, message = self._state, error_message
-        self._wrap_lookup(lambda: reschedule_task(state, task_id, finish_in, outcome, message))
+        self._wrap_lookup(
+            lambda: reschedule_task(self._state, task_id, finish_in, outcome, error_message)
+        )
         return self.describe_task(task_id)
 
     def create_tasks(
         self,
         count: int,
         *,
-        prompt: str = "a sandbox bulk task",
+        prompt: str = BULK_PROMPT,
         model: str | None = None,
         duration: int | None = None,
         finish_in: Duration | None = None,
@@ -123,17 +129,10 @@ class ServerTruth:
         Raises:
             ValueError: A bad argument, or a balance short of them all (none created).
         """
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
-            raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
-        spec = None if finish_in is None else check_duration(finish_in, "finish_in")
-        try:
-            body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
-        except InvalidRequestError as exc:
-            raise ValueError(str(exc)) from None
-        tasks = self._wrap_lookup(
-            lambda: _create_tasks(self._state, body, count, finish_in=spec, outcome=outcome)
+        fields = {"prompt": prompt, "model": model, "duration": duration}
+        return self._wrap_lookup(
+            lambda: create_tasks(self._state, count, finish_in, outcome, fields)
         )
-        return [task.task_id for task in tasks]
 
     def schedule_project(
         self,
@@ -158,12 +157,16 @@ class ServerTruth:
             KeyError: No such project.
             ValueError: The script is already ready or the project failed; a bad argument.
         """
-        state, span, message = self._state, script_ready_in, error_message
-        self._wrap_lookup(lambda: reschedule_project(state, project_id, span, outcome, message))
+        state, span = self._state, script_ready_in
+        self._wrap_lookup(
+            lambda: reschedule_project(state, project_id, span, outcome, error_message)
+        )
         return self.describe_project(project_id)
 
     @staticmethod
     def _wrap_lookup(call: Callable[[], _T]) -> _T:
+        # The service's answer to a failure becomes KeyError (404) or ValueError, as the
+        # methods say; the control API keeps the statuses (it calls the same functions).
         try:
             return call()
         except sim.SandboxError as exc:
@@ -173,16 +176,18 @@ class ServerTruth:
 
     def credits(self) -> dict[str, float | int]:
         """Return the balance as ``GET /v1/credits`` shows it."""
-        return self._state.credits_data()
+        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
         """Set ``api_available_credits`` and ``api_total_credits`` (raised to ``available``)."""
-        self._state.set_credits(available=available, total=total)
+        self._state.settle()
+        self._state.wallet.set(available=available, total=total)
 
     def add_credits(self, amount: float) -> None:
         """Add ``amount`` credits to the balance (total and available)."""
         wallet = self._state.wallet
-        self._state.set_credits(available=wallet.available + amount, total=wallet.total + amount)
+        self._state.settle()
+        wallet.set(available=wallet.available + amount, total=wallet.total + amount)
 
     @property
     def request_log(self) -> tuple[RequestRecord, ...]:
@@ -213,32 +218,44 @@ class ServerTruth:
         return build_openapi(self._routes.base_url())
 
 
-def _create_tasks(
+def create_tasks(
     state: SandboxState,
-    body: Mapping[str, Any],
-    count: int,
-    *,
-    finish_in: Duration | None = None,
-    outcome: str | None = None,
-) -> list[sim.Task]:
-    """:meth:`ServerTruth.create_tasks` (a balance too low: 409 / 300111)."""
+    count: object,
+    finish_in: Duration | None,
+    outcome: str | None,
+    fields: Mapping[str, Any],
+) -> list[str]:
+    """:meth:`ServerTruth.create_tasks` (``POST /_sandbox/tasks/bulk``).
+
+    ``fields``: the tasks' ``prompt``, ``model`` and ``duration`` as given (``None`` or
+    missing: the defaults, :data:`BULK_PROMPT` for the prompt).
+
+    Raises:
+        ValueError: A bad argument (a bad task field: ``InvalidRequestError``, a
+            ``ValueError`` too).
+        SandboxError: 409 / 300111 when the balance does not cover them all.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
+        raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
+    spec = None if finish_in is None else check_duration(finish_in, "finish_in")
+    body = validate_task_request({"prompt": BULK_PROMPT, **fields})
     _check_outcome(outcome)
     state.settle()
     price = state.pricing.task_cost(body.get("model"), body.get("duration"))
-    if not state.wallet.can_pay(price * count):
+    if price * count > state.wallet.available:  # all or none
         raise sim.SandboxError(409, 300111, sim.INSUFFICIENT_CREDITS)
-    tasks = []
+    ids = []
     for _ in range(count):
         task = state.create_task(body)
-        if finish_in is not None or outcome is not None:
+        if spec is not None or outcome is not None:
             seconds = (
                 task.finished_at - task.created_at
-                if finish_in is None
-                else sample_duration(finish_in, state.rng)
+                if spec is None
+                else sample_duration(spec, state.rng)
             )
             reschedule_task(state, task.task_id, seconds, outcome)
-        tasks.append(task)
-    return tasks
+        ids.append(task.task_id)
+    return ids
 
 
 def _check_outcome(outcome: str | None) -> None:
@@ -247,7 +264,7 @@ def _check_outcome(outcome: str | None) -> None:
 
 
 def _check_seconds(value: object, name: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+    if not is_number(value) or value < 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     return float(value)
 
@@ -255,7 +272,7 @@ def _check_seconds(value: object, name: str) -> float:
 def reschedule_task(
     state: SandboxState,
     task_id: str,
-    finish_in: float,
+    finish_in: object,
     outcome: str | None = None,
     error_message: str | None = None,
 ) -> sim.Task:
@@ -278,7 +295,7 @@ def reschedule_task(
             sim.TASK_ERROR_MESSAGE if task.outcome == sim.ERROR else sim.TASK_FAILURE_MESSAGES[2]
         )
         task.error_message = error_message or task.error_message or default
-        state.push(task.finished_at, sim.EV_TASK_REFUND, task)
+        state.push(task.finished_at, state.refund_task, task)
     state.settle()
     return task
 
@@ -286,7 +303,7 @@ def reschedule_task(
 def reschedule_project(
     state: SandboxState,
     project_id: str,
-    script_ready_in: float,
+    script_ready_in: object,
     outcome: str = "succeeded",
     error_message: str | None = None,
 ) -> sim.Project:
@@ -319,6 +336,6 @@ def reschedule_project(
     if outcome == ProjectStatus.FAILED.value:
         state.fail_before_script(project, project.script_ready_at, error_message)
     else:
-        state.push(project.script_ready_at, sim.EV_PROJECT_SCRIPT, project)
+        state.push(project.script_ready_at, state.script_ready, project)
     state.settle()
     return project

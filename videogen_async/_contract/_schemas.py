@@ -1,15 +1,17 @@
 """JSON Schemas of the service's bodies and shapes, generated from its statement.
 
-Each field type of ``_contract._service`` has one schema here; the OpenAPI document
-(:mod:`videogen_async.testing._openapi`) assembles them.
+Each field type of ``_contract._service`` has one schema here. They describe the service, so
+they live in the contract: the sandbox's OpenAPI document (``testing._openapi``) assembles
+them, and the MCP server gives them to its tools as input schemas.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from .._contract._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
-from .._contract._validation import ID_UNSAFE
+from ._service import ENDPOINTS, SHAPES, Body, Field, MaxItemsWhen, NeedsOneOfWhen
+from ._validation import ID_UNSAFE
 
 _REF = "#/components/schemas/"
 
@@ -92,41 +94,51 @@ def _items(schema: dict[str, Any], field: Field) -> dict[str, Any]:
     return schema
 
 
-_SIMPLE: dict[str, dict[str, Any]] = {
-    "text": {"type": "string", "pattern": NON_BLANK},
-    "string": {"type": "string"},
-    "id": {"type": "string", "minLength": 1},
-    "datetime": {"type": "string", "format": "date-time"},
+def _enum(field: Field, request: bool) -> dict[str, Any]:
+    assert field.choices is not None  # noqa: S101  # the statement gives every enum's values
+    return {"type": "string", "enum": list(field.choices.values())}
+
+
+def _resolution(field: Field, request: bool) -> dict[str, Any]:
+    if not request:
+        return {"type": ["integer", "string"]}
+    return {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": NON_BLANK}]}
+
+
+# The schema of each field type of the statement (``request``: of a request body, which says
+# more than an answer's, where the service's own values are shown as they come).
+_TYPES: dict[str, Callable[[Field, bool], dict[str, Any]]] = {
+    "text": lambda field, request: {"type": "string", "pattern": NON_BLANK},
+    "string": lambda field, request: {"type": "string"},
+    "id": lambda field, request: {"type": "string", "minLength": 1},
+    "datetime": lambda field, request: {"type": "string", "format": "date-time"},
+    "enum": _enum,
+    "number": lambda field, request: _bounds({"type": "number"}, field),
+    "integer": lambda field, request: _bounds({"type": "integer"}, field),
+    "resolution": _resolution,
+    "url": lambda field, request: ref("Url") if request else {"type": "string", "format": "uri"},
+    "urls": lambda field, request: _items({"type": "array", "items": ref("Url")}, field),
+    "ids": lambda field, request: _items({"type": "array", "items": {"type": "string"}}, field),
 }
 
 
-def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
-    """The JSON Schema of one field of the statement."""
+def _type_schema(field: Field, request: bool) -> dict[str, Any]:
+    """The schema of a field's type: a field type, ``[Shape]`` (a list) or ``Shape``."""
     kind = field.type
-    schema: dict[str, Any]
-    if kind in _SIMPLE:
-        schema = dict(_SIMPLE[kind])
-    elif kind == "enum":
-        assert field.choices is not None  # noqa: S101  # the statement gives every enum's values
-        schema = {"type": "string", "enum": list(field.choices.values())}
-    elif kind in ("number", "integer"):
-        schema = _bounds({"type": kind}, field)
-    elif kind == "resolution":
-        schema = (
-            {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": NON_BLANK}]}
-            if request
-            else {"type": ["integer", "string"]}
-        )
-    elif kind == "url":
-        schema = ref("Url") if request else {"type": "string", "format": "uri"}
-    elif kind == "urls":
-        schema = _items({"type": "array", "items": ref("Url")}, field)
-    elif kind == "ids":
-        schema = _items({"type": "array", "items": {"type": "string"}}, field)
-    elif kind.startswith("["):
-        schema = {"type": "array", "items": ref(kind[1:-1])}
-    else:
-        schema = ref(kind)
+    if kind in _TYPES:
+        return _TYPES[kind](field, request)
+    if kind.startswith("["):
+        return {"type": "array", "items": ref(kind[1:-1])}
+    return ref(kind)
+
+
+def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
+    """The JSON Schema of one field of the statement, described, and nullable where it may be.
+
+    A ``$ref`` cannot carry siblings in every reader, so a described reference is wrapped in
+    ``allOf``; a request's optional field takes ``null`` (it counts as omitted).
+    """
+    schema = _type_schema(field, request)
     description = _describe(field)
     if description:
         if "$ref" in schema:
