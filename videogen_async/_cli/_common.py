@@ -21,6 +21,7 @@ from .. import (
     APIResponseError,
     APIStatusError,
     AsyncVideoGen,
+    AuthenticationError,
     ConfigurationError,
     InvalidRequestError,
     NotFoundError,
@@ -36,6 +37,7 @@ EXIT_OK = 0
 EXIT_SOME_FAILED = 1
 EXIT_USAGE = 2
 EXIT_API_ERROR = 3
+EXIT_AUTH = 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 EXIT_CODES_HELP = """\
@@ -46,6 +48,7 @@ exit codes:
        not confirmed, a sandbox port already in use
   3    API or connection error: the service was unreachable or answered with an error
        (an unknown id is "not found")
+  4    the service refused the API key (HTTP 401): check VIDEOGEN_API_KEY or --api-key
   130  interrupted (Ctrl-C); a batch prints the command that resumes it"""
 
 #: Why a task could not be read, as shown in the status column and in ``--json``
@@ -134,9 +137,11 @@ def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[st
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """2 for configuration and invalid requests, 3 for API and connection errors, else 1."""
+    """The exit code of an error (see ``EXIT_CODES_HELP``): 2, 3, 4, or else 1."""
     if isinstance(exc, (ConfigurationError, InvalidRequestError, UsageError)):
         return EXIT_USAGE
+    if isinstance(exc, AuthenticationError):
+        return EXIT_AUTH
     if isinstance(exc, TaskPollError) and isinstance(exc.__cause__, WaitTimeoutError):
         return EXIT_SOME_FAILED
     if isinstance(exc, (APIConnectionError, APIStatusError, APIResponseError, TaskPollError)):
@@ -276,10 +281,24 @@ class Context:
                 code = await work(client)
         return EXIT_INTERRUPTED if self.interrupted else code
 
+    def key_refused(self, exc: AuthenticationError) -> str:
+        """What to do when the service refused the key: where it came from, and the answer."""
+        given = getattr(self.args, "cfg_api_key", None)
+        source = "--api-key" if given else "the VIDEOGEN_API_KEY environment variable"
+        return (
+            f"the service refused the API key (401) given by {source}:"
+            f" {describe_error(exc)}. Check that it is a current key of this service"
+            f" ({self.client_options()['base_url']}), then set it again: export"
+            " VIDEOGEN_API_KEY=... (a key from --api-key wins over the environment)"
+        )
+
     def fail(self, exc: BaseException) -> int:
         """Report an error as one line (and a traceback with ``--debug``); its exit code."""
         if self.ui.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
+        if isinstance(exc, AuthenticationError):
+            self.ui.error(self.key_refused(exc))
+            return EXIT_AUTH
         from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
         self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)

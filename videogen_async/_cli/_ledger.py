@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 
 from .._contract._exceptions import InvalidRequestError, LedgerError
+from .._contract._redact import redact_url
 from .._http._webhooks import webhook
 from .._ledger import Ledger, LedgerEntry
-from .._ledger._engines import redact as redact_url
 from .._ledger._entry import STATES as LEDGER_STATES
 from ._batch_store import is_old_journal, sqlite_path
 from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, fmt_credits

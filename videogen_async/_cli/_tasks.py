@@ -15,6 +15,7 @@ from .. import (
     APIResponseError,
     APIStatusError,
     AsyncVideoGen,
+    AuthenticationError,
     DownloadResult,
     Task,
     TaskPollError,
@@ -209,6 +210,10 @@ def _report(
     ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
 ) -> int:
     """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
+    for item in found.values():  # a refused key is about every id: said once, exit 4
+        cause = item.__cause__ if isinstance(item, TaskPollError) else item
+        if isinstance(cause, AuthenticationError):
+            raise cause
     rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
