@@ -30,6 +30,7 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
+from .._contract._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST
 from ._ui import UI
 
 # The exit codes (EXIT_CODES_HELP says what each means).
@@ -86,22 +87,31 @@ def cli_advice(text: str) -> str:
     return text
 
 
-#: The library's request fields, as the options and arguments of the command line.
-_FIELDS = {
-    "image_urls": "--image-url",
-    "audio_urls": "--audio-url",
-    "video_urls": "--video-url",
-    "function_mode": "--function-mode",
-    "product_image_urls": "--product-image-url",
-    "avatar_image_url": "--avatar-image-url",
-    "aspect_ratio": "--aspect-ratio",
-    "speech_language_option": "--speech-language",
-    "out_number": "--out-number",
-    "reference_video_url": "REFERENCE_VIDEO_URL",
-    "project_id": "PROJECT_ID",
-    "task_id": "TASK_ID",
-}
-_FIELD = re.compile(r"\b(" + "|".join(_FIELDS) + r")\b")
+#: The request fields that are arguments on the command line; the others are options.
+POSITIONAL_FIELDS = ("reference_video_url", "project_id", "task_id")
+#: The request fields whose option says it shorter than the field's name.
+_RENAMED = {"speech_language_option": "speech-language"}
+#: A field's name in the library's messages (``image_urls``): words joined by ``_``.
+_FIELD = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def option_of(field: str) -> str:
+    """A request field as the command line says it: ``--image-url``, ``REFERENCE_VIDEO_URL``.
+
+    A list of URLs is an option given once per URL, so its name is singular.
+    """
+    if field in POSITIONAL_FIELDS:
+        return field.upper()
+    name = _RENAMED.get(field, field.replace("_", "-"))
+    return "--" + (name.removesuffix("s") if field.endswith("_urls") else name)
+
+
+def _as_option(found: re.Match[str]) -> str:
+    name = found.group(0)
+    known = name in POSITIONAL_FIELDS or any(
+        name in body.names for body in (TASK_REQUEST, PROJECT_REQUEST, VIDEOS_REQUEST)
+    )
+    return option_of(name) if known else name
 
 
 def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> str:
@@ -110,7 +120,7 @@ def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> 
     if isinstance(exc, ConfigurationError):
         text = cli_advice(text)
     elif isinstance(exc, InvalidRequestError) and command_line_fields:
-        text = _FIELD.sub(lambda m: _FIELDS[m.group(0)], text)
+        text = _FIELD.sub(_as_option, text)
     if isinstance(exc, UsageError):
         return text
     return f"{type(exc).__name__}: {text}"
