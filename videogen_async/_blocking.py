@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from ._client import AsyncVideoGen
 from ._contract._exceptions import ConfigurationError, TaskPollError
@@ -29,10 +29,19 @@ from ._resources._projects import Projects
 from ._resources._raw import RawResponse
 from ._resources._tasks import Tasks
 from ._waiting._gather import GatherResults
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from typing_extensions import Unpack
+
+    from ._http._options import Headers, Query
+    from ._waiting._gather import GatherOptions
 from ._waiting._progress import GatherProgress
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_Item = TypeVar("_Item", bound="Task | TaskPollError")
 _R = TypeVar("_R", bound=HasResponse)
 _Self = TypeVar("_Self", bound="BlockingIterator[Any]")
 
@@ -260,7 +269,7 @@ class BlockingIterator(_Namespace, Iterator[_T]):
         self.close()
 
 
-class BlockingGather(BlockingIterator[Task | TaskPollError]):
+class BlockingGather(BlockingIterator[_Item]):
     """``client.tasks.gather_until_done(...)`` of :class:`VideoGen`: a plain iterator.
 
     The same as :class:`~videogen_async.GatherResults`, iterated with ``for``::
@@ -277,12 +286,14 @@ class BlockingGather(BlockingIterator[Task | TaskPollError]):
     @property
     def progress(self) -> GatherProgress:
         """A snapshot of the progress so far."""
-        results: GatherResults = self._target
+        results: GatherResults[_Item] = self._target
         progress: GatherProgress = self._loop.submit(lambda: results.progress)
         return progress
 
 
-def _gathering(method: Callable[Concatenate[Any, _P], GatherResults]) -> _Call[_P, BlockingGather]:
+def _gathering(
+    method: Callable[Concatenate[Any, _P], GatherResults[Any]],
+) -> _Call[_P, BlockingGather[Any]]:
     return _Call(method.__name__, BlockingGather)
 
 
@@ -295,7 +306,33 @@ class BlockingTasks(_Namespace):
     get = _blocking(Tasks.get)
     wait = _blocking(Tasks.wait)
     watch = _iterating(Tasks.watch)
-    gather_until_done = _gathering(Tasks.gather_until_done)
+    if TYPE_CHECKING:  # the overloads of Tasks.gather_until_done: Task, or with errors
+
+        @overload
+        def gather_until_done(
+            self,
+            task_ids: Iterable[str],
+            *,
+            extra_headers: Headers | None = None,
+            extra_query: Query | None = None,
+            return_exceptions: Literal[False] = False,
+            **options: Unpack[GatherOptions],
+        ) -> BlockingGather[Task]: ...
+
+        @overload
+        def gather_until_done(
+            self,
+            task_ids: Iterable[str],
+            *,
+            extra_headers: Headers | None = None,
+            extra_query: Query | None = None,
+            return_exceptions: bool,
+            **options: Unpack[GatherOptions],
+        ) -> BlockingGather[Task | TaskPollError]: ...
+
+        def gather_until_done(self, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        gather_until_done = _gathering(Tasks.gather_until_done)
 
 
 class BlockingProjects(_Namespace):

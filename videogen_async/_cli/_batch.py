@@ -106,7 +106,7 @@ class BatchRun:
             status=PENDING if entry.state == "pending" else entry.state,
             task_id=entry.task_id,
             credits=entry.credits_cost,
-            video_url=task.video_url if task is not None else None,
+            video_url=entry.video_url,
             error=(task.error_message if task is not None else None) or entry.error,
         )
 

@@ -38,7 +38,6 @@ async def _check_file(ctx: Context, url: str) -> bool:
 
 
 def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
-    task = entry.task
     return {
         "key": entry.key,
         "state": entry.state,
@@ -46,7 +45,7 @@ def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
         "task_id": entry.task_id,
         "project_id": entry.project_id,
         "credits": entry.credits_cost,
-        "video_url": task.video_url if task is not None else None,
+        "video_url": entry.video_url,
         "error": entry.error,
         "created_at": entry.created_at.isoformat() if entry.created_at else None,
         "updated_at": entry.updated_at.isoformat() if entry.updated_at else None,

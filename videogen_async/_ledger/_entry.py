@@ -89,6 +89,15 @@ class LedgerEntry(Serializable):
         """Whether the entry is in a terminal task state."""
         return self.state in TERMINAL_STATES
 
+    @property
+    def video_url(self) -> str | None:
+        """The video of a succeeded entry (``None`` otherwise, or before any poll).
+
+        ``entry.task`` is ``None`` until a poll was recorded, so ``entry.task.video_url`` does
+        not type-check; this reads the same value, ``None`` where there is none.
+        """
+        return self.task.video_url if self.task is not None else None
+
 
 def task_to_json(task: Task) -> str:
     """The task as the JSON the ledger stores."""
