@@ -112,7 +112,7 @@ Exit code 0 when every task succeeded, 1 when one failed or was still running at
 3 when one could not be read (e.g. an unknown id)."""
 
 _COMPLETION = """\
-The script is generated from this program's own commands and options.
+The script runs videogen at each TAB, which answers from its own commands and options.
 
 examples:
   videogen completion bash > ~/.local/share/bash-completion/completions/videogen

@@ -34,7 +34,7 @@ from ._projects import (
     parse_resolution,
 )
 from ._sandbox import cmd_demo, cmd_sandbox
-from ._shell_completion import cmd_completion
+from ._shell_completion import SCRIPTS, cmd_completion
 from ._spending import SCRIPT_CREDITS
 from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 
@@ -436,6 +436,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_parser(command)
     add_mcp_parser(command)
     p = command("completion", "print a shell completion script")
-    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
-    p.set_defaults(func=functools.partial(cmd_completion, parser=parser))
+    p.add_argument("shell", choices=tuple(SCRIPTS), help="the shell")
+    p.set_defaults(func=cmd_completion)
     return parser
