@@ -62,6 +62,10 @@ UNREADABLE = "unreadable"
 ALLOW_INSECURE_HTTP_ENV = "VIDEOGEN_ALLOW_INSECURE_HTTP"
 
 
+#: The options of the client the command line takes (``--api-key`` is ``cfg_api_key``).
+_CLIENT_OPTIONS = ("api_key", "base_url", "timeout", "max_retries", "allow_insecure_http")
+
+
 class UsageError(Exception):
     """A command line that cannot be run as given (exit 2); its text is advice for the user."""
 
@@ -71,7 +75,7 @@ _ADVICE = (
     (re.compile(r"pass\s+allow_insecure_http=True"), "pass --allow-insecure-http (or set"
      f" {ALLOW_INSECURE_HTTP_ENV}=1)"),
     (re.compile(r"allow_insecure_http(=True)?"), "--allow-insecure-http"),
-    (re.compile(r"pass\s+api_key(=\.\.\.)?"), "give the key with --api-key or VIDEOGEN_API_KEY"),
+    (re.compile(r"pass\s+api_key(=\.\.\.)?"), "pass --api-key KEY"),
     (re.compile(r"pass\s+base_url(=\.\.\.)?"), "pass --base-url URL"),
     (re.compile(r"\bapi_key\b"), "the API key (--api-key or VIDEOGEN_API_KEY)"),
     (re.compile(r"\bbase_url\b"), "the base URL (--base-url or VIDEOGEN_BASE_URL)"),
@@ -195,18 +199,15 @@ class Context:
         self._stoppers.append(callback)
 
     def client_options(self) -> dict[str, Any]:
-        """Keyword arguments of ``AsyncVideoGen`` from the options and the environment."""
-        args = self.args
-        options: dict[str, Any] = {
-            "api_key": getattr(args, "cfg_api_key", None) or os.environ.get("VIDEOGEN_API_KEY"),
-            "base_url": getattr(args, "cfg_base_url", None) or os.environ.get("VIDEOGEN_BASE_URL"),
-        }
-        for name in ("timeout", "max_retries"):
-            value = getattr(args, f"cfg_{name}", None)
-            if value is not None:
-                options[name] = value
+        """Keyword arguments of ``AsyncVideoGen`` from the options given.
+
+        What is not given the client reads from the environment itself (``VIDEOGEN_API_KEY``,
+        ``VIDEOGEN_BASE_URL``); its configuration errors then name the flags (``cli_advice``).
+        """
+        given = {name: getattr(self.args, f"cfg_{name}", None) for name in _CLIENT_OPTIONS}
+        options = {name: value for name, value in given.items() if value is not None}
         insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
-        if getattr(args, "cfg_allow_insecure_http", False) or insecure in ("1", "true", "yes"):
+        if options.pop("allow_insecure_http", False) or insecure in ("1", "true", "yes"):
             options["allow_insecure_http"] = True
         return options
 
@@ -214,21 +215,10 @@ class Context:
         """A client configured from the options, then the environment.
 
         Raises:
-            ConfigurationError: No key or base URL (said in the command line's terms), or an
-                invalid one.
+            ConfigurationError: No key or base URL, or an invalid one (in the command line's
+                terms).
         """
-        options = self.client_options()
-        if not (options["api_key"] or "").strip():
-            raise ConfigurationError(
-                "no API key: give it with --api-key KEY (before the command) or, safer, in"
-                " the VIDEOGEN_API_KEY environment variable"
-            )
-        if not (options["base_url"] or "").strip():
-            raise ConfigurationError(
-                "no base URL: give it with --base-url URL (before the command) or in the"
-                " VIDEOGEN_BASE_URL environment variable (for a local sandbox: videogen sandbox)"
-            )
-        return AsyncVideoGen(**options)
+        return AsyncVideoGen(**self.client_options())
 
     @contextlib.contextmanager
     def cancellable(self) -> Iterator[anyio.CancelScope]:
@@ -297,9 +287,9 @@ class Context:
         source = "--api-key" if given else "the VIDEOGEN_API_KEY environment variable"
         return (
             f"the service refused the API key (401) given by {source}:"
-            f" {describe_error(exc)}. Check that it is a current key of this service"
-            f" ({self.client_options()['base_url']}), then set it again: export"
-            " VIDEOGEN_API_KEY=... (a key from --api-key wins over the environment)"
+            f" {describe_error(exc)}. Check that it is a current key of this service, then set"
+            " it again: export VIDEOGEN_API_KEY=... (a key from --api-key wins over the"
+            " environment)"
         )
 
     def fail(self, exc: BaseException) -> int:
