@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -302,6 +303,18 @@ class Context:
         from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
         self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)
+
+
+def with_client(
+    command: Callable[[Context, AsyncVideoGen], Awaitable[int]],
+) -> Callable[[Context], Awaitable[int]]:
+    """A command run with the client open, under Ctrl-C (:meth:`Context.with_client`)."""
+
+    @functools.wraps(command)
+    async def run(ctx: Context) -> int:
+        return await ctx.with_client(functools.partial(command, ctx))
+
+    return run
 
 
 def stdin_mode() -> int:
