@@ -29,15 +29,14 @@ from ._resources._projects import Projects
 from ._resources._raw import RawResponse
 from ._resources._tasks import Tasks
 from ._waiting._gather import GatherResults
+from ._waiting._progress import GatherProgress
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from typing_extensions import Unpack
 
-    from ._http._options import Headers, Query
-    from ._waiting._gather import GatherOptions
-from ._waiting._progress import GatherProgress
+    from ._resources._tasks import GatherCallOptions
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -291,12 +290,6 @@ class BlockingGather(BlockingIterator[_Item]):
         return progress
 
 
-def _gathering(
-    method: Callable[Concatenate[Any, _P], GatherResults[Any]],
-) -> _Call[_P, BlockingGather[Any]]:
-    return _Call(method.__name__, BlockingGather)
-
-
 class BlockingTasks(_Namespace):
     """``client.tasks`` of :class:`VideoGen`: the calls of ``AsyncVideoGen().tasks``."""
 
@@ -313,10 +306,8 @@ class BlockingTasks(_Namespace):
             self,
             task_ids: Iterable[str],
             *,
-            extra_headers: Headers | None = None,
-            extra_query: Query | None = None,
             return_exceptions: Literal[False] = False,
-            **options: Unpack[GatherOptions],
+            **options: Unpack[GatherCallOptions],
         ) -> BlockingGather[Task]: ...
 
         @overload
@@ -324,15 +315,13 @@ class BlockingTasks(_Namespace):
             self,
             task_ids: Iterable[str],
             *,
-            extra_headers: Headers | None = None,
-            extra_query: Query | None = None,
             return_exceptions: bool,
-            **options: Unpack[GatherOptions],
+            **options: Unpack[GatherCallOptions],
         ) -> BlockingGather[Task | TaskPollError]: ...
 
         def gather_until_done(self, *args: Any, **kwargs: Any) -> Any: ...
     else:
-        gather_until_done = _gathering(Tasks.gather_until_done)
+        gather_until_done = _Call("gather_until_done", BlockingGather)
 
 
 class BlockingProjects(_Namespace):

@@ -29,6 +29,10 @@ def _query(task_id: str) -> dict[str, str]:
     return {"task_id": check_id("task_id", task_id)}
 
 
+class GatherCallOptions(PollOptions, GatherOptions, total=False):
+    """The keyword arguments of ``client.tasks.gather_until_done`` but ``return_exceptions``."""
+
+
 class Tasks(Resource):
     """Direct video tasks: create, read, wait for one, wait for many."""
 
@@ -253,10 +257,8 @@ class Tasks(Resource):
         /,
         task_ids: Iterable[str],
         *,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
         return_exceptions: Literal[False] = False,
-        **options: Unpack[GatherOptions],
+        **options: Unpack[GatherCallOptions],
     ) -> GatherResults[Task]: ...
 
     @overload
@@ -265,10 +267,8 @@ class Tasks(Resource):
         /,
         task_ids: Iterable[str],
         *,
-        extra_headers: Headers | None = None,
-        extra_query: Query | None = None,
         return_exceptions: bool,
-        **options: Unpack[GatherOptions],
+        **options: Unpack[GatherCallOptions],
     ) -> GatherResults[Task | TaskPollError]: ...
 
     def gather_until_done(
