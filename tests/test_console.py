@@ -22,7 +22,12 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     async_playwright = None
 
-HINT = "install chromium and playwright to run: apt-get install chromium; pip install playwright"
+#: How to get what is missing: the test extra installs playwright, never a browser (these
+#: tests drive the machine's Chromium), so each names its own command.
+HINTS = {
+    "playwright": 'python -m pip install -e ".[test]"',
+    "chromium": "apt-get install chromium (or VIDEOGEN_CHROMIUM=/path/to/chromium)",
+}
 HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned = 2'> a cat"
 CONSOLE = "/_sandbox/console"
 
@@ -38,10 +43,15 @@ def _chromium() -> str | None:
     return None
 
 
+def missing_message(what: str) -> str:
+    """Why the browser tests cannot run, and the command that installs what is missing."""
+    return f"{what} is missing: install it with {HINTS[what]}"
+
+
 def _missing(what: str) -> None:
     if os.environ.get("CI"):
-        pytest.fail(f"{what} is missing in CI: {HINT}")
-    pytest.skip(f"{what} is missing: {HINT}")
+        pytest.fail(f"in CI: {missing_message(what)}")
+    pytest.skip(missing_message(what))
 
 
 @pytest.fixture
@@ -254,3 +264,13 @@ async def test_the_page_changes_nothing(sandbox: SandboxServer) -> None:
         async with http.post(sandbox.url(CONSOLE)) as response:
             assert response.status == 405
     assert sandbox.task_ids == ()
+
+
+def test_a_missing_browser_names_the_command_that_installs_it() -> None:
+    # The test extra installs playwright: a missing Chromium is the machine's, not pip's.
+    assert missing_message("chromium") == (
+        "chromium is missing: install it with apt-get install chromium"
+        " (or VIDEOGEN_CHROMIUM=/path/to/chromium)"
+    )
+    assert "pip" not in missing_message("chromium")
+    assert '".[test]"' in missing_message("playwright")

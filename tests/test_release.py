@@ -215,3 +215,19 @@ def test_the_readmes_links_to_the_repository_name_files_it_has() -> None:
     for target in inside:
         path = re.sub(r"^/(blob|tree)/main/", "", target.removeprefix(source.group(1)))
         assert (ROOT / path).exists(), target
+
+
+def test_the_index_page_speaks_to_who_installs_from_the_index() -> None:
+    # The wheel's description is PACKAGE.md: no command that needs a checkout (".[cli]",
+    # an editable install, the test suite); the README keeps the contributor's commands.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^readme = "PACKAGE.md"', pyproject, re.M)
+    page = (ROOT / "PACKAGE.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for checkout_only in ('".[', "pip install -e", "python -m pytest", "nox"):
+        assert checkout_only not in page, checkout_only
+        assert checkout_only in readme, checkout_only
+    assert 'pip install "videogen-async[cli]" && videogen demo' in page
+    # Its code is the README's, checked there (tests/test_docs.py, tests/test_docs_types.py).
+    code = re.compile(r"```(?:python|pytest)\n.*?```", re.S)
+    assert code.findall(page) == code.findall(readme)

@@ -309,7 +309,7 @@ def test_the_key_never_leaks_from_the_command_line(
         out, err = capsys.readouterr()
         scan.add("download", out + err)
     assert codes[0] == 0
-    assert codes[-3] == 3  # the wrong key: an API error, said without the key
+    assert codes[-3] == 4  # the wrong key: refused (exit 4), said without the key
     scan.records(debug_logs.records)
     scan.assert_clean(minimum=20)
 

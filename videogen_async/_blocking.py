@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from ._client import AsyncVideoGen
 from ._contract._exceptions import ConfigurationError, TaskPollError
@@ -31,8 +31,16 @@ from ._resources._tasks import Tasks
 from ._waiting._gather import GatherResults
 from ._waiting._progress import GatherProgress
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from typing_extensions import Unpack
+
+    from ._resources._tasks import GatherCallOptions
+
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_Item = TypeVar("_Item", bound="Task | TaskPollError")
 _R = TypeVar("_R", bound=HasResponse)
 _Self = TypeVar("_Self", bound="BlockingIterator[Any]")
 
@@ -260,7 +268,7 @@ class BlockingIterator(_Namespace, Iterator[_T]):
         self.close()
 
 
-class BlockingGather(BlockingIterator[Task | TaskPollError]):
+class BlockingGather(BlockingIterator[_Item]):
     """``client.tasks.gather_until_done(...)`` of :class:`VideoGen`: a plain iterator.
 
     The same as :class:`~videogen_async.GatherResults`, iterated with ``for``::
@@ -277,13 +285,9 @@ class BlockingGather(BlockingIterator[Task | TaskPollError]):
     @property
     def progress(self) -> GatherProgress:
         """A snapshot of the progress so far."""
-        results: GatherResults = self._target
+        results: GatherResults[_Item] = self._target
         progress: GatherProgress = self._loop.submit(lambda: results.progress)
         return progress
-
-
-def _gathering(method: Callable[Concatenate[Any, _P], GatherResults]) -> _Call[_P, BlockingGather]:
-    return _Call(method.__name__, BlockingGather)
 
 
 class BlockingTasks(_Namespace):
@@ -295,7 +299,29 @@ class BlockingTasks(_Namespace):
     get = _blocking(Tasks.get)
     wait = _blocking(Tasks.wait)
     watch = _iterating(Tasks.watch)
-    gather_until_done = _gathering(Tasks.gather_until_done)
+    if TYPE_CHECKING:  # the overloads of Tasks.gather_until_done: Task, or with errors
+
+        @overload
+        def gather_until_done(
+            self,
+            task_ids: Iterable[str],
+            *,
+            return_exceptions: Literal[False] = False,
+            **options: Unpack[GatherCallOptions],
+        ) -> BlockingGather[Task]: ...
+
+        @overload
+        def gather_until_done(
+            self,
+            task_ids: Iterable[str],
+            *,
+            return_exceptions: bool,
+            **options: Unpack[GatherCallOptions],
+        ) -> BlockingGather[Task | TaskPollError]: ...
+
+        def gather_until_done(self, *args: Any, **kwargs: Any) -> Any: ...
+    else:
+        gather_until_done = _Call("gather_until_done", BlockingGather)
 
 
 class BlockingProjects(_Namespace):

@@ -139,7 +139,7 @@ def test_the_shipped_csv_runs_and_resumes(
     assert run.code == 0, run
     assert run.json()["counts"] == {"succeeded": 6}
     assert sandbox.routes(CREATE_ROUTE) == 6
-    manifest = read_manifest(tmp_path / "prompts.results.jsonl")
+    manifest = read_manifest(tmp_path / "prompts.csv.results.jsonl")
     assert [r["line"] for r in manifest] == [2, 3, 4, 5, 6, 7]
     # Numbers as the field's type has them, empty cells left out (the service's defaults).
     assert manifest[0]["input"] == {
@@ -182,7 +182,7 @@ def test_csv_cells_urls_keys_and_rows_wider_than_the_header(
     )
     run = cli("--json", "batch", str(path))
     assert run.code == 1, run
-    manifest = read_manifest(tmp_path / "more.results.jsonl")
+    manifest = read_manifest(tmp_path / "more.csv.results.jsonl")
     assert [(r["line"], r["status"]) for r in manifest] == [
         (2, "succeeded"), (3, "invalid"), (4, "invalid"), (5, "succeeded"),
     ]  # fmt: skip

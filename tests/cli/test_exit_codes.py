@@ -85,6 +85,10 @@ CASES: dict[int, list[Case]] = {
         ("unreachable", lambda s, e, t, p: run(["--max-retries", "0", "credits"],
                                                {**e, "VIDEOGEN_BASE_URL": "http://127.0.0.1:9"})),
     ],
+    4: [
+        ("refused the API key", lambda s, e, t, p: run(["credits"], {**e, "VIDEOGEN_API_KEY": "vg-wrong-key-000000"})),  # noqa: E501
+        ("`videogen doctor`", lambda s, e, t, p: run(["doctor"], {**e, "VIDEOGEN_API_KEY": "vg-wrong-key-000000"})),  # noqa: E501
+    ],
     130: [("Ctrl-C", lambda s, e, t, p: interrupted_wait(s, e))],
 }  # fmt: skip
 

@@ -57,7 +57,10 @@ async def waiting_and_downloads(client: AsyncVideoGen, ids: list[str]) -> None:
     final: vg.Project = await client.projects.wait("p-1", timeout=None)
     failed: bool = final.is_failed
 
-    async with client.tasks.gather_until_done(ids, timeout=900, max_concurrency=8) as results:
+    gathered = client.tasks.gather_until_done(
+        ids, timeout=900, max_concurrency=8, return_exceptions=True
+    )
+    async with gathered as results:
         async for item in results:
             if isinstance(item, vg.TaskPollError):
                 lost: str = item.task_id

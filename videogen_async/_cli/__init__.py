@@ -7,12 +7,14 @@ they share; :mod:`._ui`: the output; one module per area. See ``docs/cli.md``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
-from ._common import EXIT_USAGE, Context, logging_to, unwrap_group
+from ._common import EXIT_OK, EXIT_USAGE, Context, logging_to, unwrap_group
 from ._help import command_for
 from ._parser import build_parser
+from ._shell_completion import COMPLETE_ENV, candidates
 from ._ui import UI
 
 __all__ = ["main"]
@@ -22,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``videogen`` with ``argv`` (``sys.argv[1:]`` when ``None``); return the exit code."""
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
+    current = os.environ.get(COMPLETE_ENV)
+    if current is not None:  # a shell asks what may come next (videogen completion)
+        sys.stdout.write("".join(f"{word}\n" for word in candidates(parser, words, current)))
+        return EXIT_OK
     try:
         args = parser.parse_args(words)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse said why)

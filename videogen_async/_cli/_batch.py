@@ -9,8 +9,9 @@ ledger settles it (Ctrl-C ends that wait). The manifest is written after every r
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
@@ -25,8 +26,8 @@ from .._contract._exceptions import (
     PermissionDeniedError,
     VideoGenError,
 )
+from .._contract._redact import redact_url
 from .._ledger import Ledger, LedgerEntry
-from .._ledger._engines import redact as redact_url
 from ._batch_report import download_all, print_summary
 from ._batch_state import (
     INVALID,
@@ -39,9 +40,10 @@ from ._batch_state import (
     default_paths,
     read_input,
 )
-from ._batch_store import line_key, open_ledger, read_entries
+from ._batch_store import input_of, line_key, open_ledger, read_entries
 from ._common import EXIT_USAGE, Context, UsageError, describe_error, fmt_credits, unwrap_group
 from ._spending import USUAL_BATCH, check_spend, task_estimate
+from ._ui import Progress
 
 if TYPE_CHECKING:
     from .._client import AsyncVideoGen
@@ -83,6 +85,11 @@ class BatchRun:
         self.stop_creating = False
         self.unknown_in_a_row = 0
         self.resend: set[int] = set()
+        # The wait (see _wait_all): each awaited line's number by key, the keys not settled.
+        self.line_of: dict[str, int] = {}
+        self.remaining: set[str] = set()
+        self.finished = 0
+        self.bar: Progress
 
     # -- what the ledger says of a line ----------------------------------------------------
 
@@ -99,7 +106,7 @@ class BatchRun:
             status=PENDING if entry.state == "pending" else entry.state,
             task_id=entry.task_id,
             credits=entry.credits_cost,
-            video_url=task.video_url if task is not None else None,
+            video_url=entry.video_url,
             error=(task.error_message if task is not None else None) or entry.error,
         )
 
@@ -118,31 +125,40 @@ class BatchRun:
 
     # -- phases -----------------------------------------------------------------------------
 
+    def _todo(self) -> list[InputLine]:
+        """The lines to send: never created, refused, or unknown with ``--retry-unknown``."""
+        todo: list[InputLine] = []
+        for no, record in sorted(self.state.records.items()):
+            if record["status"] in (NOT_CREATED, REFUSED):
+                todo.append(self.by_no[no])
+            elif record["status"] != UNKNOWN or no in self.state.in_doubt:
+                continue
+            elif self.retry_unknown:
+                self.ui.warn(
+                    f"line {no}: sending again although the earlier create may have taken"
+                    " effect (--retry-unknown)"
+                )
+                todo.append(self.by_no[no])
+                self.resend.add(no)
+            else:
+                self.ui.warn(
+                    f"line {no}: unknown outcome of an earlier create; not sent again"
+                    " (pass --retry-unknown to send it anyway)"
+                )
+        return todo
+
     async def execute(self) -> None:
         """Create, wait, download."""
         for line in self.lines:
             if line.problem is not None:
                 self.ui.warn(f"line {line.line_no}: skipped, {line.problem}")
-        todo: list[InputLine] = []
-        for no, record in sorted(self.state.records.items()):
-            if record["status"] in (NOT_CREATED, REFUSED):
-                todo.append(self.by_no[no])
-            elif record["status"] == UNKNOWN and no not in self.state.in_doubt:
-                if self.retry_unknown:
-                    self.ui.warn(
-                        f"line {no}: sending again although the earlier create may have taken"
-                        " effect (--retry-unknown)"
-                    )
-                    todo.append(self.by_no[no])
-                    self.resend.add(no)
-                else:
-                    self.ui.warn(
-                        f"line {no}: unknown outcome of an earlier create; not sent again"
-                        " (pass --retry-unknown to send it anyway)"
-                    )
+        todo = self._todo()
         resumed = sum(1 for r in self.state.records.values() if r["task_id"])
         if resumed:
-            self.ui.note(f"resuming: {resumed} line(s) already created, not created again")
+            self.ui.note(
+                f"resuming: {resumed} line(s) already created by an earlier run"
+                f" ({fmt_credits(self.state.credits())} credits charged then), not created again"
+            )
         if self.state.in_doubt:
             self.ui.note(
                 f"{len(self.state.in_doubt)} line(s) in doubt: another process is creating"
@@ -218,6 +234,7 @@ class BatchRun:
                 self._create_failed(line, exc)
                 return False
         self.unknown_in_a_row = 0
+        self.state.created_now.add(line.line_no)
         self._take(line, entry)
         return True
 
@@ -247,7 +264,10 @@ class BatchRun:
 
     def _stop(self, exc: VideoGenError, why: str) -> None:
         if not self.stop_creating:
-            self.ui.error(f"{why}; creating no more tasks: {describe_error(exc)}")
+            said = describe_error(exc)
+            if isinstance(exc, AuthenticationError):
+                said = self.ctx.key_refused(exc)
+            self.ui.error(f"{why}; creating no more tasks: {said}")
         self.stop_creating = True
         if self.state.fatal is None:
             self.state.fatal = exc
@@ -255,58 +275,17 @@ class BatchRun:
     async def _wait_all(self) -> None:
         """Wait for the created lines and the lines in doubt, with the ledger's watchers."""
         records, in_doubt = self.state.records, self.state.in_doubt
-        line_of = {
+        self.line_of = {
             self.keys[no]: no
             for no, r in records.items()
             if no in in_doubt or (r["status"] == PENDING and r["task_id"])
         }
-        if not line_of:
+        self.remaining = set(self.line_of)
+        if not self.remaining:
             return
-        remaining = set(line_of)
-        total = len(remaining)
-        done = 0
-
-        def detail() -> str:
-            return f"{done} finished" + (f", {len(in_doubt)} in doubt" if in_doubt else "")
-
-        with self.ui.progress("waiting", total, detail()) as bar:
-
-            def show() -> None:
-                bar.update(total - len(remaining), detail=detail())
-
-            def settle(entry: LedgerEntry) -> None:
-                nonlocal done
-                no = line_of.get(entry.key)
-                if no is None or entry.key not in remaining:
-                    return
-                self._take(self.by_no[no], entry)
-                if entry.state not in ("creating", "pending"):
-                    remaining.discard(entry.key)
-                    done += entry.is_terminal
-                show()
-
-            async def look(tg: Any) -> None:
-                # Lines settled or finished by other processes (and their watchers).
-                while remaining:
-                    for entry in (await read_entries(self.ledger, list(remaining))).values():
-                        settle(entry)
-                    if remaining:
-                        await anyio.sleep(1.0)
-                tg.cancel_scope.cancel()
-
-            async def wait_in_doubt(line: InputLine) -> None:
-                # create_task waits for the other creator's answer (nothing is sent for a
-                # key in "creating"); unshielded, so Ctrl-C ends the wait at once.
-                try:
-                    settle(await self._send(line))
-                except VideoGenError as exc:  # another process's create, not one in a row
-                    in_doubt.discard(line.line_no)
-                    self._failed(line, exc)
-                    remaining.discard(self.keys[line.line_no])
-                    show()
-
-            timeout = self.timeout if self.timeout is not None else float("inf")
-            with anyio.move_on_after(timeout):
+        self.finished = 0
+        with self.ui.progress("waiting", len(self.remaining), self._detail()) as self.bar:
+            with anyio.move_on_after(self.timeout if self.timeout is not None else math.inf):
                 async with (
                     self.ledger.watch(
                         self.client,
@@ -316,18 +295,55 @@ class BatchRun:
                     anyio.create_task_group() as tg,
                 ):
                     for no in sorted(in_doubt):
-                        tg.start_soon(wait_in_doubt, self.by_no[no])
-                    tg.start_soon(look, tg)
+                        tg.start_soon(self._wait_in_doubt, self.by_no[no])
+                    tg.start_soon(self._look, tg.cancel_scope)
                     async for entry in finished:
-                        settle(entry)
-                        if not remaining:
+                        self._settle(entry)
+                        if not self.remaining:
                             tg.cancel_scope.cancel()
                             break
-        for key in remaining:
-            if line_of[key] not in in_doubt:
-                no = line_of[key]
+        for key in self.remaining:
+            no = self.line_of[key]
+            if no not in in_doubt:
                 error = records[no]["error"] or "still running when --timeout ended"
                 self.state.record(self.by_no[no], error=error)
+
+    def _detail(self) -> str:
+        in_doubt = len(self.state.in_doubt)
+        return f"{self.finished} finished" + (f", {in_doubt} in doubt" if in_doubt else "")
+
+    def _show(self) -> None:
+        self.bar.update(len(self.line_of) - len(self.remaining), detail=self._detail())
+
+    def _settle(self, entry: LedgerEntry) -> None:
+        """Take what the ledger says of a line being waited for."""
+        if entry.key not in self.remaining:
+            return
+        self._take(self.by_no[self.line_of[entry.key]], entry)
+        if entry.state not in ("creating", "pending"):
+            self.remaining.discard(entry.key)
+            self.finished += entry.is_terminal
+        self._show()
+
+    async def _look(self, scope: anyio.CancelScope) -> None:
+        """Take the lines settled or finished by other processes (and their watchers)."""
+        while self.remaining:
+            for entry in (await read_entries(self.ledger, list(self.remaining))).values():
+                self._settle(entry)
+            if self.remaining:
+                await anyio.sleep(1.0)
+        scope.cancel()
+
+    async def _wait_in_doubt(self, line: InputLine) -> None:
+        # create_task waits for the other creator's answer (nothing is sent for a key in
+        # "creating"); unshielded, so Ctrl-C ends the wait at once.
+        try:
+            self._settle(await self._send(line))
+        except VideoGenError as exc:  # another process's create, not one in a row
+            self.state.in_doubt.discard(line.line_no)
+            self._failed(line, exc)
+            self.remaining.discard(self.keys[line.line_no])
+            self._show()
 
 
 async def cmd_batch(ctx: Context) -> int:
@@ -375,6 +391,15 @@ async def cmd_batch(ctx: Context) -> int:
             return EXIT_USAGE
         if imported:
             ctx.ui.note(f"imported {imported} line(s) of the journal {where} into a ledger")
+        owner = None if args.journal or where is None else await input_of(ledger)
+        if owner not in (None, path.name):
+            ctx.ui.error(
+                f"{where} holds the batch of {owner}, not of {path.name}: nothing was sent."
+                " Two inputs share a ledger and a manifest only when you say so: pass"
+                f" --journal PATH --manifest PATH to keep {path.name} apart (or --journal"
+                f" {where} to share its ledger and its --max-credits on purpose)"
+            )
+            return EXIT_USAGE
         run = BatchRun(ctx, client, ledger, lines, state, keys)
         await run.load()
         failure: BaseException | None = None

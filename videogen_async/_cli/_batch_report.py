@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._ledger._engines import redact as redact_url
+from .._contract._redact import redact_url
 from ._batch_state import UNKNOWN, BatchState
 from ._common import Context, describe_error, fmt_credits
 from ._tasks import download_with_progress
@@ -42,9 +42,9 @@ def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
 def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int) -> None:
     """The end of a run: counts, credits, the lines to look at, and how to resume."""
     counts = run.counts()
-    total_credits = sum(
-        float(r["credits"] or 0) for r in run.records.values() if r["task_id"] is not None
-    )
+    # What this run charged, and apart from it what the batch has cost in all (earlier runs
+    # included): a rerun of a finished batch charges nothing.
+    charged, total_credits = run.credits(run.created_now), run.credits()
     resume = _resume_command(ctx, journal, run.manifest) if journal is not None else None
     if ctx.ui.json_mode:
         ctx.ui.emit_json(
@@ -53,14 +53,16 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
                 "journal": redact_url(journal) if journal else None,
                 "lines": len(run.records),
                 "counts": dict(counts),
-                "credits": total_credits,
+                "credits_charged": charged,
+                "credits_total": total_credits,
                 "exit_code": code,
                 "resume": resume if (run.needs_rerun() or ctx.interrupted) else None,
             }
         )
     else:
         ctx.ui.print(
-            f"batch: {len(run.records)} line(s), {fmt_credits(total_credits)} credits charged"
+            f"batch: {len(run.records)} line(s); this run charged {fmt_credits(charged)}"
+            f" credits ({fmt_credits(total_credits)} for the batch in all)"
         )
         ctx.ui.table(("status", "lines"), sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         attention = [

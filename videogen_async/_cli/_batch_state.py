@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ import attrs
 from .._contract import _service as service
 from .._contract._exceptions import InvalidRequestError, VideoGenError
 from .._contract._validation import json_text, validate_task_request
-from ._common import EXIT_API_ERROR, EXIT_OK, EXIT_SOME_FAILED
+from .._ledger._creates import check_key
+from ._common import EXIT_OK, EXIT_SOME_FAILED, exit_code_for
 
 #: Manifest statuses besides the task statuses (succeeded, failed, error).
 INVALID = "invalid"
@@ -63,14 +64,22 @@ def _csv_rows(text: str) -> Iterator[tuple[int, Any, str | None]]:
         yield reader.line_num, row, extra if len(cells) > len(header) else None
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _json_lines(text: str) -> Iterator[tuple[int, Any, str | None]]:
-    """Each JSON line (blank and ``#`` lines left out): its value."""
+    """Each JSON line (blank and ``#`` lines left out): its value.
+
+    ``NaN`` and ``Infinity`` (which Python's reader accepts, JSON does not) make the line bad
+    here, kept as its text: parsed, it could not be written back into the manifest.
+    """
     for number, raw_line in enumerate(text.splitlines(), start=1):
         stripped = raw_line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         try:
-            yield number, json.loads(stripped), None
+            yield number, json.loads(stripped, parse_constant=_not_json), None
         except ValueError as exc:
             yield number, stripped, f"not valid JSON: {exc}"
 
@@ -87,10 +96,9 @@ def read_input(text: str, *, csv_format: bool = False) -> list[InputLine]:
             continue
         fields = dict(data)
         key = fields.pop("key", None)
-        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 500):
-            lines.append(InputLine(number, data, None, "key: must be a non-empty string"))
-            continue
         try:
+            if key is not None:
+                check_key(key)  # the ledger's own rule, checked before anything is sent
             request = validate_task_request(fields)
         except InvalidRequestError as exc:
             lines.append(InputLine(number, data, None, str(exc)))
@@ -100,8 +108,12 @@ def read_input(text: str, *, csv_format: bool = False) -> list[InputLine]:
 
 
 def default_paths(input_path: Path) -> tuple[Path, Path]:
-    """``prompts.journal.sqlite`` and ``prompts.results.jsonl`` beside ``prompts.jsonl``."""
-    stem = input_path.name.removesuffix(".jsonl").removesuffix(".json").removesuffix(".csv")
+    """``prompts.journal.sqlite`` and ``prompts.results.jsonl`` beside ``prompts.jsonl``.
+
+    A CSV file keeps its extension (``prompts.csv.journal.sqlite``): ``prompts.csv`` beside
+    ``prompts.jsonl`` is another batch, with a manifest and a ledger of its own.
+    """
+    stem = input_path.name.removesuffix(".jsonl").removesuffix(".json")
     return (
         input_path.with_name(f"{stem}.journal.sqlite"),
         input_path.with_name(f"{stem}.results.jsonl"),
@@ -118,6 +130,8 @@ class BatchState:
         self.download_failures = 0
         #: Lines whose create another process holds (it is sending it, or stopped mid-send).
         self.in_doubt: set[int] = set()
+        #: Lines created by this run (what it charged, apart from what earlier runs did).
+        self.created_now: set[int] = set()
 
     def record(self, line: InputLine, **fields: Any) -> dict[str, Any]:
         """Update (or start) a line's record with ``fields``."""
@@ -133,14 +147,22 @@ class BatchState:
         """Every line's record, in input order."""
         return [self.records[no] for no in sorted(self.records)]
 
+    def credits(self, lines: Collection[int] | None = None) -> float:
+        """The credits charged for the created lines (of ``lines``; all when ``None``)."""
+        return sum(
+            float(r["credits"] or 0)
+            for no, r in self.records.items()
+            if r["task_id"] is not None and (lines is None or no in lines)
+        )
+
     def counts(self) -> Counter[str]:
         """Lines per manifest status."""
         return Counter(str(r["status"]) for r in self.records.values())
 
     def exit_code(self) -> int:
-        """0 when every line succeeded (and downloaded), 3 after a fatal API error, else 1."""
+        """0 when every line succeeded (and downloaded), that of a fatal API error, else 1."""
         if self.fatal is not None:
-            return EXIT_API_ERROR
+            return exit_code_for(self.fatal)
         if self.counts()["succeeded"] == len(self.records) and not self.download_failures:
             return EXIT_OK
         return EXIT_SOME_FAILED

@@ -241,6 +241,18 @@ async def open_ledger(
             yield ledger, imported
 
 
+async def input_of(ledger: Ledger) -> str | None:
+    """The name of the input file whose lines the ledger holds (``None``: none yet).
+
+    Read from the first ``batch:NAME:LINE:HASH`` key (lines with keys of their own say nothing).
+    """
+    async for entry in ledger.entries():
+        prefix, _, rest = entry.key.partition(":")
+        if prefix == "batch" and rest.count(":") >= 2:
+            return rest.rsplit(":", 2)[0]
+    return None
+
+
 async def read_entries(ledger: Ledger, keys: Collection[str]) -> dict[str, LedgerEntry]:
     """The entries of ``keys`` that the ledger holds: one query each, or one scan for many."""
     if len(keys) > 200:

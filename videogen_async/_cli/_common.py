@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ from .. import (
     APIResponseError,
     APIStatusError,
     AsyncVideoGen,
+    AuthenticationError,
     ConfigurationError,
     InvalidRequestError,
     NotFoundError,
@@ -29,6 +31,7 @@ from .. import (
     VideoGenError,
     WaitTimeoutError,
 )
+from .._contract._service import PROJECT_REQUEST, TASK_REQUEST, VIDEOS_REQUEST
 from ._ui import UI
 
 # The exit codes (EXIT_CODES_HELP says what each means).
@@ -36,6 +39,7 @@ EXIT_OK = 0
 EXIT_SOME_FAILED = 1
 EXIT_USAGE = 2
 EXIT_API_ERROR = 3
+EXIT_AUTH = 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 EXIT_CODES_HELP = """\
@@ -46,6 +50,7 @@ exit codes:
        not confirmed, a sandbox port already in use
   3    API or connection error: the service was unreachable or answered with an error
        (an unknown id is "not found")
+  4    the service refused the API key (HTTP 401): check VIDEOGEN_API_KEY or --api-key
   130  interrupted (Ctrl-C); a batch prints the command that resumes it"""
 
 #: Why a task could not be read, as shown in the status column and in ``--json``
@@ -58,6 +63,10 @@ UNREADABLE = "unreadable"
 ALLOW_INSECURE_HTTP_ENV = "VIDEOGEN_ALLOW_INSECURE_HTTP"
 
 
+#: The options of the client the command line takes (``--api-key`` is ``cfg_api_key``).
+_CLIENT_OPTIONS = ("api_key", "base_url", "timeout", "max_retries", "allow_insecure_http")
+
+
 class UsageError(Exception):
     """A command line that cannot be run as given (exit 2); its text is advice for the user."""
 
@@ -67,7 +76,7 @@ _ADVICE = (
     (re.compile(r"pass\s+allow_insecure_http=True"), "pass --allow-insecure-http (or set"
      f" {ALLOW_INSECURE_HTTP_ENV}=1)"),
     (re.compile(r"allow_insecure_http(=True)?"), "--allow-insecure-http"),
-    (re.compile(r"pass\s+api_key(=\.\.\.)?"), "give the key with --api-key or VIDEOGEN_API_KEY"),
+    (re.compile(r"pass\s+api_key(=\.\.\.)?"), "pass --api-key KEY"),
     (re.compile(r"pass\s+base_url(=\.\.\.)?"), "pass --base-url URL"),
     (re.compile(r"\bapi_key\b"), "the API key (--api-key or VIDEOGEN_API_KEY)"),
     (re.compile(r"\bbase_url\b"), "the base URL (--base-url or VIDEOGEN_BASE_URL)"),
@@ -83,22 +92,31 @@ def cli_advice(text: str) -> str:
     return text
 
 
-#: The library's request fields, as the options and arguments of the command line.
-_FIELDS = {
-    "image_urls": "--image-url",
-    "audio_urls": "--audio-url",
-    "video_urls": "--video-url",
-    "function_mode": "--function-mode",
-    "product_image_urls": "--product-image-url",
-    "avatar_image_url": "--avatar-image-url",
-    "aspect_ratio": "--aspect-ratio",
-    "speech_language_option": "--speech-language",
-    "out_number": "--out-number",
-    "reference_video_url": "REFERENCE_VIDEO_URL",
-    "project_id": "PROJECT_ID",
-    "task_id": "TASK_ID",
-}
-_FIELD = re.compile(r"\b(" + "|".join(_FIELDS) + r")\b")
+#: The request fields that are arguments on the command line; the others are options.
+POSITIONAL_FIELDS = ("reference_video_url", "project_id", "task_id")
+#: The request fields whose option says it shorter than the field's name.
+_RENAMED = {"speech_language_option": "speech-language"}
+#: A field's name in the library's messages (``image_urls``): words joined by ``_``.
+_FIELD = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
+def option_of(field: str) -> str:
+    """A request field as the command line says it: ``--image-url``, ``REFERENCE_VIDEO_URL``.
+
+    A list of URLs is an option given once per URL, so its name is singular.
+    """
+    if field in POSITIONAL_FIELDS:
+        return field.upper()
+    name = _RENAMED.get(field, field.replace("_", "-"))
+    return "--" + (name.removesuffix("s") if field.endswith("_urls") else name)
+
+
+def _as_option(found: re.Match[str]) -> str:
+    name = found.group(0)
+    known = name in POSITIONAL_FIELDS or any(
+        name in body.names for body in (TASK_REQUEST, PROJECT_REQUEST, VIDEOS_REQUEST)
+    )
+    return option_of(name) if known else name
 
 
 def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> str:
@@ -107,7 +125,7 @@ def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> 
     if isinstance(exc, ConfigurationError):
         text = cli_advice(text)
     elif isinstance(exc, InvalidRequestError) and command_line_fields:
-        text = _FIELD.sub(lambda m: _FIELDS[m.group(0)], text)
+        text = _FIELD.sub(_as_option, text)
     if isinstance(exc, UsageError):
         return text
     return f"{type(exc).__name__}: {text}"
@@ -134,9 +152,11 @@ def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[st
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """2 for configuration and invalid requests, 3 for API and connection errors, else 1."""
+    """The exit code of an error (see ``EXIT_CODES_HELP``): 2, 3, 4, or else 1."""
     if isinstance(exc, (ConfigurationError, InvalidRequestError, UsageError)):
         return EXIT_USAGE
+    if isinstance(exc, AuthenticationError):
+        return EXIT_AUTH
     if isinstance(exc, TaskPollError) and isinstance(exc.__cause__, WaitTimeoutError):
         return EXIT_SOME_FAILED
     if isinstance(exc, (APIConnectionError, APIStatusError, APIResponseError, TaskPollError)):
@@ -180,18 +200,15 @@ class Context:
         self._stoppers.append(callback)
 
     def client_options(self) -> dict[str, Any]:
-        """Keyword arguments of ``AsyncVideoGen`` from the options and the environment."""
-        args = self.args
-        options: dict[str, Any] = {
-            "api_key": getattr(args, "cfg_api_key", None) or os.environ.get("VIDEOGEN_API_KEY"),
-            "base_url": getattr(args, "cfg_base_url", None) or os.environ.get("VIDEOGEN_BASE_URL"),
-        }
-        for name in ("timeout", "max_retries"):
-            value = getattr(args, f"cfg_{name}", None)
-            if value is not None:
-                options[name] = value
+        """Keyword arguments of ``AsyncVideoGen`` from the options given.
+
+        What is not given the client reads from the environment itself (``VIDEOGEN_API_KEY``,
+        ``VIDEOGEN_BASE_URL``); its configuration errors then name the flags (``cli_advice``).
+        """
+        given = {name: getattr(self.args, f"cfg_{name}", None) for name in _CLIENT_OPTIONS}
+        options = {name: value for name, value in given.items() if value is not None}
         insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
-        if getattr(args, "cfg_allow_insecure_http", False) or insecure in ("1", "true", "yes"):
+        if options.pop("allow_insecure_http", False) or insecure in ("1", "true", "yes"):
             options["allow_insecure_http"] = True
         return options
 
@@ -199,21 +216,10 @@ class Context:
         """A client configured from the options, then the environment.
 
         Raises:
-            ConfigurationError: No key or base URL (said in the command line's terms), or an
-                invalid one.
+            ConfigurationError: No key or base URL, or an invalid one (in the command line's
+                terms).
         """
-        options = self.client_options()
-        if not (options["api_key"] or "").strip():
-            raise ConfigurationError(
-                "no API key: give it with --api-key KEY (before the command) or, safer, in"
-                " the VIDEOGEN_API_KEY environment variable"
-            )
-        if not (options["base_url"] or "").strip():
-            raise ConfigurationError(
-                "no base URL: give it with --base-url URL (before the command) or in the"
-                " VIDEOGEN_BASE_URL environment variable (for a local sandbox: videogen sandbox)"
-            )
-        return AsyncVideoGen(**options)
+        return AsyncVideoGen(**self.client_options())
 
     @contextlib.contextmanager
     def cancellable(self) -> Iterator[anyio.CancelScope]:
@@ -276,13 +282,39 @@ class Context:
                 code = await work(client)
         return EXIT_INTERRUPTED if self.interrupted else code
 
+    def key_refused(self, exc: AuthenticationError) -> str:
+        """What to do when the service refused the key: where it came from, and the answer."""
+        given = getattr(self.args, "cfg_api_key", None)
+        source = "--api-key" if given else "the VIDEOGEN_API_KEY environment variable"
+        return (
+            f"the service refused the API key (401) given by {source}:"
+            f" {describe_error(exc)}. Check that it is a current key of this service, then set"
+            " it again: export VIDEOGEN_API_KEY=... (a key from --api-key wins over the"
+            " environment)"
+        )
+
     def fail(self, exc: BaseException) -> int:
         """Report an error as one line (and a traceback with ``--debug``); its exit code."""
         if self.ui.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
+        if isinstance(exc, AuthenticationError):
+            self.ui.error(self.key_refused(exc))
+            return EXIT_AUTH
         from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
         self.ui.error(describe_error(exc, command_line_fields=from_options))
         return exit_code_for(exc)
+
+
+def with_client(
+    command: Callable[[Context, AsyncVideoGen], Awaitable[int]],
+) -> Callable[[Context], Awaitable[int]]:
+    """A command run with the client open, under Ctrl-C (:meth:`Context.with_client`)."""
+
+    @functools.wraps(command)
+    async def run(ctx: Context) -> int:
+        return await ctx.with_client(functools.partial(command, ctx))
+
+    return run
 
 
 def stdin_mode() -> int:

@@ -7,6 +7,7 @@ through the SDK's own calls, decoding, error mapping and date readers; wire text
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
@@ -15,9 +16,16 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+import aiohttp
 import attrs
 
-from .. import APIResponseError, APIStatusError, AsyncVideoGen, Task
+from .. import (
+    APIResponseError,
+    APIStatusError,
+    AsyncVideoGen,
+    AuthenticationError,
+    VideoGenError,
+)
 from .._contract._dates import format_datetime, parse_datetime
 from .._contract._redact import redact_text, redact_value
 from .._contract._validation import check_id
@@ -37,7 +45,8 @@ examples:
   videogen --json doctor
 
 exit codes: 0 everything as the SDK expects, 1 something differs (each difference is
-listed), 2 usage error, 3 the service could not be reached"""
+listed), 2 usage error, 3 the service could not be reached, 4 the service refused the API
+key (the error says where the key came from)"""
 
 _UNKNOWN_TASK = "videogen-doctor-no-such-task-0000"
 _RATE_HEADER = re.compile(r"rate-?limit|retry-after", re.IGNORECASE)
@@ -55,6 +64,7 @@ class Answer:
     outcome: str
     message: str | None
     headers: Mapping[str, str]
+    error: VideoGenError | None = None
 
     def __str__(self) -> str:
         said = f' "{self.message[:60]}"' if self.message else ""
@@ -84,7 +94,7 @@ async def _answer(call: Awaitable[Any]) -> Answer:
     except (APIStatusError, APIResponseError) as exc:
         headers = getattr(exc, "headers", None) or {}
         message = _REQUEST.sub("", exc.message)  # the SDK's "GET /v1/tasks: " before the text
-        return Answer(exc.status_code, exc.code, type(exc).__name__, message, headers)
+        return Answer(exc.status_code, exc.code, type(exc).__name__, message, headers, exc)
     info = result._response
     return Answer(info.status_code, 200, type(result).__name__, None, dict(info.headers))
 
@@ -97,7 +107,10 @@ async def _probe(client: AsyncVideoGen, wrong: AsyncVideoGen) -> tuple[dict[str,
     return {
         "balance": balance,
         "unknown task id": await _answer(client.tasks.get(_UNKNOWN_TASK)),
-        "omitted task_id": await _answer(client.tasks._get("/v1/tasks", Task)),
+        # extra_query's None drops the call's own task_id: the request goes without it.
+        "omitted task_id": await _answer(
+            client.tasks.get(_UNKNOWN_TASK, extra_query={"task_id": None})
+        ),
         "wrong API key": await _answer(wrong.credits.get()),
     }, latency
 
@@ -151,10 +164,26 @@ def _date_check(date_header: str | None, texts: Mapping[str, Any]) -> Check:
     return Check("date format", "; ".join(shown), assumes, handled, handled and as_expected)
 
 
-async def _task_dates(client: AsyncVideoGen, task_id: str | None) -> dict[str, Any]:
+async def _task_dates(options: dict[str, Any], task_id: str | None) -> dict[str, Any]:
+    """The dates of a task as the service wrote them (text: its format is what is checked).
+
+    Read through the SDK's own call, on a session whose trace keeps the answer's body.
+    """
     if task_id is None:
         return {}
-    data = (await client._transport.request("GET", "/v1/tasks", params={"task_id": task_id})).data
+    body: list[bytes] = []
+    trace = aiohttp.TraceConfig()
+
+    async def keep(_: Any, __: Any, params: aiohttp.TraceResponseChunkReceivedParams) -> None:
+        body.append(params.chunk)
+
+    trace.on_response_chunk_received.append(keep)
+    async with (
+        aiohttp.ClientSession(trace_configs=[trace]) as session,
+        AsyncVideoGen(**options, session=session) as client,
+    ):
+        await client.tasks.get(task_id)
+    data = json.loads(b"".join(body)).get("data")
     data = data if isinstance(data, dict) else {}
     result = data.get("result")
     found = {k: data.get(k) for k in _DATE_FIELDS}
@@ -184,7 +213,10 @@ async def cmd_doctor(ctx: Context) -> int:
                 assumed, _ = await _probe(local, local_wrong)
             before = time.time()
             said, latency = await _probe(client, wrong)
-            dates = await _task_dates(client, task_id)
+            refused = said["balance"].error
+            if isinstance(refused, AuthenticationError):  # the key itself: nothing to compare
+                raise refused
+            dates = await _task_dates(ctx.client_options(), task_id)
         date_header = _header(said["balance"].headers, "date")
         checks = [*_compare(said, assumed), _date_check(date_header, dates)]
         report = {

@@ -9,7 +9,7 @@ configuration:
   The API key and the service's base URL come from --api-key / --base-url, else from the
   environment variables VIDEOGEN_API_KEY and VIDEOGEN_BASE_URL. Prefer the environment for
   the key: a command line is visible to other users of the machine. The key is never printed.
-  The connection options go before the command; --json and --debug go anywhere.
+  The options go before or after the command (--timeout of the requests: before it).
 
 examples:
   videogen demo                               # the whole service, offline, in seconds
@@ -112,7 +112,7 @@ Exit code 0 when every task succeeded, 1 when one failed or was still running at
 3 when one could not be read (e.g. an unknown id)."""
 
 _COMPLETION = """\
-The script is generated from this program's own commands and options.
+The script runs videogen at each TAB, which answers from its own commands and options.
 
 examples:
   videogen completion bash > ~/.local/share/bash-completion/completions/videogen
@@ -129,9 +129,55 @@ examples:
   videogen sandbox --port 0 --time-scale 0.01 --seed 1     # 100x faster, reproducible
   videogen sandbox --failure-rate 0.1 --credits 500"""
 
+_LEDGER = """\
+examples:
+  videogen ledger summary prompts.journal.sqlite
+  videogen ledger list prompts.journal.sqlite --state unknown
+  videogen --json ledger list postgresql://u:p@db:5432/videos --state pending
+  videogen ledger summary videos.db --group-by tenant
+  APP_HOOK_SECRET=whsec_... videogen ledger dispatch videos.db \\
+      --webhook https://app.example/hooks/video --secret-env APP_HOOK_SECRET
+list and summary only read the ledger: no API key needed, nothing sent or written."""
+
+_LEDGER_LIST = """\
+One row per entry: its key, state, task (or project) id, credits, when it last changed, and
+its video or error. Only reads the ledger: no API key needed, nothing sent or written.
+
+examples:
+  videogen ledger list prompts.journal.sqlite
+  videogen ledger list prompts.journal.sqlite --state unknown --state refused
+  videogen ledger list videos.db --kind videos --limit 20
+  videogen --json ledger list postgresql://u:p@db:5432/videos --state pending"""
+
+_LEDGER_SUMMARY = """\
+The entries per state, the credits spent and those reserved by creates in flight, and the
+deliveries of each webhook destination. Only reads the ledger.
+
+examples:
+  videogen ledger summary prompts.journal.sqlite
+  videogen ledger summary videos.db --group-by tenant     # per value of metadata["tenant"]
+  videogen --json ledger summary postgresql://u:p@db:5432/videos"""
+
+_LEDGER_DISPATCH = """\
+Delivers each entry that reaches a terminal state to a webhook, signed as Standard Webhooks
+sign (webhook-id, webhook-timestamp, webhook-signature), until Ctrl-C. The secret is read from
+an environment variable, never from the command line (which other users can see).
+
+examples:
+  APP_HOOK_SECRET=whsec_... videogen ledger dispatch videos.db \\
+      --webhook https://app.example/hooks/video --secret-env APP_HOOK_SECRET
+  videogen ledger dispatch videos.db --webhook https://app.example/hooks/video \\
+      --secret-env APP_HOOK_SECRET --backlog --stop-when-idle    # catch up, then stop"""
+
 #: The epilog of each command's help (``main`` for ``videogen --help``).
 EPILOGS = {
     "main": _MAIN,
+    "credits": "examples:\n  videogen credits\n  videogen --json credits",
+    "status": "examples:\n  videogen status t_123\n  videogen --json status t_123 t_456",
+    "ledger": _LEDGER,
+    "ledger list": _LEDGER_LIST,
+    "ledger summary": _LEDGER_SUMMARY,
+    "ledger dispatch": _LEDGER_DISPATCH,
     "create": _CREATE,
     "batch": _BATCH,
     "project": _PROJECT,
@@ -143,11 +189,18 @@ EPILOGS = {
 }
 
 #: The SDK's calls (``client.tasks.create``) and the command that does each.
-SDK_CALLS = {"tasks": "create", "tasks.get": "status", "tasks.wait": "wait", "tasks.watch": "wait",
-             "tasks.gather_until_done": "wait", "projects": "project", "credits.get": "credits",
-             "projects.wait_for_script": "project script",
-             "projects.create_videos": "project videos",
-             **{f"projects.{c}": f"project {c}" for c in ("create", "get", "wait")}}  # fmt: skip
+SDK_CALLS = {
+    "tasks": "create",
+    "tasks.get": "status",
+    "tasks.wait": "wait",
+    "tasks.watch": "wait",
+    "tasks.gather_until_done": "wait",
+    "projects": "project",
+    "credits.get": "credits",
+    "projects.wait_for_script": "project script",
+    "projects.create_videos": "project videos",
+    **{f"projects.{c}": f"project {c}" for c in ("create", "get", "wait")},
+}
 
 
 def command_for(argv: list[str]) -> str | None:

@@ -6,39 +6,45 @@ environment variable, never from the command line (which ``ps`` shows to everyon
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 
 from .._contract._exceptions import InvalidRequestError, LedgerError
+from .._contract._redact import redact_url
 from .._http._webhooks import webhook
 from .._ledger import Ledger, LedgerEntry
-from .._ledger._engines import redact as redact_url
 from .._ledger._entry import STATES as LEDGER_STATES
 from ._batch_store import is_old_journal, sqlite_path
-from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, fmt_credits
+from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, UsageError, fmt_credits
 
 
-async def _check_file(ctx: Context, url: str) -> bool:
-    """A SQLite ledger must exist already: reading never creates one."""
+@contextlib.asynccontextmanager
+async def _opened(url: str) -> AsyncIterator[Ledger]:
+    """The ledger at ``url``, opened; an error in opening is a usage error naming it.
+
+    A SQLite ledger must exist already: reading never creates one.
+    """
     path = sqlite_path(url)
-    if path is None:
-        return True
-    if not await anyio.Path(path).is_file():
-        ctx.ui.error(f"ledger {url}: no such file")
-        return False
-    if await anyio.to_thread.run_sync(is_old_journal, path):
-        ctx.ui.error(
+    if path is not None and not await anyio.Path(path).is_file():
+        raise UsageError(f"ledger {url}: no such file")
+    if path is not None and await anyio.to_thread.run_sync(is_old_journal, path):
+        raise UsageError(
             f"ledger {url}: a batch journal of the earlier format, not a ledger yet (the next"
             " videogen batch run with --journal on it imports it into a ledger)"
         )
-        return False
-    return True
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            ledger = await stack.enter_async_context(Ledger.open(url))
+        except (LedgerError, InvalidRequestError) as exc:
+            raise UsageError(f"ledger {redact_url(url)}: {exc}") from None
+        yield ledger
 
 
 def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
-    task = entry.task
     return {
         "key": entry.key,
         "state": entry.state,
@@ -46,7 +52,7 @@ def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
         "task_id": entry.task_id,
         "project_id": entry.project_id,
         "credits": entry.credits_cost,
-        "video_url": task.video_url if task is not None else None,
+        "video_url": entry.video_url,
         "error": entry.error,
         "created_at": entry.created_at.isoformat() if entry.created_at else None,
         "updated_at": entry.updated_at.isoformat() if entry.updated_at else None,
@@ -57,22 +63,14 @@ async def cmd_ledger_list(ctx: Context) -> int:
     """``videogen ledger list URL [--state S ...] [--kind K] [--limit N]``."""
     args = ctx.args
     states = set(args.state or ())
-    if not await _check_file(ctx, str(args.url)):
-        return EXIT_USAGE
     rows: list[dict[str, Any]] = []
-    try:
-        async with Ledger.open(args.url) as ledger:
-            async for entry in ledger.entries():
-                if states and entry.state not in states:
-                    continue
-                if args.kind and entry.kind != args.kind:
-                    continue
-                rows.append(_entry_json(entry))
-                if args.limit is not None and len(rows) >= args.limit:
-                    break
-    except LedgerError as exc:
-        ctx.ui.error(f"ledger {redact_url(str(args.url))}: {exc}")
-        return EXIT_USAGE
+    async with _opened(args.url) as ledger:
+        async for entry in ledger.entries():
+            if (states and entry.state not in states) or args.kind not in (None, entry.kind):
+                continue
+            rows.append(_entry_json(entry))
+            if args.limit is not None and len(rows) >= args.limit:
+                break
     if ctx.ui.json_mode:
         ctx.ui.emit_json(rows)
         return EXIT_OK
@@ -97,14 +95,8 @@ async def cmd_ledger_list(ctx: Context) -> int:
 async def cmd_ledger_summary(ctx: Context) -> int:
     """``videogen ledger summary URL``."""
     args = ctx.args
-    if not await _check_file(ctx, str(args.url)):
-        return EXIT_USAGE
-    try:
-        async with Ledger.open(args.url) as ledger:
-            summary = await ledger.summary(group_by=args.group_by)
-    except (LedgerError, InvalidRequestError) as exc:
-        ctx.ui.error(f"ledger {redact_url(str(args.url))}: {exc}")
-        return EXIT_USAGE
+    async with _opened(args.url) as ledger:
+        summary = await ledger.summary(group_by=args.group_by)
     counts = {state: int(summary["states"].get(state, 0)) for state in LEDGER_STATES}
     spent = float(summary["spent"] or 0.0)
     reserved = float(summary["reserved"] or 0.0)
@@ -158,26 +150,23 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
         option = "--secret-env" if exc.field == "secret" else "--webhook"
         ctx.ui.error(f"{option}: {exc.rule}")
         return EXIT_USAGE
-    if not await _check_file(ctx, str(args.url)):
-        return EXIT_USAGE
-    shown = redact_url(str(args.url))
-    try:
-        async with Ledger.open(args.url) as ledger:
-            with anyio.CancelScope() as scope:
-                ctx.stop_on_interrupt(scope.cancel)
-                ctx.ui.note(f"delivering the terminal entries of {shown} to {deliver!r} as"
-                            f" {args.name!r} (Ctrl-C stops)")  # fmt: skip
-                await ledger.dispatch(
-                    args.name, deliver, backlog=args.backlog, stop_when_idle=args.stop_when_idle
-                )
-            totals = (await ledger.summary())["destinations"].get(args.name)
-            totals = totals or dict.fromkeys(("pending", "delivered", "dead"), 0)
-    except (LedgerError, InvalidRequestError) as exc:
-        ctx.ui.error(f"ledger {shown}: {exc}")
-        return EXIT_USAGE if isinstance(exc, InvalidRequestError) else EXIT_SOME_FAILED
+    async with _opened(args.url) as ledger:
+        with anyio.CancelScope() as scope:
+            ctx.stop_on_interrupt(scope.cancel)
+            ctx.ui.note(
+                f"delivering the terminal entries of {redact_url(args.url)} to {deliver!r} as"
+                f" {args.name!r} (Ctrl-C stops)"
+            )
+            await ledger.dispatch(
+                args.name, deliver, backlog=args.backlog, stop_when_idle=args.stop_when_idle
+            )
+        totals = (await ledger.summary())["destinations"].get(args.name)
+        totals = totals or dict.fromkeys(("pending", "delivered", "dead"), 0)
     if ctx.ui.json_mode:
         ctx.ui.emit_json({"destination": args.name, **totals})
     else:
-        ctx.ui.print(f"{args.name}: {totals['delivered']} delivered, {totals['pending']} pending,"
-                     f" {totals['dead']} dead")  # fmt: skip
+        ctx.ui.print(
+            f"{args.name}: {totals['delivered']} delivered, {totals['pending']} pending,"
+            f" {totals['dead']} dead"
+        )
     return EXIT_SOME_FAILED if totals["dead"] else EXIT_OK

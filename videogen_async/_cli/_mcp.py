@@ -17,7 +17,9 @@ from .._mcp import serve
 from ._common import EXIT_OK, Context, UsageError
 
 MCP_EPILOG = """\
-The API key is read from VIDEOGEN_API_KEY only. examples:
+The API key is read from VIDEOGEN_API_KEY only.
+
+examples:
   videogen mcp --max-credits 200                 # stdio, for desktop and coding agents
   videogen mcp --http 127.0.0.1:8765 --ledger postgresql://u:p@db:5432/videos"""
 

@@ -1,18 +1,25 @@
-"""The argument parser of ``videogen``: every command, option, help text and example."""
+"""The argument parser of ``videogen``: every command, option, help text and example.
+
+The options of a create are made from the service's own statement of its request bodies
+(``_contract/_service.py``): their names, types, choices, defaults and bounds are written once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
-from typing import Any
+import re
+from typing import Any, NoReturn
 
-from .. import AspectRatio, FunctionMode, Model, ProjectMode, Ratio, SpeechLanguage, __version__
+from .. import __version__
 from .._contract import _service as service
 from .._contract._argtypes import number_type
+from .._ledger._entry import KINDS as LEDGER_KINDS
 from .._ledger._entry import STATES as LEDGER_STATES
 from ..testing import add_sandbox_arguments
 from ._batch import cmd_batch
-from ._completion import cmd_completion
+from ._common import POSITIONAL_FIELDS, option_of
 from ._doctor import add_doctor_parser
 from ._help import EPILOGS
 from ._ledger import cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
@@ -27,103 +34,55 @@ from ._projects import (
     parse_resolution,
 )
 from ._sandbox import cmd_demo, cmd_sandbox
+from ._shell_completion import SCRIPTS, cmd_completion
 from ._spending import SCRIPT_CREDITS
 from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
-
-_FMT = argparse.RawDescriptionHelpFormatter
-
-
-def _task(name: str) -> Any:
-    """The service's default of a task field (for the help texts)."""
-    return service.TASK_REQUEST.field(name).default
-
-
-def _project(name: str) -> Any:
-    """The service's default of a project field (for the help texts)."""
-    return service.PROJECT_REQUEST.field(name).default
-
 
 _positive_float = number_type(float, minimum=0, strict=True, what="a number of seconds")
 _non_negative_int = number_type(int, minimum=0, what="a whole number")
 _positive_int = number_type(int, minimum=1, what="a whole number")
 _credits = number_type(float, minimum=0, what="a number of credits")
 
-
-def _spending(parser: argparse.ArgumentParser) -> None:
-    """``--max-credits`` and ``--yes``: the spending guard of a creating command."""
-    group = parser.add_argument_group("spending (see docs/cli.md)")
-    group.add_argument(
-        "--max-credits",
-        type=_credits,
-        metavar="N",
-        help="refuse, before sending anything, a request estimated above N credits",
-    )
-    group.add_argument(
-        "--yes",
-        "-y",
-        action="store_true",
-        help="go ahead without asking when the estimate is beyond the usual",
-    )
+_INVALID_CHOICE = re.compile(r"invalid choice: (?P<word>.+?) \(choose from (?P<choices>.+)\)")
+_LEDGER_URL = "a file path, sqlite:///PATH or postgresql://..."
 
 
-def _output_options() -> argparse.ArgumentParser:
-    """``--json`` and ``--debug``, accepted before and after the command."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("output")
-    group.add_argument(
+class Parser(argparse.ArgumentParser):
+    """argparse's parser; a mistyped choice (``videogen creat``) is told the closest one."""
+
+    def error(self, message: str) -> NoReturn:
+        """Exit 2 with ``message``, plus a "did you mean" found by :mod:`difflib`."""
+        found = _INVALID_CHOICE.search(message)
+        if found is not None:
+            choices = [c.strip(" '\"") for c in found["choices"].split(",")]
+            close = difflib.get_close_matches(found["word"].strip("'\""), choices, n=1)
+            if close:
+                message += f"\ndid you mean: {self.prog} {close[0]}"
+        elif "unrecognized arguments: " in message and "--timeout" in message:
+            message += (
+                "\n--timeout of the requests goes before the command (videogen --timeout 30"
+                " credits); a command's own --timeout, where it has one, after it"
+            )
+        super().error(message)
+
+
+def _shared_options() -> argparse.ArgumentParser:
+    """The options accepted before and after the command: output, and the connection.
+
+    Their default is "not given" (``SUPPRESS``), so a value given before the command is kept
+    when the command's parser sees none.
+    """
+    parent = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    output = parent.add_argument_group("output")
+    output.add_argument(
         "--json",
         action="store_true",
-        default=argparse.SUPPRESS,
         help="print results as JSON on stdout (for scripts); notes stay on stderr",
     )
-    group.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="show tracebacks with errors, and the SDK's debug log",
+    output.add_argument(
+        "--debug", action="store_true", help="show tracebacks with errors, and the SDK's debug log"
     )
-    return parent
-
-
-def _wait_timeout(parser: argparse.ArgumentParser, what: str, extra: str = "") -> None:
-    parser.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help=f"stop waiting for {what} after this long (default: no limit){extra}",
-    )
-
-
-def _downloads(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-concurrency",
-        type=_positive_int,
-        default=4,
-        metavar="N",
-        help="downloads at once (default %(default)s)",
-    )
-    parser.add_argument(
-        "--no-overwrite",
-        action="store_true",
-        help="keep files that already exist (an existing file is always complete)",
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``videogen`` parser; each command's namespace carries ``func``, the command."""
-    output = _output_options()
-    parser = argparse.ArgumentParser(
-        prog="videogen",
-        description="videogen: the command line of the video generation service.\n"
-        "Create videos, follow them, download them, run resumable batches, or try\n"
-        "everything offline with the built-in sandbox (videogen demo).",
-        epilog=EPILOGS["main"],
-        formatter_class=_FMT,
-        parents=[output],
-    )
-    parser.add_argument("--version", action="version", version=f"videogen-async {__version__}")
-    conn = parser.add_argument_group("connection (before the command)")
+    conn = parent.add_argument_group("connection (before or after the command)")
     conn.add_argument(
         "--api-key",
         dest="cfg_api_key",
@@ -144,13 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
         " crosses the network unencrypted; default: $VIDEOGEN_ALLOW_INSECURE_HTTP=1)",
     )
     conn.add_argument(
-        "--timeout",
-        dest="cfg_timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="limit of each HTTP request (default: 10 s to connect, 60 s per read)",
-    )
-    conn.add_argument(
         "--max-retries",
         dest="cfg_max_retries",
         type=_non_negative_int,
@@ -158,75 +110,102 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries of a request after a transient failure (default 2; creates are retried"
         " only when they provably did not reach the service)",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    commands.required = True
+    return parent
 
-    def command(
-        name: str, help_text: str, epilog: str | None = None, *, group: Any = commands
-    ) -> Any:
-        return group.add_parser(
-            name,
-            help=help_text,
-            description=help_text[:1].upper() + help_text[1:] + ".",
-            epilog=epilog,
-            formatter_class=_FMT,
-            parents=[output],
-        )
 
-    # credits
-    p = command(
-        "credits",
-        "show the API credit balance",
-        "examples:\n  videogen credits\n  videogen --json credits",
+def _field_help(field: service.Field, *, defaults: bool) -> str | None:
+    """A request field's help: its bounds, how to repeat it, its default (the service's)."""
+    said = [field.doc.rstrip(".")] if field.doc else []
+    if field.minimum is not None and field.maximum is not None:
+        said.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip())
+    if field.type == "urls":
+        said.append("repeat for more" + (f", up to {field.max_items}" if field.max_items else ""))
+    if field.required:
+        said.append("required")
+    elif defaults and field.default not in (None, ""):
+        said.append(f"default {field.default}")
+    return "; ".join(said) or None
+
+
+def _fields(
+    p: Any, body: service.Body, *, defaults: bool = True, skip: tuple[str, ...] = ()
+) -> None:
+    """One option (or argument) per field of a request ``body``, named by :func:`option_of`."""
+    for field in body.fields:
+        if field.name in skip:
+            continue
+        options: dict[str, Any] = {"help": _field_help(field, defaults=defaults)}
+        if field.choices is not None:
+            options["choices"] = [v for v in field.choices.values() if v]
+        if field.type == "integer":
+            options.update(type=int, metavar="N")
+        elif field.type == "resolution":
+            options.update(type=parse_resolution, metavar="RES")
+        elif field.type in ("url", "urls"):
+            options["metavar"] = "URL"
+        if field.type == "urls":
+            options.update(action="append", required=field.required)
+        if field.name in POSITIONAL_FIELDS:
+            p.add_argument(field.name, **{**options, "metavar": option_of(field.name)})
+        else:
+            p.add_argument(option_of(field.name), dest=field.name, **options)
+
+
+def _spending(p: argparse.ArgumentParser) -> None:
+    """``--max-credits`` and ``--yes``: the spending guard of a creating command."""
+    group = p.add_argument_group("spending (see docs/cli.md)")
+    group.add_argument(
+        "--max-credits",
+        type=_credits,
+        metavar="N",
+        help="refuse, before sending anything, a request estimated above N credits",
     )
-    p.set_defaults(func=cmd_credits)
+    group.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="go ahead without asking when the estimate is beyond the usual",
+    )
 
-    # create
-    p = command("create", "create a direct video task from a prompt", EPILOGS["create"])
+
+def _wait(p: argparse.ArgumentParser, what: str, flag: str | None = "--wait") -> None:
+    """``--wait`` (unless ``flag`` is ``None``) and the ``--timeout`` of the wait."""
+    if flag is not None:
+        p.add_argument(flag, action="store_true", help=f"wait for {what}")
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help=f"stop waiting for {what} after this long (default: no limit)",
+    )
+
+
+def _downloads(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="downloads at once (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-overwrite",
+        action="store_true",
+        help="keep files that already exist (an existing file is always complete)",
+    )
+
+
+def _task_commands(command: Any) -> None:
+    command("credits", "show the API credit balance").set_defaults(func=cmd_credits)
+
+    p = command("create", "create a direct video task from a prompt")
     p.add_argument(
         "prompt",
         nargs="?",
         help="the text prompt; - (or no prompt, with stdin a pipe or a file) reads it from stdin",
     )
-    p.add_argument("--model", choices=Model.values(), help=f"default {_task('model')}")
-    p.add_argument(
-        "--function-mode", choices=FunctionMode.values(), help=f"default {_task('function_mode')}"
-    )
-    p.add_argument(
-        "--ratio", choices=Ratio.values(), help=f"aspect ratio (default {_task('ratio')})"
-    )
-    p.add_argument(
-        "--duration",
-        type=int,
-        metavar="SECONDS",
-        help=f"{service.DURATION_MIN} to {service.DURATION_MAX} seconds"
-        f" (default {_task('duration')})",
-    )
-    p.add_argument(
-        "--image-url",
-        dest="image_urls",
-        action="append",
-        metavar="URL",
-        help=f"a reference image (repeat for more; up to {service.MAX_IMAGE_URLS}, or"
-        f" {service.FIRST_LAST_FRAMES_MAX_IMAGES} with first_last_frames)",
-    )
-    p.add_argument(
-        "--audio-url",
-        dest="audio_urls",
-        action="append",
-        metavar="URL",
-        help=f"a reference audio (repeat; up to {service.MAX_AUDIO_URLS}; needs an image or"
-        " video beside it)",
-    )
-    p.add_argument(
-        "--video-url",
-        dest="video_urls",
-        action="append",
-        metavar="URL",
-        help=f"a reference video (repeat; up to {service.MAX_VIDEO_URLS})",
-    )
-    p.add_argument("--wait", action="store_true", help="wait for the task and print the result")
-    _wait_timeout(p, "the task (with --wait)")
+    _fields(p, service.TASK_REQUEST, skip=("prompt",))
+    _wait(p, "the task and print the result")
     p.add_argument(
         "--download",
         metavar="DIR",
@@ -235,23 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     _spending(p)
     p.set_defaults(func=cmd_create)
 
-    # status
-    p = command(
-        "status",
-        "show the current state of tasks",
-        "examples:\n  videogen status t_123\n  videogen --json status t_123 t_456",
-    )
+    p = command("status", "show the current state of tasks")
     p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
     p.set_defaults(func=cmd_status)
 
-    # wait
-    p = command("wait", "wait until tasks finish, with a progress bar", EPILOGS["wait"])
+    p = command("wait", "wait until tasks finish, with a progress bar")
     p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
-    _wait_timeout(p, "the tasks")
+    _wait(p, "the tasks", flag=None)
     p.set_defaults(func=cmd_wait)
 
-    # download
-    p = command("download", "download finished videos", EPILOGS["download"])
+    p = command("download", "download finished videos")
     p.add_argument("sources", nargs="+", metavar="TASK_ID_OR_URL", help="task ids (or video URLs)")
     p.add_argument(
         "--to", required=True, metavar="DIR", help="directory to save into (created if missing)"
@@ -259,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     _downloads(p)
     p.set_defaults(func=cmd_download)
 
-    # batch
-    p = command("batch", "create, wait for and download many tasks, resumably", EPILOGS["batch"])
+
+def _batch_command(command: Any) -> None:
+    p = command("batch", "create, wait for and download many tasks, resumably")
     p.add_argument("file", metavar="FILE", help="JSON Lines, or CSV with a header row of fields")
     p.add_argument("--format", choices=("jsonl", "csv"), help="default: csv for *.csv, else jsonl")
     p.add_argument(
@@ -288,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="creates (and downloads) in flight at once (default 4)",
     )
-    _wait_timeout(p, "the tasks", "; a rerun waits for them again")
+    _wait(p, "the tasks (a rerun waits for them again)", flag=None)
     p.add_argument(
         "--retry-unknown",
         action="store_true",
@@ -297,49 +270,34 @@ def build_parser() -> argparse.ArgumentParser:
     _spending(p)
     p.set_defaults(func=cmd_batch)
 
-    # ledger
+
+def _ledger_commands(command: Any) -> None:
     ledger = command(
-        "ledger",
-        "show what a ledger holds: pending, unknown, finished tasks, credits spent",
-        "examples:\n  videogen ledger summary prompts.journal.sqlite\n"
-        "  videogen ledger list prompts.journal.sqlite --state unknown\n"
-        "  videogen --json ledger list postgresql://u:p@db:5432/videos --state pending\n"
-        "  videogen ledger summary videos.db --group-by tenant\n"
-        "  APP_HOOK_SECRET=whsec_... videogen ledger dispatch videos.db \\\n"
-        "      --webhook https://app.example/hooks/video --secret-env APP_HOOK_SECRET\n"
-        "list and summary only read the ledger: no API key needed, nothing sent or written.",
+        "ledger", "show what a ledger holds: pending, unknown, finished tasks, credits spent"
     )
-    ledger_actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
-    ledger_actions.required = True
-    p = ledger_actions.add_parser(
-        "list", help="list the entries", formatter_class=_FMT, parents=[output]
-    )
-    p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+    actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    actions.required = True
+    action = functools.partial(command, group=actions, prefix="ledger ")
+
+    p = action("list", "list the entries of a ledger")
+    p.add_argument("url", metavar="URL", help=_LEDGER_URL)
     p.add_argument(
         "--state",
         action="append",
         choices=LEDGER_STATES,
         help="only entries in this state (repeat for more)",
     )
-    p.add_argument("--kind", choices=("task", "project", "project_task"), help="only this kind")
+    p.add_argument("--kind", choices=LEDGER_KINDS, help="only entries of this kind")
     p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N entries")
     p.set_defaults(func=cmd_ledger_list)
-    p = ledger_actions.add_parser(
-        "summary",
-        help="entries per state, credits spent and reserved",
-        formatter_class=_FMT,
-        parents=[output],
-    )
-    p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+
+    p = action("summary", "count a ledger's entries per state, and the credits spent and reserved")
+    p.add_argument("url", metavar="URL", help=_LEDGER_URL)
     p.add_argument("--group-by", metavar="KEY", help="also count per value of this metadata key")
     p.set_defaults(func=cmd_ledger_summary)
-    p = ledger_actions.add_parser(
-        "dispatch",
-        help="deliver each terminal entry to a signed webhook (Standard Webhooks)",
-        formatter_class=_FMT,
-        parents=[output],
-    )
-    p.add_argument("url", metavar="URL", help="a file path, sqlite:///PATH or postgresql://...")
+
+    p = action("dispatch", "deliver each terminal entry to a signed webhook (Standard Webhooks)")
+    p.add_argument("url", metavar="URL", help=_LEDGER_URL)
     p.add_argument("--webhook", required=True, metavar="URL", help="the receiver, http(s)://")
     p.add_argument(
         "--secret-env",
@@ -358,57 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_ledger_dispatch)
 
-    # project
-    project = command("project", "viral ad clone projects: script, then videos", EPILOGS["project"])
+
+def _project_commands(command: Any) -> None:
+    project = command("project", "viral ad clone projects: script, then videos")
     actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
-
-    def action(name: str, help_text: str) -> Any:
-        return command(name, help_text, EPILOGS["project"], group=actions)
+    action = functools.partial(command, group=actions, epilog=EPILOGS["project"])
 
     p = action("create", f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)")
-    p.add_argument("reference_video_url", metavar="REFERENCE_VIDEO_URL", help="the reference ad")
-    p.add_argument(
-        "--product-image-url",
-        dest="product_image_urls",
-        action="append",
-        required=True,
-        metavar="URL",
-        help="a product image (required; repeat for more)",
-    )
-    p.add_argument("--avatar-image-url", metavar="URL", help="a person or avatar image")
-    p.add_argument("--prompt", help="selling points, style, restrictions, language preference")
-    p.add_argument(
-        "--aspect-ratio", choices=AspectRatio.values(), help=f"default {_project('aspect_ratio')}"
-    )
-    p.add_argument(
-        "--speech-language",
-        dest="speech_language_option",
-        choices=[v for v in SpeechLanguage.values() if v],
-        help="language of the generated speech (default: that of the reference video)",
-    )
-    p.add_argument(
-        "--duration",
-        type=int,
-        metavar="SECONDS",
-        help=f"target duration (default {_project('duration')})",
-    )
-    p.add_argument(
-        "--resolution",
-        type=parse_resolution,
-        metavar="RES",
-        help=f"e.g. 720 or 1080 (default {_project('resolution')})",
-    )
-    p.add_argument(
-        "--out-number",
-        type=int,
-        metavar="N",
-        help=f"videos per batch, {service.OUT_NUMBER_MIN} to {service.OUT_NUMBER_MAX} (default"
-        f" {_project('out_number')})",
-    )
-    p.add_argument("--mode", choices=ProjectMode.values(), help=f"default {_project('mode')}")
-    p.add_argument("--wait", action="store_true", help="wait until the project is done")
-    _wait_timeout(p, "the project (with --wait)")
+    _fields(p, service.PROJECT_REQUEST)
+    _wait(p, "the project to be done")
     _spending(p)
     p.set_defaults(func=cmd_project_create)
 
@@ -420,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = action("script", "wait for a project's script and print it")
     p.add_argument("project_id", metavar="PROJECT_ID")
     p.add_argument("--no-wait", action="store_true", help="fail at once if it is not ready")
-    _wait_timeout(p, "the script")
+    _wait(p, "the script", flag=None)
     p.set_defaults(func=cmd_project_script)
 
     p = action("videos", "create a new batch of videos from a project's script")
@@ -428,22 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--script", help="a script for this batch only (the project's is kept)")
     source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
-    p.add_argument(
-        "--out-number",
-        type=int,
-        metavar="N",
-        help=f"{service.OUT_NUMBER_MIN} to {service.OUT_NUMBER_MAX} videos",
-    )
-    p.add_argument("--resolution", type=parse_resolution, metavar="RES", help="e.g. 720 or 1080")
-    p.add_argument("--aspect-ratio", choices=AspectRatio.values())
-    p.add_argument("--wait", action="store_true", help="wait for the videos")
-    _wait_timeout(p, "the videos (with --wait)")
+    _fields(p, service.VIDEOS_REQUEST, defaults=False, skip=("script",))
+    _wait(p, "the videos")
     _spending(p)
     p.set_defaults(func=cmd_project_videos)
 
     p = action("wait", "wait until a project and all its videos are done")
     p.add_argument("project_id", metavar="PROJECT_ID")
-    _wait_timeout(p, "the project")
+    _wait(p, "the project", flag=None)
     p.add_argument("--download", metavar="DIR", help="then save its finished videos into DIR")
     p.set_defaults(func=cmd_project_wait)
 
@@ -453,14 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     _downloads(p)
     p.set_defaults(func=cmd_project_download)
 
-    # download, sandbox, demo
-    p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port",
-                EPILOGS["sandbox"])  # fmt: skip
+
+def _local_commands(command: Any) -> None:
+    p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port")
     add_sandbox_arguments(p)
     p.set_defaults(func=cmd_sandbox)
 
-    p = command("demo", "run the whole service end to end against a built-in sandbox",
-                EPILOGS["demo"])  # fmt: skip
+    p = command("demo", "run the whole service end to end against a built-in sandbox")
     p.add_argument("--to", metavar="DIR", help="save the videos here (default: a new temp dir)")
     p.add_argument(
         "--tasks", type=_positive_int, default=8, metavar="N", help="direct tasks (default 8)"
@@ -475,10 +383,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
     p.set_defaults(func=cmd_demo)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``videogen`` parser; each command's namespace carries ``func``, the command."""
+    parser = Parser(
+        prog="videogen",
+        description="videogen: the command line of the video generation service.\n"
+        "Create videos, follow them, download them, run resumable batches, or try\n"
+        "everything offline with the built-in sandbox (videogen demo).",
+        epilog=EPILOGS["main"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_shared_options()],
+    )
+    parser.add_argument("--version", action="version", version=f"videogen-async {__version__}")
+    parser.add_argument(
+        "--timeout",
+        dest="cfg_timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="limit of each HTTP request, before the command (default: 10 s to connect, 60 s"
+        " per read)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.required = True
+
+    def command(
+        name: str,
+        help_text: str,
+        epilog: str | None = None,
+        *,
+        group: Any = commands,
+        prefix: str = "",
+    ) -> Any:
+        """A command's parser: its help, a description, its examples, the shared options."""
+        return group.add_parser(
+            name,
+            help=help_text,
+            description=help_text[:1].upper() + help_text[1:] + ".",
+            epilog=epilog or EPILOGS[prefix + name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            # Options of their own for each command: one may redefine a shared option (mcp's
+            # --base-url, the sandbox's --api-key), which "resolve" takes out of the shared one.
+            parents=[_shared_options()],
+            conflict_handler="resolve",
+        )
+
+    _task_commands(command)
+    _batch_command(command)
+    _ledger_commands(command)
+    _project_commands(command)
+    _local_commands(command)
     add_doctor_parser(command)
     add_mcp_parser(command)
-
-    p = command("completion", "print a shell completion script", EPILOGS["completion"])
-    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell")
-    p.set_defaults(func=functools.partial(cmd_completion, parser=parser))
+    p = command("completion", "print a shell completion script")
+    p.add_argument("shell", choices=tuple(SCRIPTS), help="the shell")
+    p.set_defaults(func=cmd_completion)
     return parser

@@ -26,6 +26,7 @@ from ._common import (
     Context,
     fmt_credits,
     poll_failure,
+    with_client,
 )
 from ._spending import SCRIPT_CREDITS, USUAL_PROJECT, check_spend, project_video_estimate
 from ._tasks import (
@@ -121,39 +122,33 @@ async def cmd_project_create(ctx: Context) -> int:
     return await ctx.with_client(work)
 
 
-async def cmd_project_get(ctx: Context) -> int:
+@with_client
+async def cmd_project_get(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project get ID``: the project as it is now."""
-
-    async def work(client: AsyncVideoGen) -> int:
-        project = await client.projects.get(ctx.args.project_id)
-        show_project(ctx, project, script=ctx.args.script)
-        return EXIT_OK
-
-    return await ctx.with_client(work)
+    project = await client.projects.get(ctx.args.project_id)
+    show_project(ctx, project, script=ctx.args.script)
+    return EXIT_OK
 
 
-async def cmd_project_script(ctx: Context) -> int:
+@with_client
+async def cmd_project_script(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project script ID``: wait for the script and print it."""
     args = ctx.args
-
-    async def work(client: AsyncVideoGen) -> int:
-        if args.no_wait:
-            project = await client.projects.get(args.project_id)
-            if not project.has_script:
-                ctx.ui.error(
-                    f"the script of {project.project_id} is not ready (step {project.current_step})"
-                )
-                return EXIT_SOME_FAILED
-        else:
-            ctx.ui.note(f"waiting for the script of {args.project_id}...")
-            project = await client.projects.wait_for_script(args.project_id, timeout=args.timeout)
-        if ctx.ui.json_mode:
-            ctx.ui.emit_json({"project_id": project.project_id, "view_script": project.view_script})
-        else:
-            ctx.ui.print(project.view_script or "")
-        return EXIT_OK
-
-    return await ctx.with_client(work)
+    if args.no_wait:
+        project = await client.projects.get(args.project_id)
+        if not project.has_script:
+            ctx.ui.error(
+                f"the script of {project.project_id} is not ready (step {project.current_step})"
+            )
+            return EXIT_SOME_FAILED
+    else:
+        ctx.ui.note(f"waiting for the script of {args.project_id}...")
+        project = await client.projects.wait_for_script(args.project_id, timeout=args.timeout)
+    if ctx.ui.json_mode:
+        ctx.ui.emit_json({"project_id": project.project_id, "view_script": project.view_script})
+    else:
+        ctx.ui.print(project.view_script or "")
+    return EXIT_OK
 
 
 async def cmd_project_videos(ctx: Context) -> int:
@@ -254,30 +249,24 @@ async def _download_project(
     return download_exit_code(results)
 
 
-async def cmd_project_wait(ctx: Context) -> int:
+@with_client
+async def cmd_project_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project wait ID``: wait until the project and its videos are done."""
-
-    async def work(client: AsyncVideoGen) -> int:
-        return await _wait_and_show(ctx, client, ctx.args.project_id, download=ctx.args.download)
-
-    return await ctx.with_client(work)
+    return await _wait_and_show(ctx, client, ctx.args.project_id, download=ctx.args.download)
 
 
-async def cmd_project_download(ctx: Context) -> int:
+@with_client
+async def cmd_project_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project download ID DIR``: save the project's finished videos."""
     args = ctx.args
-
-    async def work(client: AsyncVideoGen) -> int:
-        project = await client.projects.get(args.project_id)
-        options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
-        code = await _download_project(ctx, client, project, args.directory, **options)
-        unfinished = [t for t in project.tasks if not t.is_terminal]
-        if unfinished:
-            ctx.ui.note(
-                f"{len(unfinished)} video(s) still running: videogen project wait"
-                f" {project.project_id} --download {args.directory}"
-            )
-        not_saved = [t for t in project.tasks if t.status != "succeeded"]
-        return max(code, EXIT_SOME_FAILED) if not_saved else code
-
-    return await ctx.with_client(work)
+    project = await client.projects.get(args.project_id)
+    options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
+    code = await _download_project(ctx, client, project, args.directory, **options)
+    unfinished = [t for t in project.tasks if not t.is_terminal]
+    if unfinished:
+        ctx.ui.note(
+            f"{len(unfinished)} video(s) still running: videogen project wait"
+            f" {project.project_id} --download {args.directory}"
+        )
+    not_saved = [t for t in project.tasks if t.status != "succeeded"]
+    return max(code, EXIT_SOME_FAILED) if not_saved else code

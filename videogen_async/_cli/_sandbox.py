@@ -15,10 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import AsyncVideoGen, BackoffPolicy, Model, PollPolicy, Task
+from .. import AsyncVideoGen, BackoffPolicy, CreditBalance, Model, PollPolicy, Project, Task
 from ..testing import DEFAULT_API_KEY, SandboxServer, sandbox_options_from_args, serve
 from ..testing._cli import announce
-from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits, logging_to
+from ._common import (
+    EXIT_OK,
+    EXIT_SOME_FAILED,
+    Context,
+    UsageError,
+    fmt_credits,
+    logging_to,
+    task_row,
+)
 from ._projects import show_project
 from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_for_ids
 
@@ -100,8 +108,12 @@ def _demo_row(task: Task) -> list[Any]:
     took = "-"
     if task.created_at is not None and task.finished_at is not None:
         took = f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
-    outcome = task.video_url if task.is_succeeded else task.error_message
-    return [task.task_id, str(task.status), fmt_credits(task.credits_cost), took, outcome]
+    return [*task_row(task)[:3], took, task_row(task)[3]]
+
+
+def _balance(ctx: Context, balance: CreditBalance) -> None:
+    row = [balance.api_available_credits, balance.api_total_credits]
+    ctx.ui.table(("available", "total"), [[fmt_credits(v) for v in row]])
 
 
 async def cmd_demo(ctx: Context) -> int:
@@ -131,25 +143,10 @@ async def cmd_demo(ctx: Context) -> int:
     return code
 
 
-async def _run(
-    ctx: Context, client: AsyncVideoGen, directory: Path, summary: dict[str, Any]
-) -> int:
-    ui = ctx.ui
-    args = ctx.args
-
-    # 1. Balance --------------------------------------------------------------------------------
-    ui.heading("1. Your balance")
-    before = await client.credits.get()
-    ui.table(
-        ("available", "total"),
-        [[fmt_credits(before.api_available_credits), fmt_credits(before.api_total_credits)]],
-    )
-    summary["balance_before"] = before.to_dict()
-
-    # 2. Direct tasks ---------------------------------------------------------------------------
-    count = max(1, args.tasks)
+async def _direct_tasks(ctx: Context, client: AsyncVideoGen, count: int) -> list[Task]:
+    """2. A batch of direct tasks, gathered as they finish; the last one fails on purpose."""
     prompts = [DEMO_PROMPTS[i % len(DEMO_PROMPTS)] for i in range(count - 1)] + [FAILING_PROMPT]
-    ui.heading(f"2. A batch of {count} direct tasks")
+    ctx.ui.heading(f"2. A batch of {count} direct tasks")
     created = []
     for index, prompt in enumerate(prompts):
         fast = index % 2 == 1
@@ -161,24 +158,27 @@ async def _run(
                 ratio="9:16" if index % 3 == 0 else "16:9",
             )
         )
-    spent = sum(c.credits_cost for c in created)
-    ui.print(
-        f"created {len(created)} tasks for {fmt_credits(spent)} credits; gathering them as they"
-        " finish (the last prompt asks the sandbox to fail):"
+    ctx.ui.print(
+        f"created {len(created)} tasks for {fmt_credits(sum(c.credits_cost for c in created))}"
+        " credits; gathering them as they finish (the last prompt asks the sandbox to fail):"
     )
     ids = [c.task_id for c in created]
     results = await wait_for_ids(ctx, client, ids, timeout=120, description="generating")
     tasks = [r for r in (results.get(i) for i in ids) if isinstance(r, Task)]
-    ui.table((*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3]), [_demo_row(t) for t in tasks])
+    columns = (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3])
+    ctx.ui.table(columns, [_demo_row(t) for t in tasks])
     refunded = [t for t in tasks if t.is_failed]
     if refunded:
-        ui.print(
+        ctx.ui.print(
             f"{len(refunded)} task failed and was refunded (credits 0): a failed task is a"
             " result you can read, not an exception."
         )
-    summary["tasks"] = [t.to_dict() for t in tasks]
+    return tasks
 
-    # 3. A manual project -----------------------------------------------------------------------
+
+async def _project(ctx: Context, client: AsyncVideoGen) -> tuple[Project, list[Task]]:
+    """3. A manual project: its script, then two batches of videos; the project and its tasks."""
+    ui = ctx.ui
     ui.heading("3. A viral ad clone project, in manual mode")
     project = await client.projects.create(
         REFERENCE_AD,
@@ -202,37 +202,47 @@ async def _run(
         project.project_id, script=CUSTOM_SCRIPT, out_number=1, aspect_ratio="1:1"
     )
     ui.print(f"batch 2: {len(second.task_ids)} video from a script of its own (this batch only)")
-    batch_ids = [*first.task_ids, *second.task_ids]
-    batch_results = await wait_for_ids(
-        ctx, client, batch_ids, timeout=120, description="generating"
-    )
+    ids = [*first.task_ids, *second.task_ids]
+    results = await wait_for_ids(ctx, client, ids, timeout=120, description="generating")
     final = await client.projects.wait(project.project_id, timeout=120)
     if not ui.json_mode:  # in --json mode the demo prints one summary document at the end
         show_project(ctx, final)
-    project_tasks = [r for r in (batch_results.get(i) for i in batch_ids) if isinstance(r, Task)]
-    summary["project"] = final.to_dict()
+    return final, [r for r in (results.get(i) for i in ids) if isinstance(r, Task)]
 
-    # 4. Downloads ------------------------------------------------------------------------------
+
+async def _run(
+    ctx: Context, client: AsyncVideoGen, directory: Path, summary: dict[str, Any]
+) -> int:
+    ui = ctx.ui
+    ui.heading("1. Your balance")
+    before = await client.credits.get()
+    _balance(ctx, before)
+    tasks = await _direct_tasks(ctx, client, max(1, ctx.args.tasks))
+    final, project_tasks = await _project(ctx, client)
+
     finished = [t for t in [*tasks, *project_tasks] if t.is_succeeded]
     ui.heading(f"4. Downloading {len(finished)} videos to {directory}")
     downloads = await download_with_progress(ctx, client, finished, directory, max_concurrency=4)
     if not ui.json_mode:
         show_downloads(ctx, downloads)
-    summary["downloads"] = [
-        {"task_id": d.task_id, "path": str(d.path) if d.path else None, "size": d.size}
-        for d in downloads
-    ]
 
-    # 5. The bill -------------------------------------------------------------------------------
     ui.heading("5. Final balance and the project's billing")
     after = await client.credits.get()
     had, has = before.api_available_credits, after.api_available_credits
     balance = [[fmt_credits(v) for v in (had, had - has, has)]]
     ui.table(("before", "spent", "after"), balance, title="Balance")
     bill = final.billing
-    costs = [fmt_credits(v) for v in (bill.script_credits_cost, bill.video_credits_cost)]
-    costs.append(fmt_credits(bill.total_credits_cost))
-    ui.table(("script", "videos", "total"), [costs], title="The project's billing")
-    summary["balance_after"] = after.to_dict()
-    ok = all(d.ok for d in downloads) and len(tasks) == len(ids)
+    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
+    ui.table(("script", "videos", "total"), [[fmt_credits(c) for c in costs]], title="Billing")
+    summary.update(
+        balance_before=before.to_dict(),
+        tasks=[t.to_dict() for t in tasks],
+        project=final.to_dict(),
+        downloads=[
+            {"task_id": d.task_id, "path": str(d.path) if d.path else None, "size": d.size}
+            for d in downloads
+        ],
+        balance_after=after.to_dict(),
+    )
+    ok = all(d.ok for d in downloads) and len(tasks) == max(1, ctx.args.tasks)
     return EXIT_OK if ok else EXIT_SOME_FAILED

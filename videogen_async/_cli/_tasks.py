@@ -15,6 +15,7 @@ from .. import (
     APIResponseError,
     APIStatusError,
     AsyncVideoGen,
+    AuthenticationError,
     DownloadResult,
     Task,
     TaskPollError,
@@ -36,26 +37,24 @@ from ._common import (
     poll_failure,
     stdin_mode,
     task_row,
+    with_client,
 )
 from ._spending import check_spend, task_estimate
 
 TASK_COLUMNS = ("task id", "status", "credits", "video URL / error")
 
 
-async def cmd_credits(ctx: Context) -> int:
+@with_client
+async def cmd_credits(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen credits``: the API credit balance."""
-
-    async def work(client: AsyncVideoGen) -> int:
-        balance = await client.credits.get()
-        ctx.ui.show(
-            balance.to_dict(),
-            ("available", "total"),
-            [[fmt_credits(balance.api_available_credits), fmt_credits(balance.api_total_credits)]],
-            title="API credits",
-        )
-        return EXIT_OK
-
-    return await ctx.with_client(work)
+    balance = await client.credits.get()
+    ctx.ui.show(
+        balance.to_dict(),
+        ("available", "total"),
+        [[fmt_credits(balance.api_available_credits), fmt_credits(balance.api_total_credits)]],
+        title="API credits",
+    )
+    return EXIT_OK
 
 
 def request_from_args(args: Any, body: Body) -> dict[str, Any]:
@@ -153,27 +152,24 @@ def _show_tasks(ctx: Context, tasks: Sequence[Task], *, title: str | None = None
     ctx.ui.table(TASK_COLUMNS, [task_row(t) for t in tasks], title=title)
 
 
-async def cmd_status(ctx: Context) -> int:
+@with_client
+async def cmd_status(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen status ID...``: the current state of tasks."""
     ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+    found: dict[str, Task | VideoGenError] = {}
+    limiter = anyio.Semaphore(8)
 
-    async def work(client: AsyncVideoGen) -> int:
-        found: dict[str, Task | VideoGenError] = {}
-        limiter = anyio.Semaphore(8)
+    async def one(task_id: str) -> None:
+        async with limiter:
+            try:
+                found[task_id] = await client.tasks.get(task_id)
+            except VideoGenError as exc:
+                found[task_id] = exc
 
-        async def one(task_id: str) -> None:
-            async with limiter:
-                try:
-                    found[task_id] = await client.tasks.get(task_id)
-                except VideoGenError as exc:
-                    found[task_id] = exc
-
-        async with anyio.create_task_group() as tg:
-            for task_id in ids:
-                tg.start_soon(one, task_id)
-        return _report(ctx, ids, found, failed=False, waiting=False)
-
-    return await ctx.with_client(work)
+    async with anyio.create_task_group() as tg:
+        for task_id in ids:
+            tg.start_soon(one, task_id)
+    return _report(ctx, ids, found, failed=False, waiting=False)
 
 
 def task_report(
@@ -209,6 +205,10 @@ def _report(
     ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
 ) -> int:
     """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
+    for item in found.values():  # a refused key is about every id: said once, exit 4
+        cause = item.__cause__ if isinstance(item, TaskPollError) else item
+        if isinstance(cause, AuthenticationError):
+            raise cause
     rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
@@ -249,15 +249,12 @@ async def wait_for_ids(
     return results
 
 
-async def cmd_wait(ctx: Context) -> int:
+@with_client
+async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen wait ID...``: wait until tasks finish."""
     ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
-
-    async def work(client: AsyncVideoGen) -> int:
-        results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
-        return _report(ctx, ids, dict(results), failed=True)
-
-    return await ctx.with_client(work)
+    results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
+    return _report(ctx, ids, dict(results), failed=True)
 
 
 def kept_existing(result: DownloadResult) -> bool:
@@ -353,15 +350,12 @@ async def download_with_progress(
         return await client.download_many(items, directory, on_result=on_result, **options)
 
 
-async def cmd_download(ctx: Context) -> int:
+@with_client
+async def cmd_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen download ID... --to DIR``: save finished videos."""
     args = ctx.args
     items: list[str] = list(dict.fromkeys(args.sources))
-
-    async def work(client: AsyncVideoGen) -> int:
-        options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
-        results = await download_with_progress(ctx, client, items, Path(args.to), **options)
-        show_downloads(ctx, results)
-        return download_exit_code(results)
-
-    return await ctx.with_client(work)
+    options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
+    results = await download_with_progress(ctx, client, items, Path(args.to), **options)
+    show_downloads(ctx, results)
+    return download_exit_code(results)

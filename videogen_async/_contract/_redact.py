@@ -14,6 +14,7 @@ import os
 import re
 import threading
 import traceback
+import urllib.parse
 from collections import OrderedDict
 from typing import Any
 
@@ -249,3 +250,20 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = redact_text(record.stack_info)
         return True
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (``postgresql://user:***@host/db``), for messages.
+
+    A database URL given on a command line or in a setting carries its password; whatever
+    shows the URL back (an error, a "to resume, run:" line) shows this instead.
+    """
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        password = parsed.password
+    except ValueError:
+        return "<malformed url>"
+    if password is None:
+        return url
+    netloc = parsed.netloc.replace(f":{password}@", ":***@")
+    return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))

@@ -28,6 +28,8 @@ _NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')  # or 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
 STATES = ("creating", "unknown", "refused", "pending", "created", "succeeded", "failed", "error")
+#: What an entry's create makes (``LedgerEntry.kind``).
+KINDS = ("task", "project", "project_task", "videos")
 """Every state of an entry, in the order of its life (``created``: a video batch, answered)."""
 
 
@@ -86,6 +88,15 @@ class LedgerEntry(Serializable):
     def is_terminal(self) -> bool:
         """Whether the entry is in a terminal task state."""
         return self.state in TERMINAL_STATES
+
+    @property
+    def video_url(self) -> str | None:
+        """The video of a succeeded entry (``None`` otherwise, or before any poll).
+
+        ``entry.task`` is ``None`` until a poll was recorded, so ``entry.task.video_url`` does
+        not type-check; this reads the same value, ``None`` where there is none.
+        """
+        return self.task.video_url if self.task is not None else None
 
 
 def task_to_json(task: Task) -> str:

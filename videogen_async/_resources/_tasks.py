@@ -6,15 +6,15 @@ import functools
 import operator
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .._contract._enums import FunctionMode, Model, Ratio
-from .._contract._exceptions import WaitTimeoutError
+from .._contract._exceptions import TaskPollError, WaitTimeoutError
 from .._contract._models import CreatedTask, Task
 from .._contract._validation import as_url_list, check_id, validate_task_request
 from .._http._options import NO_OPTIONS, CallOptions, Headers, PollOptions, Query, RequestOptions
 from .._http._transport import Transport
-from .._waiting._gather import GatherResults, gather_until_done
+from .._waiting._gather import GatherOptions, GatherResults, gather_until_done
 from .._waiting._policy import PollPolicy
 from .._waiting._polling import TaskSource, UpdateCallback, wait_on_source
 from .._waiting._schedule import FinishTimeMemory
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 def _query(task_id: str) -> dict[str, str]:
     return {"task_id": check_id("task_id", task_id)}
+
+
+class GatherCallOptions(PollOptions, GatherOptions, total=False):
+    """The keyword arguments of ``client.tasks.gather_until_done`` but ``return_exceptions``."""
 
 
 class Tasks(Resource):
@@ -246,6 +250,26 @@ class Tasks(Resource):
                 raise
             yield last
 
+    @overload
+    def gather_until_done(
+        self,
+        /,
+        task_ids: Iterable[str],
+        *,
+        return_exceptions: Literal[False] = False,
+        **options: Unpack[GatherCallOptions],
+    ) -> GatherResults[Task]: ...
+
+    @overload
+    def gather_until_done(
+        self,
+        /,
+        task_ids: Iterable[str],
+        *,
+        return_exceptions: bool,
+        **options: Unpack[GatherCallOptions],
+    ) -> GatherResults[Task | TaskPollError]: ...
+
     def gather_until_done(
         self,
         /,
@@ -253,8 +277,9 @@ class Tasks(Resource):
         *,
         extra_headers: Headers | None = None,
         extra_query: Query | None = None,
-        **options: Any,
-    ) -> GatherResults:
+        return_exceptions: bool = False,
+        **options: Unpack[GatherOptions],
+    ) -> GatherResults[Any]:
         """Wait for many tasks at once, yielding each as soon as it is terminal.
 
         :func:`videogen_async.gather_until_done` with this client; see it for the options.
@@ -263,6 +288,8 @@ class Tasks(Resource):
             task_ids: The ids to wait for (duplicates are polled and yielded once).
             extra_headers: Headers sent as given with every poll.
             extra_query: Query parameters sent as given with every poll.
+            return_exceptions: Yield a :class:`TaskPollError` for an id that cannot be
+                polled, instead of raising it (see :func:`videogen_async.gather_until_done`).
             **options: Options of :func:`videogen_async.gather_until_done`.
 
         Returns:
@@ -270,7 +297,7 @@ class Tasks(Resource):
         """
         polls = {"extra_headers": extra_headers, "extra_query": extra_query}
         source = self._source(CallOptions.of(polls, polls=True))
-        return gather_until_done(source, task_ids, **options)
+        return gather_until_done(source, task_ids, return_exceptions=return_exceptions, **options)
 
 
 class RawTasks:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, cast, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -28,6 +28,7 @@ from ._schedule import FinishTimeMemory
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream
+    from typing_extensions import Unpack
 
 DEFAULT_MAX_CONCURRENCY = 32
 """Requests in flight at most, by default (see ``bench/gather.py``)."""
@@ -36,7 +37,34 @@ _BACKGROUND: set[asyncio.Task[None]] = set()
 """Strong references to the background runners of plain ``async for`` consumers."""
 
 
-class GatherResults:
+#: What a gather yields: ``Task``, or ``Task | TaskPollError`` with ``return_exceptions=True``
+#: (the default, for a bare ``GatherResults``). Checkers read the default (PEP 696) from
+#: typing_extensions; at run time a TypeVar's default changes nothing.
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    _R_co = TypeVarWithDefault("_R_co", covariant=True, default=Task | TaskPollError)
+else:
+    _R_co = TypeVar("_R_co", covariant=True)
+
+
+class GatherOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`gather_until_done` besides ``return_exceptions``.
+
+    Typed, so that a checker refuses a misspelt one (``timout=60``), as Python does at run time.
+    """
+
+    timeout: float | None
+    max_concurrency: int
+    poll_policy: PollPolicy | None
+    on_progress: Callable[[GatherProgress], Any] | None
+    progress_interval: float
+    classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None
+    finish_times: FinishTimeMemory | None
+    open_ended: bool
+
+
+class GatherResults(Generic[_R_co]):
     """The async iterator returned by :func:`gather_until_done`.
 
     Use it as ``async with ... as results: async for task in results`` (structured: polling
@@ -83,7 +111,7 @@ class GatherResults:
         """Say that no more ids join (``open_ended=True``): the gather ends when they are done."""
         self._core.end_input()
 
-    async def __aenter__(self) -> GatherResults:
+    async def __aenter__(self) -> GatherResults[_R_co]:
         if self._mode != "new":
             raise RuntimeError("this gather_until_done() was already started")
         self._mode = "context"
@@ -106,10 +134,10 @@ class GatherResults:
         await tg.__aexit__(None, None, None)
         return None
 
-    def __aiter__(self) -> GatherResults:
+    def __aiter__(self) -> GatherResults[_R_co]:
         return self
 
-    async def __anext__(self) -> Task | TaskPollError:
+    async def __anext__(self) -> _R_co:
         if self._mode == "new" and not self._closed:
             self._start_background()
         receive = self._receive
@@ -129,7 +157,7 @@ class GatherResults:
         if isinstance(item, _Fatal):
             await self.aclose()
             raise item.error
-        return item
+        return cast("_R_co", item)  # a TaskPollError comes only with return_exceptions=True
 
     def _start_background(self) -> None:
         self._mode = "background"
@@ -183,6 +211,26 @@ class GatherResults:
                 loop.call_soon_threadsafe(task.cancel)
 
 
+@overload
+def gather_until_done(
+    client: PollingClient | TaskSource,
+    task_ids: Iterable[str],
+    *,
+    return_exceptions: Literal[False] = False,
+    **options: Unpack[GatherOptions],
+) -> GatherResults[Task]: ...
+
+
+@overload
+def gather_until_done(
+    client: PollingClient | TaskSource,
+    task_ids: Iterable[str],
+    *,
+    return_exceptions: bool,
+    **options: Unpack[GatherOptions],
+) -> GatherResults[Task | TaskPollError]: ...
+
+
 def gather_until_done(
     client: PollingClient | TaskSource,
     task_ids: Iterable[str],
@@ -196,7 +244,7 @@ def gather_until_done(
     classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None = None,
     finish_times: FinishTimeMemory | None = None,
     open_ended: bool = False,
-) -> GatherResults:
+) -> GatherResults[Any]:
     """Wait for many tasks at once, yielding each as soon as it is terminal.
 
     ::
@@ -259,7 +307,7 @@ def gather_until_done(
         memory=memory,
         open_ended=open_ended,
     )
-    results = GatherResults(coordinator, key_of)
+    results: GatherResults[Any] = GatherResults(coordinator, key_of)
     results.add(task_ids)  # not started: the ids are scheduled when the polling starts
     return results
 

@@ -1,0 +1,106 @@
+"""What a new user meets first: a refused key, the help, a mistyped command."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from videogen_async._cli._parser import build_parser
+
+from .conftest import Run, ThreadedSandbox
+
+WRONG = "vg-wrong-key-0123456789"
+
+
+@pytest.mark.parametrize("argv", [("doctor",), ("credits",), ("status", "t_1")])
+def test_a_refused_key_says_so_where_it_came_from_and_exits_4(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: tuple[str, ...],
+) -> None:
+    monkeypatch.setenv("VIDEOGEN_API_KEY", WRONG)
+    run = cli(*argv)
+    assert run.code == 4, run
+    assert "refused the API key (401)" in run.err
+    assert "given by the VIDEOGEN_API_KEY environment variable" in run.err
+    assert "export VIDEOGEN_API_KEY=" in run.err
+    assert "NOT handled" not in run.err + run.out
+    assert WRONG not in run.err + run.out
+    flag = cli("--api-key", WRONG, *argv)
+    assert flag.code == 4, flag
+    assert "given by --api-key" in flag.err
+
+
+def test_a_refused_key_stops_a_batch_with_code_4(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("VIDEOGEN_API_KEY", WRONG)
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n')
+    run = cli("batch", str(path))
+    assert run.code == 4, run
+    assert "refused the API key (401)" in run.err
+
+
+def _every_command(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _every_command(sub, (*path, name))
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [(["creat", "x"], "videogen create"), (["ledger", "summery", "x"], "videogen ledger summary")],
+)
+def test_a_mistyped_command_is_told_the_closest_one(
+    cli: Callable[..., Run], argv: list[str], suggestion: str
+) -> None:
+    run = cli(*argv)
+    assert run.code == 2
+    assert f"did you mean: {suggestion}" in run.err
+
+
+def test_connection_options_are_accepted_after_the_command(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VIDEOGEN_BASE_URL")
+    run = cli("--json", "credits", "--base-url", sandbox.base_url, "--max-retries", "1")
+    assert run.code == 0, run
+    assert run.json()["api_available_credits"] > 0
+    late = cli("credits", "--base-url", sandbox.base_url, "--timeout", "5")
+    assert late.code == 2
+    assert "--timeout of the requests goes before the command" in late.err
+
+
+def test_every_command_has_a_description_and_examples() -> None:
+    commands = dict(_every_command(build_parser()))
+    assert ("ledger", "list") in commands
+    for path, parser in commands.items():
+        assert parser.description, path
+        assert "examples:" in (parser.epilog or ""), path
+        assert "\n\nexamples:" in "\n\n" + parser.format_help().split("\n\n", 1)[1], path
+
+
+def test_mcp_help_keeps_its_sentences_apart(cli: Callable[..., Run]) -> None:
+    run = cli("mcp", "--help")
+    assert "only. examples" not in run.out
+    assert "\n\nexamples:\n" in run.out
+
+
+def test_ledger_list_takes_every_kind_the_ledger_has(
+    cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    run = cli("ledger", "list", str(tmp_path / "none.db"), "--kind", "videos")
+    assert "invalid choice" not in run.err
+    assert "no such file" in run.err
