@@ -10,6 +10,7 @@ could be read. Never a different value, never a bare ``KeyError`` or ``TypeError
 from __future__ import annotations
 
 import copy
+import enum
 import json
 import math
 import re
@@ -127,7 +128,9 @@ def expected(kind: Any, value: Any) -> Any:
             return float(value) if math.isfinite(float(value)) else Refused
         except OverflowError:  # an integer beyond the float range
             return Refused
-    if kind is str or (args and str in args):  # text, or an enum kept as its text
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):  # open: any text is a member
+        return kind(value) if isinstance(value, str) else Refused
+    if kind is str:
         return value if isinstance(value, str) else Refused
     if kind is datetime:
         if not isinstance(value, str):

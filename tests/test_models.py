@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -106,10 +107,22 @@ def test_failed_task_is_a_terminal_result(status: str) -> None:
     assert task.credits_cost == 0
 
 
-def test_unknown_status_kept_as_string() -> None:
+def test_an_unknown_status_is_a_member_of_its_own() -> None:
     task = structure({**SPEC_TASK, "status": "cancelled", "result": None}, vg.Task)
     assert task.status == "cancelled"
-    assert not isinstance(task.status, vg.TaskStatus)
+    assert isinstance(task.status, vg.TaskStatus)
+    assert (task.status.value, task.status.name, str(task.status)) == (
+        "cancelled",
+        "CANCELLED",
+        "cancelled",
+    )
+    assert not task.status.is_known
+    assert vg.TaskStatus.RUNNING.is_known
+    assert "cancelled" not in vg.TaskStatus.values()
+    assert len(list(vg.TaskStatus)) == 5  # never listed
+    assert hash(task.status) == hash(vg.TaskStatus("cancelled"))
+    assert pickle.loads(pickle.dumps(task.status)) == "cancelled"  # noqa: S301 - our own bytes
+    assert task.to_dict()["status"] == "cancelled"
     assert not task.is_terminal
     finished = structure(
         {**SPEC_TASK, "status": "cancelled", "result": {"finished_at": "2026-11-21T10:00:00Z"}},

@@ -218,11 +218,9 @@ def for_type(tp: Any) -> st.SearchStrategy[Any]:
     """A strategy for a field's type: the models' types, read from their annotations."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
-        if enums:  # a member, or a value this SDK does not know yet (kept as a string)
-            options = [st.sampled_from(list(enums[0])), new_words]
-            return st.one_of(*options, *([st.none()] if type(None) in args else []))
         return st.one_of(*(for_type(a) for a in args))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # open: a value not known yet too
+        return st.sampled_from(list(tp)) | new_words.map(tp)
     if origin is tuple:
         return st.lists(for_type(args[0]), max_size=3).map(tuple)
     if origin is not None and str(origin).endswith("Mapping'>"):

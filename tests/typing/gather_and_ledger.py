@@ -22,6 +22,7 @@ async def gathered(client: vg.AsyncVideoGen, ids: list[str], entry: vg.LedgerEnt
         assert_type(done, vg.Task)
     client.tasks.gather_until_done(ids, timout=60)  # type: ignore[call-overload]
     assert_type(entry.video_url, str | None)
+    assert_type(entry.task.status.value if entry.task else "", str)  # one type: the open enum
 
 
 def blocking(client: vg.VideoGen, ids: list[str]) -> None:

@@ -1,7 +1,11 @@
 """String-valued enums of the service's fields.
 
 Every member *is* its string (``TaskStatus.SUCCEEDED == "succeeded"``): arguments accept
-either, and the models keep a value unknown to this SDK as a plain string.
+either. The enums are open: a value the service added after this SDK was released reads as a
+member of its own (``TaskStatus("paused")``, equal to ``"paused"``, with ``.value`` and
+``.name``), so that a model's field has one type, the enum, and code written against it type
+checks; ``is_known`` tells such a member from the documented ones, which alone are listed
+(``list(TaskStatus)``, ``values()``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,21 @@ class _StrEnum(str, enum.Enum):
 
     def __str__(self) -> str:
         return str(self.value)
+
+    @classmethod
+    def _missing_(cls, value: object) -> _StrEnum | None:
+        # A value this SDK does not know: a member made for it, never listed, never cached
+        # (each read makes its own; they are equal and hash alike, as their strings do).
+        if not isinstance(value, str):
+            return None
+        member = str.__new__(cls, value)
+        member._name_, member._value_ = value.upper(), value
+        return member
+
+    @property
+    def is_known(self) -> bool:
+        """Whether this is one of the documented values (not one the service added since)."""
+        return self._name_ in type(self).__members__
 
     @classmethod
     def values(cls) -> tuple[str, ...]:

@@ -1,10 +1,11 @@
 """The service's payloads as frozen attrs classes, parsed by one private cattrs converter.
 
-Lenient where the service may grow: unknown fields are ignored, unknown enum values kept as
-strings. Strict where it matters: dates are timezone-aware (no offset: UTC; a leap second is
-``23:59:59.999999``); a missing id, a field of the wrong JSON type or a non-finite number is a
-malformed response, never read with a substitute. A text holding an API key reads
-``<redacted>``. Every model has ``to_dict()``, ``to_json()`` and ``from_dict()`` (``_serial``).
+Lenient where the service may grow: unknown fields are ignored, an unknown enum value reads as
+a member of its own (the enums are open: ``_enums``). Strict where it matters: dates are
+timezone-aware (no offset: UTC; a leap second is ``23:59:59.999999``); a missing id, a field
+of the wrong JSON type or a non-finite number is a malformed response, never read with a
+substitute. A text holding an API key reads ``<redacted>``. Every model has ``to_dict()``,
+``to_json()`` and ``from_dict()`` (``_serial``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class CreatedTask(HasResponse, Serializable):
     """
 
     task_id: str
-    status: TaskStatus | str = TaskStatus.RUNNING
+    status: TaskStatus = TaskStatus.RUNNING
     created_at: datetime | None = None
     credits_cost: float = 0.0
 
@@ -107,8 +108,8 @@ class Task(HasResponse, Serializable):
     """
 
     task_id: str
-    status: TaskStatus | str
-    model: Model | str | None = None
+    status: TaskStatus
+    model: Model | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
     credits_cost: float = 0.0
@@ -152,7 +153,7 @@ class Task(HasResponse, Serializable):
 def _task_is_terminal(status: str | None, result: TaskResult | None) -> bool:
     if status in TERMINAL_TASK_STATUSES:
         return True
-    if status is None or isinstance(status, TaskStatus):
+    if status is None or TaskStatus(status).is_known:
         return False
     return result is not None and result.finished_at is not None
 
@@ -176,8 +177,8 @@ class ProjectTask(Serializable):
 
     credits_cost: float = 0.0
     task_id: str | None = None
-    status: TaskStatus | str | None = None
-    model: Model | str | None = None
+    status: TaskStatus | None = None
+    model: Model | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
     result: TaskResult | None = None
@@ -217,9 +218,9 @@ class CreatedProject(HasResponse, Serializable):
     """
 
     project_id: str
-    status: ProjectStatus | str = ProjectStatus.DRAFT
-    current_step: ProjectStep | str = ProjectStep.PREPARING_MEDIA
-    mode: ProjectMode | str = ProjectMode.AUTO
+    status: ProjectStatus = ProjectStatus.DRAFT
+    current_step: ProjectStep = ProjectStep.PREPARING_MEDIA
+    mode: ProjectMode = ProjectMode.AUTO
     credits_cost: float = 0.0
     created_at: datetime | None = None
 
@@ -244,9 +245,9 @@ class Project(HasResponse, Serializable):
     """
 
     project_id: str
-    status: ProjectStatus | str
-    current_step: ProjectStep | str | None = None
-    mode: ProjectMode | str | None = None
+    status: ProjectStatus
+    current_step: ProjectStep | None = None
+    mode: ProjectMode | None = None
     error_message: str | None = None
     view_script: str | None = None
     billing: Billing = attrs.field(factory=Billing)
@@ -291,8 +292,8 @@ class VideoBatch(HasResponse, Serializable):
     """
 
     project_id: str
-    project_status: ProjectStatus | str | None = None
-    current_step: ProjectStep | str | None = None
+    project_status: ProjectStatus | None = None
+    current_step: ProjectStep | None = None
     task_ids: tuple[str, ...] = ()
 
 
@@ -361,8 +362,8 @@ def structure_task(data: Any) -> Task:
             raise ValueError("unusual")  # noqa: TRY301  # an echoed key: redacted by structure()
         return Task(
             task_id,
-            _TASK_STATUS.get(status, status),
-            _MODEL.get(model, model) if model is not None else None,
+            _TASK_STATUS.get(status) or TaskStatus(status),
+            (_MODEL.get(model) or Model(model)) if model is not None else None,
             parse_datetime(data.get("created_at")),
             parse_datetime(data.get("updated_at")),
             float(cost),

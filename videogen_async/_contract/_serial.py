@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar, Union
+from typing import Any, NoReturn, Optional, TypeVar
 
 import attrs
 import cattrs
@@ -30,10 +30,7 @@ def _enum_or_str(enum_cls: type[enum.Enum], optional: bool) -> Any:
             return None
         if not isinstance(value, str):
             _wrong(value, f"a string for {enum_cls.__name__}")
-        try:
-            return enum_cls(value)
-        except ValueError:
-            return value
+        return enum_cls(value)  # open: a value this SDK does not know is a member of its own
 
     return structure
 
@@ -90,7 +87,7 @@ def _make_converter() -> cattrs.Converter:
     is_tuple = lambda t: getattr(t, "__origin__", None) is tuple  # noqa: E731
     made.register_structure_hook_func(is_tuple, _list_of(made))
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
-        for union, optional in ((Union[enum_cls, str], False), (Union[enum_cls, str, None], True)):  # noqa: UP007
+        for union, optional in ((enum_cls, False), (Optional[enum_cls], True)):  # noqa: UP045
             made.register_structure_hook(union, _enum_or_str(enum_cls, optional))
             made.register_unstructure_hook(union, _plain)
     return made
