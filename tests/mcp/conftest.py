@@ -28,9 +28,9 @@ import pytest
 pytest.importorskip("mcp", reason="needs the mcp extra: pip install videogen-async[mcp]")
 
 from mcp import ClientSession
+from mcp.client.session import ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.session import ElicitationFnT
 from mcp.types import CallToolResult
 
 from videogen_async.testing import SandboxServer
