@@ -85,14 +85,14 @@ async def test_a_create_asks_the_user_and_sends_nothing_unless_accepted(
     assert len(asked) == 1
     assert "a red fox" in asked[0]
     assert "videomodel_2_0" in asked[0]
-    assert "6 s" in asked[0]
-    assert "12 credits" in asked[0]
+    assert "duration: 6" in asked[0]
+    assert "credits: 12" in asked[0]
     if answer == "accept":
         assert made["state"] == "pending"
         assert creates(servers) == 1
     else:
         assert made["refusal"]["reason"] == "Declined"
-        assert "declined" in made["refusal"]["message"] or "cancelled" in made["refusal"]["message"]
+        assert f"did not consent to this create ({answer})" in made["refusal"]["message"]
         assert again["refusal"]["reason"] == "InvalidRequestError"  # nothing written
         assert servers.sandbox.stats().requests == 0
 

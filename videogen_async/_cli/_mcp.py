@@ -17,12 +17,11 @@ from .._mcp import serve
 from ..testing._cli import number_type
 from ._common import EXIT_OK, Context, UsageError
 
-DEFAULT_PORT = 8787  # not the sandbox's 8765: the same page starts both
-MCP_EPILOG = f"""\
+MCP_EPILOG = """\
 The API key is read from VIDEOGEN_API_KEY only; over --http off loopback, callers need the bearer
 token in VIDEOGEN_MCP_TOKEN. examples:
   videogen mcp --max-credits 200                 # stdio, for desktop and coding agents
-  videogen mcp --http 127.0.0.1:{DEFAULT_PORT} --ledger postgresql://u:p@db:5432/videos"""
+  videogen mcp --http 127.0.0.1:8787 --ledger postgresql://u:p@db:5432/videos"""
 
 
 def default_ledger() -> Path:
@@ -39,7 +38,7 @@ def default_ledger() -> Path:
 
 def _confirm_above(text: str) -> float | None:
     """``--confirm-above``: credits, or ``none`` (never ask)."""
-    return None if text.strip().lower() == "none" else _credits(text)
+    return None if text == "none" else _credits(text)
 
 
 _credits = number_type(float, minimum=0, what="a number of credits")
@@ -85,7 +84,8 @@ def add_mcp_parser(command: Any) -> None:
     p.add_argument(
         "--http",
         metavar="HOST:PORT",
-        help=f"serve streamable HTTP at /mcp, not stdio (e.g. 127.0.0.1:{DEFAULT_PORT})",
+        help="serve streamable HTTP at /mcp, not stdio (e.g. 127.0.0.1:8787, not the sandbox's"
+        " 8765)",
     )
     p.set_defaults(func=cmd_mcp)
 
@@ -98,9 +98,7 @@ def listen(value: str, token: str) -> socket.socket:
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(
-            f"--http: expected HOST:PORT (e.g. 127.0.0.1:{DEFAULT_PORT}), got {value!r}"
-        )
+        raise UsageError(f"--http: expected HOST:PORT (e.g. 127.0.0.1:8787), got {value!r}")
     if not token and not is_loopback(host):
         raise UsageError(
             f"--http {value}: {host} is not loopback; anyone reaching it could spend credits."
@@ -131,8 +129,14 @@ async def cmd_mcp(ctx: Context) -> int:
         async with Ledger.open(url, max_credits=args.max_credits) as ledger:
             if sock is not None:
                 ctx.ui.note(f"videogen mcp: serving http://{args.http}/mcp")
-            options = {"max_wait": args.max_wait, "confirm_above": args.confirm_above}
-            await serve(ledger, client, http=sock, token=token or None, **options)
+            await serve(
+                ledger,
+                client,
+                http=sock,
+                token=token,
+                max_wait=args.max_wait,
+                confirm_above=args.confirm_above,
+            )
         return EXIT_OK
 
     return await ctx.with_client(work)

@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import CancelledElicitation, DeclinedElicitation
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, WithJsonSchema
+from pydantic import BaseModel, WithJsonSchema
 
 from .. import LedgerEntry
 from .._contract import _exceptions as err
@@ -87,20 +87,19 @@ def with_fields(fn: _F, schema: dict[str, Any], *names: str) -> _F:
         return await fn(*args, **kwargs)
 
     published.__signature__ = signature.replace(parameters=[*own, *fields])  # type: ignore[attr-defined]
-    published.__annotations__ = fn.__annotations__ | {p.name: p.annotation for p in fields}
     return published  # type: ignore[return-value]
 
 
 class Refusal(BaseModel):
     """Why nothing (more) was done; a refusal for the cap names its figures."""
 
-    reason: str = Field(description="The error's name, Declined or NoConsent.")
+    reason: str  # the error's name, Declined or NoConsent
     message: str
     max_credits: float | None = None
     spent: float | None = None
     reserved: float | None = None
     left: float | None = None
-    cost: float | None = Field(default=None, description="What this create would cost (credits).")
+    cost: float | None = None  # what this create would cost
 
 
 class Answer(BaseModel):
@@ -123,8 +122,8 @@ class Entry(Answer):
     error: str | None = None
     prompt: str | None = None
     metadata: dict[str, Any] | None = None
-    created_at: str | None = None
-    finished_at: str | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
     done: bool | None = None
     next_step: str | None = None
 
@@ -148,21 +147,13 @@ class Balance(Answer):
 class Estimate(Answer):
     model: str | None = None
     duration: int | None = None
-    credits: float | None = Field(
-        default=None, description="The estimate: the higher of the two below."
-    )
+    credits: float | None = None  # the higher of the two below
     statement_credits: float | None = None
-    learned_credits: float | None = Field(
-        default=None, description="The highest this ledger was charged."
-    )
+    learned_credits: float | None = None  # the most this ledger was charged for the same
 
 
 class Consent(BaseModel):
     """Accepting the question is the consent: there is nothing to fill in."""
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
 
 
 def entry_data(entry: LedgerEntry) -> "Entry":
@@ -181,15 +172,33 @@ def entry_data(entry: LedgerEntry) -> "Entry":
         "error": error,
         "prompt": entry.request.get("prompt"),
         "metadata": dict(entry.metadata),
-        "created_at": _iso(entry.created_at),
-        "finished_at": _iso(entry.finished_at),
+        "created_at": entry.created_at,
+        "finished_at": entry.finished_at,
         "done": entry.is_terminal,
     }
     return Entry(**redact_value(data))
 
 
+class Declined(Exception):
+    """The user did not consent to a create (declined or cancelled)."""
+
+
+class NoConsent(Exception):
+    """Nobody could consent to a create: no way to ask the user, no cap."""
+
+
 NOTHING = "Nothing was sent"
 _ADVICE: tuple[tuple[type[Exception], str], ...] = (
+    (
+        Declined,
+        f"The user did not consent to this create ({{}}). {NOTHING}; do not call again unless"
+        " the user asks.",
+    ),
+    (
+        NoConsent,
+        "Nobody could consent to spending: {}. The operator allows creates by starting"
+        f" `videogen mcp --max-credits N` (a cap) or `--confirm-above none`. {NOTHING}.",
+    ),
     (err.InvalidRequestError, f"Invalid argument: {{}}. {NOTHING}; fix it and call again."),
     (
         err.BudgetExceededError,
@@ -246,9 +255,9 @@ def answer(data: BaseModel) -> CallToolResult:
     return CallToolResult(content=content, structured_content=structured, is_error=bool(refused))
 
 
-READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-READ_SERVICE = ToolAnnotations(read_only_hint=True, open_world_hint=True)
-SPEND = ToolAnnotations(
+_READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_READ_SERVICE = ToolAnnotations(read_only_hint=True, open_world_hint=True)
+_SPEND = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True
 )
 _PRICES = ", ".join(f"{model} {rate:g}" for model, rate in REFERENCE_PRICES.per_second.items())
@@ -257,9 +266,10 @@ _LATE = (
     " comes back as it stands (done=false) and the server goes on creating it; wait_for_video"
     " follows it."
 )
-DESCRIPTIONS = {  # a tool's title and description
+TOOLS = {  # a tool's title, annotations and description
     "create_video": (
         "Create a video",
+        _SPEND,
         "Create a video from a prompt. COSTS CREDITS: about this many per second of"
         f" video ({_PRICES}; estimate_cost tells; the answer's credits_cost is what was charged;"
         " a failed video is refunded). The user may be asked to confirm the cost. Always pass a"
@@ -269,6 +279,7 @@ DESCRIPTIONS = {  # a tool's title and description
     ),
     "create_ad_clone_project": (
         "Create an ad clone project",
+        _SPEND,
         "Create a viral ad clone project from a reference ad and product"
         f" images. COSTS CREDITS: {REFERENCE_PRICES.script_credits:g} for its script at once, then"
         " its videos. The user may be asked to confirm. Pass a `key`: the same key never pays"
@@ -276,12 +287,14 @@ DESCRIPTIONS = {  # a tool's title and description
     ),
     "get_video": (
         "Get a video",
+        _READ,
         "The current state of a video by its `key`, as the ledger holds it (kept current by"
         " the server; free, sends nothing for a finished video). To wait for a video, call"
         " wait_for_video instead of calling this repeatedly.",
     ),
     "wait_for_video": (
         "Wait for a video",
+        _READ,
         "Wait until the video of `key` is finished (succeeded: video_url; failed or"
         " error: refunded), at most `timeout` seconds and never longer than the server's bound"
         " (45 s by default, under hosts' time limits), with a progress notification at each state"
@@ -290,16 +303,19 @@ DESCRIPTIONS = {  # a tool's title and description
     ),
     "credits_balance": (
         "Credits and spending cap",
+        _READ_SERVICE,
         "The account's credits (available, total), and this server's spending cap"
         " (max_credits; absent: no cap) with what its ledger spent, reserved and has left. Free.",
     ),
     "list_videos": (
         "List videos",
+        _READ,
         "The videos created through this server's ledger, newest first; filter by"
         " `state` or `metadata`. Free.",
     ),
     "estimate_cost": (
         "Estimate a video's cost",
+        _READ,
         "What create_video would cost for a model and a duration: the statement's"
         " price and the highest price this ledger was charged for the same. Free, sends nothing.",
     ),
@@ -313,17 +329,9 @@ def given(fields: dict[str, Any], *leave: str) -> dict[str, Any]:
     }
 
 
-def consented(consent: Any) -> Refusal | None:
-    """A refusal unless someone consented: the user declined, or nobody could be asked."""
+def consented(consent: Any) -> None:
+    """Raise unless someone consented: the user declined, or nobody could be asked."""
     if isinstance(consent, (DeclinedElicitation, CancelledElicitation)):
-        said = "declined" if consent.action == "decline" else "cancelled"
-        text = f"The user {said} this create. {NOTHING}; do not call again unless the user asks."
-        return Refusal(reason="Declined", message=text)
+        raise Declined(consent.action)
     if consent.data == NO_CONSENT:
-        text = (
-            "Nobody could consent to spending: this client cannot ask the user (no elicitation)"
-            " and the server has no spending cap. The operator allows creates by starting"
-            f" `videogen mcp --max-credits N` (a cap) or `--confirm-above none`. {NOTHING}."
-        )
-        return Refusal(reason="NoConsent", message=text)
-    return None
+        raise NoConsent("this client cannot ask the user and the server has no spending cap")

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import attrs
 import uvicorn
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
@@ -33,19 +34,16 @@ A wait answers within the host's time limit: call it again while it answers done
 ENTRY_URI = "videogen://entries/{key}"
 
 
+@attrs.frozen
 class StaticToken(TokenVerifier):
-    """One bearer token (``VIDEOGEN_MCP_TOKEN``), compared in constant time."""
+    """One bearer token (``VIDEOGEN_MCP_TOKEN``), compared in constant time, never shown."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
+    token: str = attrs.field(repr=False)
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if not hmac.compare_digest(token.encode(), self._token):
+        if not hmac.compare_digest(token.encode(), self.token.encode()):
             return None
         return AccessToken(token="-", client_id="videogen-mcp-token", scopes=[])  # noqa: S106
-
-    def __repr__(self) -> str:
-        return "StaticToken(<hidden>)"
 
 
 def build_server(
@@ -72,7 +70,6 @@ def build_server(
         token_verifier=StaticToken(token) if token else None,
     )
     tools.register(server)
-    ledger = tools.ledger
 
     @server.resource(
         ENTRY_URI,
@@ -82,7 +79,7 @@ def build_server(
         " it changes (subscriptions/listen).",
     )
     async def entry(key: str) -> str:
-        found = await ledger.get(key)
+        found = await tools.ledger.get(key)
         if found is None:
             raise ResourceNotFoundError("no entry of this key in the ledger")
         return entry_data(found).model_dump_json(exclude_none=True)

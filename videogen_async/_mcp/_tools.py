@@ -19,7 +19,7 @@ import functools
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 import anyio.abc
@@ -41,7 +41,6 @@ from .._contract._validation import validate_project_request, validate_task_requ
 from .._ledger._creates import check_key
 from .._ledger._entry import STATES
 from ._answers import (
-    DESCRIPTIONS,
     GO,
     KEY_SCHEMA,
     MAX_LIST,
@@ -49,10 +48,8 @@ from ._answers import (
     METADATA_SCHEMA,
     NO_CONSENT,
     PROJECT_FIELDS,
-    READ,
-    READ_SERVICE,
     REFUSALS,
-    SPEND,
+    TOOLS,
     VIDEO_FIELDS,
     Balance,
     Consent,
@@ -101,19 +98,15 @@ class VideoTools:
 
     def register(self, server: MCPServer[Any]) -> None:
         """Add the tools to ``server``."""
-        video = partial(self.ledger.create_task, self.client)
-        estimate = with_fields(self.estimate_cost, VIDEO_FIELDS, "model", "duration")
-        tools = (
-            (self._create(VIDEO_FIELDS, video), "create_video", SPEND),
-            (self._create(PROJECT_FIELDS, self._project), "create_ad_clone_project", SPEND),
-            (self.get_video, "get_video", READ),
-            (self.wait_for_video, "wait_for_video", READ),
-            (self.credits_balance, "credits_balance", READ_SERVICE),
-            (self.list_videos, "list_videos", READ),
-            (estimate, "estimate_cost", READ),
-        )
-        for fn, name, hints in tools:
-            title, text = DESCRIPTIONS[name]
+        built = {
+            "create_video": self._create(
+                VIDEO_FIELDS, partial(self.ledger.create_task, self.client)
+            ),
+            "create_ad_clone_project": self._create(PROJECT_FIELDS, self._project),
+            "estimate_cost": with_fields(self.estimate_cost, VIDEO_FIELDS, "model", "duration"),
+        }
+        for name, (title, hints, text) in TOOLS.items():
+            fn = built.get(name) or getattr(self, name)
             server.add_tool(fn, name, title, text, annotations=hints, structured_output=True)
 
     async def _answer(self, work: Awaitable[BaseModel], key: Any = None) -> CallToolResult:
@@ -152,8 +145,7 @@ class VideoTools:
         The create is never cancelled (a cancelled create would be ``unknown``): a call that
         stops waiting leaves it running, and the ledger records its answer.
         """
-        if no := consented(consent):
-            return Entry(refusal=no)
+        consented(consent)
         outcome: list[Any] = []
         done = anyio.Event()
 
@@ -188,41 +180,28 @@ class VideoTools:
         ]
         return max(costs, default=None)
 
-    async def _consent(
-        self, ctx: Context[Any, Any], key: Any, what: str, cost: float
-    ) -> Elicit[Consent] | str:
-        """Whom to ask before spending ``cost``: nobody (``GO``), the user, or a refusal.
+    async def _ask(self, ctx: Context[Any, Any], fields: dict[str, Any]) -> Elicit[Consent] | str:
+        """Whom to ask before a create of ``fields``: nobody (``GO``), the user, or a refusal.
 
-        Nobody when the operator allowed it (``--confirm-above``) or when the key is created
-        already (it never pays twice); without a way to ask the user, the operator's cap is the
-        consent, and without a cap it is refused.
+        Nobody when the operator allowed it (``--confirm-above``), when the key is created
+        already (it never pays twice), or when the create breaks a rule (it is refused, naming
+        the rule); without a way to ask the user, the operator's cap is the consent, and
+        without a cap the create is refused.
         """
-        if self.confirm_above is None or cost <= self.confirm_above:
+        try:
+            cost = await self._estimate(fields)
+            old = await self.ledger.get(fields["key"])
+        except err.InvalidRequestError:
             return GO
-        old = await self.ledger.get(key)
-        if old is not None and old.state != "refused":  # a refused key is sent again
-            return GO
-        cap = self.ledger.max_credits
+        line = math.inf if self.confirm_above is None else self.confirm_above
+        if (cost.credits or 0.0) <= line or (old is not None and old.state != "refused"):
+            return GO  # a refused key is sent again: asked again
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
-            return GO if cap is not None else NO_CONSENT
-        return Elicit(f"{what}\nEstimated cost: {cost:g} credits. Spend them?", Consent)
-
-    async def _ask(self, ctx: Context[Any, Any], fields: dict[str, Any]) -> Elicit[Consent] | str:
-        """The consent to a create of ``fields``: a video's, or a project's (its script)."""
-        project = "reference_video_url" in fields
-        try:
-            if project:
-                validate_project_request(given(fields, "key", "metadata"))
-                cost = Estimate(credits=REFERENCE_PRICES.script_credits)
-                what = f"Create an ad clone project of {fields['reference_video_url']}."
-            else:
-                cost = await self._estimate(fields)
-                what = f"Create a video.\nPrompt: {fields['prompt']}\nModel: {cost.model}"
-                what += f"\nDuration: {cost.duration} s"
-        except err.InvalidRequestError:
-            return GO  # the create refuses it, naming the rule: nobody is asked
-        return await self._consent(ctx, fields["key"], what, cost.credits or 0.0)
+            return GO if self.ledger.max_credits is not None else NO_CONSENT
+        shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}
+        text = "\n".join(f"{name}: {value}" for name, value in shown.items())
+        return Elicit(f"Spend credits on this create?\n{text}", Consent)
 
     # -- the reads -------------------------------------------------------------------------
 
@@ -242,9 +221,7 @@ class VideoTools:
         self,
         ctx: Context[Any, Any],
         key: Annotated[str, WithJsonSchema(KEY_SCHEMA)],
-        timeout: Annotated[  # noqa: ASYNC109 - the tool's argument, bounded by max_wait
-            float | None, Field(gt=0, description="Seconds at most (at most the server's bound).")
-        ] = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the tool's argument, within max_wait
     ) -> Entry:
         # The ledger's own wait (its rule of what never finishes), the entry as it stands at
         # the bound; progress notifications meanwhile.
@@ -257,15 +234,22 @@ class VideoTools:
                 entry = exc.last or entry
             group.cancel_scope.cancel()
         data = entry_data(entry)
-        data.next_step = None if entry.is_terminal else "Not finished: call wait_for_video again."
+        if entry.is_terminal:
+            await ctx.report_progress(entry.version, None, entry.state)
+        else:
+            data.next_step = "Not finished: call wait_for_video again."
         return data
 
     async def _progress(self, ctx: Context[Any, Any], entry: LedgerEntry) -> None:
-        """A progress notification now and at each change of the entry, while a wait lasts."""
+        """A progress notification now and at each change of the entry, while a wait lasts.
+
+        Not the terminal one: the wait sends it, so that it is the last (a progress value
+        grows with each notification: the entry's version).
+        """
         async with self.ledger.changes(keys=[entry.key]) as changes:
-            await ctx.report_progress(entry.version, None, entry.state)
-            async for change in changes:
-                await ctx.report_progress(change.version, None, change.state)
+            while not entry.is_terminal:
+                await ctx.report_progress(entry.version, None, entry.state)
+                entry = await anext(changes)
 
     @bounded
     async def credits_balance(self) -> Balance:
@@ -283,12 +267,10 @@ class VideoTools:
     @bounded
     async def list_videos(
         self,
-        state: Annotated[str | None, Field(json_schema_extra={"enum": list(STATES)})] = None,
+        state: Literal[STATES] | None = None,  # type: ignore[valid-type]
         metadata: Annotated[dict[str, Any] | None, WithJsonSchema(METADATA_SCHEMA)] = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIST)] = 20,
     ) -> Listing:
-        if state is not None and state not in STATES:
-            raise err.InvalidRequestError("state", f"must be one of {', '.join(STATES)}")
         found = [
             entry
             async for entry in self.ledger.entries(metadata=metadata)
@@ -302,7 +284,10 @@ class VideoTools:
         return await self._answer(self._estimate(fields))  # type: ignore[return-value]
 
     async def _estimate(self, fields: dict[str, Any]) -> Estimate:
-        """The cost of a create of ``fields`` (checked: a prompt is not needed)."""
+        """The cost of a create of ``fields`` (checked; an estimate needs no prompt)."""
+        if "reference_video_url" in fields:  # a project: its script at once
+            validate_project_request(given(fields, "key", "metadata"))
+            return Estimate(credits=REFERENCE_PRICES.script_credits)
         body = validate_task_request({"prompt": "-", **given(fields, "key", "metadata")})
         model = body.get("model") or _DEFAULT_MODEL
         duration = body.get("duration") or _DEFAULT_DURATION
