@@ -173,3 +173,12 @@ async def test_a_subscriber_hears_when_its_entry_changes(servers: Servers) -> No
             with anyio.fail_after(60):
                 event = await events.__anext__()
     assert event == ResourceUpdated(uri=uri)
+
+
+async def test_a_service_too_slow_for_the_bound_is_a_refusal_in_time(servers: Servers) -> None:
+    servers.sandbox.faults.set("GET /v1/credits", latency=30, times=1)
+    async with host(servers, "--confirm-above", "none", "--max-wait", "1") as agent:
+        with anyio.fail_after(20):  # far below the 30 s the service takes
+            refused = await agent.call("credits_balance", {})
+    assert refused["refusal"]["reason"] == "TimeoutError"
+    assert "Temporarily unavailable" in refused["refusal"]["message"]
