@@ -2,8 +2,12 @@
 
 Each server is a real ``videogen mcp`` subprocess (PYTHONPATH passed through, so that this tree
 is what runs), reached by the ``mcp`` package's own client over stdio or streamable HTTP. Every
-answer a test reads goes through :class:`Agent`, which keeps its text: the tests assert that
-the API key is in none of them, nor in the servers' stderr.
+answer a test reads goes through :class:`Agent`, which keeps its text (the tests assert that
+the API key is in none of them, nor in the servers' stderr) and holds its ``structuredContent``
+to the tool's ``outputSchema`` with ``jsonschema``: every answer, refusals included.
+
+The servers start with ``--confirm-above none`` (the operator consents: these clients cannot
+be asked) unless a test gives its own.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 
 pytest.importorskip("mcp", reason="needs the mcp extra: pip install videogen-async[mcp]")
 
 from mcp import ClientSession
+from mcp.client.session import ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
@@ -44,17 +50,42 @@ def mcp_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "videogen_async", "mcp", *args]
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Agent:
     """One MCP client session, keeping the text of every answer it read."""
 
     def __init__(self, session: ClientSession, texts: list[str]) -> None:
         self.session, self.texts = session, texts
+        self.schemas: dict[str, Any] = {}
 
     async def call(self, name: str, arguments: dict[str, Any], **options: Any) -> CallToolResult:
+        """A call; its structured answer (an error's too) must fit the tool's output schema."""
+        if not self.schemas:
+            tools = (await self.session.list_tools()).tools
+            self.schemas = {tool.name: tool.output_schema for tool in tools}
         result = await self.session.call_tool(name, arguments, **options)
         self.texts += [block.text for block in result.content if hasattr(block, "text")]
         self.texts.append(json.dumps(result.structured_content))
+        if result.structured_content is None:  # only the SDK's own check of the arguments
+            assert result.is_error, result.content
+            assert "validation error" in result.content[0].text  # type: ignore[union-attr]
+        else:
+            jsonschema.validate(result.structured_content, self.schemas[name])
         return result
+
+    async def refusal(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A call's refusal, which must be an error whose text is the refusal's message."""
+        result = await self.call(name, arguments)
+        assert result.is_error, result.structured_content
+        assert result.structured_content is not None
+        refusal: dict[str, Any] = result.structured_content["refusal"]
+        assert result.content[0].text == refusal["message"]  # type: ignore[union-attr]
+        return refusal
 
     async def data(self, name: str, arguments: dict[str, Any], **options: Any) -> dict[str, Any]:
         """A call's answer, which must not be an error."""
@@ -81,41 +112,51 @@ class Servers:
         self.stderr_paths.append(path)
         return path.open("w")
 
+    def command(self, *args: str) -> list[str]:
+        return mcp_command("--ledger", self.ledger, "--confirm-above", "none", *args)
+
     @asynccontextmanager
-    async def stdio(self, *args: str) -> AsyncIterator[Agent]:
+    async def stdio(
+        self, *args: str, elicitation: ElicitationFnT | None = None
+    ) -> AsyncIterator[Agent]:
         """A session with a new ``videogen mcp`` process over stdio (on the shared ledger)."""
-        command = mcp_command("--ledger", self.ledger, *args)
+        command = self.command(*args)
         params = StdioServerParameters(
             command=command[0], args=command[1:], env=server_env(self.sandbox)
         )
         with self._errlog() as errlog:
             async with stdio_client(params, errlog=errlog) as streams:
-                async with ClientSession(*streams) as session:
+                async with ClientSession(*streams, elicitation_callback=elicitation) as session:
                     await session.initialize()
                     yield Agent(session, self.texts)
 
     @asynccontextmanager
-    async def http(self, *args: str) -> AsyncIterator[Agent]:
-        """A session with a new ``videogen mcp --http`` process (on the shared ledger)."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        command = mcp_command("--ledger", self.ledger, "--http", f"127.0.0.1:{port}", *args)
-        env = {**os.environ, **server_env(self.sandbox)}
+    async def serving(
+        self, *args: str, bind: str = "127.0.0.1", env: dict[str, str] | None = None
+    ) -> AsyncIterator[str]:
+        """A ``videogen mcp --http`` process on ``bind``; its URL through loopback."""
+        port = free_port()
+        command = self.command("--http", f"{bind}:{port}", *args)
+        env = {**os.environ, **server_env(self.sandbox), **(env or {})}
         with self._errlog() as errlog:
             process = await anyio.open_process(command, env=env, stdout=errlog, stderr=errlog)
             try:
                 with anyio.fail_after(60):
                     await _accepting(port)
-                url = f"http://127.0.0.1:{port}/mcp"
-                async with streamable_http_client(url) as streams:
-                    async with ClientSession(*streams[:2]) as session:
-                        await session.initialize()
-                        yield Agent(session, self.texts)
+                yield f"http://127.0.0.1:{port}/mcp"
             finally:
                 process.terminate()
                 with anyio.fail_after(30):
                     await process.wait()
+
+    @asynccontextmanager
+    async def http(self, *args: str) -> AsyncIterator[Agent]:
+        """A session with a new ``videogen mcp --http`` process (on the shared ledger)."""
+        async with self.serving(*args) as url:
+            async with streamable_http_client(url) as streams:
+                async with ClientSession(*streams[:2]) as session:
+                    await session.initialize()
+                    yield Agent(session, self.texts)
 
 
 async def _accepting(port: int) -> None:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 
 from videogen_async import Model
@@ -23,7 +24,9 @@ TOOLS = {
     "wait_for_video",
     "credits_balance",
     "list_videos",
+    "estimate_cost",
 }
+READ_ONLY = {"get_video", "wait_for_video", "credits_balance", "list_videos", "estimate_cost"}
 
 
 def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -44,6 +47,22 @@ async def test_the_tools_and_their_schemas_come_from_the_statement(servers: Serv
         templates = (await agent.session.list_resource_templates()).resource_templates
         agent.texts.append(json.dumps([tool.model_dump(mode="json") for tool in tools.values()]))
     assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.title
+        assert tool.output_schema is not None
+        assert tool.output_schema["type"] == "object"
+        jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        assert tool.annotations is not None
+        assert tool.annotations.read_only_hint is (tool.name in READ_ONLY)
+    for name in ("create_video", "create_ad_clone_project"):
+        hints = tools[name].annotations
+        assert hints is not None
+        assert (hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint) == (
+            False,
+            True,
+            True,
+        )
+    assert "video_url" in tools["wait_for_video"].output_schema["properties"]  # type: ignore[index]
     video = tools["create_video"].input_schema
     duration = video["properties"]["duration"]
     assert (duration["minimum"], duration["maximum"]) == (
@@ -53,9 +72,8 @@ async def test_the_tools_and_their_schemas_come_from_the_statement(servers: Serv
     assert [m for m in video["properties"]["model"]["enum"] if m] == list(Model.values())
     assert video["properties"]["image_urls"]["maxItems"] == service.MAX_IMAGE_URLS
     assert "$ref" not in json.dumps(video)  # every part inlined: an agent reads one schema
-    assert video["required"] == ["prompt"]
-    assert "key" in video["properties"]
-    assert tools["wait_for_video"].input_schema["properties"]["timeout"]["maximum"] == 600
+    assert set(video["required"]) == {"prompt", "key"}
+    assert "wait_for_video" in (tools["create_video"].description or "")
     assert "CREDITS" in (tools["create_video"].description or "")
     assert "wait_for_video" in (tools["create_video"].description or "")
     assert [t.uri_template for t in templates] == ["videogen://entries/{key}"]
@@ -91,17 +109,20 @@ async def test_the_cap_refuses_the_create_that_would_pass_it_with_nothing_sent(
 ) -> None:
     async with servers.stdio("--max-credits", "15") as agent:
         await agent.data("create_video", {"prompt": "one", "key": "a", "duration": 5})
-        refused = await agent.call("create_video", {"prompt": "two", "key": "b", "duration": 5})
+        refused = await agent.refusal("create_video", {"prompt": "two", "key": "b", "duration": 5})
         balance = await agent.data("credits_balance", {})
-    assert refused.is_error
-    text = refused.content[0].text  # type: ignore[union-attr]
+    text = refused["message"]
     assert "Spending cap reached" in text
     assert "max_credits=15" in text
+    assert "5 left" in text
     assert "Nothing was sent" in text
     assert "--max-credits" in text
     assert creates(servers) == 1
-    assert balance["max_credits"] == 15
-    assert balance["ledger_spent"] == 10
+    figures = {"max_credits": 15, "spent": 10, "reserved": 0, "left": 5}
+    assert {name: refused[name] for name in figures} == figures
+    assert refused["cost"] == 10
+    assert refused["reason"] == "BudgetExceededError"
+    assert {name: balance[name] for name in figures} == figures
 
 
 async def test_a_wait_returns_the_succeeded_entry_with_progress_and_then_reads_send_nothing(
@@ -114,9 +135,7 @@ async def test_a_wait_returns_the_succeeded_entry_with_progress_and_then_reads_s
 
     async with servers.stdio() as agent:
         await agent.data("create_video", {"prompt": "a fox", "key": "w-1"})
-        entry = await agent.data(
-            "wait_for_video", {"key": "w-1", "timeout": 120}, progress_callback=on_progress
-        )
+        entry = await agent.data("wait_for_video", {"key": "w-1"}, progress_callback=on_progress)
         servers.sandbox.reset_stats()
         again = await agent.data("get_video", {"key": "w-1"})
         resource = await agent.session.read_resource("videogen://entries/w-1")
@@ -138,28 +157,33 @@ async def test_an_invalid_duration_is_refused_naming_the_rule_with_nothing_sent(
     servers: Servers,
 ) -> None:
     async with servers.stdio() as agent:
-        refused = await agent.call("create_video", {"prompt": "a fox", "key": "d", "duration": 16})
-        option = await agent.call("create_video", {"prompt": "x", "extra_headers": {"a": "b"}})
-        unknown = await agent.call("get_video", {"key": "never-created"})
+        refused = await agent.refusal(
+            "create_video", {"prompt": "a fox", "key": "d", "duration": 16}
+        )
+        keyless = await agent.call("create_video", {"prompt": "x"})  # the SDK's check
+        option = await agent.data(
+            "create_video", {"prompt": "x", "key": "o", "extra_headers": {"X-Spend": "more"}}
+        )
+        unknown = await agent.refusal("get_video", {"key": "never-created"})
+        estimate = await agent.refusal("estimate_cost", {"duration": 99})
         listed = await agent.data("list_videos", {})
-    text = refused.content[0].text  # type: ignore[union-attr]
-    assert refused.is_error
+    text = refused["message"]
     assert "duration" in text
     assert "4 to 15" in text
     assert "Nothing was sent" in text
-    assert option.is_error
-    assert "extra_headers" in option.content[0].text
-    assert unknown.is_error
-    assert "list_videos" in unknown.content[0].text
-    assert listed["entries"] == []
-    assert servers.sandbox.stats().requests == 0
+    assert keyless.is_error
+    assert option["state"] == "pending"  # an argument outside the schema is not passed on
+    assert "list_videos" in unknown["message"]
+    assert "duration" in estimate["message"]
+    assert [entry["key"] for entry in listed["entries"]] == ["o"]
+    assert creates(servers) == 1
 
 
 async def test_streamable_http_serves_the_same_tools(servers: Servers) -> None:
     async with servers.http() as agent:
         tools = (await agent.session.list_tools()).tools
         await agent.data("create_video", {"prompt": "a fox", "key": "h-1"})
-        entry = await agent.data("wait_for_video", {"key": "h-1", "timeout": 120})
+        entry = await agent.data("wait_for_video", {"key": "h-1"})
     assert {tool.name for tool in tools} == TOOLS
     assert entry["state"] == "succeeded"
     assert servers.sandbox.stats().tasks_created == 1
@@ -195,7 +219,7 @@ async def test_the_server_exits_cleanly_when_its_client_goes_away(servers: Serve
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--http", "0.0.0.0:8765"], "not loopback"),
+        (["--http", "0.0.0.0:8787"], "VIDEOGEN_MCP_TOKEN"),
         (["--http", "localhost"], "HOST:PORT"),
     ],
 )
@@ -230,10 +254,9 @@ def test_without_the_extra_the_command_names_it(tmp_path: Any) -> None:
 async def test_the_service_refusing_is_a_tool_error_saying_what_to_do(servers: Servers) -> None:
     servers.sandbox.set_credits(available=0)
     async with servers.stdio() as agent:
-        refused = await agent.call("create_video", {"prompt": "a fox", "key": "poor"})
+        refused = await agent.refusal("create_video", {"prompt": "a fox", "key": "poor"})
         entry = await agent.data("get_video", {"key": "poor"})
-    text = refused.content[0].text  # type: ignore[union-attr]
-    assert refused.is_error
+    text = refused["message"]
     assert "insufficient credits" in text
     assert "top up" in text
     assert entry["state"] == "refused"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,16 @@ from .._mcp import serve
 from ._common import EXIT_OK, Context, UsageError
 
 MCP_EPILOG = """\
+<<<<<<< HEAD
 The API key is read from VIDEOGEN_API_KEY only.
 
 examples:
+=======
+The API key is read from VIDEOGEN_API_KEY only; over --http off loopback, callers need the bearer
+token in VIDEOGEN_MCP_TOKEN. examples:
+>>>>>>> mcp
   videogen mcp --max-credits 200                 # stdio, for desktop and coding agents
-  videogen mcp --http 127.0.0.1:8765 --ledger postgresql://u:p@db:5432/videos"""
+  videogen mcp --http 127.0.0.1:8787 --ledger postgresql://u:p@db:5432/videos"""
 
 
 def default_ledger() -> Path:
@@ -36,35 +42,82 @@ def default_ledger() -> Path:
     return base / "videogen" / "mcp-ledger.sqlite"
 
 
+def _confirm_above(text: str) -> float | None:
+    """``--confirm-above``: credits, or ``none`` (never ask)."""
+    return None if text == "none" else _credits(text)
+
+
+_credits = number_type(float, minimum=0, what="a number of credits")
+
+
 def add_mcp_parser(command: Any) -> None:
     """Add ``videogen mcp`` through the parser's ``command`` helper."""
-    p = command("mcp", "serve the service to AI agents over the Model Context Protocol",
-                MCP_EPILOG)  # fmt: skip
-    p.add_argument("--ledger", metavar="URL", help="a file path, sqlite:///PATH or postgresql://"
-                   f"... (default: {default_ledger()})")  # fmt: skip
-    credits = number_type(float, minimum=0, what="a number of credits")
-    p.add_argument("--max-credits", type=credits, metavar="N",
-                   help="refuse a create that could take the ledger's spend past N")  # fmt: skip
-    p.add_argument("--base-url", dest="cfg_base_url", metavar="URL", default=argparse.SUPPRESS,
-                   help="the service's base URL (default: $VIDEOGEN_BASE_URL)")  # fmt: skip
-    p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp, not stdio")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow --http off loopback (read docs/agents.md first)")  # fmt: skip
+    p = command("mcp", "serve the service to AI agents over the Model Context Protocol", MCP_EPILOG)
+    p.add_argument(
+        "--ledger",
+        metavar="URL",
+        help=f"a file path, sqlite:///PATH or postgresql://... (default: {default_ledger()})",
+    )
+    p.add_argument(
+        "--max-credits",
+        type=_credits,
+        metavar="N",
+        help="refuse a create that could take the ledger's spend past N (the operator's consent"
+        " to spend up to N, for clients that cannot ask the user)",
+    )
+    p.add_argument(
+        "--confirm-above",
+        type=_confirm_above,
+        default=0.0,
+        metavar="CREDITS",
+        help="ask the user (elicitation) before a create costing more (default 0: every create;"
+        " none: never ask)",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=number_type(float, minimum=1, maximum=600, what="seconds"),
+        default=45.0,
+        metavar="SECONDS",
+        help="the longest a tool call waits (default 45: under hosts' 60 s limit)",
+    )
+    p.add_argument(
+        "--base-url",
+        dest="cfg_base_url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="the service's base URL (default: $VIDEOGEN_BASE_URL)",
+    )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at /mcp, not stdio (e.g. 127.0.0.1:8787, not the sandbox's"
+        " 8765)",
+    )
     p.set_defaults(func=cmd_mcp)
 
 
-def parse_http(value: str, allow_remote: bool) -> tuple[str, int]:
-    """``HOST:PORT`` of ``--http``, loopback unless ``allow_remote``."""
+def listen(value: str, token: str) -> socket.socket:
+    """The socket of ``--http HOST:PORT``, or one line saying what to do instead.
+
+    Off loopback, a token is required: anyone reaching the port could spend credits.
+    """
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--http: expected HOST:PORT (e.g. 127.0.0.1:8765), got {value!r}")
-    if not allow_remote and not is_loopback(host):
+        raise UsageError(f"--http: expected HOST:PORT (e.g. 127.0.0.1:8787), got {value!r}")
+    if not token and not is_loopback(host):
         raise UsageError(
-            f"--http {value}: {host} is not loopback; anyone reaching it could spend credits up"
-            " to the cap. Add --allow-remote behind an authenticating proxy (docs/agents.md)"
+            f"--http {value}: {host} is not loopback; anyone reaching it could spend credits."
+            " Set VIDEOGEN_MCP_TOKEN to a secret the callers send as a bearer token"
         )
-    return host, int(port)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, int(port)), family=family)
+    except OSError as exc:
+        raise UsageError(
+            f"--http {value}: cannot listen there ({exc.strerror}): another server holds the"
+            " port, or the address is not this machine's; stop it or choose another port"
+        ) from None
 
 
 async def cmd_mcp(ctx: Context) -> int:
@@ -72,16 +125,24 @@ async def cmd_mcp(ctx: Context) -> int:
     args = ctx.args
     if getattr(args, "cfg_api_key", None) or not os.environ.get("VIDEOGEN_API_KEY", "").strip():
         raise UsageError("videogen mcp reads the API key from VIDEOGEN_API_KEY only: set it")
-    http = None if args.http is None else parse_http(args.http, args.allow_remote)
+    token = os.environ.get("VIDEOGEN_MCP_TOKEN", "").strip()
+    sock = None if args.http is None else listen(args.http, token)
     url = args.ledger or default_ledger()
     if args.ledger is None:
         await anyio.Path(url.parent).mkdir(parents=True, exist_ok=True)
 
     async def work(client: AsyncVideoGen) -> int:
         async with Ledger.open(url, max_credits=args.max_credits) as ledger:
-            if http is not None:
-                ctx.ui.note(f"videogen mcp: serving http://{http[0]}:{http[1]}/mcp")
-            await serve(ledger, client, http=http)
+            if sock is not None:
+                ctx.ui.note(f"videogen mcp: serving http://{args.http}/mcp")
+            await serve(
+                ledger,
+                client,
+                http=sock,
+                token=token,
+                max_wait=args.max_wait,
+                confirm_above=args.confirm_above,
+            )
         return EXIT_OK
 
     return await ctx.with_client(work)

@@ -1,280 +1,306 @@
-"""The tools of ``videogen mcp``, every create through the ledger.
+"""The tools of ``videogen mcp``, every create through the ledger (see ``docs/agents.md``).
 
-Input schemas derived from the statement (by the sandbox's ``_schemas``), arguments checked by
-the SDK's own rules before anything is written or sent, every text that leaves redacted.
+Built with ``MCPServer``'s own means only: tools from functions (their input schema from the
+signature, their ``outputSchema`` from the return annotation), ``ToolAnnotations``, and the
+user's consent asked through a ``Resolve`` dependency that returns ``Elicit``, which the
+package carries over either generation of the protocol (a request to the client mid-call, or
+an input-required answer the client calls again with).
+
+The create tools publish the statement's request bodies as their input schema: each field of
+the statement becomes a keyword parameter whose JSON schema is the statement's, and the
+arguments are checked by the SDK's own rules, before anything is written or sent.
+
+Every call answers within ``max_wait`` seconds (hosts end a call after 60 s by default):
+a wait answers the entry as it stands, a create whose answer is late goes on in the server's
+task group (a cancelled create would be ``unknown``) and answers the entry as it stands.
 """
 
-from __future__ import annotations
-
-import json
+import functools
 import math
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Annotated, Any, Literal
 
 import anyio
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp.types import CallToolResult, TextContent
-from pydantic import ConfigDict
+import anyio.abc
+import attrs
+from mcp.server.mcpserver import (
+    Context,
+    Elicit,
+    ElicitationResult,
+    MCPServer,
+    Resolve,
+)
+from mcp.types import CallToolResult
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from .. import AsyncVideoGen, Ledger, LedgerEntry
 from .._contract import _exceptions as err
-from .._contract._redact import redact_text, redact_value
-from .._contract._schemas import component_schemas
-from .._contract._service import PROJECT_REQUEST, REFERENCE_PRICES, TASK_REQUEST
-from .._contract._validation import check_id, validate_project_request, validate_task_request
+from .._contract._service import REFERENCE_PRICES, TASK_REQUEST
+from .._contract._validation import validate_project_request, validate_task_request
 from .._ledger._creates import check_key
 from .._ledger._entry import STATES
-
-MAX_WAIT = 600.0  # the longest wait_for_video (seconds): an agent calls it again to wait longer
-MAX_LIST = 100
-_SCHEMAS = component_schemas()
-_RATE = REFERENCE_PRICES.per_second
-_KEY = {"type": "string", "minLength": 1, "maxLength": 500, "description": "Your idempotency"
-        " key for this video (e.g. 'fox-intro-v1'). Pass one: the same key never pays twice, in"
-        " this session or any other; a retried call returns the entry."}  # fmt: skip
-_METADATA = {"type": "object", "description": "A JSON object kept with the entry (<= 16 KiB)."}
-
-
-def _inline(value: Any) -> Any:
-    """A schema with its ``$ref`` to the components replaced by the components themselves."""
-    if isinstance(value, dict):
-        if "$ref" in value:
-            return _inline(_SCHEMAS[value["$ref"].rsplit("/", 1)[-1]])
-        return {name: _inline(item) for name, item in value.items()}
-    return [_inline(item) for item in value] if isinstance(value, list) else value
-
-
-def _body_schema(name: str) -> dict[str, Any]:
-    """A request body of the statement, as a tool's input schema with ``key`` and metadata."""
-    schema = _inline(_SCHEMAS[name])
-    schema["properties"] |= {"key": _KEY, "metadata": _METADATA}
-    return schema  # type: ignore[no-any-return]
+from ._answers import (
+    GO,
+    KEY_SCHEMA,
+    MAX_LIST,
+    MAX_WAIT,
+    METADATA_SCHEMA,
+    NO_CONSENT,
+    PROJECT_FIELDS,
+    REFUSALS,
+    TOOLS,
+    VIDEO_FIELDS,
+    Balance,
+    Consent,
+    Entry,
+    Estimate,
+    Listing,
+    answer,
+    consented,
+    entry_data,
+    given,
+    refusal,
+    with_fields,
+)
 
 
-def _object(required: list[str] | None = None, **properties: Any) -> dict[str, Any]:
-    schema = {"type": "object", "additionalProperties": False, "properties": properties}
-    return schema | ({"required": required} if required else {})
+def bounded(tool: Callable[..., Awaitable[BaseModel]]) -> Callable[..., Any]:
+    """A tool's method answered within the bound, a refusal as a structured tool error.
+
+    ``MCPServer`` reads the method's own signature (its input and output schemas).
+    """
+
+    @functools.wraps(tool)
+    async def answered(self: "VideoTools", *args: Any, **kwargs: Any) -> CallToolResult:
+        return await self._answer(tool(self, *args, **kwargs), kwargs.get("key"))
+
+    return answered
 
 
-_SCHEMAS_BY_TOOL: dict[str, dict[str, Any]] = {
-    "create_video": _body_schema(TASK_REQUEST.name),
-    "create_ad_clone_project": _body_schema(PROJECT_REQUEST.name),
-    "get_video": _object(
-        key=_KEY | {"description": "The key given to create_video."},
-        task_id={"type": "string", "minLength": 1},
-    ),
-    "wait_for_video": _object(
-        ["key"],
-        key=_KEY | {"description": "The key given to create_video."},
-        timeout={"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT, "default": 300},
-    ),
-    "credits_balance": _object(),
-    "list_videos": _object(
-        state={"type": "string", "enum": list(STATES)},
-        metadata=_METADATA | {"description": "Only entries whose metadata holds these values."},
-        limit={"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": 20},
-    ),
-}
-
-_PRICES = ", ".join(f"{model} {rate:g}" for model, rate in _RATE.items())
-DESCRIPTIONS = {
-    "create_video": "Create a video from a prompt. COSTS CREDITS: about this many per second of"
-    f" video ({_PRICES}; the answer's credits_cost is what was charged; a failed video is"
-    " refunded). Always pass a `key`: calling again with the same key returns the same entry and"
-    " never pays twice. It answers at once with the entry (state pending); then call"
-    " wait_for_video with the key instead of polling get_video.",
-    "create_ad_clone_project": "Create a viral ad clone project from a reference ad and product"
-    " images. COSTS CREDITS: 10 for its script at once, then its videos. Pass a `key`: the same"
-    " key never pays twice. Follow it with get_video(key).",
-    "get_video": "The current state of a video by its `key` (or `task_id`), as the ledger holds"
-    " it (kept current by the server; free, sends nothing for a finished video). To wait for"
-    " a video, call wait_for_video instead of calling this repeatedly.",
-    "wait_for_video": "Wait until the video of `key` is finished (succeeded: video_url; failed or"
-    " error: refunded) or `timeout` seconds pass, with a progress notification at each state"
-    " change. Free: one watcher serves every wait. If it answers done=false, call it again.",
-    "credits_balance": "The account's credits (available, total), and the credits this server's"
-    " ledger spent and reserved under its cap (max_credits; null: no cap). Free.",
-    "list_videos": "The videos created through this server's ledger, newest first; filter by"
-    " `state` or `metadata`. Free.",
-}
-
-_TASK_KINDS = ("task", "project_task")
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
-
-
-def entry_data(entry: LedgerEntry) -> dict[str, Any]:
-    """What an agent reads of an entry (redacted): its state, ids, cost, video or error."""
-    task, when = entry.task, _iso
-    error = entry.error or (task.result.error_message if task and task.result else None)
-    data = {"key": entry.key, "state": entry.state, "kind": entry.kind, "task_id": entry.task_id,
-            "project_id": entry.project_id, "task_status": task and str(task.status),
-            "credits_cost": entry.credits_cost, "video_url": task and task.video_url,
-            "error": error, "prompt": entry.request.get("prompt"), "metadata": entry.metadata,
-            "created_at": when(entry.created_at), "finished_at": when(entry.finished_at),
-            "done": entry.is_terminal}  # fmt: skip
-    return redact_value(data)  # type: ignore[no-any-return]
-
-
-_NOTHING = "Nothing was sent"
-_ADVICE: tuple[tuple[type[Exception], str], ...] = (
-    (err.InvalidRequestError, f"Invalid argument: {{}}. {_NOTHING}; fix it and call again."),
-    (err.BudgetExceededError, f"Spending cap reached: {{}}. {_NOTHING}. Do not retry: ask the user"
-     " to raise the server's --max-credits, or wait for pending videos (a failure is refunded)."),
-    (err.AmbiguousCreateError, "Unsure whether it was created: {}. Do not create it again under"
-     " another key; ask the user to check the account."),
-    (err.InsufficientCreditsError, "The service refused: insufficient credits ({}). Nothing was"
-     " charged; ask the user to top up the account, then call again with the same key."),
-    (err.NotFoundError, "Not found: {}. Check the id; list_videos shows this ledger's keys."),
-    (err.APIStatusError, "The service refused the request: {}. Nothing was charged; change what it"
-     " names (a prompt or media breaking a content rule) and call again."),
-    (Exception, "Temporarily unavailable: {}. Call again later with the same key (it never"
-     " pays twice)."),
-)  # fmt: skip
-_REFUSALS: tuple[type[Exception], ...] = (
-    *(kind for kind, _ in _ADVICE[:-1]), err.APIConnectionError, err.LedgerError)  # fmt: skip
-
-
-def refusal(exc: Exception) -> str:
-    """A refusal's text: the rule broken, and what the agent should do next (redacted)."""
-    said = redact_text(" ".join(str(exc).split()))
-    return next(text for kind, text in _ADVICE if isinstance(exc, kind)).format(said)
-
-
-class _Arguments(ArgModelBase):
-    """The arguments as sent: the tools check them by the service's own rules."""
-
-    model_config = ConfigDict(extra="allow")
-
-    def model_dump_one_level(self) -> dict[str, Any]:
-        return {"arguments": dict(self.model_extra or {})}
-
-
+@attrs.define
 class VideoTools:
-    """The six tools over one ledger and one client (see ``docs/agents.md``)."""
+    """The seven tools over one ledger and one client (see ``docs/agents.md``).
 
-    def __init__(self, ledger: Ledger, client: AsyncVideoGen) -> None:
-        self.ledger, self.client = ledger, client
+    Args:
+        ledger: The ledger every create goes through.
+        client: The client that sends.
+        group: The server's task group, where a create whose answer is late goes on.
+        max_wait: The longest a call waits for the service (seconds).
+        confirm_above: Ask the user before a create that costs more (``None``: never ask).
+    """
 
-    def tools(self) -> list[Tool]:
-        """The tools, for ``MCPServer(tools=...)``."""
-        return [self._tool(name) for name in _SCHEMAS_BY_TOOL]
+    ledger: Ledger
+    client: AsyncVideoGen
+    group: anyio.abc.TaskGroup
+    max_wait: float = MAX_WAIT
+    confirm_above: float | None = 0.0
 
-    def _tool(self, name: str) -> Tool:
-        call: Callable[..., Awaitable[dict[str, Any]]] = getattr(self, name)
-        schema = _SCHEMAS_BY_TOOL[name]
+    def register(self, server: MCPServer[Any]) -> None:
+        """Add the tools to ``server``."""
+        built = {
+            "create_video": self._create(
+                VIDEO_FIELDS, partial(self.ledger.create_task, self.client)
+            ),
+            "create_ad_clone_project": self._create(PROJECT_FIELDS, self._project),
+            "estimate_cost": with_fields(self.estimate_cost, VIDEO_FIELDS, "model", "duration"),
+        }
+        for name, (title, hints, text) in TOOLS.items():
+            fn = built.get(name) or getattr(self, name)
+            server.add_tool(fn, name, title, text, annotations=hints, structured_output=True)
 
-        async def run(arguments: dict[str, Any], ctx: Context[Any, Any]) -> CallToolResult:
+    async def _answer(self, work: Awaitable[BaseModel], key: Any = None) -> CallToolResult:
+        """Run a tool's work within the bound: a refusal, or the entry of ``key`` as it stands."""
+        try:
+            with anyio.move_on_after(self.max_wait + 0.5):
+                return answer(await work)
+            late = TimeoutError(f"no answer from the service within {self.max_wait:g} s")
+            return answer(entry_data(await self._entry(key)) if key else refusal(late))
+        except REFUSALS as exc:
+            return answer(refusal(exc))
+
+    # -- the creates -----------------------------------------------------------------------
+
+    def _create(
+        self,
+        schema: dict[str, Any],
+        create: Callable[..., Awaitable[LedgerEntry]],
+    ) -> Callable[..., Any]:
+        """A create tool of the fields of ``schema``: consent asked, then ``create``."""
+
+        async def consent(ctx: Context[Any, Any], **fields: Any) -> Elicit[Consent] | str:
+            return await self._ask(ctx, fields)
+
+        asked = Annotated[ElicitationResult[Consent], Resolve(with_fields(consent, schema))]
+
+        async def create_tool(consent: asked, **fields: Any) -> Entry:
+            work = self._detached(consent, lambda: create(**given(fields)))
+            return await self._answer(work, fields["key"])  # type: ignore[return-value]
+
+        return with_fields(create_tool, schema)
+
+    async def _detached(self, consent: Any, create: Callable[[], Awaitable[LedgerEntry]]) -> Entry:
+        """Run a consented create in the server's task group, and wait for its answer.
+
+        The create is never cancelled (a cancelled create would be ``unknown``): a call that
+        stops waiting leaves it running, and the ledger records its answer.
+        """
+        consented(consent)
+        outcome: list[Any] = []
+        done = anyio.Event()
+
+        async def run() -> None:
             try:
-                unknown = sorted(set(arguments) - set(schema["properties"]))
-                if unknown:
-                    raise err.InvalidRequestError(unknown[0], "is not an argument of this tool")
-                data = await call(arguments, ctx)
-            except _REFUSALS as exc:
-                raise ToolError(refusal(exc)) from None
-            text = json.dumps(data, ensure_ascii=False)
-            return CallToolResult(content=[TextContent(type="text", text=text)],
-                                  structured_content=data)  # fmt: skip
+                outcome.append(await create())
+            except Exception as exc:  # handed to the waiting call
+                outcome.append(exc)
+            done.set()
 
-        meta, text = FuncMetadata(arg_model=_Arguments), DESCRIPTIONS[name]
-        return Tool(fn=run, name=name, title=None, description=text, parameters=schema,
-                    fn_metadata=meta, is_async=True, context_kwarg="ctx",
-                    annotations=None)  # fmt: skip
+        self.group.start_soon(run)
+        await done.wait()
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return entry_data(outcome[0])
 
-    async def create_video(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        fields = dict(args)
-        key, metadata = fields.pop("key", None), fields.pop("metadata", None)
-        body = validate_task_request(fields)  # only the request's fields, none of the options
-        return entry_data(
-            await self.ledger.create_task(self.client, key=key, metadata=metadata, **body)
+    async def _project(
+        self, reference_video_url: str, product_image_urls: list[str], **fields: Any
+    ) -> LedgerEntry:
+        return await self.ledger.create_project(
+            self.client, reference_video_url, product_image_urls, **fields
         )
 
-    async def create_ad_clone_project(
-        self, args: dict[str, Any], ctx: Context[Any, Any]
-    ) -> dict[str, Any]:
-        fields = dict(args)
-        key, metadata = fields.pop("key", None), fields.pop("metadata", None)
-        body = validate_project_request(fields)
-        video, images = body.pop("reference_video_url"), body.pop("product_image_urls")
-        return entry_data(
-            await self.ledger.create_project(
-                self.client, video, images, key=key, metadata=metadata, **body
-            )
-        )
+    async def _learned(self, model: str, duration: int) -> float | None:
+        """The highest price this ledger was charged for a task of this model and duration."""
+        costs = [
+            entry.credits_cost
+            async for entry in self.ledger.entries()
+            if entry.kind == "task"
+            and entry.credits_cost
+            and (entry.model, entry.duration) == (model, duration)
+        ]
+        return max(costs, default=None)
+
+    async def _ask(self, ctx: Context[Any, Any], fields: dict[str, Any]) -> Elicit[Consent] | str:
+        """Whom to ask before a create of ``fields``: nobody (``GO``), the user, or a refusal.
+
+        Nobody when the operator allowed it (``--confirm-above``), when the key is created
+        already (it never pays twice), or when the create breaks a rule (it is refused, naming
+        the rule); without a way to ask the user, the operator's cap is the consent, and
+        without a cap the create is refused.
+        """
+        try:
+            cost = await self._estimate(fields)
+            old = await self.ledger.get(fields["key"])
+        except err.InvalidRequestError:
+            return GO
+        line = math.inf if self.confirm_above is None else self.confirm_above
+        if (cost.credits or 0.0) <= line or (old is not None and old.state != "refused"):
+            return GO  # a refused key is sent again: asked again
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return GO if self.ledger.max_credits is not None else NO_CONSENT
+        shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}
+        text = "\n".join(f"{name}: {value}" for name, value in shown.items())
+        return Elicit(f"Spend credits on this create?\n{text}", Consent)
+
+    # -- the reads -------------------------------------------------------------------------
 
     async def _entry(self, key: Any) -> LedgerEntry:
-        entry = await self.ledger.get(key)
+        entry = await self.ledger.get(check_key(key))
         if entry is None:
             rule = "unknown: no video of this key in the ledger (list_videos shows the keys)"
             raise err.InvalidRequestError("key", rule, value=key, has_value=True)
         return entry
 
-    async def get_video(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        if ("key" in args) == ("task_id" in args):
-            raise err.InvalidRequestError("key", "give either key or task_id")
-        if "key" in args:
-            return entry_data(await self._entry(args["key"]))
-        task_id = check_id("task_id", args["task_id"])
-        async for entry in self.ledger.entries():
-            if entry.task_id == task_id:
-                return entry_data(entry)
-        task = await self.client.tasks.get(task_id)  # not created here: one free read
-        data = {"task_id": task.task_id, "task_status": str(task.status), "done": task.is_terminal,
-                "video_url": task.video_url, "credits_cost": task.credits_cost}  # fmt: skip
-        return redact_value(data)  # type: ignore[no-any-return]
+    @bounded
+    async def get_video(self, key: Annotated[str, WithJsonSchema(KEY_SCHEMA)]) -> Entry:
+        return entry_data(await self._entry(key))
 
-    async def wait_for_video(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        timeout = _number(args, "timeout", 300, MAX_WAIT)
-        key = check_key(args.get("key"))
-        async with self.ledger.changes(keys=[key]) as changes:  # before the read: none missed
-            entry = await self._entry(key)
+    @bounded
+    async def wait_for_video(
+        self,
+        ctx: Context[Any, Any],
+        key: Annotated[str, WithJsonSchema(KEY_SCHEMA)],
+        timeout: float | None = None,  # noqa: ASYNC109 - the tool's argument, within max_wait
+    ) -> Entry:
+        # The ledger's own wait (its rule of what never finishes), the entry as it stands at
+        # the bound; progress notifications meanwhile.
+        entry = await self._entry(key)
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._progress, ctx, entry)
+            try:
+                entry = await self.ledger.wait(key, timeout=min(timeout or math.inf, self.max_wait))
+            except err.WaitTimeoutError as exc:
+                entry = exc.last or entry
+            group.cancel_scope.cancel()
+        data = entry_data(entry)
+        if entry.is_terminal:
             await ctx.report_progress(entry.version, None, entry.state)
-            with anyio.move_on_after(timeout):
-                while not entry.is_terminal:
-                    if entry.kind not in _TASK_KINDS or entry.state in ("unknown", "refused"):
-                        rule = f"a {entry.kind} entry in state {entry.state} never finishes"
-                        raise err.InvalidRequestError("key", rule + " (get_video shows it)")
-                    change = await changes.__anext__()
-                    if change.version > entry.version:
-                        entry = change
-                        await ctx.report_progress(entry.version, None, entry.state)
-        return entry_data(entry)
+        else:
+            data.next_step = "Not finished: call wait_for_video again."
+        return data
 
-    async def credits_balance(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
+    async def _progress(self, ctx: Context[Any, Any], entry: LedgerEntry) -> None:
+        """A progress notification now and at each change of the entry, while a wait lasts.
+
+        Not the terminal one: the wait sends it, so that it is the last (a progress value
+        grows with each notification: the entry's version).
+        """
+        async with self.ledger.changes(keys=[entry.key]) as changes:
+            while not entry.is_terminal:
+                await ctx.report_progress(entry.version, None, entry.state)
+                entry = await anext(changes)
+
+    @bounded
+    async def credits_balance(self) -> Balance:
         balance, summary = await self.client.credits.get(), await self.ledger.summary()
-        cap, used = self.ledger.max_credits, summary["spent"] + summary["reserved"]
-        left = None if cap is None else max(0, cap - used)
-        return {"available": balance.api_available_credits, "total": balance.api_total_credits,
-                "ledger_spent": summary["spent"], "ledger_reserved": summary["reserved"],
-                "max_credits": cap, "left_under_cap": left}  # fmt: skip
+        cap, spent, reserved = self.ledger.max_credits, summary["spent"], summary["reserved"]
+        return Balance(
+            available=balance.api_available_credits,
+            total=balance.api_total_credits,
+            max_credits=cap,
+            spent=spent,
+            reserved=reserved,
+            left=None if cap is None else max(0.0, cap - spent - reserved),
+        )
 
-    async def list_videos(self, args: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
-        state, limit = args.get("state"), _number(args, "limit", 20, MAX_LIST, int)
-        if state is not None and state not in STATES:
-            raise err.InvalidRequestError("state", f"must be one of {', '.join(STATES)}")
+    @bounded
+    async def list_videos(
+        self,
+        state: Literal[STATES] | None = None,  # type: ignore[valid-type]
+        metadata: Annotated[dict[str, Any] | None, WithJsonSchema(METADATA_SCHEMA)] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST)] = 20,
+    ) -> Listing:
         found = [
             entry
-            async for entry in self.ledger.entries(metadata=args.get("metadata"))
+            async for entry in self.ledger.entries(metadata=metadata)
             if state is None or entry.state == state
         ]
         found.sort(key=lambda e: e.created_at.timestamp() if e.created_at else -math.inf)
-        newest = found[::-1][:limit]
-        return {"entries": [entry_data(e) for e in newest], "more": len(found) > limit}
+        newest = [entry_data(e) for e in found[::-1][:limit]]
+        return Listing(entries=newest, more=len(found) > limit)
 
+    async def estimate_cost(self, **fields: Any) -> Estimate:
+        return await self._answer(self._estimate(fields))  # type: ignore[return-value]
 
-def _number(args: dict[str, Any], name: str, default: float, top: float, kind: type = float) -> Any:
-    """A number argument in ``(0, top]`` (``kind`` ``int``: a whole number)."""
-    value = args.get(name, default)
-    kinds = (int,) if kind is int else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value <= top:
-        what = "a whole number" if kind is int else "a number"
-        raise err.InvalidRequestError(
-            name, f"must be {what} > 0 and <= {top:g}", value=value, has_value=True
+    async def _estimate(self, fields: dict[str, Any]) -> Estimate:
+        """The cost of a create of ``fields`` (checked; an estimate needs no prompt)."""
+        if "reference_video_url" in fields:  # a project: its script at once
+            validate_project_request(given(fields, "key", "metadata"))
+            return Estimate(credits=REFERENCE_PRICES.script_credits)
+        body = validate_task_request({"prompt": "-", **given(fields, "key", "metadata")})
+        model = body.get("model") or _DEFAULT_MODEL
+        duration = body.get("duration") or _DEFAULT_DURATION
+        statement = REFERENCE_PRICES.task_cost(model, duration)
+        learned = await self._learned(model, duration)
+        return Estimate(
+            model=model,
+            duration=duration,
+            credits=max(statement, learned or 0.0),
+            statement_credits=statement,
+            learned_credits=learned,
         )
-    return value
+
+
+_DEFAULT_MODEL = TASK_REQUEST.field("model").default
+_DEFAULT_DURATION = TASK_REQUEST.field("duration").default

@@ -1,0 +1,184 @@
+"""What hosts expect of ``videogen mcp``: consent before spending, calls within a bound, updates.
+
+The clients are the ``mcp`` package's own ``Client``, of either generation of the protocol:
+``legacy`` (the initialize handshake: the server asks the user mid-call) and ``auto`` (the
+2026-07-28 protocol: the server answers that it needs input, and the client calls again).
+Every create is counted at the sandbox: nothing is sent unless someone consented.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import jsonschema
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.subscriptions import ResourceUpdated
+from mcp.types import ElicitRequestParams, ElicitResult
+
+from videogen_async.testing import SandboxServer
+
+from .conftest import CREATE_ROUTE, KEY, Servers, server_env
+
+GENERATIONS = ["legacy", "auto"]
+
+
+class Host:
+    """A ``Client`` of ``videogen mcp`` over stdio, its answers held to the output schemas."""
+
+    def __init__(self, client: Client, servers: Servers, asked: list[str]) -> None:
+        self.client, self.servers, self.asked = client, servers, asked
+        self.schemas: dict[str, Any] = {}
+
+    async def call(self, name: str, arguments: dict[str, Any], **options: Any) -> dict[str, Any]:
+        if not self.schemas:
+            tools = (await self.client.list_tools()).tools
+            self.schemas = {tool.name: tool.output_schema for tool in tools}
+        result = await self.client.call_tool(name, arguments, **options)
+        assert result.structured_content is not None, result.content
+        jsonschema.validate(result.structured_content, self.schemas[name])
+        self.servers.texts.append(str(result.model_dump()))
+        assert result.is_error == ("refusal" in result.structured_content)
+        return result.structured_content
+
+
+@asynccontextmanager
+async def host(
+    servers: Servers, *args: str, mode: str = "legacy", answer: str | None = None
+) -> AsyncIterator[Host]:
+    """A host over stdio; ``answer``: what its user answers when asked (``None``: cannot ask)."""
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action=answer, content={} if answer == "accept" else None)  # type: ignore[arg-type]
+
+    command = ["-m", "videogen_async", "mcp", "--ledger", servers.ledger, *args]
+    params = StdioServerParameters(
+        command=sys.executable, args=command, env=server_env(servers.sandbox)
+    )
+    callback = None if answer is None else elicit
+    async with Client(params, mode=mode, elicitation_callback=callback) as client:  # type: ignore[arg-type]
+        yield Host(client, servers, asked)
+
+
+def creates(servers: Servers) -> int:
+    return servers.sandbox.stats().by_route.get(CREATE_ROUTE, 0)
+
+
+@pytest.mark.parametrize("mode", GENERATIONS)
+@pytest.mark.parametrize("answer", ["accept", "decline", "cancel"])
+async def test_a_create_asks_the_user_and_sends_nothing_unless_accepted(
+    servers: Servers, mode: str, answer: str
+) -> None:
+    async with host(servers, mode=mode, answer=answer) as agent:
+        made = await agent.call("create_video", {"prompt": "a red fox", "key": "f", "duration": 6})
+        asked = agent.asked
+        again = await agent.call("get_video", {"key": "f"})
+        modern = agent.client.protocol_version >= "2026-07-28"
+    assert modern == (mode == "auto")
+    assert len(asked) == 1
+    assert "a red fox" in asked[0]
+    assert "videomodel_2_0" in asked[0]
+    assert "duration: 6" in asked[0]
+    assert "credits: 12" in asked[0]
+    if answer == "accept":
+        assert made["state"] == "pending"
+        assert creates(servers) == 1
+    else:
+        assert made["refusal"]["reason"] == "Declined"
+        assert f"did not consent to this create ({answer})" in made["refusal"]["message"]
+        assert again["refusal"]["reason"] == "InvalidRequestError"  # nothing written
+        assert servers.sandbox.stats().requests == 0
+
+
+async def test_a_client_that_cannot_ask_needs_the_operators_consent(servers: Servers) -> None:
+    async with host(servers) as agent:
+        refused = await agent.call("create_video", {"prompt": "a fox", "key": "n"})
+    assert refused["refusal"]["reason"] == "NoConsent"
+    assert "--max-credits" in refused["refusal"]["message"]
+    assert "--confirm-above none" in refused["refusal"]["message"]
+    assert servers.sandbox.stats().requests == 0
+    async with host(servers, "--max-credits", "50") as agent:
+        made = await agent.call("create_video", {"prompt": "a fox", "key": "n"})
+    assert made["state"] == "pending"
+    async with host(servers, "--confirm-above", "10", answer="decline") as agent:
+        cheap = await agent.call("create_video", {"prompt": "a fox", "key": "c", "duration": 5})
+        retried = await agent.call("create_video", {"prompt": "a fox", "key": "n"})
+        assert agent.asked == []
+    assert cheap["state"] == "pending"  # 10 credits: not above the line
+    assert retried["key"] == "n"  # created already: it never pays twice, nobody is asked
+    assert creates(servers) == 2
+
+
+async def test_estimate_cost_sends_nothing_and_learns_the_charged_price(servers: Servers) -> None:
+    async with host(servers, "--confirm-above", "none") as agent:
+        before = await agent.call("estimate_cost", {"model": "videomodel_2_0_fast", "duration": 8})
+        assert servers.sandbox.stats().requests == 0
+        await agent.call(
+            "create_video",
+            {"prompt": "x", "key": "e", "duration": 8, "model": "videomodel_2_0_fast"},
+        )
+        after = await agent.call("estimate_cost", {"model": "videomodel_2_0_fast", "duration": 8})
+    assert before == {
+        "model": "videomodel_2_0_fast",
+        "duration": 8,
+        "credits": 8,
+        "statement_credits": 8,
+    }
+    assert after["learned_credits"] == 8
+
+
+@pytest.fixture
+async def slow_sandbox() -> AsyncIterator[SandboxServer]:
+    """Videos that take ten minutes: a wait reaches its bound first."""
+    async with SandboxServer(api_key=KEY, time_scale=1, task_duration=600, seed=7) as server:
+        yield server
+
+
+async def test_a_wait_answers_at_its_bound_and_a_late_create_is_settled_by_the_server(
+    slow_sandbox: SandboxServer, tmp_path: Any
+) -> None:
+    servers = Servers(slow_sandbox, tmp_path)
+    progress: list[str | None] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message)
+
+    slow_sandbox.faults.set(CREATE_ROUTE, latency=3, times=1)  # its answer comes after the bound
+    async with host(servers, "--confirm-above", "none", "--max-wait", "1") as agent:
+        late = await agent.call("create_video", {"prompt": "slow", "key": "s"})
+        waited = await agent.call("wait_for_video", {"key": "s"}, progress_callback=on_progress)
+        while waited["state"] == "creating":
+            waited = await agent.call("wait_for_video", {"key": "s", "timeout": 0.5})
+    assert late["state"] == "creating"
+    assert late["done"] is False
+    assert waited["state"] == "pending"
+    assert waited["done"] is False
+    assert "call wait_for_video again" in waited["next_step"]
+    assert progress
+    assert creates(servers) == 1
+
+
+async def test_a_subscriber_hears_when_its_entry_changes(servers: Servers) -> None:
+    uri = "videogen://entries/sub"
+    async with host(servers, "--confirm-above", "none", mode="auto") as agent:
+        async with agent.client.listen(resource_subscriptions=[uri]) as events:
+            await agent.call("create_video", {"prompt": "a fox", "key": "sub"})
+            with anyio.fail_after(60):
+                event = await events.__anext__()
+    assert event == ResourceUpdated(uri=uri)
+
+
+async def test_a_service_too_slow_for_the_bound_is_a_refusal_in_time(servers: Servers) -> None:
+    servers.sandbox.faults.set("GET /v1/credits", latency=30, times=1)
+    async with host(servers, "--confirm-above", "none", "--max-wait", "1") as agent:
+        with anyio.fail_after(20):  # far below the 30 s the service takes
+            refused = await agent.call("credits_balance", {})
+    assert refused["refusal"]["reason"] == "TimeoutError"
+    assert "Temporarily unavailable" in refused["refusal"]["message"]
