@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from videogen_async import AmbiguousCreateError, BackoffPolicy, Ledger
+from videogen_async import AmbiguousCreateError, BackoffPolicy, InvalidRequestError, Ledger
 from videogen_async._ledger import _claims as claims
 from videogen_async._ledger._plans import Hold, NewEntry, begin_create, get
 from videogen_async.testing import SandboxServer
@@ -16,12 +16,12 @@ from videogen_async.testing import SandboxServer
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"lease": 0}, "lease must be > 0"),
-        ({"lease": float("inf")}, "lease must be > 0"),
-        ({"claim_interval": 0}, "claim_interval must be > 0"),
-        ({"claim_size": 0}, "claim_size must be an int >= 1"),
-        ({"claim_size": True}, "claim_size must be an int >= 1"),
-        ({"claim_size": 2.5}, "claim_size must be an int >= 1"),
+        ({"lease": 0}, "lease: must be a number of seconds > 0"),
+        ({"lease": float("inf")}, "lease: must be a number of seconds > 0"),
+        ({"claim_interval": 0}, "claim_interval: must be a number of seconds > 0"),
+        ({"claim_size": 0}, "claim_size: must be an int >= 1"),
+        ({"claim_size": True}, "claim_size: must be an int >= 1"),
+        ({"claim_size": 2.5}, "claim_size: must be an int >= 1"),
     ],
 )
 async def test_watch_refuses_bad_arguments_naming_them(
@@ -32,7 +32,7 @@ async def test_watch_refuses_bad_arguments_naming_them(
         server.client() as client,
         Ledger.open(sqlite_url) as ledger,
     ):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(InvalidRequestError, match=message):
             ledger.watch(client, **options)  # type: ignore[arg-type]
 
 

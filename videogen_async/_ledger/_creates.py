@@ -9,11 +9,13 @@ A creator holds a liveness lock (``_engines``): a dead one's ``creating`` entrie
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
 import re
 import types
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,27 +23,37 @@ import anyio
 import attrs
 
 from .._contract import _exceptions as err
-from ._engines import new_creator
-from ._entry import LedgerEntry, entry_from_row
+from .._contract._service import TASK_REQUEST
+from .._contract._validation import json_text, validate_task_request
+from .._http._options import CALL_OPTIONS, CallOptions
+from ._entry import LedgerEntry, check_metadata, entry_from_row
 from ._plans import (
     CreateStart,
     Hold,
+    NewEntry,
     Refused,
     Settled,
     begin_create,
     get,
+    restart_unknown,
     settle_created,
     settle_failed,
     unpollable,
 )
+from ._protocol import Engine, Signal, new_creator
 from ._spool import Spool
-from ._store import Signal, Store
+from ._store import Store
 
 logger = logging.getLogger("videogen_async")
 
 PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
+DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
+DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
+GROUPED = (settle_created, settle_failed, begin_create)
+"""The plans whose writes share transactions; a cap's decisions (``begin_create`` under
+``max_credits``) lock its row, so they never do."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
@@ -58,6 +70,18 @@ def check_key(key: Any) -> str:
         rule = "must not contain NUL or lone surrogate characters (no database stores them)"
         raise err.InvalidRequestError("key", rule, value=key, has_value=True)
     return key
+
+
+def check_number(
+    field: str, value: Any, rule: str, *, zero: bool = False, whole: bool = False
+) -> None:
+    """Refuse ``value`` unless it is a finite number > 0 (a bool is no number).
+
+    ``zero``: 0 too; ``whole``: an int. The error (``InvalidRequestError``) names ``field``.
+    """
+    number = not isinstance(value, bool) and isinstance(value, int if whole else (int, float))
+    if not number or not math.isfinite(value) or not (value >= 0 if zero else value > 0):
+        raise err.InvalidRequestError(field, rule, value=value, has_value=True)
 
 
 class Creator:
@@ -77,9 +101,13 @@ class Creator:
         price_estimate: PriceEstimate | None,
         create_lease: float = 600.0,
     ) -> None:
-        self.store, self.spool, self.create_lease = store, spool, create_lease
-        self.max_credits, self.price_estimate = max_credits, price_estimate
-        self.owner, self.settled = new_creator(), Signal()
+        self.store = store
+        self.spool = spool
+        self.create_lease = create_lease
+        self.max_credits = max_credits
+        self.price_estimate = price_estimate
+        self.owner = new_creator()
+        self.settled = Signal()
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         # The keys this creator is creating: the database tells another creator's create of
@@ -87,8 +115,68 @@ class Creator:
         self._creating: dict[str, anyio.Event] = {}
         self._next_scan = -math.inf
         self._prices: dict[Any, float] = {}  # the highest this process learned
-        grouped = (settle_created, settle_failed, begin_create)  # not a cap's decisions: they
-        store.grouped.update(grouped if max_credits is None else grouped[:2])  # lock its row
+
+    @classmethod
+    async def open(
+        cls,
+        engine: Engine,
+        outage_timeout: float,
+        max_credits: float | None,
+        price_estimate: PriceEstimate | None,
+    ) -> Creator:
+        """Open the store of ``engine`` and the creator of a ledger over it."""
+        store = Store(engine, outage_timeout, GROUPED if max_credits is None else GROUPED[:2])
+        await store.open()
+        spool = Spool(engine.where, local=engine.dialect.name == "sqlite")
+        creator = cls(store, spool, max_credits=max_credits, price_estimate=price_estimate)
+        try:
+            await creator.repair()  # answers that processes of this machine could not record
+        except BaseException:
+            await store.close()
+            raise
+        return creator
+
+    async def create_task(
+        self,
+        client: Any,
+        prompt: str,
+        key: str | None,
+        metadata: dict[str, Any] | None,
+        task_fields: dict[str, Any],
+    ) -> LedgerEntry:
+        """``Ledger.create_task``: its fields checked and priced, then :meth:`create`."""
+        key = check_key(key) if key is not None else uuid.uuid4().hex
+        meta = check_metadata(metadata)
+        options = {name: task_fields.pop(name) for name in CALL_OPTIONS if name in task_fields}
+        extra = CallOptions.of(options).extra_body or {}
+        body = validate_task_request({"prompt": prompt, **task_fields})
+        model = str(extra.get("model") or body.get("model") or DEFAULT_MODEL)
+        duration = extra.get("duration") or body.get("duration") or DEFAULT_DURATION
+        if isinstance(duration, bool) or not isinstance(duration, int):
+            rule = "its duration must be a whole number of seconds (the ledger prices by it)"
+            raise err.InvalidRequestError("extra_body", rule)
+        request = json_text({**body, "extra_body": extra} if extra else body, "", sort_keys=True)
+        new = NewEntry(key, "task", request, model, duration, metadata=meta)
+        estimate = self.estimate(model, duration)
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        send = lambda: client.tasks.create(body["prompt"], **fields, **options)  # noqa: E731
+        return await self.create(begin_create, new, key, estimate, send)
+
+    async def resend(self, client: Any, key: str) -> LedgerEntry:
+        """``Ledger.resend``: an ``unknown`` task entry's create sent again."""
+        row = await self.store.read(get, key)
+        if row is None:
+            raise err.LedgerError(f"ledger key {key!r}: no such entry")
+        if row["state"] != "unknown" or row["kind"] != "task":
+            raise err.LedgerError(
+                f"ledger key {key!r}: only an unknown task entry can be resent"
+                f" (it is a {row['kind']} entry in state {row['state']!r})"
+            )
+        body = json.loads(row["request"])
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        estimate = self.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
+        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        return await self.create(restart_unknown, key, key, estimate, send)
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
@@ -187,7 +275,8 @@ class Creator:
                 raise
             # An answer read in part that names what it created: recorded (the watchers poll
             # it), then its error raised.
-            created, unreadable = types.SimpleNamespace(**read), exc
+            created = types.SimpleNamespace(**read)
+            unreadable = exc
         except BaseException as exc:
             # Cancelled (or a bug) while the request may have been on the wire: one attempt,
             # so that a Ctrl-C is not held up; if it fails, the next operation writes it.

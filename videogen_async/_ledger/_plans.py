@@ -190,7 +190,8 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
     if estimate is None and taken["model"] is not None and taken["duration"] is not None:
         price = yield from first(_PRICE, taken["model"], taken["duration"])
         estimate = None if price is None else float(price["price"])
-    spent, reserved = budget["spent"], budget["reserved"]
+    spent = budget["spent"]
+    reserved = budget["reserved"]
     outcome, amount = decide_budget(
         cap=hold.cap, spent=spent, reserved=reserved, unpriced=budget["unpriced"], estimate=estimate
     )
