@@ -5,9 +5,10 @@ See ``docs/ledger.md``. One store (``_store``) whose statements are written once
 asyncpg: the ``videogen-async[postgres]`` extra).
 """
 
-from ._api import Ledger, LedgerOpener
+from ._api import Ledger
 from ._changes import Changes
 from ._entry import LedgerEntry
+from ._opener import LedgerOpener
 from ._watch import Watch
 
 __all__ = ["Changes", "Ledger", "LedgerEntry", "LedgerOpener", "Watch"]

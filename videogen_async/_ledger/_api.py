@@ -12,10 +12,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import attrs
-
-from .._contract._closing import AsyncClosing, ExitCloses
+from .._contract._closing import AsyncClosing
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._http._retry import BackoffPolicy
 from ._changes import Changes, Waits
@@ -23,9 +20,10 @@ from ._creates import Creator, PriceEstimate, check_key, check_number
 from ._dispatch import Deliver, Dispatches
 from ._engines import engine_for
 from ._entry import LedgerEntry, check_metadata, entry_from_row
+from ._opener import LedgerOpener
 from ._plans import get, page, summary, update_metadata
 from ._projects import ProjectCreates
-from ._protocol import Engine, LedgerClient
+from ._protocol import LedgerClient
 from ._store import Store
 from ._watch import Watch
 
@@ -59,7 +57,7 @@ class Ledger(AsyncClosing):
         max_credits: float | None = None,
         price_estimate: PriceEstimate | None = None,
         outage_timeout: float = 30.0,
-    ) -> LedgerOpener:
+    ) -> LedgerOpener[Ledger]:
         """Open (and on first use create) a ledger: ``async with Ledger.open(url) as ledger:``.
 
         Args:
@@ -86,7 +84,7 @@ class Ledger(AsyncClosing):
         check_number("outage_timeout", outage_timeout, "must be a number > 0")
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
-        return LedgerOpener(engine_for(url), max_credits, price_estimate, outage_timeout)
+        return LedgerOpener(Ledger, engine_for(url), max_credits, price_estimate, outage_timeout)
 
     @property
     def max_credits(self) -> float | None:
@@ -269,6 +267,10 @@ class Ledger(AsyncClosing):
 
         Returns:
             A :class:`Watch`: an async context manager of terminal :class:`LedgerEntry`.
+
+        Raises:
+            InvalidRequestError: ``lease`` or ``claim_interval`` is not a number of seconds
+                > 0, or ``claim_size`` not an int >= 1 (a ``ValueError``).
         """
         return Watch(
             self._store,
@@ -374,7 +376,7 @@ class Ledger(AsyncClosing):
         self,
         key: str,
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - the documented signature
+        timeout: float | None = None,
     ) -> LedgerEntry:
         """Wait until an entry is terminal, whichever process records it; nothing is sent.
 
@@ -489,33 +491,3 @@ class Ledger(AsyncClosing):
 
     def __repr__(self) -> str:
         return f"<Ledger {self._store.engine.dialect.name}>"
-
-
-@attrs.define(eq=False, repr=False)
-class LedgerOpener(ExitCloses):
-    """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
-
-    _engine: Engine
-    _max_credits: float | None
-    _price_estimate: PriceEstimate | None
-    _outage_timeout: float
-    _ledger: Ledger | None = attrs.field(default=None, init=False)
-
-    async def _open(self) -> Ledger:
-        creator = await Creator.open(
-            self._engine, self._outage_timeout, self._max_credits, self._price_estimate
-        )
-        return Ledger(creator)
-
-    def __await__(self) -> Any:
-        return self._open().__await__()
-
-    async def __aenter__(self) -> Ledger:
-        self._ledger = await self._open()
-        return self._ledger
-
-    async def _exit(self, ok: bool) -> None:
-        ledger, self._ledger = self._ledger, None
-        if ledger is not None:
-            with anyio.CancelScope(shield=True):
-                await ledger.aclose()

@@ -193,10 +193,10 @@ def poll_failed(key: str, owner: str, error: str, retry_in: float) -> Plan[None]
     )
 
 
-def load_classes() -> Plan[dict[str, tuple[str, int]]]:
-    """Every remembered class: ``{class key: (stats JSON, version)}``."""
-    rows = yield q("SELECT class_key, stats, version FROM videogen_ledger_classes")
-    return {row["class_key"]: (row["stats"], int(row["version"])) for row in rows}
+def load_classes() -> Plan[dict[str, str]]:
+    """Every remembered class: ``{class key: stats JSON}``."""
+    rows = yield q("SELECT class_key, stats FROM videogen_ledger_classes")
+    return {row["class_key"]: row["stats"] for row in rows}
 
 
 def pause_remaining() -> Plan[float]:

@@ -118,7 +118,7 @@ class LedgerFinishTimes:
 
     async def refresh(self) -> None:
         """Read every class the ledger remembers (classes changed here are kept)."""
-        for text, (encoded, _version) in (await self._store.read(load_classes)).items():
+        for text, encoded in (await self._store.read(load_classes)).items():
             stats = _decode(encoded)
             if stats is None:
                 logger.warning("ledger class %r: unreadable stats, ignored", text)

@@ -51,6 +51,9 @@ PriceEstimate = Callable[[str, int], float]
 
 DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
+CREATE_LEASE = 600.0
+"""Seconds a ``creating`` entry stays its creator's: the last resort, as a dead creator's
+liveness lock tells the others at once."""
 GROUPED = (settle_created, settle_failed, begin_create)
 """The plans whose writes share transactions; a cap's decisions (``begin_create`` under
 ``max_credits``) lock its row, so they never do."""
@@ -58,17 +61,20 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
 
-def check_key(key: Any) -> str:
-    """Check a ledger key before anything is written (``InvalidRequestError`` naming it)."""
+def check_key(key: Any, field: str = "key", longest: int = 500) -> str:
+    """Check a ledger key before anything is written: ``InvalidRequestError`` naming ``field``.
+
+    Also another name the ledger stores (a destination's), of at most ``longest`` characters.
+    """
     if not isinstance(key, str) or not key.strip():
         raise err.InvalidRequestError(
-            "key", "must be a non-empty string", value=key, has_value=True
+            field, "must be a non-empty string", value=key, has_value=True
         )
-    if len(key) > 500:
-        raise err.InvalidRequestError("key", "must be at most 500 characters")
+    if len(key) > longest:
+        raise err.InvalidRequestError(field, f"must be at most {longest} characters")
     if _UNSTORABLE.search(key):
         rule = "must not contain NUL or lone surrogate characters (no database stores them)"
-        raise err.InvalidRequestError("key", rule, value=key, has_value=True)
+        raise err.InvalidRequestError(field, rule, value=key, has_value=True)
     return key
 
 
@@ -99,11 +105,9 @@ class Creator:
         *,
         max_credits: float | None,
         price_estimate: PriceEstimate | None,
-        create_lease: float = 600.0,
     ) -> None:
         self.store = store
         self.spool = spool
-        self.create_lease = create_lease
         self.max_credits = max_credits
         self.price_estimate = price_estimate
         self.owner = new_creator()
@@ -207,7 +211,7 @@ class Creator:
         try:
             await self.repair()
             await self.store.live(self.owner)
-            hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
+            hold = Hold(self.owner, CREATE_LEASE, self.max_credits, estimate)
             tries = 0
             while True:
                 try:

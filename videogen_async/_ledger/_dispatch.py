@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._http._retry import BackoffPolicy, decide_retry
 from ._claims import claim_statement, release_leases, renew_leases
-from ._creates import check_number
+from ._creates import check_key, check_number
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._listen import Listener
 from ._plans import get
@@ -233,9 +233,7 @@ class Dispatches:
     ) -> int:
         """``Ledger.dispatch``: ``options`` its lease, concurrency, attempt timeout, backoff."""
         lease, concurrency, attempt_timeout, backoff = options
-        if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\x00" in name:
-            rule = "must be a destination name: a non-empty string of at most 200 characters"
-            raise InvalidRequestError("name", rule, value=name, has_value=True)
+        check_key(name, "name", 200)
         if not callable(deliver):
             raise InvalidRequestError("deliver", "must be an async callable taking a LedgerEntry")
         check_number("concurrency", concurrency, "must be a whole number >= 1", whole=True)
