@@ -31,8 +31,17 @@ answers at once, plain ``client.tasks.create`` against ``Ledger.create_task`` on
 PostgreSQL (a throwaway cluster of its own, ``fsync`` and ``synchronous_commit`` on, with
 ``pg_stat_statements``): wall and CPU time per create and their ratios to plain ones of the
 same run, statements and commits per create (SQLite: the execute calls its connection was
-given; PostgreSQL: the server's counts), WAL bytes per create. ``--no-change-log`` drops the
+given; PostgreSQL: the server's counts), WAL bytes per create, the PostgreSQL cluster's CPU per
+create and SQLite's time per statement inside its execute calls. ``--no-change-log`` drops the
 ledgers' change-log triggers first, to show what they cost.
+
+The floor is measured in the same run, each round: ``asyncpg pair`` (the two statements of an
+uncapped create, its write ahead and its answer, each committed alone, on a pool of 4
+connections as the ledger's, a connection taken per statement), ``sqlite3 pair`` (the same two
+statements on ``sqlite3``, WAL and ``synchronous = NORMAL`` as the ledger sets its file, in this
+thread) and the disk's flush (the median ``fsync`` of an 8 kB write, in the ledger's directory
+and in the cluster's). ``floor x`` is a ledger create's wall time against a plain create plus
+its engine's pair: what the ledger costs above the statements it cannot do without.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class Creator:
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         # The keys this creator is creating: the database tells another creator's create of
         # a key from ours, but not two calls of ours apart (both are its owner).
-        self._creating: dict[str, anyio.Event] = {}
+        self._creating: dict[str, Signal] = {}
         self._next_scan = -math.inf
         self._prices: dict[Any, float] = {}  # the highest this process learned
 
@@ -204,10 +204,10 @@ class Creator:
         Returns the entry of a key another create holds (``existing``) instead of sending.
         """
         while (busy := self._creating.get(key)) is not None:
-            await busy.wait()  # its outcome is this call's, unless it wrote nothing
+            await busy.event.wait()  # its outcome is this call's, unless it wrote nothing
             if (row := await self.store.read(get, key)) is not None:
                 return await self._existing(key, row)
-        self._creating[key] = done = anyio.Event()
+        self._creating[key] = done = Signal()
         try:
             await self.repair()
             await self.store.live(self.owner)
@@ -238,7 +238,7 @@ class Creator:
                 tries = await self._nap(tries)
         finally:
             del self._creating[key]
-            done.set()
+            done.fire()
 
     async def _nap(self, tries: int) -> int:
         """Wait before looking again: backoff, or less when a create of this ledger settles."""

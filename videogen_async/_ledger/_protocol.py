@@ -77,15 +77,27 @@ class DatabaseUnavailable(LedgerError):
 
 
 class Signal:
-    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
+    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`.
+
+    The event is made when first asked for: most fires (a commit, a create answered) have no
+    one waiting, and cost nothing then.
+    """
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self._event: anyio.Event | None = None
+
+    @property
+    def event(self) -> anyio.Event:
+        """The event the next :meth:`fire` sets."""
+        if self._event is None:
+            self._event = anyio.Event()
+        return self._event
 
     def fire(self) -> None:
-        """Wake the waiters of the current event and start a new one."""
-        self.event.set()
-        self.event = anyio.Event()
+        """Wake the waiters of the current event; the next are woken by the next fire."""
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
 
 
 async def first_of(events: Iterable[anyio.Event], seconds: float) -> None:

@@ -48,9 +48,10 @@ class _Queued:  # a write waiting for its group's transaction
 
 
 @attrs.define
-class _Lane:  # one plan's writes queued; set as its running group's transaction ends: turn
+class _Lane:  # one plan's writes queued; fired as its running group's transaction ends: turn
     queue: list[_Queued] = attrs.Factory(list)
-    turn: anyio.Event | None = None
+    running: bool = False
+    turn: Signal = attrs.Factory(Signal)
 
 
 def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
@@ -157,16 +158,18 @@ class Store:
         lane.queue.append(mine)
         try:
             while not mine.done:
-                if lane.turn is not None:  # a group's transaction runs: wait for the next
-                    await lane.turn.wait()
+                if lane.running:  # a group's transaction runs: wait for the next
+                    await lane.turn.event.wait()
                     continue
-                group, lane.queue, lane.turn = lane.queue, [], anyio.Event()
+                group = lane.queue
+                lane.queue = []
+                lane.running = True
                 try:
                     await self._run_group(group)
                 finally:  # the others of a group interrupted here go in the next
                     lane.queue[:0] = [q for q in group if not q.done and q is not mine]
-                    lane.turn.set()
-                    lane.turn = None
+                    lane.running = False
+                    lane.turn.fire()
         finally:
             if mine in lane.queue:  # this caller stopped waiting: nothing is written
                 lane.queue.remove(mine)
