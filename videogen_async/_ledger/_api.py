@@ -1,7 +1,7 @@
 """``Ledger``: charged task ids that survive crashes, shared by processes and machines.
 
-A facade over the parts it owns: the creates (``_creates.Creator``, and ``_projects`` for
-projects), the listening (``_changes.Waits``: ``wait`` and ``changes``), the dispatch
+A facade over the parts it owns: the creates (``_creates.Creator``: tasks, projects and their
+video batches), the listening (``_changes.Waits``: ``wait`` and ``changes``), the dispatch
 (``_dispatch.Dispatches``) and the store they share. Each public call checks its arguments
 here or in its part, before anything is written.
 """
@@ -22,7 +22,6 @@ from ._engines import engine_for
 from ._entry import LedgerEntry, check_metadata, entry_from_row
 from ._opener import LedgerOpener
 from ._plans import get, page, summary, update_metadata
-from ._projects import ProjectCreates
 from ._protocol import LedgerClient
 from ._store import Store
 from ._watch import Watch
@@ -46,7 +45,6 @@ class Ledger(AsyncClosing):
     def __init__(self, creator: Creator) -> None:
         self._creator = creator
         self._store = store = creator.store
-        self._projects = ProjectCreates(creator)
         self._waits = Waits(store)
         self._dispatches = Dispatches(store, self._waits.listener)
 
@@ -320,7 +318,7 @@ class Ledger(AsyncClosing):
             BudgetExceededError: It could pass ``max_credits``.
         """
         urls = reference_video_url, product_image_urls
-        return await self._projects.create_project(
+        return await self._creator.create_project(
             client, urls, key, script_credits, metadata, project_fields
         )
 
@@ -340,7 +338,7 @@ class Ledger(AsyncClosing):
         Returns:
             The entries of these ids.
         """
-        return await self._projects.record_project_tasks(key, project_id, task_ids)
+        return await self._creator.record_project_tasks(key, project_id, task_ids)
 
     async def create_videos(
         self,
@@ -370,7 +368,7 @@ class Ledger(AsyncClosing):
             LedgerError: No such project key, or its project id is not known.
             AmbiguousCreateError: This batch's create may have taken effect, its ids unknown.
         """
-        return await self._projects.create_videos(client, key, batch_key, metadata, batch_fields)
+        return await self._creator.create_videos(client, key, batch_key, metadata, batch_fields)
 
     async def wait(
         self,

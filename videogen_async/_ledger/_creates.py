@@ -1,4 +1,4 @@
-"""The creates of a ledger: decided and written ahead, sent, recorded, repaired.
+"""The creates of a ledger (tasks, projects, video batches): written ahead, sent, recorded.
 
 A create is decided in one transaction (key; under ``max_credits`` its reservation), sent, then
 recorded. An answer that cannot be recorded goes to the spool at once, retried with backoff and
@@ -16,7 +16,7 @@ import random
 import re
 import types
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -26,13 +26,16 @@ from .._contract import _exceptions as err
 from .._contract._service import TASK_REQUEST
 from .._contract._validation import json_text, validate_task_request
 from .._http._options import CALL_OPTIONS, CallOptions
-from ._entry import LedgerEntry, check_metadata, entry_from_row
+from ._entry import LedgerEntry, check_metadata, entry_from_row, load_metadata
 from ._plans import (
     CreateStart,
     Hold,
     NewEntry,
     Refused,
     Settled,
+    add_batch_tasks,
+    batch_entries,
+    batch_tasks,
     begin_create,
     get,
     restart_unknown,
@@ -181,6 +184,63 @@ class Creator:
         estimate = self.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
         send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
         return await self.create(restart_unknown, key, key, estimate, send)
+
+    async def create_project(
+        self,
+        client: Any,
+        urls: tuple[str, Sequence[str]],
+        key: str | None,
+        script_credits: float,
+        metadata: dict[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> LedgerEntry:
+        """``Ledger.create_project``: ``urls`` the reference video's and the product images'."""
+        key = check_key(key) if key is not None else uuid.uuid4().hex
+        meta = check_metadata(metadata)
+        video = urls[0]
+        images = list(urls[1])
+        request = {"reference_video_url": video, "product_image_urls": images, **fields}
+        text = json_text(request, "", sort_keys=True, default=str)
+        new = NewEntry(key, "project", text, None, fields.get("duration"), metadata=meta)
+        send = lambda: client.projects.create(video, images, **fields)  # noqa: E731
+        return await self.create(begin_create, new, key, script_credits, send)
+
+    async def record_project_tasks(
+        self, key: str, project_id: str, task_ids: Sequence[str]
+    ) -> list[LedgerEntry]:
+        """``Ledger.record_project_tasks``: written 1,000 a transaction."""
+        project = await self.store.read(get, check_key(key))
+        meta = None if project is None else project["metadata"]
+        tasks = batch_tasks(key, task_ids)
+        rows: list[Any] = []
+        for start in range(0, len(tasks), 1000):
+            chunk = tasks[start : start + 1000]
+            rows += await self.store.write(add_batch_tasks, project_id, chunk, None, meta)
+        self.settled.fire()
+        return [entry_from_row(row) for row in rows]
+
+    async def create_videos(
+        self,
+        client: Any,
+        key: str,
+        batch_key: str | None,
+        metadata: dict[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> list[LedgerEntry]:
+        """``Ledger.create_videos``: the batch's own entry written ahead, its tasks answered."""
+        check_metadata(metadata)
+        row = await self.store.read(get, check_key(key))
+        if row is None or row["kind"] != "project" or not row["project_id"]:
+            raise err.LedgerError(f"ledger key {key!r}: no project with a known id")
+        project_id = row["project_id"]
+        batch = f"{key}/videos/{uuid.uuid4().hex}" if batch_key is None else check_key(batch_key)
+        meta = check_metadata({**load_metadata(row["metadata"]), **(metadata or {})})
+        text = json_text({"project": key, **fields}, "", sort_keys=True, default=str)
+        new = NewEntry(batch, "videos", text, None, None, project_id=project_id, metadata=meta)
+        send = lambda: client.projects.create_videos(project_id, **fields)  # noqa: E731
+        await self.create(begin_create, new, batch, 0.0, send)
+        rows = await self.store.read(batch_entries, project_id, batch)
+        return [entry_from_row(task) for task in rows]
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
