@@ -31,8 +31,17 @@ answers at once, plain ``client.tasks.create`` against ``Ledger.create_task`` on
 PostgreSQL (a throwaway cluster of its own, ``fsync`` and ``synchronous_commit`` on, with
 ``pg_stat_statements``): wall and CPU time per create and their ratios to plain ones of the
 same run, statements and commits per create (SQLite: the execute calls its connection was
-given; PostgreSQL: the server's counts), WAL bytes per create. ``--no-change-log`` drops the
+given; PostgreSQL: the server's counts), WAL bytes per create, the PostgreSQL cluster's CPU per
+create and SQLite's time per statement inside its execute calls. ``--no-change-log`` drops the
 ledgers' change-log triggers first, to show what they cost.
+
+The floor is measured in the same run, each round: ``asyncpg pair`` (the two statements of an
+uncapped create, its write ahead and its answer, each committed alone, on a pool of 4
+connections as the ledger's, a connection taken per statement), ``sqlite3 pair`` (the same two
+statements on ``sqlite3``, WAL and ``synchronous = NORMAL`` as the ledger sets its file, in this
+thread) and the disk's flush (the median ``fsync`` of an 8 kB write, in the ledger's directory
+and in the cluster's). ``floor x`` is a ledger create's wall time against a plain create plus
+its engine's pair: what the ledger costs above the statements it cannot do without.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -311,13 +321,16 @@ class CreateRow:
     statements: float | None = None
     commits: float | None = None
     wal: float | None = None
+    server_cpu: float | None = None  # PostgreSQL: the cluster's processes, seconds in all
+    inside: float | None = None  # SQLite: seconds inside its execute calls, in all
 
 
 class Counter:
-    """Counts the statements a SQLite ledger's connection is given, and its commits."""
+    """Counts the statements a SQLite ledger's connection is given, its commits, their time."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.statements = self.commits = 0
+        self.inside = 0.0
         self.engine = ledger.store.engine
         self.conn = self.engine._conn  # type: ignore[attr-defined]
         self.engine._conn = self  # type: ignore[attr-defined]
@@ -332,14 +345,111 @@ class Counter:
 
     def execute(self, sql: str, *args: Any) -> Any:
         self._count(sql)
-        return self.conn.execute(sql, *args)
+        t0 = time.perf_counter()
+        try:
+            return self.conn.execute(sql, *args)
+        finally:
+            self.inside += time.perf_counter() - t0
 
     def executemany(self, sql: str, *args: Any) -> Any:
         self._count(sql)
-        return self.conn.executemany(sql, *args)
+        t0 = time.perf_counter()
+        try:
+            return self.conn.executemany(sql, *args)
+        finally:
+            self.inside += time.perf_counter() - t0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
+
+
+def server_cpu(data: str) -> float:
+    """CPU seconds (user and system) of a cluster's processes so far: the postmaster's
+    children that live (the pool's backends live through a run), and the postmaster."""
+    with open(os.path.join(data, "postmaster.pid")) as file:
+        postmaster = int(file.readline())
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == postmaster or int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+# The floor a ledger create is compared against, measured in the same run: the two statements
+# of an uncapped create (its write ahead, its answer), each committed alone, with nothing of
+# the ledger around them, and the disk's flush.
+FLOOR_TABLE = (
+    "CREATE TABLE IF NOT EXISTS floor (key TEXT PRIMARY KEY, state TEXT NOT NULL,"
+    " task_id TEXT, request TEXT NOT NULL)"
+)
+FLOOR_INSERT = "INSERT INTO floor (key, state, request) VALUES ($1, 'creating', $2)"
+FLOOR_UPDATE = "UPDATE floor SET state = 'pending', task_id = $2 WHERE key = $1"
+FLOOR_REQUEST = json.dumps({"duration": 5, "model": "v1", "prompt": "clip"})
+
+
+async def pg_pair(url: str, concurrency: int, n: int, prefix: str) -> CreateRow:
+    """``n`` pairs of statements on asyncpg, ``concurrency`` at a time: a pool as the
+    ledger's (4 connections), a connection taken for each statement, as the ledger does."""
+    pool = await asyncpg.create_pool(url, min_size=4, max_size=4)
+    try:
+        await pool.execute(FLOOR_TABLE)
+        numbers = iter(range(n))
+
+        async def pair(key: str) -> None:
+            await pool.execute(FLOOR_INSERT, key, FLOOR_REQUEST)
+            await pool.execute(FLOOR_UPDATE, key, "t")
+
+        async def worker() -> None:
+            for i in numbers:
+                await pair(f"{prefix}{i}")
+
+        await asyncio.gather(*(pair(f"{prefix}w{i}") for i in range(concurrency)))  # warm up
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        return CreateRow("asyncpg pair", concurrency, wall, cpu)
+    finally:
+        await pool.close()
+
+
+def sqlite_pair(path: str, n: int, prefix: str) -> tuple[float, float]:
+    """``n`` pairs of statements on ``sqlite3`` as the ledger sets a file up (WAL,
+    ``synchronous = NORMAL``), each committed alone: ``(wall, CPU)`` seconds."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(FLOOR_TABLE)
+        insert, update = (sql.replace("$", "?") for sql in (FLOOR_INSERT, FLOOR_UPDATE))
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        for i in range(n):
+            conn.execute(insert, (f"{prefix}{i}", FLOOR_REQUEST))
+            conn.execute(update, (f"{prefix}{i}", f"t{i}"))
+        return time.perf_counter() - t0, time.thread_time() - cpu0
+    finally:
+        conn.close()
+
+
+def flush_time(directory: str, times: int = 200) -> float:
+    """The median seconds of an ``fsync`` of an 8 kB write in ``directory`` (the disk's flush)."""
+    path = os.path.join(directory, "flush-probe")
+    found = []
+    with open(path, "wb") as file:
+        for _ in range(times):
+            file.write(os.urandom(8192))
+            file.flush()
+            t0 = time.perf_counter()
+            os.fsync(file.fileno())
+            found.append(time.perf_counter() - t0)
+    os.unlink(path)
+    return statistics.median(found)
 
 
 async def pg_counts(url: str) -> tuple[int, int, int]:
@@ -379,7 +489,13 @@ async def drop_change_log(ledger: Ledger, url: str) -> None:
 
 
 async def creates(
-    name: str, concurrency: int, base_url: str, url: str = "", n: int = CREATE_N, prefix: str = ""
+    name: str,
+    concurrency: int,
+    base_url: str,
+    url: str = "",
+    n: int = CREATE_N,
+    prefix: str = "",
+    data: str = "",
 ) -> CreateRow:
     """``n`` creates, ``concurrency`` at a time: plain (``url`` empty) or through a ledger."""
     async with AsyncVideoGen(api_key="bench", base_url=base_url) as client:
@@ -396,6 +512,7 @@ async def creates(
             sqlite = ledger is not None and not url.startswith("postgres")
             counter = Counter(ledger) if sqlite else None
             before = await pg_counts(url) if url.startswith("postgres") else (0, 0, 0)
+            server0 = server_cpu(data) if data else 0.0
             numbers = iter(range(n))
 
             async def worker() -> None:
@@ -405,11 +522,14 @@ async def creates(
             cpu0, t0 = time.process_time(), time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             row = CreateRow(name, concurrency, time.perf_counter() - t0, time.process_time() - cpu0)
+            if data:
+                row.server_cpu = server_cpu(data) - server0
         finally:
             if ledger is not None:
                 await ledger.aclose()
     if counter is not None:
         row.statements, row.commits = counter.statements / n, counter.commits / n
+        row.inside = counter.inside
     elif url:
         after = await pg_counts(url)
         # The counting query of `pg_counts` itself: one statement, one commit.
@@ -427,52 +547,80 @@ async def create_table(n: int, rounds: int = 3) -> None:
     base_url = f"http://127.0.0.1:{int(await service.stdout.readline())}"
     options = "-c shared_preload_libraries=pg_stat_statements -c max_connections=50"
     runs: dict[tuple[str, int], list[CreateRow]] = {}
+    flushes: list[float] = []
     try:
         with Cluster(options) as cluster:
+            data = os.path.join(cluster.root, "data")
             for concurrency in CONCURRENCY:
                 pg = cluster.database(f"creates_{concurrency}")
                 conn = await asyncpg.connect(pg)
                 await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 await conn.close()
                 for r in range(rounds):  # in turn, so that a change of the machine's load
-                    path = os.path.join(tempfile.mkdtemp(), "ledger.db")  # weighs on all
+                    directory = tempfile.mkdtemp()  # weighs on all
+                    path = os.path.join(directory, "ledger.db")
                     for name, url in (("plain", ""), ("sqlite", path), ("postgresql", pg)):
-                        row = await creates(name, concurrency, base_url, url, n, f"r{r}-")
+                        where = data if url == pg else ""
+                        row = await creates(name, concurrency, base_url, url, n, f"r{r}-", where)
                         runs.setdefault((name, concurrency), []).append(row)
+                    floor = os.path.join(directory, "floor.db")
+                    wall, cpu = sqlite_pair(floor, n, f"r{r}-")
+                    runs.setdefault(("sqlite3 pair", concurrency), []).append(
+                        CreateRow("sqlite3 pair", concurrency, wall, cpu, inside=wall)
+                    )
+                    runs.setdefault(("asyncpg pair", concurrency), []).append(
+                        await pg_pair(pg, concurrency, n, f"r{r}-")
+                    )
+                    flushes.append(flush_time(directory))
+                    flushes.append(flush_time(cluster.root))
                 print(f"  creates at concurrency {concurrency}: done", file=sys.stderr)
     finally:
         service.kill()
         await service.wait()
     # Each row: the round of median wall time.
-    rows = [sorted(rs, key=lambda r: r.wall)[len(rs) // 2] for rs in runs.values()]
+    rows = {key: sorted(rs, key=lambda r: r.wall)[len(rs) // 2] for key, rs in runs.items()}
+    flush = statistics.median(flushes)
     print(
         f"\n# {n} creates against a service process that answers at once"
         f" (PostgreSQL: a throwaway cluster, fsync and synchronous_commit on); {rounds} rounds,"
         " each row the round of median wall time\n"
     )
     head = (
-        f"{'strategy':<11} {'in flight':>9} {'creates/s':>9} {'wall ms':>8} {'CPU ms':>7}"
-        f" {'wall x':>7} {'CPU x':>6} {'stmts':>6} {'commits':>7} {'WAL B':>6}"
+        f"{'strategy':<12} {'in flight':>9} {'creates/s':>9} {'wall ms':>8} {'CPU ms':>7}"
+        f" {'wall x':>7} {'CPU x':>6} {'floor x':>7} {'stmts':>6} {'commits':>7} {'WAL B':>6}"
+        f" {'srv CPU ms':>10} {'us/stmt':>7}"
     )
     print(head)
     print("-" * len(head))
-    plain = {r.concurrency: r for r in rows if r.name == "plain"}
-    for r in rows:
-        base = plain[r.concurrency]
-        stmts = "" if r.statements is None else f"{r.statements:.2f}"
-        commits = "" if r.commits is None else f"{r.commits:.2f}"
-        wal = "" if r.wal is None else f"{r.wal:.0f}"
+    floors = {"sqlite": "sqlite3 pair", "postgresql": "asyncpg pair"}
+    for (name, concurrency), row in rows.items():
+        base = rows["plain", concurrency]
+        pair = rows.get((floors.get(name, ""), concurrency))
+        floor_x = "" if pair is None else f"{row.wall / (base.wall + pair.wall):.2f}"
+        stmts = "" if row.statements is None else f"{row.statements:.2f}"
+        commits = "" if row.commits is None else f"{row.commits:.2f}"
+        wal = "" if row.wal is None else f"{row.wal:.0f}"
+        server = "" if row.server_cpu is None else f"{row.server_cpu / n * 1000:.3f}"
+        count = 2 * n if row.statements is None else row.statements * n
+        inside = "" if row.inside is None else f"{row.inside / count * 1e6:.1f}"
         print(
-            f"{r.name:<11} {r.concurrency:>9} {n / r.wall:>9.0f} {r.wall / n * 1000:>8.3f}"
-            f" {r.cpu / n * 1000:>7.3f} {r.wall / base.wall:>7.2f} {r.cpu / base.cpu:>6.2f}"
-            f" {stmts:>6} {commits:>7} {wal:>6}"
+            f"{name:<12} {concurrency:>9} {n / row.wall:>9.0f} {row.wall / n * 1000:>8.3f}"
+            f" {row.cpu / n * 1000:>7.3f} {row.wall / base.wall:>7.2f} {row.cpu / base.cpu:>6.2f}"
+            f" {floor_x:>7} {stmts:>6} {commits:>7} {wal:>6} {server:>10} {inside:>7}"
         )
     print(
-        "\nwall/CPU ms: per create (CPU: this process only); x: a ratio to `plain` at the same"
-        " concurrency in this run; stmts/commits: per create, SQLite's from its connection"
-        " (execute calls), PostgreSQL's from the server (pg_stat_statements calls, which count"
-        " the pool's reset query as its 4 statements; pg_stat_database xact_commit); WAL B:"
-        " bytes of WAL per create (PostgreSQL)."
+        f"\nthe disk's flush (fsync of an 8 kB write, median, in this run): {flush * 1e6:.0f} us"
+        "\n\nwall/CPU ms: per create (CPU: this process only; a pair: per pair of statements);"
+        " x: a ratio to `plain` at the same concurrency in this run; floor x: the wall time"
+        " against the floor of this run, a plain create plus its engine's pair of statements"
+        " (`asyncpg pair`: the write ahead and the answer of an uncapped create, each"
+        " committed alone, on a pool of 4 as the ledger's; `sqlite3 pair`: the same on"
+        " `sqlite3` in this thread, WAL and synchronous=NORMAL as the ledger sets its file);"
+        " stmts/commits: per create, SQLite's from its connection (execute calls),"
+        " PostgreSQL's from the server (pg_stat_statements calls; pg_stat_database"
+        " xact_commit); WAL B: bytes of WAL per create (PostgreSQL); srv CPU ms: the"
+        " cluster's CPU per create (its processes' user and system time, /proc); us/stmt:"
+        " SQLite, microseconds per statement inside its execute calls."
         + (" The change-log triggers were dropped (--no-change-log)." if UNLOGGED else "")
     )
 

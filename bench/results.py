@@ -122,7 +122,7 @@ async def waiter_child(url: str, mode: str, keys_file: str) -> None:
 
         if mode == "many":
             tasks = [asyncio.create_task(wait(key)) for key in keys]
-            while len(ledger._listening()._by_key) < count:  # every wait registered
+            while len(ledger._waits.listener._by_key) < count:  # every wait registered
                 await asyncio.sleep(0.01)
             print("ready", flush=True)
             await asyncio.gather(*tasks)

@@ -18,7 +18,7 @@ import pytest
 
 from videogen_async import Ledger
 from videogen_async._cli._batch_store import import_journal
-from videogen_async._ledger._engines import enter_wal, is_busy
+from videogen_async._ledger._sqlite import enter_wal, is_busy
 
 from .cli.test_batch_import import request_of, write_old_journal
 

@@ -128,6 +128,17 @@ async def test_a_merge_that_makes_metadata_too_large_changes_nothing(ledger_url:
     assert (held.metadata, held.version) == ({"a": "x" * 9000}, 1)
 
 
+async def test_a_patch_of_none_is_refused_naming_metadata(ledger_url: str) -> None:
+    async with Service() as service, service.client() as client, Ledger.open(ledger_url) as ledger:
+        await ledger.create_task(client, "a fox", key="fox", metadata={"a": 1})
+        with pytest.raises(InvalidRequestError, match="JSON object") as caught:
+            await ledger.update_metadata("fox", None)  # type: ignore[arg-type]
+        held = await ledger.get("fox")
+    assert caught.value.field == "metadata"
+    assert held is not None
+    assert (held.metadata, held.version) == ({"a": 1}, 1)
+
+
 async def test_group_by_and_filters_are_checked(ledger_url: str) -> None:
     async with Ledger.open(ledger_url) as ledger:
         for bad in ("", 3):

@@ -14,7 +14,7 @@ import pytest
 
 from videogen_async import InvalidRequestError, Ledger, LedgerError, VideoGenError
 from videogen_async._ledger._claims import pause_for
-from videogen_async._ledger._engines import SQLiteEngine
+from videogen_async._ledger._sqlite import SQLiteEngine
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ async def test_an_open_cancelled_while_connecting_closes_its_connection(
         made.append(original(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr("videogen_async._ledger._engines.sqlite3.connect", connect)
+    monkeypatch.setattr("videogen_async._ledger._sqlite.sqlite3.connect", connect)
     opening = asyncio.ensure_future(Ledger.open(str(tmp_path / "l.db")))
     await asyncio.to_thread(connecting.wait, 10)
     opening.cancel()

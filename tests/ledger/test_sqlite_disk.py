@@ -21,8 +21,8 @@ import anyio
 import pytest
 
 from videogen_async import Ledger, LedgerError
-from videogen_async._ledger._engines import SQLiteEngine
 from videogen_async._ledger._schema import Plan, q
+from videogen_async._ledger._sqlite import SQLiteEngine
 
 from ._service import LogEvent, Service
 

@@ -24,7 +24,7 @@ from videogen_async import (
     LedgerError,
     WaitTimeoutError,
 )
-from videogen_async._ledger._engines import LISTENER_NAME
+from videogen_async._ledger._postgres import LISTENER_NAME
 from videogen_async.testing import SandboxServer
 
 from ._procs import Creator

@@ -19,9 +19,9 @@ import anyio
 import attrs
 
 from .._contract import _service as service
+from .._contract._checks import check_key
 from .._contract._exceptions import InvalidRequestError, VideoGenError
 from .._contract._validation import json_text, validate_task_request
-from .._ledger._creates import check_key
 from ._common import EXIT_OK, EXIT_SOME_FAILED, exit_code_for
 
 #: Manifest statuses besides the task statuses (succeeded, failed, error).

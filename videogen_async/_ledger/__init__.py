@@ -1,13 +1,14 @@
 """The ledger: charged task ids that survive crashes, shared by processes and machines.
 
 See ``docs/ledger.md``. One store (``_store``) whose statements are written once
-(``_plans``, ``_claims``) for two engines (``_engines``): SQLite, embedded, and PostgreSQL
-through asyncpg (the ``videogen-async[postgres]`` extra).
+(``_plans``, ``_claims``) for two engines (``_sqlite``, embedded, and ``_postgres`` through
+asyncpg: the ``videogen-async[postgres]`` extra).
 """
 
-from ._api import Ledger, LedgerOpener
+from ._api import Ledger
+from ._changes import Changes
 from ._entry import LedgerEntry
-from ._listen import Changes
+from ._opener import LedgerOpener
 from ._watch import Watch
 
 __all__ = ["Changes", "Ledger", "LedgerEntry", "LedgerOpener", "Watch"]

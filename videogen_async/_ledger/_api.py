@@ -1,42 +1,38 @@
-"""``Ledger``: charged task ids that survive crashes, shared by processes and machines."""
+"""``Ledger``: charged task ids that survive crashes, shared by processes and machines.
+
+A facade over the parts it owns: the creates (``_creates.Creator``: tasks, projects and their
+video batches), the listening (``_changes.Waits``: ``wait`` and ``changes``), the dispatch
+(``_dispatch.Dispatches``) and the store they share. Each public call checks its arguments
+here or in its part, before anything is written.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import attrs
-
 from .._contract import _checks as checks
-from .._contract._closing import AsyncClosing, ExitCloses
+from .._contract._checks import check_key
+from .._contract._closing import AsyncClosing
 from .._contract._exceptions import InvalidRequestError, LedgerError
-from .._contract._service import TASK_REQUEST
-from .._contract._validation import json_text, validate_task_request
-from .._http._options import CALL_OPTIONS, CallOptions
-from ._creates import Creator, PriceEstimate, check_key
-from ._dispatch import Dispatches
+from .._http._retry import BackoffPolicy
+from ._changes import Changes, Waits
+from ._creates import Creator, PriceEstimate
+from ._dispatch import Deliver, Dispatches
 from ._engines import engine_for
 from ._entry import LedgerEntry, check_metadata, entry_from_row
-from ._listen import Listener, Waits
-from ._plans import NewEntry, begin_create, get, page, restart_unknown, summary, update_metadata
-from ._projects import ProjectCreates
+from ._opener import LedgerOpener
+from ._plans import get, page, summary, update_metadata
 from ._protocol import LedgerClient
-from ._spool import Spool
-from ._store import Engine, Store
+from ._store import Store
 from ._watch import Watch
 
 if TYPE_CHECKING:
     from .._waiting._policy import PollPolicy
 
-DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
-DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
 
-
-class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
+class Ledger(AsyncClosing):
     """A durable record of every task created through it, shared by processes and machines.
 
     Open it with :meth:`open`::
@@ -48,9 +44,11 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
                     await notify(entry.key, entry.state, entry.task)
     """
 
-    def __init__(self, store: Store, creator: Creator) -> None:
-        self._store, self._creator = store, creator
-        self._listener: Listener | None = None
+    def __init__(self, creator: Creator) -> None:
+        self._creator = creator
+        self._store = store = creator.store
+        self._waits = Waits(store)
+        self._dispatches = Dispatches(store, self._waits.listener)
 
     @staticmethod
     def open(
@@ -59,7 +57,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         max_credits: float | None = None,
         price_estimate: PriceEstimate | None = None,
         outage_timeout: float = 30.0,
-    ) -> LedgerOpener:
+    ) -> LedgerOpener[Ledger]:
         """Open (and on first use create) a ledger: ``async with Ledger.open(url) as ledger:``.
 
         Args:
@@ -86,7 +84,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
         checks.positive("outage_timeout", outage_timeout)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
-        return LedgerOpener(engine_for(url), max_credits, price_estimate, outage_timeout)
+        return LedgerOpener(Ledger, engine_for(url), max_credits, price_estimate, outage_timeout)
 
     @property
     def max_credits(self) -> float | None:
@@ -128,22 +126,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             LedgerError: The ledger could not be used (nothing sent), or the answer could not
                 be recorded (its id is kept and written back later; the message says where).
         """
-        key = check_key(key) if key is not None else uuid.uuid4().hex
-        meta = check_metadata(metadata)
-        options = {name: task_fields.pop(name) for name in CALL_OPTIONS if name in task_fields}
-        extra = CallOptions.of(options).extra_body or {}
-        body = validate_task_request({"prompt": prompt, **task_fields})
-        model = str(extra.get("model") or body.get("model") or DEFAULT_MODEL)
-        duration = extra.get("duration") or body.get("duration") or DEFAULT_DURATION
-        if isinstance(duration, bool) or not isinstance(duration, int):
-            rule = "its duration must be a whole number of seconds (the ledger prices by it)"
-            raise InvalidRequestError("extra_body", rule)
-        request = json_text({**body, "extra_body": extra} if extra else body, "", sort_keys=True)
-        new = NewEntry(key, "task", request, model, duration, metadata=meta)
-        estimate = self._creator.estimate(model, duration)
-        fields = {name: value for name, value in body.items() if name != "prompt"}
-        send = lambda: client.tasks.create(body["prompt"], **fields, **options)  # noqa: E731
-        return await self._creator.create(begin_create, new, key, estimate, send)
+        return await self._creator.create_task(client, prompt, key, metadata, task_fields)
 
     async def resend(self, client: LedgerClient, key: str) -> LedgerEntry:
         """Send again the create of an ``unknown`` key, accepting the risk of paying twice.
@@ -163,19 +146,7 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             AmbiguousCreateError: The resend too may have taken effect without an id.
             BudgetExceededError: The create could pass ``max_credits``.
         """
-        row = await self._store.read(get, check_key(key))
-        if row is None:
-            raise LedgerError(f"ledger key {key!r}: no such entry")
-        if row["state"] != "unknown" or row["kind"] != "task":
-            raise LedgerError(
-                f"ledger key {key!r}: only an unknown task entry can be resent"
-                f" (it is a {row['kind']} entry in state {row['state']!r})"
-            )
-        body = json.loads(row["request"])
-        fields = {name: value for name, value in body.items() if name != "prompt"}
-        estimate = self._creator.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
-        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
-        return await self._creator.create(restart_unknown, key, key, estimate, send)
+        return await self._creator.resend(client, check_key(key))
 
     async def get(self, key: str) -> LedgerEntry | None:
         """The entry of a key, or ``None``.
@@ -253,11 +224,13 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             The entry with its new metadata.
 
         Raises:
-            InvalidRequestError: The metadata would break a rule; nothing was written.
+            InvalidRequestError: ``patch`` is not a JSON object, or the metadata would break a
+                rule (naming ``metadata``); nothing was written.
             LedgerError: No such key.
         """
         key = check_key(key)
-        check_metadata(patch, "patch")
+        if check_metadata(patch) is None:
+            raise InvalidRequestError("metadata", "must be a JSON object (the patch), got None")
         row = await self._store.write(update_metadata, key, patch)
         if row is None:
             raise LedgerError(f"ledger key {key!r}: no such entry")
@@ -294,6 +267,10 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
 
         Returns:
             A :class:`Watch`: an async context manager of terminal :class:`LedgerEntry`.
+
+        Raises:
+            InvalidRequestError: ``lease`` or ``claim_interval`` is not a number of seconds
+                > 0, or ``claim_size`` not an int >= 1 (a ``ValueError``).
         """
         return Watch(
             self._store,
@@ -308,6 +285,200 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
             max_held=max_held,
         )
 
+    async def create_project(
+        self,
+        client: LedgerClient,
+        reference_video_url: str,
+        product_image_urls: Sequence[str],
+        *,
+        key: str | None = None,
+        script_credits: float = 10.0,
+        metadata: dict[str, Any] | None = None,
+        **project_fields: Any,
+    ) -> LedgerEntry:
+        """Create a project through the ledger, with the guarantees of ``create_task``.
+
+        Its batches' tasks are recorded by :meth:`create_videos` (:meth:`record_project_tasks`
+        for auto mode's first batch).
+
+        Args:
+            client: The client that sends the create.
+            reference_video_url: As ``client.projects.create``.
+            product_image_urls: As ``client.projects.create``.
+            key: The idempotency key (``None``: a fresh random key).
+            script_credits: The price reserved under ``max_credits`` (the service's script
+                charge, 10 credits).
+            metadata: A JSON object kept with the entry, and with the entries of its tasks.
+            **project_fields: The other fields of ``client.projects.create``.
+
+        Returns:
+            The project's entry (state ``pending``, ``project_id`` set).
+
+        Raises:
+            InvalidRequestError: ``metadata`` or the key breaks a rule; nothing was written.
+            AmbiguousCreateError: The create may have taken effect without an id.
+            BudgetExceededError: It could pass ``max_credits``.
+        """
+        urls = reference_video_url, product_image_urls
+        return await self._creator.create_project(
+            client, urls, key, script_credits, metadata, project_fields
+        )
+
+    async def record_project_tasks(
+        self, key: str, project_id: str, task_ids: Sequence[str]
+    ) -> list[LedgerEntry]:
+        """Record task ids of a project (kind ``project_task``, ``pending``) for watchers.
+
+        Idempotent. An unpollable id is recorded ``unknown`` as ``KEY/#POSITION "ID"`` (the id
+        escaped), with the reason. The entries take the project's metadata.
+
+        Args:
+            key: The project's ledger key (each task's key is ``KEY/TASK_ID``).
+            project_id: The project.
+            task_ids: The ids (e.g. ``Project.task_ids`` of an auto-mode project).
+
+        Returns:
+            The entries of these ids.
+        """
+        return await self._creator.record_project_tasks(key, project_id, task_ids)
+
+    async def create_videos(
+        self,
+        client: LedgerClient,
+        key: str,
+        *,
+        batch_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        **batch_fields: Any,
+    ) -> list[LedgerEntry]:
+        """Create a video batch of a ledger project, written ahead like every create.
+
+        Its task ids are recorded with the answer (``project_task`` entries, keys
+        ``KEY/TASK_ID``); a batch key created before returns its tasks, sending nothing.
+
+        Args:
+            client: The client that sends the create.
+            key: The ledger key of the project (created with :meth:`create_project`).
+            batch_key: Makes the batch idempotent (``None``: a fresh ``KEY/videos/...``).
+            metadata: Merged over the project's metadata, kept on the batch's entries.
+            **batch_fields: The fields of ``client.projects.create_videos``.
+
+        Returns:
+            The entries of the batch's tasks (``pending``).
+
+        Raises:
+            LedgerError: No such project key, or its project id is not known.
+            AmbiguousCreateError: This batch's create may have taken effect, its ids unknown.
+        """
+        return await self._creator.create_videos(client, key, batch_key, metadata, batch_fields)
+
+    async def wait(
+        self,
+        key: str,
+        *,
+        timeout: float | None = None,
+    ) -> LedgerEntry:
+        """Wait until an entry is terminal, whichever process records it; nothing is sent.
+
+        Args:
+            key: The entry's key (a task's).
+            timeout: Seconds to wait at most (``None``: no limit).
+
+        Returns:
+            The entry, ``succeeded``, ``failed`` or ``error``.
+
+        Raises:
+            WaitTimeoutError: Not terminal in time (``last``: the entry as last seen).
+            LedgerError: No such key, or an entry that never becomes terminal (a project, a
+                video batch, a create the service refused).
+            AmbiguousCreateError: The entry is (or becomes) ``unknown``.
+        """
+        return await self._waits.wait(key, timeout)
+
+    def changes(
+        self,
+        *,
+        keys: Iterable[str] | None = None,
+        states: Iterable[str] | None = None,
+        after: int | None = None,
+    ) -> Changes:
+        """Every change of the ledger's entries, from every process, as each is committed.
+
+        It starts at its first step (or on entering ``async with``), or just after ``after``;
+        each change comes once, in ``position`` order.
+
+        Args:
+            keys: Only the changes of these keys.
+            states: Only changes to these states (``pending``, ``succeeded``...).
+            after: Resume just after this ``position`` from any process (``0``: every change
+                kept).
+
+        Returns:
+            An async iterator of :class:`LedgerEntry` as at each change, with ``position``.
+
+        Raises:
+            InvalidRequestError: A bad key, an unknown state, or ``after`` not an int >= 0.
+            LedgerError: On its first step: changes after ``after`` were pruned (the message
+                names the oldest position still kept).
+        """
+        return self._waits.changes(keys, states, after)
+
+    async def dispatch(
+        self,
+        name: str,
+        deliver: Deliver,
+        *,
+        stop_when_idle: bool = False,
+        backlog: bool = False,
+        lease: float = 30.0,
+        concurrency: int = 8,
+        attempt_timeout: float = 60.0,
+        backoff: BackoffPolicy | None = None,
+    ) -> int:
+        """Deliver each terminal entry to the destination ``name``, at least once.
+
+        Dispatchers of one name, in any processes, share the work, never delivering one entry
+        at once. Each attempt gets the entry as it is then; ``deliver`` raising (or outlasting
+        ``attempt_timeout``) means "later". Its ``aclose()``, if any, is called at the end.
+
+        Args:
+            name: The destination (``"billing"``, ``"app-hook"``).
+            deliver: An async callable taking a :class:`LedgerEntry`.
+            stop_when_idle: Return once nothing is left to deliver and no entry of the ledger
+                may still finish (else run until cancelled).
+            backlog: Also deliver the entries terminal before the destination's first use
+                (by default, those that become terminal from then on).
+            lease: Seconds a claimed delivery stays this dispatcher's without a renewal.
+            concurrency: Deliveries in flight at most.
+            attempt_timeout: Seconds one attempt may take.
+            backoff: The retries; dead after ``max_consecutive_failures`` attempts
+                (``None``: ``DISPATCH_BACKOFF``, 15 attempts over hours).
+
+        Returns:
+            How many deliveries this dispatcher made.
+
+        Raises:
+            InvalidRequestError: A bad argument; nothing was written.
+            LedgerError: The database stayed away longer than ``outage_timeout``.
+        """
+        options = (lease, concurrency, attempt_timeout, backoff)
+        return await self._dispatches.dispatch(name, deliver, stop_when_idle, backlog, options)
+
+    async def redeliver(self, name: str, *, keys: Iterable[str] | None = None) -> int:
+        """Make deliveries due again: the dead ones, or those of ``keys`` whatever their state.
+
+        Args:
+            name: The destination.
+            keys: The entries to deliver again (``None``: every dead delivery).
+
+        Returns:
+            How many deliveries are due again (the running dispatchers take them).
+
+        Raises:
+            LedgerError: No destination of that name was ever dispatched to.
+        """
+        return await self._dispatches.redeliver(name, keys)
+
     @property
     def store(self) -> Store:
         """The ledger's database (for tools and benchmarks)."""
@@ -315,48 +486,8 @@ class Ledger(ProjectCreates, Waits, Dispatches, AsyncClosing):
 
     async def aclose(self) -> None:
         """Stop listening for changes; close the connections. Idempotent."""
-        if self._listener is not None:
-            await self._listener.stop()
+        await self._waits.listener.stop()
         await self._store.close()
 
     def __repr__(self) -> str:
         return f"<Ledger {self._store.engine.dialect.name}>"
-
-
-@attrs.define(eq=False, repr=False)
-class LedgerOpener(ExitCloses):
-    """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
-
-    _engine: Engine
-    _max_credits: float | None
-    _price_estimate: PriceEstimate | None
-    _outage_timeout: float
-    _ledger: Ledger | None = attrs.field(default=None, init=False)
-
-    async def _open(self) -> Ledger:
-        engine = self._engine
-        store = Store(engine, self._outage_timeout)
-        await store.open()
-        spool = Spool(engine.where, local=engine.dialect.name == "sqlite")
-        creator = Creator(
-            store, spool, max_credits=self._max_credits, price_estimate=self._price_estimate
-        )
-        try:
-            await creator.repair()  # answers that processes of this machine could not record
-        except BaseException:
-            await store.close()
-            raise
-        return Ledger(store, creator)
-
-    def __await__(self) -> Any:
-        return self._open().__await__()
-
-    async def __aenter__(self) -> Ledger:
-        self._ledger = await self._open()
-        return self._ledger
-
-    async def _exit(self, ok: bool) -> None:
-        ledger, self._ledger = self._ledger, None
-        if ledger is not None:
-            with anyio.CancelScope(shield=True):
-                await ledger.aclose()

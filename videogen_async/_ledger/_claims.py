@@ -193,28 +193,10 @@ def poll_failed(key: str, owner: str, error: str, retry_in: float) -> Plan[None]
     )
 
 
-def load_classes() -> Plan[dict[str, tuple[str, int]]]:
-    """Every remembered class: ``{class key: (stats JSON, version)}``."""
-    rows = yield q("SELECT class_key, stats, version FROM videogen_ledger_classes")
-    return {row["class_key"]: (row["stats"], int(row["version"])) for row in rows}
-
-
-def save_class(key: str, stats: str, version: int) -> Plan[bool]:
-    """Store a class's stats if its version is still ``version`` (0: a new class).
-
-    ``False``: another watcher stored it first (merge, and try again).
-    """
-    if version == 0:
-        sql = (
-            "INSERT INTO videogen_ledger_classes (class_key, stats, version) VALUES ($1, $2, 1)"
-            " ON CONFLICT (class_key) DO NOTHING RETURNING class_key"
-        )
-        return bool((yield q(sql, key, stats)))
-    sql = (
-        "UPDATE videogen_ledger_classes SET stats = $2, version = version + 1"
-        " WHERE class_key = $1 AND version = $3 RETURNING class_key"
-    )
-    return bool((yield q(sql, key, stats, version)))
+def load_classes() -> Plan[dict[str, str]]:
+    """Every remembered class: ``{class key: stats JSON}``."""
+    rows = yield q("SELECT class_key, stats FROM videogen_ledger_classes")
+    return {row["class_key"]: row["stats"] for row in rows}
 
 
 def pause_remaining() -> Plan[float]:

@@ -1,18 +1,21 @@
 """The ledger's memory of finish times per class of tasks, shared by its watchers.
 
 The gather updates a :class:`LedgerFinishTimes` in memory; the watcher loads the classes at
-start and writes changed ones back each round with their read version: one written meanwhile
-by another watcher is merged and written again, so no update is lost.
+start and writes changed ones back each round, each merged in its write transaction with what
+the ledger holds then (``merge_class``): what another watcher wrote meanwhile is kept, so no
+update is lost. The ``version`` column still counts the writes, as earlier versions check it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from .._contract._validation import json_text
 from .._waiting._schedule import FinishTimeStats
-from ._claims import load_classes, save_class
+from ._claims import load_classes
+from ._schema import Plan, first, q
 from ._store import Store
 
 logger = logging.getLogger("videogen_async")
@@ -66,13 +69,39 @@ def merge_stats(
     return FinishTimeStats(bins=tuple(sorted(merged.items())), count=total)
 
 
+def merge_class(key: str, mine: FinishTimeStats, base: FinishTimeStats | None) -> Plan[Any]:
+    """Write a class's stats, merged with those the ledger holds (locked until the commit).
+
+    Returns what was written.
+    """
+    added = yield q(
+        "INSERT INTO videogen_ledger_classes (class_key, stats, version) VALUES ($1, $2, 1)"
+        " ON CONFLICT (class_key) DO NOTHING RETURNING class_key",
+        key,
+        _encode(mine),
+    )
+    if added:
+        return mine
+    row = yield from first(
+        "SELECT stats FROM videogen_ledger_classes WHERE class_key = $1{lock}", key
+    )
+    theirs = None if row is None else _decode(row["stats"])
+    merged = mine if theirs is None else merge_stats(theirs, mine, base)
+    yield q(
+        "UPDATE videogen_ledger_classes SET stats = $2, version = version + 1 WHERE class_key = $1",
+        key,
+        _encode(merged),
+    )
+    return merged
+
+
 class LedgerFinishTimes:
     """A ``FinishTimeMemory`` kept in the ledger (see the module docstring)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._data: dict[str, FinishTimeStats] = {}
-        self._base: dict[str, tuple[FinishTimeStats | None, int]] = {}
+        self._base: dict[str, FinishTimeStats] = {}  # as last read or written
         self._dirty: set[str] = set()
 
     def load(self, key: object) -> FinishTimeStats | None:
@@ -89,32 +118,17 @@ class LedgerFinishTimes:
 
     async def refresh(self) -> None:
         """Read every class the ledger remembers (classes changed here are kept)."""
-        for text, (encoded, version) in (await self._store.read(load_classes)).items():
+        for text, encoded in (await self._store.read(load_classes)).items():
             stats = _decode(encoded)
             if stats is None:
                 logger.warning("ledger class %r: unreadable stats, ignored", text)
-                continue
-            if text not in self._dirty:
-                self._data[text] = stats
-                self._base[text] = (stats, version)
+            elif text not in self._dirty:
+                self._data[text] = self._base[text] = stats
 
     async def flush(self) -> None:
-        """Write the changed classes, each with a version check, merging on a conflict."""
+        """Write the changed classes, each merged with what the ledger holds."""
         dirty, self._dirty = self._dirty, set()
         for text in sorted(dirty):
-            mine = self._data[text]
-            for _attempt in range(8):
-                base, version = self._base.get(text, (None, 0))
-                if await self._store.write(save_class, text, _encode(mine), version):
-                    self._base[text] = (mine, version + 1)
-                    break
-                current = (await self._store.read(load_classes)).get(text)
-                if current is None:  # pragma: no cover - classes are never deleted
-                    self._base.pop(text, None)
-                    continue
-                theirs = _decode(current[0])
-                if theirs is None:  # pragma: no cover - written by this module
-                    break
-                mine = merge_stats(theirs, mine, base)
-                self._data[text] = mine
-                self._base[text] = (theirs, current[1])
+            base = self._base.get(text)
+            merged = await self._store.write(merge_class, text, self._data[text], base)
+            self._data[text] = self._base[text] = merged

@@ -1,4 +1,4 @@
-"""The creates of a ledger: decided and written ahead, sent, recorded, repaired.
+"""The creates of a ledger (tasks, projects, video batches): written ahead, sent, recorded.
 
 A create is decided in one transaction (key; under ``max_credits`` its reservation), sent, then
 recorded. An answer that cannot be recorded goes to the spool at once, retried with backoff and
@@ -9,39 +9,57 @@ A creator holds a liveness lock (``_engines``): a dead one's ``creating`` entrie
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
 import types
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 import attrs
 
 from .._contract import _exceptions as err
-from .._contract._checks import check_key as check_key  # noqa: PLC0414  # re-exported
-from ._engines import new_creator
-from ._entry import LedgerEntry, entry_from_row
+from .._contract._checks import check_key
+from .._contract._service import TASK_REQUEST
+from .._contract._validation import json_text, validate_task_request
+from .._http._options import CALL_OPTIONS, CallOptions
+from ._entry import LedgerEntry, check_metadata, entry_from_row, load_metadata
 from ._plans import (
     CreateStart,
     Hold,
+    NewEntry,
     Refused,
     Settled,
+    add_batch_tasks,
+    batch_entries,
+    batch_tasks,
     begin_create,
     get,
+    restart_unknown,
     settle_created,
     settle_failed,
     unpollable,
 )
+from ._protocol import Engine, Signal, new_creator
 from ._spool import Spool
-from ._store import Signal, Store
+from ._store import Store
 
 logger = logging.getLogger("videogen_async")
 
 PriceEstimate = Callable[[str, int], float]
 """``(model, duration) -> credits``: the worst-case price of a task."""
 
+DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
+DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
+CREATE_LEASE = 600.0
+"""Seconds a ``creating`` entry stays its creator's: the last resort, as a dead creator's
+liveness lock tells the others at once."""
+GROUPED = (settle_created, settle_failed, begin_create)
+"""The plans whose writes share transactions; a cap's decisions (``begin_create`` under
+``max_credits``) lock its row, so they never do."""
 _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
 
@@ -60,20 +78,139 @@ class Creator:
         *,
         max_credits: float | None,
         price_estimate: PriceEstimate | None,
-        create_lease: float = 600.0,
     ) -> None:
-        self.store, self.spool, self.create_lease = store, spool, create_lease
-        self.max_credits, self.price_estimate = max_credits, price_estimate
-        self.owner, self.settled = new_creator(), Signal()
+        self.store = store
+        self.spool = spool
+        self.max_credits = max_credits
+        self.price_estimate = price_estimate
+        self.owner = new_creator()
+        self.settled = Signal()
         # What could not be written yet: key -> (plan, its arguments, spool file or "").
         self._kept: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {}
         # The keys this creator is creating: the database tells another creator's create of
         # a key from ours, but not two calls of ours apart (both are its owner).
-        self._creating: dict[str, anyio.Event] = {}
+        self._creating: dict[str, Signal] = {}
         self._next_scan = -math.inf
         self._prices: dict[Any, float] = {}  # the highest this process learned
-        grouped = (settle_created, settle_failed, begin_create)  # not a cap's decisions: they
-        store.grouped.update(grouped if max_credits is None else grouped[:2])  # lock its row
+
+    @classmethod
+    async def open(
+        cls,
+        engine: Engine,
+        outage_timeout: float,
+        max_credits: float | None,
+        price_estimate: PriceEstimate | None,
+    ) -> Creator:
+        """Open the store of ``engine`` and the creator of a ledger over it."""
+        store = Store(engine, outage_timeout, GROUPED if max_credits is None else GROUPED[:2])
+        await store.open()
+        spool = Spool(engine.where, local=engine.dialect.name == "sqlite")
+        creator = cls(store, spool, max_credits=max_credits, price_estimate=price_estimate)
+        try:
+            await creator.repair()  # answers that processes of this machine could not record
+        except BaseException:
+            await store.close()
+            raise
+        return creator
+
+    async def create_task(
+        self,
+        client: Any,
+        prompt: str,
+        key: str | None,
+        metadata: dict[str, Any] | None,
+        task_fields: dict[str, Any],
+    ) -> LedgerEntry:
+        """``Ledger.create_task``: its fields checked and priced, then :meth:`create`."""
+        key = check_key(key) if key is not None else uuid.uuid4().hex
+        meta = check_metadata(metadata)
+        options = {name: task_fields.pop(name) for name in CALL_OPTIONS if name in task_fields}
+        extra = CallOptions.of(options).extra_body or {}
+        body = validate_task_request({"prompt": prompt, **task_fields})
+        model = str(extra.get("model") or body.get("model") or DEFAULT_MODEL)
+        duration = extra.get("duration") or body.get("duration") or DEFAULT_DURATION
+        if isinstance(duration, bool) or not isinstance(duration, int):
+            rule = "its duration must be a whole number of seconds (the ledger prices by it)"
+            raise err.InvalidRequestError("extra_body", rule)
+        request = json_text({**body, "extra_body": extra} if extra else body, "", sort_keys=True)
+        new = NewEntry(key, "task", request, model, duration, metadata=meta)
+        estimate = self.estimate(model, duration)
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        send = lambda: client.tasks.create(body["prompt"], **fields, **options)  # noqa: E731
+        return await self.create(begin_create, new, key, estimate, send)
+
+    async def resend(self, client: Any, key: str) -> LedgerEntry:
+        """``Ledger.resend``: an ``unknown`` task entry's create sent again."""
+        row = await self.store.read(get, key)
+        if row is None:
+            raise err.LedgerError(f"ledger key {key!r}: no such entry")
+        if row["state"] != "unknown" or row["kind"] != "task":
+            raise err.LedgerError(
+                f"ledger key {key!r}: only an unknown task entry can be resent"
+                f" (it is a {row['kind']} entry in state {row['state']!r})"
+            )
+        body = json.loads(row["request"])
+        fields = {name: value for name, value in body.items() if name != "prompt"}
+        estimate = self.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
+        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        return await self.create(restart_unknown, key, key, estimate, send)
+
+    async def create_project(
+        self,
+        client: Any,
+        urls: tuple[str, Sequence[str]],
+        key: str | None,
+        script_credits: float,
+        metadata: dict[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> LedgerEntry:
+        """``Ledger.create_project``: ``urls`` the reference video's and the product images'."""
+        key = check_key(key) if key is not None else uuid.uuid4().hex
+        meta = check_metadata(metadata)
+        video = urls[0]
+        images = list(urls[1])
+        request = {"reference_video_url": video, "product_image_urls": images, **fields}
+        text = json_text(request, "", sort_keys=True, default=str)
+        new = NewEntry(key, "project", text, None, fields.get("duration"), metadata=meta)
+        send = lambda: client.projects.create(video, images, **fields)  # noqa: E731
+        return await self.create(begin_create, new, key, script_credits, send)
+
+    async def record_project_tasks(
+        self, key: str, project_id: str, task_ids: Sequence[str]
+    ) -> list[LedgerEntry]:
+        """``Ledger.record_project_tasks``: written 1,000 a transaction."""
+        project = await self.store.read(get, check_key(key))
+        meta = None if project is None else project["metadata"]
+        tasks = batch_tasks(key, task_ids)
+        rows: list[Any] = []
+        for start in range(0, len(tasks), 1000):
+            chunk = tasks[start : start + 1000]
+            rows += await self.store.write(add_batch_tasks, project_id, chunk, None, meta)
+        self.settled.fire()
+        return [entry_from_row(row) for row in rows]
+
+    async def create_videos(
+        self,
+        client: Any,
+        key: str,
+        batch_key: str | None,
+        metadata: dict[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> list[LedgerEntry]:
+        """``Ledger.create_videos``: the batch's own entry written ahead, its tasks answered."""
+        check_metadata(metadata)
+        row = await self.store.read(get, check_key(key))
+        if row is None or row["kind"] != "project" or not row["project_id"]:
+            raise err.LedgerError(f"ledger key {key!r}: no project with a known id")
+        project_id = row["project_id"]
+        batch = f"{key}/videos/{uuid.uuid4().hex}" if batch_key is None else check_key(batch_key)
+        meta = check_metadata({**load_metadata(row["metadata"]), **(metadata or {})})
+        text = json_text({"project": key, **fields}, "", sort_keys=True, default=str)
+        new = NewEntry(batch, "videos", text, None, None, project_id=project_id, metadata=meta)
+        send = lambda: client.projects.create_videos(project_id, **fields)  # noqa: E731
+        await self.create(begin_create, new, batch, 0.0, send)
+        rows = await self.store.read(batch_entries, project_id, batch)
+        return [entry_from_row(task) for task in rows]
 
     def estimate(self, model: str, duration: int) -> float | None:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
@@ -97,14 +234,14 @@ class Creator:
         Returns the entry of a key another create holds (``existing``) instead of sending.
         """
         while (busy := self._creating.get(key)) is not None:
-            await busy.wait()  # its outcome is this call's, unless it wrote nothing
+            await busy.event.wait()  # its outcome is this call's, unless it wrote nothing
             if (row := await self.store.read(get, key)) is not None:
                 return await self._existing(key, row)
-        self._creating[key] = done = anyio.Event()
+        self._creating[key] = done = Signal()
         try:
             await self.repair()
             await self.store.live(self.owner)
-            hold = Hold(self.owner, self.create_lease, self.max_credits, estimate)
+            hold = Hold(self.owner, CREATE_LEASE, self.max_credits, estimate)
             tries = 0
             while True:
                 try:
@@ -131,7 +268,7 @@ class Creator:
                 tries = await self._nap(tries)
         finally:
             del self._creating[key]
-            done.set()
+            done.fire()
 
     async def _nap(self, tries: int) -> int:
         """Wait before looking again: backoff, or less when a create of this ledger settles."""
@@ -178,7 +315,8 @@ class Creator:
                 raise
             # An answer read in part that names what it created: recorded (the watchers poll
             # it), then its error raised.
-            created, unreadable = types.SimpleNamespace(**read), exc
+            created = types.SimpleNamespace(**read)
+            unreadable = exc
         except BaseException as exc:
             # Cancelled (or a bug) while the request may have been on the wire: one attempt,
             # so that a Ctrl-C is not held up; if it fails, the next operation writes it.

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from .._contract import _checks as checks
 from .._contract._exceptions import InvalidRequestError, LedgerError
@@ -27,8 +28,9 @@ from ._claims import claim_statement, release_leases, renew_leases
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._listen import Listener
 from ._plans import get
+from ._protocol import Signal, first_of
 from ._schema import Plan, first, q
-from ._store import Signal, Store, first_of
+from ._store import Store
 
 logger = logging.getLogger("videogen_async")
 
@@ -126,51 +128,63 @@ class _Dispatcher:
         deliver: Deliver,
         options: tuple[float, int, float, BackoffPolicy],
     ) -> None:
-        self.store, self.listener, self.name, self.deliver = store, listener, name, deliver
+        self.store = store
+        self.listener = listener
+        self.name = name
+        self.deliver = deliver
         self.lease, self.room, self.attempt_timeout, self.backoff = options
         self.owner = f"dispatcher:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.flying: dict[str, anyio.CancelScope] = {}
-        self.freed, self.delivered = Signal(), 0
+        self.freed = Signal()
+        self.delivered = 0
+        self.renewed = 0.0  # when the leases held were last renewed
 
     async def run(self, stop_when_idle: bool) -> None:
-        store, lease, room = self.store, self.lease, self.room
         await self.listener.start()
-        renewed = anyio.current_time()
+        self.renewed = anyio.current_time()
         try:
             async with anyio.create_task_group() as tg:
                 while True:
                     woken = (self.listener.terminal.event, self.freed.event)
-                    due, busy = await store.read(_due, self.name, stop_when_idle)
-                    free = room - len(self.flying)
-                    if due is not None and due <= 0 and free > 0:
-                        if not self.flying:
-                            renewed = anyio.current_time()
-                        rows = await store.write(_claim, self.name, self.owner, lease, free)
-                        for row in rows:
-                            scope = self.flying[row["key"]] = anyio.CancelScope()
-                            scope.deadline = renewed + lease * 0.9
-                            tg.start_soon(self._attempt, row["key"], int(row["attempts"]), scope)
-                        if rows:
-                            continue
+                    due, busy = await self.store.read(_due, self.name, stop_when_idle)
+                    free = self.room - len(self.flying)
+                    if due is not None and due <= 0 and free > 0 and await self._claim(tg, free):
+                        continue
                     if stop_when_idle and due is None and not busy and not self.flying:
                         return
-                    now, wake = anyio.current_time(), math.inf
-                    if self.flying and now - renewed >= lease / 3:
-                        await store.write(renew_leases, _OUTBOX, self.owner, lease)
-                        renewed = now
-                        for scope in self.flying.values():
-                            scope.deadline = now + lease * 0.9
-                    if self.flying:
-                        wake = renewed + lease / 3 - now
+                    wake = await self._renew()
                     if due is not None and free > 0:
                         wake = min(wake, due)
                     await first_of(woken, max(wake, 0.0))
         finally:
             with anyio.CancelScope(shield=True):
                 try:  # once: what this misses, the leases settle
-                    await store.write_once(release_leases, _OUTBOX, self.owner)
+                    await self.store.write_once(release_leases, _OUTBOX, self.owner)
                 except LedgerError as exc:
                     logger.warning("dispatch %r: its deliveries not released: %s", self.name, exc)
+
+    async def _claim(self, tg: TaskGroup, free: int) -> bool:
+        """Claim up to ``free`` due deliveries and start them; whether any was claimed."""
+        if not self.flying:  # the claim's lease runs from now
+            self.renewed = anyio.current_time()
+        rows = await self.store.write(_claim, self.name, self.owner, self.lease, free)
+        for row in rows:
+            scope = self.flying[row["key"]] = anyio.CancelScope()
+            scope.deadline = self.renewed + self.lease * 0.9
+            tg.start_soon(self._attempt, row["key"], int(row["attempts"]), scope)
+        return bool(rows)
+
+    async def _renew(self) -> float:
+        """Renew the leases held, a third of a lease after the last; seconds until the next."""
+        if not self.flying:
+            return math.inf
+        now = anyio.current_time()
+        if now - self.renewed >= self.lease / 3:
+            await self.store.write(renew_leases, _OUTBOX, self.owner, self.lease)
+            self.renewed = now
+            for scope in self.flying.values():  # an attempt outliving its lease gives up
+                scope.deadline = now + self.lease * 0.9
+        return self.renewed + self.lease / 3 - now
 
     async def _attempt(self, key: str, attempts: int, scope: anyio.CancelScope) -> None:
         error = delay = None
@@ -202,60 +216,30 @@ class _Dispatcher:
 class Dispatches:
     """The outbox of :class:`~videogen_async.Ledger`: deliveries of terminal entries."""
 
-    _store: Store
-
-    def _listening(self) -> Listener:
-        raise NotImplementedError  # pragma: no cover - the ledger's
+    def __init__(self, store: Store, listener: Listener) -> None:
+        self._store = store
+        self._listener = listener
 
     async def dispatch(
         self,
         name: str,
         deliver: Deliver,
-        *,
-        stop_when_idle: bool = False,
-        backlog: bool = False,
-        lease: float = 30.0,
-        concurrency: int = 8,
-        attempt_timeout: float = 60.0,
-        backoff: BackoffPolicy | None = None,
+        stop_when_idle: bool,
+        backlog: bool,
+        options: tuple[float, int, float, BackoffPolicy | None],
     ) -> int:
-        """Deliver each terminal entry to the destination ``name``, at least once.
-
-        Dispatchers of one name, in any processes, share the work, never delivering one entry
-        at once. Each attempt gets the entry as it is then; ``deliver`` raising (or outlasting
-        ``attempt_timeout``) means "later". Its ``aclose()``, if any, is called at the end.
-
-        Args:
-            name: The destination (``"billing"``, ``"app-hook"``).
-            deliver: An async callable taking a :class:`LedgerEntry`.
-            stop_when_idle: Return once nothing is left to deliver and no entry of the ledger
-                may still finish (else run until cancelled).
-            backlog: Also deliver the entries terminal before the destination's first use
-                (by default, those that become terminal from then on).
-            lease: Seconds a claimed delivery stays this dispatcher's without a renewal.
-            concurrency: Deliveries in flight at most.
-            attempt_timeout: Seconds one attempt may take.
-            backoff: The retries; dead after ``max_consecutive_failures`` attempts
-                (``None``: ``DISPATCH_BACKOFF``, 15 attempts over hours).
-
-        Returns:
-            How many deliveries this dispatcher made.
-
-        Raises:
-            InvalidRequestError: A bad argument; nothing was written.
-            LedgerError: The database stayed away longer than ``outage_timeout``.
-        """
+        """``Ledger.dispatch``: ``options`` its lease, concurrency, attempt timeout, backoff."""
+        lease, concurrency, attempt_timeout, backoff = options
         checks.name("name", name, max_length=200)
         if not callable(deliver):
             raise InvalidRequestError("deliver", "must be an async callable taking a LedgerEntry")
         checks.whole("concurrency", concurrency)
-        checks.instance("backoff", backoff, (BackoffPolicy, type(None)), "must be a BackoffPolicy")
-        seconds = (
-            checks.number("lease", lease, above=True, high=1e9),
-            checks.number("attempt_timeout", attempt_timeout, above=True, high=1e9),
-        )
-        options = (seconds[0], concurrency, seconds[1], backoff or DISPATCH_BACKOFF)
-        dispatcher = _Dispatcher(self._store, self._listening(), name, deliver, options)
+        checks.positive("lease", lease)
+        checks.positive("attempt_timeout", attempt_timeout)
+        if backoff is not None and not isinstance(backoff, BackoffPolicy):
+            raise InvalidRequestError("backoff", "must be a BackoffPolicy")
+        checked = (lease, concurrency, attempt_timeout, backoff or DISPATCH_BACKOFF)
+        dispatcher = _Dispatcher(self._store, self._listener, name, deliver, checked)
         try:
             await self._store.write(_register, name, backlog)
             await dispatcher.run(stop_when_idle)
@@ -266,21 +250,10 @@ class Dispatches:
                     await close()
         return dispatcher.delivered
 
-    async def redeliver(self, name: str, *, keys: Iterable[str] | None = None) -> int:
-        """Make deliveries due again: the dead ones, or those of ``keys`` whatever their state.
-
-        Args:
-            name: The destination.
-            keys: The entries to deliver again (``None``: every dead delivery).
-
-        Returns:
-            How many deliveries are due again (the running dispatchers take them).
-
-        Raises:
-            LedgerError: No destination of that name was ever dispatched to.
-        """
+    async def redeliver(self, name: str, keys: Iterable[str] | None) -> int:
+        """``Ledger.redeliver``."""
         count = await self._store.write(_redeliver, name, None if keys is None else sorted(keys))
         if count is None:
             raise LedgerError(f"ledger: no destination named {name!r}")
-        self._listening().terminal.fire()  # this process's dispatchers look at once
+        self._listener.terminal.fire()  # this process's dispatchers look at once
         return count

@@ -154,8 +154,14 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     if _depth(value, field) > 8:
         raise InvalidRequestError(field, "must nest at most 8 levels")
     try:
-        text = json_text(value, field, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                         default=_refuse)  # fmt: skip
+        text = json_text(
+            value,
+            field,
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=_refuse,
+        )
         text = _NUMBER.sub(_digits, text)
         size = len(text.encode())
     except InvalidRequestError:

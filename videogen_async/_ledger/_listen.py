@@ -1,4 +1,4 @@
-"""``Ledger.wait`` and ``Ledger.changes``: every process's changes, pushed to this one.
+"""The change listener: every process's changes, pushed to this one (``_changes``).
 
 One :class:`Listener` per ledger hands the triggers' changes to this process's waits, iterators
 and dispatchers in sequence (``position``) order. A number is taken before its change commits,
@@ -21,21 +21,17 @@ import contextlib
 import json
 import logging
 import math
-from collections import deque
-from collections.abc import Iterable
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._contract import _checks as checks
 from .._contract import _exceptions as err
 from .._http._retry import backoff_after
-from ._creates import check_key
-from ._entry import STATES, TERMINAL_STATES, LedgerEntry, entry_from_row
-from ._plans import get
-from ._schema import CHANGES_KEPT, Plan, q
-from ._store import DATABASE_BACKOFF, Signal, Store
+from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
+from ._protocol import Signal
+from ._schema import Plan, q
+from ._store import DATABASE_BACKOFF, Store
 
 logger = logging.getLogger("videogen_async")
 
@@ -226,180 +222,3 @@ class Listener:
         if terminal:
             self.terminal.fire()
         self.moved.fire()
-
-
-class Waits:
-    """The waits of :class:`~videogen_async.Ledger` on changes made by any process."""
-
-    _store: Store
-    _listener: Listener | None
-
-    def _listening(self) -> Listener:
-        if self._listener is None:
-            self._listener = Listener(self._store)
-        return self._listener
-
-    async def wait(
-        self,
-        key: str,
-        *,
-        timeout: float | None = None,  # noqa: ASYNC109 - the documented signature
-    ) -> LedgerEntry:
-        """Wait until an entry is terminal, whichever process records it; nothing is sent.
-
-        Args:
-            key: The entry's key (a task's).
-            timeout: Seconds to wait at most (``None``: no limit).
-
-        Returns:
-            The entry, ``succeeded``, ``failed`` or ``error``.
-
-        Raises:
-            WaitTimeoutError: Not terminal in time (``last``: the entry as last seen).
-            LedgerError: No such key, or an entry that never becomes terminal (a project, a
-                video batch, a create the service refused).
-            AmbiguousCreateError: The entry is (or becomes) ``unknown``.
-        """
-        key = check_key(key)
-        checks.seconds_or_none("timeout", timeout)
-        listener, keys, entry = self._listening(), frozenset({key}), None
-        send, receive = listener.subscribe(keys, None)
-        try:
-            with receive, anyio.move_on_after(math.inf if timeout is None else timeout):
-                await listener.start()
-                row = await self._store.read(get, key)
-                if row is None:
-                    raise err.LedgerError(f"ledger key {key!r}: no such entry")
-                entry = entry_from_row(row)
-                while not entry.is_terminal:
-                    if entry.state == "unknown":
-                        raise err.AmbiguousCreateError(key, entry, entry.error)
-                    if entry.state != "creating" and entry.task_id is None:
-                        raise err.LedgerError(f"ledger key {key!r}: never terminal (no task id)")
-                    try:
-                        change = await receive.receive()
-                    except anyio.EndOfStream:
-                        raise err.LedgerError("the ledger's change listener stopped") from None
-                    entry = change if change.version > entry.version else entry
-                return entry
-        finally:
-            listener.unsubscribe(keys, send)
-        raise err.WaitTimeoutError(
-            f"ledger key {key!r}: not terminal after {timeout:g} s"
-            f" (last seen: {entry.state if entry else 'nothing'})",
-            last=entry,
-            pending=(key,),
-            timeout=timeout,
-        )
-
-    def changes(
-        self,
-        *,
-        keys: Iterable[str] | None = None,
-        states: Iterable[str] | None = None,
-        after: int | None = None,
-    ) -> Changes:
-        """Every change of the ledger's entries, from every process, as each is committed.
-
-        It starts at its first step (or on entering ``async with``), or just after ``after``;
-        each change comes once, in ``position`` order.
-
-        Args:
-            keys: Only the changes of these keys.
-            states: Only changes to these states (``pending``, ``succeeded``...).
-            after: Resume just after this ``position`` from any process (``0``: every change
-                kept).
-
-        Returns:
-            An async iterator of :class:`LedgerEntry` as at each change, with ``position``.
-
-        Raises:
-            InvalidRequestError: A bad key, an unknown state, or ``after`` not an int >= 0.
-            LedgerError: On its first step: changes after ``after`` were pruned (the message
-                names the oldest position still kept).
-        """
-        if after is not None:
-            checks.whole("after", after, minimum=0)
-        wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
-        wanted_states = None if states is None else frozenset(states)
-        if wanted_states is not None and (unknown := wanted_states.difference(STATES)):
-            listed = ", ".join(sorted(map(repr, unknown)))
-            raise err.InvalidRequestError("states", f"unknown states {listed}")
-        return Changes(self._store, self._listening(), wanted_keys, wanted_states, after)
-
-
-class Changes:
-    """What ``Ledger.changes`` returns: an async iterator, and an async context manager."""
-
-    def __init__(
-        self,
-        store: Store,
-        listener: Listener,
-        keys: frozenset[str] | None,
-        states: frozenset[str] | None,
-        after: int | None = None,
-    ) -> None:
-        self._store, self._listener, self._keys, self._states = store, listener, keys, states
-        self._streams: tuple[_Send, MemoryObjectReceiveStream[LedgerEntry]] | None = None
-        # Read from the table: the changes in (_read, _until]; from the listener: after _skip.
-        self._after, self._read, self._until, self._skip = after, after or 0, 0, -1
-        self._kept: deque[LedgerEntry] = deque()
-
-    async def __aenter__(self) -> Changes:
-        if self._streams is None:
-            self._streams = self._listener.subscribe(self._keys, self._states)
-            await self._listener.start()
-            if self._after is not None:  # the table up to the top read, then the listener's
-                self._until = self._listener.top
-                self._skip = max(self._after, self._until)
-                while self._listener.handed_on < self._until:  # every change below is in
-                    await self._listener.moved.event.wait()
-                await self._read_kept()
-        return self
-
-    async def _read_kept(self) -> None:
-        rows = await self._store.read(_read_changes, self._read, [], self._until)
-        seen = rows[0]  # the pruned and the oldest positions, as this read saw them
-        if seen["pruned"] is not None and int(seen["pruned"]) > self._read:
-            raise err.LedgerError(
-                f"ledger changes after position {self._read} were pruned (kept {CHANGES_KEPT:g}"
-                f" s): the oldest position still kept is {seen['oldest'] or 'none'}"
-            )
-        self._read = self._until if len(rows) < _PAGE else int(rows[-1]["seq"])
-        for row in rows:
-            if (
-                row["seq"] is not None
-                and (self._keys is None or row["key"] in self._keys)
-                and (self._states is None or row["state"] in self._states)
-            ):
-                self._kept.append(_as_entry(row))
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def __aiter__(self) -> Changes:
-        return self
-
-    async def __anext__(self) -> LedgerEntry:
-        await self.__aenter__()
-        assert self._streams is not None  # noqa: S101 - entered above
-        while not self._kept and self._read < self._until:
-            await self._read_kept()
-        if self._kept:
-            return self._kept.popleft()
-        try:
-            while True:
-                entry = await self._streams[1].receive()
-                if (entry.position or 0) > self._skip:
-                    return entry
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        """Stop receiving changes. Idempotent."""
-        self.__del__()
-
-    def __del__(self) -> None:
-        if self._streams is not None:
-            self._listener.unsubscribe(self._keys, self._streams[0])
-            self._streams[1].close()

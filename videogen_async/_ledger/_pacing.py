@@ -65,7 +65,9 @@ def shared_source(client: Any, pause: SharedPause) -> TaskSource:
     shared pause. A client without a pacing of its own waits out ``pause`` before each poll.
     """
     source = source_of(client)
-    fetch, backoff, own_pacing = source.fetch, source.backoff, source.pacing is not None
+    fetch = source.fetch
+    backoff = source.backoff
+    own_pacing = source.pacing is not None
 
     async def shared_fetch(task_id: str) -> Task:
         if not own_pacing:

@@ -190,7 +190,8 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
     if estimate is None and taken["model"] is not None and taken["duration"] is not None:
         price = yield from first(_PRICE, taken["model"], taken["duration"])
         estimate = None if price is None else float(price["price"])
-    spent, reserved = budget["spent"], budget["reserved"]
+    spent = budget["spent"]
+    reserved = budget["reserved"]
     outcome, amount = decide_budget(
         cap=hold.cap, spent=spent, reserved=reserved, unpriced=budget["unpriced"], estimate=estimate
     )
@@ -344,8 +345,8 @@ def get(key: str) -> Plan[Row | None]:
 def page(after: str, limit: int, metadata: str | None = None) -> Plan[list[Row]]:
     """Rows in key order after ``after`` (``""``: from the first), as ``Ledger.entries`` reads."""
     where, args = ("", ()) if metadata is None else (" AND meta_has($3)", (metadata,))
-    rows: list[Row] = yield q(f"SELECT * FROM {{E}} WHERE key > $1{where} ORDER BY key LIMIT $2",
-                              after, limit, *args)  # fmt: skip
+    sql = f"SELECT * FROM {{E}} WHERE key > $1{where} ORDER BY key LIMIT $2"
+    rows: list[Row] = yield q(sql, after, limit, *args)
     return rows
 
 
@@ -364,18 +365,18 @@ def summary(group_by: str | None = None) -> Plan[dict[str, Any]]:
     states = {row["state"]: int(row["n"]) for row in counts}
     found: dict[str, Any] = {"states": states, **budget}
     del found["unpriced"]
-    names = yield q("SELECT name FROM videogen_ledger_destinations ORDER BY name")
-    outbox: dict[str, dict[str, int]] = {
-        row["name"]: dict.fromkeys(("pending", "delivered", "dead"), 0) for row in names
-    }
+    outbox: dict[str, dict[str, int]] = {}
+    found["destinations"] = outbox
     for row in (
-        yield q(
-            "SELECT destination, state, count(*) AS n FROM videogen_ledger_outbox"
-            " GROUP BY destination, state"
+        yield q(  # every destination, its deliveries counted per state
+            "SELECT d.name, o.state, count(o.key) AS n FROM videogen_ledger_destinations AS d"
+            " LEFT JOIN videogen_ledger_outbox AS o ON o.destination = d.name"
+            " GROUP BY d.name, o.state ORDER BY d.name"
         )
     ):
-        outbox.setdefault(row["destination"], {})[row["state"]] = int(row["n"])
-    found["destinations"] = outbox
+        counts = outbox.setdefault(row["name"], dict.fromkeys(("pending", "delivered", "dead"), 0))
+        if row["state"] is not None:
+            counts[row["state"]] = int(row["n"])
     if group_by is not None:
         groups: dict[Any, dict[str, Any]] = {}
         for row in (

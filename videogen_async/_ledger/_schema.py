@@ -83,7 +83,9 @@ class Dialect:
     """
 
     def __init__(self, name: str, *, macros: dict[str, str], numbered: bool, **words: str) -> None:
-        self.name, self._macros, self._numbered = name, macros, numbered
+        self.name = name
+        self._macros = macros
+        self._numbered = numbered
         self._words = {"E": "videogen_ledger_entries", **words}
         self._done: dict[str, str] = {}
 

@@ -31,7 +31,8 @@ class Spool:
     """The answers kept for one ledger: ``where``, a file's path (``local``) or a URL."""
 
     def __init__(self, where: str, *, local: bool) -> None:
-        self._where, self._local = where, local
+        self._where = where
+        self._local = local
 
     def _prefix(self) -> str:
         where = os.path.realpath(self._where) if self._local else self._where

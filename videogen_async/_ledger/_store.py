@@ -5,18 +5,20 @@ On :class:`DatabaseUnavailable` (restart, failover, killed connections, full dis
 then raises :class:`LedgerError`. Every write plan is safe to rerun (each change is conditional
 on the state it changes), as a commit whose answer was lost may have taken effect.
 
-Group commit: :attr:`Store.grouped` writes queued during a transaction share the next (each
-alone if one fails). Written once: every write passes :meth:`Store._attempt` (fires
-:attr:`Store.changed`, prunes old changes once a minute); changes are recorded by triggers; an
-entry column is a ``_plans.NewEntry`` field, a migration and a ``LedgerEntry`` field; terminal
-states and deliveries are written by ``_claims.finish_many``.
+Group commit: the writes of the plans a store is told to group (at construction), queued during
+a transaction, share the next (each alone if one fails). Written once: every write passes
+:meth:`Store._attempt` (fires :attr:`Store.changed`, prunes old changes once a minute); changes
+are recorded by triggers; an entry column is a ``_plans.NewEntry`` field, a migration and a
+``LedgerEntry`` field; terminal states and deliveries are written by ``_claims.finish_many``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, ParamSpec, Protocol, TypeVar
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import attrs
@@ -24,7 +26,8 @@ import attrs
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, backoff_after
 from ._plans import creating_owners, expire_creating, prune_changes
-from ._schema import SCHEMA_VERSION, Dialect, Plan, check_meta, create_or_migrate, read_meta
+from ._protocol import DatabaseUnavailable, Engine, Signal
+from ._schema import SCHEMA_VERSION, Plan, check_meta, create_or_migrate, read_meta
 
 logger = logging.getLogger("videogen_async")
 
@@ -36,10 +39,6 @@ _P = ParamSpec("_P")
 DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecutive_failures=None)
 
 
-class DatabaseUnavailable(LedgerError):
-    """The database did not answer; the transaction did not take effect (or may have)."""
-
-
 @attrs.define
 class _Queued:  # a write waiting for its group's transaction
     make: Callable[[], Plan[Any]]
@@ -49,14 +48,16 @@ class _Queued:  # a write waiting for its group's transaction
 
 
 @attrs.define
-class _Lane:  # one plan's writes queued; set as its running group's transaction ends: turn
+class _Lane:  # one plan's writes queued; fired as its running group's transaction ends: turn
     queue: list[_Queued] = attrs.Factory(list)
-    turn: anyio.Event | None = None
+    running: bool = False
+    turn: Signal = attrs.Factory(Signal)
 
 
 def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
     """Several plans as one, every step in its transaction; a plan alone as it is."""
-    results, rows = [], None
+    results = []
+    rows = None
     for plan in plans:
         try:
             while True:
@@ -68,90 +69,32 @@ def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
     return results
 
 
-class Signal:
-    """An event fired again and again: each :meth:`fire` wakes whoever waits on :attr:`event`."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-
-    def fire(self) -> None:
-        """Wake the waiters of the current event and start a new one."""
-        self.event.set()
-        self.event = anyio.Event()
-
-
-async def first_of(events: Iterable[anyio.Event], seconds: float) -> None:
-    """Wait until one of ``events`` is set, or ``seconds`` passed."""
-    with anyio.move_on_after(seconds):
-        async with anyio.create_task_group() as tg:
-
-            async def one(event: anyio.Event) -> None:
-                await event.wait()
-                tg.cancel_scope.cancel()
-
-            for event in events:
-                tg.start_soon(one, event)
-
-
-class Listening:
-    """How an engine wakes a change listener (``_listen``); ``lost``: its connection was."""
-
-    lost = False
-
-    async def open(self) -> None:
-        """Start listening."""
-
-    async def wait(self, event: anyio.Event, seconds: float) -> None:
-        """Until ``event`` is set, another process may have committed, or ``seconds`` passed."""
-
-    async def close(self) -> None:
-        """Stop listening."""
-
-
-class Engine(Protocol):
-    """A connection to one kind of database (see ``_engines``)."""
-
-    dialect: Dialect
-    where: str
-
-    async def open(self) -> None:
-        """Connect."""
-
-    async def prepare(self) -> None:
-        """Set the connection up, once the database is known to be a ledger (or empty)."""
-
-    async def run(self, plan: Plan[_T], *, write: bool) -> _T:
-        """Run a plan in one transaction (a write transaction when ``write``)."""
-
-    async def live(self, owner: str) -> None:
-        """Hold the lock that tells others the creator ``owner`` lives."""
-
-    async def dead(self, owners: Sequence[str]) -> set[str]:
-        """The creators among ``owners`` known to have died."""
-
-    def listen(self, changed: Signal) -> Listening:
-        """What wakes a change listener (``changed`` may be fired by it)."""
-
-    async def close(self) -> None:
-        """Disconnect, and release the creator's lock."""
-
-
 class Store:
     """A ledger's database: plans run in transactions, retried while the database is away.
 
     Attributes:
         writes: Write transactions committed (for the benchmark).
-        grouped: The plans whose writes share transactions (see the module docstring).
         changed: Fired after each commit of this process, and by the change listener for
             another process's (see ``_listen``).
     """
 
-    def __init__(self, engine: Engine, outage_timeout: float) -> None:
-        self.engine, self.where, self.outage_timeout = engine, engine.where, outage_timeout
-        self.writes, self.changed = 0, Signal()
-        self._living, self._next_prune = anyio.Lock(), 0.0
-        self.grouped: set[Callable[..., Plan[Any]]] = set()
-        self._lanes: dict[Any, _Lane] = {}
+    def __init__(
+        self,
+        engine: Engine,
+        outage_timeout: float,
+        grouped: Collection[Callable[..., Plan[Any]]] = (),
+    ) -> None:
+        """``grouped``: the plans whose writes share transactions (see the module docstring)."""
+        self.engine = engine
+        self.where = engine.where
+        self.outage_timeout = outage_timeout
+        self.writes = 0
+        self.changed = Signal()
+        # asyncio's: free, it is taken without a trip through the event loop (anyio's takes
+        # one), and every create passes it.
+        self._living = asyncio.Lock()
+        self._next_prune = 0.0
+        self._lanes = {plan: _Lane() for plan in grouped}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -208,22 +151,25 @@ class Store:
             await self.engine.close()
 
     async def _attempt(self, kind: Callable[..., Plan[_T]], make: Callable[[], Plan[_T]]) -> _T:
-        if kind not in self.grouped:
+        lane = self._lanes.get(kind)
+        if lane is None:
             return (await self._commit([make]))[0]  # type: ignore[no-any-return]
-        mine, lane = _Queued(make), self._lanes.setdefault(kind, _Lane())
+        mine = _Queued(make)
         lane.queue.append(mine)
         try:
             while not mine.done:
-                if lane.turn is not None:  # a group's transaction runs: wait for the next
-                    await lane.turn.wait()
+                if lane.running:  # a group's transaction runs: wait for the next
+                    await lane.turn.event.wait()
                     continue
-                group, lane.queue, lane.turn = lane.queue, [], anyio.Event()
+                group = lane.queue
+                lane.queue = []
+                lane.running = True
                 try:
                     await self._run_group(group)
                 finally:  # the others of a group interrupted here go in the next
                     lane.queue[:0] = [q for q in group if not q.done and q is not mine]
-                    lane.turn.set()
-                    lane.turn = None
+                    lane.running = False
+                    lane.turn.fire()
         finally:
             if mine in lane.queue:  # this caller stopped waiting: nothing is written
                 lane.queue.remove(mine)
@@ -246,20 +192,22 @@ class Store:
                 queued.done = True
             return
         for queued, result in zip(group, results, strict=True):
-            queued.result, queued.done = result, True
+            queued.result = result
+            queued.done = True
 
     async def _commit(self, makes: list[Callable[[], Plan[Any]]]) -> list[Any]:
         plan = _together([make() for make in makes])
-        prune = anyio.current_time() >= self._next_prune
+        prune = time.monotonic() >= self._next_prune
         result = await self.engine.run(prune_changes(plan) if prune else plan, write=True)
         if prune:
-            self._next_prune = anyio.current_time() + 60.0
+            self._next_prune = time.monotonic() + 60.0
         self.writes += 1
         self.changed.fire()
         return result  # type: ignore[no-any-return]
 
     async def _retry(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
-        tries, deadline = 0, 0.0
+        tries = 0
+        deadline = 0.0
         while True:
             try:
                 return await attempt()

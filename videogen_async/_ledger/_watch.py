@@ -29,7 +29,8 @@ from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
 from ._plans import get, has_open, unpollable
-from ._store import Store, first_of
+from ._protocol import first_of
+from ._store import Store
 
 if TYPE_CHECKING:
     from .._contract._models import Task
@@ -76,11 +77,16 @@ class Watch(ExitCloses):
         checks.positive("lease", lease)
         checks.positive("claim_interval", claim_interval)
         checks.whole("claim_size", claim_size)
-        self._creator, self._store, self._lease = creator, store, lease
-        self._claim_size, self._interval = claim_size, claim_interval
+        self._creator = creator
+        self._store = store
+        self._lease = lease
+        self._claim_size = claim_size
+        self._interval = claim_interval
         options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}
         self._gather_options = {name: value for name, value in options.items() if value is not None}
-        self._stop_when_idle, self._max_held, self._held = stop_when_idle, max_held, 0
+        self._stop_when_idle = stop_when_idle
+        self._max_held = max_held
+        self._held = 0
         self.owner = f"watcher:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._pause = SharedPause()
         self._source = shared_source(client, self._pause)
@@ -190,21 +196,7 @@ class Watch(ExitCloses):
                 await self._creator.repair()  # answers kept while the database was away
                 await self._pacing()
                 await self._wait_out_pause()
-                claimed_any = False
-                while self._max_held is None or self._held < self._max_held:
-                    size = self._claim_size
-                    if self._max_held is not None:
-                        size = min(size, self._max_held - self._held)
-                    rows = []
-                    if await store.read(claims.claimable):
-                        rows = await store.write(claims.claim, self.owner, self._lease, size)
-                    if rows:
-                        # A claim sets the lease of what it claims only: the renewal of what
-                        # was held before is not put off by it.
-                        claimed_any = True
-                        await self._start(tg, rows)
-                    if len(rows) < size:
-                        break
+                claimed_any = await self._claim(tg)
                 if not claimed_any and self._polling:
                     await self._shed()
                 now = time.monotonic()
@@ -212,18 +204,39 @@ class Watch(ExitCloses):
                     await store.write(claims.renew, self.owner, self._lease)
                     renewed = now
                 await self._memory.flush()
-                if (
-                    self._stop_when_idle
-                    and not claimed_any
-                    and not self._polling
-                    and self._finished_receive.statistics().current_buffer_used == 0
-                    and not self._writing
-                    and not await store.expire_creating(alive=self._creator.owner)
-                    and not await store.read(has_open, self.owner)
-                ):
+                if self._stop_when_idle and not claimed_any and await self._idle():
                     tg.cancel_scope.cancel()
                     return
                 await self._sleep()
+
+    async def _claim(self, tg: TaskGroup) -> bool:
+        """Claim entries up to ``max_held`` (and the fair share) and poll them; whether any."""
+        claimed_any = False
+        while self._max_held is None or self._held < self._max_held:
+            size = self._claim_size
+            if self._max_held is not None:
+                size = min(size, self._max_held - self._held)
+            rows = []
+            if await self._store.read(claims.claimable):
+                rows = await self._store.write(claims.claim, self.owner, self._lease, size)
+            if rows:
+                # A claim sets the lease of what it claims only: the renewal of what was held
+                # before is not put off by it.
+                claimed_any = True
+                await self._start(tg, rows)
+            if len(rows) < size:
+                return claimed_any
+        return claimed_any
+
+    async def _idle(self) -> bool:
+        """Whether nothing is left to do here nor in the ledger (``stop_when_idle``)."""
+        return (
+            not self._polling
+            and self._finished_receive.statistics().current_buffer_used == 0
+            and not self._writing
+            and not await self._store.expire_creating(alive=self._creator.owner)
+            and not await self._store.read(has_open, self.owner)
+        )
 
     async def _shed(self) -> None:
         """Give back what this watcher holds over its share when other watchers joined.

@@ -36,9 +36,9 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from .. import AsyncVideoGen, Ledger, LedgerEntry
 from .._contract import _exceptions as err
+from .._contract._checks import check_key
 from .._contract._service import REFERENCE_PRICES, TASK_REQUEST
 from .._contract._validation import validate_project_request, validate_task_request
-from .._ledger._creates import check_key
 from .._ledger._entry import STATES
 from ._answers import (
     GO,
