@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -23,7 +23,7 @@ from ._config import sample_duration
 from ._media import parse_range, sample_mp4
 from ._middleware import Handler
 from ._openapi import build_openapi
-from ._render import CREATED_PROJECT, CREATED_TASK, CREDITS, VIDEO_BATCH, envelope_response
+from ._render import envelope_response
 from ._state import SandboxState
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
@@ -87,7 +87,7 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
         urls.append(inputs["avatar_image_url"])
     rejects = state.media_rejects
     if any(sim.host_is_invalid(u) or (rejects is not None and rejects(u)) for u in urls):
-        raise sim.SandboxError(409, 100099, sim.MEDIA_NOT_STORED)
+        raise sim.Conflict(409, 100099, sim.MEDIA_NOT_STORED)
     state.wallet.charge(state.pricing.script_credits)
     project = sim.Project(
         state.new_id(state.projects), inputs, now, state.clock.wall_now(), sim.make_script(inputs)
@@ -112,9 +112,7 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     return project
 
 
-def create_videos(
-    state: SandboxState, project_id: str, body: Mapping[str, Any]
-) -> tuple[sim.Project, sim.Batch]:
+def create_videos(state: SandboxState, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """Create a batch of video tasks from a project's script (a validated body).
 
     Raises:
@@ -126,15 +124,22 @@ def create_videos(
     project = sim.lookup(state.projects, "Project", project_id)
     if project.failed(now):
         failed = f"Project {project_id} has failed; no video tasks can be created"
-        raise sim.SandboxError(409, 409, failed)
+        raise sim.Conflict(409, 409, failed)
     if not project.script_ready(now):
-        raise sim.SandboxError(
+        raise sim.Conflict(
             409,
             409,
             f"The script of project {project_id} is not ready yet (current_step:"
             f" {project.phase(now)[1]}); create videos once current_step is script_ready",
         )
-    return project, state.create_batch(project, now, body, automatic=False)
+    batch = state.create_batch(project, now, body, automatic=False)
+    status, step = project.phase(now)
+    return {
+        "project_id": project_id,
+        "project_status": status,
+        "current_step": step,
+        "task_ids": batch.task_ids,
+    }
 
 
 class ServiceRoutes:
@@ -152,18 +157,14 @@ class ServiceRoutes:
         handlers = {
             "createVideoTask": self._create_task,
             "getTask": self._get_task,
-            "getCredits": self._get_credits,
+            "getCredits": lambda request, body: self._state.balance(),
             "createProject": self._create_project,
             "getProject": self._get_project,
             "createProjectVideos": self._create_videos,
         }
         for endpoint in ENDPOINTS:
             path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
-            handler = self._answer(handlers[endpoint.operation_id])
-            if endpoint.method == "GET":
-                router.add_get(path, handler)
-            else:
-                router.add_route(endpoint.method, path, handler)
+            router.add_route(endpoint.method, path, self.answer(handlers[endpoint.operation_id]))
         router.add_get("/media/{file_name}", self._media)
         router.add_get("/openapi.json", self._openapi)
 
@@ -192,41 +193,59 @@ class ServiceRoutes:
                 return f"{request.scheme}://{host}"
         return self.base_url() or "http://127.0.0.1"
 
-    def _answer(self, handler: Callable[[web.Request], Awaitable[Any]]) -> Handler:
-        """An endpoint of the service: the key checked, then ``handler``'s data enveloped."""
+    def answer(self, handler: Callable[[web.Request, Any], Any], refused: Any = ()) -> Handler:
+        """An endpoint: the key checked, then ``handler(request, body)``'s data enveloped.
+
+        ``body`` is the JSON object of a ``POST`` (``{}`` for other methods). A ``refused``
+        exception (the control API's ``ValueError``) is answered 400, unless it is already a
+        :class:`SandboxError` (a 409 is also a ``ValueError``), which keeps its status.
+        """
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             self.authorize(request)
-            return envelope_response(await handler(request))
+            body = await read_json_body(request) if request.method == "POST" else {}
+            try:
+                return envelope_response(handler(request, body))
+            except sim.SandboxError:
+                raise
+            except refused as exc:
+                raise sim.SandboxError(400, 400, str(exc)) from None
 
         return endpoint
 
-    async def _create_task(self, request: web.Request) -> Any:
-        body = rules.validate_task_request(await read_json_body(request))
-        task = self._state.create_task(body)
-        return CREATED_TASK(task, task.created_at)
+    def _create_task(self, request: web.Request, body: Any) -> Any:
+        task = self._state.create_task(rules.validate_task_request(body))
+        return {
+            "task_id": task.task_id,
+            "status": task.status(task.created_at),
+            "created_at": sim.iso(task.created_wall),
+            "credits_cost": sim.num(task.cost),
+        }
 
-    async def _get_task(self, request: web.Request) -> Any:
+    def _get_task(self, request: web.Request, body: Any) -> Any:
         task_id = _checked_id("task_id", request.query.get("task_id"))
         return self._state.show("Task", task_id, self._state.render.task, self.origin(request))
 
-    async def _get_credits(self, request: web.Request) -> Any:
-        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
+    def _create_project(self, request: web.Request, body: Any) -> Any:
+        project = create_project(self._state, rules.validate_project_request(body))
+        status, step = project.phase(project.created_at)
+        return {
+            "project_id": project.project_id,
+            "status": status,
+            "current_step": step,
+            "mode": project.mode,
+            "credits_cost": sim.num(project.script_cost),
+            "created_at": sim.iso(project.created_wall),
+        }
 
-    async def _create_project(self, request: web.Request) -> Any:
-        body = rules.validate_project_request(await read_json_body(request))
-        project = create_project(self._state, body)
-        return CREATED_PROJECT(project, project.phase(project.created_at))
-
-    async def _get_project(self, request: web.Request) -> Any:
+    def _get_project(self, request: web.Request, body: Any) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
         state = self._state
         return state.show("Project", project_id, state.render.project, self.origin(request))
 
-    async def _create_videos(self, request: web.Request) -> Any:
+    def _create_videos(self, request: web.Request, body: Any) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
-        body = rules.validate_videos_request(await read_json_body(request))
-        return VIDEO_BATCH(*create_videos(self._state, project_id, body))
+        return create_videos(self._state, project_id, rules.validate_videos_request(body))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file_name"]
@@ -234,7 +253,7 @@ class ServiceRoutes:
         now = state.settle()
         task = state.tasks.get(name[:-4]) if name.endswith(".mp4") else None
         if task is None or task.status(now) != sim.SUCCEEDED:
-            raise sim.SandboxError(404, 404, f"No video at /media/{name[:80]}")
+            raise sim.NotFound(404, 404, f"No video at /media/{name[:80]}")
         data = sample_mp4()
         size = len(data)
         headers = {

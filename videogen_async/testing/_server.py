@@ -125,7 +125,6 @@ class SandboxServer(ServerTruth, AsyncClosing):
             self.faults.injected,  # counted in place, zeroed in place
         )
         self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
-        self._control = ControlAPI(self, state, self._routes)
 
     def __repr__(self) -> str:
         where = self._base_url_or_none() or "not started"
@@ -228,6 +227,6 @@ class SandboxServer(ServerTruth, AsyncClosing):
     def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
         self._routes.register(app.router)
-        self._control.register(app.router)
+        ControlAPI(self).register(app.router, self._routes)
         add_console(app, self)
         return app

@@ -73,6 +73,21 @@ class SandboxError(Exception):
     message: str
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotFound(SandboxError, KeyError):
+    """404: no such task or project; a ``KeyError`` to a test calling the sandbox's methods."""
+
+
+class Conflict(SandboxError, ValueError):
+    """409: the request conflicts with the state (a balance, a step); a ``ValueError`` to a test.
+
+    The methods of ``SandboxServer`` raise these as they are: the control API answers them with
+    their status and code, a test catches the ``KeyError`` or ``ValueError`` they document.
+    """
+
 
 class Wallet:
     """The API credit balance of the sandbox's one user."""
@@ -89,7 +104,7 @@ class Wallet:
             SandboxError: 409 / 300111 when the balance is too low (nothing is taken).
         """
         if amount > self.available:
-            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+            raise Conflict(409, 300111, INSUFFICIENT_CREDITS)
         self.available = round(self.available - amount, 2)
 
     def refund(self, amount: float) -> None:
@@ -258,7 +273,7 @@ def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     found = table.get(key)
     if found is None:
         shown = key if len(key) <= 80 else key[:77] + "..."
-        raise SandboxError(404, 404, f"{kind} not found: {shown}")
+        raise NotFound(404, 404, f"{kind} not found: {shown}")
     return found
 
 

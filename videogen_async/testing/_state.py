@@ -84,6 +84,15 @@ class SandboxState:
                 effect(obj, at)
         return now
 
+    def balance(self) -> dict[str, float | int]:
+        """The balance as ``GET /v1/credits`` shows it (refunds due by now applied first)."""
+        self.settle()
+        wallet = self.wallet
+        return {
+            "api_available_credits": sim.num(wallet.available),
+            "api_total_credits": sim.num(wallet.total),
+        }
+
     def push(self, at: float, effect: Callable[[Any, float], None], obj: Any) -> None:
         """Apply ``effect(obj, at)`` once the clock reaches ``at`` (the next :meth:`settle`).
 
