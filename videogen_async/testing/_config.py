@@ -69,16 +69,14 @@ def check_rate(value: Any, name: str) -> float:
     return float(value)
 
 
-def _preparing_media(value: Any) -> Duration:
-    return check_duration(value, "preparing_media")
+def duration_field(name: str, default: Any = attrs.NOTHING) -> Any:
+    """An attrs field of a :data:`Duration` setting, checked as ``name``."""
+    return attrs.field(default=default, converter=lambda value: check_duration(value, name))
 
 
-def _analyzing(value: Any) -> Duration:
-    return check_duration(value, "analyzing")
-
-
-def _generating_script(value: Any) -> Duration:
-    return check_duration(value, "generating_script")
+def rate_field(name: str) -> Any:
+    """An attrs field of a probability setting (0 by default), checked as ``name``."""
+    return attrs.field(default=0.0, converter=lambda value: check_rate(value, name))
 
 
 @attrs.frozen
@@ -91,6 +89,6 @@ class ProjectTiming:
         generating_script: Writing the script (status ``running``).
     """
 
-    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_preparing_media)
-    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_analyzing)
-    generating_script: Duration = attrs.field(default=(8.0, 15.0), converter=_generating_script)
+    preparing_media: Duration = duration_field("preparing_media", (1.0, 3.0))  # noqa: RUF009 - an attrs field
+    analyzing: Duration = duration_field("analyzing", (8.0, 15.0))  # noqa: RUF009 - an attrs field
+    generating_script: Duration = duration_field("generating_script", (8.0, 15.0))  # noqa: RUF009 - an attrs field

@@ -284,19 +284,16 @@ def make_script(inputs: Mapping[str, Any]) -> str:
     product = "the product" if count == 1 else f"the {count} products"
     avatar = "the presenter" if inputs.get("avatar_image_url") else "a presenter"
     language = inputs.get("speech_language_option") or "the reference video's language"
+    # A beat every 3 s (every second for a very short ad), the call to action last, taking the
+    # rest of the time however long the ad is.
     step = 3 if total >= 6 else 1
-    lines = []
-    start = beat = 0
-    while start < total:
-        end = min(total, start + step)
-        if end == total or beat == len(_SCRIPT_BEATS) - 1:
-            end = total
-            text = _SCRIPT_BEATS[-1]
-        else:
-            text = _SCRIPT_BEATS[beat]
-        lines.append(f"{start}-{end}s: " + text.format(product=product, avatar=avatar))
-        start = end
-        beat += 1
+    shown = min(-(-total // step), len(_SCRIPT_BEATS))
+    edges = [*range(0, shown * step, step), total]
+    beats = [*_SCRIPT_BEATS[: shown - 1], _SCRIPT_BEATS[-1]]
+    lines = [
+        f"{start}-{end}s: " + beat.format(product=product, avatar=avatar)
+        for start, end, beat in zip(edges, edges[1:], beats, strict=False)
+    ]
     lines.append(f"Voiceover: {language}; aspect ratio {inputs['aspect_ratio']}.")
     if inputs.get("prompt"):
         lines.append(f"Brief: {str(inputs['prompt']).strip()[:200]}")

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
 from . import _simulation as sim
@@ -23,14 +25,15 @@ from ._clock import SandboxClock
 from ._config import (
     Duration,
     ProjectTiming,
-    check_duration,
-    check_rate,
+    duration_field,
     is_number,
+    rate_field,
     sample_duration,
 )
 from ._render import Renderer
 
 
+@attrs.define(eq=False, slots=False)
 class SandboxState:
     """The whole simulated service behind one sandbox (the settings: see ``SandboxServer``).
 
@@ -38,36 +41,28 @@ class SandboxState:
         ValueError: A setting is out of range (the balance, a rate, a duration).
     """
 
-    def __init__(
-        self,
-        *,
-        clock: SandboxClock,
-        seed: int | str | None,
-        credits: float,
-        pricing: Pricing,
-        task_duration: Duration,
-        queue_delay: Duration,
-        failure_rate: float,
-        error_rate: float,
-        project_timing: ProjectTiming,
-        project_failure_rate: float,
-        failure_marker: str | None,
-        media_rejects: Callable[[str], bool] | None,
-    ) -> None:
-        if not is_number(credits) or credits < 0:
-            raise ValueError(f"credits must be a number >= 0, got {credits!r}")
-        self.failure_rate = check_rate(failure_rate, "failure_rate")
-        self.error_rate = check_rate(error_rate, "error_rate")
+    clock: SandboxClock
+    seed: int | str | None
+    credits: float
+    pricing: Pricing
+    task_duration: Duration = duration_field("task_duration")  # noqa: RUF009 - an attrs field
+    queue_delay: Duration = duration_field("queue_delay")  # noqa: RUF009 - an attrs field
+    failure_rate: float = rate_field("failure_rate")
+    error_rate: float = rate_field("error_rate")
+    project_timing: ProjectTiming = attrs.Factory(ProjectTiming)
+    project_failure_rate: float = rate_field("project_failure_rate")
+    failure_marker: str | None = None
+    media_rejects: Callable[[str], bool] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not is_number(self.credits) or self.credits < 0:
+            raise ValueError(f"credits must be a number >= 0, got {self.credits!r}")
         if self.failure_rate + self.error_rate > 1:
             raise ValueError("failure_rate + error_rate must not exceed 1")
-        self.project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
-        self.task_duration = check_duration(task_duration, "task_duration")
-        self.queue_delay = check_duration(queue_delay, "queue_delay")
-        self.clock, self.pricing, self.project_timing = clock, pricing, project_timing
-        self.failure_marker, self.media_rejects = failure_marker, media_rejects
+        seed = self.seed
         self.rng = random.Random(None if seed is None else f"{seed}:behaviour")
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
-        self.wallet, self.render = sim.Wallet(credits), Renderer(clock)
+        self.wallet, self.render = sim.Wallet(self.credits), Renderer(self.clock)
         self.tasks: dict[str, sim.Task] = {}
         self.projects: dict[str, sim.Project] = {}
         # (when, order of pushing, the effect, its task or project, the object's version).
