@@ -42,6 +42,14 @@ def _ids(name: str, ids: Sequence[str]) -> Any:
     return {"count": len(ids), name: list(ids)}
 
 
+def _call(method: Callable[..., Any]) -> _Handler:
+    """A handler calling ``method`` with the path's ids, then the body's fields by name.
+
+    A field the method does not take, or a missing one, is its ``TypeError``: a 400.
+    """
+    return lambda request, body: method(*request.match_info.values(), **_given(body))
+
+
 def _then(action: _Handler, view: _Handler) -> _Handler:
     """A handler that runs ``action``, then answers what ``view`` shows (its ``GET``)."""
 
@@ -65,37 +73,21 @@ class ControlAPI:
         stats, clock_view, fault_view = self._stats, self._clock, self._faults
         endpoints: list[tuple[str, str, _Handler]] = [
             ("GET", "stats", stats),
-            ("POST", "reset-stats", _then(lambda r, b: server.reset_stats(), stats)),
+            ("POST", "reset-stats", _then(_call(server.reset_stats), stats)),
             ("GET", "requests", self._requests),
             ("GET", "clock", clock_view),
-            (
-                "POST",
-                "clock/advance",
-                _then(lambda r, b: clock.advance(b.get("seconds")), clock_view),
-            ),
-            ("POST", "clock/pause", _then(lambda r, b: clock.pause(), clock_view)),
-            ("POST", "clock/resume", _then(lambda r, b: clock.resume(), clock_view)),
-            ("GET", "credits", lambda r, b: server.credits()),
+            ("POST", "clock/advance", _then(_call(clock.advance), clock_view)),
+            ("POST", "clock/pause", _then(_call(clock.pause), clock_view)),
+            ("POST", "clock/resume", _then(_call(clock.resume), clock_view)),
+            ("GET", "credits", _call(server.credits)),
             ("POST", "credits", self._set_credits),
             ("GET", "tasks", self._tasks),
             ("POST", "tasks/bulk", lambda r, b: _ids("task_ids", server.create_tasks(**_given(b)))),
-            ("GET", "tasks/{task_id}", lambda r, b: server.describe_task(r.match_info["task_id"])),
-            (
-                "POST",
-                "tasks/{task_id}/schedule",
-                lambda r, b: server.schedule_task(r.match_info["task_id"], **_given(b)),
-            ),
+            ("GET", "tasks/{task_id}", _call(server.describe_task)),
+            ("POST", "tasks/{task_id}/schedule", _call(server.schedule_task)),
             ("GET", "projects", lambda r, b: _ids("project_ids", server.project_ids)),
-            (
-                "GET",
-                "projects/{project_id}",
-                lambda r, b: server.describe_project(r.match_info["project_id"]),
-            ),
-            (
-                "POST",
-                "projects/{project_id}/schedule",
-                lambda r, b: server.schedule_project(r.match_info["project_id"], **_given(b)),
-            ),
+            ("GET", "projects/{project_id}", _call(server.describe_project)),
+            ("POST", "projects/{project_id}/schedule", _call(server.schedule_project)),
             ("GET", "faults", fault_view),
             ("POST", "faults", _then(self._set_faults, fault_view)),
             (

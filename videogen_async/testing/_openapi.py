@@ -16,20 +16,6 @@ from .._contract._service import ENDPOINTS, Endpoint
 from .._contract._validation import json_text
 
 
-def _envelope(data: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "required": ["code", "trace_id", "message", "data"],
-        "properties": {
-            "code": {"type": "integer", "const": 200},
-            "trace_id": {"type": "string", "minLength": 1},
-            "message": {"type": ["string", "null"]},
-            "data": data,
-        },
-    }
-
-
 def _error(description: str) -> dict[str, Any]:
     return {
         "description": description,
@@ -42,7 +28,19 @@ def _ok(schema: str, description: str) -> dict[str, Any]:
         "description": description,
         "headers": {"X-Trace-Id": {"$ref": "#/components/headers/TraceId"}},
         "content": {
-            "application/json": {"schema": _envelope(ref(schema), f"Envelope of {schema}.")}
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": f"Envelope of {schema}.",
+                    "required": ["code", "trace_id", "message", "data"],
+                    "properties": {
+                        "code": {"type": "integer", "const": 200},
+                        "trace_id": {"type": "string", "minLength": 1},
+                        "message": {"type": ["string", "null"]},
+                        "data": ref(schema),
+                    },
+                }
+            }
         },
     }
 

@@ -178,11 +178,8 @@ class Task:
 
     def updated_at(self, now: float) -> float:
         """The simulated time of the last change at or before ``now``."""
-        if now >= self.finished_at:
-            return self.finished_at
-        if now >= self.started_at:
-            return self.started_at
-        return self.created_at
+        marks = (self.created_at, self.started_at, self.finished_at)
+        return max((t for t in marks if t <= now), default=self.created_at)
 
 
 @attrs.define(eq=False)
@@ -251,17 +248,24 @@ class Project:
         return ProjectStatus.SUCCEEDED.value, ProjectStep.SCRIPT_READY.value
 
     def updated_at(self, now: float) -> float:
-        """The simulated time of the last change at or before ``now``."""
-        latest = self.created_at
-        limit = self.fail_at if self.failed(now) else None
-        for boundary in (self.media_done_at, self.analysis_done_at, self.script_ready_at):
-            if boundary <= now and (limit is None or boundary <= limit):
-                latest = max(latest, boundary)
-        if limit is not None:
-            latest = max(latest, limit)
-        for task in self.tasks:
-            latest = max(latest, task.updated_at(now))
-        return latest
+        """The simulated time of the last change at or before ``now``.
+
+        A failed project changed last when it failed: its later steps never happened.
+        """
+        limit = now if self.fail_at is None else min(now, self.fail_at)
+        marks = (
+            self.created_at,
+            self.media_done_at,
+            self.analysis_done_at,
+            self.script_ready_at,
+            self.fail_at,
+        )
+        return max(
+            [
+                *(mark for mark in marks if mark is not None and mark <= limit),
+                *(task.updated_at(now) for task in self.tasks),
+            ]
+        )
 
 
 def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
