@@ -125,7 +125,7 @@ def test_rule_checks() -> None:
         FaultRule(html_rate=2)
     with pytest.raises(ValueError, match="times"):
         FaultRule(times=0)
-    with pytest.raises(ValueError, match="unknown"):
+    with pytest.raises(ValueError, match="unexpected keyword argument 'eror_rate'"):
         FaultRule.from_dict({"eror_rate": 1})
     assert FaultRule(route="get /v1/tasks").route == "GET /v1/tasks"
 

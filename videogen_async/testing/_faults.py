@@ -110,13 +110,9 @@ class FaultRule:
         Raises:
             ValueError: An unknown field or a bad value.
         """
-        names = {f.name for f in attrs.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown fault rule field(s): {', '.join(unknown)}")
         try:
             return cls(**data)  # a latency range as a JSON list: check_duration takes it
-        except TypeError as exc:
+        except TypeError as exc:  # an unknown field: "unexpected keyword argument 'name'"
             raise ValueError(str(exc)) from None
 
 
@@ -231,8 +227,6 @@ class FaultInjector:
             ``None`` when no rule applies, else the decision (whose ``kind`` may be ``None``
             when the draw picked no fault).
         """
-        if not self._rules:
-            return None
         active = self._match(method, pattern, path)
         if active is None:
             return None
