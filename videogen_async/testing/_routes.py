@@ -81,11 +81,13 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     now = state.settle()
     # The checked body has no nulls and its integers are ints (``check_body``).
     inputs = {f.name: body.get(f.name, f.default) for f in PROJECT_REQUEST.fields}
-    urls = [inputs["reference_video_url"], *inputs["product_image_urls"]]
-    if inputs["avatar_image_url"]:
-        urls.append(inputs["avatar_image_url"])
+    urls = [
+        inputs["reference_video_url"],
+        *inputs["product_image_urls"],
+        inputs["avatar_image_url"],
+    ]
     rejects = state.media_rejects
-    if any(sim.host_is_invalid(u) or (rejects is not None and rejects(u)) for u in urls):
+    if any(u and (sim.host_is_invalid(u) or (rejects and rejects(u))) for u in urls):
         raise sim.Conflict(409, 100099, sim.MEDIA_NOT_STORED)
     state.wallet.charge(state.pricing.script_credits)
     project = sim.Project(

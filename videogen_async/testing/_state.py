@@ -181,15 +181,6 @@ class SandboxState:
             return sim.ERROR, sim.TASK_ERROR_MESSAGE
         return sim.SUCCEEDED, None
 
-    def wall_of(self, sim: float, floor: float = 0.0) -> float:
-        """The real (Unix) time at which the clock reached ``sim``, at least ``floor``.
-
-        An instant not reached yet (the present one on a paused clock included) is stamped
-        with the current real time.
-        """
-        wall = self.clock.wall_time_of(sim) if sim < self.clock.now() else None
-        return max(self.clock.wall_now() if wall is None else wall, floor)
-
     def new_task(
         self,
         at: float,
@@ -203,6 +194,10 @@ class SandboxState:
         queued = sample_duration(self.queue_delay, self.rng)
         running = sample_duration(self.task_duration, self.rng)
         outcome, message = self._draw_outcome(forced_failure)
+        # Stamped with the real time the clock reached ``at``; an instant not reached yet (the
+        # present one on a paused clock included) with the current real time.
+        clock = self.clock
+        wall = clock.wall_time_of(at) if at < clock.now() else None
         task = sim.Task(
             self.new_id(self.tasks),
             model,
@@ -213,7 +208,7 @@ class SandboxState:
             at + queued + running,
             outcome,
             message,
-            self.wall_of(at, floor),
+            max(clock.wall_now() if wall is None else wall, floor),
             prompt=prompt,
         )
         self.tasks[task.task_id] = task
