@@ -132,10 +132,7 @@ class Renderer:
             **self.project(project, now, origin),
             "inputs": dict(project.inputs),
             "script": project.script,
-            "batches": [
-                {"batch": b.index, **attrs.asdict(b, filter=lambda a, _: a.name != "index")}
-                for b in project.batches
-            ],
+            "batches": [attrs.asdict(b) for b in project.batches],
             "now": now,
             "schedule": {
                 "created_at": project.created_at,

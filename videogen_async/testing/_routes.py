@@ -102,10 +102,10 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     )
     draw = rng.random()
     if state.marked(inputs["reference_video_url"]):
-        state.fail_before_script(project, project.analysis_done_at, None)
+        state.fail_before_script(project, project.analysis_done_at)
     elif draw < state.project_failure_rate:
         state.fail_before_script(
-            project, rng.choice((project.analysis_done_at, project.script_ready_at)), None
+            project, rng.choice((project.analysis_done_at, project.script_ready_at))
         )
     else:
         state.push(project.script_ready_at, state.script_ready, project)

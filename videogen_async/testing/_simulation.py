@@ -186,7 +186,7 @@ class Task:
 class Batch:
     """One batch of a project's video tasks."""
 
-    index: int
+    batch: int  # 1 for the first
     created_at: float
     out_number: int
     resolution: int | str

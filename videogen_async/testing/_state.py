@@ -117,7 +117,9 @@ class SandboxState:
             project.fail_at = at
             project.fail_message = sim.AUTO_BATCH_NO_CREDITS
 
-    def fail_before_script(self, project: sim.Project, at: float, message: str | None) -> None:
+    def fail_before_script(
+        self, project: sim.Project, at: float, message: str | None = None
+    ) -> None:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
         project.fails_before_script = True
         project.fail_at = at
@@ -157,7 +159,7 @@ class SandboxState:
         for _ in range(out_number):
             task = self.new_task(at, sim.PROJECT_TASK_MODEL, duration, cost, forced_failure, floor)
             task.project_id = project.project_id
-            task.batch = batch.index
+            task.batch = batch.batch
             task.aspect_ratio = aspect_ratio
             task.resolution = resolution
             batch.task_ids.append(task.task_id)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._contract._enums import ProjectStatus
 from .._contract._validation import validate_task_request
 from . import _simulation as sim
 from ._clock import SandboxClock
@@ -183,8 +182,7 @@ class ServerTruth:
                 409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
             )
         span = _check_seconds(script_ready_in, "script_ready_in")
-        if outcome not in (ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value):
-            raise ValueError(f"outcome must be 'succeeded' or 'failed', got {outcome!r}")
+        _check_outcome(outcome, (sim.SUCCEEDED, sim.FAILED))
         old_span = project.script_ready_at - now
         ratio = span / old_span if old_span > 0 else 0.0
 
@@ -198,7 +196,7 @@ class ServerTruth:
         project.fail_at = None
         project.fail_message = None
         project.fails_before_script = False
-        if outcome == ProjectStatus.FAILED.value:
+        if outcome == sim.FAILED:
             state.fail_before_script(project, project.script_ready_at, error_message)
         else:
             state.push(project.script_ready_at, state.script_ready, project)
@@ -260,9 +258,9 @@ class ServerTruth:
         return build_openapi(self._routes.base_url())
 
 
-def _check_outcome(outcome: str | None) -> None:
-    if outcome is not None and outcome not in sim.TASK_OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(sim.TASK_OUTCOMES)}, got {outcome!r}")
+def _check_outcome(outcome: str | None, allowed: tuple[str, ...] = sim.TASK_OUTCOMES) -> None:
+    if outcome is not None and outcome not in allowed:
+        raise ValueError(f"outcome must be one of {', '.join(allowed)}, got {outcome!r}")
 
 
 def _check_number(value: object, name: str) -> float:
