@@ -12,6 +12,8 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from .._contract import _checks as checks
+
 DEFAULT_API_KEY = "sandbox-key"
 """The API key a sandbox accepts unless it is given another."""
 
@@ -58,17 +60,6 @@ def sample_duration(spec: Duration, rng: random.Random) -> float:
     return spec
 
 
-def check_rate(value: Any, name: str) -> float:
-    """A probability setting as a float.
-
-    Raises:
-        ValueError: Not a number from 0 to 1; the message names the setting.
-    """
-    if not is_number(value) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
-    return float(value)
-
-
 def duration_field(name: str, default: Any = attrs.NOTHING) -> Any:
     """An attrs field of a :data:`Duration` setting, checked as ``name``."""
     return attrs.field(default=default, converter=lambda value: check_duration(value, name))
@@ -76,7 +67,7 @@ def duration_field(name: str, default: Any = attrs.NOTHING) -> Any:
 
 def rate_field(name: str) -> Any:
     """An attrs field of a probability setting (0 by default), checked as ``name``."""
-    return attrs.field(default=0.0, converter=lambda value: check_rate(value, name))
+    return attrs.field(default=0.0, converter=lambda value: checks.number(name, value, high=1))
 
 
 @attrs.frozen

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from .._contract import _checks as checks
 from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
 from . import _simulation as sim
@@ -26,7 +27,6 @@ from ._config import (
     Duration,
     ProjectTiming,
     duration_field,
-    is_number,
     rate_field,
     sample_duration,
 )
@@ -55,8 +55,7 @@ class SandboxState:
     media_rejects: Callable[[str], bool] | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not is_number(self.credits) or self.credits < 0:
-            raise ValueError(f"credits must be a number >= 0, got {self.credits!r}")
+        checks.number("credits", self.credits)
         if self.failure_rate + self.error_rate > 1:
             raise ValueError("failure_rate + error_rate must not exceed 1")
         seed = self.seed

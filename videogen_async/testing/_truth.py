@@ -6,13 +6,15 @@ statistics and the request log; served over HTTP under ``/_sandbox/`` by :mod:`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+from .._contract import _checks as checks
 from .._contract._validation import validate_task_request
 from . import _simulation as sim
 from ._clock import SandboxClock
-from ._config import Duration, check_duration, is_number, sample_duration
+from ._config import Duration, check_duration, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
 from ._routes import ServiceRoutes
@@ -95,7 +97,7 @@ class ServerTruth:
         task = sim.lookup(state.tasks, "Task", task_id)
         if now >= task.finished_at:
             raise sim.Conflict(409, 409, f"Task {task_id} has already ended ({task.outcome})")
-        _end_task(state, task, now + _check_seconds(finish_in, "finish_in"), outcome, error_message)
+        _end_task(state, task, now + checks.number("finish_in", finish_in), outcome, error_message)
         return self.describe_task(task_id)
 
     def create_tasks(
@@ -128,8 +130,7 @@ class ServerTruth:
             ValueError: A bad argument (400 over the control API), or a balance short of them
                 all (none created; a 409 / 300111).
         """
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
-            raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
+        checks.whole("count", count, maximum=_BULK_MAX)
         spec = None if finish_in is None else check_duration(finish_in, "finish_in")
         body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
         _check_outcome(outcome)
@@ -181,7 +182,7 @@ class ServerTruth:
             raise sim.Conflict(
                 409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
             )
-        span = _check_seconds(script_ready_in, "script_ready_in")
+        span = checks.number("script_ready_in", script_ready_in)
         _check_outcome(outcome, (sim.SUCCEEDED, sim.FAILED))
         old_span = project.script_ready_at - now
         ratio = span / old_span if old_span > 0 else 0.0
@@ -214,7 +215,7 @@ class ServerTruth:
         """
         for name, value in (("available", available), ("total", total)):
             if value is not None:
-                _check_number(value, name)
+                checks.number(name, value, low=-math.inf)
         self._state.settle()
         self._state.wallet.set(available=available, total=total)
 
@@ -224,7 +225,7 @@ class ServerTruth:
         Raises:
             ValueError: ``amount`` is not a number.
         """
-        _check_number(amount, "amount")
+        checks.number("amount", amount, low=-math.inf)
         self._state.settle()  # a refund due first: then the sum
         wallet = self._state.wallet
         wallet.set(available=wallet.available + amount, total=wallet.total + amount)
@@ -261,19 +262,6 @@ class ServerTruth:
 def _check_outcome(outcome: str | None, allowed: tuple[str, ...] = sim.TASK_OUTCOMES) -> None:
     if outcome is not None and outcome not in allowed:
         raise ValueError(f"outcome must be one of {', '.join(allowed)}, got {outcome!r}")
-
-
-def _check_number(value: object, name: str) -> float:
-    if not is_number(value):
-        raise ValueError(f"{name}: must be a number, got {value!r}")
-    return value
-
-
-def _check_seconds(value: object, name: str) -> float:
-    seconds = _check_number(value, name)
-    if seconds < 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    return float(seconds)
 
 
 def _end_task(
