@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from videogen_async.testing import SandboxServer, sample_mp4
-from videogen_async.testing._media import parse_range
 
 from .conftest import TASK_SECONDS, Api
 
@@ -165,7 +164,10 @@ async def test_unsatisfiable_and_ignored_ranges(api: Api, sandbox: SandboxServer
     async with api.session.get(url, headers={"Range": "bytes=0-1,5-6"}) as response:
         assert response.status == 200  # several ranges: ignored, whole body
     async with api.session.get(url, headers={"Range": "items=0-1"}) as response:
-        assert response.status == 200
+        assert response.status == 200  # a unit it does not know: ignored (RFC 9110)
+    async with api.session.get(url, headers={"Range": "bytes=5-2"}) as response:
+        assert response.status == 200  # not a range: ignored
+        assert await response.read() == sample_mp4()
 
 
 async def test_head(api: Api, sandbox: SandboxServer) -> None:
@@ -182,31 +184,3 @@ async def test_no_video_before_success_or_after_failure(api: Api, sandbox: Sandb
     sandbox.schedule_task(failed, finish_in=0, outcome="failed")
     for name in (f"{running}.mp4", f"{failed}.mp4", "nope.mp4", f"{running}.mov"):
         (await api.call("GET", f"/media/{name}", auth=False)).error(404)
-
-
-@pytest.mark.parametrize(
-    ("header", "expected"),
-    [
-        (None, None),
-        ("", None),
-        ("bytes=0-0", (0, 0)),
-        ("bytes=5-2", None),
-        ("bytes=-0", False),
-        ("bytes=-99999", (0, 99)),
-        ("bytes=50-1000", (50, 99)),
-        ("bytes=100-", False),
-        ("BYTES = 1 - 2", (1, 2)),
-        ("bytes=-", None),
-        ("bytes=" + "9" * 5000 + "-", None),
-    ],
-)
-def test_parse_range(header: str | None, expected: object) -> None:
-    wanted = parse_range(header, 100)
-    if isinstance(expected, tuple):
-        assert isinstance(wanted, range)
-        assert (wanted.start, wanted.stop - 1, len(wanted)) == (
-            *expected,
-            expected[1] - expected[0] + 1,
-        )
-    else:
-        assert wanted is expected

@@ -59,6 +59,7 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
         default=_DEFAULTS["time_scale"],
         help="real seconds per simulated second; 0.01 runs 100x faster (default %(default)g)",
     )
+    # A seed is only ever written into the seeds' strings: "1" seeds as 1 does.
     add("--seed", default=None, help="seed of every random draw")
     add(
         "--credits",
@@ -97,31 +98,14 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# The options given to SandboxServer as they are read.
-_PASSED = (
-    "host",
-    "port",
-    "time_scale",
-    "credits",
-    "task_duration",
-    "queue_delay",
-    "failure_rate",
-    "error_rate",
-    "project_failure_rate",
-    "manual_clock",
-)
-
-
 def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``SandboxServer`` keyword arguments of options from :func:`add_sandbox_arguments`."""
-    seed: int | str | None = args.seed
-    if isinstance(seed, str) and seed.lstrip("-").isdigit():
-        seed = int(seed)
-    return {
-        **{name: getattr(args, name) for name in _PASSED},
-        "seed": seed,
-        "api_key": args.api_key or DEFAULT_API_KEY,
-    }
+    """The ``SandboxServer`` keyword arguments of options from :func:`add_sandbox_arguments`.
+
+    Every option named as one of ``SandboxServer``'s arguments is one (``--log-level`` and the
+    options of a larger command line are not); no ``--api-key`` is the default key.
+    """
+    options = {name: value for name, value in vars(args).items() if name in _DEFAULTS}
+    return {**options, "api_key": args.api_key or DEFAULT_API_KEY}
 
 
 def announce(server: SandboxServer, *, show_key: bool, write: Callable[[str], Any]) -> None:

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable
 
-from ._config import is_number
+from .._contract import _checks as checks
 
 _MAX_HISTORY = 65_536
 
@@ -44,9 +44,7 @@ class SandboxClock:
         paused: bool = False,
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not isinstance(time_scale, (int, float)) or not time_scale > 0:
-            raise ValueError(f"time_scale must be a positive number, got {time_scale!r}")
-        self._time_scale, self._timer = float(time_scale), timer
+        self._time_scale, self._timer = checks.positive("time_scale", time_scale), timer
         self._mono_at_epoch = timer()
         self._epoch_unix = time.time()
         # Segments of the mapping simulated time -> real time, one per change (advance,
@@ -88,9 +86,7 @@ class SandboxClock:
         Raises:
             ValueError: ``seconds`` is negative or not a number.
         """
-        if not is_number(seconds) or seconds < 0:
-            raise ValueError(f"seconds must be a number >= 0, got {seconds!r}")
-        now = self.now() + float(seconds)
+        now = self.now() + checks.number("seconds", seconds)
         self._rebase(now, running=not self.paused)
         return now
 

@@ -12,6 +12,8 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from .._contract import _checks as checks
+
 DEFAULT_API_KEY = "sandbox-key"
 """The API key a sandbox accepts unless it is given another."""
 
@@ -58,27 +60,14 @@ def sample_duration(spec: Duration, rng: random.Random) -> float:
     return spec
 
 
-def check_rate(value: Any, name: str) -> float:
-    """A probability setting as a float.
-
-    Raises:
-        ValueError: Not a number from 0 to 1; the message names the setting.
-    """
-    if not is_number(value) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number from 0 to 1, got {value!r}")
-    return float(value)
+def duration_field(name: str, default: Any = attrs.NOTHING) -> Any:
+    """An attrs field of a :data:`Duration` setting, checked as ``name``."""
+    return attrs.field(default=default, converter=lambda value: check_duration(value, name))
 
 
-def _preparing_media(value: Any) -> Duration:
-    return check_duration(value, "preparing_media")
-
-
-def _analyzing(value: Any) -> Duration:
-    return check_duration(value, "analyzing")
-
-
-def _generating_script(value: Any) -> Duration:
-    return check_duration(value, "generating_script")
+def rate_field(name: str) -> Any:
+    """An attrs field of a probability setting (0 by default), checked as ``name``."""
+    return attrs.field(default=0.0, converter=lambda value: checks.number(name, value, high=1))
 
 
 @attrs.frozen
@@ -91,6 +80,6 @@ class ProjectTiming:
         generating_script: Writing the script (status ``running``).
     """
 
-    preparing_media: Duration = attrs.field(default=(1.0, 3.0), converter=_preparing_media)
-    analyzing: Duration = attrs.field(default=(8.0, 15.0), converter=_analyzing)
-    generating_script: Duration = attrs.field(default=(8.0, 15.0), converter=_generating_script)
+    preparing_media: Duration = duration_field("preparing_media", (1.0, 3.0))  # noqa: RUF009 - an attrs field
+    analyzing: Duration = duration_field("analyzing", (8.0, 15.0))  # noqa: RUF009 - an attrs field
+    generating_script: Duration = duration_field("generating_script", (8.0, 15.0))  # noqa: RUF009 - an attrs field

@@ -2,38 +2,32 @@
 
 Same key, JSON and envelope as the service, outside its request log and statistics
 (``docs/sandbox.md``). Each endpoint is the HTTP face of a public method of
-:class:`~videogen_async.testing.SandboxServer`, whose ``ValueError`` is a 400.
+:class:`~videogen_async.testing.SandboxServer`: a JSON body's fields are the method's keyword
+arguments (a ``null`` one is left to the method's default), its ``KeyError`` a 404 and its
+``ValueError`` a 409 or a 400, as the method raises them (``SandboxError``'s ``NotFound`` and
+``Conflict`` keep their status and code; any other ``ValueError`` or ``TypeError``, such as an
+argument the method does not take, is a 400).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
-from ._config import is_number
 from ._faults import FaultRule
-from ._render import envelope_response
-from ._routes import ServiceRoutes, read_json_body
+from ._routes import ServiceRoutes
 from ._simulation import SandboxError
-from ._state import SandboxState
-from ._truth import ServerTruth, create_tasks, reschedule_project, reschedule_task
+from ._truth import ServerTruth
 
 # A handler takes the request and its JSON body ({} for a GET or DELETE).
 _Handler = Callable[[web.Request, Any], Any]
-_BULK_FIELDS = frozenset({"count", "prompt", "model", "duration", "finish_in", "outcome"})
 
 
-def _number(body: Mapping[str, Any], name: str) -> float | None:
-    value = body.get(name)
-    if value is not None and not is_number(value):
-        raise SandboxError(400, 400, f"{name}: must be a number")
-    return value
-
-
-def _nothing() -> None:
-    pass
+def _given(body: dict[str, Any]) -> dict[str, Any]:
+    """A body's fields as keyword arguments: a ``null`` one is left out (its default)."""
+    return {name: value for name, value in body.items() if value is not None}
 
 
 def _query_int(request: web.Request, name: str, default: int) -> int:
@@ -43,142 +37,107 @@ def _query_int(request: web.Request, name: str, default: int) -> int:
     return int(raw)
 
 
-def _ids(name: str, ids: Sequence[str], offset: int = 0, limit: int | None = None) -> Any:
-    """A listing: how many there are, and the ids from ``offset`` (``limit`` of them)."""
-    end = None if limit is None else offset + limit
-    return {"count": len(ids), name: list(ids[offset:end])}
+def _ids(name: str, ids: Sequence[str]) -> Any:
+    """A listing: how many there are, and the ids."""
+    return {"count": len(ids), name: list(ids)}
+
+
+def _call(method: Callable[..., Any]) -> _Handler:
+    """A handler calling ``method`` with the path's ids, then the body's fields by name.
+
+    A field the method does not take, or a missing one, is its ``TypeError``: a 400.
+    """
+    return lambda request, body: method(*request.match_info.values(), **_given(body))
+
+
+def _then(action: _Handler, view: _Handler) -> _Handler:
+    """A handler that runs ``action``, then answers what ``view`` shows (its ``GET``)."""
+
+    def handler(request: web.Request, body: Any) -> Any:
+        action(request, body)
+        return view(request, body)
+
+    return handler
 
 
 class ControlAPI:
-    """The ``/_sandbox/`` endpoints of one sandbox."""
+    """The ``/_sandbox/`` endpoints of one sandbox: each a handler ``(request, body) -> data``."""
 
-    def __init__(self, server: ServerTruth, state: SandboxState, routes: ServiceRoutes) -> None:
-        self._server, self._state, self._routes = server, state, routes
+    def __init__(self, server: ServerTruth) -> None:
+        self._server = server
 
-    def register(self, router: web.UrlDispatcher) -> None:
-        """Add the control routes to an application's router.
-
-        Each handler takes the request and its JSON body (``{}`` for a GET). The schedules and
-        the bulk create call the functions behind ``ServerTruth``'s methods, which answer
-        404 and 409 as the service would, where the methods raise ``KeyError``/``ValueError``.
-        """
+    def register(self, router: web.UrlDispatcher, routes: ServiceRoutes) -> None:
+        """Add the control routes to an application's router, behind ``routes.answer``."""
         server = self._server
         clock, faults = server.clock, server.faults
+        stats, clock_view, fault_view = self._stats, self._clock, self._faults
         endpoints: list[tuple[str, str, _Handler]] = [
-            ("GET", "stats", lambda r, b: self._stats()),
-            ("POST", "reset-stats", lambda r, b: self._stats(server.reset_stats)),
+            ("GET", "stats", stats),
+            ("POST", "reset-stats", _then(_call(server.reset_stats), stats)),
             ("GET", "requests", self._requests),
-            ("GET", "clock", lambda r, b: self._clock()),
-            (
-                "POST",
-                "clock/advance",
-                lambda r, b: self._clock(lambda: clock.advance(b.get("seconds"))),
-            ),
-            ("POST", "clock/pause", lambda r, b: self._clock(clock.pause)),
-            ("POST", "clock/resume", lambda r, b: self._clock(clock.resume)),
-            ("GET", "credits", lambda r, b: server.credits()),
+            ("GET", "clock", clock_view),
+            ("POST", "clock/advance", _then(_call(clock.advance), clock_view)),
+            ("POST", "clock/pause", _then(_call(clock.pause), clock_view)),
+            ("POST", "clock/resume", _then(_call(clock.resume), clock_view)),
+            ("GET", "credits", _call(server.credits)),
             ("POST", "credits", self._set_credits),
             ("GET", "tasks", self._tasks),
-            ("POST", "tasks/bulk", self._bulk_tasks),
-            ("GET", "tasks/{task_id}", self._task),
-            ("POST", "tasks/{task_id}/schedule", self._schedule_task),
+            ("POST", "tasks/bulk", lambda r, b: _ids("task_ids", server.create_tasks(**_given(b)))),
+            ("GET", "tasks/{task_id}", _call(server.describe_task)),
+            ("POST", "tasks/{task_id}/schedule", _call(server.schedule_task)),
             ("GET", "projects", lambda r, b: _ids("project_ids", server.project_ids)),
-            ("GET", "projects/{project_id}", self._project),
-            ("POST", "projects/{project_id}/schedule", self._schedule_project),
-            ("GET", "faults", lambda r, b: self._faults()),
-            ("POST", "faults", self._set_faults),
+            ("GET", "projects/{project_id}", _call(server.describe_project)),
+            ("POST", "projects/{project_id}/schedule", _call(server.schedule_project)),
+            ("GET", "faults", fault_view),
+            ("POST", "faults", _then(self._set_faults, fault_view)),
             (
                 "DELETE",
                 "faults",
-                lambda r, b: self._faults(lambda: faults.clear(r.query.get("route"))),
+                _then(lambda r, b: faults.clear(r.query.get("route")), fault_view),
             ),
         ]
         for method, path, handler in endpoints:
-            router.add_route(method, f"/_sandbox/{path}", self._endpoint(handler))
+            endpoint = routes.answer(handler, refused=(ValueError, TypeError))
+            router.add_route(method, f"/_sandbox/{path}", endpoint)
 
-    def _endpoint(self, handler: _Handler) -> Callable[[web.Request], Any]:
-        async def endpoint(request: web.Request) -> web.StreamResponse:
-            self._routes.authorize(request)
-            body = await read_json_body(request) if request.method == "POST" else {}
-            try:
-                return envelope_response(handler(request, body))
-            except ValueError as exc:
-                raise SandboxError(400, 400, str(exc)) from None
-
-        return endpoint
-
-    def _requests(self, request: web.Request, body: dict[str, Any]) -> Any:
-        log = self._server.request_log
-        limit = _query_int(request, "limit", 1000)
-        return {"count": len(log), "requests": [r.to_dict() for r in log[-limit:]] if limit else []}
-
-    def _stats(self, action: Callable[[], object] = _nothing) -> Any:
-        action()
+    def _stats(self, request: web.Request, body: Any) -> Any:
         return self._server.stats().to_dict()
 
-    def _clock(self, action: Callable[[], object] = _nothing) -> Any:
-        """The clock after ``action`` (an advance, a pause...), as ``GET`` shows it."""
-        action()
+    def _clock(self, request: web.Request, body: Any) -> Any:
         clock = self._server.clock
         return {
-            "now": self._state.settle(),
+            "now": clock.now(),
             "wall": clock.wall_now(),
             "time_scale": clock.time_scale,
             "paused": clock.paused,
         }
 
-    def _set_credits(self, request: web.Request, body: dict[str, Any]) -> Any:
-        add, available, total = (_number(body, name) for name in ("add", "available", "total"))
+    def _requests(self, request: web.Request, body: Any) -> Any:
+        log = self._server.request_log
+        limit = _query_int(request, "limit", 1000)
+        return {"count": len(log), "requests": [r.to_dict() for r in log[-limit:]] if limit else []}
+
+    def _set_credits(self, request: web.Request, body: Any) -> Any:
+        given = _given(body)
+        add = given.pop("add", None)
         if add is not None:
             self._server.add_credits(add)
-        if available is not None or total is not None:
-            self._server.set_credits(available=available, total=total)
+        if given:
+            self._server.set_credits(**given)
         return self._server.credits()
 
-    def _tasks(self, request: web.Request, body: dict[str, Any]) -> Any:
+    def _tasks(self, request: web.Request, body: Any) -> Any:
         offset = _query_int(request, "offset", 0)
         limit = _query_int(request, "limit", 1000)
-        return _ids("task_ids", self._server.task_ids, offset, limit)
+        ids = self._server.task_ids
+        return {"count": len(ids), "task_ids": list(ids[offset : offset + limit])}
 
-    def _task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        state, task_id = self._state, request.match_info["task_id"]
-        return state.show("Task", task_id, state.render.describe_task, self._routes.origin(request))
-
-    def _schedule_task(self, request: web.Request, body: dict[str, Any]) -> Any:
-        task_id, message = request.match_info["task_id"], body.get("error_message")
-        reschedule_task(self._state, task_id, body.get("finish_in"), body.get("outcome"), message)
-        return self._task(request, body)
-
-    def _bulk_tasks(self, request: web.Request, body: dict[str, Any]) -> Any:
-        unknown = sorted(set(body) - _BULK_FIELDS)
-        if unknown:
-            raise SandboxError(400, 400, f"{unknown[0]}: is not a field of this request")
-        # A null field takes the method's default, as an omitted one does; a missing count is
-        # refused by create_tasks (400), as a bad one is.
-        fields = {k: v for k, v in body.items() if v is not None}
-        count, finish_in, outcome = (fields.pop(k, None) for k in ("count", "finish_in", "outcome"))
-        ids = create_tasks(self._state, count, finish_in, outcome, fields)
-        return _ids("task_ids", ids)
-
-    def _project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        state, project_id = self._state, request.match_info["project_id"]
-        origin = self._routes.origin(request)
-        return state.show("Project", project_id, state.render.describe_project, origin)
-
-    def _schedule_project(self, request: web.Request, body: dict[str, Any]) -> Any:
-        span, message = body.get("script_ready_in"), body.get("error_message")
-        outcome = body.get("outcome") or "succeeded"
-        project_id = request.match_info["project_id"]
-        reschedule_project(self._state, project_id, span, outcome, message)
-        return self._project(request, body)
-
-    def _faults(self, action: Callable[[], object] = _nothing) -> Any:
-        action()
+    def _faults(self, request: web.Request, body: Any) -> Any:
         faults = self._server.faults
         return {"rules": [r.to_dict() for r in faults.rules], "injected": dict(faults.injected)}
 
-    def _set_faults(self, request: web.Request, body: dict[str, Any]) -> Any:
-        replace = bool(body.pop("replace", False))
+    def _set_faults(self, request: web.Request, body: Any) -> None:
+        replace = body.pop("replace", False)
         rules = body.get("rules", [body])
         if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
             raise SandboxError(400, 400, "rules: must be a list of objects")
@@ -187,4 +146,3 @@ class ControlAPI:
             self._server.faults.clear()
         for rule in built:
             self._server.faults.add(rule)
-        return self._faults()

@@ -17,14 +17,10 @@ from typing import Any
 
 import attrs
 
-from ._config import Duration, check_duration, check_rate, sample_duration
+from ._config import Duration, check_duration, rate_field, sample_duration
 
 FAULT_KINDS = ("drop_before", "rate_limit", "error", "html", "drop_after")
 """The exclusive fault kinds, in the order in which one draw assigns them."""
-
-
-def _rate(name: str) -> Any:
-    return attrs.field(default=0.0, converter=lambda v: check_rate(v, name))
 
 
 def _statuses(value: Iterable[int]) -> tuple[int, ...]:
@@ -71,14 +67,14 @@ class FaultRule:
     """
 
     route: str = attrs.field(default="*", converter=_route)
-    error_rate: float = _rate("error_rate")
+    error_rate: float = rate_field("error_rate")
     error_statuses: tuple[int, ...] = attrs.field(default=(500, 502, 503), converter=_statuses)
-    html_rate: float = _rate("html_rate")
+    html_rate: float = rate_field("html_rate")
     html_status: int = 502
-    rate_limit_rate: float = _rate("rate_limit_rate")
+    rate_limit_rate: float = rate_field("rate_limit_rate")
     retry_after: float | None = 1.0
-    drop_before_rate: float = _rate("drop_before_rate")
-    drop_after_rate: float = _rate("drop_after_rate")
+    drop_before_rate: float = rate_field("drop_before_rate")
+    drop_after_rate: float = rate_field("drop_after_rate")
     latency: Duration | None = attrs.field(default=None, converter=_optional_duration)
     times: int | None = None
 
@@ -114,13 +110,9 @@ class FaultRule:
         Raises:
             ValueError: An unknown field or a bad value.
         """
-        names = {f.name for f in attrs.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown fault rule field(s): {', '.join(unknown)}")
         try:
             return cls(**data)  # a latency range as a JSON list: check_duration takes it
-        except TypeError as exc:
+        except TypeError as exc:  # an unknown field: "unexpected keyword argument 'name'"
             raise ValueError(str(exc)) from None
 
 
@@ -235,8 +227,6 @@ class FaultInjector:
             ``None`` when no rule applies, else the decision (whose ``kind`` may be ``None``
             when the draw picked no fault).
         """
-        if not self._rules:
-            return None
         active = self._match(method, pattern, path)
         if active is None:
             return None

@@ -14,43 +14,15 @@ two seconds at 10 frames per second, "fast start", about 5 KB). It was made with
 from __future__ import annotations
 
 import functools
-import importlib.resources
-import re
-from typing import Literal
+from pathlib import Path
+
+SAMPLE_PATH = Path(__file__).with_name("sample.mp4")
+"""The sample clip, served by aiohttp's file answer (``web.FileResponse``): one byte range
+(``bytes=0-99``, ``bytes=100-``, ``bytes=-100``: 206 with ``Content-Range``; past the end:
+416), ``HEAD``, ``Content-Length``, a strong ``ETag`` and ``If-Range``."""
 
 
 @functools.lru_cache(maxsize=1)
 def sample_mp4() -> bytes:
     """The sandbox's sample video: a small, playable H.264 MP4 (about 5 KB)."""
-    return importlib.resources.files(__package__).joinpath("sample.mp4").read_bytes()
-
-
-# At most 18 digits: larger positions are not sizes of anything, and int() of a very long
-# digit string would raise.
-_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d{0,18})\s*-\s*(\d{0,18})\s*$", re.IGNORECASE)
-
-
-def parse_range(header: str | None, size: int) -> range | Literal[False] | None:
-    """Read the ``Range`` header of a request for a resource of ``size`` bytes.
-
-    One range is honoured; several (``bytes=0-1,5-6``) or one not understood are ignored, as
-    RFC 9110 allows. Returns the positions to send (206: a ``range``, whose ``stop`` is one
-    past the last byte), ``None`` for the whole resource, or ``False`` when the range cannot
-    be satisfied (416).
-    """
-    match = _RANGE.match(header or "")
-    if match is None or match.groups() == ("", ""):
-        return None
-    first, last = match.groups()
-    if not first:  # suffix range: the last N bytes
-        suffix = int(last)
-        if suffix == 0 or size == 0:
-            return False
-        return range(max(0, size - suffix), size)
-    start = int(first)
-    if last and int(last) < start:
-        return None  # syntactically invalid: ignored
-    if start >= size:
-        return False
-    end = int(last) if last else size - 1
-    return range(start, min(end, size - 1) + 1)
+    return SAMPLE_PATH.read_bytes()

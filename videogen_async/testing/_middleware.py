@@ -8,11 +8,11 @@ failed or dropped.
 from __future__ import annotations
 
 import asyncio
-import http
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from http.client import responses
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -33,7 +33,6 @@ _HTML_PAGE = (
     "</body>\r\n</html>\r\n"
 )
 _NGINX = {"Server": "nginx"}
-_STATUSES = frozenset(s.value for s in http.HTTPStatus)
 _CODE = re.compile(rb'\{"code":(-?\d{1,9}),')
 
 
@@ -70,7 +69,7 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def _fault_response(decision: FaultDecision) -> web.StreamResponse | None:
     kind, status = decision.kind, decision.status
-    reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Server Error"
+    reason = responses.get(status, "Server Error")  # 5xx statuses without a name too
     if kind == "rate_limit":
         after = decision.retry_after
         headers = {} if after is None else {"Retry-After": f"{after:g}"}

@@ -16,34 +16,10 @@ from .._contract._service import ENDPOINTS, Endpoint
 from .._contract._validation import json_text
 
 
-def _envelope(data: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "required": ["code", "trace_id", "message", "data"],
-        "properties": {
-            "code": {"type": "integer", "const": 200},
-            "trace_id": {"type": "string", "minLength": 1},
-            "message": {"type": ["string", "null"]},
-            "data": data,
-        },
-    }
-
-
 def _error(description: str) -> dict[str, Any]:
     return {
         "description": description,
         "content": {"application/json": {"schema": ref("ErrorEnvelope")}},
-    }
-
-
-def _ok(schema: str, description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "headers": {"X-Trace-Id": {"$ref": "#/components/headers/TraceId"}},
-        "content": {
-            "application/json": {"schema": _envelope(ref(schema), f"Envelope of {schema}.")}
-        },
     }
 
 
@@ -69,8 +45,29 @@ def _operation(endpoint: Endpoint, errors: dict[str, Any]) -> dict[str, Any]:
             "required": endpoint.body_required,
             "content": {"application/json": {"schema": ref(endpoint.body.name)}},
         }
-    ok = _ok(endpoint.response, endpoint.ok)
-    op["responses"] = {"200": ok, **errors, **_COMMON_ERRORS}
+    op["responses"] = {
+        "200": {
+            "description": endpoint.ok,
+            "headers": {"X-Trace-Id": {"$ref": "#/components/headers/TraceId"}},
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "description": f"Envelope of {endpoint.response}.",
+                        "required": ["code", "trace_id", "message", "data"],
+                        "properties": {
+                            "code": {"type": "integer", "const": 200},
+                            "trace_id": {"type": "string", "minLength": 1},
+                            "message": {"type": ["string", "null"]},
+                            "data": ref(endpoint.response),
+                        },
+                    }
+                }
+            },
+        },
+        **errors,
+        **_COMMON_ERRORS,
+    }
     return op
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -20,14 +20,13 @@ from .._contract import _validation as rules
 from .._contract._service import ENDPOINTS, PROJECT_REQUEST
 from . import _simulation as sim
 from ._config import sample_duration
-from ._media import parse_range, sample_mp4
+from ._media import SAMPLE_PATH, sample_mp4
 from ._middleware import Handler
 from ._openapi import build_openapi
-from ._render import CREATED_PROJECT, CREATED_TASK, CREDITS, VIDEO_BATCH, envelope_response
+from ._render import envelope_response
 from ._state import SandboxState
 
 _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
-_MEDIA_ETAG = '"videogen-sandbox-sample"'
 # An id segment is anything but "/" (aiohttp's default also refuses braces), so that every id
 # reaches the handler and is judged by the shared ``check_id`` rule.
 _ID = "[^/]+"
@@ -82,12 +81,14 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     now = state.settle()
     # The checked body has no nulls and its integers are ints (``check_body``).
     inputs = {f.name: body.get(f.name, f.default) for f in PROJECT_REQUEST.fields}
-    urls = [inputs["reference_video_url"], *inputs["product_image_urls"]]
-    if inputs["avatar_image_url"]:
-        urls.append(inputs["avatar_image_url"])
+    urls = [
+        inputs["reference_video_url"],
+        *inputs["product_image_urls"],
+        inputs["avatar_image_url"],
+    ]
     rejects = state.media_rejects
-    if any(sim.host_is_invalid(u) or (rejects is not None and rejects(u)) for u in urls):
-        raise sim.SandboxError(409, 100099, sim.MEDIA_NOT_STORED)
+    if any(u and (sim.host_is_invalid(u) or (rejects and rejects(u))) for u in urls):
+        raise sim.Conflict(409, 100099, sim.MEDIA_NOT_STORED)
     state.wallet.charge(state.pricing.script_credits)
     project = sim.Project(
         state.new_id(state.projects), inputs, now, state.clock.wall_now(), sim.make_script(inputs)
@@ -101,10 +102,10 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     )
     draw = rng.random()
     if state.marked(inputs["reference_video_url"]):
-        state.fail_before_script(project, project.analysis_done_at, None)
+        state.fail_before_script(project, project.analysis_done_at)
     elif draw < state.project_failure_rate:
         state.fail_before_script(
-            project, rng.choice((project.analysis_done_at, project.script_ready_at)), None
+            project, rng.choice((project.analysis_done_at, project.script_ready_at))
         )
     else:
         state.push(project.script_ready_at, state.script_ready, project)
@@ -112,9 +113,7 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     return project
 
 
-def create_videos(
-    state: SandboxState, project_id: str, body: Mapping[str, Any]
-) -> tuple[sim.Project, sim.Batch]:
+def create_videos(state: SandboxState, project_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """Create a batch of video tasks from a project's script (a validated body).
 
     Raises:
@@ -126,15 +125,22 @@ def create_videos(
     project = sim.lookup(state.projects, "Project", project_id)
     if project.failed(now):
         failed = f"Project {project_id} has failed; no video tasks can be created"
-        raise sim.SandboxError(409, 409, failed)
+        raise sim.Conflict(409, 409, failed)
     if not project.script_ready(now):
-        raise sim.SandboxError(
+        raise sim.Conflict(
             409,
             409,
             f"The script of project {project_id} is not ready yet (current_step:"
             f" {project.phase(now)[1]}); create videos once current_step is script_ready",
         )
-    return project, state.create_batch(project, now, body, automatic=False)
+    batch = state.create_batch(project, now, body, automatic=False)
+    status, step = project.phase(now)
+    return {
+        "project_id": project_id,
+        "project_status": status,
+        "current_step": step,
+        "task_ids": batch.task_ids,
+    }
 
 
 class ServiceRoutes:
@@ -152,18 +158,14 @@ class ServiceRoutes:
         handlers = {
             "createVideoTask": self._create_task,
             "getTask": self._get_task,
-            "getCredits": self._get_credits,
+            "getCredits": lambda request, body: self._state.balance(),
             "createProject": self._create_project,
             "getProject": self._get_project,
             "createProjectVideos": self._create_videos,
         }
         for endpoint in ENDPOINTS:
             path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
-            handler = self._answer(handlers[endpoint.operation_id])
-            if endpoint.method == "GET":
-                router.add_get(path, handler)
-            else:
-                router.add_route(endpoint.method, path, handler)
+            router.add_route(endpoint.method, path, self.answer(handlers[endpoint.operation_id]))
         router.add_get("/media/{file_name}", self._media)
         router.add_get("/openapi.json", self._openapi)
 
@@ -192,64 +194,72 @@ class ServiceRoutes:
                 return f"{request.scheme}://{host}"
         return self.base_url() or "http://127.0.0.1"
 
-    def _answer(self, handler: Callable[[web.Request], Awaitable[Any]]) -> Handler:
-        """An endpoint of the service: the key checked, then ``handler``'s data enveloped."""
+    def answer(self, handler: Callable[[web.Request, Any], Any], refused: Any = ()) -> Handler:
+        """An endpoint: the key checked, then ``handler(request, body)``'s data enveloped.
+
+        ``body`` is the JSON object of a ``POST`` (``{}`` for other methods). A ``refused``
+        exception (the control API's ``ValueError``) is answered 400, unless it is already a
+        :class:`SandboxError` (a 409 is also a ``ValueError``), which keeps its status.
+        """
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
             self.authorize(request)
-            return envelope_response(await handler(request))
+            body = await read_json_body(request) if request.method == "POST" else {}
+            try:
+                return envelope_response(handler(request, body))
+            except sim.SandboxError:
+                raise
+            except refused as exc:
+                raise sim.SandboxError(400, 400, str(exc)) from None
 
         return endpoint
 
-    async def _create_task(self, request: web.Request) -> Any:
-        body = rules.validate_task_request(await read_json_body(request))
-        task = self._state.create_task(body)
-        return CREATED_TASK(task, task.created_at)
+    def _create_task(self, request: web.Request, body: Any) -> Any:
+        task = self._state.create_task(rules.validate_task_request(body))
+        return {
+            "task_id": task.task_id,
+            "status": task.status(task.created_at),
+            "created_at": sim.iso(task.created_wall),
+            "credits_cost": sim.num(task.cost),
+        }
 
-    async def _get_task(self, request: web.Request) -> Any:
+    def _get_task(self, request: web.Request, body: Any) -> Any:
         task_id = _checked_id("task_id", request.query.get("task_id"))
         return self._state.show("Task", task_id, self._state.render.task, self.origin(request))
 
-    async def _get_credits(self, request: web.Request) -> Any:
-        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
+    def _create_project(self, request: web.Request, body: Any) -> Any:
+        project = create_project(self._state, rules.validate_project_request(body))
+        status, step = project.phase(project.created_at)
+        return {
+            "project_id": project.project_id,
+            "status": status,
+            "current_step": step,
+            "mode": project.mode,
+            "credits_cost": sim.num(project.script_cost),
+            "created_at": sim.iso(project.created_wall),
+        }
 
-    async def _create_project(self, request: web.Request) -> Any:
-        body = rules.validate_project_request(await read_json_body(request))
-        project = create_project(self._state, body)
-        return CREATED_PROJECT(project, project.phase(project.created_at))
-
-    async def _get_project(self, request: web.Request) -> Any:
+    def _get_project(self, request: web.Request, body: Any) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
         state = self._state
         return state.show("Project", project_id, state.render.project, self.origin(request))
 
-    async def _create_videos(self, request: web.Request) -> Any:
+    def _create_videos(self, request: web.Request, body: Any) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
-        body = rules.validate_videos_request(await read_json_body(request))
-        return VIDEO_BATCH(*create_videos(self._state, project_id, body))
+        return create_videos(self._state, project_id, rules.validate_videos_request(body))
 
     async def _media(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file_name"]
-        state = self._state
-        now = state.settle()
-        task = state.tasks.get(name[:-4]) if name.endswith(".mp4") else None
+        now = self._state.settle()
+        task = self._state.tasks.get(name[:-4]) if name.endswith(".mp4") else None
         if task is None or task.status(now) != sim.SUCCEEDED:
-            raise sim.SandboxError(404, 404, f"No video at /media/{name[:80]}")
-        data = sample_mp4()
-        size = len(data)
-        headers = {
-            "Accept-Ranges": "bytes",
-            "Cache-Control": "public, max-age=86400",
-            "ETag": _MEDIA_ETAG,
-        }
-        wanted = parse_range(request.headers.get("Range"), size)
-        if wanted is False:
-            return web.Response(status=416, headers={**headers, "Content-Range": f"bytes */{size}"})
-        status = 200
-        if wanted is not None:
-            headers["Content-Range"] = f"bytes {wanted.start}-{wanted.stop - 1}/{size}"
-            data, status = data[wanted.start : wanted.stop], 206
-        return web.Response(body=data, status=status, content_type="video/mp4", headers=headers)
+            raise sim.NotFound(404, 404, f"No video at /media/{name[:80]}")
+        headers = {"Cache-Control": "public, max-age=86400", "Accept-Ranges": "bytes"}
+        try:
+            _ = request.http_range  # one range aiohttp reads: its file answer serves it
+        except ValueError:  # several ranges, another unit, a reversed one: ignored (RFC 9110)
+            return web.Response(body=sample_mp4(), content_type="video/mp4", headers=headers)
+        return web.FileResponse(SAMPLE_PATH, headers=headers)
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(build_openapi(self.origin(request)))

@@ -64,7 +64,8 @@ class SandboxServer(ServerTruth, AsyncClosing):
             as hosts under ``.invalid`` always are.
         pricing: What tasks and projects cost.
         faults: Fault rules active from the start (see :class:`FaultRule`).
-        request_log_size: How many recent requests the request log keeps.
+        request_log_size: How many recent requests the request log keeps (``>= 0``: the
+            log's deque refuses a negative size with a ``ValueError``).
 
     Raises:
         ValueError: A setting is out of range.
@@ -96,8 +97,6 @@ class SandboxServer(ServerTruth, AsyncClosing):
             raise ValueError("api_key must be a non-empty string without surrounding spaces")
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be from 0 to 65535, got {port!r}")
-        if request_log_size < 0:
-            raise ValueError("request_log_size must be >= 0")
         self._host, self._port, self._api_key = host, port, api_key
         self.clock = SandboxClock(time_scale=time_scale, paused=manual_clock)
         self.faults = FaultInjector(seed, faults)
@@ -125,7 +124,6 @@ class SandboxServer(ServerTruth, AsyncClosing):
             self.faults.injected,  # counted in place, zeroed in place
         )
         self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
-        self._control = ControlAPI(self, state, self._routes)
 
     def __repr__(self) -> str:
         where = self._base_url_or_none() or "not started"
@@ -228,6 +226,6 @@ class SandboxServer(ServerTruth, AsyncClosing):
     def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
         self._routes.register(app.router)
-        self._control.register(app.router)
+        ControlAPI(self).register(app.router, self._routes)
         add_console(app, self)
         return app

@@ -73,6 +73,21 @@ class SandboxError(Exception):
     message: str
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotFound(SandboxError, KeyError):
+    """404: no such task or project; a ``KeyError`` to a test calling the sandbox's methods."""
+
+
+class Conflict(SandboxError, ValueError):
+    """409: the request conflicts with the state (a balance, a step); a ``ValueError`` to a test.
+
+    The methods of ``SandboxServer`` raise these as they are: the control API answers them with
+    their status and code, a test catches the ``KeyError`` or ``ValueError`` they document.
+    """
+
 
 class Wallet:
     """The API credit balance of the sandbox's one user."""
@@ -89,7 +104,7 @@ class Wallet:
             SandboxError: 409 / 300111 when the balance is too low (nothing is taken).
         """
         if amount > self.available:
-            raise SandboxError(409, 300111, INSUFFICIENT_CREDITS)
+            raise Conflict(409, 300111, INSUFFICIENT_CREDITS)
         self.available = round(self.available - amount, 2)
 
     def refund(self, amount: float) -> None:
@@ -163,18 +178,15 @@ class Task:
 
     def updated_at(self, now: float) -> float:
         """The simulated time of the last change at or before ``now``."""
-        if now >= self.finished_at:
-            return self.finished_at
-        if now >= self.started_at:
-            return self.started_at
-        return self.created_at
+        marks = (self.created_at, self.started_at, self.finished_at)
+        return max((t for t in marks if t <= now), default=self.created_at)
 
 
 @attrs.define(eq=False)
 class Batch:
     """One batch of a project's video tasks."""
 
-    index: int
+    batch: int  # 1 for the first
     created_at: float
     out_number: int
     resolution: int | str
@@ -236,17 +248,24 @@ class Project:
         return ProjectStatus.SUCCEEDED.value, ProjectStep.SCRIPT_READY.value
 
     def updated_at(self, now: float) -> float:
-        """The simulated time of the last change at or before ``now``."""
-        latest = self.created_at
-        limit = self.fail_at if self.failed(now) else None
-        for boundary in (self.media_done_at, self.analysis_done_at, self.script_ready_at):
-            if boundary <= now and (limit is None or boundary <= limit):
-                latest = max(latest, boundary)
-        if limit is not None:
-            latest = max(latest, limit)
-        for task in self.tasks:
-            latest = max(latest, task.updated_at(now))
-        return latest
+        """The simulated time of the last change at or before ``now``.
+
+        A failed project changed last when it failed: its later steps never happened.
+        """
+        limit = now if self.fail_at is None else min(now, self.fail_at)
+        marks = (
+            self.created_at,
+            self.media_done_at,
+            self.analysis_done_at,
+            self.script_ready_at,
+            self.fail_at,
+        )
+        return max(
+            [
+                *(mark for mark in marks if mark is not None and mark <= limit),
+                *(task.updated_at(now) for task in self.tasks),
+            ]
+        )
 
 
 def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
@@ -258,7 +277,7 @@ def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     found = table.get(key)
     if found is None:
         shown = key if len(key) <= 80 else key[:77] + "..."
-        raise SandboxError(404, 404, f"{kind} not found: {shown}")
+        raise NotFound(404, 404, f"{kind} not found: {shown}")
     return found
 
 
@@ -269,19 +288,16 @@ def make_script(inputs: Mapping[str, Any]) -> str:
     product = "the product" if count == 1 else f"the {count} products"
     avatar = "the presenter" if inputs.get("avatar_image_url") else "a presenter"
     language = inputs.get("speech_language_option") or "the reference video's language"
+    # A beat every 3 s (every second for a very short ad), the call to action last, taking the
+    # rest of the time however long the ad is.
     step = 3 if total >= 6 else 1
-    lines = []
-    start = beat = 0
-    while start < total:
-        end = min(total, start + step)
-        if end == total or beat == len(_SCRIPT_BEATS) - 1:
-            end = total
-            text = _SCRIPT_BEATS[-1]
-        else:
-            text = _SCRIPT_BEATS[beat]
-        lines.append(f"{start}-{end}s: " + text.format(product=product, avatar=avatar))
-        start = end
-        beat += 1
+    shown = min(-(-total // step), len(_SCRIPT_BEATS))
+    edges = [*range(0, shown * step, step), total]
+    beats = [*_SCRIPT_BEATS[: shown - 1], _SCRIPT_BEATS[-1]]
+    lines = [
+        f"{start}-{end}s: " + beat.format(product=product, avatar=avatar)
+        for start, end, beat in zip(edges, edges[1:], beats, strict=False)
+    ]
     lines.append(f"Voiceover: {language}; aspect ratio {inputs['aspect_ratio']}.")
     if inputs.get("prompt"):
         lines.append(f"Brief: {str(inputs['prompt']).strip()[:200]}")

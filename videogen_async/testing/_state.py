@@ -16,6 +16,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
+from .._contract import _checks as checks
 from .._contract._enums import ProjectMode, ProjectStep
 from .._contract._service import Pricing
 from . import _simulation as sim
@@ -23,14 +26,14 @@ from ._clock import SandboxClock
 from ._config import (
     Duration,
     ProjectTiming,
-    check_duration,
-    check_rate,
-    is_number,
+    duration_field,
+    rate_field,
     sample_duration,
 )
 from ._render import Renderer
 
 
+@attrs.define(eq=False, slots=False)
 class SandboxState:
     """The whole simulated service behind one sandbox (the settings: see ``SandboxServer``).
 
@@ -38,36 +41,27 @@ class SandboxState:
         ValueError: A setting is out of range (the balance, a rate, a duration).
     """
 
-    def __init__(
-        self,
-        *,
-        clock: SandboxClock,
-        seed: int | str | None,
-        credits: float,
-        pricing: Pricing,
-        task_duration: Duration,
-        queue_delay: Duration,
-        failure_rate: float,
-        error_rate: float,
-        project_timing: ProjectTiming,
-        project_failure_rate: float,
-        failure_marker: str | None,
-        media_rejects: Callable[[str], bool] | None,
-    ) -> None:
-        if not is_number(credits) or credits < 0:
-            raise ValueError(f"credits must be a number >= 0, got {credits!r}")
-        self.failure_rate = check_rate(failure_rate, "failure_rate")
-        self.error_rate = check_rate(error_rate, "error_rate")
+    clock: SandboxClock
+    seed: int | str | None
+    credits: float
+    pricing: Pricing
+    task_duration: Duration = duration_field("task_duration")  # noqa: RUF009 - an attrs field
+    queue_delay: Duration = duration_field("queue_delay")  # noqa: RUF009 - an attrs field
+    failure_rate: float = rate_field("failure_rate")
+    error_rate: float = rate_field("error_rate")
+    project_timing: ProjectTiming = attrs.Factory(ProjectTiming)
+    project_failure_rate: float = rate_field("project_failure_rate")
+    failure_marker: str | None = None
+    media_rejects: Callable[[str], bool] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        checks.number("credits", self.credits)
         if self.failure_rate + self.error_rate > 1:
             raise ValueError("failure_rate + error_rate must not exceed 1")
-        self.project_failure_rate = check_rate(project_failure_rate, "project_failure_rate")
-        self.task_duration = check_duration(task_duration, "task_duration")
-        self.queue_delay = check_duration(queue_delay, "queue_delay")
-        self.clock, self.pricing, self.project_timing = clock, pricing, project_timing
-        self.failure_marker, self.media_rejects = failure_marker, media_rejects
+        seed = self.seed
         self.rng = random.Random(None if seed is None else f"{seed}:behaviour")
         self._id_rng = random.Random(None if seed is None else f"{seed}:ids")
-        self.wallet, self.render = sim.Wallet(credits), Renderer(clock)
+        self.wallet, self.render = sim.Wallet(self.credits), Renderer(self.clock)
         self.tasks: dict[str, sim.Task] = {}
         self.projects: dict[str, sim.Project] = {}
         # (when, order of pushing, the effect, its task or project, the object's version).
@@ -83,6 +77,15 @@ class SandboxState:
             if obj.version == version:  # else rescheduled since: a later event replaces it
                 effect(obj, at)
         return now
+
+    def balance(self) -> dict[str, float | int]:
+        """The balance as ``GET /v1/credits`` shows it (refunds due by now applied first)."""
+        self.settle()
+        wallet = self.wallet
+        return {
+            "api_available_credits": sim.num(wallet.available),
+            "api_total_credits": sim.num(wallet.total),
+        }
 
     def push(self, at: float, effect: Callable[[Any, float], None], obj: Any) -> None:
         """Apply ``effect(obj, at)`` once the clock reaches ``at`` (the next :meth:`settle`).
@@ -113,7 +116,9 @@ class SandboxState:
             project.fail_at = at
             project.fail_message = sim.AUTO_BATCH_NO_CREDITS
 
-    def fail_before_script(self, project: sim.Project, at: float, message: str | None) -> None:
+    def fail_before_script(
+        self, project: sim.Project, at: float, message: str | None = None
+    ) -> None:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
         project.fails_before_script = True
         project.fail_at = at
@@ -153,7 +158,7 @@ class SandboxState:
         for _ in range(out_number):
             task = self.new_task(at, sim.PROJECT_TASK_MODEL, duration, cost, forced_failure, floor)
             task.project_id = project.project_id
-            task.batch = batch.index
+            task.batch = batch.batch
             task.aspect_ratio = aspect_ratio
             task.resolution = resolution
             batch.task_ids.append(task.task_id)
@@ -177,15 +182,6 @@ class SandboxState:
             return sim.ERROR, sim.TASK_ERROR_MESSAGE
         return sim.SUCCEEDED, None
 
-    def wall_of(self, sim: float, floor: float = 0.0) -> float:
-        """The real (Unix) time at which the clock reached ``sim``, at least ``floor``.
-
-        An instant not reached yet (the present one on a paused clock included) is stamped
-        with the current real time.
-        """
-        wall = self.clock.wall_time_of(sim) if sim < self.clock.now() else None
-        return max(self.clock.wall_now() if wall is None else wall, floor)
-
     def new_task(
         self,
         at: float,
@@ -199,6 +195,10 @@ class SandboxState:
         queued = sample_duration(self.queue_delay, self.rng)
         running = sample_duration(self.task_duration, self.rng)
         outcome, message = self._draw_outcome(forced_failure)
+        # Stamped with the real time the clock reached ``at``; an instant not reached yet (the
+        # present one on a paused clock included) with the current real time.
+        clock = self.clock
+        wall = clock.wall_time_of(at) if at < clock.now() else None
         task = sim.Task(
             self.new_id(self.tasks),
             model,
@@ -209,7 +209,7 @@ class SandboxState:
             at + queued + running,
             outcome,
             message,
-            self.wall_of(at, floor),
+            max(clock.wall_now() if wall is None else wall, floor),
             prompt=prompt,
         )
         self.tasks[task.task_id] = task

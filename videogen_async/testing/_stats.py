@@ -86,10 +86,11 @@ class RequestStats:
         self._created, self._faults_injected = created, faults_injected
         self._in_flight: collections.Counter[str] = collections.Counter()
         self._changed: anyio.Event | None = None
-        self.reset()
+        self.clear()
 
-    def reset(self) -> None:
-        """Zero the counters and the peaks (the log is cleared by :meth:`clear`)."""
+    def clear(self) -> None:
+        """Zero the counters and the peaks, and clear the request log."""
+        self.log.clear()
         self._by_route: collections.Counter[str] = collections.Counter()
         self._by_status: collections.Counter[str] = collections.Counter()
         # Requests in flight now stay counted (they will leave), and seed the new peaks.
@@ -98,11 +99,6 @@ class RequestStats:
         self._tasks_base, self._projects_base = self._created()
         self._since = time.time()
         self._notify()
-
-    def clear(self) -> None:
-        """Zero the counters and clear the request log."""
-        self.reset()
-        self.log.clear()
 
     def enter(self, route: str) -> None:
         """A request of ``route`` arrived."""

@@ -6,22 +6,21 @@ statistics and the request log; served over HTTP under ``/_sandbox/`` by :mod:`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+import math
+from collections.abc import Callable
+from typing import Any
 
-from .._contract._enums import ProjectStatus
+from .._contract import _checks as checks
 from .._contract._validation import validate_task_request
 from . import _simulation as sim
 from ._clock import SandboxClock
-from ._config import Duration, check_duration, is_number, sample_duration
+from ._config import Duration, check_duration, sample_duration
 from ._faults import FaultInjector
 from ._openapi import build_openapi
-from ._render import CREDITS
 from ._routes import ServiceRoutes
 from ._state import SandboxState
 from ._stats import RequestRecord, RequestStats, SandboxStats
 
-_T = TypeVar("_T")
 _BULK_MAX = 1_000_000
 BULK_PROMPT = "a sandbox bulk task"
 """The prompt of bulk-created tasks unless given one."""
@@ -59,10 +58,8 @@ class ServerTruth:
         Raises:
             KeyError: No such task.
         """
-        state, origin = self._state, self._routes.origin()
-        return self._wrap_lookup(
-            lambda: state.show("Task", task_id, state.render.describe_task, origin)
-        )
+        state = self._state
+        return state.show("Task", task_id, state.render.describe_task, self._routes.origin())
 
     def describe_project(self, project_id: str) -> dict[str, Any]:
         """What the project endpoint would show, plus inputs, script, batches and schedule.
@@ -70,9 +67,9 @@ class ServerTruth:
         Raises:
             KeyError: No such project.
         """
-        state, origin = self._state, self._routes.origin()
-        return self._wrap_lookup(
-            lambda: state.show("Project", project_id, state.render.describe_project, origin)
+        state = self._state
+        return state.show(
+            "Project", project_id, state.render.describe_project, self._routes.origin()
         )
 
     def schedule_task(
@@ -92,12 +89,15 @@ class ServerTruth:
             error_message: The failure text of a failed/error outcome.
 
         Raises:
-            KeyError: No such task.
-            ValueError: The task has already ended, or a bad argument.
+            KeyError: No such task (a 404 over the control API).
+            ValueError: The task has already ended (a 409), or a bad argument (a 400).
         """
-        self._wrap_lookup(
-            lambda: reschedule_task(self._state, task_id, finish_in, outcome, error_message)
-        )
+        state = self._state
+        now = state.settle()
+        task = sim.lookup(state.tasks, "Task", task_id)
+        if now >= task.finished_at:
+            raise sim.Conflict(409, 409, f"Task {task_id} has already ended ({task.outcome})")
+        _end_task(state, task, now + checks.number("finish_in", finish_in), outcome, error_message)
         return self.describe_task(task_id)
 
     def create_tasks(
@@ -127,12 +127,28 @@ class ServerTruth:
             The new ids, in creation order.
 
         Raises:
-            ValueError: A bad argument, or a balance short of them all (none created).
+            ValueError: A bad argument (400 over the control API), or a balance short of them
+                all (none created; a 409 / 300111).
         """
-        fields = {"prompt": prompt, "model": model, "duration": duration}
-        return self._wrap_lookup(
-            lambda: create_tasks(self._state, count, finish_in, outcome, fields)
-        )
+        checks.whole("count", count, maximum=_BULK_MAX)
+        spec = None if finish_in is None else check_duration(finish_in, "finish_in")
+        body = validate_task_request({"prompt": prompt, "model": model, "duration": duration})
+        _check_outcome(outcome)
+        state = self._state
+        state.settle()
+        if state.pricing.task_cost(body.get("model"), body.get("duration")) * count > (
+            state.wallet.available
+        ):  # all or none
+            raise sim.Conflict(409, 300111, sim.INSUFFICIENT_CREDITS)
+        ids = []
+        for _ in range(count):
+            task = state.create_task(body)
+            ids.append(task.task_id)
+            if spec is not None:
+                _end_task(state, task, task.created_at + sample_duration(spec, state.rng), outcome)
+            elif outcome is not None:
+                _end_task(state, task, task.finished_at, outcome)
+        return ids
 
     def schedule_project(
         self,
@@ -144,7 +160,8 @@ class ServerTruth:
     ) -> dict[str, Any]:
         """Set exactly when a project's script gets ready, or when it fails instead.
 
-        Returns the project as :meth:`describe_project` shows it.
+        Returns the project as :meth:`describe_project` shows it. The steps still ahead are
+        squeezed or stretched into the new span in proportion.
 
         Args:
             project_id: The project (its script must not be ready yet).
@@ -154,39 +171,63 @@ class ServerTruth:
             error_message: The project's ``error_message`` when it fails.
 
         Raises:
-            KeyError: No such project.
-            ValueError: The script is already ready or the project failed; a bad argument.
+            KeyError: No such project (404).
+            ValueError: The script is already ready or the project failed (409); a bad
+                argument (400).
         """
-        state, span = self._state, script_ready_in
-        self._wrap_lookup(
-            lambda: reschedule_project(state, project_id, span, outcome, error_message)
-        )
-        return self.describe_project(project_id)
+        state = self._state
+        now = state.settle()
+        project = sim.lookup(state.projects, "Project", project_id)
+        if project.failed(now) or now >= project.script_ready_at:
+            raise sim.Conflict(
+                409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
+            )
+        span = checks.number("script_ready_in", script_ready_in)
+        _check_outcome(outcome, (sim.SUCCEEDED, sim.FAILED))
+        old_span = project.script_ready_at - now
+        ratio = span / old_span if old_span > 0 else 0.0
 
-    @staticmethod
-    def _wrap_lookup(call: Callable[[], _T]) -> _T:
-        # The service's answer to a failure becomes KeyError (404) or ValueError, as the
-        # methods say; the control API keeps the statuses (it calls the same functions).
-        try:
-            return call()
-        except sim.SandboxError as exc:
-            if exc.status == 404:
-                raise KeyError(exc.message) from None
-            raise ValueError(exc.message) from None
+        def rescale(boundary: float) -> float:
+            return boundary if boundary <= now else now + (boundary - now) * ratio
+
+        project.media_done_at = rescale(project.media_done_at)
+        project.analysis_done_at = rescale(project.analysis_done_at)
+        project.script_ready_at = now + span
+        project.version += 1
+        project.fail_at = None
+        project.fail_message = None
+        project.fails_before_script = False
+        if outcome == sim.FAILED:
+            state.fail_before_script(project, project.script_ready_at, error_message)
+        else:
+            state.push(project.script_ready_at, state.script_ready, project)
+        return self.describe_project(project_id)
 
     def credits(self) -> dict[str, float | int]:
         """Return the balance as ``GET /v1/credits`` shows it."""
-        return CREDITS(self._state.wallet, self._state.settle())  # refunds due first
+        return self._state.balance()
 
     def set_credits(self, *, available: float | None = None, total: float | None = None) -> None:
-        """Set ``api_available_credits`` and ``api_total_credits`` (raised to ``available``)."""
+        """Set ``api_available_credits`` and ``api_total_credits`` (raised to ``available``).
+
+        Raises:
+            ValueError: A value that is not a number.
+        """
+        for name, value in (("available", available), ("total", total)):
+            if value is not None:
+                checks.number(name, value, low=-math.inf)
         self._state.settle()
         self._state.wallet.set(available=available, total=total)
 
     def add_credits(self, amount: float) -> None:
-        """Add ``amount`` credits to the balance (total and available)."""
+        """Add ``amount`` credits to the balance (total and available).
+
+        Raises:
+            ValueError: ``amount`` is not a number.
+        """
+        checks.number("amount", amount, low=-math.inf)
+        self._state.settle()  # a refund due first: then the sum
         wallet = self._state.wallet
-        self._state.settle()
         wallet.set(available=wallet.available + amount, total=wallet.total + amount)
 
     @property
@@ -218,76 +259,24 @@ class ServerTruth:
         return build_openapi(self._routes.base_url())
 
 
-def create_tasks(
+def _check_outcome(outcome: str | None, allowed: tuple[str, ...] = sim.TASK_OUTCOMES) -> None:
+    if outcome is not None and outcome not in allowed:
+        raise ValueError(f"outcome must be one of {', '.join(allowed)}, got {outcome!r}")
+
+
+def _end_task(
     state: SandboxState,
-    count: object,
-    finish_in: Duration | None,
+    task: sim.Task,
+    at: float,
     outcome: str | None,
-    fields: Mapping[str, Any],
-) -> list[str]:
-    """:meth:`ServerTruth.create_tasks` (``POST /_sandbox/tasks/bulk``).
-
-    ``fields``: the tasks' ``prompt``, ``model`` and ``duration`` as given (``None`` or
-    missing: the defaults, :data:`BULK_PROMPT` for the prompt).
-
-    Raises:
-        ValueError: A bad argument (a bad task field: ``InvalidRequestError``, a
-            ``ValueError`` too).
-        SandboxError: 409 / 300111 when the balance does not cover them all.
-    """
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _BULK_MAX:
-        raise ValueError(f"count must be an integer from 1 to {_BULK_MAX}, got {count!r}")
-    spec = None if finish_in is None else check_duration(finish_in, "finish_in")
-    body = validate_task_request({"prompt": BULK_PROMPT, **fields})
-    _check_outcome(outcome)
-    state.settle()
-    price = state.pricing.task_cost(body.get("model"), body.get("duration"))
-    if price * count > state.wallet.available:  # all or none
-        raise sim.SandboxError(409, 300111, sim.INSUFFICIENT_CREDITS)
-    ids = []
-    for _ in range(count):
-        task = state.create_task(body)
-        if spec is not None or outcome is not None:
-            seconds = (
-                task.finished_at - task.created_at
-                if spec is None
-                else sample_duration(spec, state.rng)
-            )
-            reschedule_task(state, task.task_id, seconds, outcome)
-        ids.append(task.task_id)
-    return ids
-
-
-def _check_outcome(outcome: str | None) -> None:
-    if outcome is not None and outcome not in sim.TASK_OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(sim.TASK_OUTCOMES)}, got {outcome!r}")
-
-
-def _check_seconds(value: object, name: str) -> float:
-    if not is_number(value) or value < 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-def reschedule_task(
-    state: SandboxState,
-    task_id: str,
-    finish_in: object,
-    outcome: str | None = None,
     error_message: str | None = None,
-) -> sim.Task:
-    """:meth:`ServerTruth.schedule_task` (404 for an unknown task, 409 for one that ended)."""
-    now = state.settle()
-    task = sim.lookup(state.tasks, "Task", task_id)
-    if now >= task.finished_at:
-        raise sim.SandboxError(409, 409, f"Task {task_id} has already ended ({task.outcome})")
-    seconds = _check_seconds(finish_in, "finish_in")
+) -> None:
+    """Make a pending task end at ``at`` with ``outcome`` (``None``: the one it had)."""
     _check_outcome(outcome)
-    task.version += 1
-    task.finished_at = now + seconds
-    task.started_at = min(task.started_at, task.finished_at)
-    if outcome is not None:
-        task.outcome = outcome
+    task.version += 1  # its pending refund, if any, is cancelled
+    task.finished_at = at
+    task.started_at = min(task.started_at, at)
+    task.outcome = outcome or task.outcome
     if task.outcome == sim.SUCCEEDED:
         task.error_message = None
     else:
@@ -295,47 +284,4 @@ def reschedule_task(
             sim.TASK_ERROR_MESSAGE if task.outcome == sim.ERROR else sim.TASK_FAILURE_MESSAGES[2]
         )
         task.error_message = error_message or task.error_message or default
-        state.push(task.finished_at, state.refund_task, task)
-    state.settle()
-    return task
-
-
-def reschedule_project(
-    state: SandboxState,
-    project_id: str,
-    script_ready_in: object,
-    outcome: str = "succeeded",
-    error_message: str | None = None,
-) -> sim.Project:
-    """:meth:`ServerTruth.schedule_project` (404 unknown, 409 past its script step).
-
-    The steps still ahead are squeezed or stretched into the new span in proportion.
-    """
-    now = state.settle()
-    project = sim.lookup(state.projects, "Project", project_id)
-    if project.failed(now) or now >= project.script_ready_at:
-        raise sim.SandboxError(
-            409, 409, f"Project {project_id} is past its script step; it cannot be rescheduled"
-        )
-    span = _check_seconds(script_ready_in, "script_ready_in")
-    if outcome not in (ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value):
-        raise ValueError(f"outcome must be 'succeeded' or 'failed', got {outcome!r}")
-    old_span = project.script_ready_at - now
-    ratio = span / old_span if old_span > 0 else 0.0
-
-    def rescale(boundary: float) -> float:
-        return boundary if boundary <= now else now + (boundary - now) * ratio
-
-    project.media_done_at = rescale(project.media_done_at)
-    project.analysis_done_at = rescale(project.analysis_done_at)
-    project.script_ready_at = now + span
-    project.version += 1
-    project.fail_at = None
-    project.fail_message = None
-    project.fails_before_script = False
-    if outcome == ProjectStatus.FAILED.value:
-        state.fail_before_script(project, project.script_ready_at, error_message)
-    else:
-        state.push(project.script_ready_at, state.script_ready, project)
-    state.settle()
-    return project
+        state.push(at, state.refund_task, task)
