@@ -6,6 +6,7 @@ import socket
 
 import anyio
 import httpx2 as httpx
+import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -33,7 +34,7 @@ async def test_off_loopback_a_caller_without_the_token_is_refused_before_any_too
     # count on; what is proved is the check of a server bound off loopback, which applies to
     # whichever interface a caller comes in by.
     env = {"VIDEOGEN_MCP_TOKEN": TOKEN}
-    async with servers.serving(bind="0.0.0.0", env=env) as url:  # noqa: S104
+    async with servers.serving("--allow-remote", bind="0.0.0.0", env=env) as url:  # noqa: S104
         async with httpx.AsyncClient() as http:
             missing = await http.post(url, json=HELLO, headers=ACCEPT)
             wrong = await http.post(
@@ -77,10 +78,15 @@ async def test_a_port_in_use_is_one_line_naming_it(servers: Servers) -> None:
     assert "choose another port" in lines[0]
 
 
-async def test_off_loopback_without_a_token_it_does_not_start(servers: Servers) -> None:
-    command = servers.command("--http", f"0.0.0.0:{free_port()}")
-    env = {**server_env(servers.sandbox), "PATH": "/usr/bin:/bin"}
+@pytest.mark.parametrize(
+    ("args", "said"), [(["--allow-remote"], "VIDEOGEN_MCP_TOKEN"), ([], "--allow-remote")]
+)
+async def test_off_loopback_without_a_token_and_leave_it_does_not_start(
+    servers: Servers, args: list[str], said: str
+) -> None:
+    command = servers.command("--http", f"0.0.0.0:{free_port()}", *args)
+    env = {**server_env(servers.sandbox), "PATH": "/usr/bin:/bin", "VIDEOGEN_MCP_TOKEN": ""}
     run = await anyio.run_process(command, env=env, check=False)
     servers.texts.append(run.stderr.decode())
     assert run.returncode == 2
-    assert "VIDEOGEN_MCP_TOKEN" in run.stderr.decode()
+    assert said in run.stderr.decode()

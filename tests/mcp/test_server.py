@@ -153,6 +153,25 @@ async def test_a_wait_returns_the_succeeded_entry_with_progress_and_then_reads_s
     assert [e["key"] for e in listed["entries"]] == ["w-1"]
 
 
+async def test_get_video_by_task_id_reads_the_ledger_first_then_the_service_once(
+    servers: Servers,
+) -> None:
+    async with servers.sandbox.client() as client, servers.stdio() as agent:
+        created = await agent.data("create_video", {"prompt": "a fox", "key": "t-1"})
+        await agent.data("wait_for_video", {"key": "t-1"})
+        servers.sandbox.reset_stats()
+        held = await agent.data("get_video", {"task_id": created["task_id"]})
+        assert servers.sandbox.stats().requests == 0  # the ledger's terminal entry: nothing sent
+        other = await client.tasks.create("not through the ledger")
+        read = await agent.data("get_video", {"task_id": other.task_id})
+        both = await agent.refusal("get_video", {"key": "t-1", "task_id": created["task_id"]})
+    assert held["key"] == "t-1"
+    assert read["task_id"] == other.task_id
+    assert read.get("key") is None  # not the ledger's
+    assert read["task_status"] in ("running", "queued", "succeeded")
+    assert "either key or task_id" in both["message"]
+
+
 async def test_an_invalid_duration_is_refused_naming_the_rule_with_nothing_sent(
     servers: Servers,
 ) -> None:

@@ -93,18 +93,30 @@ def add_mcp_parser(command: Any) -> None:
         help="serve streamable HTTP at /mcp, not stdio (e.g. 127.0.0.1:8787, not the sandbox's"
         " 8765)",
     )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --http listen off loopback (callers then need the bearer token of"
+        " VIDEOGEN_MCP_TOKEN)",
+    )
     p.set_defaults(func=cmd_mcp)
 
 
-def listen(value: str, token: str) -> socket.socket:
+def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:
     """The socket of ``--http HOST:PORT``, or one line saying what to do instead.
 
-    Off loopback, a token is required: anyone reaching the port could spend credits.
+    Off loopback, ``--allow-remote`` (``remote``) and a token are required: anyone reaching the
+    port could spend credits, so both the operator's intent and the callers' secret are asked.
     """
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--http: expected HOST:PORT (e.g. 127.0.0.1:8787), got {value!r}")
+    if not remote and not is_loopback(host):
+        raise UsageError(
+            f"--http {value}: {host} is not loopback; pass --allow-remote to serve other"
+            " machines (with VIDEOGEN_MCP_TOKEN set: callers send it as a bearer token)"
+        )
     if not token and not is_loopback(host):
         raise UsageError(
             f"--http {value}: {host} is not loopback; anyone reaching it could spend credits."
@@ -126,7 +138,7 @@ async def cmd_mcp(ctx: Context) -> int:
     if getattr(args, "cfg_api_key", None) or not os.environ.get("VIDEOGEN_API_KEY", "").strip():
         raise UsageError("videogen mcp reads the API key from VIDEOGEN_API_KEY only: set it")
     token = os.environ.get("VIDEOGEN_MCP_TOKEN", "").strip()
-    sock = None if args.http is None else listen(args.http, token)
+    sock = None if args.http is None else listen(args.http, token, remote=args.allow_remote)
     url = args.ledger or default_ledger()
     if args.ledger is None:
         await anyio.Path(url.parent).mkdir(parents=True, exist_ok=True)

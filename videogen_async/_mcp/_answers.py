@@ -17,7 +17,7 @@ from mcp.server.mcpserver import CancelledElicitation, DeclinedElicitation
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, WithJsonSchema
 
-from .. import LedgerEntry
+from .. import LedgerEntry, Task
 from .._contract import _exceptions as err
 from .._contract._redact import redact_text, redact_value
 from .._contract._schemas import component_schemas
@@ -34,6 +34,11 @@ KEY_SCHEMA = {
     "description": "Your idempotency"
     " key for this video (e.g. 'fox-intro-v1'). Pass one: the same key never pays twice, in"
     " this session or any other; a retried call returns the entry.",
+}
+TASK_ID_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "description": "A task's id, for a video this ledger did not create (give key or task_id)",
 }
 METADATA_SCHEMA = {
     "type": "object",
@@ -179,6 +184,19 @@ def entry_data(entry: LedgerEntry) -> "Entry":
     return Entry(**redact_value(data))
 
 
+def task_data(task: Task) -> dict[str, Any]:
+    """What an agent reads of a task the ledger does not hold (one read of the service)."""
+    return {
+        "task_id": task.task_id,
+        "task_status": str(task.status),
+        "credits_cost": task.credits_cost,
+        "video_url": task.video_url,
+        "error": task.error_message,
+        "finished_at": task.finished_at,
+        "done": task.is_terminal,
+    }
+
+
 class Declined(Exception):
     """The user did not consent to a create (declined or cancelled)."""
 
@@ -289,7 +307,8 @@ TOOLS = {  # a tool's title, annotations and description
         "Get a video",
         _READ,
         "The current state of a video by its `key`, as the ledger holds it (kept current by"
-        " the server; free, sends nothing for a finished video). To wait for a video, call"
+        " the server; free, sends nothing for a finished video), or by `task_id` (one free read"
+        " of the service for a task this ledger did not create). To wait for a video, call"
         " wait_for_video instead of calling this repeatedly.",
     ),
     "wait_for_video": (

@@ -37,8 +37,9 @@ from pydantic import BaseModel, Field, WithJsonSchema
 from .. import AsyncVideoGen, Ledger, LedgerEntry
 from .._contract import _exceptions as err
 from .._contract._checks import check_key
+from .._contract._redact import redact_value
 from .._contract._service import REFERENCE_PRICES, TASK_REQUEST
-from .._contract._validation import validate_project_request, validate_task_request
+from .._contract._validation import check_id, validate_project_request, validate_task_request
 from .._ledger._entry import STATES
 from ._answers import (
     GO,
@@ -49,6 +50,7 @@ from ._answers import (
     NO_CONSENT,
     PROJECT_FIELDS,
     REFUSALS,
+    TASK_ID_SCHEMA,
     TOOLS,
     VIDEO_FIELDS,
     Balance,
@@ -61,6 +63,7 @@ from ._answers import (
     entry_data,
     given,
     refusal,
+    task_data,
     with_fields,
 )
 
@@ -213,8 +216,21 @@ class VideoTools:
         return entry
 
     @bounded
-    async def get_video(self, key: Annotated[str, WithJsonSchema(KEY_SCHEMA)]) -> Entry:
-        return entry_data(await self._entry(key))
+    async def get_video(
+        self,
+        key: Annotated[str | None, WithJsonSchema(KEY_SCHEMA)] = None,
+        task_id: Annotated[str | None, WithJsonSchema(TASK_ID_SCHEMA)] = None,
+    ) -> Entry:
+        if (key is None) == (task_id is None):
+            raise err.InvalidRequestError("key", "give either key or task_id")
+        if key is not None:
+            return entry_data(await self._entry(key))
+        task_id = check_id("task_id", task_id)
+        async for entry in self.ledger.entries():  # created here: the ledger's, never a request
+            if entry.task_id == task_id:
+                return entry_data(entry)
+        task = await self.client.tasks.get(task_id)  # not created here: one free read
+        return Entry(**redact_value(task_data(task)))
 
     @bounded
     async def wait_for_video(
