@@ -44,9 +44,13 @@ class ResponseInfo:
         attempts: int = 1,
         elapsed: float = 0.0,
     ) -> None:
-        self.status_code, self.method, self.url = status_code, method, url
-        self._headers, self._trace_id = headers, trace_id
-        self.attempts, self.elapsed = attempts, elapsed
+        self.status_code = status_code
+        self.method = method
+        self.url = url
+        self._headers = headers
+        self._trace_id = trace_id
+        self.attempts = attempts
+        self.elapsed = elapsed
 
     @property
     def trace_id(self) -> str | None:

@@ -127,7 +127,8 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
     root: list[Any] = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
-    items, chars = max_items, max_chars
+    items = max_items
+    chars = max_chars
     while stack:
         source, target, key = stack.pop()
         items -= 1
@@ -150,7 +151,9 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
 
 
 def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_chars: int) -> bool:
-    stack, items, chars = [value], max_items, max_chars
+    stack = [value]
+    items = max_items
+    chars = max_chars
     while stack:
         current = stack.pop()
         items -= 1

@@ -48,7 +48,8 @@ def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | Non
     match = _CONTENT_RANGE.match(value)
     if match is None:
         return None
-    start, end = int(match.group(1)), int(match.group(2))
+    start = int(match.group(1))
+    end = int(match.group(2))
     total = None if match.group(3) == "*" else int(match.group(3))
     if end < start or (total is not None and end >= total):
         return None
@@ -130,7 +131,8 @@ class _PartFile:
 
     async def discard(self) -> None:
         """Close and delete the temporary file; safe to call at any time, even cancelled."""
-        file, part = self._file, self.path
+        file = self._file
+        part = self.path
         self._file = self.path = None
         if file is None and part is None:
             return
@@ -164,7 +166,8 @@ class _Retry(Exception):
 
     def __init__(self, error: err.VideoGenError, *, restart: bool = False) -> None:
         super().__init__(error.message)
-        self.error, self.restart = error, restart
+        self.error = error
+        self.restart = restart
 
 
 async def download_url(

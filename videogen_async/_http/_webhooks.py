@@ -220,7 +220,8 @@ class Webhook:
             "data": entry.to_dict(),
         }
         body = json_text(payload, "", separators=(",", ":"), ensure_ascii=False).encode()
-        msg_id, stamp = message_id(entry), int(time.time())
+        msg_id = message_id(entry)
+        stamp = int(time.time())
         headers = {
             **self._headers,
             "Content-Type": "application/json",
@@ -256,7 +257,8 @@ class Webhook:
 
     async def aclose(self) -> None:
         """Close the connections to the receiver. Idempotent."""
-        session, self._session = self._session, None
+        session = self._session
+        self._session = None
         if session is not None:
             await session.close()
 

@@ -61,7 +61,8 @@ class IdState:
     )
 
     def __init__(self, task_id: str, klass: ClassState) -> None:
-        self.task_id, self.klass = task_id, klass
+        self.task_id = task_id
+        self.klass = klass
         self.created = math.nan  # server epoch seconds of created_at (nan: not seen yet)
         self.due = 0.0  # monotonic time of the next poll
         self.entry = -1  # counter of its live heap entry (-1: none, e.g. in flight)
@@ -88,8 +89,11 @@ class BatchSchedule:
         push: Callable[[IdState, float], None],
         rng: random.Random,
     ) -> None:
-        self.classes, self._policy, self._memory = classes, policy, memory
-        self._push, self._rng = push, rng
+        self.classes = classes
+        self._policy = policy
+        self._memory = memory
+        self._push = push
+        self._rng = rng
         self._start_age = 0.0  # the oldest age at the start seen among the answered ids
         self._started = 0.0
         self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
@@ -104,7 +108,8 @@ class BatchSchedule:
         wait for the class's support (as if just created: a probe that shows them older
         brings them forward, see :meth:`next_gap`).
         """
-        self._started, self.wall_offset = now, wall_offset
+        self._started = now
+        self.wall_offset = wall_offset
         for klass in self.classes.values():
             klass.pending = len(klass.states)
             self._model(klass)
@@ -188,7 +193,8 @@ class BatchSchedule:
         if not policy.adaptive:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
         self._saw_age(age - elapsed, now)
-        support, model = state.klass.support, state.klass.model
+        support = state.klass.support
+        model = state.klass.model
         dense = None if support is None or model is None else model.gap(age, policy.dense_interval)
         # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
         # from an answer to the next send is longer than this, a loop's sleep: the longest
@@ -235,7 +241,8 @@ class BatchSchedule:
         high = now + self.wall_offset - finished_ts
         low = state.sent - finished_ts if state.sent == state.sent else -math.inf
         if high < self._skew_low or low > self._skew_high:  # a clock jumped: start over
-            self._skew_low, self._skew_high = low, high
+            self._skew_low = low
+            self._skew_high = high
         else:
             self._skew_low = max(self._skew_low, low)
             self._skew_high = min(self._skew_high, high)

@@ -73,8 +73,10 @@ class _Coordinator:
         # it once, for every request of the client); a bare source gets one of its own.
         self._fetch, self._pacing = source.paced()
         self._states: dict[str, IdState] = {}  # joined by `add`
-        self._timeout, self._max_concurrency = timeout, max_concurrency
-        self._return_exceptions, self._policy = return_exceptions, policy
+        self._timeout = timeout
+        self._max_concurrency = max_concurrency
+        self._return_exceptions = return_exceptions
+        self._policy = policy
         self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
         self._counts = GatherCounts(total=0)
@@ -325,7 +327,9 @@ class _Coordinator:
             try:
                 await waiter
             finally:
-                self._waiter, self._wake_at, self._need_worker = None, -math.inf, False
+                self._waiter = None
+                self._wake_at = -math.inf
+                self._need_worker = False
                 if handle is not None:
                     handle.cancel()
         self._closing = True
@@ -335,7 +339,8 @@ class _Coordinator:
         self._idle.clear()
 
     def _send_due(self, now: float) -> None:
-        due_heap, idle = self._due, self._idle
+        due_heap = self._due
+        idle = self._idle
         horizon = now + self._early
         limit = self._limit()
         while idle and self._counts.in_flight < limit:

@@ -110,8 +110,10 @@ class ProgressReporter:
         fail: Callable[[BaseException], None],
     ) -> None:
         self.active = on_progress is not None
-        self._on_progress, self._interval = on_progress, interval
-        self._snapshot, self._fail = snapshot, fail
+        self._on_progress = on_progress
+        self._interval = interval
+        self._snapshot = snapshot
+        self._fail = fail
 
     def report(self) -> None:
         """Call ``on_progress`` with a snapshot now (nothing without a callback)."""

@@ -236,7 +236,8 @@ class ClassModel:
         self._table: tuple[list[float], list[float], list[float], list[float]] | None = (
             FinishSketch(prior=prior, prior_weight=1.0).cdf_table() if self.remembered else None
         )
-        self._low_q, self._high_q = low_quantile, high_quantile
+        self._low_q = low_quantile
+        self._high_q = high_quantile
         self._support: Support | None = None
         self._dirty = True
 

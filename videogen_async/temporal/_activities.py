@@ -48,7 +48,8 @@ class VideoActivities:
     """
 
     def __init__(self, ledger: Ledger, client: LedgerClient) -> None:
-        self._ledger, self._client = ledger, client
+        self._ledger = ledger
+        self._client = client
 
     @property
     def activities(self) -> list[Any]:
