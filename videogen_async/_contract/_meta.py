@@ -7,8 +7,10 @@ as openai-python names it) and ``result._response``. A copy or a hand-built mode
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._redact import redact_text, redact_value
 
@@ -65,7 +67,8 @@ class ResponseInfo:
     @property
     def headers(self) -> Mapping[str, str]:
         """The response headers, as a read-only mapping (names compare case-insensitively)."""
-        return _Headers(redact_value(dict(self._headers.items())))
+        # multidict's case-insensitive view (aiohttp's own headers type, so always installed).
+        return CIMultiDictProxy(CIMultiDict(redact_value(dict(self._headers.items()))))
 
     @property
     def retries_taken(self) -> int:
@@ -84,31 +87,6 @@ class ResponseInfo:
         # are a read-only view that does not pickle) and the redacted trace id.
         shown = (self.status_code, dict(self.headers), self.trace_id)
         return ResponseInfo, (*shown, self.method, self.url, self.attempts, self.elapsed)
-
-
-class _Headers(Mapping[str, str]):
-    """A read-only mapping of headers whose names compare case-insensitively."""
-
-    __slots__ = ("_items", "_lower")
-
-    def __init__(self, items: dict[str, str]) -> None:
-        self._items = items
-        self._lower = {k.lower(): v for k, v in items.items()}
-
-    def __getitem__(self, name: str) -> str:
-        return self._lower[name.lower()]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._lower
-
-    def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
 
 
 class HasResponse:
