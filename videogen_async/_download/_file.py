@@ -24,7 +24,7 @@ from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
 from .._http._transport import StreamResponse, Transport
-from ._sources import check_download_options, check_url, redact_url
+from ._sources import check_url, redact_url
 
 logger = logging.getLogger("videogen_async")
 
@@ -114,7 +114,7 @@ class _PartFile:
         try:
             await anyio.to_thread.run_sync(_write)
         except OSError as exc:
-            raise _DiskError(exc) from exc
+            raise _DiskError from exc
 
     async def commit(self) -> None:
         """Flush, fsync, close, and rename over the destination (atomic)."""
@@ -154,11 +154,10 @@ class _PartFile:
 
 
 class _DiskError(Exception):
-    """Writing the temporary file failed (internal; kept apart from network ``OSError``)."""
+    """Writing the temporary file failed (internal; kept apart from network ``OSError``).
 
-    def __init__(self, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+    The ``OSError`` is its ``__cause__``.
+    """
 
 
 class _Retry(Exception):
@@ -192,21 +191,23 @@ async def download_url(
     Raises:
         DownloadError: The video could not be downloaded; nothing is left at ``dest`` (an
             existing file there is untouched).
-        InvalidRequestError: ``attempts`` or ``chunk_size`` is not a whole number >= 1.
+
+    ``attempts`` and ``chunk_size`` are checked by the calls (``download``, ``download_many``),
+    before a task is read.
     """
-    check_download_options(attempts, chunk_size)
     url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
     part = _PartFile(dest)
     state = _State()
     backoff = attrs.evolve(transport.backoff, max_retries=attempts - 1)
 
-    def failed(message: str) -> err.DownloadError:
+    def failed(message: str, status_code: int | None = None) -> err.DownloadError:
         return err.DownloadError(
             message,
             url=url,
             path=dest,
             task_id=task_id,
+            status_code=status_code,
             bytes_received=state.received,
             expected_size=state.total,
         )
@@ -235,12 +236,7 @@ async def download_url(
                 )
                 delay = decision.delay
                 if decision.reason == "permanent" and isinstance(retry.error, err.APIStatusError):
-                    raise err.DownloadError(
-                        f"download of {what}: {reason}",
-                        url=url,
-                        status_code=retry.error.status_code,
-                        path=dest,
-                    ) from None
+                    raise failed(f"download of {what}: {reason}", retry.error.status_code) from None
                 if delay is None:
                     raise failed(
                         f"download of {what} failed after {attempt} attempt(s): {reason}"
@@ -263,7 +259,7 @@ async def download_url(
         await part.commit()
     except (OSError, _DiskError) as exc:
         await part.discard()
-        cause = exc.cause if isinstance(exc, _DiskError) else exc
+        cause = exc.__cause__ if isinstance(exc, _DiskError) else exc
         raise failed(f"download of {what}: writing {dest} failed: {cause}") from cause
     except BaseException as exc:
         await part.discard()
