@@ -188,7 +188,6 @@ class Webhook:
         *,
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
-        event_type: str = "video.{state}",
         allow_metadata_hosts: bool = False,
     ) -> None:
         self.url = _check_url(url, allow_metadata_hosts)
@@ -198,7 +197,6 @@ class Webhook:
         extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
         self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
-        self._event_type = event_type
         self._proxy = proxy_for(self.url)
         self._session: aiohttp.ClientSession | None = None
         parts = urlsplit(self.url)
@@ -215,7 +213,7 @@ class Webhook:
                 connection failure); the dispatcher retries later.
         """
         payload = {
-            "type": self._event_type.format(state=entry.state),
+            "type": f"video.{entry.state}",
             "timestamp": datetime.now(timezone.utc).isoformat(),
             "data": entry.to_dict(),
         }

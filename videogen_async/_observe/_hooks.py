@@ -131,18 +131,13 @@ class EventHooks:
                 raise ConfigurationError(
                     f"event_hooks: unknown event {name!r}; the events are {', '.join(EVENT_NAMES)}"
                 )
-            if callable(callables) or not isinstance(callables, (list, tuple)):
+            # A bare callable is refused too: the list is what lets a second hook join later.
+            if not isinstance(callables, (list, tuple)) or not all(map(callable, callables)):
                 raise ConfigurationError(
                     f"event_hooks[{name!r}] must be a list of callables, got {callables!r}"
                 )
-            items: tuple[EventHook, ...] = tuple(callables)
-            for hook in items:
-                if not callable(hook):
-                    raise ConfigurationError(
-                        f"event_hooks[{name!r}]: every hook must be callable, got {hook!r}"
-                    )
-            if items:
-                checked[name] = items
+            if callables:
+                checked[name] = tuple(callables)
         self._hooks = checked
 
     def __bool__(self) -> bool:
