@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import re
 import tempfile
 from collections.abc import Callable, Mapping
@@ -179,7 +178,6 @@ async def download_url(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: ProgressCallback | None = None,
     task_id: str | None = None,
-    rng: random.Random | None = None,
 ) -> int:
     """Stream ``url`` into ``dest`` atomically, resuming after a broken connection.
 
@@ -232,7 +230,6 @@ async def download_url(
                     failures=attempt,
                     policy=backoff,
                     extra_statuses=_MEDIA_HOST_STATUSES,
-                    rng=rng,
                 )
                 delay = decision.delay
                 if decision.reason == "permanent" and isinstance(retry.error, err.APIStatusError):

@@ -79,20 +79,20 @@ class _Entry(Protocol):  # read-only members: a frozen LedgerEntry has them
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def _secret_key(secret: object, field: str = "secret") -> bytes:
+def _secret_key(secret: object) -> bytes:
     """The key bytes of a Standard Webhooks secret: ``whsec_`` and base64 of 24 to 64 bytes."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise InvalidRequestError(
-            field, f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
+            "secret", f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
         )
     try:
         key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequestError(
-            field, f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
+            "secret", f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
         ) from None
     if not 24 <= len(key) <= 64:
-        raise InvalidRequestError(field, "must encode 24 to 64 random bytes")
+        raise InvalidRequestError("secret", "must encode 24 to 64 random bytes")
     return key
 
 

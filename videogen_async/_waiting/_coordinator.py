@@ -72,7 +72,8 @@ class _Coordinator:
         # One pacing per client: the client's, which its transport already keeps (a 429 cuts
         # it once, for every request of the client); a bare source gets one of its own.
         self._fetch, self._pacing = source.paced()
-        self._states: dict[str, IdState] = {}  # joined by `add`
+        # The ids of the gather by id: pending ones, and finished ones unless open-ended.
+        self.known: dict[str, IdState] = {}  # joined by `add`
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
@@ -112,15 +113,10 @@ class _Coordinator:
         self._send = send
         return receive
 
-    @property
-    def known(self) -> dict[str, IdState]:
-        """The ids of the gather by id: pending ones, and finished ones unless open-ended."""
-        return self._states
-
     def add(self, states: list[IdState]) -> None:
         """Join ids (not pending in this gather) to the polling; see ``GatherResults.add``."""
         for state in states:
-            self._states[state.task_id] = state
+            self.known[state.task_id] = state
         self._counts.total += len(states)
         self._counts.pending += len(states)
         if self._running:
@@ -132,10 +128,10 @@ class _Coordinator:
 
     def discard(self, task_id: str) -> bool:
         """Stop polling a pending id without yielding it; ``False`` when it is not pending."""
-        state = self._states.get(task_id)
+        state = self.known.get(task_id)
         if state is None or state.done:
             return False
-        del self._states[task_id]  # forgotten: it may join again later
+        del self.known[task_id]  # forgotten: it may join again later
         state.done = True
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
@@ -226,7 +222,7 @@ class _Coordinator:
             return
 
     def _on_timeout(self, send: MemoryObjectSendStream[_Item]) -> None:
-        pending = tuple(s.task_id for s in self._states.values() if not s.done)
+        pending = tuple(s.task_id for s in self.known.values() if not s.done)
         logger.info(
             "gather_until_done: %d ids still pending after %ss", len(pending), self._timeout
         )
@@ -374,7 +370,7 @@ class _Coordinator:
                 task = await get(state.task_id)
             except Exception as exc:
                 self._counts.in_flight -= 1
-                self._on_error(state, exc, sent)
+                self._on_error(state, exc)
             else:
                 self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
@@ -413,7 +409,7 @@ class _Coordinator:
     def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
         state.done = True
         if self._open_ended:  # a long-lived gather keeps only what it polls
-            self._states.pop(state.task_id, None)
+            self.known.pop(state.task_id, None)
         self._counts.finished(item)
         try:
             self._send.send_nowait(item)  # type: ignore[union-attr]
@@ -422,7 +418,7 @@ class _Coordinator:
             return
         self._progress.report()
 
-    def _on_error(self, state: IdState, exc: Exception, sent: float) -> None:
+    def _on_error(self, state: IdState, exc: Exception) -> None:
         if state.done:  # discarded while in flight
             return
         now = self._now()
