@@ -17,6 +17,8 @@ import math
 import random
 from collections.abc import Callable
 
+import attrs
+
 from .._contract._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
 from ._schedule import ClassModel, FinishTimeMemory, Support, batch_gap, overdue_after
@@ -29,48 +31,36 @@ _PROBING = 0.3
 about ``_PROBING * ln(t)`` polls per id until the first finish."""
 
 
+@attrs.define(eq=False)
 class ClassState:
-    """The scheduler's record of one class of ids (one per class key; ``None``: no key)."""
+    """The scheduler's record of one class of ids (one per class key; ``None``: no key).
 
-    __slots__ = ("key", "learned", "model", "pending", "states", "support")
+    Compared and hashed by identity (``eq=False``): a gather groups its joining ids by it.
+    """
 
-    def __init__(self, key: object) -> None:
-        self.key = key
-        self.states: list[IdState] = []
-        self.pending = 0
-        self.model: ClassModel | None = None
-        self.support: Support | None = None
-        self.learned = 0  # finishes since the memory was last updated
+    key: object
+    states: list[IdState] = attrs.Factory(list)
+    pending: int = 0
+    model: ClassModel | None = None
+    support: Support | None = None
+    learned: int = 0  # finishes since the memory was last updated
 
 
+@attrs.define(eq=False, repr=False)
 class IdState:
-    """The scheduler's record of one distinct id."""
+    """The scheduler's record of one distinct id (slotted: a gather holds one per id)."""
 
-    __slots__ = (
-        "created",
-        "done",
-        "due",
-        "entry",
-        "failures",
-        "klass",
-        "phase",
-        "probe",
-        "rank",
-        "sent",
-        "task_id",
-    )
-
-    def __init__(self, task_id: str, klass: ClassState) -> None:
-        self.task_id = task_id
-        self.klass = klass
-        self.created = math.nan  # server epoch seconds of created_at (nan: not seen yet)
-        self.due = 0.0  # monotonic time of the next poll
-        self.entry = -1  # counter of its live heap entry (-1: none, e.g. in flight)
-        self.failures = 0  # transient failures in a row
-        self.sent = math.nan  # wall time of the last poll that found it pending
-        self.probe = self.done = False
-        self.phase = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
-        self.rank = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
+    task_id: str
+    klass: ClassState
+    created: float = math.nan  # server epoch seconds of created_at (nan: not seen yet)
+    due: float = 0.0  # monotonic time of the next poll
+    entry: int = -1  # counter of its live heap entry (-1: none, e.g. in flight)
+    failures: int = 0  # transient failures in a row
+    sent: float = math.nan  # wall time of the last poll that found it pending
+    probe: bool = False
+    done: bool = False
+    phase: float = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
+    rank: float = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
 
 
 class BatchSchedule:
