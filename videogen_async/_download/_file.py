@@ -74,13 +74,13 @@ def _validator(headers: Mapping[str, str]) -> str | None:
     return str(modified) if modified else None
 
 
+@attrs.define
 class _PartFile:
     """The temporary ``.part`` file beside the destination; all I/O off the event loop."""
 
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-        self.path: Path | None = None
-        self._file: BinaryIO | None = None
+    dest: Path
+    path: Path | None = None
+    _file: BinaryIO | None = None
 
     async def open(self, *, overwrite: bool) -> None:
         def _open() -> tuple[Path, BinaryIO]:
@@ -159,13 +159,15 @@ class _DiskError(Exception):
     """
 
 
+@attrs.define(auto_exc=True)
 class _Retry(Exception):
-    """One attempt failed; ``error`` is what the retry decision judges (internal)."""
+    """One attempt failed; ``error`` is what the retry decision judges (internal).
 
-    def __init__(self, error: err.VideoGenError, *, restart: bool = False) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.restart = restart
+    ``restart``: the temporary file starts over (what it holds is not the host's file).
+    """
+
+    error: err.VideoGenError
+    restart: bool = False
 
 
 async def download_url(

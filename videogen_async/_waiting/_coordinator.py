@@ -185,7 +185,7 @@ class _Coordinator:
                         if self._stopped:
                             scope.cancel()
                         async with anyio.create_task_group() as tg:
-                            if self._progress.active:
+                            if self._progress.on_progress is not None:
                                 tg.start_soon(self._progress.tick)
                             async with anyio.create_task_group() as workers:
                                 workers_wanted = (
