@@ -63,33 +63,26 @@ class IdState:
     rank: float = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
 
 
+@attrs.define
 class BatchSchedule:
     """What one gather knows of its classes (by key), and when each pending id is polled next.
 
     ``memory`` remembers each class's estimate between gathers; ``push`` schedules an id's next
-    poll at a monotonic time (on the coordinator's heap).
+    poll at a monotonic time (on the coordinator's heap). The fields after ``rng`` are its
+    own state, never passed.
     """
 
-    def __init__(
-        self,
-        classes: dict[object, ClassState],
-        *,
-        policy: PollPolicy,
-        memory: FinishTimeMemory | None,
-        push: Callable[[IdState, float], None],
-        rng: random.Random,
-    ) -> None:
-        self.classes = classes
-        self._policy = policy
-        self._memory = memory
-        self._push = push
-        self._rng = rng
-        self._start_age = 0.0  # the oldest age at the start seen among the answered ids
-        self._started = 0.0
-        self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
-        self._skew_high = math.inf
-        self._skew = 0.0
-        self.wall_offset = 0.0  # wall clock - monotonic clock
+    classes: dict[object, ClassState]
+    _policy: PollPolicy
+    _memory: FinishTimeMemory | None
+    _push: Callable[[IdState, float], None]
+    _rng: random.Random
+    _start_age: float = 0.0  # the oldest age at the start seen among the answered ids
+    _started: float = 0.0
+    _skew_low: float = -math.inf  # bounds of (local wall clock - server clock)
+    _skew_high: float = math.inf
+    _skew: float = 0.0
+    wall_offset: float = 0.0  # wall clock - monotonic clock
 
     def start(self, now: float, wall_offset: float) -> None:
         """Build each class's model (from the memory, if any) and push every id's first poll.
