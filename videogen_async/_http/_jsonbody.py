@@ -102,15 +102,11 @@ def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
 def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
     """The first ``limit`` characters of a body, for an error message, ``...`` if it is longer.
 
-    Decoded, redacted, on one line.
+    Decoded, on one line, then :func:`clip`-ped (redacted whole, then cut). Only the bytes
+    that can make the window are decoded (at most 4 per character).
     """
-    head = raw[: (limit + _WINDOW) * 4]
-    text = head.decode("utf-8", errors="replace")
-    text = redact_text(text)
-    text = " ".join(text.split())
-    if len(text) <= limit and len(head) == len(raw):
-        return text
-    return text[:limit] + "..."
+    text = raw[: (limit + _WINDOW) * 4].decode("utf-8", errors="replace")
+    return clip(" ".join(text.split()), limit)
 
 
 def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:
