@@ -95,7 +95,7 @@ class _Coordinator:
         self.schedule = BatchSchedule(
             {}, policy=policy, memory=memory, push=self._push, rng=self._rng
         )
-        self._started = math.nan
+        self._started = math.inf  # before the run: no time has passed (elapsed 0)
         # Life cycle.
         self._send: MemoryObjectSendStream[_Item] | None = None
         self._scope: anyio.CancelScope | None = None
@@ -253,12 +253,11 @@ class _Coordinator:
     # -- progress -------------------------------------------------------------------------------
 
     def snapshot(self) -> GatherProgress:
-        started = self._started
-        now = self._now() if not math.isnan(started) else math.nan
+        now = self._now()
         return self._counts.snapshot(
             concurrency_limit=self._limit(),
             paused=now < self._pacing.paused_until,
-            elapsed=0.0 if math.isnan(now) else now - started,
+            elapsed=max(0.0, now - self._started),
         )
 
     # -- scheduling -----------------------------------------------------------------------------
@@ -451,13 +450,16 @@ class _Coordinator:
                     self._limit(),
                 )
                 self._progress.report()
-            self._push(state, max(now + decision.delay, paused_until))
-            return
-        state.failures += 1
-        logger.debug(
-            "gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, decision.delay
-        )
-        self._push(state, now + decision.delay)
+        else:
+            state.failures += 1
+            logger.debug(
+                "gather_until_done: %s failed (%s); retry in %.2fs",
+                state.task_id,
+                exc,
+                decision.delay,
+            )
+        # Never due inside a 429's pause (the dispatcher would only hold it back).
+        self._push(state, max(now + decision.delay, self._pacing.paused_until))
 
     def _give_up(self, state: IdState, exc: Exception) -> None:
         if self._return_exceptions:
