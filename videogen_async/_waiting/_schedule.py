@@ -112,7 +112,7 @@ class FinishSketch:
         prior: FinishTimeStats | None = None,
         prior_weight: float = 16.0,
     ) -> None:
-        checks.number("half_life", half_life, above=True, finite=False)
+        # ``half_life`` > 0: ``PollPolicy`` checks it (the sketch is built from a policy).
         self._growth = 2.0 ** (1.0 / half_life)
         self._step = 1.0  # the weight of the next observation
         self._bins: dict[int, float] = {}
@@ -121,7 +121,7 @@ class FinishSketch:
         self.count = 0  # own observations
         self.low = math.inf  # the shortest and longest own observations
         self.high = -math.inf
-        if prior is not None and prior.bins:
+        if prior is not None:
             mass = sum(w for _, w in prior.bins)
             if mass > 0:
                 scale = min(float(prior.count), prior_weight) / mass
