@@ -76,32 +76,33 @@ def _validator(headers: Mapping[str, str]) -> str | None:
 
 @attrs.define
 class _PartFile:
-    """The temporary ``.part`` file beside the destination; all I/O off the event loop."""
+    """The temporary ``.part`` file beside the destination; all I/O off the event loop.
+
+    Made open (:meth:`open`); ``done`` once committed or discarded, after which a discard
+    does nothing.
+    """
 
     dest: Path
-    path: Path | None = None
-    _file: BinaryIO | None = None
+    path: Path
+    file: BinaryIO
+    done: bool = False
 
-    async def open(self, *, overwrite: bool) -> None:
-        def _open() -> tuple[Path, BinaryIO]:
-            self.dest.parent.mkdir(parents=True, exist_ok=True)
-            if not overwrite and self.dest.exists():
-                raise FileExistsError(f"{self.dest} already exists")
-            fd, name = tempfile.mkstemp(
-                dir=self.dest.parent, prefix=f".{self.dest.name}.", suffix=".part"
-            )
-            return Path(name), os.fdopen(fd, "wb")
+    @classmethod
+    async def open(cls, dest: Path, *, overwrite: bool) -> _PartFile:
+        """The temporary file beside ``dest`` (refused if it exists, unless ``overwrite``)."""
 
-        self.path, self._file = await anyio.to_thread.run_sync(_open)
+        def _open() -> _PartFile:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not overwrite and dest.exists():
+                raise FileExistsError(f"{dest} already exists")
+            fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+            return cls(dest, Path(name), os.fdopen(fd, "wb"))
 
-    def _opened(self) -> tuple[BinaryIO, Path]:
-        if self._file is None or self.path is None:
-            raise RuntimeError("the temporary file is not open")
-        return self._file, self.path
+        return await anyio.to_thread.run_sync(_open)
 
     async def write(self, chunk: bytes | None) -> None:
         """Append ``chunk``; ``None`` empties the file (to start over)."""
-        file, _ = self._opened()
+        file = self.file
 
         def _write() -> None:
             if chunk is None:
@@ -117,38 +118,32 @@ class _PartFile:
 
     async def commit(self) -> None:
         """Flush, fsync, close, and rename over the destination (atomic)."""
-        file, part = self._opened()
 
         def _commit() -> None:
-            file.flush()
-            os.fsync(file.fileno())
-            file.close()
-            os.replace(part, self.dest)
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            os.replace(self.path, self.dest)
 
         await anyio.to_thread.run_sync(_commit)
-        self._file = self.path = None
+        self.done = True
 
     async def discard(self) -> None:
         """Close and delete the temporary file; safe to call at any time, even cancelled."""
-        file = self._file
-        part = self.path
-        self._file = self.path = None
-        if file is None and part is None:
+        if self.done:
             return
+        self.done = True
 
         def _discard() -> None:
-            if file is not None:
-                file.close()
-            if part is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    part.unlink()
+            self.file.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
         try:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_discard)
         except BaseException:
-            if file is not None:  # never leak the handle, even if the worker thread failed
-                file.close()
+            self.file.close()  # never leak the handle, even if the worker thread failed
             raise
 
 
@@ -197,7 +192,6 @@ async def download_url(
     """
     url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
-    part = _PartFile(dest)
     state = _State()
     backoff = attrs.evolve(transport.backoff, max_retries=attempts - 1)
 
@@ -213,7 +207,7 @@ async def download_url(
         )
 
     try:
-        await part.open(overwrite=overwrite)
+        part = await _PartFile.open(dest, overwrite=overwrite)
     except OSError as exc:
         raise failed(f"download of {what}: cannot write {dest}: {exc}") from exc
     attempt = 0
