@@ -217,7 +217,8 @@ class BatchSchedule:
         klass.pending -= 1
         result = task.result
         finished = result.finished_at if result is not None else None
-        if finished is None or task.created_at is None or not self._policy.adaptive:
+        model = klass.model  # None: the policy is not adaptive (nothing is learned)
+        if finished is None or task.created_at is None or model is None:
             return
         finished_ts = finished.timestamp()
         # Bracket (local wall - server) between the last pending poll and this answer.
@@ -230,9 +231,6 @@ class BatchSchedule:
             self._skew_low = max(self._skew_low, low)
             self._skew_high = min(self._skew_high, high)
         self._skew = min(max(0.0, self._skew_low), self._skew_high)
-        model = klass.model
-        if model is None:
-            return
         self._saw_age(self.age(state, now) - (now - self._started), now)
         model.add(finished_ts - task.created_at.timestamp())
         klass.learned += 1
