@@ -3,7 +3,7 @@
 ``json.loads`` alone lets a hostile body escape the error tree (``RecursionError``, a
 5,000-digit integer's ``ValueError``) and accepts ``NaN``: here nesting is bounded
 (:data:`MAX_DEPTH`), those constants refused, any failure "not JSON", and error texts quote a
-bounded, redacted excerpt computed without recursion.
+bounded, redacted excerpt (``reprlib`` with a depth and size bound for a decoded value).
 """
 
 from __future__ import annotations
