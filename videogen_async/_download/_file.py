@@ -222,7 +222,6 @@ async def download_url(
                     await _start_over(part, state)
                 decision = decide_retry(
                     retry.error,
-                    method="GET",
                     failures=attempt,
                     policy=backoff,
                     extra_statuses=_MEDIA_HOST_STATUSES,

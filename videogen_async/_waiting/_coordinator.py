@@ -423,7 +423,6 @@ class _Coordinator:
         now = self._now()
         decision = decide_retry(
             exc,
-            method="GET",
             failures=state.failures + 1,
             policy=self._source.backoff,
             poll=True,
