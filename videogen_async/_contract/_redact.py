@@ -43,10 +43,6 @@ def _char_forms(ch: str) -> str:
     return "(?:" + "|".join(forms) + ")"
 
 
-def _secret_regex(secret: str) -> str:
-    return _GAP.join(_char_forms(ch) for ch in secret)
-
-
 def register_secret(secret: str) -> None:
     """Redact ``secret`` (an API key) from now on (not one below ``MIN_SECRET_LENGTH``)."""
     global _pattern  # noqa: PLW0603
@@ -62,7 +58,8 @@ def register_secret(secret: str) -> None:
             _secrets.popitem(last=False)
         # Longest first, so that a key that contains another is redacted whole.
         ordered = sorted(_secrets, key=len, reverse=True)
-        _pattern = re.compile("|".join(_secret_regex(s) for s in ordered))
+        # Each secret: its characters in any recognised form, gaps allowed between them.
+        _pattern = re.compile("|".join(_GAP.join(map(_char_forms, s)) for s in ordered))
 
 
 def contains_secret(text: str) -> bool:

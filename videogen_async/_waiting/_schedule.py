@@ -31,11 +31,11 @@ def _bin(duration: float) -> int:
 
 
 def _lower(index: int) -> float:
-    return float(_RATIO**index)
+    return _RATIO**index
 
 
 def _upper(index: int) -> float:
-    return float(_RATIO ** (index + 1))
+    return _lower(index + 1)
 
 
 @attrs.frozen
