@@ -102,5 +102,5 @@ class HasResponse:
     @property
     def _request_id(self) -> str | None:
         """The service's ``trace_id`` of the answer (``None`` for a copy or a hand-built one)."""
-        info: ResponseInfo | None = getattr(self, "_response_info", None)
+        info = self._response
         return None if info is None else info.trace_id

@@ -125,8 +125,7 @@ class EventHooks:
 
     def __init__(self, hooks: Mapping[str, Sequence[EventHook]] | None = None) -> None:
         checked: dict[str, tuple[EventHook, ...]] = {}
-        given: Mapping[str, object] = hooks or {}
-        for name, callables in given.items():
+        for name, callables in (hooks or {}).items():
             if name not in EVENT_NAMES:
                 raise ConfigurationError(
                     f"event_hooks: unknown event {name!r}; the events are {', '.join(EVENT_NAMES)}"

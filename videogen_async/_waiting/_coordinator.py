@@ -83,7 +83,7 @@ class _Coordinator:
         self._counts = GatherCounts(total=0)
         # Scheduling.
         self._due = DueHeap()
-        self._now: Callable[[], float] = time.monotonic
+        self._now = time.monotonic
         self._early = min(policy.coalesce, 0.2 * policy.dense_interval)
         self._waiter: asyncio.Future[None] | None = None
         self._wake_at = -math.inf  # when the dispatcher wakes by itself (inf: on an event)

@@ -233,7 +233,7 @@ class ClassModel:
         # The shape of the distribution (where finishes crowd) is taken from the remembered
         # batches only: the finishes of a gather in progress are the early ones (the later
         # ones are still pending), so they would show a crowd at every id's age.
-        self._table: tuple[list[float], list[float], list[float], list[float]] | None = (
+        self._table = (
             FinishSketch(prior=prior, prior_weight=1.0).cdf_table() if self.remembered else None
         )
         self._low_q = low_quantile
