@@ -168,7 +168,7 @@ class FinishSketch:
             cumulative = self._cache = list(zip(indexes, sums, strict=True))
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
-        target = min(max(q, 0.0), 1.0) * self._total - 1e-9 * self._total
+        target = (min(max(q, 0.0), 1.0) - 1e-9) * self._total
         for index, running in cumulative:
             if running >= target:
                 return _lower(index) if q < 0.5 else _upper(index)
@@ -191,8 +191,8 @@ class FinishSketch:
         """An immutable summary (weights relative to the newest observation)."""
         scale = 1.0 / self._step
         bins = tuple(sorted((i, w * scale) for i, w in self._bins.items() if w * scale > 1e-9))
-        prior_count = round(self.weight) - self.count
-        return FinishTimeStats(bins=bins, count=self.count + max(prior_count, 0))
+        # Own observations, and what is left of the prior's weight (never fewer than its own).
+        return FinishTimeStats(bins=bins, count=max(round(self.weight), self.count))
 
 
 @attrs.frozen
@@ -260,8 +260,7 @@ class ClassModel:
         if sketch.weight <= 0:
             self._support = None
         else:
-            start = sketch.quantile(self._low_q)
-            start = min(start, sketch.low)
+            start = min(sketch.quantile(self._low_q), sketch.low)
             end = math.inf
             known = self.remembered or sketch.count >= max(3, pending)
             if known:
