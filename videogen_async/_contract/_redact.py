@@ -117,9 +117,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         return value
     if isinstance(value, str):
         return redact_text(value) if len(value) <= max_chars else REDACTED
-    if not isinstance(value, (dict, list)):
-        return value
-    if not _holds_secret(value, pattern, max_items, max_chars):
+    if not _holds_secret(value, pattern, max_items, max_chars):  # a number, None: no secret
         return value
     root: list[Any] = [None]
     # (source, target container, key in target)
