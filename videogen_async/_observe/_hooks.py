@@ -155,9 +155,7 @@ class EventHooks:
                     await result
             except Exception:
                 logger.exception(
-                    "the %s event hook %s raised; the client goes on", name, _name_of(hook)
+                    "the %s event hook %s raised; the client goes on",
+                    name,
+                    getattr(hook, "__qualname__", None) or type(hook).__name__,
                 )
-
-
-def _name_of(hook: object) -> str:
-    return getattr(hook, "__qualname__", None) or type(hook).__name__
