@@ -72,13 +72,6 @@ class VideoGenError(Exception):
             leaves open whether the service acted on it.
     """
 
-    status_code: int | None = None
-    code: int | None = None
-    trace_id: str | None = None
-    method: str | None = None
-    path: str | None = None
-    request_may_have_taken_effect: bool = False
-
     def __init__(
         self,
         message: str,

@@ -7,8 +7,10 @@ as openai-python names it) and ``result._response``. A copy or a hand-built mode
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._redact import redact_text, redact_value
 
@@ -44,9 +46,13 @@ class ResponseInfo:
         attempts: int = 1,
         elapsed: float = 0.0,
     ) -> None:
-        self.status_code, self.method, self.url = status_code, method, url
-        self._headers, self._trace_id = headers, trace_id
-        self.attempts, self.elapsed = attempts, elapsed
+        self.status_code = status_code
+        self.method = method
+        self.url = url
+        self._headers = headers
+        self._trace_id = trace_id
+        self.attempts = attempts
+        self.elapsed = elapsed
 
     @property
     def trace_id(self) -> str | None:
@@ -61,7 +67,8 @@ class ResponseInfo:
     @property
     def headers(self) -> Mapping[str, str]:
         """The response headers, as a read-only mapping (names compare case-insensitively)."""
-        return _Headers(redact_value(dict(self._headers.items())))
+        # multidict's case-insensitive view (aiohttp's own headers type, so always installed).
+        return CIMultiDictProxy(CIMultiDict(redact_value(dict(self._headers.items()))))
 
     @property
     def retries_taken(self) -> int:
@@ -82,31 +89,6 @@ class ResponseInfo:
         return ResponseInfo, (*shown, self.method, self.url, self.attempts, self.elapsed)
 
 
-class _Headers(Mapping[str, str]):
-    """A read-only mapping of headers whose names compare case-insensitively."""
-
-    __slots__ = ("_items", "_lower")
-
-    def __init__(self, items: dict[str, str]) -> None:
-        self._items = items
-        self._lower = {k.lower(): v for k, v in items.items()}
-
-    def __getitem__(self, name: str) -> str:
-        return self._lower[name.lower()]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._lower
-
-    def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
-
-
 class HasResponse:
     """Base of the results: a private slot for the :class:`ResponseInfo` of their answer."""
 
@@ -120,5 +102,5 @@ class HasResponse:
     @property
     def _request_id(self) -> str | None:
         """The service's ``trace_id`` of the answer (``None`` for a copy or a hand-built one)."""
-        info: ResponseInfo | None = getattr(self, "_response_info", None)
+        info = self._response
         return None if info is None else info.trace_id

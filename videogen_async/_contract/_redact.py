@@ -44,10 +44,6 @@ def _char_forms(ch: str) -> str:
     return "(?:" + "|".join(forms) + ")"
 
 
-def _secret_regex(secret: str) -> str:
-    return _GAP.join(_char_forms(ch) for ch in secret)
-
-
 def register_secret(secret: str) -> None:
     """Redact ``secret`` (an API key) from now on (not one below ``MIN_SECRET_LENGTH``)."""
     global _pattern  # noqa: PLW0603
@@ -63,7 +59,8 @@ def register_secret(secret: str) -> None:
             _secrets.popitem(last=False)
         # Longest first, so that a key that contains another is redacted whole.
         ordered = sorted(_secrets, key=len, reverse=True)
-        _pattern = re.compile("|".join(_secret_regex(s) for s in ordered))
+        # Each secret: its characters in any recognised form, gaps allowed between them.
+        _pattern = re.compile("|".join(_GAP.join(map(_char_forms, s)) for s in ordered))
 
 
 def contains_secret(text: str) -> bool:
@@ -121,14 +118,13 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         return value
     if isinstance(value, str):
         return redact_text(value) if len(value) <= max_chars else REDACTED
-    if not isinstance(value, (dict, list)):
-        return value
-    if not _holds_secret(value, pattern, max_items, max_chars):
+    if not _holds_secret(value, pattern, max_items, max_chars):  # a number, None: no secret
         return value
     root: list[Any] = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
-    items, chars = max_items, max_chars
+    items = max_items
+    chars = max_chars
     while stack:
         source, target, key = stack.pop()
         items -= 1
@@ -151,7 +147,9 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
 
 
 def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_chars: int) -> bool:
-    stack, items, chars = [value], max_items, max_chars
+    stack = [value]
+    items = max_items
+    chars = max_chars
     while stack:
         current = stack.pop()
         items -= 1

@@ -84,8 +84,9 @@ def _make_converter() -> cattrs.Converter:
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
     made.register_structure_hook_factory(attrs.has, _object_of(made))
-    is_tuple = lambda t: getattr(t, "__origin__", None) is tuple  # noqa: E731
-    made.register_structure_hook_func(is_tuple, _list_of(made))
+    made.register_structure_hook_func(
+        lambda t: getattr(t, "__origin__", None) is tuple, _list_of(made)
+    )
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
         for union, optional in ((enum_cls, False), (Optional[enum_cls], True)):  # noqa: UP045
             made.register_structure_hook(union, _enum_or_str(enum_cls, optional))

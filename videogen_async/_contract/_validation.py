@@ -83,7 +83,7 @@ def _string(spec: Field, value: Any, _hint: bool) -> None:
 
 
 def _enum(spec: Field, value: Any, unknown_hint: bool) -> None:
-    values: tuple[str, ...] = spec.choices.values() if spec.choices is not None else ()
+    values = spec.choices.values() if spec.choices is not None else ()
     if isinstance(value, str) and value in values:
         return
     rule = "must be one of " + ", ".join(repr(v) for v in values)

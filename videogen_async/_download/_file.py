@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import re
 import tempfile
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ from .._contract._redact import drop_locals
 from .._http._envelope import make_status_error
 from .._http._retry import decide_retry
 from .._http._transport import StreamResponse, Transport
-from ._sources import check_download_options, check_url, redact_url
+from ._sources import check_url, redact_url
 
 logger = logging.getLogger("videogen_async")
 
@@ -48,7 +47,8 @@ def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | Non
     match = _CONTENT_RANGE.match(value)
     if match is None:
         return None
-    start, end = int(match.group(1)), int(match.group(2))
+    start = int(match.group(1))
+    end = int(match.group(2))
     total = None if match.group(3) == "*" else int(match.group(3))
     if end < start or (total is not None and end >= total):
         return None
@@ -74,34 +74,35 @@ def _validator(headers: Mapping[str, str]) -> str | None:
     return str(modified) if modified else None
 
 
+@attrs.define
 class _PartFile:
-    """The temporary ``.part`` file beside the destination; all I/O off the event loop."""
+    """The temporary ``.part`` file beside the destination; all I/O off the event loop.
 
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-        self.path: Path | None = None
-        self._file: BinaryIO | None = None
+    Made open (:meth:`open`); ``done`` once committed or discarded, after which a discard
+    does nothing.
+    """
 
-    async def open(self, *, overwrite: bool) -> None:
-        def _open() -> tuple[Path, BinaryIO]:
-            self.dest.parent.mkdir(parents=True, exist_ok=True)
-            if not overwrite and self.dest.exists():
-                raise FileExistsError(f"{self.dest} already exists")
-            fd, name = tempfile.mkstemp(
-                dir=self.dest.parent, prefix=f".{self.dest.name}.", suffix=".part"
-            )
-            return Path(name), os.fdopen(fd, "wb")
+    dest: Path
+    path: Path
+    file: BinaryIO
+    done: bool = False
 
-        self.path, self._file = await anyio.to_thread.run_sync(_open)
+    @classmethod
+    async def open(cls, dest: Path, *, overwrite: bool) -> _PartFile:
+        """The temporary file beside ``dest`` (refused if it exists, unless ``overwrite``)."""
 
-    def _opened(self) -> tuple[BinaryIO, Path]:
-        if self._file is None or self.path is None:
-            raise RuntimeError("the temporary file is not open")
-        return self._file, self.path
+        def _open() -> _PartFile:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not overwrite and dest.exists():
+                raise FileExistsError(f"{dest} already exists")
+            fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+            return cls(dest, Path(name), os.fdopen(fd, "wb"))
+
+        return await anyio.to_thread.run_sync(_open)
 
     async def write(self, chunk: bytes | None) -> None:
         """Append ``chunk``; ``None`` empties the file (to start over)."""
-        file, _ = self._opened()
+        file = self.file
 
         def _write() -> None:
             if chunk is None:
@@ -113,58 +114,55 @@ class _PartFile:
         try:
             await anyio.to_thread.run_sync(_write)
         except OSError as exc:
-            raise _DiskError(exc) from exc
+            raise _DiskError from exc
 
     async def commit(self) -> None:
         """Flush, fsync, close, and rename over the destination (atomic)."""
-        file, part = self._opened()
 
         def _commit() -> None:
-            file.flush()
-            os.fsync(file.fileno())
-            file.close()
-            os.replace(part, self.dest)
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            os.replace(self.path, self.dest)
 
         await anyio.to_thread.run_sync(_commit)
-        self._file = self.path = None
+        self.done = True
 
     async def discard(self) -> None:
         """Close and delete the temporary file; safe to call at any time, even cancelled."""
-        file, part = self._file, self.path
-        self._file = self.path = None
-        if file is None and part is None:
+        if self.done:
             return
+        self.done = True
 
         def _discard() -> None:
-            if file is not None:
-                file.close()
-            if part is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    part.unlink()
+            self.file.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
         try:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_discard)
         except BaseException:
-            if file is not None:  # never leak the handle, even if the worker thread failed
-                file.close()
+            self.file.close()  # never leak the handle, even if the worker thread failed
             raise
 
 
 class _DiskError(Exception):
-    """Writing the temporary file failed (internal; kept apart from network ``OSError``)."""
+    """Writing the temporary file failed (internal; kept apart from network ``OSError``).
 
-    def __init__(self, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+    The ``OSError`` is its ``__cause__``.
+    """
 
 
+@attrs.define(auto_exc=True)
 class _Retry(Exception):
-    """One attempt failed; ``error`` is what the retry decision judges (internal)."""
+    """One attempt failed; ``error`` is what the retry decision judges (internal).
 
-    def __init__(self, error: err.VideoGenError, *, restart: bool = False) -> None:
-        super().__init__(error.message)
-        self.error, self.restart = error, restart
+    ``restart``: the temporary file starts over (what it holds is not the host's file).
+    """
+
+    error: err.VideoGenError
+    restart: bool = False
 
 
 async def download_url(
@@ -177,7 +175,6 @@ async def download_url(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: ProgressCallback | None = None,
     task_id: str | None = None,
-    rng: random.Random | None = None,
 ) -> int:
     """Stream ``url`` into ``dest`` atomically, resuming after a broken connection.
 
@@ -189,27 +186,28 @@ async def download_url(
     Raises:
         DownloadError: The video could not be downloaded; nothing is left at ``dest`` (an
             existing file there is untouched).
-        InvalidRequestError: ``attempts`` or ``chunk_size`` is not a whole number >= 1.
+
+    ``attempts`` and ``chunk_size`` are checked by the calls (``download``, ``download_many``),
+    before a task is read.
     """
-    check_download_options(attempts, chunk_size)
     url = check_url(url)
     what = f"task {task_id}" if task_id else redact_url(url)
-    part = _PartFile(dest)
     state = _State()
     backoff = attrs.evolve(transport.backoff, max_retries=attempts - 1)
 
-    def failed(message: str) -> err.DownloadError:
+    def failed(message: str, status_code: int | None = None) -> err.DownloadError:
         return err.DownloadError(
             message,
             url=url,
             path=dest,
             task_id=task_id,
+            status_code=status_code,
             bytes_received=state.received,
             expected_size=state.total,
         )
 
     try:
-        await part.open(overwrite=overwrite)
+        part = await _PartFile.open(dest, overwrite=overwrite)
     except OSError as exc:
         raise failed(f"download of {what}: cannot write {dest}: {exc}") from exc
     attempt = 0
@@ -224,20 +222,13 @@ async def download_url(
                     await _start_over(part, state)
                 decision = decide_retry(
                     retry.error,
-                    method="GET",
                     failures=attempt,
                     policy=backoff,
                     extra_statuses=_MEDIA_HOST_STATUSES,
-                    rng=rng,
                 )
                 delay = decision.delay
                 if decision.reason == "permanent" and isinstance(retry.error, err.APIStatusError):
-                    raise err.DownloadError(
-                        f"download of {what}: {reason}",
-                        url=url,
-                        status_code=retry.error.status_code,
-                        path=dest,
-                    ) from None
+                    raise failed(f"download of {what}: {reason}", retry.error.status_code) from None
                 if delay is None:
                     raise failed(
                         f"download of {what} failed after {attempt} attempt(s): {reason}"
@@ -260,7 +251,7 @@ async def download_url(
         await part.commit()
     except (OSError, _DiskError) as exc:
         await part.discard()
-        cause = exc.cause if isinstance(exc, _DiskError) else exc
+        cause = exc.__cause__ if isinstance(exc, _DiskError) else exc
         raise failed(f"download of {what}: writing {dest} failed: {cause}") from cause
     except BaseException as exc:
         await part.discard()

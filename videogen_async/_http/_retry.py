@@ -94,8 +94,8 @@ class RetryDecision:
 def decide_retry(
     exc: BaseException,
     *,
-    method: str,
     failures: int,
+    method: str = "GET",
     policy: BackoffPolicy,
     poll: bool = False,
     extra_statuses: Collection[int] = (),
@@ -110,9 +110,10 @@ def decide_retry(
 
     Args:
         exc: The failure.
-        method: The request's method (``GET`` for anything safe to repeat).
         failures: Failures in a row of this request (its attempt number) or of this polled
             id, this one included.
+        method: The request's method (``GET``, the default, for anything safe to repeat: a
+            poll, a download).
         policy: The backoff policy.
         poll: A waiting loop's poll ("poll this id later"): any 5xx is transient, and the
             wait is a loop's (see :func:`backoff_after`, ``request``).

@@ -79,20 +79,20 @@ class _Entry(Protocol):  # read-only members: a frozen LedgerEntry has them
     def to_dict(self) -> dict[str, Any]: ...
 
 
-def _secret_key(secret: object, field: str = "secret") -> bytes:
+def _secret_key(secret: object) -> bytes:
     """The key bytes of a Standard Webhooks secret: ``whsec_`` and base64 of 24 to 64 bytes."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise InvalidRequestError(
-            field, f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
+            "secret", f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
         )
     try:
         key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequestError(
-            field, f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
+            "secret", f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
         ) from None
     if not 24 <= len(key) <= 64:
-        raise InvalidRequestError(field, "must encode 24 to 64 random bytes")
+        raise InvalidRequestError("secret", "must encode 24 to 64 random bytes")
     return key
 
 
@@ -188,7 +188,6 @@ class Webhook:
         *,
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
-        event_type: str = "video.{state}",
         allow_metadata_hosts: bool = False,
     ) -> None:
         self.url = _check_url(url, allow_metadata_hosts)
@@ -198,7 +197,6 @@ class Webhook:
         extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
         self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
-        self._event_type = event_type
         self._proxy = proxy_for(self.url)
         self._session: aiohttp.ClientSession | None = None
         parts = urlsplit(self.url)
@@ -215,12 +213,13 @@ class Webhook:
                 connection failure); the dispatcher retries later.
         """
         payload = {
-            "type": self._event_type.format(state=entry.state),
+            "type": f"video.{entry.state}",
             "timestamp": datetime.now(timezone.utc).isoformat(),
             "data": entry.to_dict(),
         }
         body = json_text(payload, "", separators=(",", ":"), ensure_ascii=False).encode()
-        msg_id, stamp = message_id(entry), int(time.time())
+        msg_id = message_id(entry)
+        stamp = int(time.time())
         headers = {
             **self._headers,
             "Content-Type": "application/json",
@@ -256,7 +255,8 @@ class Webhook:
 
     async def aclose(self) -> None:
         """Close the connections to the receiver. Idempotent."""
-        session, self._session = self._session, None
+        session = self._session
+        self._session = None
         if session is not None:
             await session.close()
 

@@ -125,24 +125,18 @@ class EventHooks:
 
     def __init__(self, hooks: Mapping[str, Sequence[EventHook]] | None = None) -> None:
         checked: dict[str, tuple[EventHook, ...]] = {}
-        given: Mapping[str, object] = hooks or {}
-        for name, callables in given.items():
+        for name, callables in (hooks or {}).items():
             if name not in EVENT_NAMES:
                 raise ConfigurationError(
                     f"event_hooks: unknown event {name!r}; the events are {', '.join(EVENT_NAMES)}"
                 )
-            if callable(callables) or not isinstance(callables, (list, tuple)):
+            # A bare callable is refused too: the list is what lets a second hook join later.
+            if not isinstance(callables, (list, tuple)) or not all(map(callable, callables)):
                 raise ConfigurationError(
                     f"event_hooks[{name!r}] must be a list of callables, got {callables!r}"
                 )
-            items: tuple[EventHook, ...] = tuple(callables)
-            for hook in items:
-                if not callable(hook):
-                    raise ConfigurationError(
-                        f"event_hooks[{name!r}]: every hook must be callable, got {hook!r}"
-                    )
-            if items:
-                checked[name] = items
+            if callables:
+                checked[name] = tuple(callables)
         self._hooks = checked
 
     def __bool__(self) -> bool:
@@ -161,9 +155,7 @@ class EventHooks:
                     await result
             except Exception:
                 logger.exception(
-                    "the %s event hook %s raised; the client goes on", name, _name_of(hook)
+                    "the %s event hook %s raised; the client goes on",
+                    name,
+                    getattr(hook, "__qualname__", None) or type(hook).__name__,
                 )
-
-
-def _name_of(hook: object) -> str:
-    return getattr(hook, "__qualname__", None) or type(hook).__name__

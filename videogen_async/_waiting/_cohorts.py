@@ -17,6 +17,8 @@ import math
 import random
 from collections.abc import Callable
 
+import attrs
+
 from .._contract._models import Task
 from ._policy import PollPolicy, growth_interval, probe_count
 from ._schedule import ClassModel, FinishTimeMemory, Support, batch_gap, overdue_after
@@ -29,73 +31,58 @@ _PROBING = 0.3
 about ``_PROBING * ln(t)`` polls per id until the first finish."""
 
 
+@attrs.define(eq=False)
 class ClassState:
-    """The scheduler's record of one class of ids (one per class key; ``None``: no key)."""
+    """The scheduler's record of one class of ids (one per class key; ``None``: no key).
 
-    __slots__ = ("key", "learned", "model", "pending", "states", "support")
+    Compared and hashed by identity (``eq=False``): a gather groups its joining ids by it.
+    """
 
-    def __init__(self, key: object) -> None:
-        self.key = key
-        self.states: list[IdState] = []
-        self.pending = 0
-        self.model: ClassModel | None = None
-        self.support: Support | None = None
-        self.learned = 0  # finishes since the memory was last updated
+    key: object
+    states: list[IdState] = attrs.Factory(list)
+    pending: int = 0
+    model: ClassModel | None = None
+    support: Support | None = None
+    learned: int = 0  # finishes since the memory was last updated
 
 
+@attrs.define(eq=False, repr=False)
 class IdState:
-    """The scheduler's record of one distinct id."""
+    """The scheduler's record of one distinct id (slotted: a gather holds one per id)."""
 
-    __slots__ = (
-        "created",
-        "done",
-        "due",
-        "entry",
-        "failures",
-        "klass",
-        "phase",
-        "probe",
-        "rank",
-        "sent",
-        "task_id",
-    )
-
-    def __init__(self, task_id: str, klass: ClassState) -> None:
-        self.task_id, self.klass = task_id, klass
-        self.created = math.nan  # server epoch seconds of created_at (nan: not seen yet)
-        self.due = 0.0  # monotonic time of the next poll
-        self.entry = -1  # counter of its live heap entry (-1: none, e.g. in flight)
-        self.failures = 0  # transient failures in a row
-        self.sent = math.nan  # wall time of the last poll that found it pending
-        self.probe = self.done = False
-        self.phase = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
-        self.rank = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
+    task_id: str
+    klass: ClassState
+    created: float = math.nan  # server epoch seconds of created_at (nan: not seen yet)
+    due: float = 0.0  # monotonic time of the next poll
+    entry: int = -1  # counter of its live heap entry (-1: none, e.g. in flight)
+    failures: int = 0  # transient failures in a row
+    sent: float = math.nan  # wall time of the last poll that found it pending
+    probe: bool = False
+    done: bool = False
+    phase: float = 1.0  # where in its first gap the id enters its class's support, in [0, 1)
+    rank: float = 1.0  # a cold class's id probes while rank * elapsed < _PROBING * interval
 
 
+@attrs.define
 class BatchSchedule:
     """What one gather knows of its classes (by key), and when each pending id is polled next.
 
     ``memory`` remembers each class's estimate between gathers; ``push`` schedules an id's next
-    poll at a monotonic time (on the coordinator's heap).
+    poll at a monotonic time (on the coordinator's heap). The fields after ``rng`` are its
+    own state, never passed.
     """
 
-    def __init__(
-        self,
-        classes: dict[object, ClassState],
-        *,
-        policy: PollPolicy,
-        memory: FinishTimeMemory | None,
-        push: Callable[[IdState, float], None],
-        rng: random.Random,
-    ) -> None:
-        self.classes, self._policy, self._memory = classes, policy, memory
-        self._push, self._rng = push, rng
-        self._start_age = 0.0  # the oldest age at the start seen among the answered ids
-        self._started = 0.0
-        self._skew_low = -math.inf  # bounds of (local wall clock - server clock)
-        self._skew_high = math.inf
-        self._skew = 0.0
-        self.wall_offset = 0.0  # wall clock - monotonic clock
+    classes: dict[object, ClassState]
+    _policy: PollPolicy
+    _memory: FinishTimeMemory | None
+    _push: Callable[[IdState, float], None]
+    _rng: random.Random
+    _start_age: float = 0.0  # the oldest age at the start seen among the answered ids
+    _started: float = 0.0
+    _skew_low: float = -math.inf  # bounds of (local wall clock - server clock)
+    _skew_high: float = math.inf
+    _skew: float = 0.0
+    wall_offset: float = 0.0  # wall clock - monotonic clock
 
     def start(self, now: float, wall_offset: float) -> None:
         """Build each class's model (from the memory, if any) and push every id's first poll.
@@ -104,7 +91,8 @@ class BatchSchedule:
         wait for the class's support (as if just created: a probe that shows them older
         brings them forward, see :meth:`next_gap`).
         """
-        self._started, self.wall_offset = now, wall_offset
+        self._started = now
+        self.wall_offset = wall_offset
         for klass in self.classes.values():
             klass.pending = len(klass.states)
             self._model(klass)
@@ -188,7 +176,8 @@ class BatchSchedule:
         if not policy.adaptive:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
         self._saw_age(age - elapsed, now)
-        support, model = state.klass.support, state.klass.model
+        support = state.klass.support
+        model = state.klass.model
         dense = None if support is None or model is None else model.gap(age, policy.dense_interval)
         # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
         # from an answer to the next send is longer than this, a loop's sleep: the longest
@@ -228,21 +217,20 @@ class BatchSchedule:
         klass.pending -= 1
         result = task.result
         finished = result.finished_at if result is not None else None
-        if finished is None or task.created_at is None or not self._policy.adaptive:
+        model = klass.model  # None: the policy is not adaptive (nothing is learned)
+        if finished is None or task.created_at is None or model is None:
             return
         finished_ts = finished.timestamp()
         # Bracket (local wall - server) between the last pending poll and this answer.
         high = now + self.wall_offset - finished_ts
         low = state.sent - finished_ts if state.sent == state.sent else -math.inf
         if high < self._skew_low or low > self._skew_high:  # a clock jumped: start over
-            self._skew_low, self._skew_high = low, high
+            self._skew_low = low
+            self._skew_high = high
         else:
             self._skew_low = max(self._skew_low, low)
             self._skew_high = min(self._skew_high, high)
         self._skew = min(max(0.0, self._skew_low), self._skew_high)
-        model = klass.model
-        if model is None:
-            return
         self._saw_age(self.age(state, now) - (now - self._started), now)
         model.add(finished_ts - task.created_at.timestamp())
         klass.learned += 1

@@ -72,15 +72,18 @@ class _Coordinator:
         # One pacing per client: the client's, which its transport already keeps (a 429 cuts
         # it once, for every request of the client); a bare source gets one of its own.
         self._fetch, self._pacing = source.paced()
-        self._states: dict[str, IdState] = {}  # joined by `add`
-        self._timeout, self._max_concurrency = timeout, max_concurrency
-        self._return_exceptions, self._policy = return_exceptions, policy
+        # The ids of the gather by id: pending ones, and finished ones unless open-ended.
+        self.known: dict[str, IdState] = {}  # joined by `add`
+        self._timeout = timeout
+        self._max_concurrency = max_concurrency
+        self._return_exceptions = return_exceptions
+        self._policy = policy
         self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
         self._rng = random.Random()
         self._counts = GatherCounts(total=0)
         # Scheduling.
         self._due = DueHeap()
-        self._now: Callable[[], float] = time.monotonic
+        self._now = time.monotonic
         self._early = min(policy.coalesce, 0.2 * policy.dense_interval)
         self._waiter: asyncio.Future[None] | None = None
         self._wake_at = -math.inf  # when the dispatcher wakes by itself (inf: on an event)
@@ -92,7 +95,7 @@ class _Coordinator:
         self.schedule = BatchSchedule(
             {}, policy=policy, memory=memory, push=self._push, rng=self._rng
         )
-        self._started = math.nan
+        self._started = math.inf  # before the run: no time has passed (elapsed 0)
         # Life cycle.
         self._send: MemoryObjectSendStream[_Item] | None = None
         self._scope: anyio.CancelScope | None = None
@@ -110,15 +113,10 @@ class _Coordinator:
         self._send = send
         return receive
 
-    @property
-    def known(self) -> dict[str, IdState]:
-        """The ids of the gather by id: pending ones, and finished ones unless open-ended."""
-        return self._states
-
     def add(self, states: list[IdState]) -> None:
         """Join ids (not pending in this gather) to the polling; see ``GatherResults.add``."""
         for state in states:
-            self._states[state.task_id] = state
+            self.known[state.task_id] = state
         self._counts.total += len(states)
         self._counts.pending += len(states)
         if self._running:
@@ -130,10 +128,10 @@ class _Coordinator:
 
     def discard(self, task_id: str) -> bool:
         """Stop polling a pending id without yielding it; ``False`` when it is not pending."""
-        state = self._states.get(task_id)
+        state = self.known.get(task_id)
         if state is None or state.done:
             return False
-        del self._states[task_id]  # forgotten: it may join again later
+        del self.known[task_id]  # forgotten: it may join again later
         state.done = True
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
@@ -187,7 +185,7 @@ class _Coordinator:
                         if self._stopped:
                             scope.cancel()
                         async with anyio.create_task_group() as tg:
-                            if self._progress.active:
+                            if self._progress.on_progress is not None:
                                 tg.start_soon(self._progress.tick)
                             async with anyio.create_task_group() as workers:
                                 workers_wanted = (
@@ -224,7 +222,7 @@ class _Coordinator:
             return
 
     def _on_timeout(self, send: MemoryObjectSendStream[_Item]) -> None:
-        pending = tuple(s.task_id for s in self._states.values() if not s.done)
+        pending = tuple(s.task_id for s in self.known.values() if not s.done)
         logger.info(
             "gather_until_done: %d ids still pending after %ss", len(pending), self._timeout
         )
@@ -255,12 +253,11 @@ class _Coordinator:
     # -- progress -------------------------------------------------------------------------------
 
     def snapshot(self) -> GatherProgress:
-        started = self._started
-        now = self._now() if not math.isnan(started) else math.nan
+        now = self._now()
         return self._counts.snapshot(
             concurrency_limit=self._limit(),
             paused=now < self._pacing.paused_until,
-            elapsed=0.0 if math.isnan(now) else now - started,
+            elapsed=max(0.0, now - self._started),
         )
 
     # -- scheduling -----------------------------------------------------------------------------
@@ -325,7 +322,9 @@ class _Coordinator:
             try:
                 await waiter
             finally:
-                self._waiter, self._wake_at, self._need_worker = None, -math.inf, False
+                self._waiter = None
+                self._wake_at = -math.inf
+                self._need_worker = False
                 if handle is not None:
                     handle.cancel()
         self._closing = True
@@ -335,7 +334,8 @@ class _Coordinator:
         self._idle.clear()
 
     def _send_due(self, now: float) -> None:
-        due_heap, idle = self._due, self._idle
+        due_heap = self._due
+        idle = self._idle
         horizon = now + self._early
         limit = self._limit()
         while idle and self._counts.in_flight < limit:
@@ -369,7 +369,7 @@ class _Coordinator:
                 task = await get(state.task_id)
             except Exception as exc:
                 self._counts.in_flight -= 1
-                self._on_error(state, exc, sent)
+                self._on_error(state, exc)
             else:
                 self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
@@ -408,7 +408,7 @@ class _Coordinator:
     def _complete(self, state: IdState, item: Task | TaskPollError) -> None:
         state.done = True
         if self._open_ended:  # a long-lived gather keeps only what it polls
-            self._states.pop(state.task_id, None)
+            self.known.pop(state.task_id, None)
         self._counts.finished(item)
         try:
             self._send.send_nowait(item)  # type: ignore[union-attr]
@@ -417,13 +417,12 @@ class _Coordinator:
             return
         self._progress.report()
 
-    def _on_error(self, state: IdState, exc: Exception, sent: float) -> None:
+    def _on_error(self, state: IdState, exc: Exception) -> None:
         if state.done:  # discarded while in flight
             return
         now = self._now()
         decision = decide_retry(
             exc,
-            method="GET",
             failures=state.failures + 1,
             policy=self._source.backoff,
             poll=True,
@@ -450,13 +449,16 @@ class _Coordinator:
                     self._limit(),
                 )
                 self._progress.report()
-            self._push(state, max(now + decision.delay, paused_until))
-            return
-        state.failures += 1
-        logger.debug(
-            "gather_until_done: %s failed (%s); retry in %.2fs", state.task_id, exc, decision.delay
-        )
-        self._push(state, now + decision.delay)
+        else:
+            state.failures += 1
+            logger.debug(
+                "gather_until_done: %s failed (%s); retry in %.2fs",
+                state.task_id,
+                exc,
+                decision.delay,
+            )
+        # Never due inside a 429's pause (the dispatcher would only hold it back).
+        self._push(state, max(now + decision.delay, self._pacing.paused_until))
 
     def _give_up(self, state: IdState, exc: Exception) -> None:
         if self._return_exceptions:

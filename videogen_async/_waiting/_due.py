@@ -5,10 +5,13 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+import attrs
+
 if TYPE_CHECKING:
     from ._cohorts import IdState
 
 
+@attrs.define
 class DueHeap:
     """The next poll of every pending id, as entries of one heap.
 
@@ -17,11 +20,8 @@ class DueHeap:
     stale are skipped when they reach the top (lazy deletion).
     """
 
-    __slots__ = ("_counter", "_heap")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, IdState]] = []
-        self._counter = 0
+    _heap: list[tuple[float, int, IdState]] = attrs.Factory(list)
+    _counter: int = 0
 
     def push(self, state: IdState, due: float) -> None:
         """Schedule ``state``'s next poll at ``due`` (replacing any earlier schedule)."""

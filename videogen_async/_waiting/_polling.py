@@ -132,6 +132,10 @@ def on_read(
     return seen
 
 
+def _seconds_waited(_value: object, elapsed: float) -> float:
+    return elapsed
+
+
 async def poll_until(
     fetch: Callable[[], Awaitable[_T]],
     done: Callable[[_T], bool],
@@ -141,7 +145,7 @@ async def poll_until(
     what: str,
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
     on_value: Callable[[_T], Awaitable[object]] | None = None,
-    age_of: Callable[[_T, float], float] | None = None,
+    age_of: Callable[[_T, float], float] = _seconds_waited,
     pending: str | None = None,
     after: _T | None = None,
 ) -> _T:
@@ -165,7 +169,6 @@ async def poll_until(
     rng = random.Random()
     start = anyio.current_time()
     end = math.inf if timeout is None else start + timeout
-    aged = age_of or _seconds_waited
     last = after
     failures = 0  # transient failures in a row, 429s apart (the pacing answers those)
 
@@ -174,7 +177,7 @@ async def poll_until(
         return WaitTimeoutError(text, last=last, pending=(pending or what,), timeout=timeout)
 
     def gap(value: _T) -> float:
-        return growth_interval(policy, aged(value, anyio.current_time() - start), rng.random())
+        return growth_interval(policy, age_of(value, anyio.current_time() - start), rng.random())
 
     with anyio.move_on_after(end - start):
         delay = policy.first_delay if after is None else gap(after)
@@ -200,10 +203,6 @@ async def poll_until(
     raise timed_out()
 
 
-def _seconds_waited(_value: object, elapsed: float) -> float:
-    return elapsed
-
-
 def _after_failure(
     exc: Exception,
     failures: int,
@@ -215,7 +214,6 @@ def _after_failure(
     """The decision after a failed poll: raises ``exc`` unless it is a wait or "too long"."""
     decision = decide_retry(
         exc,
-        method="GET",
         failures=failures,
         policy=backoff,
         poll=True,

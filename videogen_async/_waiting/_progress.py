@@ -96,35 +96,30 @@ class GatherCounts(_Counts):
         )
 
 
+@attrs.define
 class ProgressReporter:
     """Hands a gather's snapshots to its ``on_progress``: when asked, and every ``interval``.
 
     A callback that raises fails the gather (through ``fail``) rather than being ignored.
     """
 
-    def __init__(
-        self,
-        on_progress: Callable[[GatherProgress], object] | None,
-        interval: float,
-        snapshot: Callable[[], GatherProgress],
-        fail: Callable[[BaseException], None],
-    ) -> None:
-        self.active = on_progress is not None
-        self._on_progress, self._interval = on_progress, interval
-        self._snapshot, self._fail = snapshot, fail
+    on_progress: Callable[[GatherProgress], object] | None
+    interval: float
+    snapshot: Callable[[], GatherProgress]
+    fail: Callable[[BaseException], None]
 
     def report(self) -> None:
         """Call ``on_progress`` with a snapshot now (nothing without a callback)."""
-        if self._on_progress is None:
+        if self.on_progress is None:
             return
         try:
-            self._on_progress(self._snapshot())
+            self.on_progress(self.snapshot())
         except Exception as exc:
             logger.exception("gather_until_done: on_progress raised")
-            self._fail(exc)
+            self.fail(exc)
 
     async def tick(self) -> None:
         """Report every ``interval`` seconds until cancelled."""
         while True:
-            await anyio.sleep(self._interval)
+            await anyio.sleep(self.interval)
             self.report()

@@ -31,11 +31,11 @@ def _bin(duration: float) -> int:
 
 
 def _lower(index: int) -> float:
-    return float(_RATIO**index)
+    return _RATIO**index
 
 
 def _upper(index: int) -> float:
-    return float(_RATIO ** (index + 1))
+    return _lower(index + 1)
 
 
 @attrs.frozen
@@ -112,7 +112,7 @@ class FinishSketch:
         prior: FinishTimeStats | None = None,
         prior_weight: float = 16.0,
     ) -> None:
-        checks.number("half_life", half_life, above=True, finite=False)
+        # ``half_life`` > 0: ``PollPolicy`` checks it (the sketch is built from a policy).
         self._growth = 2.0 ** (1.0 / half_life)
         self._step = 1.0  # the weight of the next observation
         self._bins: dict[int, float] = {}
@@ -121,7 +121,7 @@ class FinishSketch:
         self.count = 0  # own observations
         self.low = math.inf  # the shortest and longest own observations
         self.high = -math.inf
-        if prior is not None and prior.bins:
+        if prior is not None:
             mass = sum(w for _, w in prior.bins)
             if mass > 0:
                 scale = min(float(prior.count), prior_weight) / mass
@@ -168,7 +168,7 @@ class FinishSketch:
             cumulative = self._cache = list(zip(indexes, sums, strict=True))
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
-        target = min(max(q, 0.0), 1.0) * self._total - 1e-9 * self._total
+        target = (min(max(q, 0.0), 1.0) - 1e-9) * self._total
         for index, running in cumulative:
             if running >= target:
                 return _lower(index) if q < 0.5 else _upper(index)
@@ -191,8 +191,8 @@ class FinishSketch:
         """An immutable summary (weights relative to the newest observation)."""
         scale = 1.0 / self._step
         bins = tuple(sorted((i, w * scale) for i, w in self._bins.items() if w * scale > 1e-9))
-        prior_count = round(self.weight) - self.count
-        return FinishTimeStats(bins=bins, count=self.count + max(prior_count, 0))
+        # Own observations, and what is left of the prior's weight (never fewer than its own).
+        return FinishTimeStats(bins=bins, count=max(round(self.weight), self.count))
 
 
 @attrs.frozen
@@ -233,10 +233,11 @@ class ClassModel:
         # The shape of the distribution (where finishes crowd) is taken from the remembered
         # batches only: the finishes of a gather in progress are the early ones (the later
         # ones are still pending), so they would show a crowd at every id's age.
-        self._table: tuple[list[float], list[float], list[float], list[float]] | None = (
+        self._table = (
             FinishSketch(prior=prior, prior_weight=1.0).cdf_table() if self.remembered else None
         )
-        self._low_q, self._high_q = low_quantile, high_quantile
+        self._low_q = low_quantile
+        self._high_q = high_quantile
         self._support: Support | None = None
         self._dirty = True
 
@@ -259,8 +260,7 @@ class ClassModel:
         if sketch.weight <= 0:
             self._support = None
         else:
-            start = sketch.quantile(self._low_q)
-            start = min(start, sketch.low)
+            start = min(sketch.quantile(self._low_q), sketch.low)
             end = math.inf
             known = self.remembered or sketch.count >= max(3, pending)
             if known:

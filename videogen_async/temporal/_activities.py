@@ -48,7 +48,8 @@ class VideoActivities:
     """
 
     def __init__(self, ledger: Ledger, client: LedgerClient) -> None:
-        self._ledger, self._client = ledger, client
+        self._ledger = ledger
+        self._client = client
 
     @property
     def activities(self) -> list[Any]:
@@ -192,8 +193,7 @@ def _refusals() -> Iterator[None]:
 
 def _fail_for_good(exc: err.VideoGenError) -> None:
     """Raise a non-retryable failure for ``exc`` when another attempt would meet it again."""
-    permanent = isinstance(exc, _PERMANENT)
-    if not permanent and isinstance(exc, err.APIStatusError):
-        permanent = not is_transient(exc)
-    if permanent:
+    if isinstance(exc, _PERMANENT) or (
+        isinstance(exc, err.APIStatusError) and not is_transient(exc)
+    ):
         raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc

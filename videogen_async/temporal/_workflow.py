@@ -138,8 +138,13 @@ async def create_project(
         temporalio.exceptions.ActivityError: The create was refused for good (its cause an
             ``ApplicationError`` whose type is the SDK's error class name).
     """
-    urls, fields = list(product_image_urls), dict(project_fields)
-    request = ProjectRequest(reference_video_url, urls, fields, key, dict(metadata or {}))
+    request = ProjectRequest(
+        reference_video_url,
+        list(product_image_urls),
+        dict(project_fields),
+        key,
+        dict(metadata or {}),
+    )
     options = _options(start_to_close_timeout, retry_policy, task_queue)
     result = await workflow.execute_activity(CREATE_PROJECT, request, result_type=dict, **options)
     return LedgerEntry.from_dict(result)
