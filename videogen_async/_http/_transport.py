@@ -16,7 +16,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -216,8 +216,6 @@ class Transport:
             params = {name: value for name, value in merged.items() if value is not None}
         if options.extra_body is not None:
             json_body = {**(json_body or {}), **options.extra_body}
-        timeouts = options.timeout or self.timeout
-        headers: Mapping[str, str] = self._headers
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
         # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
@@ -228,12 +226,13 @@ class Transport:
             scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True
         )
         body = None if json_body is None else json_text(json_body, "").encode()
-        if body is not None:
-            headers = self._json_headers
+        headers = self._headers if body is None else self._json_headers
         if options.extra_headers:
             headers = options.with_headers(headers)
+        send = functools.partial(
+            self._send_once, method, url, path, body, headers, options.timeout or self.timeout
+        )
         pacing = self.owner.pacing
-        observer = self._observer
         first = time.monotonic()
         deadline = math.inf if self.deadline is None else first + self.deadline
         attempt = 0
@@ -247,63 +246,111 @@ class Transport:
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
                 try:
-                    if observer is None or not observer.active():
-                        response = await self._send_once(
-                            method, url, path, body, headers, deadline, timeouts
-                        )
-                    else:
-                        send = functools.partial(
-                            self._send_once, method, url, path, body, headers, deadline, timeouts
-                        )
-                        response = await observer.send(
-                            send, method=method, path=path, url=str(url), attempt=attempt
-                        )
+                    response = await self._observed(send, deadline, attempt)
                 finally:
                     pacing.release()
             except VideoGenError as exc:
-                now = time.monotonic()
-                policy = _with_retries(self.backoff, retries)
-                if isinstance(exc, RateLimitError):
-                    pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
-                decision = decide_retry(
-                    exc, method=method, failures=attempt, policy=policy,
-                    remaining=deadline - now, rng=self._rng,
-                )  # fmt: skip
-                delay = decision.delay
+                delay = self._retry_delay(
+                    exc, method, path, attempt, started, deadline, retries, sent
+                )
                 if delay is None:
-                    logger.debug(
-                        "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                        method, path, (now - started) * 1000, attempt, describe(exc),
-                        decision.detail,
-                    )  # fmt: skip
-                    if decision.reason == "too long":
-                        exc.message = f"{exc.message}; not retried: {decision.detail}"
-                        exc.args = (exc.message,)
-                    drop_locals(exc)  # the answer the frames below held, key echoed and all
                     raise
-                logger.debug(
-                    "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-                    method, path, (now - started) * 1000, attempt, policy.max_retries + 1,
-                    describe(exc), delay,
-                )  # fmt: skip
-                if observer is not None:
-                    await observer.retry(method, path, attempt, delay, exc)
+                if self._observer is not None:
+                    await self._observer.retry(method, path, attempt, delay, exc)
                 await asyncio.sleep(delay)
                 continue
             pacing.succeeded()
-            now = time.monotonic()
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                    method, path, response.status_code, (now - started) * 1000, attempt,
-                    response.trace_id,
-                )  # fmt: skip
-            response.attempts = attempt
-            response.info = ResponseInfo(
-                response.status_code, response.headers, response.trace_id, method,
-                self._encoded_base + path + ("?" + query if query else ""), attempt, now - first,
-            )  # fmt: skip
-            return response
+            return self._answered(response, method, path, query, attempt, started, first)
+
+    def _observed(
+        self, send: functools.partial[Coroutine[Any, Any, Response]], deadline: float, attempt: int
+    ) -> Awaitable[Response]:
+        """One attempt, under the hooks and spans when they are set or would record."""
+        observer = self._observer
+        if observer is None or not observer.active():
+            return send(deadline)
+        method, url, path = send.args[:3]
+        return observer.send(
+            functools.partial(send, deadline),
+            method=method,
+            path=path,
+            url=str(url),
+            attempt=attempt,
+        )
+
+    def _retry_delay(
+        self,
+        exc: VideoGenError,
+        method: str,
+        path: str,
+        attempt: int,
+        started: float,
+        deadline: float,
+        retries: int | None,
+        sent: float,
+    ) -> float | None:
+        """The pause before the next attempt after ``exc``, or ``None``: not retried.
+
+        A 429 is recorded in the client's pacing first (``sent``: when its slot was taken).
+        """
+        now = time.monotonic()
+        policy = _with_retries(self.backoff, retries)
+        if isinstance(exc, RateLimitError):
+            self.owner.pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
+        decision = decide_retry(
+            exc,
+            method=method,
+            failures=attempt,
+            policy=policy,
+            remaining=deadline - now,
+            rng=self._rng,
+        )
+        took = (now - started) * 1000
+        if decision.delay is None:
+            logger.debug(
+                "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
+                *(method, path, took, attempt, describe(exc), decision.detail),
+            )
+            if decision.reason == "too long":
+                exc.message = f"{exc.message}; not retried: {decision.detail}"
+                exc.args = (exc.message,)
+            drop_locals(exc)  # the answer the frames below held, key echoed and all
+            return None
+        logger.debug(
+            "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
+            *(method, path, took, attempt, policy.max_retries + 1, describe(exc), decision.delay),
+        )
+        return decision.delay
+
+    def _answered(
+        self,
+        response: Response,
+        method: str,
+        path: str,
+        query: str,
+        attempt: int,
+        started: float,
+        first: float,
+    ) -> Response:
+        """The response with the attempts it took and what a result tells of it."""
+        now = time.monotonic()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
+                *(method, path, response.status_code, (now - started) * 1000),
+                *(attempt, response.trace_id),
+            )
+        response.attempts = attempt
+        response.info = ResponseInfo(
+            response.status_code,
+            response.headers,
+            response.trace_id,
+            method,
+            self._encoded_base + path + ("?" + query if query else ""),
+            attempt,
+            now - first,
+        )
+        return response
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
@@ -337,8 +384,8 @@ class Transport:
         path: str,
         body: bytes | None,
         headers: Mapping[str, str],
-        deadline: float,
         timeouts: Timeout,
+        deadline: float,
     ) -> Response:
         session = self.owner.get()
         timeout = self._aio_timeout if timeouts is self.timeout else timeouts.to_aiohttp()
@@ -361,26 +408,7 @@ class Transport:
                 proxy=self._proxy,
             ) as resp:
                 bound.response = resp
-                status = resp.status
-                resp_headers = resp.headers
-                length = resp.content_length
-                limit = self.max_body_size
-                if length is not None and length > limit:
-                    raise _too_large(status, method, path, f"body of {length} bytes", limit)
-                if length is not None and "Content-Encoding" not in resp_headers:
-                    # An identity body of a known size within the limit: one read (the hot
-                    # path).
-                    raw = await resp.read()
-                else:
-                    # Content-Length counts the bytes on the wire, which a Content-Encoding
-                    # (gzip, deflate) may inflate a thousandfold: such a body, or one of unknown
-                    # size, is counted as it arrives, decoded.
-                    counted = bytearray()
-                    async for chunk in resp.content.iter_chunked(64 * 1024):
-                        counted += chunk
-                        if len(counted) > limit:
-                            raise _too_large(status, method, path, "body", limit)
-                    raw = bytes(counted)
+                raw = await self._read(resp, method, path)
         except asyncio.CancelledError:
             if not bound.expired():
                 raise
@@ -392,7 +420,25 @@ class Transport:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
             bound.handle.cancel()
-        return decode(status, raw, resp_headers, method=method, path=path)
+        return decode(resp.status, raw, resp.headers, method=method, path=path)
+
+    async def _read(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
+        """The answer's body, refused past ``max_body_size``."""
+        length = resp.content_length
+        limit = self.max_body_size
+        if length is not None and length > limit:
+            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
+        if length is not None and "Content-Encoding" not in resp.headers:
+            return await resp.read()  # an identity body of a known size: one read
+        # Content-Length counts the bytes on the wire, which a Content-Encoding (gzip,
+        # deflate) may inflate a thousandfold: such a body, or one of unknown size, is counted
+        # as it arrives, decoded.
+        counted = bytearray()
+        async for chunk in resp.content.iter_chunked(64 * 1024):
+            counted += chunk
+            if len(counted) > limit:
+                raise _too_large(resp.status, method, path, "body", limit)
+        return bytes(counted)
 
     @asynccontextmanager
     async def stream(
