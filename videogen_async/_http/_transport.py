@@ -16,7 +16,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -229,24 +229,32 @@ class Transport:
         headers = self._headers if body is None else self._json_headers
         if options.extra_headers:
             headers = options.with_headers(headers)
-        send = functools.partial(
-            self._send_once, method, url, path, body, headers, options.timeout or self.timeout
-        )
+        timeouts = options.timeout or self.timeout
         pacing = self.owner.pacing
-        first = time.monotonic()
+        observer = self._observer
+        first = started = time.monotonic()
         deadline = math.inf if self.deadline is None else first + self.deadline
         attempt = 0
         sent = -math.inf
         while True:
             attempt += 1
-            started = time.monotonic()
             try:
                 slot = pacing.try_acquire()
                 sent = (
                     slot if slot is not None else await self._paced(pacing, method, path, deadline)
                 )
                 try:
-                    response = await self._observed(send, deadline, attempt)
+                    if observer is None or not observer.active():
+                        response = await self._send_once(
+                            method, url, path, body, headers, timeouts, deadline
+                        )
+                    else:
+                        send = functools.partial(
+                            self._send_once, method, url, path, body, headers, timeouts, deadline
+                        )
+                        response = await observer.send(
+                            send, method=method, path=path, url=str(url), attempt=attempt
+                        )
                 finally:
                     pacing.release()
             except VideoGenError as exc:
@@ -255,28 +263,13 @@ class Transport:
                 )
                 if delay is None:
                     raise
-                if self._observer is not None:
-                    await self._observer.retry(method, path, attempt, delay, exc)
+                if observer is not None:
+                    await observer.retry(method, path, attempt, delay, exc)
                 await asyncio.sleep(delay)
+                started = time.monotonic()
                 continue
             pacing.succeeded()
             return self._answered(response, method, path, query, attempt, started, first)
-
-    def _observed(
-        self, send: functools.partial[Coroutine[Any, Any, Response]], deadline: float, attempt: int
-    ) -> Awaitable[Response]:
-        """One attempt, under the hooks and spans when they are set or would record."""
-        observer = self._observer
-        if observer is None or not observer.active():
-            return send(deadline)
-        method, url, path = send.args[:3]
-        return observer.send(
-            functools.partial(send, deadline),
-            method=method,
-            path=path,
-            url=str(url),
-            attempt=attempt,
-        )
 
     def _retry_delay(
         self,
@@ -408,7 +401,15 @@ class Transport:
                 proxy=self._proxy,
             ) as resp:
                 bound.response = resp
-                raw = await self._read(resp, method, path)
+                length = resp.content_length
+                if (
+                    length is not None
+                    and length <= self.max_body_size
+                    and ("Content-Encoding" not in resp.headers)
+                ):
+                    raw = await resp.read()  # an identity body of a known size: one read
+                else:
+                    raw = await self._read_counted(resp, method, path)
         except asyncio.CancelledError:
             if not bound.expired():
                 raise
@@ -422,17 +423,16 @@ class Transport:
             bound.handle.cancel()
         return decode(resp.status, raw, resp.headers, method=method, path=path)
 
-    async def _read(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
-        """The answer's body, refused past ``max_body_size``."""
+    async def _read_counted(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
+        """A body of unknown size, or compressed, counted as it arrives; refused past the limit.
+
+        Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate)
+        may inflate a thousandfold: such a body is counted decoded.
+        """
         length = resp.content_length
         limit = self.max_body_size
         if length is not None and length > limit:
             raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
-        if length is not None and "Content-Encoding" not in resp.headers:
-            return await resp.read()  # an identity body of a known size: one read
-        # Content-Length counts the bytes on the wire, which a Content-Encoding (gzip,
-        # deflate) may inflate a thousandfold: such a body, or one of unknown size, is counted
-        # as it arrives, decoded.
         counted = bytearray()
         async for chunk in resp.content.iter_chunked(64 * 1024):
             counted += chunk
