@@ -110,7 +110,9 @@ def decode(
     """Decode one answer into a :class:`Response` or raise the matching error."""
     body, is_json = decode_json(raw)
     # An envelope has a readable code: ``{"code": 1e999}`` or ``{"code": {}}`` is not one.
-    code = _as_int(body.get("code")) if isinstance(body, dict) else None
+    code = body.get("code") if type(body) is dict else None
+    if type(code) is not int:  # the service's own (a plain int) read as it is, at once
+        code = _as_int(code)
     if code is None:
         _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
     envelope: dict[str, Any] = body

@@ -35,17 +35,18 @@ class _Answer(Protocol):
 class RequestObserver:
     """The hooks and spans of one client's requests."""
 
-    __slots__ = ("_server", "hooks")
+    __slots__ = ("_hooked", "_server", "hooks")
 
     def __init__(self, hooks: EventHooks, server_address: str, server_port: int | None) -> None:
         self.hooks = hooks
+        self._hooked = bool(hooks)  # a client's hooks are fixed when it is made
         self._server: dict[str, Any] = {"server.address": server_address}
         if server_port is not None:
             self._server["server.port"] = server_port
 
     def active(self) -> bool:
         """Whether a request needs the observer now: a hook is set, or spans would record."""
-        return bool(self.hooks) or _otel.recording()
+        return self._hooked or _otel.recording()
 
     async def send(
         self, send: Callable[[], Awaitable[_R]], *, method: str, path: str, url: str, attempt: int
