@@ -9,15 +9,18 @@ the ratio printed is the median of the rounds' ratios, the CPU per request the b
   ``json.loads(body)["data"]``: the floor of a request (gather.py's raw strategy);
 * ``tasks.get``: ``await client.tasks.get(task_id)`` of an ``AsyncVideoGen``.
 
-Target: ``tasks.get`` at most 1.2x the raw CPU at 32 in flight.
+Target: ``tasks.get`` at most 1.15x the raw CPU at 32 in flight.
 
 On a busy machine the CPU times swing with the load (caches, other processes); ``--instructions``
 counts instead the machine instructions per request at 32 in flight, under valgrind
-(``cachegrind``), which the load does not change: each kind runs once with 0 and once with
-``--counted`` requests after the same warm-up, and the difference is divided by the count.
+(``cachegrind``): each kind runs once with 0 and once with ``--counted`` requests after the
+same warm-up, and the difference is divided by the count. The count still moves by a few
+percent from run to run (how the answers of the service, which runs at full speed beside the
+slowed client, batch into the loop's iterations): the kinds are counted ``--repeat`` times,
+alternating, and the medians compared.
 
     python bench/get_cpu.py [--requests 2000] [--rounds 9] [--concurrency 1 32]
-    python bench/get_cpu.py --instructions [--counted 600]
+    python bench/get_cpu.py --instructions [--counted 600] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -152,6 +155,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--instructions", action="store_true", help="count, under valgrind")
     parser.add_argument("--counted", type=int, default=600, help="requests counted")
+    parser.add_argument("--repeat", type=int, default=3, help="counts of each kind")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -167,11 +171,17 @@ def main() -> None:
     sock.close()
     try:
         if args.instructions:
-            raw, sdk = (instructions(base, kind, args.counted) for kind in ("raw", "sdk"))
+            counts: dict[str, list[float]] = {"raw": [], "sdk": []}
+            for _ in range(args.repeat):
+                for kind, found in counts.items():
+                    found.append(instructions(base, kind, args.counted))
+            raw, sdk = (statistics.median(found) for found in counts.values())
+            each = ", ".join(f"{r:,.0f}/{s:,.0f}" for r, s in zip(*counts.values(), strict=True))
             print(
-                f"\ninstructions per request at 32 in flight (valgrind, {args.counted} counted)"
+                f"\ninstructions per request at 32 in flight (valgrind, {args.counted} counted,"
+                f" median of {args.repeat}: raw/tasks.get {each})"
                 f"\nraw aiohttp {raw:,.0f}, tasks.get {sdk:,.0f}: {sdk / raw:.3f}x"
-                f" (target <= 1.2x: {'met' if sdk / raw <= 1.2 else 'NOT met'})"
+                f" (target <= 1.15x: {'met' if sdk / raw <= 1.15 else 'NOT met'})"
             )
             return
         rows = [
@@ -191,7 +201,7 @@ def main() -> None:
     for concurrency, raw, sdk, ratio in rows:
         target = ""
         if concurrency >= 32:
-            target = f"<= 1.2x ({'met' if ratio <= 1.2 else 'NOT met'})"
+            target = f"<= 1.15x ({'met' if ratio <= 1.15 else 'NOT met'})"
         print(f"{concurrency:>9} {raw * 1e6:>8.1f} {sdk * 1e6:>13.1f} {ratio:>6.2f}x   {target}")
 
 
