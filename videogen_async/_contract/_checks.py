@@ -42,24 +42,25 @@ def number(
     field: str,
     value: Any,
     *,
+    low: float = 0.0,
     above: bool = False,
     high: float = math.inf,
     finite: bool = True,
 ) -> float:
-    """A number from 0 (excluded when ``above``) to ``high``; NaN never passes.
+    """A number from ``low`` (excluded when ``above``) to ``high``; NaN never passes.
 
     ``finite=False`` lets ``inf`` through (a policy's "no limit"); a call's amount or time
     stays finite, so that no timer or sum is ever infinite by accident.
     """
     ok = (
         _is_number(value)
-        and (value > 0 if above else value >= 0)
+        and (value > low if above else value >= low)
         and value <= high
         and (not finite or math.isfinite(value))
     )
     if not ok:
         upper = "" if high == math.inf else f" and <= {high:g}"
-        raise fail(field, f"must be a number {'>' if above else '>='} 0{upper}", value)
+        raise fail(field, f"must be a number {'>' if above else '>='} {low:g}{upper}", value)
     return float(value)
 
 
