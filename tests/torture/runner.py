@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOOK_SECRET = "whsec_" + "dG9ydHVyZS10b3J0dXJlLXRvcnR1cmUtdG9ydHVyZSE="  # fixed: replayable
 CAP = 400.0
 LANES = 6
-PROCESSES = {"writer": 3, "capped": 1, "watcher": 2, "consumer": 2, "waiter": 1, "dispatcher": 1}
+PROCESSES = {"writer": 3, "capped": 1, "watcher": 2, "consumer": 3, "waiter": 1, "dispatcher": 1}
 DRAIN_DEADLINE = 150.0
 
 
@@ -68,10 +68,13 @@ class Run:
         self.sandbox: SandboxProcess | None = None
         self.config: dict[str, Any] = {}
         self.final_phase = False
+        self.delivered: set[tuple[str, str]] = set()
         self.env = dict(os.environ)
         paths = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p]
         self.env["PYTHONPATH"] = os.pathsep.join([*paths, str(ROOT)])
         self.env["VIDEOGEN_LEDGER_SPOOL"] = str(folder / "spool")
+        # Every process started again compiles the package without the bytecode caches.
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     # -- services -------------------------------------------------------------------------
 
@@ -97,6 +100,8 @@ class Run:
             except standardwebhooks.WebhookVerificationError:
                 event, valid = json.loads(body), False
             data = event.get("data", {})
+            if valid:
+                self.delivered.add((data.get("key"), data.get("state")))
             hooks.write(
                 "delivery", id=request.headers.get("webhook-id"), valid=valid,
                 key=data.get("key"), state=data.get("state"), version=data.get("version"),
@@ -273,25 +278,53 @@ class Run:
             await anyio.sleep(0.1)
 
     async def drain(self, client: AsyncVideoGen, url: str, cap_url: str) -> None:
-        """Settle every entry left, deliver every delivery due (the runner's own watchers)."""
+        """Settle every entry left, deliver every delivery due (the runner's own processes).
+
+        Not ``stop_when_idle``: a project's entry stays ``pending`` (it never becomes terminal),
+        and such an iteration would never end. The runner reads the entries instead.
+        """
         for where in (url, cap_url):
             async with Ledger.open(where) as ledger:
-                number = self.history.invoke("drain_watch", url=where)
-                with anyio.fail_after(DRAIN_DEADLINE):
-                    async with ledger.watch(
-                        client, lease=5.0, claim_interval=0.2, stop_when_idle=True
-                    ) as finished:
+
+                async def watch(ledger: Ledger = ledger) -> None:
+                    async with ledger.watch(client, lease=5.0, claim_interval=0.2) as finished:
                         async for entry in finished:
                             self.history.write("settled", key=entry.key, state=entry.state)
-                self.history.ok("drain_watch", number)
+
+                async def settled(ledger: Ledger = ledger) -> bool:
+                    async for entry in ledger.entries():
+                        if entry.kind != "project" and entry.state in ("creating", "pending"):
+                            return False
+                    return True
+
+                await self.phase("drain_watch", watch, settled)
         async with Ledger.open(url) as ledger:
-            number = self.history.invoke("drain_dispatch")
             hook = webhook(self.config["hook_url"], HOOK_SECRET, timeout=5.0)
-            with anyio.fail_after(DRAIN_DEADLINE):
-                count = await ledger.dispatch(
-                    "torture", hook, lease=5.0, backlog=True, stop_when_idle=True
-                )
-            self.history.ok("drain_dispatch", number, value=count)
+
+            async def dispatch() -> None:
+                await ledger.dispatch("torture", hook, lease=5.0, backlog=True)
+
+            async def delivered() -> bool:
+                async for entry in ledger.entries():
+                    if entry.is_terminal and (entry.key, entry.state) not in self.delivered:
+                        return False
+                return True
+
+            await self.phase("drain_dispatch", dispatch, delivered)
+
+    async def phase(self, name: str, work: Any, done: Any) -> None:
+        """Run ``work`` until ``done()`` holds (checked every half second), at most a deadline."""
+        number = self.history.invoke(name)
+        with anyio.move_on_after(DRAIN_DEADLINE) as deadline:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(work)
+                while not await done():
+                    await anyio.sleep(0.5)
+                tg.cancel_scope.cancel()
+        if deadline.cancelled_caught:
+            self.history.write(name, phase="fail", of=number, error="hung", hung=True)
+        else:
+            self.history.ok(name, number)
 
     async def end_consumers(self, url: str) -> None:
         """The end mark, then every consumer reads up to it (started again until it has)."""

@@ -101,6 +101,8 @@ class Process:
 
 def describe(result: Any) -> dict[str, Any]:
     """What a history keeps of an operation's result."""
+    if isinstance(result, list):
+        return {"keys": [entry.key for entry in result]}
     if result is None or not hasattr(result, "state"):
         return {} if result is None else {"value": result if isinstance(result, int) else None}
     return {
@@ -136,6 +138,9 @@ async def _writer_lane(
             key = rng.choice(mine)
             patch = {"n": rng.randrange(5), "by": proc.name} if rng.random() < 0.8 else {"n": None}
             await proc.op("update", partial(ledger.update_metadata, key, patch), key=key)
+            continue
+        elif draw < 0.29:
+            await _project(proc, ledger, client, rng, f"{proc.name}-p{lane}-{n}")
             continue
         elif draw < 0.35:
             key = f"shared-{rng.randrange(SHARED_KEYS)}"
@@ -178,6 +183,31 @@ async def _create(
         current = await ledger.get(key) if not proc.stopping() else None
         if current is not None and current.state == "unknown":
             await proc.op("resend", lambda: ledger.resend(client, key), key=key)
+
+
+async def _project(
+    proc: Process, ledger: Ledger, client: AsyncVideoGen, rng: random.Random, key: str
+) -> None:
+    """A manual project, then once its script is ready a batch of up to 4 videos.
+
+    The batch's tasks are recorded in one transaction with the batch's answer: a write of
+    several changes, between which other processes' writes take their positions.
+    """
+    ref, images = "https://cdn.example.com/ref.mp4", ["https://cdn.example.com/p.png"]
+    call = partial(ledger.create_project, client, ref, images, key=key, mode="manual")
+    project = await proc.op("create_project", call, key=key)
+    if project is None or project.project_id is None:
+        return
+    with anyio.move_on_after(30):
+        while True:
+            try:
+                if (await client.projects.get(project.project_id)).status == "succeeded":
+                    break
+            except Exception:  # noqa: BLE001, S112 - asked again: the service may be faulty
+                pass
+            await anyio.sleep(0.05)
+    call = partial(ledger.create_videos, client, key, out_number=rng.randrange(2, 5))
+    await proc.op("create_videos", call, key=key)
 
 
 async def watcher(proc: Process, ledger: Ledger) -> None:
