@@ -23,6 +23,7 @@ per violation, naming the operations involved and their times:
 from __future__ import annotations
 
 import json
+from datetime import datetime
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -36,6 +37,7 @@ WAIT_BOUND = 10.0
 OUTAGE_ALLOWANCE = 45.0
 """More seconds when the database was away meanwhile (the listener reconnects with backoff)."""
 CAP = 400.0
+KEYED_OPS = ("create", "update", "resend", "create_project", "create_videos")
 
 
 def _at(record: dict[str, Any], start: float) -> str:
@@ -61,16 +63,16 @@ class History:
             elif r["op"] == "fault" and r["kind"] == "pg_terminate":
                 self.outages.append((r["t"], r["t"] + 1.0))
         self.by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        invocations = {(r["f"], r["n"]): r for r in self.records if r.get("phase") == "invoke"}
         for r in self.records:
-            if (
-                r.get("phase") == "invoke"
-                and r.get("key")
-                and r["op"] in ("create", "update", "resend")
-            ):
-                self.by_key[r["key"]].append(r)
+            # A keyless create's key is known from its outcome: listed by its invocation.
+            asked = invocations.get((r["f"], r.get("of")), r)
+            if r.get("key") and r["op"] in KEYED_OPS and (asked is r or not asked.get("key")):
+                self.by_key[r["key"]].append(asked)
 
     def ops_on(self, key: str) -> str:
-        ops = self.by_key.get(key, [])[:6]
+        # A project's task or batch (``KEY/...``) is made by its project's operations.
+        ops = (self.by_key.get(key) or self.by_key.get(key.split("/")[0], []))[:6]
         return ", ".join(f"{r['op']} {_at(r, self.start)}" for r in ops) or "no operation recorded"
 
     def outage_between(self, low: float, high: float) -> bool:
@@ -144,7 +146,7 @@ def _money(h: History) -> list[str]:
         r["key"] for r in h.records if r["op"] == "resend" and r.get("phase") == "invoke"
     )
     paid: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    capped = 0.0
+    lost_by_key: Counter[str] = Counter()
     found: list[str] = []
     for task in h.final["tasks"]:
         prompt = task.get("prompt") or ""
@@ -155,24 +157,46 @@ def _money(h: History) -> list[str]:
         # A resend replaces the id of an unknown entry: the earlier charge is then counted
         # against the key's resends below, not lost.
         lost = task["task_id"] not in ids and (ledger, prompt) not in unknown
-        if lost and not resends[key]:
+        lost_by_key[key] += lost
+        if lost and lost_by_key[key] > resends[key]:
             found.append(
                 f"PAID AND LOST: task {task['task_id']} ({task['charged']} credits, prompt {prompt!r}) is in no ledger entry; operations on {key!r}: {h.ops_on(key)}"
             )
         if key != "-":
             paid[(ledger, key)].append(task)
-        if ledger == "cap":
-            capped += float(task["charged"])
     for (ledger, key), tasks in sorted(paid.items()):
         if len(tasks) > 1 + resends[key]:
             listed = ", ".join(t["task_id"] for t in tasks)
             found.append(
                 f"PAID TWICE: {ledger} key {key!r} charged {len(tasks)} times ({listed}) with {resends[key]} resend(s); operations: {h.ops_on(key)}"
             )
-    if capped > CAP:
-        found.append(
-            f"CAP PASSED: the capped ledger was charged {capped:g} credits, over its cap of {CAP:g}"
-        )
+    found += _cap(h)
+    return found
+
+
+def _cap(h: History) -> list[str]:
+    """The capped ledger's live charges never pass its cap, at any moment.
+
+    A task's charge lives from its creation until its refund (a failed task's, at its
+    finish, as the sandbox says). The ledger frees a reservation only once a watcher recorded
+    the refund, after it happened: if the ledger kept its cap, the sandbox's charges did too.
+    """
+    events: list[tuple[float, int, float, str]] = []
+    for task in h.final["tasks"]:
+        if (task.get("prompt") or "").startswith("torture|cap|") and task.get("charged"):
+            created = datetime.fromisoformat(task["created"].replace("Z", "+00:00")).timestamp()
+            events.append((created, 1, float(task["charged"]), task["task_id"]))
+            if task.get("refunded"):
+                events.append((task["finished"], 0, -float(task["charged"]), task["task_id"]))
+    live, found = 0.0, []
+    for at, _, amount, task_id in sorted(events):
+        live += amount
+        if live > CAP + 1e-9:
+            found.append(
+                f"CAP PASSED: the capped ledger's live charges reached {live:g} credits (cap"
+                f" {CAP:g}) at t+{at - h.start:.2f}s with task {task_id}"
+            )
+            break
     return found
 
 

@@ -365,7 +365,11 @@ class Run:
                 async with limit:
                     task = await control("GET", f"tasks/{task_id}", None)
                 final["tasks"].append(
-                    {k: task.get(k) for k in ("task_id", "prompt", "charged", "refunded", "status")}
+                    {
+                        **{k: task.get(k) for k in ("task_id", "prompt", "charged", "refunded")},
+                        "created": task["created_at"],
+                        "finished": task["schedule"]["finish_at_wall"],
+                    }
                 )
 
             async with anyio.create_task_group() as tg:

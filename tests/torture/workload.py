@@ -167,7 +167,9 @@ async def _create(
 ) -> None:
     # The prompt names the key and the invocation: the sandbox's record of each charge is
     # so traced back to a key (a resend sends the same prompt again).
-    fail = " sandbox-fail" if not capped and rng.random() < 0.1 else ""
+    # Some tasks fail and are refunded: under the cap, their credits come back and the
+    # capped creates cross the cap again and again.
+    fail = " sandbox-fail" if rng.random() < (0.3 if capped else 0.1) else ""
     prompt = f"torture|{'cap' if capped else 'main'}|{key or '-'}|{tag}{fail}"
     duration = CAP_DURATION if capped else rng.choice([4, 5, 6])
     metadata = {"by": proc.name, "tag": tag}
