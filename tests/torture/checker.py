@@ -23,9 +23,9 @@ per violation, naming the operations involved and their times:
 from __future__ import annotations
 
 import json
-from datetime import datetime
 import sys
 from collections import Counter, defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class History:
 
     def ops_on(self, key: str) -> str:
         # A project's task or batch (``KEY/...``) is made by its project's operations.
-        ops = (self.by_key.get(key) or self.by_key.get(key.split("/")[0], []))[:6]
+        ops = (self.by_key.get(key) or self.by_key.get(key.split("/", maxsplit=1)[0], []))[:6]
         return ", ".join(f"{r['op']} {_at(r, self.start)}" for r in ops) or "no operation recorded"
 
     def outage_between(self, low: float, high: float) -> bool:
@@ -103,15 +103,21 @@ def _consumers(h: History) -> list[str]:
             if last is not None and pos <= last["pos"]:
                 twice = "again" if pos in seen else "out of position order"
                 found.append(
-                    f"{name} yielded position {pos} ({r['key']} v{r['version']}) {twice} at {_at(r, h.start)}, after position {last['pos']} at {_at(last, h.start)}"
+                    f"{name} yielded position {pos} ({r['key']} v{r['version']}) {twice}"
+                    f" at {_at(r, h.start)},"
+                    f" after position {last['pos']} at {_at(last, h.start)}"
                 )
             elif pos not in log:
                 found.append(
-                    f"{name} yielded position {pos} ({r['key']} v{r['version']}) at {_at(r, h.start)}, not in the final log"
+                    f"{name} yielded position {pos} ({r['key']} v{r['version']}) at"
+                    f" {_at(r, h.start)},"
+                    f" not in the final log"
                 )
             elif log[pos] != (r["key"], r["version"]):
                 found.append(
-                    f"{name} yielded position {pos} as {r['key']} v{r['version']} at {_at(r, h.start)}; the final log has {log[pos]}"
+                    f"{name} yielded position {pos} as {r['key']} v{r['version']} at"
+                    f" {_at(r, h.start)};"
+                    f" the final log has {log[pos]}"
                 )
             seen.add(pos)
             last = r if last is None or pos > last["pos"] else last
@@ -160,7 +166,8 @@ def _money(h: History) -> list[str]:
         lost_by_key[key] += lost
         if lost and lost_by_key[key] > resends[key]:
             found.append(
-                f"PAID AND LOST: task {task['task_id']} ({task['charged']} credits, prompt {prompt!r}) is in no ledger entry; operations on {key!r}: {h.ops_on(key)}"
+                f"PAID AND LOST: task {task['task_id']} ({task['charged']} credits, prompt"
+                f" {prompt!r}) is in no ledger entry; operations on {key!r}: {h.ops_on(key)}"
             )
         if key != "-":
             paid[(ledger, key)].append(task)
@@ -168,7 +175,8 @@ def _money(h: History) -> list[str]:
         if len(tasks) > 1 + resends[key]:
             listed = ", ".join(t["task_id"] for t in tasks)
             found.append(
-                f"PAID TWICE: {ledger} key {key!r} charged {len(tasks)} times ({listed}) with {resends[key]} resend(s); operations: {h.ops_on(key)}"
+                f"PAID TWICE: {ledger} key {key!r} charged {len(tasks)} times ({listed}) with"
+                f" {resends[key]} resend(s); operations: {h.ops_on(key)}"
             )
     found += _cap(h)
     return found
@@ -219,7 +227,8 @@ def _deliveries(h: History) -> list[str]:
             and (key, entry["state"]) not in delivered
         ):
             found.append(
-                f"NOT DELIVERED: {key!r} finished {entry['state']} (finished_at t+{(entry['finished_at'] or h.start) - h.start:.2f}s) was never delivered"
+                f"NOT DELIVERED: {key!r} finished {entry['state']} (finished_at"
+                f" t+{(entry['finished_at'] or h.start) - h.start:.2f}s) was never delivered"
             )
     return found
 
@@ -239,7 +248,10 @@ def _waits(h: History) -> list[str]:
         bound = WAIT_BOUND + (OUTAGE_ALLOWANCE if h.outage_between(asked["t"], r["t"]) else 0.0)
         if r["phase"] == "ok" and r["t"] - max(finished, asked["t"]) > bound:
             found.append(
-                f"LATE WAIT: wait({r['key']!r}) {_at(asked, h.start)} returned at t+{r['t'] - h.start:.2f}s, {r['t'] - max(finished, asked['t']):.1f}s after the finish recorded at t+{finished - h.start:.2f}s"
+                f"LATE WAIT: wait({r['key']!r}) {_at(asked, h.start)} returned at"
+                f" t+{r['t'] - h.start:.2f}s,"
+                f" {r['t'] - max(finished, asked['t']):.1f}s after the finish recorded at"
+                f" t+{finished - h.start:.2f}s"
             )
         elif (
             r["phase"] == "fail"
@@ -247,7 +259,10 @@ def _waits(h: History) -> list[str]:
             and finished + bound < asked["t"] + asked["timeout"]
         ):
             found.append(
-                f"WAIT TIMED OUT: wait({r['key']!r}, timeout={asked['timeout']}) {_at(asked, h.start)} timed out at t+{r['t'] - h.start:.2f}s though the entry finished at t+{finished - h.start:.2f}s"
+                f"WAIT TIMED OUT: wait({r['key']!r}, timeout={asked['timeout']})"
+                f" {_at(asked, h.start)}"
+                f"timed out at t+{r['t'] - h.start:.2f}s though the entry finished at"
+                f" t+{finished - h.start:.2f}s"
             )
     return found
 
@@ -267,16 +282,20 @@ def _liveness(h: History) -> list[str]:
             and (name, inc) not in h.killed
         ):
             found.append(
-                f"NEVER RETURNED: {r['op']} {_at(r, h.start)} ({r.get('key')}) in a process that was not killed"
+                f"NEVER RETURNED: {r['op']} {_at(r, h.start)} ({r.get('key')}) in a process that"
+                f" was not killed"
             )
     for r in h.runner:
         if r["op"] == "hung":
             found.append(
-                f"HUNG PROCESS: {r['target']}.{r['inc']} did not end within its deadline after the stop"
+                f"HUNG PROCESS: {r['target']}.{r['inc']} did not end within its deadline after the"
+                f" stop"
             )
         elif r["op"] == "exited" and r["code"] != 0 and (r["target"], r["inc"]) not in h.killed:
             found.append(
-                f"PROCESS FAILED: {r['target']}.{r['inc']} ended with status {r['code']} at {_at(r, h.start)} (see logs/{r['target']}.{r['inc']}.log)"
+                f"PROCESS FAILED: {r['target']}.{r['inc']} ended with status {r['code']}"
+                f" at {_at(r, h.start)}"
+                f" (see logs/{r['target']}.{r['inc']}.log)"
             )
     return found
 
@@ -297,7 +316,8 @@ def summary(folder: Path) -> str:
     charged = sum(1 for t in h.final["tasks"] if t.get("charged"))
     return (
         f"{len(h.final['log'])} changes in the log, {yields} yielded to consumers, {charged} tasks"
-        f" charged, {deliveries} deliveries; operations {dict(sorted(ops.items()))}; faults {dict(faults)}"
+        f"charged, {deliveries} deliveries; operations {dict(sorted(ops.items()))}; faults"
+        f" {dict(faults)}"
     )
 
 

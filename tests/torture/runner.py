@@ -220,8 +220,8 @@ class Run:
         for fault in schedule:
             print(f"  fault {fault}")
         url, cap_url = self.start_database()
-        self.sandbox = SandboxProcess("--seed", str(self.seed), "--time-scale", "0.01",
-                                      "--credits", "100000000", "--task-duration", "20-40")  # fmt: skip
+        options = ["--time-scale", "0.01", "--credits", "100000000", "--task-duration", "20-40"]
+        self.sandbox = SandboxProcess("--seed", str(self.seed), *options)
         await anyio.to_thread.run_sync(self.sandbox.start)
         self.config.update(
             seed=self.seed, folder=str(self.folder), url=url, cap_url=cap_url, cap=CAP,

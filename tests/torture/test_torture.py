@@ -53,7 +53,13 @@ def _run(engine: str, seed: int, folder: Path, *, package: Path | None = None) -
     # Started from the run's folder: the interpreter puts its working directory first on
     # sys.path, and a mutant's copy of the package must come before the checkout's.
     done = subprocess.run(  # noqa: S603
-        command, cwd=folder.parent, env=env, capture_output=True, text=True, timeout=270
+        command,
+        cwd=folder.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=270,
+        check=False,
     )
     return done.returncode, done.stdout + done.stderr
 
@@ -66,18 +72,23 @@ def test_the_ledger_keeps_its_promises_under_faults(engine: str, seed: int, tmp_
     code, output = _run(engine, seed, tmp_path / "run")
     print(output)
     assert code == 0, (
-        f"seed {seed} on {engine} (replay: python -m tests.torture.runner --seed {seed} --engine {engine} --seconds {SECONDS}):\n{output}"
+        f"seed {seed} on {engine} (replay: python -m tests.torture.runner --seed {seed} --engine"
+        f" {engine} --seconds {SECONDS}):\n{output}"
     )
 
 
 def _mutant(path: Path) -> dict[str, str]:
     """The ``# name: value`` lines at the top of a mutant's patch."""
-    header = {}
+    header: dict[str, str] = {}
+    name = ""
     for line in path.read_text().splitlines():
         if not line.startswith("# "):
             break
+        if line.startswith("#   "):  # a value's next line
+            header[name] += " " + line[4:].strip()
+            continue
         name, _, value = line[2:].partition(":")
-        header[name.strip()] = value.strip()
+        header[name] = value.strip()
     return header
 
 

@@ -21,11 +21,12 @@ The process ends when the runner creates the stop file (the consumers: at the en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import sys
-from functools import partial
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -202,11 +203,9 @@ async def _project(
         return
     with anyio.move_on_after(30):
         while True:
-            try:
+            with contextlib.suppress(Exception):  # asked again: the service may be faulty
                 if (await client.projects.get(project.project_id)).status == "succeeded":
                     break
-            except Exception:  # noqa: BLE001, S112 - asked again: the service may be faulty
-                pass
             await anyio.sleep(0.05)
     call = partial(ledger.create_videos, client, key, out_number=rng.randrange(2, 5))
     await proc.op("create_videos", call, key=key)
