@@ -129,8 +129,9 @@ def _consumers(h: History) -> list[str]:
             after = min((p for p in times if p > pos), default=None)
             between = ", ".join(
                 f"{'before' if p == before else 'after'}: position {p} at {_at(times[p], h.start)}"
-                for p in (before, after) if p is not None
-            )  # fmt: skip
+                for p in (before, after)
+                if p is not None
+            )
             found.append(
                 f"MISSED CHANGE: {name} never yielded position {pos} ({key!r} version {version});"
                 f" {between}; operations on the key: {h.ops_on(key)}"

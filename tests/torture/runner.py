@@ -103,9 +103,13 @@ class Run:
             if valid:
                 self.delivered.add((data.get("key"), data.get("state")))
             hooks.write(
-                "delivery", id=request.headers.get("webhook-id"), valid=valid,
-                key=data.get("key"), state=data.get("state"), version=data.get("version"),
-            )  # fmt: skip
+                "delivery",
+                id=request.headers.get("webhook-id"),
+                valid=valid,
+                key=data.get("key"),
+                state=data.get("state"),
+                version=data.get("version"),
+            )
             return web.Response(status=204)
 
         app = web.Application()
@@ -121,8 +125,15 @@ class Run:
     def spawn(self, slot: Slot) -> None:
         slot.incarnation += 1
         log = open(self.folder / "logs" / f"{slot.name}.{slot.incarnation}.log", "wb")  # noqa: SIM115
-        command = [sys.executable, "-m", "tests.torture.workload", str(self.folder / "config.json"),
-                   slot.role, str(slot.number), str(slot.incarnation)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "tests.torture.workload",
+            str(self.folder / "config.json"),
+            slot.role,
+            str(slot.number),
+            str(slot.incarnation),
+        ]
         slot.process = subprocess.Popen(  # noqa: S603
             command, cwd=self.folder, env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
@@ -224,10 +235,17 @@ class Run:
         self.sandbox = SandboxProcess("--seed", str(self.seed), *options)
         await anyio.to_thread.run_sync(self.sandbox.start)
         self.config.update(
-            seed=self.seed, folder=str(self.folder), url=url, cap_url=cap_url, cap=CAP,
-            base_url=self.sandbox.base_url, api_key=self.sandbox.api_key,
-            hook_secret=HOOK_SECRET, lanes=LANES, engine=self.engine,
-        )  # fmt: skip
+            seed=self.seed,
+            folder=str(self.folder),
+            url=url,
+            cap_url=cap_url,
+            cap=CAP,
+            base_url=self.sandbox.base_url,
+            api_key=self.sandbox.api_key,
+            hook_secret=HOOK_SECRET,
+            lanes=LANES,
+            engine=self.engine,
+        )
         async with anyio.create_task_group() as tg:
             receiver = await self.receiver(tg)
             (self.folder / "config.json").write_text(json.dumps(self.config))
@@ -280,14 +298,19 @@ class Run:
     async def drain(self, client: AsyncVideoGen, url: str, cap_url: str) -> None:
         """Settle every entry left, deliver every delivery due (the runner's own processes).
 
-        Not ``stop_when_idle``: a project's entry stays ``pending`` (it never becomes terminal),
-        and such an iteration would never end. The runner reads the entries instead.
+        The watch is ``stop_when_idle`` (an idle watcher marks a dead creator's ``creating``
+        entries ``unknown``), but it is not waited on to end by itself: a project's entry
+        stays ``pending`` (it never becomes terminal), and such an iteration never ends. The
+        runner reads the entries instead, and stops it once nothing but projects is open.
         """
         for where in (url, cap_url):
             async with Ledger.open(where) as ledger:
 
                 async def watch(ledger: Ledger = ledger) -> None:
-                    async with ledger.watch(client, lease=5.0, claim_interval=0.2) as finished:
+                    settling = ledger.watch(
+                        client, lease=5.0, claim_interval=0.2, stop_when_idle=True
+                    )
+                    async with settling as finished:
                         async for entry in finished:
                             self.history.write("settled", key=entry.key, state=entry.state)
 
@@ -330,14 +353,18 @@ class Run:
         """The end mark, then every consumer reads up to it (started again until it has)."""
         async with Ledger.open(url) as ledger:
             await ledger.update_metadata(END_KEY, {"end": True})
-        self.history.write("end_mark")
-        with anyio.fail_after(DRAIN_DEADLINE):
+        number = self.history.invoke("end_mark")
+        with anyio.move_on_after(DRAIN_DEADLINE) as deadline:
             while not all(
                 s.process is None and self.consumer_done(s)
                 for s in self.slots
                 if s.role == "consumer"
             ):
                 await anyio.sleep(0.1)
+        if deadline.cancelled_caught:
+            self.history.write("end_mark", phase="fail", of=number, error="hung", hung=True)
+        else:
+            self.history.ok("end_mark", number)
 
     async def final_state(self, url: str, cap_url: str) -> None:
         final: dict[str, Any] = {"log": [], "entries": {}, "tasks": []}
@@ -352,11 +379,13 @@ class Run:
             async with Ledger.open(where) as ledger:
                 async for entry in ledger.entries():
                     final["entries"][f"{name}|{entry.key}"] = {
-                        "state": entry.state, "task_id": entry.task_id,
-                        "prompt": entry.request.get("prompt"), "credits": entry.credits_cost,
+                        "state": entry.state,
+                        "task_id": entry.task_id,
+                        "prompt": entry.request.get("prompt"),
+                        "credits": entry.credits_cost,
                         "finished_at": entry.finished_at.timestamp() if entry.finished_at else None,
                         "version": entry.version,
-                    }  # fmt: skip
+                    }
         async with self.control() as control:
             ids = (await control("GET", "tasks?limit=1000000", None))["task_ids"]
             limit = anyio.Semaphore(16)

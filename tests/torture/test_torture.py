@@ -48,8 +48,19 @@ def _run(engine: str, seed: int, folder: Path, *, package: Path | None = None) -
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found")
     paths = [str(package)] if package is not None else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}
-    command = [sys.executable, "-m", "tests.torture.runner", "--seed", str(seed),
-               "--seconds", str(SECONDS), "--engine", engine, "--folder", str(folder)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "tests.torture.runner",
+        "--seed",
+        str(seed),
+        "--seconds",
+        str(SECONDS),
+        "--engine",
+        engine,
+        "--folder",
+        str(folder),
+    ]
     # Started from the run's folder: the interpreter puts its working directory first on
     # sys.path, and a mutant's copy of the package must come before the checkout's.
     done = subprocess.run(  # noqa: S603
@@ -101,8 +112,10 @@ def test_the_checker_reports_each_mutant(patch: Path, tmp_path: Path) -> None:
     shutil.copytree(ROOT / "videogen_async", copy / "videogen_async")
     applied = subprocess.run(  # noqa: S603
         ["patch", "-p1", "--batch", "--forward", "-d", str(copy), "-i", str(patch)],  # noqa: S607
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if applied.returncode:
         pytest.fail(
             f"PATCH NO LONGER APPLIES: {patch.name} (intent: {header.get('intent')}); refresh it"
