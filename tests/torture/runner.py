@@ -438,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     seconds = args.minutes * 60 if args.minutes is not None else (args.seconds or 30.0)
     folder = args.folder or Path(tempfile.mkdtemp(prefix=f"torture-{seed}-"))
+    if (folder / "hist").exists():  # the histories are appended to: one run's only
+        parser.error(f"{folder} holds the histories of another run")
     run = Run(seed, seconds, args.engine, folder)
     status = 2
     try:
