@@ -262,7 +262,7 @@ def _waits(h: History) -> list[str]:
             found.append(
                 f"WAIT TIMED OUT: wait({r['key']!r}, timeout={asked['timeout']})"
                 f" {_at(asked, h.start)}"
-                f"timed out at t+{r['t'] - h.start:.2f}s though the entry finished at"
+                f" timed out at t+{r['t'] - h.start:.2f}s though the entry finished at"
                 f" t+{finished - h.start:.2f}s"
             )
     return found
@@ -317,7 +317,7 @@ def summary(folder: Path) -> str:
     charged = sum(1 for t in h.final["tasks"] if t.get("charged"))
     return (
         f"{len(h.final['log'])} changes in the log, {yields} yielded to consumers, {charged} tasks"
-        f"charged, {deliveries} deliveries; operations {dict(sorted(ops.items()))}; faults"
+        f" charged, {deliveries} deliveries; operations {dict(sorted(ops.items()))}; faults"
         f" {dict(faults)}"
     )
 

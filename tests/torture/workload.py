@@ -135,12 +135,12 @@ async def _writer_lane(
         draw = rng.random()
         if capped:
             key: str | None = f"cap-{tag}"
-        elif draw < 0.25 and mine:
+        elif draw < 0.2 and mine:
             key = rng.choice(mine)
             patch = {"n": rng.randrange(5), "by": proc.name} if rng.random() < 0.8 else {"n": None}
             await proc.op("update", partial(ledger.update_metadata, key, patch), key=key)
             continue
-        elif draw < 0.29:
+        elif draw < 0.3:
             await _project(proc, ledger, client, rng, f"{proc.name}-p{lane}-{n}")
             continue
         elif draw < 0.35:
