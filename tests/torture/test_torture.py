@@ -25,7 +25,7 @@ pytest.importorskip("standardwebhooks", reason="pip install standardwebhooks (te
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = Path(__file__).with_name("mutants")
-SECONDS = 20
+SECONDS = 15
 
 
 def _fresh_seed() -> int:
