@@ -66,7 +66,7 @@ class Process:
         self.seed = f"{config['seed']}:{self.name}:{incarnation}"
         self.count = 0
 
-    def rng(self, lane: int) -> random.Random:
+    def rng(self, lane: int | str) -> random.Random:
         """The random draws of one lane of operations (the same for the same seed)."""
         return random.Random(f"{self.seed}:{lane}")
 
@@ -116,22 +116,48 @@ def describe(result: Any) -> dict[str, Any]:
     }
 
 
-async def writer(proc: Process, ledger: Ledger, lanes: int, capped: bool) -> None:
-    """Creates and metadata updates, ``lanes`` at once, until the stop file."""
-    async with proc.client() as client, anyio.create_task_group() as tg:
-        for lane in range(lanes):
-            tg.start_soon(_writer_lane, proc, ledger, client, lane, capped)
+async def writer(proc: Process, url: str, cap: dict[str, Any], lanes: int, capped: bool) -> None:
+    """Creates and metadata updates, ``lanes`` at once, until the stop file, in sessions.
+
+    Each session is a ledger opened afresh (its own connections, its own creator) whose lanes
+    start together and end after a drawn number of operations: the first writes of a process
+    are where transactions take their positions in another order than they began (the
+    burst of a fresh pool's first creates, grouped in one transaction each), and sessions
+    make many such starts in one process.
+    """
+    mine: dict[int, list[str]] = {lane: [] for lane in range(lanes)}
+    async with proc.client() as client:
+        session = 0
+        while not proc.stopping():
+            ledger = await _open(proc, url, cap)
+            if session == 0:
+                proc.history.write("ready")
+            budget = proc.rng(f"session.{session}").randrange(5, 40)
+            try:
+                async with anyio.create_task_group() as tg:
+                    for lane in range(lanes):
+                        args = (ledger, client, session, lane, budget, capped, mine[lane])
+                        tg.start_soon(_writer_lane, proc, *args)
+            finally:
+                await ledger.aclose()
+            session += 1
 
 
 async def _writer_lane(
-    proc: Process, ledger: Ledger, client: AsyncVideoGen, lane: int, capped: bool
+    proc: Process,
+    ledger: Ledger,
+    client: AsyncVideoGen,
+    session: int,
+    lane: int,
+    budget: int,
+    capped: bool,
+    mine: list[str],
 ) -> None:
-    rng = proc.rng(lane)
-    mine: list[str] = []
-    n = 0
-    while not proc.stopping():
-        n += 1
-        tag = f"{proc.name}.{proc.incarnation}.{lane}.{n}"
+    rng = proc.rng(f"{session}.{lane}")
+    for n in range(budget):
+        if proc.stopping():
+            return
+        tag = f"{proc.name}.{proc.incarnation}.{session}.{lane}.{n}"
         draw = rng.random()
         if capped:
             key: str | None = f"cap-{tag}"
@@ -141,7 +167,7 @@ async def _writer_lane(
             await proc.op("update", partial(ledger.update_metadata, key, patch), key=key)
             continue
         elif draw < 0.3:
-            await _project(proc, ledger, client, rng, f"{proc.name}-p{lane}-{n}")
+            await _project(proc, ledger, client, rng, f"p-{tag}")
             continue
         elif draw < 0.35:
             key = f"shared-{rng.randrange(SHARED_KEYS)}"
@@ -150,7 +176,7 @@ async def _writer_lane(
         elif draw < 0.5:
             key = None
         else:
-            key = f"{proc.name}-{lane}-{n}"
+            key = f"k-{tag}"
         await _create(proc, ledger, client, rng, key, tag, capped, mine)
         if capped:
             await anyio.sleep(rng.uniform(0, 0.2))  # the cap is reached soon: pace the rest
@@ -312,13 +338,13 @@ async def main(config: dict[str, Any], role: str, number: int, incarnation: int)
     url = config["cap_url" if capped else "url"]
     cap = {"max_credits": config["cap"], "price_estimate": price} if capped else {}
     try:
+        if role in ("writer", "capped"):
+            await writer(proc, url, cap, config["lanes"], capped)
+            return
         ledger = await _open(proc, url, cap)
         proc.history.write("ready")
         try:
-            if role in ("writer", "capped"):
-                await writer(proc, ledger, config["lanes"], capped)
-            else:
-                await globals()[role](proc, ledger)
+            await globals()[role](proc, ledger)
         finally:
             await ledger.aclose()
     finally:
