@@ -128,7 +128,8 @@ class Creator:
                     start = refused.start
                 if start.outcome == "new":
                     kind = getattr(entry, "kind", "task")  # a resend's entry is its task's key
-                    return await self._send(key, send, kind, estimate)
+                    price = (getattr(entry, "model", None), getattr(entry, "duration", None))
+                    return await self._send(key, send, kind, estimate, price)
                 if start.outcome == "existing":
                     return await self._existing(key, start.row)
                 if start.outcome == "budget":
@@ -169,7 +170,12 @@ class Creator:
         return entry
 
     async def _send(
-        self, key: str, send: Callable[[], Awaitable[Any]], kind: str, estimate: float | None
+        self,
+        key: str,
+        send: Callable[[], Awaitable[Any]],
+        kind: str,
+        estimate: float | None,
+        price: tuple[str | None, int | None],
     ) -> LedgerEntry:
         unreadable = None
         try:
@@ -211,7 +217,7 @@ class Creator:
         known = None if problem or batch is not None else found
         task_id, project_id = (known, None) if field == "task_id" else (None, known)
         answer = Settled(task_id, project_id, cost, problem, batch or [])
-        row = await self._settle(key, settle_created, answer, self._prices)
+        row = await self._settle(key, settle_created, answer, self._prices, price)
         entry = entry_from_row(await self._checked(key, answer, row))
         if problem is not None:
             raise err.AmbiguousCreateError(key, entry, problem)

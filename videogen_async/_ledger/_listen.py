@@ -2,10 +2,16 @@
 
 One :class:`Listener` per ledger hands the triggers' changes to this process's waits, iterators
 and dispatchers in sequence (``position``) order. A number is taken before its change commits,
-so a gap holds back later changes until it comes, is known never to come (the transactions
-running when it was missed have ended: ``{in_progress}``) or is :data:`GAP_TTL` old: each change
-is handed on once, in order, and a resumed consumer misses nothing. Woken by the engine
-(``NOTIFY``; SQLite's ``PRAGMA data_version``) and by this process's commits.
+so a gap holds back later changes until it comes, is known never to come or is
+:data:`GAP_TTL` old: each change is handed on once, in order, and a resumed consumer misses
+nothing. Woken by the engine (``NOTIFY``; SQLite's ``PRAGMA data_version``) and by this
+process's commits.
+
+A number is known never to come once every transaction that was running when it was first
+missed has ended (``{in_progress}``, read by the same statement as the changes) and one more
+read has not found it. That read is needed because the list of running transactions is taken
+a moment after the statement's snapshot: a transaction that commits in between is absent from
+both the changes read and the list, and only the next read sees its change.
 """
 
 from __future__ import annotations
@@ -194,12 +200,13 @@ class Listener:
                     continue
                 self._held[seq] = row
             # A number still missing is never coming once every transaction that was running
-            # when it was first missed has ended (it would be in this read).
+            # when it was first missed had ended by the previous read (it would be in this one).
             running = frozenset(rows[0]["busy"] or ()) if rows else frozenset()
             for n, (since, was) in list(self._gaps.items()):
-                self._gaps[n] = (since, waiting := running if was is None else was & running)
-                if not waiting or now - since > GAP_TTL:
+                if (was is not None and not was) or now - since > GAP_TTL:
                     del self._gaps[n]
+                else:
+                    self._gaps[n] = (since, running if was is None else was & running)
             self._hand_on()
             if len(rows) < _PAGE:
                 return

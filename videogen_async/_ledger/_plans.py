@@ -201,7 +201,11 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
 
 
 def settle_created(
-    key: str, owner: str, answer: Settled, prices: dict[Any, float]
+    key: str,
+    owner: str,
+    answer: Settled,
+    prices: dict[Any, float],
+    price: tuple[str | None, int | None] | None = None,
 ) -> Plan[Row | None]:
     """Record a create's answer: ``pending`` with its id (``unknown`` if it cannot be polled).
 
@@ -209,15 +213,22 @@ def settle_created(
     dead meanwhile); the price is learned for its model and duration unless ``prices`` (this
     process's highest, kept here) holds it. A video batch is ``created``, its tasks recorded.
 
+    The answer commits alone (one round trip) only when ``price``, the entry's model and
+    duration, is one this process knows at this cost already. Otherwise the answer and the
+    price it teaches commit together: in between, a capped create of that price would find the
+    create of unknown price answered (it no longer waits) and the price still unknown (so it
+    would be sent as another create of unknown price, and the two could pass the cap).
+
     Returns:
         The entry, or ``None`` when the key holds another create's answer meanwhile.
     """
     args = (key, owner, answer.task_id, answer.project_id, answer.cost, answer.problem)
-    row = yield from first(_ANSWERED, *args, "videos", alone=True)
+    learned = price is not None and answer.cost <= max(0.0, prices.get(price, -1.0))
+    row = yield from first(_ANSWERED, *args, "videos", alone=learned)
     if row is not None:
         price, cost = (row["model"], row["duration"]), row["credits_cost"]
         if row["kind"] == "task" and all(price) and cost > max(0.0, prices.get(price, -1.0)):
-            yield q(_LEARN_PRICE, *price, cost, alone=True)
+            yield q(_LEARN_PRICE, *price, cost)
             prices[price] = cost
         return row
     old = yield from first(_ROW, key)

@@ -181,7 +181,13 @@ POSTGRES = Dialect(
     serial="BIGSERIAL PRIMARY KEY",
     now="extract(epoch from clock_timestamp())",  # the server's: machines need not agree
     greatest="GREATEST",
-    in_progress="(SELECT array_agg(x) FROM txid_snapshot_xip(txid_current_snapshot()) AS x)",
+    # Every transaction holding an id, from the lock each holds on its own id until it ends:
+    # not the snapshot's xip list, which names only ids below its xmax (the newest id that had
+    # ended, plus one), so a running transaction with a higher id than the last to commit was
+    # missing from it. Read after the statement's snapshot: the listener waits one more read
+    # before taking a number as never coming (see _listen.py).
+    in_progress="(SELECT array_agg(transactionid::text::bigint) FROM pg_locks"
+    " WHERE locktype = 'transactionid')",
     lock=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
     table_exists="SELECT 1 AS one WHERE to_regclass($1) IS NOT NULL",
