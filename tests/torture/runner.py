@@ -73,6 +73,7 @@ class Run:
         paths = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p]
         self.env["PYTHONPATH"] = os.pathsep.join([*paths, str(ROOT)])
         self.env["VIDEOGEN_LEDGER_SPOOL"] = str(folder / "spool")
+        os.environ["VIDEOGEN_LEDGER_SPOOL"] = self.env["VIDEOGEN_LEDGER_SPOOL"]  # the runner's
         # Every process started again compiles the package without the bytecode caches.
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
 

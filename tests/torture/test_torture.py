@@ -111,7 +111,7 @@ def test_the_checker_reports_each_mutant(patch: Path, tmp_path: Path) -> None:
     copy = tmp_path / "package"
     shutil.copytree(ROOT / "videogen_async", copy / "videogen_async")
     applied = subprocess.run(  # noqa: S603
-        ["patch", "-p1", "--batch", "--forward", "-d", str(copy), "-i", str(patch)],  # noqa: S607
+        ["patch", "-p1", "--batch", "--forward", "-d", str(copy), "-i", str(patch.resolve())],  # noqa: S607
         capture_output=True,
         text=True,
         check=False,
