@@ -36,7 +36,8 @@ WAIT_BOUND = 10.0
 """Seconds a wait may return after the finish was recorded (the listener's read, a busy box)."""
 OUTAGE_ALLOWANCE = 45.0
 """More seconds when the database was away meanwhile (the listener reconnects with backoff)."""
-CAP = 400.0
+CAP = 100.0
+"""The capped ledger's ``max_credits``: ten creates of its price, reached early and often."""
 KEYED_OPS = ("create", "update", "resend", "create_project", "create_videos")
 
 

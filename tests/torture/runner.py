@@ -39,7 +39,6 @@ from videogen_async.testing import SandboxProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_SECRET = "whsec_" + "dG9ydHVyZS10b3J0dXJlLXRvcnR1cmUtdG9ydHVyZSE="  # fixed: replayable
-CAP = 400.0
 LANES = 6
 PROCESSES = {"writer": 3, "capped": 1, "watcher": 2, "consumer": 3, "waiter": 1, "dispatcher": 1}
 DRAIN_DEADLINE = 150.0
@@ -240,7 +239,7 @@ class Run:
             folder=str(self.folder),
             url=url,
             cap_url=cap_url,
-            cap=CAP,
+            cap=checker.CAP,
             base_url=self.sandbox.base_url,
             api_key=self.sandbox.api_key,
             hook_secret=HOOK_SECRET,

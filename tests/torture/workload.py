@@ -25,6 +25,7 @@ import contextlib
 import json
 import random
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -43,7 +44,8 @@ from videogen_async import (
 
 END_KEY = "torture-end"
 """The entry whose metadata ``{"end": True}`` the runner writes last: the consumers stop there."""
-SHARED_KEYS = 40
+SHARED_WINDOW = 0.5
+"""Seconds during which the writers of every process share the same two fresh keys."""
 OP_DEADLINE = 90.0
 """Seconds any one operation may take (the ledger's outage timeout, 30 s, twice, and more)."""
 CAP_DURATION = 5
@@ -135,12 +137,22 @@ async def writer(proc: Process, url: str, cap: dict[str, Any], lanes: int, cappe
             budget = proc.rng(f"session.{session}").randrange(5, 40)
             try:
                 async with anyio.create_task_group() as tg:
-                    for lane in range(lanes):
-                        args = (ledger, client, session, lane, budget, capped, mine[lane])
-                        tg.start_soon(_writer_lane, proc, *args)
+                    if capped:  # refunds recorded free budget: the cap is reached again and again
+                        tg.start_soon(_settle, proc, ledger, client)
+                    async with anyio.create_task_group() as writes:
+                        for lane in range(lanes):
+                            args = (ledger, client, session, lane, budget, capped, mine[lane])
+                            writes.start_soon(_writer_lane, proc, *args)
+                    tg.cancel_scope.cancel()
             finally:
                 await ledger.aclose()
             session += 1
+
+
+async def _settle(proc: Process, ledger: Ledger, client: AsyncVideoGen) -> None:
+    async with ledger.watch(client, lease=5.0, claim_interval=0.2) as finished:
+        async for entry in finished:
+            proc.history.write("settled", key=entry.key, state=entry.state)
 
 
 async def _writer_lane(
@@ -169,17 +181,17 @@ async def _writer_lane(
         elif draw < 0.3:
             await _project(proc, ledger, client, rng, f"p-{tag}")
             continue
-        elif draw < 0.35:
-            key = f"shared-{rng.randrange(SHARED_KEYS)}"
-        elif draw < 0.42 and mine:
+        elif draw < 0.4:  # keys of this instant: creates of other processes race for them
+            key = f"shared-{int(time.time() / SHARED_WINDOW)}-{rng.randrange(2)}"
+        elif draw < 0.45 and mine:
             key = rng.choice(mine)
-        elif draw < 0.5:
+        elif draw < 0.52:
             key = None
         else:
             key = f"k-{tag}"
         await _create(proc, ledger, client, rng, key, tag, capped, mine)
         if capped:
-            await anyio.sleep(rng.uniform(0, 0.2))  # the cap is reached soon: pace the rest
+            await anyio.sleep(rng.uniform(0, 0.05))  # the cap is reached soon: pace the rest
 
 
 async def _create(
@@ -196,7 +208,7 @@ async def _create(
     # so traced back to a key (a resend sends the same prompt again).
     # Some tasks fail and are refunded: under the cap, their credits come back and the
     # capped creates cross the cap again and again.
-    fail = " sandbox-fail" if rng.random() < (0.3 if capped else 0.1) else ""
+    fail = " sandbox-fail" if rng.random() < (0.5 if capped else 0.1) else ""
     prompt = f"torture|{'cap' if capped else 'main'}|{key or '-'}|{tag}{fail}"
     duration = CAP_DURATION if capped else rng.choice([4, 5, 6])
     metadata = {"by": proc.name, "tag": tag}
