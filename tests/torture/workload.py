@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import sys
 import time
@@ -78,13 +79,23 @@ class Process:
     def client(self) -> AsyncVideoGen:
         return AsyncVideoGen(api_key=self.config["api_key"], base_url=self.config["base_url"])
 
-    async def op(self, op: str, call: Callable[[], Awaitable[Any]], **fields: Any) -> Any:
-        """Run one operation under its deadline, recorded; its result, or ``None`` if it raised."""
+    async def op(
+        self,
+        op: str,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        deadline: float = OP_DEADLINE,
+        **fields: Any,
+    ) -> Any:
+        """Run one operation under its deadline, recorded; its result, or ``None`` if it raised.
+
+        A watch or a dispatch runs until the process stops: its deadline is ``math.inf``.
+        """
         number = self.history.invoke(op, **fields)
         try:
-            with anyio.move_on_after(OP_DEADLINE) as deadline:
+            with anyio.move_on_after(deadline) as deadline_scope:
                 result = await call()
-            if deadline.cancelled_caught:
+            if deadline_scope.cancelled_caught:
                 self.history.write(op, phase="fail", of=number, error="hung", hung=True, **fields)
                 return None
         except anyio.get_cancelled_exc_class():
@@ -258,7 +269,7 @@ async def watcher(proc: Process, ledger: Ledger) -> None:
                 async for entry in finished:
                     proc.history.write("settled", key=entry.key, state=entry.state)
 
-        tg.start_soon(proc.op, "watch", watch)
+        tg.start_soon(partial(proc.op, "watch", watch, deadline=math.inf))
         await proc.until_stopped()
         tg.cancel_scope.cancel()
 
@@ -267,9 +278,8 @@ async def dispatcher(proc: Process, ledger: Ledger) -> None:
     """A dispatcher of signed webhooks to the runner's receiver, until the stop file."""
     hook = webhook(proc.config["hook_url"], proc.config["hook_secret"], timeout=5.0)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(
-            proc.op, "dispatch", lambda: ledger.dispatch("torture", hook, lease=5.0, backlog=True)
-        )
+        dispatch = partial(ledger.dispatch, "torture", hook, lease=5.0, backlog=True)
+        tg.start_soon(partial(proc.op, "dispatch", dispatch, deadline=math.inf))
         await proc.until_stopped()
         tg.cancel_scope.cancel()
 
