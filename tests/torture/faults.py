@@ -52,7 +52,7 @@ def schedule(seed: int, seconds: float, postgres: bool, processes: list[str]) ->
     """The faults of a run of ``seconds`` of workload: one every 2.5 s on average.
 
     On PostgreSQL the schedule holds at least one restart and one termination of backends
-    (when the run is 20 s or longer), placed by the seed.
+    (when the run is 10 s or longer), placed by the seed.
     """
     rng = random.Random(f"faults:{seed}")
     kinds = (
@@ -76,7 +76,7 @@ def schedule(seed: int, seconds: float, postgres: bool, processes: list[str]) ->
         else:
             faults.append(Fault(round(at, 2), kind, "postgres", {}))
         at += rng.expovariate(1 / 2.5)
-    if postgres and seconds >= 20:
+    if postgres and seconds >= 10:
         present = {f.kind for f in faults}
         if "pg_restart" not in present:
             faults.append(
