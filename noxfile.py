@@ -17,6 +17,9 @@ gate). The sessions need the Python versions they name on ``PATH`` (``python3.10
   ``tests/typing/public_api.py``, which uses the public API as a user would (checked, not run).
 * ``docs``: the docs site, built offline with ``mkdocs build --strict``.
 * ``fuzz``: schemathesis against the sandbox, from ``docs/openapi.json`` (bounded in time).
+
+``nox -s torture -- --minutes 10 --engine postgresql`` runs the ledger's history checker
+under faults for longer than CI does (``--seed N`` replays a seed; see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -122,3 +125,16 @@ def bench(session: nox.Session) -> None:
     for script in sorted(os.listdir("bench")):
         if script.endswith(".py") and not script.startswith("_"):
             session.run("python", f"bench/{script}", *session.posargs)
+
+
+@nox.session(python=PYTHONS[-1])
+def torture(session: nox.Session) -> None:
+    """Run the ledger's history checker under faults (not a gate: CI runs it in pytest).
+
+    ``-- --seed N --minutes M --engine sqlite|postgresql``; without ``--engine``, both.
+    """
+    session.install("-e", ".[test]")
+    args = list(session.posargs)
+    engines = [] if "--engine" in args else [["--engine", "sqlite"], ["--engine", "postgresql"]]
+    for engine in engines or [[]]:
+        session.run("python", "-m", "tests.torture.runner", *args, *engine)
