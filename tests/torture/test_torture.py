@@ -38,7 +38,7 @@ def _fresh_seed() -> int:
     return random.SystemRandom().randrange(10**6)
 
 
-SEEDS = [11, 12, _fresh_seed()]
+SEEDS = [11, _fresh_seed()]  # one fixed, one fresh: a longer search is `nox -s torture`
 
 
 def _run(engine: str, seed: int, folder: Path, *, package: Path | None = None) -> tuple[int, str]:
