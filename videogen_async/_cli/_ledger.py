@@ -44,51 +44,41 @@ async def _opened(url: str) -> AsyncIterator[Ledger]:
         yield ledger
 
 
-def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
-    return {
-        "key": entry.key,
-        "state": entry.state,
-        "kind": entry.kind,
-        "task_id": entry.task_id,
-        "project_id": entry.project_id,
-        "credits": entry.credits_cost,
-        "video_url": entry.video_url,
-        "error": entry.error,
-        "created_at": entry.created_at.isoformat() if entry.created_at else None,
-        "updated_at": entry.updated_at.isoformat() if entry.updated_at else None,
-    }
+def _delivered(name: str, totals: dict[str, Any]) -> str:
+    """A dispatch destination's totals, as ``summary`` and ``dispatch`` print them."""
+    delivered, pending, dead = totals["delivered"], totals["pending"], totals["dead"]
+    return f"{name}: {delivered} delivered, {pending} pending, {dead} dead"
 
 
 async def cmd_ledger_list(ctx: Context) -> int:
-    """``videogen ledger list URL [--state S ...] [--kind K] [--limit N]``."""
+    """``videogen ledger list URL [--state S ...] [--kind K] [--limit N]``.
+
+    ``--json`` prints each entry's own ``to_dict()`` (the fields of :class:`LedgerEntry`).
+    """
     args = ctx.args
     states = set(args.state or ())
-    rows: list[dict[str, Any]] = []
+    entries: list[LedgerEntry] = []
     async with _opened(args.url) as ledger:
         async for entry in ledger.entries():
             if (states and entry.state not in states) or args.kind not in (None, entry.kind):
                 continue
-            rows.append(_entry_json(entry))
-            if args.limit is not None and len(rows) >= args.limit:
+            entries.append(entry)
+            if len(entries) == args.limit:
                 break
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(rows)
-        return EXIT_OK
-    ctx.ui.table(
-        ("key", "state", "task id", "credits", "updated", "video or error"),
-        [
-            (
-                row["key"],
-                row["state"],
-                row["task_id"] or row["project_id"],
-                fmt_credits(row["credits"]),
-                (row["updated_at"] or "")[:19].replace("T", " "),
-                row["video_url"] or row["error"],
-            )
-            for row in rows
-        ],
-    )
-    ctx.ui.print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    rows = [
+        (
+            e.key,
+            e.state,
+            e.task_id or e.project_id,
+            fmt_credits(e.credits_cost),
+            e.updated_at and e.updated_at.isoformat(" ", "seconds")[:19],
+            e.video_url or e.error,
+        )
+        for e in entries
+    ]
+    columns = ("key", "state", "task id", "credits", "updated", "video or error")
+    if ctx.ui.show([e.to_dict() for e in entries], columns, rows):
+        ctx.ui.print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     return EXIT_OK
 
 
@@ -121,10 +111,8 @@ async def cmd_ledger_summary(ctx: Context) -> int:
         ctx.ui.print(
             f"{args.group_by} {g['value']}: {g['entries']}, {fmt_credits(g['spent'])} credits"
         )
-    for name, d in summary["destinations"].items():
-        ctx.ui.print(
-            f"{name}: {d['delivered']} delivered, {d['pending']} pending, {d['dead']} dead"
-        )
+    for name, totals in summary["destinations"].items():
+        ctx.ui.print(_delivered(name, totals))
     if counts["unknown"]:
         ctx.ui.note(
             f"{counts['unknown']} entr{'y has' if counts['unknown'] == 1 else 'ies have'} an"
@@ -165,8 +153,5 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     if ctx.ui.json_mode:
         ctx.ui.emit_json({"destination": args.name, **totals})
     else:
-        ctx.ui.print(
-            f"{args.name}: {totals['delivered']} delivered, {totals['pending']} pending,"
-            f" {totals['dead']} dead"
-        )
+        ctx.ui.print(_delivered(args.name, totals))
     return EXIT_SOME_FAILED if totals["dead"] else EXIT_OK
