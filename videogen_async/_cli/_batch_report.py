@@ -32,9 +32,9 @@ def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
         parts += ["--max-concurrency", str(args.max_concurrency)]
     if args.timeout is not None:
         parts += ["--timeout", f"{args.timeout:g}"]
-    if getattr(args, "max_credits", None) is not None:
+    if args.max_credits is not None:
         parts += ["--max-credits", f"{args.max_credits:g}"]
-    if getattr(args, "yes", False):
+    if args.yes:
         parts += ["--yes"]
     return shlex.join(parts)
 

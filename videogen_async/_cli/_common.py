@@ -300,8 +300,8 @@ class Context:
         if isinstance(exc, AuthenticationError):
             self.ui.error(self.key_refused(exc))
             return EXIT_AUTH
-        from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
-        self.ui.error(describe_error(exc, command_line_fields=from_options))
+        # A batch's fields are its input's JSON names, not options.
+        self.ui.error(describe_error(exc, command_line_fields=self.args.command != "batch"))
         return exit_code_for(exc)
 
 

@@ -132,8 +132,8 @@ def _compare(said: Mapping[str, Answer], assumed: Mapping[str, Answer]) -> list[
         same = handled and (answer.status, answer.code) == (mine.status, mine.code)
         checks.append(Check(name, str(answer), str(mine), handled, same))
     seen, usual = _rate_headers(said), _rate_headers(assumed)
-    unreadable = [v for k, v in seen.items() if k.lower() == "retry-after" and
-                  parse_retry_after(v) is None]  # fmt: skip
+    retry_after = [v for k, v in seen.items() if k.lower() == "retry-after"]
+    unreadable = [v for v in retry_after if parse_retry_after(v) is None]
     checks.append(
         Check(
             "rate-limit headers",
@@ -235,13 +235,13 @@ async def cmd_doctor(ctx: Context) -> int:
 
 def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
     ui = ctx.ui
-    if ui.json_mode:
-        ui.emit_json(report)
-        return
-    rows = [[c.check, c.service, c.sdk_assumes, c.verdict] for c in checks]
+    rows = [
+        [redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks
+    ]
     columns = ("check", "the service said", "the SDK assumes", "verdict")
     title = f"videogen doctor: {report['base_url']} (nothing was charged)"
-    ui.table(columns, [[redact_text(cell) for cell in row] for row in rows], title=title)
+    if not ui.show(report, columns, rows, title=title):
+        return
     offset = report["clock_offset_seconds"]
     clock = "unknown (no readable Date header)" if offset is None else f"{offset:+.1f} s"
     ui.print(f"round-trip latency: {report['latency_ms']:g} ms (the balance)")

@@ -13,7 +13,6 @@ from .. import (
     APIStatusError,
     AsyncVideoGen,
     Project,
-    Task,
     WaitTimeoutError,
 )
 from .._contract._service import PROJECT_REQUEST, VIDEOS_REQUEST
@@ -186,13 +185,8 @@ async def cmd_project_videos(ctx: Context) -> int:
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-        rows, _, code = task_report(batch.task_ids, dict(results), failed_tasks_fail=True)
-        if ctx.ui.json_mode:
-            tasks = [r.to_dict() for r in results.values() if isinstance(r, Task)]
-            errors = {k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)}
-            ctx.ui.emit_json({**batch.to_dict(), "tasks": tasks, "errors": errors})
-        else:
-            ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
+        rows, tasks, code = task_report(batch.task_ids, results, failed_tasks_fail=True)
+        ctx.ui.show({**batch.to_dict(), "tasks": tasks}, TASK_COLUMNS, rows, title="Video tasks")
         return code
 
     return await ctx.with_client(work)

@@ -327,8 +327,13 @@ async def download_with_progress(
             skipped = f", {kept} skipped (file exists)" if kept else ""
             bar.advance(detail=f"{ok} saved{skipped}, {bad} failed")
 
-        options: dict[str, Any] = {"max_concurrency": max_concurrency, "overwrite": overwrite}
-        return await client.download_many(items, directory, on_result=on_result, **options)
+        return await client.download_many(
+            items,
+            directory,
+            on_result=on_result,
+            max_concurrency=max_concurrency,
+            overwrite=overwrite,
+        )
 
 
 @with_client
