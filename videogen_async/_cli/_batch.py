@@ -41,7 +41,7 @@ from ._batch_state import (
     read_input,
 )
 from ._batch_store import input_of, line_key, open_ledger, read_entries
-from ._common import EXIT_USAGE, Context, UsageError, describe_error, fmt_credits, unwrap_group
+from ._common import Context, UsageError, describe_error, fmt_credits, unwrap_group
 from ._spending import USUAL_BATCH, check_spend, task_estimate
 from ._ui import Progress
 
@@ -353,19 +353,16 @@ async def cmd_batch(ctx: Context) -> int:
     try:
         text = await anyio.Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        ctx.ui.error(f"cannot read {path}: {exc}")
-        return EXIT_USAGE
+        raise UsageError(f"cannot read {path}: {exc}") from None
     csv_format = (args.format or path.suffix.lower().lstrip(".")) == "csv"
     lines = read_input(text, csv_format=csv_format)
     if not lines:
-        ctx.ui.error(f"{path} holds no request lines")
-        return EXIT_USAGE
+        raise UsageError(f"{path} holds no request lines")
     if all(line.request is None for line in lines):
         for line in lines:
             ctx.ui.warn(f"line {line.line_no}: {line.problem}")
         hint = "" if csv_format else " (a CSV file with a header row? pass --format csv)"
-        ctx.ui.error(f"{path} holds no valid request line: nothing was sent{hint}")
-        return EXIT_USAGE
+        raise UsageError(f"{path} holds no valid request line: nothing was sent{hint}")
     valid = [line for line in lines if line.request is not None]
     estimate = sum(task_estimate(line.request or {}) for line in valid)
     await check_spend(
@@ -387,19 +384,17 @@ async def cmd_batch(ctx: Context) -> int:
                 open_ledger(where, base_url=base_url, max_credits=args.max_credits, lines=requests)
             )
         except (UsageError, LedgerError) as exc:
-            ctx.ui.error(f"--journal {redact_url(where or '')}: {exc}")
-            return EXIT_USAGE
+            raise UsageError(f"--journal {redact_url(where or '')}: {exc}") from None
         if imported:
             ctx.ui.note(f"imported {imported} line(s) of the journal {where} into a ledger")
         owner = None if args.journal or where is None else await input_of(ledger)
         if owner not in (None, path.name):
-            ctx.ui.error(
+            raise UsageError(
                 f"{where} holds the batch of {owner}, not of {path.name}: nothing was sent."
                 " Two inputs share a ledger and a manifest only when you say so: pass"
                 f" --journal PATH --manifest PATH to keep {path.name} apart (or --journal"
                 f" {where} to share its ledger and its --max-credits on purpose)"
             )
-            return EXIT_USAGE
         run = BatchRun(ctx, client, ledger, lines, state, keys)
         await run.load()
         failure: BaseException | None = None

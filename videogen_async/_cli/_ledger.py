@@ -19,7 +19,7 @@ from .._http._webhooks import webhook
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._entry import STATES as LEDGER_STATES
 from ._batch_store import is_old_journal, sqlite_path
-from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, UsageError, fmt_credits
+from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits
 
 
 @contextlib.asynccontextmanager
@@ -127,17 +127,15 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     args = ctx.args
     secret = os.environ.get(args.secret_env, "")
     if not secret.strip():
-        ctx.ui.error(
+        raise UsageError(
             f"--secret-env {args.secret_env}: no such environment variable (export it with the"
             " destination's whsec_... secret)"
         )
-        return EXIT_USAGE
     try:
         deliver = webhook(args.webhook, secret)
     except InvalidRequestError as exc:
         option = "--secret-env" if exc.field == "secret" else "--webhook"
-        ctx.ui.error(f"{option}: {exc.rule}")
-        return EXIT_USAGE
+        raise UsageError(f"{option}: {exc.rule}") from None
     async with _opened(args.url) as ledger:
         with anyio.CancelScope() as scope:
             ctx.stop_on_interrupt(scope.cancel)

@@ -21,8 +21,8 @@ from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
     EXIT_SOME_FAILED,
-    EXIT_USAGE,
     Context,
+    UsageError,
     fmt_credits,
     poll_failure,
     with_client,
@@ -158,8 +158,7 @@ async def cmd_project_videos(ctx: Context) -> int:
         try:
             script = await anyio.Path(args.script_file).read_text(encoding="utf-8")
         except OSError as exc:
-            ctx.ui.error(f"cannot read --script-file: {exc}")
-            return EXIT_USAGE
+            raise UsageError(f"cannot read --script-file: {exc}") from None
 
     async def work(client: AsyncVideoGen) -> int:
         request = {**request_from_args(args, VIDEOS_REQUEST), "script": script}
@@ -254,8 +253,14 @@ async def cmd_project_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project download ID DIR``: save the project's finished videos."""
     args = ctx.args
     project = await client.projects.get(args.project_id)
-    options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
-    code = await _download_project(ctx, client, project, args.directory, **options)
+    code = await _download_project(
+        ctx,
+        client,
+        project,
+        args.directory,
+        max_concurrency=args.max_concurrency,
+        overwrite=not args.no_overwrite,
+    )
     unfinished = [t for t in project.tasks if not t.is_terminal]
     if unfinished:
         ctx.ui.note(

@@ -341,7 +341,13 @@ async def cmd_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen download ID... --to DIR``: save finished videos."""
     args = ctx.args
     items: list[str] = list(dict.fromkeys(args.sources))
-    options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
-    results = await download_with_progress(ctx, client, items, Path(args.to), **options)
+    results = await download_with_progress(
+        ctx,
+        client,
+        items,
+        Path(args.to),
+        max_concurrency=args.max_concurrency,
+        overwrite=not args.no_overwrite,
+    )
     show_downloads(ctx, results)
     return download_exit_code(results)
