@@ -142,10 +142,12 @@ def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[st
         trace = f" (trace_id={cause.trace_id})" if cause.trace_id else ""
         return NOT_FOUND, f"the service has no task with this id{trace}"
     if isinstance(cause, APIConnectionError):
-        detail = " ".join(str(cause).split())
-        if waiting:
-            return UNREACHABLE, f"lost the connection to the service while waiting: {detail}"
-        return UNREACHABLE, f"the service could not be reached: {detail}"
+        said = (
+            "lost the connection to the service while waiting"
+            if waiting
+            else "the service could not be reached"
+        )
+        return UNREACHABLE, f"{said}: {' '.join(str(cause).split())}"
     if isinstance(cause, VideoGenError):
         return UNREADABLE, "the service could not report this task: " + describe_error(cause)
     return UNREADABLE, describe_error(cause)
@@ -212,15 +214,6 @@ class Context:
             options["allow_insecure_http"] = True
         return options
 
-    def make_client(self) -> AsyncVideoGen:
-        """A client configured from the options, then the environment.
-
-        Raises:
-            ConfigurationError: No key or base URL, or an invalid one (in the command line's
-                terms).
-        """
-        return AsyncVideoGen(**self.client_options())
-
     @contextlib.contextmanager
     def cancellable(self) -> Iterator[anyio.CancelScope]:
         """A cancel scope that the first Ctrl-C cancels (at once if it came already)."""
@@ -275,8 +268,12 @@ class Context:
             return EXIT_INTERRUPTED
 
     async def with_client(self, work: Callable[[AsyncVideoGen], Awaitable[int]]) -> int:
-        """Open the client, run ``work`` under Ctrl-C, close the client; the exit code."""
-        async with self.make_client() as client:
+        """Open the client, run ``work`` under Ctrl-C, close the client; the exit code.
+
+        The client is configured from the options, then the environment: without a key or a
+        base URL its ``ConfigurationError`` names the flags (``cli_advice``).
+        """
+        async with AsyncVideoGen(**self.client_options()) as client:
             code = EXIT_INTERRUPTED
             with self.cancellable():
                 code = await work(client)

@@ -183,11 +183,9 @@ async def _task_dates(options: dict[str, Any], task_id: str | None) -> dict[str,
         AsyncVideoGen(**options, session=session) as client,
     ):
         await client.tasks.get(task_id)
-    data = json.loads(b"".join(body)).get("data")
-    data = data if isinstance(data, dict) else {}
-    result = data.get("result")
+    data = json.loads(b"".join(body))["data"]  # an object: the SDK has just read it as a Task
     found = {k: data.get(k) for k in _DATE_FIELDS}
-    found["finished_at"] = result.get("finished_at") if isinstance(result, dict) else None
+    found["finished_at"] = (data.get("result") or {}).get("finished_at")
     return {k: v for k, v in found.items() if v is not None}
 
 

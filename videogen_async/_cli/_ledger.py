@@ -87,7 +87,7 @@ async def cmd_ledger_summary(ctx: Context) -> int:
     args = ctx.args
     async with _opened(args.url) as ledger:
         summary = await ledger.summary(group_by=args.group_by)
-    counts = {state: int(summary["states"].get(state, 0)) for state in LEDGER_STATES}
+    counts = {state: summary["states"].get(state, 0) for state in LEDGER_STATES}
     spent = float(summary["spent"] or 0.0)
     reserved = float(summary["reserved"] or 0.0)
     total = sum(counts.values())

@@ -221,20 +221,14 @@ async def wait_for_ids(
     results: dict[str, Task | TaskPollError] = {}
     if not ids:
         return results
-    succeeded = failed = unread = 0
     with ctx.ui.progress(description, len(set(ids))) as bar:
         gathered = client.tasks.gather_until_done(ids, timeout=timeout, return_exceptions=True)
         async with gathered as items:
             async for item in items:
                 results[item.task_id] = item
-                if not isinstance(item, Task):
-                    unread += 1
-                elif item.is_succeeded:
-                    succeeded += 1
-                else:
-                    failed += 1
-                detail = f"{succeeded} succeeded, {failed} failed"
-                bar.advance(detail=detail + (f", {unread} could not be read" if unread else ""))
+                seen = items.progress  # the gather's own counts
+                unread = f", {seen.errors} could not be read" if seen.errors else ""
+                bar.advance(detail=f"{seen.succeeded} succeeded, {seen.failed} failed{unread}")
     return results
 
 
