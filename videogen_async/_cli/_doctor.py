@@ -253,10 +253,14 @@ def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
 
 def add_doctor_parser(command: Callable[..., Any]) -> None:
     """Register ``doctor`` through the parser's ``command`` helper."""
-    p = command("doctor", "check the service against what the SDK expects (free)", DOCTOR_EPILOG)
+    p = command(
+        "doctor",
+        "check the service against what the SDK expects (free)",
+        DOCTOR_EPILOG,
+        func=cmd_doctor,
+    )
     p.add_argument(
         "--task-id",
         metavar="TASK_ID",
         help="one of your tasks, to check the dates it shows (reading it costs nothing)",
     )
-    p.set_defaults(func=cmd_doctor)
