@@ -207,8 +207,10 @@ class Context:
         What is not given the client reads from the environment itself (``VIDEOGEN_API_KEY``,
         ``VIDEOGEN_BASE_URL``); its configuration errors then name the flags (``cli_advice``).
         """
-        given = {name: getattr(self.args, f"cfg_{name}", None) for name in _CLIENT_OPTIONS}
-        options = {name: value for name, value in given.items() if value is not None}
+        given = vars(self.args)  # the connection options are cfg_NAME, when given
+        options = {
+            n: given[f"cfg_{n}"] for n in _CLIENT_OPTIONS if given.get(f"cfg_{n}") is not None
+        }
         insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
         if options.pop("allow_insecure_http", False) or insecure in ("1", "true", "yes"):
             options["allow_insecure_http"] = True

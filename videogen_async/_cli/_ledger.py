@@ -99,10 +99,8 @@ async def cmd_ledger_summary(ctx: Context) -> int:
     ]
     if args.group_by is not None:
         result["groups"] = groups
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(result)
+    if not ctx.ui.show(result, ("state", "entries"), [(s, n) for s, n in counts.items() if n]):
         return EXIT_OK
-    ctx.ui.table(("state", "entries"), [(s, n) for s, n in counts.items() if n])
     ctx.ui.print(
         f"{total} entries; {fmt_credits(spent)} credits spent,"
         f" {fmt_credits(reserved)} reserved by creates in flight"

@@ -63,14 +63,13 @@ def project_rows(project: Project) -> list[list[Any]]:
 
 def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
     """A project as a summary, its billing and its tasks (or as JSON)."""
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(project.to_dict())
-        return
     bill = project.billing
     costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
     row = [project.project_id, str(project.status), str(project.current_step), str(project.mode)]
     columns = ("project id", "status", "step", "mode", "script", "videos", "total credits")
-    ctx.ui.table(columns, [row + [fmt_credits(c) for c in costs]], title="Project")
+    row += [fmt_credits(c) for c in costs]
+    if not ctx.ui.show(project.to_dict(), columns, [row], title="Project"):
+        return
     if project.error_message:
         ctx.ui.print(f"error: {project.error_message}")
     if project.task_ids:
