@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
+from .. import AsyncVideoGen
 from .._contract._exceptions import (
     AmbiguousCreateError,
     APIConnectionError,
@@ -41,12 +41,9 @@ from ._batch_state import (
     read_input,
 )
 from ._batch_store import input_of, line_key, open_ledger, read_entries
-from ._common import EXIT_USAGE, Context, UsageError, describe_error, fmt_credits, unwrap_group
+from ._common import Context, UsageError, describe_error, fmt_credits, unwrap_group
 from ._spending import USUAL_BATCH, check_spend, task_estimate
 from ._ui import Progress
-
-if TYPE_CHECKING:
-    from .._client import AsyncVideoGen
 
 #: Creates in a row whose outcome is unknown after which the batch stops creating.
 MAX_UNKNOWN_IN_A_ROW = 3
@@ -69,8 +66,9 @@ class BatchRun:
         state: BatchState,
         keys: dict[int, str],
     ) -> None:
-        args = ctx.args
         self.ctx = ctx
+        #: The options: --max-concurrency, --retry-unknown, --timeout, --download.
+        self.args = ctx.args
         self.ui = ctx.ui
         self.client = client
         self.ledger = ledger
@@ -78,10 +76,6 @@ class BatchRun:
         self.state = state
         self.keys = keys
         self.by_no = {line.line_no: line for line in lines}
-        self.max_concurrency: int = args.max_concurrency
-        self.retry_unknown: bool = args.retry_unknown
-        self.timeout: float | None = args.timeout
-        self.download: Path | None = Path(args.download) if args.download else None
         self.stop_creating = False
         self.unknown_in_a_row = 0
         self.resend: set[int] = set()
@@ -103,7 +97,7 @@ class BatchRun:
         task = entry.task
         self.state.record(
             line,
-            status=PENDING if entry.state == "pending" else entry.state,
+            status=entry.state,  # the manifest's statuses are the ledger's states
             task_id=entry.task_id,
             credits=entry.credits_cost,
             video_url=entry.video_url,
@@ -133,7 +127,7 @@ class BatchRun:
                 todo.append(self.by_no[no])
             elif record["status"] != UNKNOWN or no in self.state.in_doubt:
                 continue
-            elif self.retry_unknown:
+            elif self.args.retry_unknown:
                 self.ui.warn(
                     f"line {no}: sending again although the earlier create may have taken"
                     " effect (--retry-unknown)"
@@ -170,9 +164,10 @@ class BatchRun:
         if isinstance(fatal, (APIConnectionError, AuthenticationError, PermissionDeniedError)):
             return
         await self._wait_all()
-        if self.download is not None:
+        if self.args.download:
+            directory = Path(self.args.download)
             await download_all(
-                self.ctx, self.client, self.state, self.download, self.max_concurrency
+                self.ctx, self.client, self.state, directory, self.args.max_concurrency
             )
 
     async def _create_all(self, todo: list[InputLine]) -> None:
@@ -195,7 +190,7 @@ class BatchRun:
                     bar.advance(detail=f"{created} created, {failed} not created")
 
             async with anyio.create_task_group() as tg:
-                for _ in range(min(self.max_concurrency, len(todo))):
+                for _ in range(min(self.args.max_concurrency, len(todo))):
                     tg.start_soon(worker)
 
     async def _send(self, line: InputLine) -> LedgerEntry:
@@ -285,11 +280,12 @@ class BatchRun:
             return
         self.finished = 0
         with self.ui.progress("waiting", len(self.remaining), self._detail()) as self.bar:
-            with anyio.move_on_after(self.timeout if self.timeout is not None else math.inf):
+            timeout = self.args.timeout
+            with anyio.move_on_after(math.inf if timeout is None else timeout):
                 async with (
                     self.ledger.watch(
                         self.client,
-                        max_concurrency=max(self.max_concurrency, 8),
+                        max_concurrency=max(self.args.max_concurrency, 8),
                         claim_interval=0.5,
                     ) as finished,
                     anyio.create_task_group() as tg,
@@ -353,19 +349,16 @@ async def cmd_batch(ctx: Context) -> int:
     try:
         text = await anyio.Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        ctx.ui.error(f"cannot read {path}: {exc}")
-        return EXIT_USAGE
+        raise UsageError(f"cannot read {path}: {exc}") from None
     csv_format = (args.format or path.suffix.lower().lstrip(".")) == "csv"
     lines = read_input(text, csv_format=csv_format)
     if not lines:
-        ctx.ui.error(f"{path} holds no request lines")
-        return EXIT_USAGE
+        raise UsageError(f"{path} holds no request lines")
     if all(line.request is None for line in lines):
         for line in lines:
             ctx.ui.warn(f"line {line.line_no}: {line.problem}")
         hint = "" if csv_format else " (a CSV file with a header row? pass --format csv)"
-        ctx.ui.error(f"{path} holds no valid request line: nothing was sent{hint}")
-        return EXIT_USAGE
+        raise UsageError(f"{path} holds no valid request line: nothing was sent{hint}")
     valid = [line for line in lines if line.request is not None]
     estimate = sum(task_estimate(line.request or {}) for line in valid)
     await check_spend(
@@ -374,7 +367,7 @@ async def cmd_batch(ctx: Context) -> int:
     default_journal, default_manifest = default_paths(path)
     where: str | None = None if args.no_journal else str(args.journal or default_journal)
     state = BatchState(Path(args.manifest) if args.manifest else default_manifest)
-    client = ctx.make_client()
+    client = AsyncVideoGen(**ctx.client_options())
     base_url = str(client.base_url)
     keys = {
         line.line_no: line_key(path.name, line.line_no, line.request or {}, line.key, base_url)
@@ -387,19 +380,17 @@ async def cmd_batch(ctx: Context) -> int:
                 open_ledger(where, base_url=base_url, max_credits=args.max_credits, lines=requests)
             )
         except (UsageError, LedgerError) as exc:
-            ctx.ui.error(f"--journal {redact_url(where or '')}: {exc}")
-            return EXIT_USAGE
+            raise UsageError(f"--journal {redact_url(where or '')}: {exc}") from None
         if imported:
             ctx.ui.note(f"imported {imported} line(s) of the journal {where} into a ledger")
         owner = None if args.journal or where is None else await input_of(ledger)
         if owner not in (None, path.name):
-            ctx.ui.error(
+            raise UsageError(
                 f"{where} holds the batch of {owner}, not of {path.name}: nothing was sent."
                 " Two inputs share a ledger and a manifest only when you say so: pass"
                 f" --journal PATH --manifest PATH to keep {path.name} apart (or --journal"
                 f" {where} to share its ledger and its --max-credits on purpose)"
             )
-            return EXIT_USAGE
         run = BatchRun(ctx, client, ledger, lines, state, keys)
         await run.load()
         failure: BaseException | None = None

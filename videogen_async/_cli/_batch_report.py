@@ -26,15 +26,16 @@ def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
     if journal is not None:
         parts += ["--journal", redact_url(journal)]
     parts += ["--manifest", str(manifest)]
-    if args.download:
-        parts += ["--download", str(args.download)]
-    if args.max_concurrency != 4:
-        parts += ["--max-concurrency", str(args.max_concurrency)]
-    if args.timeout is not None:
-        parts += ["--timeout", f"{args.timeout:g}"]
-    if getattr(args, "max_credits", None) is not None:
-        parts += ["--max-credits", f"{args.max_credits:g}"]
-    if getattr(args, "yes", False):
+    given = {
+        "--download": args.download,
+        "--max-concurrency": None if args.max_concurrency == 4 else args.max_concurrency,
+        "--timeout": args.timeout,
+        "--max-credits": args.max_credits,
+    }
+    for flag, value in given.items():
+        if value is not None:
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if args.yes:
         parts += ["--yes"]
     return shlex.join(parts)
 
@@ -46,6 +47,7 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
     # included): a rerun of a finished batch charges nothing.
     charged, total_credits = run.credits(run.created_now), run.credits()
     resume = _resume_command(ctx, journal, run.manifest) if journal is not None else None
+    rerun = ctx.interrupted or run.needs_rerun()
     if ctx.ui.json_mode:
         ctx.ui.emit_json(
             {
@@ -56,7 +58,7 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
                 "credits_charged": charged,
                 "credits_total": total_credits,
                 "exit_code": code,
-                "resume": resume if (run.needs_rerun() or ctx.interrupted) else None,
+                "resume": resume if rerun else None,
             }
         )
     else:
@@ -82,7 +84,7 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
             " effect (a paid task may exist). They are not sent again unless you pass"
             " --retry-unknown."
         )
-    if ctx.interrupted or run.needs_rerun() or run.fatal is not None:
+    if rerun or run.fatal is not None:
         if resume is not None:
             ctx.ui.note(f"to resume, run:\n  {resume}")
         else:

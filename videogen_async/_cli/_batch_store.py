@@ -31,9 +31,9 @@ except ImportError:  # pragma: no cover - Windows: no advisory lock
 
 from .._contract._exceptions import AmbiguousCreateError, VideoGenError
 from .._contract._models import CreatedTask
+from .._contract._service import REFERENCE_PRICES
 from .._ledger import Ledger, LedgerEntry
 from ._common import UsageError
-from ._spending import task_estimate
 
 _BUSY_TIMEOUT = 10.0
 
@@ -234,9 +234,7 @@ async def open_ledger(
         async with Ledger.open(
             where,
             max_credits=max_credits,
-            price_estimate=lambda model, duration: task_estimate(
-                {"model": model, "duration": duration}
-            ),
+            price_estimate=REFERENCE_PRICES.task_cost,
         ) as ledger:
             yield ledger, imported
 

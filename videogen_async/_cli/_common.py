@@ -142,10 +142,12 @@ def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[st
         trace = f" (trace_id={cause.trace_id})" if cause.trace_id else ""
         return NOT_FOUND, f"the service has no task with this id{trace}"
     if isinstance(cause, APIConnectionError):
-        detail = " ".join(str(cause).split())
-        if waiting:
-            return UNREACHABLE, f"lost the connection to the service while waiting: {detail}"
-        return UNREACHABLE, f"the service could not be reached: {detail}"
+        said = (
+            "lost the connection to the service while waiting"
+            if waiting
+            else "the service could not be reached"
+        )
+        return UNREACHABLE, f"{said}: {' '.join(str(cause).split())}"
     if isinstance(cause, VideoGenError):
         return UNREADABLE, "the service could not report this task: " + describe_error(cause)
     return UNREADABLE, describe_error(cause)
@@ -205,21 +207,14 @@ class Context:
         What is not given the client reads from the environment itself (``VIDEOGEN_API_KEY``,
         ``VIDEOGEN_BASE_URL``); its configuration errors then name the flags (``cli_advice``).
         """
-        given = {name: getattr(self.args, f"cfg_{name}", None) for name in _CLIENT_OPTIONS}
-        options = {name: value for name, value in given.items() if value is not None}
+        given = vars(self.args)  # the connection options are cfg_NAME, when given
+        options = {
+            n: given[f"cfg_{n}"] for n in _CLIENT_OPTIONS if given.get(f"cfg_{n}") is not None
+        }
         insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
         if options.pop("allow_insecure_http", False) or insecure in ("1", "true", "yes"):
             options["allow_insecure_http"] = True
         return options
-
-    def make_client(self) -> AsyncVideoGen:
-        """A client configured from the options, then the environment.
-
-        Raises:
-            ConfigurationError: No key or base URL, or an invalid one (in the command line's
-                terms).
-        """
-        return AsyncVideoGen(**self.client_options())
 
     @contextlib.contextmanager
     def cancellable(self) -> Iterator[anyio.CancelScope]:
@@ -275,8 +270,12 @@ class Context:
             return EXIT_INTERRUPTED
 
     async def with_client(self, work: Callable[[AsyncVideoGen], Awaitable[int]]) -> int:
-        """Open the client, run ``work`` under Ctrl-C, close the client; the exit code."""
-        async with self.make_client() as client:
+        """Open the client, run ``work`` under Ctrl-C, close the client; the exit code.
+
+        The client is configured from the options, then the environment: without a key or a
+        base URL its ``ConfigurationError`` names the flags (``cli_advice``).
+        """
+        async with AsyncVideoGen(**self.client_options()) as client:
             code = EXIT_INTERRUPTED
             with self.cancellable():
                 code = await work(client)
@@ -300,8 +299,8 @@ class Context:
         if isinstance(exc, AuthenticationError):
             self.ui.error(self.key_refused(exc))
             return EXIT_AUTH
-        from_options = getattr(self.args, "command", None) != "batch"  # batch: JSON fields
-        self.ui.error(describe_error(exc, command_line_fields=from_options))
+        # A batch's fields are its input's JSON names, not options.
+        self.ui.error(describe_error(exc, command_line_fields=self.args.command != "batch"))
         return exit_code_for(exc)
 
 

@@ -132,8 +132,8 @@ def _compare(said: Mapping[str, Answer], assumed: Mapping[str, Answer]) -> list[
         same = handled and (answer.status, answer.code) == (mine.status, mine.code)
         checks.append(Check(name, str(answer), str(mine), handled, same))
     seen, usual = _rate_headers(said), _rate_headers(assumed)
-    unreadable = [v for k, v in seen.items() if k.lower() == "retry-after" and
-                  parse_retry_after(v) is None]  # fmt: skip
+    retry_after = [v for k, v in seen.items() if k.lower() == "retry-after"]
+    unreadable = [v for v in retry_after if parse_retry_after(v) is None]
     checks.append(
         Check(
             "rate-limit headers",
@@ -183,11 +183,9 @@ async def _task_dates(options: dict[str, Any], task_id: str | None) -> dict[str,
         AsyncVideoGen(**options, session=session) as client,
     ):
         await client.tasks.get(task_id)
-    data = json.loads(b"".join(body)).get("data")
-    data = data if isinstance(data, dict) else {}
-    result = data.get("result")
+    data = json.loads(b"".join(body))["data"]  # an object: the SDK has just read it as a Task
     found = {k: data.get(k) for k in _DATE_FIELDS}
-    found["finished_at"] = result.get("finished_at") if isinstance(result, dict) else None
+    found["finished_at"] = (data.get("result") or {}).get("finished_at")
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -235,13 +233,13 @@ async def cmd_doctor(ctx: Context) -> int:
 
 def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
     ui = ctx.ui
-    if ui.json_mode:
-        ui.emit_json(report)
-        return
-    rows = [[c.check, c.service, c.sdk_assumes, c.verdict] for c in checks]
+    rows = [
+        [redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks
+    ]
     columns = ("check", "the service said", "the SDK assumes", "verdict")
     title = f"videogen doctor: {report['base_url']} (nothing was charged)"
-    ui.table(columns, [[redact_text(cell) for cell in row] for row in rows], title=title)
+    if not ui.show(report, columns, rows, title=title):
+        return
     offset = report["clock_offset_seconds"]
     clock = "unknown (no readable Date header)" if offset is None else f"{offset:+.1f} s"
     ui.print(f"round-trip latency: {report['latency_ms']:g} ms (the balance)")
@@ -255,10 +253,14 @@ def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
 
 def add_doctor_parser(command: Callable[..., Any]) -> None:
     """Register ``doctor`` through the parser's ``command`` helper."""
-    p = command("doctor", "check the service against what the SDK expects (free)", DOCTOR_EPILOG)
+    p = command(
+        "doctor",
+        "check the service against what the SDK expects (free)",
+        DOCTOR_EPILOG,
+        func=cmd_doctor,
+    )
     p.add_argument(
         "--task-id",
         metavar="TASK_ID",
         help="one of your tasks, to check the dates it shows (reading it costs nothing)",
     )
-    p.set_defaults(func=cmd_doctor)

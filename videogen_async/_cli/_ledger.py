@@ -19,7 +19,7 @@ from .._http._webhooks import webhook
 from .._ledger import Ledger, LedgerEntry
 from .._ledger._entry import STATES as LEDGER_STATES
 from ._batch_store import is_old_journal, sqlite_path
-from ._common import EXIT_OK, EXIT_SOME_FAILED, EXIT_USAGE, Context, UsageError, fmt_credits
+from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits
 
 
 @contextlib.asynccontextmanager
@@ -44,51 +44,41 @@ async def _opened(url: str) -> AsyncIterator[Ledger]:
         yield ledger
 
 
-def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
-    return {
-        "key": entry.key,
-        "state": entry.state,
-        "kind": entry.kind,
-        "task_id": entry.task_id,
-        "project_id": entry.project_id,
-        "credits": entry.credits_cost,
-        "video_url": entry.video_url,
-        "error": entry.error,
-        "created_at": entry.created_at.isoformat() if entry.created_at else None,
-        "updated_at": entry.updated_at.isoformat() if entry.updated_at else None,
-    }
+def _delivered(name: str, totals: dict[str, Any]) -> str:
+    """A dispatch destination's totals, as ``summary`` and ``dispatch`` print them."""
+    delivered, pending, dead = totals["delivered"], totals["pending"], totals["dead"]
+    return f"{name}: {delivered} delivered, {pending} pending, {dead} dead"
 
 
 async def cmd_ledger_list(ctx: Context) -> int:
-    """``videogen ledger list URL [--state S ...] [--kind K] [--limit N]``."""
+    """``videogen ledger list URL [--state S ...] [--kind K] [--limit N]``.
+
+    ``--json`` prints each entry's own ``to_dict()`` (the fields of :class:`LedgerEntry`).
+    """
     args = ctx.args
     states = set(args.state or ())
-    rows: list[dict[str, Any]] = []
+    entries: list[LedgerEntry] = []
     async with _opened(args.url) as ledger:
         async for entry in ledger.entries():
             if (states and entry.state not in states) or args.kind not in (None, entry.kind):
                 continue
-            rows.append(_entry_json(entry))
-            if args.limit is not None and len(rows) >= args.limit:
+            entries.append(entry)
+            if len(entries) == args.limit:
                 break
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(rows)
-        return EXIT_OK
-    ctx.ui.table(
-        ("key", "state", "task id", "credits", "updated", "video or error"),
-        [
-            (
-                row["key"],
-                row["state"],
-                row["task_id"] or row["project_id"],
-                fmt_credits(row["credits"]),
-                (row["updated_at"] or "")[:19].replace("T", " "),
-                row["video_url"] or row["error"],
-            )
-            for row in rows
-        ],
-    )
-    ctx.ui.print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    rows = [
+        (
+            e.key,
+            e.state,
+            e.task_id or e.project_id,
+            fmt_credits(e.credits_cost),
+            e.updated_at and e.updated_at.isoformat(" ", "seconds")[:19],
+            e.video_url or e.error,
+        )
+        for e in entries
+    ]
+    columns = ("key", "state", "task id", "credits", "updated", "video or error")
+    if ctx.ui.show([e.to_dict() for e in entries], columns, rows):
+        ctx.ui.print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     return EXIT_OK
 
 
@@ -97,7 +87,7 @@ async def cmd_ledger_summary(ctx: Context) -> int:
     args = ctx.args
     async with _opened(args.url) as ledger:
         summary = await ledger.summary(group_by=args.group_by)
-    counts = {state: int(summary["states"].get(state, 0)) for state in LEDGER_STATES}
+    counts = {state: summary["states"].get(state, 0) for state in LEDGER_STATES}
     spent = float(summary["spent"] or 0.0)
     reserved = float(summary["reserved"] or 0.0)
     total = sum(counts.values())
@@ -109,10 +99,8 @@ async def cmd_ledger_summary(ctx: Context) -> int:
     ]
     if args.group_by is not None:
         result["groups"] = groups
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(result)
+    if not ctx.ui.show(result, ("state", "entries"), [(s, n) for s, n in counts.items() if n]):
         return EXIT_OK
-    ctx.ui.table(("state", "entries"), [(s, n) for s, n in counts.items() if n])
     ctx.ui.print(
         f"{total} entries; {fmt_credits(spent)} credits spent,"
         f" {fmt_credits(reserved)} reserved by creates in flight"
@@ -121,10 +109,8 @@ async def cmd_ledger_summary(ctx: Context) -> int:
         ctx.ui.print(
             f"{args.group_by} {g['value']}: {g['entries']}, {fmt_credits(g['spent'])} credits"
         )
-    for name, d in summary["destinations"].items():
-        ctx.ui.print(
-            f"{name}: {d['delivered']} delivered, {d['pending']} pending, {d['dead']} dead"
-        )
+    for name, totals in summary["destinations"].items():
+        ctx.ui.print(_delivered(name, totals))
     if counts["unknown"]:
         ctx.ui.note(
             f"{counts['unknown']} entr{'y has' if counts['unknown'] == 1 else 'ies have'} an"
@@ -139,17 +125,15 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     args = ctx.args
     secret = os.environ.get(args.secret_env, "")
     if not secret.strip():
-        ctx.ui.error(
+        raise UsageError(
             f"--secret-env {args.secret_env}: no such environment variable (export it with the"
             " destination's whsec_... secret)"
         )
-        return EXIT_USAGE
     try:
         deliver = webhook(args.webhook, secret)
     except InvalidRequestError as exc:
         option = "--secret-env" if exc.field == "secret" else "--webhook"
-        ctx.ui.error(f"{option}: {exc.rule}")
-        return EXIT_USAGE
+        raise UsageError(f"{option}: {exc.rule}") from None
     async with _opened(args.url) as ledger:
         with anyio.CancelScope() as scope:
             ctx.stop_on_interrupt(scope.cancel)
@@ -165,8 +149,5 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     if ctx.ui.json_mode:
         ctx.ui.emit_json({"destination": args.name, **totals})
     else:
-        ctx.ui.print(
-            f"{args.name}: {totals['delivered']} delivered, {totals['pending']} pending,"
-            f" {totals['dead']} dead"
-        )
+        ctx.ui.print(_delivered(args.name, totals))
     return EXIT_SOME_FAILED if totals["dead"] else EXIT_OK

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import functools
 import re
 from typing import Any, NoReturn
 
@@ -196,9 +195,9 @@ def _downloads(p: argparse.ArgumentParser) -> None:
 
 
 def _task_commands(command: Any) -> None:
-    command("credits", "show the API credit balance").set_defaults(func=cmd_credits)
+    command("credits", "show the API credit balance", func=cmd_credits)
 
-    p = command("create", "create a direct video task from a prompt")
+    p = command("create", "create a direct video task from a prompt", func=cmd_create)
     p.add_argument(
         "prompt",
         nargs="?",
@@ -212,28 +211,24 @@ def _task_commands(command: Any) -> None:
         help="wait for the task, then save its video into DIR (implies --wait)",
     )
     _spending(p)
-    p.set_defaults(func=cmd_create)
 
-    p = command("status", "show the current state of tasks")
+    p = command("status", "show the current state of tasks", func=cmd_status)
     p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
-    p.set_defaults(func=cmd_status)
 
-    p = command("wait", "wait until tasks finish, with a progress bar")
+    p = command("wait", "wait until tasks finish, with a progress bar", func=cmd_wait)
     p.add_argument("task_ids", nargs="+", metavar="TASK_ID", help="task ids")
     _wait(p, "the tasks", flag=None)
-    p.set_defaults(func=cmd_wait)
 
-    p = command("download", "download finished videos")
+    p = command("download", "download finished videos", func=cmd_download)
     p.add_argument("sources", nargs="+", metavar="TASK_ID_OR_URL", help="task ids (or video URLs)")
     p.add_argument(
         "--to", required=True, metavar="DIR", help="directory to save into (created if missing)"
     )
     _downloads(p)
-    p.set_defaults(func=cmd_download)
 
 
 def _batch_command(command: Any) -> None:
-    p = command("batch", "create, wait for and download many tasks, resumably")
+    p = command("batch", "create, wait for and download many tasks, resumably", func=cmd_batch)
     p.add_argument("file", metavar="FILE", help="JSON Lines, or CSV with a header row of fields")
     p.add_argument("--format", choices=("jsonl", "csv"), help="default: csv for *.csv, else jsonl")
     p.add_argument(
@@ -268,7 +263,6 @@ def _batch_command(command: Any) -> None:
         help="send again the lines whose earlier create may have taken effect (may pay twice)",
     )
     _spending(p)
-    p.set_defaults(func=cmd_batch)
 
 
 def _ledger_commands(command: Any) -> None:
@@ -277,10 +271,14 @@ def _ledger_commands(command: Any) -> None:
     )
     actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
-    action = functools.partial(command, group=actions, prefix="ledger ")
 
-    p = action("list", "list the entries of a ledger")
-    p.add_argument("url", metavar="URL", help=_LEDGER_URL)
+    def action(name: str, help_text: str, func: Any) -> Any:
+        """A ledger action's parser: its first argument is the ledger's URL."""
+        p = command(name, help_text, group=actions, prefix="ledger ", func=func)
+        p.add_argument("url", metavar="URL", help=_LEDGER_URL)
+        return p
+
+    p = action("list", "list the entries of a ledger", func=cmd_ledger_list)
     p.add_argument(
         "--state",
         action="append",
@@ -289,15 +287,19 @@ def _ledger_commands(command: Any) -> None:
     )
     p.add_argument("--kind", choices=LEDGER_KINDS, help="only entries of this kind")
     p.add_argument("--limit", type=_positive_int, metavar="N", help="at most N entries")
-    p.set_defaults(func=cmd_ledger_list)
 
-    p = action("summary", "count a ledger's entries per state, and the credits spent and reserved")
-    p.add_argument("url", metavar="URL", help=_LEDGER_URL)
+    p = action(
+        "summary",
+        "count a ledger's entries per state, and the credits spent and reserved",
+        func=cmd_ledger_summary,
+    )
     p.add_argument("--group-by", metavar="KEY", help="also count per value of this metadata key")
-    p.set_defaults(func=cmd_ledger_summary)
 
-    p = action("dispatch", "deliver each terminal entry to a signed webhook (Standard Webhooks)")
-    p.add_argument("url", metavar="URL", help=_LEDGER_URL)
+    p = action(
+        "dispatch",
+        "deliver each terminal entry to a signed webhook (Standard Webhooks)",
+        func=cmd_ledger_dispatch,
+    )
     p.add_argument("--webhook", required=True, metavar="URL", help="the receiver, http(s)://")
     p.add_argument(
         "--secret-env",
@@ -314,61 +316,69 @@ def _ledger_commands(command: Any) -> None:
         action="store_true",
         help="stop once nothing is left to deliver and no entry may still finish",
     )
-    p.set_defaults(func=cmd_ledger_dispatch)
 
 
 def _project_commands(command: Any) -> None:
     project = command("project", "viral ad clone projects: script, then videos")
     actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
-    action = functools.partial(command, group=actions, epilog=EPILOGS["project"])
 
-    p = action("create", f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)")
+    def action(name: str, help_text: str, func: Any, *, project_id: bool = True) -> Any:
+        """A project action's parser: its first argument is the project's id (but create's)."""
+        p = command(name, help_text, group=actions, epilog=EPILOGS["project"], func=func)
+        if project_id:
+            p.add_argument("project_id", metavar="PROJECT_ID")
+        return p
+
+    p = action(
+        "create",
+        f"create a project (charges {SCRIPT_CREDITS:g} credits for the script)",
+        func=cmd_project_create,
+        project_id=False,
+    )
     _fields(p, service.PROJECT_REQUEST)
     _wait(p, "the project to be done")
     _spending(p)
-    p.set_defaults(func=cmd_project_create)
 
-    p = action("get", "show a project: status, billing, tasks")
-    p.add_argument("project_id", metavar="PROJECT_ID")
+    p = action("get", "show a project: status, billing, tasks", func=cmd_project_get)
     p.add_argument("--script", action="store_true", help="also print the script")
-    p.set_defaults(func=cmd_project_get)
 
-    p = action("script", "wait for a project's script and print it")
-    p.add_argument("project_id", metavar="PROJECT_ID")
+    p = action("script", "wait for a project's script and print it", func=cmd_project_script)
     p.add_argument("--no-wait", action="store_true", help="fail at once if it is not ready")
     _wait(p, "the script", flag=None)
-    p.set_defaults(func=cmd_project_script)
 
-    p = action("videos", "create a new batch of videos from a project's script")
-    p.add_argument("project_id", metavar="PROJECT_ID")
+    p = action(
+        "videos", "create a new batch of videos from a project's script", func=cmd_project_videos
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--script", help="a script for this batch only (the project's is kept)")
     source.add_argument("--script-file", metavar="PATH", help="read the batch's script from a file")
     _fields(p, service.VIDEOS_REQUEST, defaults=False, skip=("script",))
     _wait(p, "the videos")
     _spending(p)
-    p.set_defaults(func=cmd_project_videos)
 
-    p = action("wait", "wait until a project and all its videos are done")
-    p.add_argument("project_id", metavar="PROJECT_ID")
+    p = action("wait", "wait until a project and all its videos are done", func=cmd_project_wait)
     _wait(p, "the project", flag=None)
     p.add_argument("--download", metavar="DIR", help="then save its finished videos into DIR")
-    p.set_defaults(func=cmd_project_wait)
 
-    p = action("download", "save the finished videos of a project into a directory")
-    p.add_argument("project_id", metavar="PROJECT_ID")
+    p = action(
+        "download",
+        "save the finished videos of a project into a directory",
+        func=cmd_project_download,
+    )
     p.add_argument("directory", metavar="DIR", help="where to save (created if missing)")
     _downloads(p)
-    p.set_defaults(func=cmd_project_download)
 
 
 def _local_commands(command: Any) -> None:
-    p = command("sandbox", "serve the sandbox (the whole service, in memory) on a port")
+    p = command(
+        "sandbox", "serve the sandbox (the whole service, in memory) on a port", func=cmd_sandbox
+    )
     add_sandbox_arguments(p)
-    p.set_defaults(func=cmd_sandbox)
 
-    p = command("demo", "run the whole service end to end against a built-in sandbox")
+    p = command(
+        "demo", "run the whole service end to end against a built-in sandbox", func=cmd_demo
+    )
     p.add_argument("--to", metavar="DIR", help="save the videos here (default: a new temp dir)")
     p.add_argument(
         "--tasks", type=_positive_int, default=8, metavar="N", help="direct tasks (default 8)"
@@ -381,7 +391,6 @@ def _local_commands(command: Any) -> None:
         help="real seconds per simulated second (default 0.02: 50x faster)",
     )
     p.add_argument("--seed", type=int, default=7, help="seed of the sandbox (default 7)")
-    p.set_defaults(func=cmd_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -414,9 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
         *,
         group: Any = commands,
         prefix: str = "",
+        func: Any = None,
     ) -> Any:
-        """A command's parser: its help, a description, its examples, the shared options."""
-        return group.add_parser(
+        """A command's parser: its help, a description, its examples, the shared options.
+
+        ``func`` is the command (``args.func``); a command with actions has none of its own.
+        """
+        parser = group.add_parser(
             name,
             help=help_text,
             description=help_text[:1].upper() + help_text[1:] + ".",
@@ -427,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[_shared_options()],
             conflict_handler="resolve",
         )
+        if func is not None:  # a parent's default must not shadow its action's
+            parser.set_defaults(func=func)
+        return parser
 
     _task_commands(command)
     _batch_command(command)
@@ -435,7 +451,6 @@ def build_parser() -> argparse.ArgumentParser:
     _local_commands(command)
     add_doctor_parser(command)
     add_mcp_parser(command)
-    p = command("completion", "print a shell completion script")
+    p = command("completion", "print a shell completion script", func=cmd_completion)
     p.add_argument("shell", choices=tuple(SCRIPTS), help="the shell")
-    p.set_defaults(func=cmd_completion)
     return parser

@@ -13,7 +13,6 @@ from .. import (
     APIStatusError,
     AsyncVideoGen,
     Project,
-    Task,
     WaitTimeoutError,
 )
 from .._contract._service import PROJECT_REQUEST, VIDEOS_REQUEST
@@ -22,8 +21,8 @@ from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
     EXIT_SOME_FAILED,
-    EXIT_USAGE,
     Context,
+    UsageError,
     fmt_credits,
     poll_failure,
     with_client,
@@ -64,14 +63,13 @@ def project_rows(project: Project) -> list[list[Any]]:
 
 def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
     """A project as a summary, its billing and its tasks (or as JSON)."""
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(project.to_dict())
-        return
     bill = project.billing
     costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
     row = [project.project_id, str(project.status), str(project.current_step), str(project.mode)]
     columns = ("project id", "status", "step", "mode", "script", "videos", "total credits")
-    ctx.ui.table(columns, [row + [fmt_credits(c) for c in costs]], title="Project")
+    row += [fmt_credits(c) for c in costs]
+    if not ctx.ui.show(project.to_dict(), columns, [row], title="Project"):
+        return
     if project.error_message:
         ctx.ui.print(f"error: {project.error_message}")
     if project.task_ids:
@@ -159,8 +157,7 @@ async def cmd_project_videos(ctx: Context) -> int:
         try:
             script = await anyio.Path(args.script_file).read_text(encoding="utf-8")
         except OSError as exc:
-            ctx.ui.error(f"cannot read --script-file: {exc}")
-            return EXIT_USAGE
+            raise UsageError(f"cannot read --script-file: {exc}") from None
 
     async def work(client: AsyncVideoGen) -> int:
         request = {**request_from_args(args, VIDEOS_REQUEST), "script": script}
@@ -186,13 +183,8 @@ async def cmd_project_videos(ctx: Context) -> int:
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-        rows, _, code = task_report(batch.task_ids, dict(results), failed_tasks_fail=True)
-        if ctx.ui.json_mode:
-            tasks = [r.to_dict() for r in results.values() if isinstance(r, Task)]
-            errors = {k: poll_failure(v)[1] for k, v in results.items() if not isinstance(v, Task)}
-            ctx.ui.emit_json({**batch.to_dict(), "tasks": tasks, "errors": errors})
-        else:
-            ctx.ui.table(TASK_COLUMNS, rows, title="Video tasks")
+        rows, tasks, code = task_report(batch.task_ids, results, failed_tasks_fail=True)
+        ctx.ui.show({**batch.to_dict(), "tasks": tasks}, TASK_COLUMNS, rows, title="Video tasks")
         return code
 
     return await ctx.with_client(work)
@@ -260,8 +252,14 @@ async def cmd_project_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project download ID DIR``: save the project's finished videos."""
     args = ctx.args
     project = await client.projects.get(args.project_id)
-    options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
-    code = await _download_project(ctx, client, project, args.directory, **options)
+    code = await _download_project(
+        ctx,
+        client,
+        project,
+        args.directory,
+        max_concurrency=args.max_concurrency,
+        overwrite=not args.no_overwrite,
+    )
     unfinished = [t for t in project.tasks if not t.is_terminal]
     if unfinished:
         ctx.ui.note(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import AsyncVideoGen, BackoffPolicy, CreditBalance, Model, PollPolicy, Project, Task
+from .. import AsyncVideoGen, BackoffPolicy, Model, PollPolicy, Project, Task
 from ..testing import DEFAULT_API_KEY, SandboxServer, sandbox_options_from_args, serve
 from ..testing._cli import announce
 from ._common import (
@@ -34,7 +34,7 @@ from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_f
 async def cmd_sandbox(ctx: Context) -> int:
     """``videogen sandbox``: serve until Ctrl-C or SIGTERM."""
     options: dict[str, Any] = sandbox_options_from_args(ctx.args)
-    show_key = ctx.args.api_key is None or options.get("api_key") == DEFAULT_API_KEY
+    show_key = options["api_key"] == DEFAULT_API_KEY  # the default key is no secret
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
     loop = asyncio.get_running_loop()
@@ -109,11 +109,6 @@ def _demo_row(task: Task) -> list[Any]:
     if task.created_at is not None and task.finished_at is not None:
         took = f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
     return [*task_row(task)[:3], took, task_row(task)[3]]
-
-
-def _balance(ctx: Context, balance: CreditBalance) -> None:
-    row = [balance.api_available_credits, balance.api_total_credits]
-    ctx.ui.table(("available", "total"), [[fmt_credits(v) for v in row]])
 
 
 async def cmd_demo(ctx: Context) -> int:
@@ -216,7 +211,8 @@ async def _run(
     ui = ctx.ui
     ui.heading("1. Your balance")
     before = await client.credits.get()
-    _balance(ctx, before)
+    credits = (before.api_available_credits, before.api_total_credits)
+    ui.table(("available", "total"), [[fmt_credits(c) for c in credits]])
     tasks = await _direct_tasks(ctx, client, max(1, ctx.args.tasks))
     final, project_tasks = await _project(ctx, client)
 

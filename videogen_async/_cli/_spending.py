@@ -68,8 +68,8 @@ async def check_spend(
     Raises:
         UsageError: Over ``--max-credits``, or beyond the usual and not confirmed.
     """
-    limit: float | None = getattr(ctx.args, "max_credits", None)
-    yes = bool(getattr(ctx.args, "yes", False))
+    limit: float | None = ctx.args.max_credits
+    yes: bool = ctx.args.yes
     said = (
         f"{what} is estimated at about {fmt_credits(estimate)} credits"
         if estimate is not None

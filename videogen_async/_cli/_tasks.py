@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from .. import (
-    APIConnectionError,
-    APIResponseError,
-    APIStatusError,
     AsyncVideoGen,
     AuthenticationError,
     DownloadResult,
     Task,
     TaskPollError,
     VideoGenError,
-    WaitTimeoutError,
 )
 from .._contract._service import TASK_REQUEST, Body
 from .._contract._validation import validate_task_request
@@ -33,6 +29,7 @@ from ._common import (
     Context,
     UsageError,
     describe_error,
+    exit_code_for,
     fmt_credits,
     poll_failure,
     stdin_mode,
@@ -112,44 +109,34 @@ async def cmd_create(ctx: Context) -> int:
             if ctx.ui.show(created.to_dict(), columns, [row], title="Created"):
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
-        ctx.ui.note(f"created {created.task_id} ({fmt_credits(created.credits_cost)} credits);"
-                    " waiting for it...")  # fmt: skip
-        try:
-            task = await client.tasks.wait(created.task_id, timeout=args.timeout)
-        except (WaitTimeoutError, APIConnectionError, APIStatusError, APIResponseError) as exc:
-            problem, text = poll_failure(exc)
-            ctx.ui.error(f"task {created.task_id} was created, then {text}")
-            ctx.ui.note(f"it may still be running: videogen wait {created.task_id}")
+        task_id = created.task_id
+        credits = fmt_credits(created.credits_cost)
+        ctx.ui.note(f"created {task_id} ({credits} credits); waiting for it...")
+        results = await wait_for_ids(ctx, client, [task_id], timeout=args.timeout)
+        rows, [data], code = task_report([task_id], results, failed_tasks_fail=True)
+        task = results.get(task_id)
+        if not isinstance(task, Task):
+            ctx.ui.error(f"task {task_id} was created, then {data['error']}")
+            ctx.ui.note(f"it may still be running: videogen wait {task_id}")
             if ctx.ui.json_mode:
-                ctx.ui.emit_json(
-                    {"task_id": created.task_id, "status": None, "problem": problem, "error": text}
-                )
-            return EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR
+                ctx.ui.emit_json(data)
+            return code
         if args.download is None or not task.is_succeeded:
-            _show_tasks(ctx, [task])
-            return EXIT_OK if task.is_succeeded else EXIT_SOME_FAILED
-        if not ctx.ui.json_mode:
-            _show_tasks(ctx, [task])
-        results = await download_with_progress(
+            ctx.ui.show(data, TASK_COLUMNS, rows)
+            return code
+        ctx.ui.table(TASK_COLUMNS, rows)
+        saved = await download_with_progress(
             ctx, client, [task], Path(args.download), max_concurrency=1
         )
         if ctx.ui.json_mode:
             ctx.ui.emit_json(
-                {**task.to_dict(), "path": str(results[0].path) if results[0].ok else None}
+                {**task.to_dict(), "path": str(saved[0].path) if saved[0].ok else None}
             )
         else:
-            show_downloads(ctx, results)
-        return download_exit_code(results)
+            show_downloads(ctx, saved)
+        return download_exit_code(saved)
 
     return await ctx.with_client(work)
-
-
-def _show_tasks(ctx: Context, tasks: Sequence[Task], *, title: str | None = None) -> None:
-    if ctx.ui.json_mode:
-        data = [t.to_dict() for t in tasks]
-        ctx.ui.emit_json(data[0] if len(data) == 1 else data)
-        return
-    ctx.ui.table(TASK_COLUMNS, [task_row(t) for t in tasks], title=title)
 
 
 @with_client
@@ -173,15 +160,21 @@ async def cmd_status(ctx: Context, client: AsyncVideoGen) -> int:
 
 
 def task_report(
-    ids: Sequence[str], found: dict[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
+    ids: Sequence[str], found: Mapping[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
 ) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
     """The table rows and JSON of tasks in the order of ``ids``, and the exit code.
+
+    A refused key (exit 4) is raised: it is about every id, and said once.
 
     An id that could not be read has ``status`` ``None`` and a ``problem`` (``not found``,
     ``unreachable``, ``timed out``, ``unreadable``; in parentheses in the table). The code:
     1 for a failed task (``failed_tasks_fail``) or one running at the deadline, 3 for an id
     the service does not know or could not report.
     """
+    for item in found.values():  # a refused key is about every id: said once, exit 4
+        cause = item.__cause__ if isinstance(item, TaskPollError) else item
+        if isinstance(cause, AuthenticationError):
+            raise cause
     code = EXIT_OK
     rows: list[list[Any]] = []
     data: list[dict[str, Any]] = []
@@ -205,10 +198,6 @@ def _report(
     ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
 ) -> int:
     """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
-    for item in found.values():  # a refused key is about every id: said once, exit 4
-        cause = item.__cause__ if isinstance(item, TaskPollError) else item
-        if isinstance(cause, AuthenticationError):
-            raise cause
     rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
@@ -232,20 +221,14 @@ async def wait_for_ids(
     results: dict[str, Task | TaskPollError] = {}
     if not ids:
         return results
-    succeeded = failed = unread = 0
     with ctx.ui.progress(description, len(set(ids))) as bar:
         gathered = client.tasks.gather_until_done(ids, timeout=timeout, return_exceptions=True)
         async with gathered as items:
             async for item in items:
                 results[item.task_id] = item
-                if not isinstance(item, Task):
-                    unread += 1
-                elif item.is_succeeded:
-                    succeeded += 1
-                else:
-                    failed += 1
-                detail = f"{succeeded} succeeded, {failed} failed"
-                bar.advance(detail=detail + (f", {unread} could not be read" if unread else ""))
+                seen = items.progress  # the gather's own counts
+                unread = f", {seen.errors} could not be read" if seen.errors else ""
+                bar.advance(detail=f"{seen.succeeded} succeeded, {seen.failed} failed{unread}")
     return results
 
 
@@ -263,17 +246,9 @@ def kept_existing(result: DownloadResult) -> bool:
 
 
 def download_exit_code(results: Sequence[DownloadResult]) -> int:
-    """0 when every download worked or kept its file, 3 when the service failed, else 1."""
-    code = EXIT_OK
-    for result in results:
-        error = result.error
-        if error is None or kept_existing(result):
-            continue
-        if isinstance(error, (APIStatusError, APIConnectionError, APIResponseError)):
-            code = max(code, EXIT_API_ERROR)
-        else:
-            code = max(code, EXIT_SOME_FAILED)
-    return code
+    """0 when every download worked or kept its file, else the worst error's code (3, 4, 1)."""
+    failed = [r.error for r in results if r.error is not None and not kept_existing(r)]
+    return max(map(exit_code_for, failed), default=EXIT_OK)
 
 
 def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | None]:
@@ -346,8 +321,13 @@ async def download_with_progress(
             skipped = f", {kept} skipped (file exists)" if kept else ""
             bar.advance(detail=f"{ok} saved{skipped}, {bad} failed")
 
-        options: dict[str, Any] = {"max_concurrency": max_concurrency, "overwrite": overwrite}
-        return await client.download_many(items, directory, on_result=on_result, **options)
+        return await client.download_many(
+            items,
+            directory,
+            on_result=on_result,
+            max_concurrency=max_concurrency,
+            overwrite=overwrite,
+        )
 
 
 @with_client
@@ -355,7 +335,13 @@ async def cmd_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen download ID... --to DIR``: save finished videos."""
     args = ctx.args
     items: list[str] = list(dict.fromkeys(args.sources))
-    options = {"max_concurrency": args.max_concurrency, "overwrite": not args.no_overwrite}
-    results = await download_with_progress(ctx, client, items, Path(args.to), **options)
+    results = await download_with_progress(
+        ctx,
+        client,
+        items,
+        Path(args.to),
+        max_concurrency=args.max_concurrency,
+        overwrite=not args.no_overwrite,
+    )
     show_downloads(ctx, results)
     return download_exit_code(results)
