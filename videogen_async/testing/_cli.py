@@ -43,9 +43,9 @@ _time_scale = number_type(float, minimum=0, strict=True, what="real seconds per 
 _port = number_type(int, minimum=0, maximum=65535, what="a port")
 _rate = number_type(float, minimum=0, maximum=1)
 
-# Each valued option: its flag, type (``None``: text), default and help.
-_OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
-    ("--host", None, _DEFAULTS["host"], "interface (default %(default)s)"),
+# Each valued option: its flag, type, default and help.
+_OPTIONS = (
+    ("--host", str, _DEFAULTS["host"], "interface (default %(default)s)"),
     ("--port", _port, DEFAULT_PORT, "port, 0 for any (default %(default)s)"),
     (
         "--time-scale",
@@ -54,9 +54,9 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
         "real seconds per simulated second; 0.01 runs 100x faster (default %(default)g)",
     ),
     # A seed is only ever written into the seeds' strings: "1" seeds as 1 does.
-    ("--seed", None, None, "seed of every random draw"),
+    ("--seed", str, None, "seed of every random draw"),
     ("--credits", float, _DEFAULTS["credits"], "starting balance (default %(default)g)"),
-    ("--api-key", None, None, f"the key to accept (default {DEFAULT_API_KEY!r})"),
+    ("--api-key", str, None, f"the key to accept (default {DEFAULT_API_KEY!r})"),
     (
         "--task-duration",
         _duration,

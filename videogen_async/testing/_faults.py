@@ -135,13 +135,18 @@ class FaultDecision:
 
 
 class _Active:
-    """A rule in use: how many more requests it applies to, and whether it names one route."""
+    """A rule in use, and how many more requests it applies to."""
 
-    __slots__ = ("exact", "remaining", "rule")
+    __slots__ = ("remaining", "rule")
 
     def __init__(self, rule: FaultRule) -> None:
         self.rule, self.remaining = rule, rule.times
-        self.exact = rule.route != "*" and not any(c in rule.route for c in "*?[")
+
+
+def _wildness(active: _Active) -> tuple[bool, bool]:
+    """How loosely a rule names its route: exact, then wildcard, then ``"*"`` (sorted)."""
+    route = active.rule.route
+    return any(c in route for c in "*?["), route == "*"
 
 
 class FaultInjector:
@@ -210,16 +215,14 @@ class FaultInjector:
 
     def _match(self, method: str, pattern: str, path: str) -> _Active | None:
         keys = (f"{method} {pattern}", f"{method} {path}", pattern, path)
-        rules = list(self._rules.values())
-        exact = (a for a in rules if a.exact and a.rule.route in keys)
-        wild = (
-            a
-            for a in reversed(rules)
-            if not a.exact
-            and a.rule.route != "*"
-            and any(fnmatch.fnmatchcase(key, a.rule.route) for key in keys)
-        )
-        return next(exact, None) or next(wild, None) or self._rules.get("*")
+        fitting = [
+            active
+            for active in reversed(self._rules.values())  # the most recently set first
+            if any(fnmatch.fnmatchcase(key, active.rule.route) for key in keys)
+        ]
+        # A rule naming the route exactly (no wildcard: it matches only its own key) first,
+        # then the latest wildcard rule, then "*" (which matches every key).
+        return min(fitting, key=_wildness, default=None)
 
     def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
         """Draw the fate of one request (``pattern``: its route's, ``path``: the concrete one).

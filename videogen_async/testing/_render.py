@@ -127,7 +127,7 @@ class Renderer:
     def describe_project(self, project: Project, now: float, origin: str) -> dict[str, Any]:
         """Everything the sandbox knows about a project, for tests and benchmarks."""
         ready = None if project.fails_before_script else project.script_ready_at
-        fail_at, wall = project.fail_at, self.clock.wall_time_of
+        fail_at = project.fail_at
         return {
             **self.project(project, now, origin),
             "inputs": dict(project.inputs),
@@ -139,8 +139,8 @@ class Renderer:
                 "media_ready_at": project.media_done_at,
                 "analysis_done_at": project.analysis_done_at,
                 "script_ready_at": ready,
-                "script_ready_at_wall": None if ready is None else wall(ready),
+                "script_ready_at_wall": None if ready is None else self.clock.wall_time_of(ready),
                 "fail_at": fail_at,
-                "fail_at_wall": None if fail_at is None else wall(fail_at),
+                "fail_at_wall": None if fail_at is None else self.clock.wall_time_of(fail_at),
             },
         }
