@@ -43,6 +43,39 @@ _time_scale = number_type(float, minimum=0, strict=True, what="real seconds per 
 _port = number_type(int, minimum=0, maximum=65535, what="a port")
 _rate = number_type(float, minimum=0, maximum=1)
 
+# Each valued option: its flag, type, default and help.
+_OPTIONS = (
+    ("--host", str, _DEFAULTS["host"], "interface (default %(default)s)"),
+    ("--port", _port, DEFAULT_PORT, "port, 0 for any (default %(default)s)"),
+    (
+        "--time-scale",
+        _time_scale,
+        _DEFAULTS["time_scale"],
+        "real seconds per simulated second; 0.01 runs 100x faster (default %(default)g)",
+    ),
+    # A seed is only ever written into the seeds' strings: "1" seeds as 1 does.
+    ("--seed", str, None, "seed of every random draw"),
+    ("--credits", float, _DEFAULTS["credits"], "starting balance (default %(default)g)"),
+    ("--api-key", str, None, f"the key to accept (default {DEFAULT_API_KEY!r})"),
+    (
+        "--task-duration",
+        _duration,
+        _DEFAULTS["task_duration"],
+        "simulated seconds a task runs: 30 or a range 20-40 (default {:g}-{:g})".format(
+            *_DEFAULTS["task_duration"]
+        ),
+    ),
+    (
+        "--queue-delay",
+        _duration,
+        _DEFAULTS["queue_delay"],
+        "simulated seconds queued (default %(default)g)",
+    ),
+    ("--failure-rate", _rate, 0.0, "share of tasks that end failed"),
+    ("--error-rate", _rate, 0.0, "share that end error"),
+    ("--project-failure-rate", _rate, 0.0, "share of projects that fail"),
+)
+
 
 def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the sandbox's options to a parser (their defaults are ``SandboxServer``'s).
@@ -51,40 +84,8 @@ def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
         parser: The parser (or sub-command parser) to extend.
     """
     add = parser.add_argument
-    add("--host", default=_DEFAULTS["host"], help="interface (default %(default)s)")
-    add("--port", type=_port, default=DEFAULT_PORT, help="port, 0 for any (default %(default)s)")
-    add(
-        "--time-scale",
-        type=_time_scale,
-        default=_DEFAULTS["time_scale"],
-        help="real seconds per simulated second; 0.01 runs 100x faster (default %(default)g)",
-    )
-    # A seed is only ever written into the seeds' strings: "1" seeds as 1 does.
-    add("--seed", default=None, help="seed of every random draw")
-    add(
-        "--credits",
-        type=float,
-        default=_DEFAULTS["credits"],
-        help="starting balance (default %(default)g)",
-    )
-    add("--api-key", default=None, help=f"the key to accept (default {DEFAULT_API_KEY!r})")
-    add(
-        "--task-duration",
-        type=_duration,
-        default=_DEFAULTS["task_duration"],
-        help="simulated seconds a task runs: 30 or a range 20-40 (default {:g}-{:g})".format(
-            *_DEFAULTS["task_duration"]
-        ),
-    )
-    add(
-        "--queue-delay",
-        type=_duration,
-        default=_DEFAULTS["queue_delay"],
-        help="simulated seconds queued (default %(default)g)",
-    )
-    add("--failure-rate", type=_rate, default=0.0, help="share of tasks that end failed")
-    add("--error-rate", type=_rate, default=0.0, help="share that end error")
-    add("--project-failure-rate", type=_rate, default=0.0, help="share of projects that fail")
+    for flag, kind, default, text in _OPTIONS:
+        add(flag, type=kind, default=default, help=text)
     add(
         "--manual-clock",
         action="store_true",

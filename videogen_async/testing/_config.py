@@ -5,10 +5,9 @@ Its prices are the reference prices of the service statement (``Pricing``).
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
-from typing import Any, TypeGuard
+from typing import Any
 
 import attrs
 
@@ -22,32 +21,21 @@ Duration = float | tuple[float, float] | Callable[[random.Random], float]
 or a callable that draws one from the sandbox's seeded ``random.Random``."""
 
 
-def is_number(value: Any) -> TypeGuard[float]:
-    """Whether ``value`` is an ``int`` or a ``float`` (a ``bool`` is no number here)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_duration(value: Any, name: str) -> Duration:
     """A :data:`Duration` setting as the sandbox keeps it (a list range becomes a tuple).
 
     Raises:
         ValueError: Not a number ``>= 0``, an ordered ``(low, high)`` pair of such numbers,
-            or a callable; the message names the setting.
+            or a callable; the message names the setting (the shared number rule's error).
     """
     if callable(value):
         return value  # type: ignore[no-any-return]
-    if is_number(value):
-        if value < 0 or not math.isfinite(value):
-            raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
-        return float(value)
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(map(is_number, value)):
-        low, high = float(value[0]), float(value[1])
-        if not 0 <= low <= high or not math.isfinite(high):
-            raise ValueError(f"{name} must be a (low, high) range with 0 <= low <= high")
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        low, high = (checks.number(name, bound) for bound in value)
+        if low > high:
+            raise checks.fail(name, "must be a (low, high) range with low <= high", value)
         return (low, high)
-    raise ValueError(
-        f"{name} must be seconds, a (low, high) range or a callable(rng), got {value!r}"
-    )
+    return checks.number(name, value)
 
 
 def sample_duration(spec: Duration, rng: random.Random) -> float:

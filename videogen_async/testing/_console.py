@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import html
 import secrets
+import string
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +29,9 @@ _PROMPT_LIMIT = 300
 _TASK_COLUMNS = ("task id", "state", "cost", "prompt", "project", "")
 _PROJECT_COLUMNS = ("project id", "mode", "state", "step", "cost", "tasks")
 _REQUEST_COLUMNS = ("time", "method", "path", "status", "code", "trace id", "fault", "ms")
+_PAGE = string.Template(Path(__file__).with_name("_console.html").read_text(encoding="utf-8"))
+"""The page around the live part: its style and script, a template of ``$nonce`` and ``$live``
+(a file beside this module, read once at import)."""
 
 
 def add_console(app: web.Application, source: ServerTruth) -> None:
@@ -35,7 +40,11 @@ def add_console(app: web.Application, source: ServerTruth) -> None:
     async def console(request: web.Request) -> web.StreamResponse:
         nonce = secrets.token_urlsafe(12)
         live = _live(source)
-        text = live if request.query.get("part") == "live" else _page(live, nonce)
+        text = (
+            live
+            if request.query.get("part") == "live"
+            else _PAGE.substitute(live=live, nonce=nonce)
+        )
         return web.Response(
             text=text,
             content_type="text/html",
@@ -150,53 +159,3 @@ def _live(source: ServerTruth) -> str:
     video_attr = "" if latest is None else f"{_e(_media(latest))}|{_e(latest['task_id'])}"
     parts.append(f"<div id='latest-video' hidden data-video='{video_attr}'></div>")
     return "<div id='live'>" + "".join(parts) + "</div>"
-
-
-_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1b1b1f;background:#fafafa}
-h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.2em 0 .3em}
-table{border-collapse:collapse;width:100%;background:#fff}
-th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#eef}code{font-size:.9em}.meta,.empty{color:#666}
-.balance{font-size:1.2em}.prompt{white-space:pre-wrap;word-break:break-word}
-.state{padding:0 4px;border-radius:3px;background:#eee}
-.succeeded,.completed{background:#d6f5d6}.failed{background:#f8d0d0}
-.running,.queued,.pending{background:#fff1c2}.fault{color:#a00}
-header{display:flex;justify-content:space-between;align-items:flex-start;gap:1em}
-#player{text-align:center}
-video{width:160px;height:160px;background:#000}
-"""
-
-_SCRIPT = """
-(function(){
-  var player=document.getElementById('video'),label=document.getElementById('video-label');
-  function show(){
-    var tag=document.getElementById('latest-video'),v=tag?tag.dataset.video:'';
-    if(!v||player.dataset.current===v)return;
-    var at=v.indexOf('|');player.dataset.current=v;player.src=v.slice(0,at);
-    label.textContent='latest finished task: '+v.slice(at+1);
-  }
-  function refresh(){
-    fetch('?part=live',{cache:'no-store'}).then(function(r){return r.ok?r.text():null})
-      .then(function(t){if(t!==null){document.getElementById('live').outerHTML=t;show();}})
-      .catch(function(){}).then(function(){setTimeout(refresh,1000);});
-  }
-  show();setTimeout(refresh,1000);
-})();
-"""
-
-
-def _page(live: str, nonce: str) -> str:
-    return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-        "<title>videogen sandbox console</title><link rel='icon' href='data:,'>"
-        "<noscript><meta http-equiv='refresh' content='5'></noscript>"
-        f"<style nonce='{nonce}'>{_STYLE}</style></head><body>"
-        "<header><div><h1>videogen sandbox console</h1>"
-        "<p class='meta'>Read-only; refreshes itself every second.</p></div>"
-        "<div id='player'><video id='video' controls muted loop autoplay playsinline"
-        " preload='metadata'></video><div id='video-label' class='meta'>no finished video"
-        " yet</div></div></header>"
-        f"{live}<script nonce='{nonce}'>{_SCRIPT}</script></body></html>"
-    )

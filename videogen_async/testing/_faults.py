@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from .._contract import _checks as checks
 from ._config import Duration, check_duration, rate_field, sample_duration
 
 FAULT_KINDS = ("drop_before", "rate_limit", "error", "html", "drop_after")
@@ -70,24 +71,24 @@ class FaultRule:
     error_rate: float = rate_field("error_rate")
     error_statuses: tuple[int, ...] = attrs.field(default=(500, 502, 503), converter=_statuses)
     html_rate: float = rate_field("html_rate")
-    html_status: int = 502
+    html_status: int = attrs.field(
+        default=502, validator=checks.validator(checks.whole, minimum=400, maximum=599)
+    )
     rate_limit_rate: float = rate_field("rate_limit_rate")
-    retry_after: float | None = 1.0
+    retry_after: float | None = attrs.field(
+        default=1.0, validator=checks.validator(checks.number, optional=True)
+    )
     drop_before_rate: float = rate_field("drop_before_rate")
     drop_after_rate: float = rate_field("drop_after_rate")
     latency: Duration | None = attrs.field(default=None, converter=_optional_duration)
-    times: int | None = None
+    times: int | None = attrs.field(
+        default=None, validator=checks.validator(checks.whole, optional=True)
+    )
 
     def __attrs_post_init__(self) -> None:
         total = sum(self.rates())
         if total > 1.0 + 1e-9:
             raise ValueError(f"the fault rates of a rule add up to {total:g}, more than 1")
-        if self.times is not None and (not isinstance(self.times, int) or self.times < 1):
-            raise ValueError(f"times must be a positive integer or None, got {self.times!r}")
-        if not 400 <= self.html_status <= 599:
-            raise ValueError(f"html_status must be an error status, got {self.html_status!r}")
-        if self.retry_after is not None and not self.retry_after >= 0:
-            raise ValueError(f"retry_after must be >= 0 or None, got {self.retry_after!r}")
 
     def rates(self) -> tuple[float, ...]:
         """The probabilities of the exclusive kinds, in :data:`FAULT_KINDS` order."""
@@ -134,13 +135,18 @@ class FaultDecision:
 
 
 class _Active:
-    """A rule in use: how many more requests it applies to, and whether it names one route."""
+    """A rule in use, and how many more requests it applies to."""
 
-    __slots__ = ("exact", "remaining", "rule")
+    __slots__ = ("remaining", "rule")
 
     def __init__(self, rule: FaultRule) -> None:
         self.rule, self.remaining = rule, rule.times
-        self.exact = rule.route != "*" and not any(c in rule.route for c in "*?[")
+
+
+def _wildness(active: _Active) -> tuple[bool, bool]:
+    """How loosely a rule names its route: exact, then wildcard, then ``"*"`` (sorted)."""
+    route = active.rule.route
+    return any(c in route for c in "*?["), route == "*"
 
 
 class FaultInjector:
@@ -209,16 +215,14 @@ class FaultInjector:
 
     def _match(self, method: str, pattern: str, path: str) -> _Active | None:
         keys = (f"{method} {pattern}", f"{method} {path}", pattern, path)
-        rules = list(self._rules.values())
-        exact = (a for a in rules if a.exact and a.rule.route in keys)
-        wild = (
-            a
-            for a in reversed(rules)
-            if not a.exact
-            and a.rule.route != "*"
-            and any(fnmatch.fnmatchcase(key, a.rule.route) for key in keys)
-        )
-        return next(exact, None) or next(wild, None) or self._rules.get("*")
+        fitting = [
+            active
+            for active in reversed(self._rules.values())  # the most recently set first
+            if any(fnmatch.fnmatchcase(key, active.rule.route) for key in keys)
+        ]
+        # A rule naming the route exactly (no wildcard: it matches only its own key) first,
+        # then the latest wildcard rule, then "*" (which matches every key).
+        return min(fitting, key=_wildness, default=None)
 
     def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
         """Draw the fate of one request (``pattern``: its route's, ``path``: the concrete one).

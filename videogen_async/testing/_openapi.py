@@ -8,6 +8,8 @@ accepted and the rest answered 400. ``/_sandbox/`` endpoints are left out.
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +17,13 @@ from .._contract._schemas import ID_PATTERN, component_schemas, ref
 from .._contract._service import ENDPOINTS, Endpoint
 from .._contract._validation import json_text
 
-
-def _error(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": ref("ErrorEnvelope")}},
-    }
+_PARTS = Path(__file__).with_name("_openapi.json").read_text(encoding="utf-8")
+"""The document's fixed text (its descriptions, the error answers, the media stand-in, the
+envelope of a 200): data beside this module, read once at import (a served document is then
+built without touching the disk on the event loop); what the statement says is filled in."""
 
 
-_COMMON_ERRORS = {
-    "401": {"$ref": "#/components/responses/Unauthorized"},
-    "429": {"$ref": "#/components/responses/RateLimited"},
-    "5XX": {"$ref": "#/components/responses/ServerError"},
-}
-
-
-def _operation(endpoint: Endpoint, errors: dict[str, Any]) -> dict[str, Any]:
+def _operation(endpoint: Endpoint, parts: dict[str, Any]) -> dict[str, Any]:
     parameters = [_id_parameter(name, "path") for name in endpoint.path_params]
     parameters += [_id_parameter(name, "query") for name in endpoint.query_params]
     op: dict[str, Any] = {
@@ -45,28 +38,17 @@ def _operation(endpoint: Endpoint, errors: dict[str, Any]) -> dict[str, Any]:
             "required": endpoint.body_required,
             "content": {"application/json": {"schema": ref(endpoint.body.name)}},
         }
+    ok = copy.deepcopy(parts["ok"])
+    envelope = ok["content"]["application/json"]["schema"]
+    ok["description"] = endpoint.ok
+    envelope["description"] = f"Envelope of {endpoint.response}."
+    envelope["properties"]["data"] = ref(endpoint.response)
+    # An operation's own text for an error (its 400) before the shared one.
+    errors = parts["errors"]
     op["responses"] = {
-        "200": {
-            "description": endpoint.ok,
-            "headers": {"X-Trace-Id": {"$ref": "#/components/headers/TraceId"}},
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "description": f"Envelope of {endpoint.response}.",
-                        "required": ["code", "trace_id", "message", "data"],
-                        "properties": {
-                            "code": {"type": "integer", "const": 200},
-                            "trace_id": {"type": "string", "minLength": 1},
-                            "message": {"type": ["string", "null"]},
-                            "data": ref(endpoint.response),
-                        },
-                    }
-                }
-            },
-        },
-        **errors,
-        **_COMMON_ERRORS,
+        "200": ok,
+        **{c: errors.get(f"{endpoint.operation_id} {c}", errors[c]) for c in endpoint.errors},
+        **parts["common_errors"],
     }
     return op
 
@@ -91,116 +73,18 @@ def build_openapi(server_url: str | None = None) -> dict[str, Any]:
     Returns:
         The document as JSON-ready data.
     """
-    responses = {
-        "400": _error("Invalid request: bad JSON, a broken rule (the message names the field)."),
-        "404": _error("No such task or project (code 404)."),
-        "409": _error(
-            "Conflict. code 300111 'Insufficient API credits' (nothing was created or charged);"
-            " code 100099 'Failed to store media from URL' (project creation only, nothing"
-            " charged); code 409 when the project's script is not generated yet or the project"
-            " has failed (videos endpoint only)."
-        ),
-        "413": _error("The body is larger than the sandbox accepts (1 MiB)."),
-    }
-    special_400 = {
-        "getTask": _error("task_id is missing, blank, or not one path segment."),
-        "getCredits": _error("The request failed."),
-        "getProject": _error("project_id is blank or not one path segment."),
-    }
+    parts = json.loads(_PARTS)  # a fresh copy: the document is filled in place
+    document: dict[str, Any] = parts["document"]
     paths: dict[str, Any] = {}
     for endpoint in ENDPOINTS:
-        errors = {code: responses[code] for code in endpoint.errors}
-        if endpoint.operation_id in special_400:
-            errors["400"] = special_400[endpoint.operation_id]
-        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint, errors)
-    paths["/media/{file_name}"] = {
-        "get": {
-            "operationId": "getMedia",
-            "summary": "Download a generated video (the sandbox's stand-in for the CDN)",
-            "description": "No authentication. Honours one HTTP byte range (a standard"
-            " `Range: bytes=...` request header: 206 with Content-Range, or 416 past the"
-            " end).",
-            "tags": ["media"],
-            "security": [],
-            "parameters": [
-                {
-                    "name": "file_name",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string", "minLength": 1},
-                    "description": "{task_id}.mp4 of a succeeded task.",
-                }
-            ],
-            "responses": {
-                "200": {
-                    "description": "The whole video.",
-                    "content": {"video/mp4": {"schema": {"type": "string"}}},
-                },
-                "206": {
-                    "description": "The requested byte range (Content-Range).",
-                    "content": {"video/mp4": {"schema": {"type": "string"}}},
-                },
-                "404": _error("No succeeded task with that id."),
-                "416": {"description": "The range cannot be satisfied."},
-                "429": {"$ref": "#/components/responses/RateLimited"},
-                "5XX": {"$ref": "#/components/responses/ServerError"},
-            },
-        }
-    }
-    document: dict[str, Any] = {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "Video generation service (videogen-async sandbox)",
-            "version": "1.0.0",
-            "description": "The video generation service as the videogen-async sandbox"
-            " implements it. Every response body is the envelope {code, trace_id, message,"
-            " data}. 429 and 5xx answers appear only when fault injection is configured.",
-        },
-        # Listed by a served document; the kept one (docs/openapi.json) names no server.
-        **({} if server_url is None else {"servers": [{"url": server_url}]}),
-        "security": [{"bearerAuth": []}],
-        "tags": [{"name": tag} for tag in ("tasks", "projects", "credits", "media")],
-        "paths": paths,
-        "components": {
-            "securitySchemes": {
-                "bearerAuth": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "Authorization: Bearer <API_KEY>",
-                }
-            },
-            "headers": {
-                "TraceId": {
-                    "description": "The trace_id of the envelope.",
-                    "schema": {"type": "string"},
-                }
-            },
-            "responses": {
-                "Unauthorized": {
-                    **_error("Missing or invalid API key (code 401)."),
-                    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
-                },
-                "RateLimited": {
-                    **_error("Too many requests (injected fault; code 429)."),
-                    "headers": {
-                        "Retry-After": {
-                            "description": "Seconds to wait.",
-                            "schema": {"type": "string"},
-                        }
-                    },
-                },
-                "ServerError": {
-                    "description": "Server failure (injected fault): the error envelope,"
-                    " or an HTML page from a proxy.",
-                    "content": {
-                        "application/json": {"schema": ref("ErrorEnvelope")},
-                        "text/html": {"schema": {"type": "string"}},
-                    },
-                },
-            },
-            "schemas": component_schemas(),
-        },
-    }
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint, parts)
+    document["paths"] = {**paths, **document["paths"]}  # the media stand-in last
+    document["components"]["schemas"] = component_schemas()
+    # Listed by a served document; the kept one (docs/openapi.json) names no server.
+    if server_url is None:
+        del document["servers"]
+    else:
+        document["servers"] = [{"url": server_url}]
     return document
 
 

@@ -34,16 +34,6 @@ if importlib.util.find_spec("pytest_asyncio") is not None:
     import pytest_asyncio
 
     @pytest_asyncio.fixture
-    async def videogen_sandbox(
-        videogen_sandbox_options: dict[str, Any],
-    ) -> AsyncIterator[SandboxServer]:
-        """A started sandbox server, closed after the test."""
-        from ._server import SandboxServer
-
-        async with SandboxServer(**videogen_sandbox_options) as server:
-            yield server
-
-    @pytest_asyncio.fixture
     async def videogen_sandbox_factory(
         videogen_sandbox_options: dict[str, Any],
     ) -> AsyncIterator[SandboxFactory]:
@@ -63,6 +53,11 @@ if importlib.util.find_spec("pytest_asyncio") is not None:
         finally:
             for server in reversed(servers):
                 await server.aclose()
+
+    @pytest_asyncio.fixture
+    async def videogen_sandbox(videogen_sandbox_factory: SandboxFactory) -> SandboxServer:
+        """A started sandbox server, closed after the test (by the factory's teardown)."""
+        return await videogen_sandbox_factory()
 
 else:  # pragma: no cover - exercised only without pytest-asyncio
 

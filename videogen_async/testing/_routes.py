@@ -9,11 +9,13 @@ script, start its steps) and video batches are written here, as the service's de
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from .._contract import _validation as rules
@@ -94,11 +96,13 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
         state.new_id(state.projects), inputs, now, state.clock.wall_now(), sim.make_script(inputs)
     )
     project.script_cost = state.pricing.script_credits
-    timing, rng = state.project_timing, state.rng
-    project.media_done_at = now + sample_duration(timing.preparing_media, rng)
-    project.analysis_done_at = project.media_done_at + sample_duration(timing.analyzing, rng)
-    project.script_ready_at = project.analysis_done_at + sample_duration(
-        timing.generating_script, rng
+    rng = state.rng
+    # The steps' ends, each drawn in turn (media, analysis, script) after the one before.
+    steps = (
+        sample_duration(step, rng) for step in attrs.astuple(state.project_timing, recurse=False)
+    )
+    _, project.media_done_at, project.analysis_done_at, project.script_ready_at = (
+        itertools.accumulate(steps, initial=now)
     )
     draw = rng.random()
     if state.marked(inputs["reference_video_url"]):

@@ -16,6 +16,7 @@ from aiohttp import web
 from yarl import URL
 
 from .._client import AsyncVideoGen
+from .._contract import _checks as checks
 from .._contract._closing import AsyncClosing
 from .._contract._service import Pricing
 from ._clock import SandboxClock
@@ -95,8 +96,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
     ) -> None:
         if not isinstance(api_key, str) or not api_key or api_key != api_key.strip():
             raise ValueError("api_key must be a non-empty string without surrounding spaces")
-        if not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be from 0 to 65535, got {port!r}")
+        checks.whole("port", port, minimum=0, maximum=65535)
         self._host, self._port, self._api_key = host, port, api_key
         self.clock = SandboxClock(time_scale=time_scale, paused=manual_clock)
         self.faults = FaultInjector(seed, faults)

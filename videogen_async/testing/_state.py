@@ -154,13 +154,19 @@ class SandboxState:
         )
         forced = "The batch script was rejected (sandbox failure marker)."
         forced_failure = forced if self.marked(script) else None
-        duration, floor = project.inputs["duration"], project.created_wall
         for _ in range(out_number):
-            task = self.new_task(at, sim.PROJECT_TASK_MODEL, duration, cost, forced_failure, floor)
-            task.project_id = project.project_id
-            task.batch = batch.batch
-            task.aspect_ratio = aspect_ratio
-            task.resolution = resolution
+            task = self.new_task(
+                at,
+                sim.PROJECT_TASK_MODEL,
+                inputs["duration"],
+                cost,
+                forced_failure,
+                project.created_wall,
+                project_id=project.project_id,
+                batch=batch.batch,
+                aspect_ratio=aspect_ratio,
+                resolution=resolution,
+            )
             batch.task_ids.append(task.task_id)
             project.tasks.append(task)
         project.batches.append(batch)
@@ -190,8 +196,12 @@ class SandboxState:
         cost: float,
         forced_failure: str | None,
         floor: float = 0.0,
-        prompt: str | None = None,
+        **fields: Any,
     ) -> sim.Task:
+        """A new task created at ``at``, its schedule and outcome drawn; ``fields``: the rest.
+
+        Its creation time is never before ``floor`` (a batch's task not before its project).
+        """
         queued = sample_duration(self.queue_delay, self.rng)
         running = sample_duration(self.task_duration, self.rng)
         outcome, message = self._draw_outcome(forced_failure)
@@ -210,7 +220,7 @@ class SandboxState:
             outcome,
             message,
             max(clock.wall_now() if wall is None else wall, floor),
-            prompt=prompt,
+            **fields,
         )
         self.tasks[task.task_id] = task
         if outcome != sim.SUCCEEDED:
