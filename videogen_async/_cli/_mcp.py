@@ -31,12 +31,12 @@ def default_ledger() -> Path:
     """The ledger file in the user's data directory (XDG, macOS or Windows)."""
     home = Path.home()
     if sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
+        base = home / "Library/Application Support"
     elif os.name == "nt":
-        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData/Local")
     else:
-        base = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
-    return base / "videogen" / "mcp-ledger.sqlite"
+        base = Path(os.environ.get("XDG_DATA_HOME") or home / ".local/share")
+    return base / "videogen/mcp-ledger.sqlite"
 
 
 def _confirm_above(text: str) -> float:
@@ -107,7 +107,7 @@ def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:
     """
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not (host and port.isdigit() and 0 < int(port) < 65536):
         raise UsageError(f"--http: expected HOST:PORT (e.g. 127.0.0.1:8787), got {value!r}")
     if not (remote and token) and not is_loopback(host):
         raise UsageError(
@@ -115,8 +115,8 @@ def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:
             " Serving other machines needs --allow-remote and VIDEOGEN_MCP_TOKEN set to a secret"
             " the callers send as a bearer token"
         )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return socket.create_server((host, int(port)), family=family)
     except OSError as exc:
         raise UsageError(

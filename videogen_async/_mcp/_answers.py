@@ -10,9 +10,8 @@ import functools
 import inspect
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
-from mcp.server.mcpserver import CancelledElicitation, DeclinedElicitation
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, WithJsonSchema
 
@@ -22,7 +21,6 @@ from .._contract._redact import redact_value
 from .._contract._schemas import component_schemas, ref
 from .._contract._service import PROJECT_REQUEST, TASK_REQUEST
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 MAX_WAIT = 45.0  # seconds a call waits at most by default: under a host's 60 s request limit
 MAX_LIST = 100
 _SCHEMAS = component_schemas()
@@ -33,11 +31,6 @@ KEY_SCHEMA = {
     "description": "Your idempotency"
     " key for this video (e.g. 'fox-intro-v1'). Pass one: the same key never pays twice, in"
     " this session or any other; a retried call returns the entry.",
-}
-TASK_ID_SCHEMA = {
-    "type": "string",
-    "minLength": 1,
-    "description": "A task's id, for a video this ledger did not create (give key or task_id)",
 }
 METADATA_SCHEMA = {
     "type": "object",
@@ -62,7 +55,7 @@ def _body_schema(name: str) -> dict[str, Any]:
 VIDEO_FIELDS, PROJECT_FIELDS = _body_schema(TASK_REQUEST.name), _body_schema(PROJECT_REQUEST.name)
 
 
-def with_fields(fn: _F, schema: dict[str, Any], *names: str) -> _F:
+def with_fields(fn: Callable[..., Any], schema: dict[str, Any], *names: str) -> Callable[..., Any]:
     """``fn`` with the fields of ``schema`` (or ``names`` of them) as keyword parameters.
 
     ``fn`` takes them as ``**fields``, its last parameter; each is published with the
@@ -86,7 +79,7 @@ def with_fields(fn: _F, schema: dict[str, Any], *names: str) -> _F:
 
     own = [*signature.parameters.values()][:-1]  # less ``**fields``
     published.__signature__ = signature.replace(parameters=[*own, *fields])  # type: ignore[attr-defined]
-    return published  # type: ignore[return-value]
+    return published
 
 
 class Cap(BaseModel):
@@ -162,33 +155,24 @@ def cap(max_credits: float | None, spent: float, reserved: float) -> dict[str, A
 def entry_data(entry: LedgerEntry) -> Entry:
     """What an agent reads of an entry: its state, ids, cost, video or error.
 
+    The fields of the same name read from the entry, the others from its task and request.
     Not redacted here: :func:`dump`, the one way out of every answer, redacts.
     """
     task = entry.task
-    return Entry(
-        key=entry.key,
-        state=entry.state,
-        task_id=entry.task_id,
-        project_id=entry.project_id,
-        task_status=task.status if task else None,
-        credits_cost=entry.credits_cost,
-        video_url=entry.video_url,
-        error=entry.error or (task.error_message if task else None),
-        prompt=entry.request.get("prompt"),
-        metadata=dict(entry.metadata),
-        done=entry.is_terminal,
+    return Entry.model_validate(entry, from_attributes=True).model_copy(
+        update={
+            "task_status": task.status if task else None,
+            "error": entry.error or (task.error_message if task else None),
+            "prompt": entry.request.get("prompt"),
+            "done": entry.is_terminal,
+        }
     )
 
 
 def task_data(task: Task) -> Entry:
     """What an agent reads of a task the ledger does not hold (one read of the service)."""
-    return Entry(
-        task_id=task.task_id,
-        task_status=task.status,
-        credits_cost=task.credits_cost,
-        video_url=task.video_url,
-        error=task.error_message,
-        done=task.is_terminal,
+    return Entry.model_validate(task, from_attributes=True).model_copy(
+        update={"task_status": task.status, "error": task.error_message, "done": task.is_terminal}
     )
 
 
@@ -209,9 +193,9 @@ _ADVICE: dict[type[Exception], str] = {
     NoConsent: "Nobody could consent to spending: {}. The operator allows creates by starting"
     " `videogen mcp --max-credits N` (a cap) or `--confirm-above none`. Nothing was sent.",
     err.InvalidRequestError: "Invalid argument: {}. Nothing was sent; fix it and call again.",
-    err.BudgetExceededError: "Spending cap reached: {}. Nothing was sent. Do not retry: ask the"
-    " user to raise the server's --max-credits, or wait for pending videos (a failure is"
-    " refunded).",
+    err.BudgetExceededError: "Spending cap reached: {} ({left:g} left under the cap). Nothing"
+    " was sent. Do not retry: ask the user to raise the server's --max-credits, or wait for"
+    " pending videos (a failure is refunded).",
     err.AmbiguousCreateError: "Unsure whether it was created: {}. Do not create it again under"
     " another key; ask the user to check the account.",
     err.InsufficientCreditsError: "The service refused: insufficient credits ({}). Nothing was"
@@ -229,13 +213,12 @@ REFUSALS = (Declined, NoConsent, err.VideoGenError, TimeoutError)
 
 def refusal(exc: Exception) -> Answer:
     """A refusal: the rule broken, what the agent should do next, a cap's figures."""
-    said = " ".join(str(exc).split())
     text = next(text for kind, text in _ADVICE.items() if isinstance(exc, kind))
     figures = {}
     if isinstance(exc, err.BudgetExceededError):
         figures = cap(exc.max_credits, exc.spent, exc.reserved) | {"cost": exc.estimate}
-        said += f" ({figures['left']:g} left under the cap)"
-    return Answer(refusal=Refusal(reason=type(exc).__name__, message=text.format(said), **figures))
+    message = text.format(" ".join(str(exc).split()), **figures)  # the cap's text: its figures
+    return Answer(refusal=Refusal(reason=type(exc).__name__, message=message, **figures))
 
 
 def dump(data: BaseModel) -> Any:
@@ -249,7 +232,7 @@ def answer(data: BaseModel) -> CallToolResult:
     refused = structured.get("refusal")
     text = refused["message"] if refused else json.dumps(structured, ensure_ascii=False)
     return CallToolResult(
-        content=[TextContent(type="text", text=text)],
+        content=[TextContent(text=text)],
         structured_content=structured,
         is_error=bool(refused),
     )
@@ -261,12 +244,11 @@ _READ = ToolAnnotations(read_only_hint=True)
 _SPEND = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True
 )
-# A tool's title, annotations and description (one literal each: the prices are not repeated
+# A tool's title, description and annotations (one literal each: the prices are not repeated
 # here, estimate_cost and the consent asked read them from the statement).
 TOOLS = {
     "create_video": (
         "Create a video",
-        _SPEND,
         "Create a video from a prompt. COSTS CREDITS, per second of video by model"
         " (estimate_cost tells how many; the answer's credits_cost is what was charged; a failed"
         " video is refunded). The user may be asked to confirm the cost. Always pass a `key`:"
@@ -275,49 +257,50 @@ TOOLS = {
         " of polling get_video. It answers within the server's wait bound: if the service is"
         " slow to answer, the entry comes back as it stands (done=false) and the server goes on"
         " creating it; wait_for_video follows it.",
+        _SPEND,
     ),
     "create_ad_clone_project": (
         "Create an ad clone project",
-        _SPEND,
         "Create a viral ad clone project from a reference ad and product images. COSTS CREDITS:"
         " its script at once, then its videos. The user may be asked to confirm. Pass a `key`:"
         " the same key never pays twice. Follow it with get_video(key). It answers within the"
         " server's wait bound: if the service is slow to answer, the entry comes back as it"
         " stands (done=false) and the server goes on creating it.",
+        _SPEND,
     ),
     "get_video": (
         "Get a video",
-        _READ,
         "The current state of a video by its `key`, as the ledger holds it (kept current by"
         " the server; free, sends nothing for a finished video), or by `task_id` (one free read"
         " of the service for a task this ledger did not create). To wait for a video, call"
         " wait_for_video instead of calling this repeatedly.",
+        _READ,
     ),
     "wait_for_video": (
         "Wait for a video",
-        _READ,
         "Wait until the video of `key` is finished (succeeded: video_url; failed or"
         " error: refunded), at most `timeout` seconds and never longer than the server's bound"
         " (45 s by default, under hosts' time limits), with a progress notification at each state"
         " change. Free: one watcher serves every wait. If it answers done=false, call it again.",
+        _READ,
     ),
     "credits_balance": (
         "Credits and spending cap",
-        _READ,
         "The account's credits (available, total), and this server's spending cap"
         " (max_credits; absent: no cap) with what its ledger spent, reserved and has left. Free.",
+        _READ,
     ),
     "list_videos": (
         "List videos",
-        _READ,
         "The videos created through this server's ledger, newest first; filter by"
         " `state` or `metadata`. Free.",
+        _READ,
     ),
     "estimate_cost": (
         "Estimate a video's cost",
-        _READ,
         "What create_video would cost for a model and a duration: the statement's"
         " price and the highest price this ledger was charged for the same. Free, sends nothing.",
+        _READ,
     ),
 }
 
@@ -327,15 +310,3 @@ def given(fields: dict[str, Any], *leave: str) -> dict[str, Any]:
     return {
         name: value for name, value in fields.items() if value is not None and name not in leave
     }
-
-
-def consented(consent: Any) -> None:
-    """Raise unless someone consented: the user declined, or nobody could be asked.
-
-    The consent resolver answers an exception (accepted as its value) when nobody could be
-    asked; the user's refusal comes as a declined or cancelled elicitation.
-    """
-    if isinstance(consent, (DeclinedElicitation, CancelledElicitation)):
-        raise Declined(consent.action)
-    if isinstance(consent.data, Exception):
-        raise consent.data

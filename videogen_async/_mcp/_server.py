@@ -42,9 +42,9 @@ class StaticToken(TokenVerifier):
     token: str = attrs.field(repr=False)
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if not hmac.compare_digest(token.encode(), self.token.encode()):
-            return None
-        return AccessToken(token="-", client_id="videogen-mcp-token", scopes=[])  # noqa: S106
+        if hmac.compare_digest(token.encode(), self.token.encode()):
+            return AccessToken(token="-", client_id="videogen-mcp-token", scopes=[])  # noqa: S106
+        return None
 
 
 def build_server(
@@ -118,8 +118,8 @@ async def serve(
         else:
             host, port = http.getsockname()[:2]
             server = build_server(tools, bus, token, f"http://{host}:{port}/mcp")
-            config = uvicorn.Config(server.streamable_http_app(host=host), log_level="warning")
-            await uvicorn.Server(config).serve(sockets=[http])
+            app = server.streamable_http_app(host=host)
+            await uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[http])
         group.cancel_scope.cancel()
 
 

@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 import attrs
 from mcp.server.mcpserver import (
+    AcceptedElicitation,
     Context,
     Elicit,
     ElicitationResult,
@@ -36,7 +37,6 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from .. import AsyncVideoGen, Ledger, LedgerEntry
 from .._contract import _exceptions as err
-from .._contract._checks import check_key
 from .._contract._service import REFERENCE_PRICES, TASK_REQUEST
 from .._contract._validation import validate_project_request, validate_task_request
 from .._ledger._entry import STATES
@@ -47,18 +47,17 @@ from ._answers import (
     METADATA_SCHEMA,
     PROJECT_FIELDS,
     REFUSALS,
-    TASK_ID_SCHEMA,
     TOOLS,
     VIDEO_FIELDS,
     Balance,
     Consent,
+    Declined,
     Entry,
     Estimate,
     Listing,
     NoConsent,
     answer,
     cap,
-    consented,
     entry_data,
     given,
     refusal,
@@ -106,8 +105,8 @@ class VideoTools:
             "create_ad_clone_project": self._create(PROJECT_FIELDS, self.ledger.create_project),
             "estimate_cost": with_fields(self.estimate_cost, VIDEO_FIELDS, "model", "duration"),
         }
-        for name, (title, hints, text) in TOOLS.items():
-            server.add_tool(built.get(name) or getattr(self, name), name, title, text, hints)
+        for name, described in TOOLS.items():  # its title, description and annotations
+            server.add_tool(built.get(name) or getattr(self, name), name, *described)
 
     async def _answer(self, work: Awaitable[BaseModel], key: Any = None) -> CallToolResult:
         """A tool's work, run in the server's task group, answered within the bound.
@@ -147,25 +146,16 @@ class VideoTools:
         asked = Annotated[ElicitationResult[Consent], Resolve(with_fields(self._ask, schema))]
 
         async def create_tool(consent: asked, **fields: Any) -> Entry:
-            created = self._created(consent, create, given(fields))
-            return await self._answer(created, fields["key"])  # type: ignore[return-value]
+            async def created() -> Entry:
+                if not isinstance(consent, AcceptedElicitation):  # declined or cancelled
+                    raise Declined(consent.action)
+                if isinstance(consent.data, Exception):  # nobody could be asked (see _ask)
+                    raise consent.data
+                return entry_data(await create(self.client, **given(fields)))
+
+            return await self._answer(created(), fields["key"])  # type: ignore[return-value]
 
         return with_fields(create_tool, schema)
-
-    async def _created(
-        self, consent: Any, create: Callable[..., Awaitable[LedgerEntry]], fields: dict[str, Any]
-    ) -> Entry:
-        consented(consent)
-        return entry_data(await create(self.client, **fields))
-
-    async def _learned(self, model: str, duration: int) -> float | None:
-        """The highest price this ledger was charged for a task of this model and duration."""
-        costs = [
-            entry.credits_cost
-            async for entry in self.ledger.entries()
-            if entry.credits_cost and (entry.model, entry.duration) == (model, duration)
-        ]
-        return max(costs, default=None)
 
     async def _ask(
         self, ctx: Context[Any, Any], **fields: Any
@@ -184,7 +174,7 @@ class VideoTools:
             return None
         if cost.credits <= self.confirm_above or (old and old.state != "refused"):  # type: ignore[operator]
             return None  # a refused key is sent again: asked again
-        if getattr(ctx.client_capabilities, "elicitation", None) is None:
+        if getattr(ctx.client_capabilities, "elicitation", None) is None:  # it cannot ask
             if self.ledger.max_credits is None:
                 return NoConsent("this client cannot ask the user and the server has no cap")
             return None
@@ -195,7 +185,7 @@ class VideoTools:
     # -- the reads -------------------------------------------------------------------------
 
     async def _entry(self, key: Any) -> LedgerEntry:
-        entry = await self.ledger.get(check_key(key))
+        entry = await self.ledger.get(key)  # the key checked there
         if entry is None:
             rule = "unknown: no video of this key in the ledger (list_videos shows the keys)"
             raise err.InvalidRequestError("key", rule, value=key, has_value=True)
@@ -205,7 +195,10 @@ class VideoTools:
     async def get_video(
         self,
         key: Annotated[str | None, WithJsonSchema(KEY_SCHEMA)] = None,
-        task_id: Annotated[str | None, WithJsonSchema(TASK_ID_SCHEMA)] = None,
+        task_id: Annotated[
+            str | None,
+            Field(min_length=1, description="A task's id, for a video this ledger did not create"),
+        ] = None,
     ) -> Entry:
         if (key is None) == (task_id is None):
             raise err.InvalidRequestError("key", "give either key or task_id")
@@ -272,8 +265,7 @@ class VideoTools:
             e async for e in self.ledger.entries(metadata=metadata) if state in (None, e.state)
         ]
         found.sort(key=attrgetter("created_at"), reverse=True)  # a stored entry has one
-        newest = [entry_data(e) for e in found[:limit]]
-        return Listing(entries=newest, more=len(found) > limit)
+        return Listing(entries=[entry_data(e) for e in found[:limit]], more=len(found) > limit)
 
     @bounded
     async def estimate_cost(self, **fields: Any) -> Estimate:
@@ -289,11 +281,15 @@ class VideoTools:
         model = body.get("model") or TASK_REQUEST.field("model").default
         duration = body.get("duration") or TASK_REQUEST.field("duration").default
         statement = REFERENCE_PRICES.task_cost(model, duration)
-        learned = await self._learned(model, duration)
+        costs = [  # what this ledger was charged for the same model and duration
+            entry.credits_cost
+            async for entry in self.ledger.entries()
+            if entry.credits_cost and (entry.model, entry.duration) == (model, duration)
+        ]
         return Estimate(
             model=model,
             duration=duration,
-            credits=max(statement, learned or 0.0),
+            credits=max([statement, *costs]),
             statement_credits=statement,
-            learned_credits=learned,
+            learned_credits=max(costs, default=None),
         )
