@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
@@ -18,14 +19,10 @@ from .._mcp import serve
 from ._common import EXIT_OK, Context, UsageError
 
 MCP_EPILOG = """\
-<<<<<<< HEAD
-The API key is read from VIDEOGEN_API_KEY only.
+The API key is read from VIDEOGEN_API_KEY only; over --http off loopback, callers need the bearer
+token in VIDEOGEN_MCP_TOKEN.
 
 examples:
-=======
-The API key is read from VIDEOGEN_API_KEY only; over --http off loopback, callers need the bearer
-token in VIDEOGEN_MCP_TOKEN. examples:
->>>>>>> mcp
   videogen mcp --max-credits 200                 # stdio, for desktop and coding agents
   videogen mcp --http 127.0.0.1:8787 --ledger postgresql://u:p@db:5432/videos"""
 
@@ -34,17 +31,17 @@ def default_ledger() -> Path:
     """The ledger file in the user's data directory (XDG, macOS or Windows)."""
     home = Path.home()
     if sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
+        base = home / "Library/Application Support"
     elif os.name == "nt":
-        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData/Local")
     else:
-        base = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
-    return base / "videogen" / "mcp-ledger.sqlite"
+        base = Path(os.environ.get("XDG_DATA_HOME") or home / ".local/share")
+    return base / "videogen/mcp-ledger.sqlite"
 
 
-def _confirm_above(text: str) -> float | None:
-    """``--confirm-above``: credits, or ``none`` (never ask)."""
-    return None if text == "none" else _credits(text)
+def _confirm_above(text: str) -> float:
+    """``--confirm-above``: credits, or ``none`` (never ask: no create costs more than inf)."""
+    return math.inf if text == "none" else _credits(text)
 
 
 _credits = number_type(float, minimum=0, what="a number of credits")
@@ -110,20 +107,16 @@ def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:
     """
     host, _, port = value.rpartition(":")
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not (host and port.isdigit() and 0 < int(port) < 65536):
         raise UsageError(f"--http: expected HOST:PORT (e.g. 127.0.0.1:8787), got {value!r}")
-    if not remote and not is_loopback(host):
-        raise UsageError(
-            f"--http {value}: {host} is not loopback; pass --allow-remote to serve other"
-            " machines (with VIDEOGEN_MCP_TOKEN set: callers send it as a bearer token)"
-        )
-    if not token and not is_loopback(host):
+    if not (remote and token) and not is_loopback(host):
         raise UsageError(
             f"--http {value}: {host} is not loopback; anyone reaching it could spend credits."
-            " Set VIDEOGEN_MCP_TOKEN to a secret the callers send as a bearer token"
+            " Serving other machines needs --allow-remote and VIDEOGEN_MCP_TOKEN set to a secret"
+            " the callers send as a bearer token"
         )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return socket.create_server((host, int(port)), family=family)
     except OSError as exc:
         raise UsageError(

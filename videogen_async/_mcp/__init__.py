@@ -14,7 +14,7 @@ EXTRA_MISSING = "videogen mcp needs the mcp extra: pip install 'videogen-async[m
 try:
     from ._server import serve as serve
 except ImportError as _exc:  # the extra is not installed
-    if (_exc.name or "").split(".")[0] != "mcp":
+    if not str(_exc.name).startswith("mcp"):  # mcp or mcp_types, parts of the extra
         raise
     _missing = _exc
 

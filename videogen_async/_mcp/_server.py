@@ -6,6 +6,7 @@ a missing or wrong token is a 401 before any tool runs.
 """
 
 import hmac
+import json
 import logging
 import socket
 from typing import Any
@@ -25,7 +26,7 @@ from pydantic import AnyHttpUrl
 from .. import AsyncVideoGen, Ledger
 from .._contract._redact import RedactingFilter
 from .._version import __version__
-from ._answers import entry_data
+from ._answers import dump, entry_data
 from ._tools import VideoTools
 
 INSTRUCTIONS = """Creates videos through a ledger with a spending cap. Pass a `key` to every
@@ -41,9 +42,9 @@ class StaticToken(TokenVerifier):
     token: str = attrs.field(repr=False)
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if not hmac.compare_digest(token.encode(), self.token.encode()):
-            return None
-        return AccessToken(token="-", client_id="videogen-mcp-token", scopes=[])  # noqa: S106
+        if hmac.compare_digest(token.encode(), self.token.encode()):
+            return AccessToken(token="-", client_id="videogen-mcp-token", scopes=[])  # noqa: S106
+        return None
 
 
 def build_server(
@@ -82,7 +83,7 @@ def build_server(
         found = await tools.ledger.get(key)
         if found is None:
             raise ResourceNotFoundError("no entry of this key in the ledger")
-        return entry_data(found).model_dump_json(exclude_none=True)
+        return json.dumps(dump(entry_data(found)), ensure_ascii=False)
 
     for handler in logging.getLogger().handlers:  # MCPServer's, on stderr
         handler.addFilter(RedactingFilter())
@@ -117,8 +118,8 @@ async def serve(
         else:
             host, port = http.getsockname()[:2]
             server = build_server(tools, bus, token, f"http://{host}:{port}/mcp")
-            config = uvicorn.Config(server.streamable_http_app(host=host), log_level="warning")
-            await uvicorn.Server(config).serve(sockets=[http])
+            app = server.streamable_http_app(host=host)
+            await uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[http])
         group.cancel_scope.cancel()
 
 

@@ -18,13 +18,14 @@ task group (a cancelled create would be ``unknown``) and answers the entry as it
 import functools
 import math
 from collections.abc import Awaitable, Callable
-from functools import partial
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import anyio
 import anyio.abc
 import attrs
 from mcp.server.mcpserver import (
+    AcceptedElicitation,
     Context,
     Elicit,
     ElicitationResult,
@@ -36,30 +37,27 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from .. import AsyncVideoGen, Ledger, LedgerEntry
 from .._contract import _exceptions as err
-from .._contract._checks import check_key
-from .._contract._redact import redact_value
 from .._contract._service import REFERENCE_PRICES, TASK_REQUEST
-from .._contract._validation import check_id, validate_project_request, validate_task_request
+from .._contract._validation import validate_project_request, validate_task_request
 from .._ledger._entry import STATES
 from ._answers import (
-    GO,
     KEY_SCHEMA,
     MAX_LIST,
     MAX_WAIT,
     METADATA_SCHEMA,
-    NO_CONSENT,
     PROJECT_FIELDS,
     REFUSALS,
-    TASK_ID_SCHEMA,
     TOOLS,
     VIDEO_FIELDS,
     Balance,
     Consent,
+    Declined,
     Entry,
     Estimate,
     Listing,
+    NoConsent,
     answer,
-    consented,
+    cap,
     entry_data,
     given,
     refusal,
@@ -88,120 +86,98 @@ class VideoTools:
     Args:
         ledger: The ledger every create goes through.
         client: The client that sends.
-        group: The server's task group, where a create whose answer is late goes on.
+        group: The server's task group, where every call's work runs (a create whose answer
+            is late goes on there).
         max_wait: The longest a call waits for the service (seconds).
-        confirm_above: Ask the user before a create that costs more (``None``: never ask).
+        confirm_above: Ask the user before a create that costs more (``math.inf``: never ask).
     """
 
     ledger: Ledger
     client: AsyncVideoGen
     group: anyio.abc.TaskGroup
     max_wait: float = MAX_WAIT
-    confirm_above: float | None = 0.0
+    confirm_above: float = 0.0
 
     def register(self, server: MCPServer[Any]) -> None:
         """Add the tools to ``server``."""
         built = {
-            "create_video": self._create(
-                VIDEO_FIELDS, partial(self.ledger.create_task, self.client)
-            ),
-            "create_ad_clone_project": self._create(PROJECT_FIELDS, self._project),
+            "create_video": self._create(VIDEO_FIELDS, self.ledger.create_task),
+            "create_ad_clone_project": self._create(PROJECT_FIELDS, self.ledger.create_project),
             "estimate_cost": with_fields(self.estimate_cost, VIDEO_FIELDS, "model", "duration"),
         }
-        for name, (title, hints, text) in TOOLS.items():
-            fn = built.get(name) or getattr(self, name)
-            server.add_tool(fn, name, title, text, annotations=hints, structured_output=True)
+        for name, described in TOOLS.items():  # its title, description and annotations
+            server.add_tool(built.get(name) or getattr(self, name), name, *described)
 
     async def _answer(self, work: Awaitable[BaseModel], key: Any = None) -> CallToolResult:
-        """Run a tool's work within the bound: a refusal, or the entry of ``key`` as it stands."""
-        try:
-            with anyio.move_on_after(self.max_wait + 0.5):
-                return answer(await work)
-            late = TimeoutError(f"no answer from the service within {self.max_wait:g} s")
-            return answer(entry_data(await self._entry(key)) if key else refusal(late))
-        except REFUSALS as exc:
-            return answer(refusal(exc))
+        """A tool's work, run in the server's task group, answered within the bound.
 
-    # -- the creates -----------------------------------------------------------------------
-
-    def _create(
-        self,
-        schema: dict[str, Any],
-        create: Callable[..., Awaitable[LedgerEntry]],
-    ) -> Callable[..., Any]:
-        """A create tool of the fields of ``schema``: consent asked, then ``create``."""
-
-        async def consent(ctx: Context[Any, Any], **fields: Any) -> Elicit[Consent] | str:
-            return await self._ask(ctx, fields)
-
-        asked = Annotated[ElicitationResult[Consent], Resolve(with_fields(consent, schema))]
-
-        async def create_tool(consent: asked, **fields: Any) -> Entry:
-            work = self._detached(consent, lambda: create(**given(fields)))
-            return await self._answer(work, fields["key"])  # type: ignore[return-value]
-
-        return with_fields(create_tool, schema)
-
-    async def _detached(self, consent: Any, create: Callable[[], Awaitable[LedgerEntry]]) -> Entry:
-        """Run a consented create in the server's task group, and wait for its answer.
-
-        The create is never cancelled (a cancelled create would be ``unknown``): a call that
-        stops waiting leaves it running, and the ledger records its answer.
+        The work is never cancelled by the bound (a cancelled create would be ``unknown``):
+        a call that stops waiting leaves it running, and the ledger records a create's answer.
+        At the bound the call answers the entry of ``key`` as it stands, or a refusal.
         """
-        consented(consent)
-        outcome: list[Any] = []
+        outcome: list[Any] = [TimeoutError("no answer within the bound of the server's calls")]
         done = anyio.Event()
 
         async def run() -> None:
             try:
-                outcome.append(await create())
+                outcome.append(await work)
             except Exception as exc:  # handed to the waiting call
                 outcome.append(exc)
             done.set()
 
         self.group.start_soon(run)
-        await done.wait()
-        if isinstance(outcome[0], Exception):
-            raise outcome[0]
-        return entry_data(outcome[0])
+        with anyio.move_on_after(self.max_wait + 0.5):
+            await done.wait()
+        try:
+            if not done.is_set() and key:
+                outcome.append(entry_data(await self._entry(key)))
+            if isinstance(outcome[-1], Exception):
+                raise outcome[-1]
+        except REFUSALS as exc:
+            return answer(refusal(exc))
+        return answer(outcome[-1])
 
-    async def _project(
-        self, reference_video_url: str, product_image_urls: list[str], **fields: Any
-    ) -> LedgerEntry:
-        return await self.ledger.create_project(
-            self.client, reference_video_url, product_image_urls, **fields
-        )
+    # -- the creates -----------------------------------------------------------------------
 
-    async def _learned(self, model: str, duration: int) -> float | None:
-        """The highest price this ledger was charged for a task of this model and duration."""
-        costs = [
-            entry.credits_cost
-            async for entry in self.ledger.entries()
-            if entry.kind == "task"
-            and entry.credits_cost
-            and (entry.model, entry.duration) == (model, duration)
-        ]
-        return max(costs, default=None)
+    def _create(
+        self, schema: dict[str, Any], create: Callable[..., Awaitable[LedgerEntry]]
+    ) -> Callable[..., Any]:
+        """A create tool of the fields of ``schema``: consent asked, then ``create``."""
+        asked = Annotated[ElicitationResult[Consent], Resolve(with_fields(self._ask, schema))]
 
-    async def _ask(self, ctx: Context[Any, Any], fields: dict[str, Any]) -> Elicit[Consent] | str:
-        """Whom to ask before a create of ``fields``: nobody (``GO``), the user, or a refusal.
+        async def create_tool(consent: asked, **fields: Any) -> Entry:
+            async def created() -> Entry:
+                if not isinstance(consent, AcceptedElicitation):  # declined or cancelled
+                    raise Declined(consent.action)
+                if isinstance(consent.data, Exception):  # nobody could be asked (see _ask)
+                    raise consent.data
+                return entry_data(await create(self.client, **given(fields)))
+
+            return await self._answer(created(), fields["key"])  # type: ignore[return-value]
+
+        return with_fields(create_tool, schema)
+
+    async def _ask(
+        self, ctx: Context[Any, Any], **fields: Any
+    ) -> Elicit[Consent] | NoConsent | None:
+        """Whom to ask before a create of ``fields``: nobody (``None``), the user, or a refusal.
 
         Nobody when the operator allowed it (``--confirm-above``), when the key is created
         already (it never pays twice), or when the create breaks a rule (it is refused, naming
         the rule); without a way to ask the user, the operator's cap is the consent, and
-        without a cap the create is refused.
+        without a cap the create is refused (a :class:`NoConsent`, the resolver's value).
         """
         try:
             cost = await self._estimate(fields)
             old = await self.ledger.get(fields["key"])
         except err.InvalidRequestError:
-            return GO
-        line = math.inf if self.confirm_above is None else self.confirm_above
-        if (cost.credits or 0.0) <= line or (old is not None and old.state != "refused"):
-            return GO  # a refused key is sent again: asked again
-        capabilities = ctx.client_capabilities
-        if capabilities is None or capabilities.elicitation is None:
-            return GO if self.ledger.max_credits is not None else NO_CONSENT
+            return None
+        if cost.credits <= self.confirm_above or (old and old.state != "refused"):  # type: ignore[operator]
+            return None  # a refused key is sent again: asked again
+        if getattr(ctx.client_capabilities, "elicitation", None) is None:  # it cannot ask
+            if self.ledger.max_credits is None:
+                return NoConsent("this client cannot ask the user and the server has no cap")
+            return None
         shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}
         text = "\n".join(f"{name}: {value}" for name, value in shown.items())
         return Elicit(f"Spend credits on this create?\n{text}", Consent)
@@ -209,7 +185,7 @@ class VideoTools:
     # -- the reads -------------------------------------------------------------------------
 
     async def _entry(self, key: Any) -> LedgerEntry:
-        entry = await self.ledger.get(check_key(key))
+        entry = await self.ledger.get(key)  # the key checked there
         if entry is None:
             rule = "unknown: no video of this key in the ledger (list_videos shows the keys)"
             raise err.InvalidRequestError("key", rule, value=key, has_value=True)
@@ -219,18 +195,20 @@ class VideoTools:
     async def get_video(
         self,
         key: Annotated[str | None, WithJsonSchema(KEY_SCHEMA)] = None,
-        task_id: Annotated[str | None, WithJsonSchema(TASK_ID_SCHEMA)] = None,
+        task_id: Annotated[
+            str | None,
+            Field(min_length=1, description="A task's id, for a video this ledger did not create"),
+        ] = None,
     ) -> Entry:
         if (key is None) == (task_id is None):
             raise err.InvalidRequestError("key", "give either key or task_id")
         if key is not None:
             return entry_data(await self._entry(key))
-        task_id = check_id("task_id", task_id)
         async for entry in self.ledger.entries():  # created here: the ledger's, never a request
             if entry.task_id == task_id:
                 return entry_data(entry)
-        task = await self.client.tasks.get(task_id)  # not created here: one free read
-        return Entry(**redact_value(task_data(task)))
+        # Not created here: one free read (the client checks the id).
+        return task_data(await self.client.tasks.get(task_id))  # type: ignore[arg-type]
 
     @bounded
     async def wait_for_video(
@@ -270,14 +248,10 @@ class VideoTools:
     @bounded
     async def credits_balance(self) -> Balance:
         balance, summary = await self.client.credits.get(), await self.ledger.summary()
-        cap, spent, reserved = self.ledger.max_credits, summary["spent"], summary["reserved"]
         return Balance(
             available=balance.api_available_credits,
             total=balance.api_total_credits,
-            max_credits=cap,
-            spent=spent,
-            reserved=reserved,
-            left=None if cap is None else max(0.0, cap - spent - reserved),
+            **cap(self.ledger.max_credits, summary["spent"], summary["reserved"]),
         )
 
     @bounded
@@ -288,35 +262,34 @@ class VideoTools:
         limit: Annotated[int, Field(ge=1, le=MAX_LIST)] = 20,
     ) -> Listing:
         found = [
-            entry
-            async for entry in self.ledger.entries(metadata=metadata)
-            if state is None or entry.state == state
+            e async for e in self.ledger.entries(metadata=metadata) if state in (None, e.state)
         ]
-        found.sort(key=lambda e: e.created_at.timestamp() if e.created_at else -math.inf)
-        newest = [entry_data(e) for e in found[::-1][:limit]]
-        return Listing(entries=newest, more=len(found) > limit)
+        found.sort(key=attrgetter("created_at"), reverse=True)  # a stored entry has one
+        return Listing(entries=[entry_data(e) for e in found[:limit]], more=len(found) > limit)
 
+    @bounded
     async def estimate_cost(self, **fields: Any) -> Estimate:
-        return await self._answer(self._estimate(fields))  # type: ignore[return-value]
+        return await self._estimate(fields)
 
     async def _estimate(self, fields: dict[str, Any]) -> Estimate:
         """The cost of a create of ``fields`` (checked; an estimate needs no prompt)."""
+        body = given(fields, "key", "metadata")
         if "reference_video_url" in fields:  # a project: its script at once
-            validate_project_request(given(fields, "key", "metadata"))
+            validate_project_request(body)
             return Estimate(credits=REFERENCE_PRICES.script_credits)
-        body = validate_task_request({"prompt": "-", **given(fields, "key", "metadata")})
-        model = body.get("model") or _DEFAULT_MODEL
-        duration = body.get("duration") or _DEFAULT_DURATION
+        body = validate_task_request({"prompt": "-", **body})
+        model = body.get("model") or TASK_REQUEST.field("model").default
+        duration = body.get("duration") or TASK_REQUEST.field("duration").default
         statement = REFERENCE_PRICES.task_cost(model, duration)
-        learned = await self._learned(model, duration)
+        costs = [  # what this ledger was charged for the same model and duration
+            entry.credits_cost
+            async for entry in self.ledger.entries()
+            if entry.credits_cost and (entry.model, entry.duration) == (model, duration)
+        ]
         return Estimate(
             model=model,
             duration=duration,
-            credits=max(statement, learned or 0.0),
+            credits=max([statement, *costs]),
             statement_credits=statement,
-            learned_credits=learned,
+            learned_credits=max(costs, default=None),
         )
-
-
-_DEFAULT_MODEL = TASK_REQUEST.field("model").default
-_DEFAULT_DURATION = TASK_REQUEST.field("duration").default
