@@ -64,6 +64,12 @@ def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
     return Step(sql, list(rows), many=True)
 
 
+def rows(sql: str, *args: Any) -> Plan[list[dict[str, Any]]]:
+    """A statement, as a plan of its own: its rows."""
+    found: list[dict[str, Any]] = yield q(sql, *args)
+    return found
+
+
 def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | None]:
     """A statement answered with its first row (``None``: no row)."""
     rows = yield q(sql, *args, alone=alone)
