@@ -85,7 +85,8 @@ class Ledger(AsyncClosing):
         checks.positive("outage_timeout", outage_timeout)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
-        return LedgerOpener(Ledger, engine_for(url), max_credits, price_estimate, outage_timeout)
+        args = (engine_for(url), outage_timeout, max_credits, price_estimate)
+        return LedgerOpener(Ledger, args)
 
     @property
     def max_credits(self) -> float | None:
@@ -179,7 +180,7 @@ class Ledger(AsyncClosing):
         Raises:
             InvalidRequestError: ``metadata`` is not a JSON object.
         """
-        wanted = check_metadata(metadata, "metadata") if metadata else None
+        wanted = check_metadata(metadata) if metadata else None
         return self._entries(wanted, page_size)
 
     async def _entries(self, wanted: str | None, page_size: int) -> AsyncIterator[LedgerEntry]:

@@ -195,9 +195,13 @@ class _Dispatcher:
                     delay = decision.delay
                     logger.log(
                         logging.WARNING if delay is not None else logging.ERROR,
-                        "dispatch %r: %r attempt %d failed (%s)%s", self.name, key, attempts + 1,
-                        error, "" if delay is not None else ": dead",
-                    )  # fmt: skip
+                        "dispatch %r: %r attempt %d failed (%s)%s",
+                        self.name,
+                        key,
+                        attempts + 1,
+                        error,
+                        "" if delay is not None else ": dead",
+                    )
             if scope.cancelled_caught:  # its lease could not be renewed: another may hold it
                 logger.warning("dispatch %r: %r given up, its lease ran out", self.name, key)
                 return

@@ -33,18 +33,13 @@ from ._protocol import first_of
 from ._store import Store
 
 if TYPE_CHECKING:
-    from .._contract._models import Task
+    from .._contract._models import Task  # noqa: F401 - named in a stream's type, a string
     from .._waiting._policy import PollPolicy
 
 logger = logging.getLogger("videogen_async")
 
 _WRITE_BATCH = 500
 """Terminal states recorded at most per transaction."""
-
-
-def _state_of(task: Task) -> str:
-    status = task.status
-    return str(getattr(status, "value", status))
 
 
 def _first_error(group: BaseException) -> BaseException:
@@ -249,7 +244,7 @@ class Watch(ExitCloses):
         if excess <= 0 or self._results is None:
             return
         young = time.monotonic() - self._lease / 3
-        newest = sorted(self._polling.items(), key=lambda item: item[1][1], reverse=True)
+        newest = reversed(self._polling.items())  # claimed in this order
         candidates = [task_id for task_id, (_key, since) in newest if since <= young][:excess]
         if not candidates:
             return
@@ -353,7 +348,7 @@ class Watch(ExitCloses):
                 except anyio.WouldBlock:
                     break
             items = [
-                (key, _state_of(task), float(task.credits_cost or 0.0), task_to_json(task))
+                (key, task.status.value, float(task.credits_cost or 0.0), task_to_json(task))
                 for key, task in found
             ]
             acks, self._acks = self._acks, []
