@@ -64,10 +64,9 @@ def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
     return Step(sql, list(rows), many=True)
 
 
-def rows(sql: str, *args: Any) -> Plan[list[dict[str, Any]]]:
+def rows(sql: str, *args: Any) -> Plan[Any]:
     """A statement, as a plan of its own: its rows."""
-    found: list[dict[str, Any]] = yield q(sql, *args)
-    return found
+    return (yield q(sql, *args))
 
 
 def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | None]:

@@ -25,9 +25,9 @@ import attrs
 
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, backoff_after
-from ._plans import creating_owners, expire_creating, prune_changes
+from ._plans import CREATING_OWNERS, expire_creating, prune_changes
 from ._protocol import DatabaseUnavailable, Engine, Signal
-from ._schema import SCHEMA_VERSION, Plan, check_meta, create_or_migrate, read_meta
+from ._schema import SCHEMA_VERSION, Plan, check_meta, create_or_migrate, read_meta, rows
 
 logger = logging.getLogger("videogen_async")
 
@@ -133,7 +133,7 @@ class Store:
 
         ``alive`` is a creator known to live (this process's own); returns how many changed.
         """
-        owners = await self.read(creating_owners)
+        owners = await self.read(rows, CREATING_OWNERS)
         others = [row["owner"] for row in owners if row["owner"] != alive]
         dead = await self._retry(lambda: self.engine.dead(others)) if others else set()
         if not dead and not any(row["expired"] for row in owners):

@@ -28,8 +28,9 @@ from ._cohorts import LedgerFinishTimes
 from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
-from ._plans import get, has_open, unpollable
+from ._plans import HAS_OPEN, get, unpollable
 from ._protocol import first_of
+from ._schema import rows
 from ._store import Store
 
 if TYPE_CHECKING:
@@ -211,15 +212,15 @@ class Watch(ExitCloses):
             size = self._claim_size
             if self._max_held is not None:
                 size = min(size, self._max_held - self._held)
-            rows = []
-            if await self._store.read(claims.claimable):
-                rows = await self._store.write(claims.claim, self.owner, self._lease, size)
-            if rows:
+            claimed = []
+            if await self._store.read(rows, claims.CLAIMABLE):
+                claimed = await self._store.write(claims.claim, self.owner, self._lease, size)
+            if claimed:
                 # A claim sets the lease of what it claims only: the renewal of what was held
                 # before is not put off by it.
                 claimed_any = True
-                await self._start(tg, rows)
-            if len(rows) < size:
+                await self._start(tg, claimed)
+            if len(claimed) < size:
                 return claimed_any
         return claimed_any
 
@@ -230,7 +231,7 @@ class Watch(ExitCloses):
             and self._finished_receive.statistics().current_buffer_used == 0
             and not self._writing
             and not await self._store.expire_creating(alive=self._creator.owner)
-            and not await self._store.read(has_open, self.owner)
+            and not await self._store.read(rows, HAS_OPEN, self.owner)
         )
 
     async def _shed(self) -> None:
