@@ -275,7 +275,6 @@ class Ledger(AsyncClosing):
                 > 0, or ``claim_size`` not an int >= 1 (a ``ValueError``).
         """
         return Watch(
-            self._store,
             self._creator,
             client,
             lease=lease,

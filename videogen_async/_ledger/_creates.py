@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import attrs
 
+from .._contract import _checks as checks
 from .._contract import _exceptions as err
 from .._contract._checks import check_key
 from .._contract._service import TASK_REQUEST
@@ -219,10 +220,8 @@ class Creator:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
         if self.price_estimate is None or self.max_credits is None:
             return None
-        value = float(self.price_estimate(model, duration))
-        if not math.isfinite(value) or value < 0:
-            raise err.InvalidRequestError("price_estimate", "must return a number >= 0")
-        return value
+        # What it returned: a number >= 0 (float() first: a Decimal or a numpy number passes).
+        return checks.number("price_estimate", float(self.price_estimate(model, duration)))
 
     async def create(
         self,

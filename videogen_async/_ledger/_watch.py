@@ -31,7 +31,6 @@ from ._pacing import SharedPause, shared_source
 from ._plans import HAS_OPEN, get, unpollable
 from ._protocol import first_of
 from ._schema import rows
-from ._store import Store
 
 if TYPE_CHECKING:
     from .._contract._models import Task  # noqa: F401 - named in a stream's type, a string
@@ -58,7 +57,6 @@ class Watch(ExitCloses):
 
     def __init__(
         self,
-        store: Store,
         creator: Creator,
         client: Any,
         *,
@@ -74,7 +72,7 @@ class Watch(ExitCloses):
         checks.positive("claim_interval", claim_interval)
         checks.whole("claim_size", claim_size)
         self._creator = creator
-        self._store = store
+        self._store = store = creator.store
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
