@@ -80,7 +80,6 @@ class Creator:
         self,
         store: Store,
         spool: Spool,
-        *,
         max_credits: float | None,
         price_estimate: PriceEstimate | None,
     ) -> None:
@@ -110,7 +109,7 @@ class Creator:
         store = Store(engine, outage_timeout, GROUPED if max_credits is None else GROUPED[:2])
         await store.open()
         spool = Spool(engine.where, local=engine.dialect.name == "sqlite")
-        creator = cls(store, spool, max_credits=max_credits, price_estimate=price_estimate)
+        creator = cls(store, spool, max_credits, price_estimate)
         try:
             await creator.repair()  # answers that processes of this machine could not record
         except BaseException:

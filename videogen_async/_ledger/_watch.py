@@ -76,8 +76,9 @@ class Watch(ExitCloses):
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
-        options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}
-        self._gather_options = {name: value for name, value in options.items() if value is not None}
+        self._gather_options: dict[str, Any] = {"poll_policy": poll_policy}
+        if max_concurrency is not None:  # else the gather's default
+            self._gather_options["max_concurrency"] = max_concurrency
         self._stop_when_idle = stop_when_idle
         self._max_held = max_held
         self._held = 0
