@@ -21,7 +21,7 @@ BUMP = "UPDATE videogen_ledger_entries SET version = version + 1 WHERE key = $1"
 
 async def _read_past(ledger: Ledger, position: int) -> None:
     """Return once the ledger's listener has read the change at ``position`` (or later)."""
-    listener = ledger._waits.listener  # the one listener of the ledger, started by changes()
+    listener = ledger._listener  # the one listener of the ledger, started by changes()
     with anyio.fail_after(60):
         while listener.top < position:
             await listener.moved.event.wait()

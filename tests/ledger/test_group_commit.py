@@ -67,8 +67,9 @@ async def test_writes_in_flight_at_once_share_a_transaction(store: Store) -> Non
     outcomes = await _concurrently(store, keys)
     assert outcomes == {key: key for key in keys}
     assert await store.read(_keys) == keys
-    # The first write alone, the eleven queued behind it in one transaction.
-    assert store.writes - before == 2
+    # One transaction, or two: the first write may have begun alone, the others queued
+    # behind it (twelve one at a time: no group commit).
+    assert store.writes - before <= 2
 
 
 async def test_a_failing_group_is_written_again_one_write_at_a_time(store: Store) -> None:
@@ -79,6 +80,6 @@ async def test_a_failing_group_is_written_again_one_write_at_a_time(store: Store
     assert isinstance(outcomes.pop("taken"), LedgerError)
     assert outcomes == {key: key for key in ("a0", "a1", "a2", "a3")}
     assert await store.read(_keys) == ["a0", "a1", "a2", "a3", "taken"]
-    # The first alone, the failed group of four rolled back, then each of the four alone
-    # (the one that failed again is not committed).
-    assert store.writes - before == 1 + 3
+    # The failed group rolled back, then each write alone (the one that failed again is not
+    # committed): four commits, whether the first began alone or in the group.
+    assert store.writes - before == 4

@@ -17,11 +17,13 @@ from .._contract._checks import check_key
 from .._contract._closing import AsyncClosing
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._http._retry import BackoffPolicy
-from ._changes import Changes, Waits
+from . import _changes, _dispatch
+from ._changes import Changes
 from ._creates import Creator, PriceEstimate
-from ._dispatch import Deliver, Dispatches
+from ._dispatch import Deliver
 from ._engines import engine_for
 from ._entry import LedgerEntry, check_metadata, entry_from_row
+from ._listen import Listener
 from ._opener import LedgerOpener
 from ._plans import get, page, summary, update_metadata
 from ._protocol import LedgerClient
@@ -46,9 +48,8 @@ class Ledger(AsyncClosing):
 
     def __init__(self, creator: Creator) -> None:
         self._creator = creator
-        self._store = store = creator.store
-        self._waits = Waits(store)
-        self._dispatches = Dispatches(store, self._waits.listener)
+        self._store = creator.store
+        self._listener = Listener(creator.store)  # the one listener, started on first use
 
     @staticmethod
     def open(
@@ -84,7 +85,8 @@ class Ledger(AsyncClosing):
         checks.positive("outage_timeout", outage_timeout)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
-        return LedgerOpener(Ledger, engine_for(url), max_credits, price_estimate, outage_timeout)
+        args = (engine_for(url), outage_timeout, max_credits, price_estimate)
+        return LedgerOpener(Ledger, args)
 
     @property
     def max_credits(self) -> float | None:
@@ -178,7 +180,7 @@ class Ledger(AsyncClosing):
         Raises:
             InvalidRequestError: ``metadata`` is not a JSON object.
         """
-        wanted = check_metadata(metadata, "metadata") if metadata else None
+        wanted = check_metadata(metadata) if metadata else None
         return self._entries(wanted, page_size)
 
     async def _entries(self, wanted: str | None, page_size: int) -> AsyncIterator[LedgerEntry]:
@@ -273,7 +275,6 @@ class Ledger(AsyncClosing):
                 > 0, or ``claim_size`` not an int >= 1 (a ``ValueError``).
         """
         return Watch(
-            self._store,
             self._creator,
             client,
             lease=lease,
@@ -393,7 +394,7 @@ class Ledger(AsyncClosing):
                 video batch, a create the service refused).
             AmbiguousCreateError: The entry is (or becomes) ``unknown``.
         """
-        return await self._waits.wait(key, timeout)
+        return await _changes.wait(self._store, self._listener, key, timeout)
 
     def changes(
         self,
@@ -421,7 +422,7 @@ class Ledger(AsyncClosing):
             LedgerError: On its first step: changes after ``after`` were pruned (the message
                 names the oldest position still kept).
         """
-        return self._waits.changes(keys, states, after)
+        return _changes.changes(self._store, self._listener, keys, states, after)
 
     async def dispatch(
         self,
@@ -462,7 +463,9 @@ class Ledger(AsyncClosing):
             LedgerError: The database stayed away longer than ``outage_timeout``.
         """
         options = (lease, concurrency, attempt_timeout, backoff)
-        return await self._dispatches.dispatch(name, deliver, stop_when_idle, backlog, options)
+        return await _dispatch.dispatch(
+            self._store, self._listener, name, deliver, stop_when_idle, backlog, options
+        )
 
     async def redeliver(self, name: str, *, keys: Iterable[str] | None = None) -> int:
         """Make deliveries due again: the dead ones, or those of ``keys`` whatever their state.
@@ -477,7 +480,7 @@ class Ledger(AsyncClosing):
         Raises:
             LedgerError: No destination of that name was ever dispatched to.
         """
-        return await self._dispatches.redeliver(name, keys)
+        return await _dispatch.redeliver(self._store, self._listener, name, keys)
 
     @property
     def store(self) -> Store:
@@ -486,7 +489,7 @@ class Ledger(AsyncClosing):
 
     async def aclose(self) -> None:
         """Stop listening for changes; close the connections. Idempotent."""
-        await self._waits.listener.stop()
+        await self._listener.stop()
         await self._store.close()
 
     def __repr__(self) -> str:

@@ -23,61 +23,60 @@ from ._schema import CHANGES_KEPT
 from ._store import Store
 
 
-class Waits:
-    """The waits of :class:`~videogen_async.Ledger` on changes made by any process.
+async def wait(
+    store: Store,
+    listener: Listener,
+    key: str,
+    timeout: float | None,  # noqa: ASYNC109
+) -> LedgerEntry:
+    """``Ledger.wait``."""
+    key = check_key(key)
+    checks.seconds_or_none("timeout", timeout)
+    entry = None
+    # Subscribed before the entry is read: no change after the read is missed.
+    changes = Changes(store, listener, frozenset({key}), None)
+    with anyio.move_on_after(math.inf if timeout is None else timeout):
+        async with changes:
+            row = await store.read(get, key)
+            if row is None:
+                raise err.LedgerError(f"ledger key {key!r}: no such entry")
+            entry = entry_from_row(row)
+            while not entry.is_terminal:
+                if entry.state == "unknown":
+                    raise err.AmbiguousCreateError(key, entry, entry.error)
+                if entry.state != "creating" and entry.task_id is None:
+                    raise err.LedgerError(f"ledger key {key!r}: never terminal (no task id)")
+                async for change in changes:  # pragma: no branch - one at a time
+                    entry = change if change.version > entry.version else entry
+                    break
+                else:
+                    raise err.LedgerError("the ledger's change listener stopped")
+            return entry
+    raise err.WaitTimeoutError(
+        f"ledger key {key!r}: not terminal after {timeout:g} s"
+        f" (last seen: {entry.state if entry else 'nothing'})",
+        last=entry,
+        pending=(key,),
+        timeout=timeout,
+    )
 
-    Attributes:
-        listener: The ledger's one change listener (started by the first that needs it).
-    """
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self.listener = Listener(store)
-
-    async def wait(self, key: str, timeout: float | None) -> LedgerEntry:  # noqa: ASYNC109
-        """``Ledger.wait``."""
-        key = check_key(key)
-        checks.seconds_or_none("timeout", timeout)
-        entry = None
-        # Subscribed before the entry is read: no change after the read is missed.
-        changes = Changes(self._store, self.listener, frozenset({key}), None)
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
-            async with changes:
-                row = await self._store.read(get, key)
-                if row is None:
-                    raise err.LedgerError(f"ledger key {key!r}: no such entry")
-                entry = entry_from_row(row)
-                while not entry.is_terminal:
-                    if entry.state == "unknown":
-                        raise err.AmbiguousCreateError(key, entry, entry.error)
-                    if entry.state != "creating" and entry.task_id is None:
-                        raise err.LedgerError(f"ledger key {key!r}: never terminal (no task id)")
-                    async for change in changes:  # pragma: no branch - one at a time
-                        entry = change if change.version > entry.version else entry
-                        break
-                    else:
-                        raise err.LedgerError("the ledger's change listener stopped")
-                return entry
-        raise err.WaitTimeoutError(
-            f"ledger key {key!r}: not terminal after {timeout:g} s"
-            f" (last seen: {entry.state if entry else 'nothing'})",
-            last=entry,
-            pending=(key,),
-            timeout=timeout,
-        )
-
-    def changes(
-        self, keys: Iterable[str] | None, states: Iterable[str] | None, after: int | None
-    ) -> Changes:
-        """``Ledger.changes``: the arguments checked, nothing read yet."""
-        if after is not None:
-            checks.whole("after", after, minimum=0)
-        wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
-        wanted_states = None if states is None else frozenset(states)
-        if wanted_states is not None and (unknown := wanted_states.difference(STATES)):
-            listed = ", ".join(sorted(map(repr, unknown)))
-            raise err.InvalidRequestError("states", f"unknown states {listed}")
-        return Changes(self._store, self.listener, wanted_keys, wanted_states, after)
+def changes(
+    store: Store,
+    listener: Listener,
+    keys: Iterable[str] | None,
+    states: Iterable[str] | None,
+    after: int | None,
+) -> Changes:
+    """``Ledger.changes``: the arguments checked, nothing read yet."""
+    if after is not None:
+        checks.whole("after", after, minimum=0)
+    wanted_keys = None if keys is None else frozenset(check_key(key) for key in keys)
+    wanted_states = None if states is None else frozenset(states)
+    if wanted_states is not None and (unknown := wanted_states.difference(STATES)):
+        listed = ", ".join(sorted(map(repr, unknown)))
+        raise err.InvalidRequestError("states", f"unknown states {listed}")
+    return Changes(store, listener, wanted_keys, wanted_states, after)
 
 
 class Changes:

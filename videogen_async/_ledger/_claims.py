@@ -78,9 +78,8 @@ _GIVE_UP = (
 )
 
 
-def claimable() -> Plan[bool]:
-    """Whether any entry can be claimed now (read without a write transaction)."""
-    return bool((yield q(f"SELECT 1 AS one FROM {{E}} WHERE {_CLAIMABLE} LIMIT 1")))
+CLAIMABLE = f"SELECT 1 AS one FROM {{E}} WHERE {_CLAIMABLE} LIMIT 1"
+"""A row when an entry can be claimed now (read without a write transaction)."""
 
 
 def share(owner: str) -> Plan[tuple[int, int]]:

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import attrs
 
+from .._contract import _checks as checks
 from .._contract import _exceptions as err
 from .._contract._checks import check_key
 from .._contract._service import TASK_REQUEST
@@ -63,6 +64,10 @@ GROUPED = (settle_created, settle_failed, begin_create)
 _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
 
+def _key(key: str | None) -> str:
+    return uuid.uuid4().hex if key is None else check_key(key)
+
+
 class Creator:
     """The creates of one ledger (see the module docstring).
 
@@ -75,7 +80,6 @@ class Creator:
         self,
         store: Store,
         spool: Spool,
-        *,
         max_credits: float | None,
         price_estimate: PriceEstimate | None,
     ) -> None:
@@ -105,7 +109,7 @@ class Creator:
         store = Store(engine, outage_timeout, GROUPED if max_credits is None else GROUPED[:2])
         await store.open()
         spool = Spool(engine.where, local=engine.dialect.name == "sqlite")
-        creator = cls(store, spool, max_credits=max_credits, price_estimate=price_estimate)
+        creator = cls(store, spool, max_credits, price_estimate)
         try:
             await creator.repair()  # answers that processes of this machine could not record
         except BaseException:
@@ -122,7 +126,7 @@ class Creator:
         task_fields: dict[str, Any],
     ) -> LedgerEntry:
         """``Ledger.create_task``: its fields checked and priced, then :meth:`create`."""
-        key = check_key(key) if key is not None else uuid.uuid4().hex
+        key = _key(key)
         meta = check_metadata(metadata)
         options = {name: task_fields.pop(name) for name in CALL_OPTIONS if name in task_fields}
         extra = CallOptions.of(options).extra_body or {}
@@ -134,10 +138,9 @@ class Creator:
             raise err.InvalidRequestError("extra_body", rule)
         request = json_text({**body, "extra_body": extra} if extra else body, "", sort_keys=True)
         new = NewEntry(key, "task", request, model, duration, metadata=meta)
-        estimate = self.estimate(model, duration)
-        fields = {name: value for name, value in body.items() if name != "prompt"}
-        send = lambda: client.tasks.create(body["prompt"], **fields, **options)  # noqa: E731
-        return await self.create(begin_create, new, key, estimate, send)
+        prompt = body.pop("prompt")
+        send = lambda: client.tasks.create(prompt, **body, **options)  # noqa: E731
+        return await self.create(begin_create, new, key, self.estimate(model, duration), send)
 
     async def resend(self, client: Any, key: str) -> LedgerEntry:
         """``Ledger.resend``: an ``unknown`` task entry's create sent again."""
@@ -149,10 +152,10 @@ class Creator:
                 f"ledger key {key!r}: only an unknown task entry can be resent"
                 f" (it is a {row['kind']} entry in state {row['state']!r})"
             )
-        body = json.loads(row["request"])
-        fields = {name: value for name, value in body.items() if name != "prompt"}
+        fields = json.loads(row["request"])
+        prompt = fields.pop("prompt")
         estimate = self.estimate(row["model"] or DEFAULT_MODEL, row["duration"] or 0)
-        send = lambda: client.tasks.create(body["prompt"], **fields)  # noqa: E731
+        send = lambda: client.tasks.create(prompt, **fields)  # noqa: E731
         return await self.create(restart_unknown, key, key, estimate, send)
 
     async def create_project(
@@ -165,7 +168,7 @@ class Creator:
         fields: dict[str, Any],
     ) -> LedgerEntry:
         """``Ledger.create_project``: ``urls`` the reference video's and the product images'."""
-        key = check_key(key) if key is not None else uuid.uuid4().hex
+        key = _key(key)
         meta = check_metadata(metadata)
         video = urls[0]
         images = list(urls[1])
@@ -216,10 +219,8 @@ class Creator:
         """The price to reserve for a task; ``None``: learned in the create's transaction."""
         if self.price_estimate is None or self.max_credits is None:
             return None
-        value = float(self.price_estimate(model, duration))
-        if not math.isfinite(value) or value < 0:
-            raise err.InvalidRequestError("price_estimate", "must return a number >= 0")
-        return value
+        # What it returned: a number >= 0 (float() first: a Decimal or a numpy number passes).
+        return checks.number("price_estimate", float(self.price_estimate(model, duration)))
 
     async def create(
         self,

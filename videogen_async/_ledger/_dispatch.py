@@ -29,7 +29,7 @@ from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._listen import Listener
 from ._plans import get
 from ._protocol import Signal, first_of
-from ._schema import Plan, first, q
+from ._schema import Plan, first, q, rows
 from ._store import Store
 
 logger = logging.getLogger("videogen_async")
@@ -70,11 +70,6 @@ def _register(name: str, backlog: bool) -> Plan[None]:
         )
 
 
-def _claim(name: str, owner: str, lease: float, limit: int) -> Plan[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = yield q(_CLAIM, owner, lease, limit, name)
-    return rows
-
-
 def _outcome(name: str, key: str, owner: str, error: str | None, delay: float | None) -> Plan[None]:
     """An attempt: delivered (no ``error``), due again in ``delay`` s, or (no delay) dead."""
     state = "delivered" if error is None else ("dead" if delay is None else "pending")
@@ -109,12 +104,12 @@ def _redeliver(name: str, keys: list[str] | None) -> Plan[int | None]:
     if not (yield from first(_KNOWN, name)):
         return None
     which = "state = 'dead'" if keys is None else "key IN (items($2))"
-    rows = yield q(
+    found = yield q(
         f"UPDATE {_OUTBOX} SET state = 'pending', attempts = 0, error = NULL, next_at = {{now}}"
         f" WHERE destination = $1 AND {which} RETURNING key",
         *((name,) if keys is None else (name, json.dumps(keys))),
     )
-    return len(rows)
+    return len(found)
 
 
 class _Dispatcher:
@@ -167,12 +162,12 @@ class _Dispatcher:
         """Claim up to ``free`` due deliveries and start them; whether any was claimed."""
         if not self.flying:  # the claim's lease runs from now
             self.renewed = anyio.current_time()
-        rows = await self.store.write(_claim, self.name, self.owner, self.lease, free)
-        for row in rows:
+        claimed = await self.store.write(rows, _CLAIM, self.owner, self.lease, free, self.name)
+        for row in claimed:
             scope = self.flying[row["key"]] = anyio.CancelScope()
             scope.deadline = self.renewed + self.lease * 0.9
             tg.start_soon(self._attempt, row["key"], int(row["attempts"]), scope)
-        return bool(rows)
+        return bool(claimed)
 
     async def _renew(self) -> float:
         """Renew the leases held, a third of a lease after the last; seconds until the next."""
@@ -200,9 +195,13 @@ class _Dispatcher:
                     delay = decision.delay
                     logger.log(
                         logging.WARNING if delay is not None else logging.ERROR,
-                        "dispatch %r: %r attempt %d failed (%s)%s", self.name, key, attempts + 1,
-                        error, "" if delay is not None else ": dead",
-                    )  # fmt: skip
+                        "dispatch %r: %r attempt %d failed (%s)%s",
+                        self.name,
+                        key,
+                        attempts + 1,
+                        error,
+                        "" if delay is not None else ": dead",
+                    )
             if scope.cancelled_caught:  # its lease could not be renewed: another may hold it
                 logger.warning("dispatch %r: %r given up, its lease ran out", self.name, key)
                 return
@@ -213,47 +212,42 @@ class _Dispatcher:
             self.freed.fire()
 
 
-class Dispatches:
-    """The outbox of :class:`~videogen_async.Ledger`: deliveries of terminal entries."""
+async def dispatch(
+    store: Store,
+    listener: Listener,
+    name: str,
+    deliver: Deliver,
+    stop_when_idle: bool,
+    backlog: bool,
+    options: tuple[float, int, float, BackoffPolicy | None],
+) -> int:
+    """``Ledger.dispatch``: ``options`` its lease, concurrency, attempt timeout, backoff."""
+    lease, concurrency, attempt_timeout, backoff = options
+    checks.name("name", name, max_length=200)
+    if not callable(deliver):
+        raise InvalidRequestError("deliver", "must be an async callable taking a LedgerEntry")
+    checks.whole("concurrency", concurrency)
+    checks.positive("lease", lease)
+    checks.positive("attempt_timeout", attempt_timeout)
+    if backoff is not None and not isinstance(backoff, BackoffPolicy):
+        raise InvalidRequestError("backoff", "must be a BackoffPolicy")
+    checked = (lease, concurrency, attempt_timeout, backoff or DISPATCH_BACKOFF)
+    dispatcher = _Dispatcher(store, listener, name, deliver, checked)
+    try:
+        await store.write(_register, name, backlog)
+        await dispatcher.run(stop_when_idle)
+    finally:
+        close = getattr(deliver, "aclose", None)
+        if inspect.iscoroutinefunction(close):
+            with anyio.CancelScope(shield=True):
+                await close()
+    return dispatcher.delivered
 
-    def __init__(self, store: Store, listener: Listener) -> None:
-        self._store = store
-        self._listener = listener
 
-    async def dispatch(
-        self,
-        name: str,
-        deliver: Deliver,
-        stop_when_idle: bool,
-        backlog: bool,
-        options: tuple[float, int, float, BackoffPolicy | None],
-    ) -> int:
-        """``Ledger.dispatch``: ``options`` its lease, concurrency, attempt timeout, backoff."""
-        lease, concurrency, attempt_timeout, backoff = options
-        checks.name("name", name, max_length=200)
-        if not callable(deliver):
-            raise InvalidRequestError("deliver", "must be an async callable taking a LedgerEntry")
-        checks.whole("concurrency", concurrency)
-        checks.positive("lease", lease)
-        checks.positive("attempt_timeout", attempt_timeout)
-        if backoff is not None and not isinstance(backoff, BackoffPolicy):
-            raise InvalidRequestError("backoff", "must be a BackoffPolicy")
-        checked = (lease, concurrency, attempt_timeout, backoff or DISPATCH_BACKOFF)
-        dispatcher = _Dispatcher(self._store, self._listener, name, deliver, checked)
-        try:
-            await self._store.write(_register, name, backlog)
-            await dispatcher.run(stop_when_idle)
-        finally:
-            close = getattr(deliver, "aclose", None)
-            if inspect.iscoroutinefunction(close):
-                with anyio.CancelScope(shield=True):
-                    await close()
-        return dispatcher.delivered
-
-    async def redeliver(self, name: str, keys: Iterable[str] | None) -> int:
-        """``Ledger.redeliver``."""
-        count = await self._store.write(_redeliver, name, None if keys is None else sorted(keys))
-        if count is None:
-            raise LedgerError(f"ledger: no destination named {name!r}")
-        self._listener.terminal.fire()  # this process's dispatchers look at once
-        return count
+async def redeliver(store: Store, listener: Listener, name: str, keys: Iterable[str] | None) -> int:
+    """``Ledger.redeliver``."""
+    count = await store.write(_redeliver, name, None if keys is None else sorted(keys))
+    if count is None:
+        raise LedgerError(f"ledger: no destination named {name!r}")
+    listener.terminal.fire()  # this process's dispatchers look at once
+    return count

@@ -10,11 +10,10 @@ import os
 import urllib.parse
 
 from .._contract._exceptions import LedgerError
-from ._postgres import PostgresEngine, redact
+from .._contract._redact import redact_url
+from ._postgres import PostgresEngine
 from ._protocol import Engine
 from ._sqlite import SQLiteEngine
-
-__all__ = ["engine_for", "redact"]
 
 
 def engine_for(url: str | os.PathLike[str]) -> Engine:
@@ -28,19 +27,19 @@ def engine_for(url: str | os.PathLike[str]) -> Engine:
     if not isinstance(text, str) or not text.strip():
         raise LedgerError(f"ledger url: must be a file path or a database URL, got {url!r}")
     text = text.strip()
-    scheme, sep, _rest = text.partition("://")
-    shown = redact(text)
-    if not sep:
-        if text == ":memory:":
-            raise LedgerError("ledger url: ':memory:' cannot be shared; give a file path")
-        return SQLiteEngine(text)
-    if scheme.lower() == "sqlite":
-        path = text[len("sqlite://") :]
-        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
+    scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()
+    shown = redact_url(text)
+    if not sep or scheme == "sqlite":
+        # sqlite:///PATH: the path after the third slash (sqlite:////PATH: an absolute one).
+        path = rest[1:] if rest.startswith("/") and not rest.startswith("//") else rest
+        path = path if sep else text
         if not path or path == ":memory:":
-            raise LedgerError(f"ledger url {shown!r}: sqlite:///PATH needs a file path")
+            raise LedgerError(
+                f"ledger url {shown!r}: needs a file path (':memory:' cannot be shared)"
+            )
         return SQLiteEngine(path)
-    if scheme.lower() in {"postgresql", "postgres"}:
+    if scheme in {"postgresql", "postgres"}:
         parsed = urllib.parse.urlsplit(text)
         try:
             parsed.port  # noqa: B018 - validates the port
@@ -50,6 +49,6 @@ def engine_for(url: str | os.PathLike[str]) -> Engine:
             raise LedgerError(f"ledger url {shown!r}: no host")
         return PostgresEngine(text)
     raise LedgerError(
-        f"ledger url {shown!r}: unknown scheme {scheme.lower()!r}"
+        f"ledger url {shown!r}: unknown scheme {scheme!r}"
         " (use a file path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DBNAME)"
     )

@@ -129,17 +129,17 @@ def entry_from_row(row: Mapping[str, Any], task: Task | None = None) -> LedgerEn
     )
 
 
-def _depth(value: Any, field: str) -> int:
+def _depth(value: Any) -> int:
     if isinstance(value, Mapping):
         if not all(isinstance(key, str) for key in value):
-            raise InvalidRequestError(field, "must have string keys")
-        return 1 + max((_depth(item, field) for item in value.values()), default=0)
+            raise InvalidRequestError("metadata", "must have string keys")
+        return 1 + max((_depth(item) for item in value.values()), default=0)
     if isinstance(value, (list, tuple)):
-        return 1 + max((_depth(item, field) for item in value), default=0)
+        return 1 + max((_depth(item) for item in value), default=0)
     return 0
 
 
-def check_metadata(value: Any, field: str = "metadata") -> str | None:
+def check_metadata(value: Any) -> str | None:
     """Check metadata; its canonical JSON text (``None`` for none).
 
     Raises:
@@ -150,13 +150,13 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
         return None
     if not isinstance(value, Mapping):
         rule = f"must be a JSON object (a dict with string keys), got {type(value).__name__}"
-        raise InvalidRequestError(field, rule)
-    if _depth(value, field) > 8:
-        raise InvalidRequestError(field, "must nest at most 8 levels")
+        raise InvalidRequestError("metadata", rule)
+    if _depth(value) > 8:
+        raise InvalidRequestError("metadata", "must nest at most 8 levels")
     try:
         text = json_text(
             value,
-            field,
+            "metadata",
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,
@@ -167,11 +167,11 @@ def check_metadata(value: Any, field: str = "metadata") -> str | None:
     except InvalidRequestError:
         raise
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
-        raise InvalidRequestError(field, f"must hold JSON values only ({exc})") from None
+        raise InvalidRequestError("metadata", f"must hold JSON values only ({exc})") from None
     if "\\u0000" in text:
-        raise InvalidRequestError(field, "must not contain NUL characters")
+        raise InvalidRequestError("metadata", "must not contain NUL characters")
     if size > MAX_METADATA_BYTES:
-        raise InvalidRequestError(field, f"must be at most {MAX_METADATA_BYTES} bytes as JSON")
+        raise InvalidRequestError("metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON")
     return text
 
 

@@ -20,17 +20,12 @@ class LedgerOpener(ExitCloses, Generic[_L]):
     """What :meth:`Ledger.open` returns: ``async with`` it, or ``await`` it."""
 
     _make: Callable[[Creator], _L]
-    _engine: Engine
-    _max_credits: float | None
-    _price_estimate: PriceEstimate | None
-    _outage_timeout: float
+    _args: tuple[Engine, float, float | None, PriceEstimate | None]
+    """``Creator.open``'s: the engine, ``outage_timeout``, ``max_credits``, ``price_estimate``."""
     _ledger: _L | None = attrs.field(default=None, init=False)
 
     async def _open(self) -> _L:
-        creator = await Creator.open(
-            self._engine, self._outage_timeout, self._max_credits, self._price_estimate
-        )
-        return self._make(creator)
+        return self._make(await Creator.open(*self._args))
 
     def __await__(self) -> Any:
         return self._open().__await__()

@@ -249,13 +249,11 @@ def settle_failed(key: str, owner: str, state: str, error: str) -> Plan[Row | No
     return row if row is not None else (yield from get(key))
 
 
-def creating_owners() -> Plan[list[Row]]:
-    """The creators of ``creating`` entries, and whether any of their leases ran out."""
-    rows: list[Row] = yield q(
-        "SELECT owner, min(lease_until) < {now} AS expired FROM {E}"
-        " WHERE state = 'creating' GROUP BY owner"
-    )
-    return rows
+CREATING_OWNERS = (  # and whether any of their leases ran out
+    "SELECT owner, min(lease_until) < {now} AS expired FROM {E}"
+    " WHERE state = 'creating' GROUP BY owner"
+)
+"""The creators of ``creating`` entries (a statement for ``_schema.rows``)."""
 
 
 def expire_creating(dead: list[str]) -> Plan[int]:
@@ -404,18 +402,15 @@ def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
     return (yield from first(sql + " RETURNING *", key, merged))
 
 
-def has_open(owner: str) -> Plan[bool]:
-    """Whether an entry is ``creating``, ``pending``, or terminal and undelivered.
+HAS_OPEN = (
+    "SELECT 1 AS one FROM {E} WHERE state IN ('creating', 'pending') OR"
+    " (state IN ('succeeded', 'failed', 'error') AND delivered = 0"
+    " AND (owner IS NULL OR owner != $1)) LIMIT 1"
+)
+"""A row when an entry is ``creating``, ``pending``, or terminal and undelivered.
 
-    Terminal entries held by ``owner`` (on their way to its consumer) do not count.
-    """
-    rows = yield q(
-        "SELECT 1 AS one FROM {E} WHERE state IN ('creating', 'pending') OR"
-        " (state IN ('succeeded', 'failed', 'error') AND delivered = 0"
-        " AND (owner IS NULL OR owner != $1)) LIMIT 1",
-        owner,
-    )
-    return bool(rows)
+Terminal entries held by ``$1`` (on their way to its consumer) do not count.
+"""
 
 
 def prune_changes(plan: Plan[Any]) -> Plan[Any]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import urllib.parse
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import anyio
 
 from .._contract._exceptions import LedgerError
+from .._contract._redact import redact_url
 from ._protocol import DatabaseUnavailable, Listening, Signal, creator_token
 from ._schema import CHANNEL, POSTGRES, Plan, q
 
@@ -32,19 +32,6 @@ _T = TypeVar("_T")
 _POOL: dict[str, Any] = {"min_size": 1, "max_size": 4, "timeout": 10, "command_timeout": 60}
 LISTENER_NAME = "videogen-async change listener"
 """The ``application_name`` of a PostgreSQL change listener's connection."""
-
-
-def redact(url: str) -> str:
-    """The URL without its password."""
-    try:
-        parsed = urllib.parse.urlsplit(url)
-        password = parsed.password
-    except ValueError:
-        return "<malformed url>"
-    if password is None:
-        return url
-    netloc = parsed.netloc.replace(f":{password}@", ":***@")
-    return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -84,7 +71,7 @@ class PostgresEngine:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.where = redact(url)
+        self.where = redact_url(url)
         self._pool: Any = None
         self._life: Any = None
 

@@ -64,6 +64,11 @@ def many(sql: str, rows: Sequence[tuple[Any, ...]]) -> Step:
     return Step(sql, list(rows), many=True)
 
 
+def rows(sql: str, *args: Any) -> Plan[Any]:
+    """A statement, as a plan of its own: its rows."""
+    return (yield q(sql, *args))
+
+
 def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | None]:
     """A statement answered with its first row (``None``: no row)."""
     rows = yield q(sql, *args, alone=alone)

@@ -25,9 +25,9 @@ import attrs
 
 from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, backoff_after
-from ._plans import creating_owners, expire_creating, prune_changes
+from ._plans import CREATING_OWNERS, expire_creating, prune_changes
 from ._protocol import DatabaseUnavailable, Engine, Signal
-from ._schema import SCHEMA_VERSION, Plan, check_meta, create_or_migrate, read_meta
+from ._schema import SCHEMA_VERSION, Plan, check_meta, create_or_migrate, read_meta, rows
 
 logger = logging.getLogger("videogen_async")
 
@@ -45,13 +45,6 @@ class _Queued:  # a write waiting for its group's transaction
     done: bool = False
     result: Any = None
     error: Exception | None = None
-
-
-@attrs.define
-class _Lane:  # one plan's writes queued; fired as its running group's transaction ends: turn
-    queue: list[_Queued] = attrs.Factory(list)
-    running: bool = False
-    turn: Signal = attrs.Factory(Signal)
 
 
 def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
@@ -94,7 +87,9 @@ class Store:
         # one), and every create passes it.
         self._living = asyncio.Lock()
         self._next_prune = 0.0
-        self._lanes = {plan: _Lane() for plan in grouped}
+        # A grouped plan's writes queued, and its lock: one group's transaction at a time (in
+        # turn: anyio's lock is fair), taking every write queued when it starts.
+        self._lanes = {plan: (anyio.Lock(), list[_Queued]()) for plan in grouped}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -138,7 +133,7 @@ class Store:
 
         ``alive`` is a creator known to live (this process's own); returns how many changed.
         """
-        owners = await self.read(creating_owners)
+        owners = await self.read(rows, CREATING_OWNERS)
         others = [row["owner"] for row in owners if row["owner"] != alive]
         dead = await self._retry(lambda: self.engine.dead(others)) if others else set()
         if not dead and not any(row["expired"] for row in owners):
@@ -154,25 +149,21 @@ class Store:
         lane = self._lanes.get(kind)
         if lane is None:
             return (await self._commit([make]))[0]  # type: ignore[no-any-return]
+        lock, queue = lane
         mine = _Queued(make)
-        lane.queue.append(mine)
+        queue.append(mine)
         try:
-            while not mine.done:
-                if lane.running:  # a group's transaction runs: wait for the next
-                    await lane.turn.event.wait()
-                    continue
-                group = lane.queue
-                lane.queue = []
-                lane.running = True
-                try:
-                    await self._run_group(group)
-                finally:  # the others of a group interrupted here go in the next
-                    lane.queue[:0] = [q for q in group if not q.done and q is not mine]
-                    lane.running = False
-                    lane.turn.fire()
+            async with lock:
+                if not mine.done:  # else written by the group of another
+                    group = queue[:]
+                    queue.clear()
+                    try:
+                        await self._run_group(group)
+                    finally:  # the others of a group interrupted here go in the next
+                        queue[:0] = [q for q in group if not q.done and q is not mine]
         finally:
-            if mine in lane.queue:  # this caller stopped waiting: nothing is written
-                lane.queue.remove(mine)
+            if mine in queue:  # this caller stopped waiting: nothing is written
+                queue.remove(mine)
         if mine.error is not None:
             raise mine.error
         return mine.result  # type: ignore[no-any-return]

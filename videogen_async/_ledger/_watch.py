@@ -28,23 +28,18 @@ from ._cohorts import LedgerFinishTimes
 from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
-from ._plans import get, has_open, unpollable
+from ._plans import HAS_OPEN, get, unpollable
 from ._protocol import first_of
-from ._store import Store
+from ._schema import rows
 
 if TYPE_CHECKING:
-    from .._contract._models import Task
+    from .._contract._models import Task  # noqa: F401 - named in a stream's type, a string
     from .._waiting._policy import PollPolicy
 
 logger = logging.getLogger("videogen_async")
 
 _WRITE_BATCH = 500
 """Terminal states recorded at most per transaction."""
-
-
-def _state_of(task: Task) -> str:
-    status = task.status
-    return str(getattr(status, "value", status))
 
 
 def _first_error(group: BaseException) -> BaseException:
@@ -62,7 +57,6 @@ class Watch(ExitCloses):
 
     def __init__(
         self,
-        store: Store,
         creator: Creator,
         client: Any,
         *,
@@ -78,12 +72,13 @@ class Watch(ExitCloses):
         checks.positive("claim_interval", claim_interval)
         checks.whole("claim_size", claim_size)
         self._creator = creator
-        self._store = store
+        self._store = store = creator.store
         self._lease = lease
         self._claim_size = claim_size
         self._interval = claim_interval
-        options: dict[str, Any] = {"max_concurrency": max_concurrency, "poll_policy": poll_policy}
-        self._gather_options = {name: value for name, value in options.items() if value is not None}
+        self._gather_options: dict[str, Any] = {"poll_policy": poll_policy}
+        if max_concurrency is not None:  # else the gather's default
+            self._gather_options["max_concurrency"] = max_concurrency
         self._stop_when_idle = stop_when_idle
         self._max_held = max_held
         self._held = 0
@@ -216,15 +211,15 @@ class Watch(ExitCloses):
             size = self._claim_size
             if self._max_held is not None:
                 size = min(size, self._max_held - self._held)
-            rows = []
-            if await self._store.read(claims.claimable):
-                rows = await self._store.write(claims.claim, self.owner, self._lease, size)
-            if rows:
+            claimed = []
+            if await self._store.read(rows, claims.CLAIMABLE):
+                claimed = await self._store.write(claims.claim, self.owner, self._lease, size)
+            if claimed:
                 # A claim sets the lease of what it claims only: the renewal of what was held
                 # before is not put off by it.
                 claimed_any = True
-                await self._start(tg, rows)
-            if len(rows) < size:
+                await self._start(tg, claimed)
+            if len(claimed) < size:
                 return claimed_any
         return claimed_any
 
@@ -235,7 +230,7 @@ class Watch(ExitCloses):
             and self._finished_receive.statistics().current_buffer_used == 0
             and not self._writing
             and not await self._store.expire_creating(alive=self._creator.owner)
-            and not await self._store.read(has_open, self.owner)
+            and not await self._store.read(rows, HAS_OPEN, self.owner)
         )
 
     async def _shed(self) -> None:
@@ -249,7 +244,7 @@ class Watch(ExitCloses):
         if excess <= 0 or self._results is None:
             return
         young = time.monotonic() - self._lease / 3
-        newest = sorted(self._polling.items(), key=lambda item: item[1][1], reverse=True)
+        newest = reversed(self._polling.items())  # claimed in this order
         candidates = [task_id for task_id, (_key, since) in newest if since <= young][:excess]
         if not candidates:
             return
@@ -353,7 +348,7 @@ class Watch(ExitCloses):
                 except anyio.WouldBlock:
                     break
             items = [
-                (key, _state_of(task), float(task.credits_cost or 0.0), task_to_json(task))
+                (key, task.status.value, float(task.credits_cost or 0.0), task_to_json(task))
                 for key, task in found
             ]
             acks, self._acks = self._acks, []
