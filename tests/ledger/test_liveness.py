@@ -60,3 +60,30 @@ async def test_a_resume_after_a_sigkill_does_not_wait_on_the_dead_creators_entri
     assert all("stopped before an answer" in (error or "") for _, error in states[:4])
     assert service.posts == 6
     assert done == ["k4", "k5"]
+
+
+async def test_a_running_watcher_tells_a_dead_creators_creates_unknown(ledger_url: str) -> None:
+    release = asyncio.Event()
+
+    async def hold(number: int) -> None:
+        await release.wait()
+
+    async with Service(on_post=hold) as service:
+        async with service.client() as client, Ledger.open(ledger_url) as ledger:
+            creator = await Creator.start(ledger_url, service.base_url, "test-key", None, "dead")
+            try:
+                await creator.go()
+                with anyio.fail_after(30):
+                    await service.wait_until(lambda: service.posts == 1)
+            finally:
+                await creator.kill()
+            release.set()
+            # A watcher that does not stop when idle: it still settles the dead creator's key.
+            async with (
+                ledger.changes(keys=["dead"], states=["unknown"]) as told,
+                ledger.watch(client, lease=0.3, claim_interval=0.05),
+            ):
+                with anyio.fail_after(30):  # the dead creator's create lease is 600 s
+                    entry = await told.__anext__()
+    assert entry.state == "unknown"
+    assert "stopped before an answer" in (entry.error or "")

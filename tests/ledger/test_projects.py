@@ -65,6 +65,24 @@ async def test_project_and_its_batch_are_recorded_and_watched(ledger_url: str) -
             assert summary["reserved"] == 0
 
 
+async def test_a_watcher_that_stops_when_idle_stops_beside_a_project_entry(ledger_url: str) -> None:
+    # A project's own entry stays pending (its tasks are the watchers'): no watcher claims it,
+    # and one that stops when idle is not held up by it.
+    async with SandboxServer(time_scale=0.001, seed=9) as server, server.client() as client:
+        async with Ledger.open(ledger_url) as ledger:
+            project = await ledger.create_project(
+                client, REFERENCE, PRODUCTS, key="ad-1", mode="manual"
+            )
+            await client.projects.wait_for_script(project.project_id, timeout=30)
+            tasks = await ledger.create_videos(client, "ad-1", out_number=1)
+            with anyio.fail_after(60):
+                watch = ledger.watch(client, claim_interval=0.05, stop_when_idle=True)
+                async with watch as finished:
+                    done = [entry.key async for entry in finished]
+            assert done == [tasks[0].key]
+            assert (await ledger.get("ad-1")).state == "pending"  # type: ignore[union-attr]
+
+
 async def test_a_video_batch_is_written_ahead_once_with_the_projects_metadata(
     ledger_url: str,
 ) -> None:

@@ -18,7 +18,12 @@ from ._schema import Plan, first, many, q
 
 Row = dict[str, Any]
 
-_OPEN = "(state = 'pending' OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0))"
+# A project's own entry stays pending (its tasks are entries of their own, polled): no watcher
+# can settle it, so none claims it, holds it or waits for it.
+_OPEN = (
+    "((state = 'pending' AND kind != 'project')"
+    " OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0))"
+)
 _CLAIMABLE = f"{_OPEN} AND (lease_until IS NULL OR lease_until < {{now}})"
 _COUNTS = (
     "SELECT count(*) AS open, count(*) FILTER (WHERE owner = $1) AS mine,"

@@ -403,7 +403,8 @@ def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
 
 
 HAS_OPEN = (
-    "SELECT 1 AS one FROM {E} WHERE state IN ('creating', 'pending') OR"
+    "SELECT 1 AS one FROM {E} WHERE state = 'creating'"
+    " OR (state = 'pending' AND kind != 'project') OR"
     " (state IN ('succeeded', 'failed', 'error') AND delivered = 0"
     " AND (owner IS NULL OR owner != $1)) LIMIT 1"
 )

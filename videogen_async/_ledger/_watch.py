@@ -197,6 +197,10 @@ class Watch(ExitCloses):
                 now = time.monotonic()
                 if now - renewed >= self._lease / 3:
                     await store.write(claims.renew, self.owner, self._lease)
+                    # A dead creator's creates are told unknown within a third of a lease by
+                    # any watcher (not only by one about to stop), so that a key is never left
+                    # creating until its create lease of ten minutes runs out.
+                    await self._store.expire_creating(alive=self._creator.owner)
                     renewed = now
                 await self._memory.flush()
                 if self._stop_when_idle and not claimed_any and await self._idle():
