@@ -18,11 +18,12 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
-from videogen_async.testing._routes import ServiceRoutes
+from videogen_async.testing import _routes as routes
 
 from .conftest import (
     CREATE_ROUTE,
@@ -38,22 +39,25 @@ LINES = 20
 IN_FLIGHT = 4
 
 
+CREATE_PATH = "/v1/video/videomodel-2"
+
+
 class HeldCreates:
     """The sandbox's create handler, holding the first ``IN_FLIGHT`` creates until released."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.left = IN_FLIGHT
         self.released = asyncio.Event()  # bound to the sandbox's loop on its first wait
-        real = ServiceRoutes._create_task
+        real = routes.read_json_body
 
-        async def create(routes: ServiceRoutes, request: web.Request) -> web.StreamResponse:
-            if self.left > 0:
+        async def read(request: web.Request) -> Any:
+            body = await real(request)  # the whole request is at the service
+            if request.path == CREATE_PATH and self.left > 0:
                 self.left -= 1
-                await request.read()  # the whole request is at the service
                 await self.released.wait()
-            return await real(routes, request)
+            return body
 
-        monkeypatch.setattr(ServiceRoutes, "_create_task", create)
+        monkeypatch.setattr(routes, "read_json_body", read)
 
 
 def ledger_states(path: Path) -> list[str]:
