@@ -115,13 +115,12 @@ def decode(
         code = _as_int(code)
     if code is None:
         _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
-    envelope: dict[str, Any] = body
-    trace = _trace_id(envelope.get("trace_id"))
-    message = envelope.get("message")
+    trace = _trace_id(body.get("trace_id"))
+    message = body.get("message")
     if 200 <= status < 300 and code == 200:
         return Response(
             status_code=status,
-            data=envelope.get("data"),
+            data=body.get("data"),
             trace_id=trace,
             message=message if isinstance(message, str) else None,
             headers=headers,
@@ -136,7 +135,7 @@ def decode(
         code,
         f"{method} {path}: {text}",
         trace_id=trace,
-        body=envelope,
+        body=body,
         headers=dict(headers),
         method=method,
         path=path,

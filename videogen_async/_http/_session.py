@@ -141,7 +141,8 @@ class SessionOwner:
         self._owned = session is None
         self._connection_limit = connection_limit
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False
+        #: Whether :meth:`aclose` was called.
+        self.closed = False
         self._in_flight: dict[asyncio.Future[Any], float] = {}
         self.pacing = Pacing()
         self._created_at = created_at
@@ -159,18 +160,13 @@ class SessionOwner:
     def _untrack(self, job: asyncio.Future[Any]) -> None:
         self._in_flight.pop(job, None)
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
-        return self._closed
-
     def get(self) -> aiohttp.ClientSession:
         """Return the session, creating it in the running loop on first use.
 
         Raises:
             RuntimeError: The client was closed, or it is used from a second event loop.
         """
-        if self._closed:
+        if self.closed:
             raise RuntimeError("this AsyncVideoGen client is closed")
         loop = asyncio.get_running_loop()
         if self._session is None:
@@ -207,7 +203,7 @@ class SessionOwner:
         :meth:`track`; ``DRAIN_TIMEOUT`` when there is none), so that the id of what they
         created is logged; one still running then is cancelled and logged as possibly done.
         """
-        if self._closed:
+        if self.closed:
             return
         if self._in_flight:
             end = max(self._in_flight.values())
@@ -218,7 +214,7 @@ class SessionOwner:
                 job.cancel()
             if pending:
                 await asyncio.wait(pending)
-        self._closed = True
+        self.closed = True
         session, self._session = self._session, None
         if self._owned and session is not None and not session.closed:
             await session.close()

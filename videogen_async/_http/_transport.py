@@ -69,9 +69,8 @@ class _Secret(str):
 class StreamResponse:
     """A streamed response (of a download), free of aiohttp types: status, headers, body."""
 
-    def __init__(self, response: aiohttp.ClientResponse, *, method: str, path: str) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, path: str) -> None:
         self._response = response
-        self._method = method
         self._path = path
         self.status_code = response.status
         self.headers: Mapping[str, str] = dict(response.headers)
@@ -87,9 +86,7 @@ class StreamResponse:
             async for chunk in self._response.content.iter_chunked(size):
                 yield chunk
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise connection_error(
-                exc, self._method, self._path, may_have_taken_effect=False
-            ) from exc
+            raise connection_error(exc, "GET", self._path, may_have_taken_effect=False) from exc
 
     async def read_excerpt(self) -> str:
         """The first characters of the body, for error messages."""
@@ -132,6 +129,8 @@ class Transport:
         # The parts each request's URL is built from, already encoded (see `request`).
         self._base_parts = (base.scheme, base.raw_authority, base.raw_path.rstrip("/"))
         self.owner = owner
+        #: The pacing state shared by the client and its views.
+        self.pacing = owner.pacing
         self.timeout = timeout
         self.backoff = backoff
         self.deadline = deadline
@@ -140,7 +139,7 @@ class Transport:
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
         # Built once: aiohttp takes a CIMultiDict as it is (a dict, it converts per request).
-        self._headers: CIMultiDict[str] = CIMultiDict(
+        self._headers = CIMultiDict(
             {"Accept": "application/json", "User-Agent": user_agent(), **self._default_headers}
         )
         self._headers["Authorization"] = _Secret(f"Bearer {api_key}")
@@ -163,11 +162,6 @@ class Transport:
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_url!r})"
-
-    @property
-    def pacing(self) -> Pacing:
-        """The pacing state shared by the client and its views."""
-        return self.owner.pacing
 
     def copy(
         self,
@@ -230,7 +224,7 @@ class Transport:
         if options.extra_headers:
             headers = options.with_headers(headers)
         timeouts = options.timeout or self.timeout
-        pacing = self.owner.pacing
+        pacing = self.pacing
         observer = self._observer
         first = started = time.monotonic()
         deadline = math.inf if self.deadline is None else first + self.deadline
@@ -289,7 +283,7 @@ class Transport:
         now = time.monotonic()
         policy = _with_retries(self.backoff, retries)
         if isinstance(exc, RateLimitError):
-            self.owner.pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
+            self.pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
         decision = decide_retry(
             exc,
             method=method,
@@ -302,7 +296,12 @@ class Transport:
         if decision.delay is None:
             logger.debug(
                 "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                *(method, path, took, attempt, describe(exc), decision.detail),
+                method,
+                path,
+                took,
+                attempt,
+                describe(exc),
+                decision.detail,
             )
             if decision.reason == "too long":
                 exc.message = f"{exc.message}; not retried: {decision.detail}"
@@ -311,7 +310,13 @@ class Transport:
             return None
         logger.debug(
             "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-            *(method, path, took, attempt, policy.max_retries + 1, describe(exc), decision.delay),
+            method,
+            path,
+            took,
+            attempt,
+            policy.max_retries + 1,
+            describe(exc),
+            decision.delay,
         )
         return decision.delay
 
@@ -330,8 +335,12 @@ class Transport:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                *(method, path, response.status_code, (now - started) * 1000),
-                *(attempt, response.trace_id),
+                method,
+                path,
+                response.status_code,
+                (now - started) * 1000,
+                attempt,
+                response.trace_id,
             )
         response.attempts = attempt
         response.info = ResponseInfo(
@@ -362,7 +371,7 @@ class Transport:
             why = f"ends in {max(left, 0.0):.3g} s, before the client's 429 pause ({paused:.3g} s)"
         raise self._past_deadline(method, path, why)
 
-    def _past_deadline(self, method: str, path: str, why: str = "passed") -> APITimeoutError:
+    def _past_deadline(self, method: str, path: str, why: str) -> APITimeoutError:
         return APITimeoutError(
             f"{method} {path}: the call's deadline of {self.deadline:g} s {why}",
             method=method,
@@ -386,7 +395,7 @@ class Transport:
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self._past_deadline(method, path)
+                raise self._past_deadline(method, path, "passed")
             total = left if total is None else min(total, left)
         bound = _Bound(total, timeouts.read)
         may = method != "GET"  # have taken effect, after a failure once sent
@@ -415,8 +424,6 @@ class Transport:
                 raise
             timed_out = asyncio.TimeoutError()
             raise connection_error(timed_out, method, path, may_have_taken_effect=may) from None
-        except VideoGenError:
-            raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
@@ -461,9 +468,7 @@ class Transport:
             async with session.get(
                 url, headers=sent, timeout=self._stream_timeout, proxy=proxy
             ) as resp:
-                yield StreamResponse(resp, method="GET", path=path)
-        except VideoGenError:
-            raise
+                yield StreamResponse(resp, path)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
 

@@ -83,13 +83,13 @@ def _secret_key(secret: object) -> bytes:
     """The key bytes of a Standard Webhooks secret: ``whsec_`` and base64 of 24 to 64 bytes."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise InvalidRequestError(
-            "secret", f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
+            "secret", "must be a Standard Webhooks secret: 'whsec_' then base64"
         )
     try:
         key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequestError(
-            "secret", f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
+            "secret", "must be a Standard Webhooks secret: base64 after 'whsec_'"
         ) from None
     if not 24 <= len(key) <= 64:
         raise InvalidRequestError("secret", "must encode 24 to 64 random bytes")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 from .._contract._exceptions import APIStatusError, WaitTimeoutError
 from .._contract._models import Project, Task
@@ -20,16 +20,9 @@ from .._contract._redact import redact_text, redact_value
 from . import _otel
 from ._hooks import EventHooks, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 
-_R = TypeVar("_R", bound="_Answer")
-
-
-class _Answer(Protocol):
-    @property
-    def status_code(self) -> int | None: ...
-    @property
-    def trace_id(self) -> str | None: ...
-    @property
-    def headers(self) -> Mapping[str, str]: ...
+# An answer: the transport's response, or the ``APIStatusError`` of a failure the service sent
+# (both have ``status_code``, ``trace_id`` and ``headers``).
+_R = TypeVar("_R")
 
 
 class RequestObserver:
@@ -57,7 +50,7 @@ class RequestObserver:
             await self.hooks.emit("request", request)
         if not _otel.recording():
             return await self._answer(send, None, request)
-        attributes: dict[str, Any] = {
+        attributes = {
             "http.request.method": method,
             **self._server,
             "url.full": url,
@@ -89,7 +82,7 @@ class RequestObserver:
     async def _answered(
         self,
         span: _otel.SpanLike | None,
-        answer: _Answer,
+        answer: Any,
         error: str | None,
         started: float,
         request: RequestEvent,
@@ -103,11 +96,19 @@ class RequestObserver:
                 span.set_attribute("videogen.trace_id", trace_id)
         if status is None or not self.hooks.wants("response"):
             return
-        headers: dict[str, str] = redact_value(dict(answer.headers.items()))
+        headers = redact_value(dict(answer.headers.items()))
         trace = None if trace_id is None else redact_text(trace_id)
-        elapsed = time.monotonic() - started
-        method, path, url, attempt = request.method, request.path, request.url, request.attempt
-        event = ResponseEvent(method, path, url, attempt, status, trace, elapsed, headers, error)
+        event = ResponseEvent(
+            request.method,
+            request.path,
+            request.url,
+            request.attempt,
+            status,
+            trace,
+            time.monotonic() - started,
+            headers,
+            error,
+        )
         await self.hooks.emit("response", event)
 
     async def retry(
@@ -162,15 +163,13 @@ def _waiting_span(name: str, attributes: dict[str, Any]) -> Iterator[_otel.SpanL
             raise
 
 
-@contextmanager
-def wait_span(kind: str, object_id: str) -> Iterator[_otel.SpanLike | None]:
+def wait_span(kind: str, object_id: str) -> AbstractContextManager[_otel.SpanLike | None]:
     """The span (or ``None``) of a single wait: of a ``task``, a ``project`` or a ``script``.
 
     The caller sets the outcome with :func:`end_wait`.
     """
     attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
-    with _waiting_span(f"videogen.wait {kind}", attributes) as span:
-        yield span
+    return _waiting_span(f"videogen.wait {kind}", attributes)
 
 
 def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
