@@ -36,11 +36,6 @@ from ._jsonbody import (
 )
 from ._retry import retry_after_of
 
-# aiohttp names its "could not open the connection" timeout differently across versions.
-_ConnectTimeout: tuple[type[BaseException], ...] = tuple(
-    cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
-)
-
 
 @attrs.define(repr=False)
 class Response:
@@ -82,7 +77,7 @@ def connection_error(
 
     A failure to *open* the connection proves the request never reached the service.
     """
-    not_opened = isinstance(exc, _ConnectTimeout) or (
+    not_opened = isinstance(exc, aiohttp.ConnectionTimeoutError) or (
         isinstance(exc, aiohttp.ClientConnectorError)
         and not isinstance(exc, aiohttp.ClientSSLError)
     )
@@ -146,16 +141,13 @@ def _trace_id(value: Any) -> str | None:
     """The envelope's ``trace_id`` as a short text (a number is accepted; anything else not)."""
     if isinstance(value, str):
         return clip(value, 200) if value else None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if type(value) is int:  # a JSON number, not a bool
         return clip(int_text(value), 200)
     return None
 
 
 def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
+    # A decoded JSON value that is not a plain int: a bool is none, a text or a float may be.
     if isinstance(value, str):
         try:
             return int(value.strip())

@@ -29,9 +29,8 @@ _T = TypeVar("_T")
 class Pacing:
     """The pacing state shared by a client and its views (see the module docstring)."""
 
-    def __init__(self, *, rng: random.Random | None = None) -> None:
+    def __init__(self) -> None:
         self._policy = DEFAULT_BACKOFF  # the policy of the last cut, for the recovery
-        self._rng = rng or random.Random()
         self.paused_until = -math.inf
         self.limit = math.inf  # allowed requests in flight (inf: no limit)
         self._ceiling = math.inf  # the concurrency before the first cut
@@ -41,12 +40,6 @@ class Pacing:
         self._events = 0  # 429 events in a row
         self._window_start, self._window_sent, self._measured_rate = -math.inf, 0, 0.0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    def __repr__(self) -> str:
-        return (
-            f"Pacing(in_flight={self.in_flight}, limit={self.limit}, rate={self.rate},"
-            f" paused_until={self.paused_until})"
-        )
 
     def try_acquire(self) -> float | None:
         """Take a slot at once when nothing limits the client (the common case): its time.
@@ -132,7 +125,7 @@ class Pacing:
             base = measured if self.rate == math.inf else min(self.rate, measured)
             self._reduced_rate = max(1.0, base * policy.rate_decrease)
             self.rate = self._reduced_rate
-            pause = rate_limit_pause(policy, self._events, self._rng.random(), retry_after)
+            pause = rate_limit_pause(policy, self._events, random.random(), retry_after)
             self.paused_until = max(self.paused_until, now + pause)
             logger.info(
                 "rate limited (429): every request of the client pauses %.2fs; concurrency %.0f,"

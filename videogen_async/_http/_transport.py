@@ -480,11 +480,6 @@ class _Bound:
     (checked every quarter of ``read``); :meth:`expired` tells that from other cancellations.
     """
 
-    __slots__ = (
-        "_cancelling", "_end", "_loop", "_read", "_seen", "_since", "_task", "fired", "handle",
-        "response",
-    )  # fmt: skip
-
     def __init__(self, total: float | None, read: float | None) -> None:
         self.response: aiohttp.ClientResponse | None = None
         self.fired = False

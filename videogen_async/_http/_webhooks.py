@@ -174,11 +174,27 @@ def _check_url(url: object, allow_metadata_hosts: bool) -> str:
 
 
 class Webhook:
-    """A ``deliver`` that POSTs each entry to one receiver, signed (see :func:`webhook`).
+    """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
 
     Call it with an entry; it returns once the receiver answered 2xx and raises
     :class:`WebhookDeliveryError` otherwise (the dispatcher then retries later). Close it with
     :meth:`aclose` (a dispatch does when it ends).
+
+    The body is ``{"type": "video.<state>", "timestamp": ISO 8601, "data": entry.to_dict()}``;
+    headers by Standard Webhooks (:func:`verify_webhook`); ``webhook-id`` is the same for
+    every retry of one entry's terminal state, so a receiver can drop duplicates.
+
+    Args:
+        url: The receiver, ``http(s)://``, without user info, never a link-local or cloud
+            metadata address (by host or resolution).
+        secret: ``whsec_`` and the base64 of 24 to 64 random bytes.
+        timeout: Seconds one delivery may take, connection to answer.
+        headers: Extra headers to send (e.g. the receiver's own token); never an API key.
+        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
+
+    Raises:
+        InvalidRequestError: A bad URL (not http(s), with user info, a metadata address),
+            secret, timeout, or header (a reserved one, or one carrying an API key).
     """
 
     def __init__(
@@ -261,35 +277,5 @@ class Webhook:
             await session.close()
 
 
-def webhook(
-    url: str,
-    secret: str,
-    *,
-    timeout: float = 10.0,
-    headers: Mapping[str, str] | None = None,
-    allow_metadata_hosts: bool = False,
-) -> Webhook:
-    """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
-
-    The body is ``{"type": "video.<state>", "timestamp": ISO 8601, "data": entry.to_dict()}``;
-    headers by Standard Webhooks (:func:`verify_webhook`); ``webhook-id`` is the same for
-    every retry of one entry's terminal state, so a receiver can drop duplicates.
-
-    Args:
-        url: The receiver, ``http(s)://``, without user info, never a link-local or cloud
-            metadata address (by host or resolution).
-        secret: ``whsec_`` and the base64 of 24 to 64 random bytes.
-        timeout: Seconds one delivery may take, connection to answer.
-        headers: Extra headers to send (e.g. the receiver's own token); never an API key.
-        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
-
-    Returns:
-        The ``deliver`` callable.
-
-    Raises:
-        InvalidRequestError: A bad URL (not http(s), with user info, a metadata address),
-            secret, timeout, or header (a reserved one, or one carrying an API key).
-    """
-    return Webhook(
-        url, secret, timeout=timeout, headers=headers, allow_metadata_hosts=allow_metadata_hosts
-    )
+#: The public name of :class:`Webhook` (a ``deliver`` is made by calling it).
+webhook = Webhook
