@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import platform
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import aiohttp
 import attrs
@@ -35,6 +35,9 @@ from ._jsonbody import (
     short_repr,
 )
 from ._retry import retry_after_of
+
+#: What a connection failing, breaking or timing out raises (mapped by :func:`connection_error`).
+NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 @attrs.define(repr=False)
@@ -109,7 +112,28 @@ def decode(
     if type(code) is not int:  # the service's own (a plain int) read as it is, at once
         code = _as_int(code)
     if code is None:
-        _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
+        quoted = excerpt(raw) if raw else "<empty body>"
+        if is_json:
+            kind = "a JSON body that is not the service's envelope"
+        elif nested_too_deep(raw):
+            kind = "a body nested too deeply to read"
+        else:
+            kind = "a non-JSON body"
+        text = f"{method} {path}: HTTP {status} with {kind}: {quoted}"
+        may = method != "GET"
+        if status >= 400:
+            raise make_status_error(
+                status,
+                None,
+                text,
+                headers=dict(headers),
+                method=method,
+                path=path,
+                request_may_have_taken_effect=may and status >= 500,
+            )
+        raise APIResponseError(
+            text, status_code=status, body_excerpt=quoted, request_may_have_taken_effect=may
+        )
     trace = _trace_id(body.get("trace_id"))
     message = body.get("message")
     if 200 <= status < 300 and code == 200:
@@ -156,33 +180,6 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
-
-
-def _raise_not_envelope(
-    status: int, raw: bytes, headers: Mapping[str, str], *, method: str, path: str, is_json: bool
-) -> NoReturn:
-    quoted = excerpt(raw) if raw else "<empty body>"
-    if is_json:
-        kind = "a JSON body that is not the service's envelope"
-    elif nested_too_deep(raw):
-        kind = "a body nested too deeply to read"
-    else:
-        kind = "a non-JSON body"
-    text = f"{method} {path}: HTTP {status} with {kind}: {quoted}"
-    may = method != "GET"
-    if status >= 400:
-        raise make_status_error(
-            status,
-            None,
-            text,
-            headers=dict(headers),
-            method=method,
-            path=path,
-            request_may_have_taken_effect=may and status >= 500,
-        )
-    raise APIResponseError(
-        text, status_code=status, body_excerpt=quoted, request_may_have_taken_effect=may
-    )
 
 
 def make_status_error(

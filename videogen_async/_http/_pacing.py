@@ -76,7 +76,11 @@ class Pacing:
                     raise
                 continue
             if self.rate != math.inf:
-                self._refresh_rate(now)
+                self.rate = recovered_rate(
+                    self._policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
+                )
+                if self.rate == math.inf and self.limit == math.inf:
+                    self._ceiling = math.inf
                 if self.rate != math.inf and now < self._next_send:
                     await anyio.sleep(self._next_send - now)
                     continue
@@ -151,13 +155,6 @@ class Pacing:
         self._window_sent += 1
         if self.rate != math.inf:
             self._next_send = max(self._next_send, now) + 1.0 / self.rate
-
-    def _refresh_rate(self, now: float) -> None:
-        self.rate = recovered_rate(
-            self._policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
-        )
-        if self.rate == math.inf and self.limit == math.inf:
-            self._ceiling = math.inf
 
     def _wake(self, *, every: bool = False) -> None:
         while self._waiters:

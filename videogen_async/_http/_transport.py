@@ -34,7 +34,7 @@ from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._envelope import Response, connection_error, decode, describe, user_agent
+from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, describe, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
@@ -85,7 +85,7 @@ class StreamResponse:
         try:
             async for chunk in self._response.content.iter_chunked(size):
                 yield chunk
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except NETWORK_ERRORS as exc:
             raise connection_error(exc, "GET", self._path, may_have_taken_effect=False) from exc
 
     async def read_excerpt(self) -> str:
@@ -93,7 +93,7 @@ class StreamResponse:
         try:
             # More than is shown, so that a key across the cut is redacted whole.
             raw = await self._response.content.read(EXCERPT_CHARS + 4096)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except NETWORK_ERRORS:
             return ""
         return excerpt(raw)
 
@@ -263,7 +263,29 @@ class Transport:
                 started = time.monotonic()
                 continue
             pacing.succeeded()
-            return self._answered(response, method, path, query, attempt, started, first)
+            # The response with the attempts it took and what a result tells of it.
+            now = time.monotonic()
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
+                    method,
+                    path,
+                    response.status_code,
+                    (now - started) * 1000,
+                    attempt,
+                    response.trace_id,
+                )
+            response.attempts = attempt
+            response.info = ResponseInfo(
+                response.status_code,
+                response.headers,
+                response.trace_id,
+                method,
+                self._encoded_base + path + ("?" + query if query else ""),
+                attempt,
+                now - first,
+            )
+            return response
 
     def _retry_delay(
         self,
@@ -319,40 +341,6 @@ class Transport:
             decision.delay,
         )
         return decision.delay
-
-    def _answered(
-        self,
-        response: Response,
-        method: str,
-        path: str,
-        query: str,
-        attempt: int,
-        started: float,
-        first: float,
-    ) -> Response:
-        """The response with the attempts it took and what a result tells of it."""
-        now = time.monotonic()
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                method,
-                path,
-                response.status_code,
-                (now - started) * 1000,
-                attempt,
-                response.trace_id,
-            )
-        response.attempts = attempt
-        response.info = ResponseInfo(
-            response.status_code,
-            response.headers,
-            response.trace_id,
-            method,
-            self._encoded_base + path + ("?" + query if query else ""),
-            attempt,
-            now - first,
-        )
-        return response
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
@@ -411,41 +399,32 @@ class Transport:
             ) as resp:
                 bound.response = resp
                 length = resp.content_length
-                if (
-                    length is not None
-                    and length <= self.max_body_size
-                    and ("Content-Encoding" not in resp.headers)
-                ):
+                limit = self.max_body_size
+                if length is not None and length > limit:
+                    raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
+                if length is not None and "Content-Encoding" not in resp.headers:
                     raw = await resp.read()  # an identity body of a known size: one read
                 else:
-                    raw = await self._read_counted(resp, method, path)
+                    # A body of unknown size, or compressed, counted as it arrives: a
+                    # Content-Length counts the bytes on the wire, which a Content-Encoding
+                    # (gzip, deflate) may inflate a thousandfold, so such a body is counted
+                    # decoded and refused past the limit.
+                    counted = bytearray()
+                    async for chunk in resp.content.iter_chunked(64 * 1024):
+                        counted += chunk
+                        if len(counted) > limit:
+                            raise _too_large(resp.status, method, path, "body", limit)
+                    raw = bytes(counted)
         except asyncio.CancelledError:
             if not bound.expired():
                 raise
             timed_out = asyncio.TimeoutError()
             raise connection_error(timed_out, method, path, may_have_taken_effect=may) from None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except NETWORK_ERRORS as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
             bound.handle.cancel()
         return decode(resp.status, raw, resp.headers, method=method, path=path)
-
-    async def _read_counted(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
-        """A body of unknown size, or compressed, counted as it arrives; refused past the limit.
-
-        Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate)
-        may inflate a thousandfold: such a body is counted decoded.
-        """
-        length = resp.content_length
-        limit = self.max_body_size
-        if length is not None and length > limit:
-            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
-        counted = bytearray()
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            counted += chunk
-            if len(counted) > limit:
-                raise _too_large(resp.status, method, path, "body", limit)
-        return bytes(counted)
 
     @asynccontextmanager
     async def stream(
@@ -469,7 +448,7 @@ class Transport:
                 url, headers=sent, timeout=self._stream_timeout, proxy=proxy
             ) as resp:
                 yield StreamResponse(resp, path)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except NETWORK_ERRORS as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
 
 

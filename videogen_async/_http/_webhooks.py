@@ -9,7 +9,6 @@ cloud metadata address (by URL host or resolution).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -33,7 +32,7 @@ from .._contract._exceptions import (
 )
 from .._contract._redact import redact_text
 from .._contract._validation import json_text
-from ._envelope import user_agent
+from ._envelope import NETWORK_ERRORS, user_agent
 from ._options import check_headers
 from ._session import proxy_for
 
@@ -43,9 +42,8 @@ TOLERANCE = 300.0
 minutes), against replays."""
 
 _EXCERPT = 512
-_RESERVED = dict.fromkeys(
-    ("webhook-id", "webhook-timestamp", "webhook-signature", "content-type"), "the webhook sets it"
-)
+_SIGNED = ("webhook-id", "webhook-timestamp", "webhook-signature")
+_RESERVED = dict.fromkeys((*_SIGNED, "content-type"), "the webhook sets it")
 _METADATA_NAMES = {"metadata", "metadata.google.internal", "metadata.goog", "instance-data"}
 _METADATA_IPS = {ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")}
 _RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to send there)"
@@ -141,9 +139,7 @@ def verify_webhook(
     key = _secret_key(secret)
     raw = body.encode() if isinstance(body, str) else bytes(body)
     lower = {name.lower(): value for name, value in headers.items()}
-    msg_id = lower.get("webhook-id")
-    stamp = lower.get("webhook-timestamp")
-    signatures = lower.get("webhook-signature")
+    msg_id, stamp, signatures = map(lower.get, _SIGNED)
     if not (msg_id and stamp and signatures):
         raise WebhookVerificationError("webhook: a webhook-id, -timestamp or -signature is missing")
     try:
@@ -164,13 +160,6 @@ def verify_webhook(
         return json.loads(raw)
     except ValueError:
         raise WebhookVerificationError("webhook: the body is not JSON") from None
-
-
-def _check_url(url: object, allow_metadata_hosts: bool) -> str:
-    text = web_url("url", url)
-    if not allow_metadata_hosts and _is_metadata(urlsplit(text).hostname or ""):
-        raise InvalidRequestError("url", f"must not be {_RULE}")
-    return text
 
 
 class Webhook:
@@ -206,7 +195,9 @@ class Webhook:
         headers: Mapping[str, str] | None = None,
         allow_metadata_hosts: bool = False,
     ) -> None:
-        self.url = _check_url(url, allow_metadata_hosts)
+        self.url = web_url("url", url)
+        if not allow_metadata_hosts and _is_metadata(urlsplit(self.url).hostname or ""):
+            raise InvalidRequestError("url", f"must not be {_RULE}")
         self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
         positive("timeout", timeout)
@@ -259,7 +250,7 @@ class Webhook:
                     return
                 excerpt = (await response.content.read(_EXCERPT)).decode("utf-8", "replace")
                 status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except NETWORK_ERRORS as exc:
             raise WebhookDeliveryError(
                 f"webhook {self._where}: {type(exc).__name__}: {exc}"
             ) from None
