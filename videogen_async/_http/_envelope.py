@@ -137,13 +137,8 @@ def decode(
     trace = _trace_id(body.get("trace_id"))
     message = body.get("message")
     if 200 <= status < 300 and code == 200:
-        return Response(
-            status_code=status,
-            data=body.get("data"),
-            trace_id=trace,
-            message=message if isinstance(message, str) else None,
-            headers=headers,
-        )
+        message = message if isinstance(message, str) else None
+        return Response(status, body.get("data"), trace, message, headers)
     text = (
         clip(message, MESSAGE_CHARS)
         if isinstance(message, str) and message

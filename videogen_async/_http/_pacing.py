@@ -127,8 +127,7 @@ class Pacing:
             partial = self._window_sent / max(now - self._window_start, 0.1)
             measured = max(self._measured_rate, partial, 1.0)
             base = measured if self.rate == math.inf else min(self.rate, measured)
-            self._reduced_rate = max(1.0, base * policy.rate_decrease)
-            self.rate = self._reduced_rate
+            self.rate = self._reduced_rate = max(1.0, base * policy.rate_decrease)
             pause = rate_limit_pause(policy, self._events, random.random(), retry_after)
             self.paused_until = max(self.paused_until, now + pause)
             logger.info(

@@ -56,9 +56,9 @@ class Timeout:
         if isinstance(value, Timeout):
             return value
         if value is None:
-            return cls(connect=None, read=None, total=None)
+            return cls(None, None, None)
         seconds = number("timeout", value, above=True, finite=False)
-        return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
+        return cls(min(seconds, 10.0), seconds, seconds)  # connect, read, total
 
     def to_aiohttp(self) -> aiohttp.ClientTimeout:
         """An attempt's ``aiohttp.ClientTimeout``: ``connect`` (the transport keeps the rest)."""
@@ -101,9 +101,9 @@ def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or not host:
         return None
-    if is_loopback(host):
-        return None  # as Go's ProxyFromEnvironment: a local sandbox is never proxied
-    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+    # As Go's ProxyFromEnvironment: a local sandbox is never proxied.
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if is_loopback(host) or bypass(host, proxies):
         return None
     if "://" not in proxy:
         proxy = "http://" + proxy
@@ -208,8 +208,7 @@ class SessionOwner:
         if self._in_flight:
             end = max(self._in_flight.values())
             wait = DRAIN_TIMEOUT if end == math.inf else max(0.0, end - time.monotonic())
-            jobs = set(self._in_flight)
-            _, pending = await asyncio.wait(jobs, timeout=wait)
+            _, pending = await asyncio.wait(set(self._in_flight), timeout=wait)
             for job in pending:
                 job.cancel()
             if pending:

@@ -73,7 +73,7 @@ class StreamResponse:
         self._response = response
         self._path = path
         self.status_code = response.status
-        self.headers: Mapping[str, str] = dict(response.headers)
+        self.headers = dict(response.headers)
 
     async def iter_chunks(self, size: int = 256 * 1024) -> AsyncIterator[bytes]:
         """Yield the body in chunks of at most ``size`` bytes.

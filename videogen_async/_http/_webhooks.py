@@ -146,8 +146,7 @@ def verify_webhook(
         timestamp = int(stamp)
     except ValueError:
         raise WebhookVerificationError("webhook: the webhook-timestamp is not a number") from None
-    current = time.time() if now is None else now
-    if abs(current - timestamp) > tolerance:
+    if abs((time.time() if now is None else now) - timestamp) > tolerance:
         raise WebhookVerificationError("webhook: the webhook-timestamp is outside the tolerance")
     expected = sign(key, msg_id, timestamp, raw).encode()
     if not any(

@@ -129,12 +129,12 @@ def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
     """The ``poll`` hook's event for a task or project just read."""
     step = value.current_step if isinstance(value, Project) else None
     return PollEvent(
-        kind="project" if isinstance(value, Project) else "task",
-        id=value.project_id if isinstance(value, Project) else value.task_id,
-        status=str(value.status),
-        current_step=None if step is None else str(step),
-        is_terminal=is_terminal,
-        trace_id=value._request_id,
+        "project" if isinstance(value, Project) else "task",
+        value.project_id if isinstance(value, Project) else value.task_id,
+        str(value.status),
+        None if step is None else str(step),
+        is_terminal,
+        value._request_id,
     )
 
 
@@ -195,9 +195,7 @@ class GatherWatch:
         self._span = span
         self._credits: dict[str, float] = {}
         #: What the gather polls through (``fetch`` itself when nothing observes it).
-        self.fetch: Callable[[str], Awaitable[Task]] = (
-            self._observed if self._hooks is not None or span is not None else fetch
-        )
+        self.fetch = self._observed if self._hooks is not None or span is not None else fetch
 
     async def _observed(self, task_id: str) -> Task:
         task = await self._inner(task_id)
