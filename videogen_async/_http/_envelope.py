@@ -26,7 +26,6 @@ from .._contract._meta import ResponseInfo
 from .._contract._redact import scrub_exception
 from .._version import __version__
 from ._jsonbody import (
-    MESSAGE_CHARS,
     clip,
     decode_json,
     excerpt,
@@ -140,7 +139,7 @@ def decode(
         message = message if isinstance(message, str) else None
         return Response(status, body.get("data"), trace, message, headers)
     text = (
-        clip(message, MESSAGE_CHARS)
+        clip(message)
         if isinstance(message, str) and message
         else f"HTTP {status}, code {int_text(code)}"
     )
@@ -158,23 +157,19 @@ def decode(
 
 def _trace_id(value: Any) -> str | None:
     """The envelope's ``trace_id`` as a short text (a number is accepted; anything else not)."""
-    if isinstance(value, str):
-        return clip(value, 200) if value else None
     if type(value) is int:  # a JSON number, not a bool
-        return clip(int_text(value), 200)
-    return None
+        value = int_text(value)
+    return clip(value, 200) if isinstance(value, str) and value else None
 
 
 def _as_int(value: Any) -> int | None:
     # A decoded JSON value that is not a plain int: a bool is none, a text or a float may be.
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    return None
+    try:
+        return int(value.strip())  # a text (anything else has no ``strip``)
+    except (AttributeError, ValueError):
+        return None
 
 
 def make_status_error(

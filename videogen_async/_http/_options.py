@@ -88,9 +88,9 @@ class CallOptions:
                     f"unexpected keyword argument {name!r} (the call's options are"
                     f" {', '.join(sorted(known))})"
                 )
-        headers, query, body, timeout = map(options.get, CALL_OPTIONS)
-        if headers is None and query is None and body is None and timeout is None:
+        if all(value is None for value in options.values()):  # (all known, checked above)
             return NO_OPTIONS
+        headers, query, body, timeout = map(options.get, CALL_OPTIONS)
         return cls(
             check_headers(headers or {}, "extra_headers"),
             _query(query or {}),

@@ -133,7 +133,9 @@ class Pacing:
             logger.info(
                 "rate limited (429): every request of the client pauses %.2fs; concurrency %.0f,"
                 " rate %.1f/s",
-                *(pause, self.limit, self.rate),
+                pause,
+                self.limit,
+                self.rate,
             )
         return max(0.0, self.paused_until - now)
 

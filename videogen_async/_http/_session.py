@@ -62,11 +62,11 @@ class Timeout:
 
     def to_aiohttp(self) -> aiohttp.ClientTimeout:
         """An attempt's ``aiohttp.ClientTimeout``: ``connect`` (the transport keeps the rest)."""
-        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect)
+        return aiohttp.ClientTimeout(sock_connect=self.connect)
 
     def streaming(self) -> aiohttp.ClientTimeout:
         """A download's ``aiohttp.ClientTimeout``: ``connect``, ``read`` and no total."""
-        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect, sock_read=self.read)
+        return aiohttp.ClientTimeout(sock_connect=self.connect, sock_read=self.read)
 
 
 def is_loopback(host: str) -> bool:
@@ -81,8 +81,7 @@ def is_loopback(host: str) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool((mapped or address).is_loopback)
+    return bool((getattr(address, "ipv4_mapped", None) or address).is_loopback)
 
 
 def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
@@ -170,15 +169,12 @@ class SessionOwner:
             raise RuntimeError("this AsyncVideoGen client is closed")
         loop = asyncio.get_running_loop()
         if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self._connection_limit, limit_per_host=0, ttl_dns_cache=300
-            )
+            connector = aiohttp.TCPConnector(limit=self._connection_limit, ttl_dns_cache=300)
             # trust_env stays False: the proxy of the environment is read by the transport
             # once (``proxy_for``), not per request, and no ~/.netrc credentials are sent.
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None),
-                raise_for_status=False,
+                timeout=aiohttp.ClientTimeout(),  # no total: the transport bounds each attempt
             )
             self._loop = loop
         elif self._owned and self._loop is not loop:

@@ -505,6 +505,6 @@ def _with_retries(policy: BackoffPolicy, retries: int | None) -> BackoffPolicy:
 
     A gather's polls pass ``retries=0`` with every failure: not a new policy each time.
     """
-    if retries is None or retries == policy.max_retries:
+    if retries in (None, policy.max_retries):
         return policy
     return attrs.evolve(policy, max_retries=retries)

@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -52,7 +52,7 @@ _RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to se
 def _is_metadata(host: str) -> bool:
     """Whether ``host`` is link-local (169.254.0.0/16, fe80::/10) or a cloud metadata service."""
     try:
-        ip: Any = ipaddress.ip_address(host.partition("%")[0])
+        ip = ipaddress.ip_address(host.partition("%")[0])
     except ValueError:
         return host.lower().rstrip(".") in _METADATA_NAMES
     ip = getattr(ip, "ipv4_mapped", None) or ip
@@ -67,14 +67,9 @@ class _Resolver(aiohttp.ThreadedResolver):  # refusing a name resolving to a met
         return found
 
 
-class _Entry(Protocol):  # read-only members: a frozen LedgerEntry has them
-    @property
-    def key(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def finished_at(self) -> datetime | None: ...
-    def to_dict(self) -> dict[str, Any]: ...
+# An entry is a ledger's ``LedgerEntry`` (a layer above): its ``key``, ``state``,
+# ``finished_at`` (a datetime or None) and ``to_dict()`` are read.
+_Entry = Any
 
 
 def _secret_key(secret: object) -> bytes:

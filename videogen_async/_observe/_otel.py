@@ -64,5 +64,5 @@ def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> I
 def set_error(current: SpanLike, error_type: str) -> None:
     """Mark a span failed with the OpenTelemetry ``error.type`` attribute and status."""
     current.set_attribute("error.type", error_type)
-    if _trace is not None and hasattr(current, "set_status"):
+    if hasattr(current, "set_status"):  # a span exists: the extra is installed
         current.set_status(_trace.Status(_trace.StatusCode.ERROR))

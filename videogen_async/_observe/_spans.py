@@ -96,20 +96,20 @@ class RequestObserver:
                 span.set_attribute("videogen.trace_id", trace_id)
         if status is None or not self.hooks.wants("response"):
             return
-        headers = redact_value(dict(answer.headers.items()))
-        trace = None if trace_id is None else redact_text(trace_id)
-        event = ResponseEvent(
-            request.method,
-            request.path,
-            request.url,
-            request.attempt,
-            status,
-            trace,
-            time.monotonic() - started,
-            headers,
-            error,
+        await self.hooks.emit(
+            "response",
+            ResponseEvent(
+                request.method,
+                request.path,
+                request.url,
+                request.attempt,
+                status,
+                None if trace_id is None else redact_text(trace_id),
+                time.monotonic() - started,
+                redact_value(dict(answer.headers.items())),
+                error,
+            ),
         )
-        await self.hooks.emit("response", event)
 
     async def retry(
         self, method: str, path: str, attempt: int, delay: float, exc: BaseException
@@ -120,9 +120,12 @@ class RequestObserver:
         error, trace = type(exc).__name__, getattr(exc, "trace_id", None)
         status = exc.status_code if isinstance(exc, APIStatusError) else None
         trace = redact_text(trace) if isinstance(trace, str) else None
-        reason = redact_text(f"{error}: {exc}")
-        event = RetryEvent(method, path, attempt, delay, reason, error, status, trace)
-        await self.hooks.emit("retry", event)
+        await self.hooks.emit(
+            "retry",
+            RetryEvent(
+                method, path, attempt, delay, redact_text(f"{error}: {exc}"), error, status, trace
+            ),
+        )
 
 
 def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
