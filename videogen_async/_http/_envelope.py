@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import platform
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import aiohttp
 import attrs
@@ -26,7 +26,6 @@ from .._contract._meta import ResponseInfo
 from .._contract._redact import scrub_exception
 from .._version import __version__
 from ._jsonbody import (
-    MESSAGE_CHARS,
     clip,
     decode_json,
     excerpt,
@@ -36,10 +35,8 @@ from ._jsonbody import (
 )
 from ._retry import retry_after_of
 
-# aiohttp names its "could not open the connection" timeout differently across versions.
-_ConnectTimeout: tuple[type[BaseException], ...] = tuple(
-    cls for cls in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(cls, type)
-)
+#: What a connection failing, breaking or timing out raises (mapped by :func:`connection_error`).
+NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 @attrs.define(repr=False)
@@ -82,7 +79,7 @@ def connection_error(
 
     A failure to *open* the connection proves the request never reached the service.
     """
-    not_opened = isinstance(exc, _ConnectTimeout) or (
+    not_opened = isinstance(exc, aiohttp.ConnectionTimeoutError) or (
         isinstance(exc, aiohttp.ClientConnectorError)
         and not isinstance(exc, aiohttp.ClientSSLError)
     )
@@ -114,20 +111,35 @@ def decode(
     if type(code) is not int:  # the service's own (a plain int) read as it is, at once
         code = _as_int(code)
     if code is None:
-        _raise_not_envelope(status, raw, headers, method=method, path=path, is_json=is_json)
-    envelope: dict[str, Any] = body
-    trace = _trace_id(envelope.get("trace_id"))
-    message = envelope.get("message")
-    if 200 <= status < 300 and code == 200:
-        return Response(
-            status_code=status,
-            data=envelope.get("data"),
-            trace_id=trace,
-            message=message if isinstance(message, str) else None,
-            headers=headers,
+        quoted = excerpt(raw) if raw else "<empty body>"
+        if is_json:
+            kind = "a JSON body that is not the service's envelope"
+        elif nested_too_deep(raw):
+            kind = "a body nested too deeply to read"
+        else:
+            kind = "a non-JSON body"
+        text = f"{method} {path}: HTTP {status} with {kind}: {quoted}"
+        may = method != "GET"
+        if status >= 400:
+            raise make_status_error(
+                status,
+                None,
+                text,
+                headers=dict(headers),
+                method=method,
+                path=path,
+                request_may_have_taken_effect=may and status >= 500,
+            )
+        raise APIResponseError(
+            text, status_code=status, body_excerpt=quoted, request_may_have_taken_effect=may
         )
+    trace = _trace_id(body.get("trace_id"))
+    message = body.get("message")
+    if 200 <= status < 300 and code == 200:
+        message = message if isinstance(message, str) else None
+        return Response(status, body.get("data"), trace, message, headers)
     text = (
-        clip(message, MESSAGE_CHARS)
+        clip(message)
         if isinstance(message, str) and message
         else f"HTTP {status}, code {int_text(code)}"
     )
@@ -136,7 +148,7 @@ def decode(
         code,
         f"{method} {path}: {text}",
         trace_id=trace,
-        body=envelope,
+        body=body,
         headers=dict(headers),
         method=method,
         path=path,
@@ -145,53 +157,19 @@ def decode(
 
 def _trace_id(value: Any) -> str | None:
     """The envelope's ``trace_id`` as a short text (a number is accepted; anything else not)."""
-    if isinstance(value, str):
-        return clip(value, 200) if value else None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return clip(int_text(value), 200)
-    return None
+    if type(value) is int:  # a JSON number, not a bool
+        value = int_text(value)
+    return clip(value, 200) if isinstance(value, str) and value else None
 
 
 def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
+    # A decoded JSON value that is not a plain int: a bool is none, a text or a float may be.
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    return None
-
-
-def _raise_not_envelope(
-    status: int, raw: bytes, headers: Mapping[str, str], *, method: str, path: str, is_json: bool
-) -> NoReturn:
-    quoted = excerpt(raw) if raw else "<empty body>"
-    if is_json:
-        kind = "a JSON body that is not the service's envelope"
-    elif nested_too_deep(raw):
-        kind = "a body nested too deeply to read"
-    else:
-        kind = "a non-JSON body"
-    text = f"{method} {path}: HTTP {status} with {kind}: {quoted}"
-    may = method != "GET"
-    if status >= 400:
-        raise make_status_error(
-            status,
-            None,
-            text,
-            headers=dict(headers),
-            method=method,
-            path=path,
-            request_may_have_taken_effect=may and status >= 500,
-        )
-    raise APIResponseError(
-        text, status_code=status, body_excerpt=quoted, request_may_have_taken_effect=may
-    )
+    try:
+        return int(value.strip())  # a text (anything else has no ``strip``)
+    except (AttributeError, ValueError):
+        return None
 
 
 def make_status_error(

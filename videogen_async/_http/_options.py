@@ -88,9 +88,9 @@ class CallOptions:
                     f"unexpected keyword argument {name!r} (the call's options are"
                     f" {', '.join(sorted(known))})"
                 )
-        headers, query, body, timeout = map(options.get, CALL_OPTIONS)
-        if headers is None and query is None and body is None and timeout is None:
+        if all(value is None for value in options.values()):  # (all known, checked above)
             return NO_OPTIONS
+        headers, query, body, timeout = map(options.get, CALL_OPTIONS)
         return cls(
             check_headers(headers or {}, "extra_headers"),
             _query(query or {}),
@@ -127,7 +127,7 @@ def check_headers(
     Raises:
         InvalidRequestError: A bad name or value, one ``refused``, or an API key in a value.
     """
-    checked: dict[str, str | None] = {}
+    checked = {}
     for name, value in _mapping(field, headers).items():
         if not isinstance(name, str) or not _TOKEN.fullmatch(name):
             raise fail(field, f"{name!r} is not a valid header name")
@@ -145,7 +145,7 @@ def check_headers(
 
 
 def _query(query: Query) -> dict[str, str | None]:
-    checked: dict[str, str | None] = {}
+    checked = {}
     for name, value in _mapping("extra_query", query).items():
         if not isinstance(name, str) or not name:
             raise fail("extra_query", f"{name!r} is not a parameter name (a non-empty string)")

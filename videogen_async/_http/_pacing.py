@@ -29,9 +29,8 @@ _T = TypeVar("_T")
 class Pacing:
     """The pacing state shared by a client and its views (see the module docstring)."""
 
-    def __init__(self, *, rng: random.Random | None = None) -> None:
+    def __init__(self) -> None:
         self._policy = DEFAULT_BACKOFF  # the policy of the last cut, for the recovery
-        self._rng = rng or random.Random()
         self.paused_until = -math.inf
         self.limit = math.inf  # allowed requests in flight (inf: no limit)
         self._ceiling = math.inf  # the concurrency before the first cut
@@ -41,12 +40,6 @@ class Pacing:
         self._events = 0  # 429 events in a row
         self._window_start, self._window_sent, self._measured_rate = -math.inf, 0, 0.0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    def __repr__(self) -> str:
-        return (
-            f"Pacing(in_flight={self.in_flight}, limit={self.limit}, rate={self.rate},"
-            f" paused_until={self.paused_until})"
-        )
 
     def try_acquire(self) -> float | None:
         """Take a slot at once when nothing limits the client (the common case): its time.
@@ -83,7 +76,11 @@ class Pacing:
                     raise
                 continue
             if self.rate != math.inf:
-                self._refresh_rate(now)
+                self.rate = recovered_rate(
+                    self._policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
+                )
+                if self.rate == math.inf and self.limit == math.inf:
+                    self._ceiling = math.inf
                 if self.rate != math.inf and now < self._next_send:
                     await anyio.sleep(self._next_send - now)
                     continue
@@ -130,14 +127,15 @@ class Pacing:
             partial = self._window_sent / max(now - self._window_start, 0.1)
             measured = max(self._measured_rate, partial, 1.0)
             base = measured if self.rate == math.inf else min(self.rate, measured)
-            self._reduced_rate = max(1.0, base * policy.rate_decrease)
-            self.rate = self._reduced_rate
-            pause = rate_limit_pause(policy, self._events, self._rng.random(), retry_after)
+            self.rate = self._reduced_rate = max(1.0, base * policy.rate_decrease)
+            pause = rate_limit_pause(policy, self._events, random.random(), retry_after)
             self.paused_until = max(self.paused_until, now + pause)
             logger.info(
                 "rate limited (429): every request of the client pauses %.2fs; concurrency %.0f,"
                 " rate %.1f/s",
-                *(pause, self.limit, self.rate),
+                pause,
+                self.limit,
+                self.rate,
             )
         return max(0.0, self.paused_until - now)
 
@@ -158,13 +156,6 @@ class Pacing:
         self._window_sent += 1
         if self.rate != math.inf:
             self._next_send = max(self._next_send, now) + 1.0 / self.rate
-
-    def _refresh_rate(self, now: float) -> None:
-        self.rate = recovered_rate(
-            self._policy, self._reduced_rate, now - max(self._last_cut, self.paused_until)
-        )
-        if self.rate == math.inf and self.limit == math.inf:
-            self._ceiling = math.inf
 
     def _wake(self, *, every: bool = False) -> None:
         while self._waiters:

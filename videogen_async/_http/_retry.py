@@ -151,8 +151,9 @@ def is_transient(
         status = exc.code
     if status is None:
         return False
-    server_error = 500 <= status < 600
-    return status in TRANSIENT_STATUSES or status in extra_statuses or (poll and server_error)
+    return (
+        status in TRANSIENT_STATUSES or status in extra_statuses or (poll and 500 <= status < 600)
+    )
 
 
 def backoff_after(

@@ -56,17 +56,17 @@ class Timeout:
         if isinstance(value, Timeout):
             return value
         if value is None:
-            return cls(connect=None, read=None, total=None)
+            return cls(None, None, None)
         seconds = number("timeout", value, above=True, finite=False)
-        return cls(connect=min(seconds, 10.0), read=seconds, total=seconds)
+        return cls(min(seconds, 10.0), seconds, seconds)  # connect, read, total
 
     def to_aiohttp(self) -> aiohttp.ClientTimeout:
         """An attempt's ``aiohttp.ClientTimeout``: ``connect`` (the transport keeps the rest)."""
-        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect)
+        return aiohttp.ClientTimeout(sock_connect=self.connect)
 
     def streaming(self) -> aiohttp.ClientTimeout:
         """A download's ``aiohttp.ClientTimeout``: ``connect``, ``read`` and no total."""
-        return aiohttp.ClientTimeout(total=None, sock_connect=self.connect, sock_read=self.read)
+        return aiohttp.ClientTimeout(sock_connect=self.connect, sock_read=self.read)
 
 
 def is_loopback(host: str) -> bool:
@@ -81,8 +81,7 @@ def is_loopback(host: str) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool((mapped or address).is_loopback)
+    return bool((getattr(address, "ipv4_mapped", None) or address).is_loopback)
 
 
 def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
@@ -101,9 +100,9 @@ def proxy_for(url: str, *, trust_env: bool = True) -> str | None:
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or not host:
         return None
-    if is_loopback(host):
-        return None  # as Go's ProxyFromEnvironment: a local sandbox is never proxied
-    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+    # As Go's ProxyFromEnvironment: a local sandbox is never proxied.
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if is_loopback(host) or bypass(host, proxies):
         return None
     if "://" not in proxy:
         proxy = "http://" + proxy
@@ -141,7 +140,8 @@ class SessionOwner:
         self._owned = session is None
         self._connection_limit = connection_limit
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False
+        #: Whether :meth:`aclose` was called.
+        self.closed = False
         self._in_flight: dict[asyncio.Future[Any], float] = {}
         self.pacing = Pacing()
         self._created_at = created_at
@@ -159,30 +159,22 @@ class SessionOwner:
     def _untrack(self, job: asyncio.Future[Any]) -> None:
         self._in_flight.pop(job, None)
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
-        return self._closed
-
     def get(self) -> aiohttp.ClientSession:
         """Return the session, creating it in the running loop on first use.
 
         Raises:
             RuntimeError: The client was closed, or it is used from a second event loop.
         """
-        if self._closed:
+        if self.closed:
             raise RuntimeError("this AsyncVideoGen client is closed")
         loop = asyncio.get_running_loop()
         if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self._connection_limit, limit_per_host=0, ttl_dns_cache=300
-            )
+            connector = aiohttp.TCPConnector(limit=self._connection_limit, ttl_dns_cache=300)
             # trust_env stays False: the proxy of the environment is read by the transport
             # once (``proxy_for``), not per request, and no ~/.netrc credentials are sent.
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None),
-                raise_for_status=False,
+                timeout=aiohttp.ClientTimeout(),  # no total: the transport bounds each attempt
             )
             self._loop = loop
         elif self._owned and self._loop is not loop:
@@ -207,18 +199,17 @@ class SessionOwner:
         :meth:`track`; ``DRAIN_TIMEOUT`` when there is none), so that the id of what they
         created is logged; one still running then is cancelled and logged as possibly done.
         """
-        if self._closed:
+        if self.closed:
             return
         if self._in_flight:
             end = max(self._in_flight.values())
             wait = DRAIN_TIMEOUT if end == math.inf else max(0.0, end - time.monotonic())
-            jobs = set(self._in_flight)
-            _, pending = await asyncio.wait(jobs, timeout=wait)
+            _, pending = await asyncio.wait(set(self._in_flight), timeout=wait)
             for job in pending:
                 job.cancel()
             if pending:
                 await asyncio.wait(pending)
-        self._closed = True
+        self.closed = True
         session, self._session = self._session, None
         if self._owned and session is not None and not session.closed:
             await session.close()

@@ -34,7 +34,7 @@ from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._envelope import Response, connection_error, decode, describe, user_agent
+from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, describe, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
@@ -69,12 +69,11 @@ class _Secret(str):
 class StreamResponse:
     """A streamed response (of a download), free of aiohttp types: status, headers, body."""
 
-    def __init__(self, response: aiohttp.ClientResponse, *, method: str, path: str) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, path: str) -> None:
         self._response = response
-        self._method = method
         self._path = path
         self.status_code = response.status
-        self.headers: Mapping[str, str] = dict(response.headers)
+        self.headers = dict(response.headers)
 
     async def iter_chunks(self, size: int = 256 * 1024) -> AsyncIterator[bytes]:
         """Yield the body in chunks of at most ``size`` bytes.
@@ -86,17 +85,15 @@ class StreamResponse:
         try:
             async for chunk in self._response.content.iter_chunked(size):
                 yield chunk
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise connection_error(
-                exc, self._method, self._path, may_have_taken_effect=False
-            ) from exc
+        except NETWORK_ERRORS as exc:
+            raise connection_error(exc, "GET", self._path, may_have_taken_effect=False) from exc
 
     async def read_excerpt(self) -> str:
         """The first characters of the body, for error messages."""
         try:
             # More than is shown, so that a key across the cut is redacted whole.
             raw = await self._response.content.read(EXCERPT_CHARS + 4096)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except NETWORK_ERRORS:
             return ""
         return excerpt(raw)
 
@@ -132,6 +129,8 @@ class Transport:
         # The parts each request's URL is built from, already encoded (see `request`).
         self._base_parts = (base.scheme, base.raw_authority, base.raw_path.rstrip("/"))
         self.owner = owner
+        #: The pacing state shared by the client and its views.
+        self.pacing = owner.pacing
         self.timeout = timeout
         self.backoff = backoff
         self.deadline = deadline
@@ -140,7 +139,7 @@ class Transport:
         self._rng = rng or random.Random()
         self._default_headers = dict(default_headers or {})
         # Built once: aiohttp takes a CIMultiDict as it is (a dict, it converts per request).
-        self._headers: CIMultiDict[str] = CIMultiDict(
+        self._headers = CIMultiDict(
             {"Accept": "application/json", "User-Agent": user_agent(), **self._default_headers}
         )
         self._headers["Authorization"] = _Secret(f"Bearer {api_key}")
@@ -163,11 +162,6 @@ class Transport:
 
     def __repr__(self) -> str:
         return f"Transport(base_url={self.base_url!r})"
-
-    @property
-    def pacing(self) -> Pacing:
-        """The pacing state shared by the client and its views."""
-        return self.owner.pacing
 
     def copy(
         self,
@@ -230,7 +224,7 @@ class Transport:
         if options.extra_headers:
             headers = options.with_headers(headers)
         timeouts = options.timeout or self.timeout
-        pacing = self.owner.pacing
+        pacing = self.pacing
         observer = self._observer
         first = started = time.monotonic()
         deadline = math.inf if self.deadline is None else first + self.deadline
@@ -269,7 +263,29 @@ class Transport:
                 started = time.monotonic()
                 continue
             pacing.succeeded()
-            return self._answered(response, method, path, query, attempt, started, first)
+            # The response with the attempts it took and what a result tells of it.
+            now = time.monotonic()
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
+                    method,
+                    path,
+                    response.status_code,
+                    (now - started) * 1000,
+                    attempt,
+                    response.trace_id,
+                )
+            response.attempts = attempt
+            response.info = ResponseInfo(
+                response.status_code,
+                response.headers,
+                response.trace_id,
+                method,
+                self._encoded_base + path + ("?" + query if query else ""),
+                attempt,
+                now - first,
+            )
+            return response
 
     def _retry_delay(
         self,
@@ -289,7 +305,7 @@ class Transport:
         now = time.monotonic()
         policy = _with_retries(self.backoff, retries)
         if isinstance(exc, RateLimitError):
-            self.owner.pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
+            self.pacing.rate_limited(honoured_retry_after(exc, policy), sent, policy)
         decision = decide_retry(
             exc,
             method=method,
@@ -302,7 +318,12 @@ class Transport:
         if decision.delay is None:
             logger.debug(
                 "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                *(method, path, took, attempt, describe(exc), decision.detail),
+                method,
+                path,
+                took,
+                attempt,
+                describe(exc),
+                decision.detail,
             )
             if decision.reason == "too long":
                 exc.message = f"{exc.message}; not retried: {decision.detail}"
@@ -311,39 +332,15 @@ class Transport:
             return None
         logger.debug(
             "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-            *(method, path, took, attempt, policy.max_retries + 1, describe(exc), decision.delay),
+            method,
+            path,
+            took,
+            attempt,
+            policy.max_retries + 1,
+            describe(exc),
+            decision.delay,
         )
         return decision.delay
-
-    def _answered(
-        self,
-        response: Response,
-        method: str,
-        path: str,
-        query: str,
-        attempt: int,
-        started: float,
-        first: float,
-    ) -> Response:
-        """The response with the attempts it took and what a result tells of it."""
-        now = time.monotonic()
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s %s -> %d in %.1f ms (attempt %d, trace_id=%s)",
-                *(method, path, response.status_code, (now - started) * 1000),
-                *(attempt, response.trace_id),
-            )
-        response.attempts = attempt
-        response.info = ResponseInfo(
-            response.status_code,
-            response.headers,
-            response.trace_id,
-            method,
-            self._encoded_base + path + ("?" + query if query else ""),
-            attempt,
-            now - first,
-        )
-        return response
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
@@ -362,7 +359,7 @@ class Transport:
             why = f"ends in {max(left, 0.0):.3g} s, before the client's 429 pause ({paused:.3g} s)"
         raise self._past_deadline(method, path, why)
 
-    def _past_deadline(self, method: str, path: str, why: str = "passed") -> APITimeoutError:
+    def _past_deadline(self, method: str, path: str, why: str) -> APITimeoutError:
         return APITimeoutError(
             f"{method} {path}: the call's deadline of {self.deadline:g} s {why}",
             method=method,
@@ -386,7 +383,7 @@ class Transport:
         if deadline != math.inf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self._past_deadline(method, path)
+                raise self._past_deadline(method, path, "passed")
             total = left if total is None else min(total, left)
         bound = _Bound(total, timeouts.read)
         may = method != "GET"  # have taken effect, after a failure once sent
@@ -402,43 +399,32 @@ class Transport:
             ) as resp:
                 bound.response = resp
                 length = resp.content_length
-                if (
-                    length is not None
-                    and length <= self.max_body_size
-                    and ("Content-Encoding" not in resp.headers)
-                ):
+                limit = self.max_body_size
+                if length is not None and length > limit:
+                    raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
+                if length is not None and "Content-Encoding" not in resp.headers:
                     raw = await resp.read()  # an identity body of a known size: one read
                 else:
-                    raw = await self._read_counted(resp, method, path)
+                    # A body of unknown size, or compressed, counted as it arrives: a
+                    # Content-Length counts the bytes on the wire, which a Content-Encoding
+                    # (gzip, deflate) may inflate a thousandfold, so such a body is counted
+                    # decoded and refused past the limit.
+                    counted = bytearray()
+                    async for chunk in resp.content.iter_chunked(64 * 1024):
+                        counted += chunk
+                        if len(counted) > limit:
+                            raise _too_large(resp.status, method, path, "body", limit)
+                    raw = bytes(counted)
         except asyncio.CancelledError:
             if not bound.expired():
                 raise
             timed_out = asyncio.TimeoutError()
             raise connection_error(timed_out, method, path, may_have_taken_effect=may) from None
-        except VideoGenError:
-            raise
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except NETWORK_ERRORS as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
             bound.handle.cancel()
         return decode(resp.status, raw, resp.headers, method=method, path=path)
-
-    async def _read_counted(self, resp: aiohttp.ClientResponse, method: str, path: str) -> bytes:
-        """A body of unknown size, or compressed, counted as it arrives; refused past the limit.
-
-        Content-Length counts the bytes on the wire, which a Content-Encoding (gzip, deflate)
-        may inflate a thousandfold: such a body is counted decoded.
-        """
-        length = resp.content_length
-        limit = self.max_body_size
-        if length is not None and length > limit:
-            raise _too_large(resp.status, method, path, f"body of {length} bytes", limit)
-        counted = bytearray()
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            counted += chunk
-            if len(counted) > limit:
-                raise _too_large(resp.status, method, path, "body", limit)
-        return bytes(counted)
 
     @asynccontextmanager
     async def stream(
@@ -461,10 +447,8 @@ class Transport:
             async with session.get(
                 url, headers=sent, timeout=self._stream_timeout, proxy=proxy
             ) as resp:
-                yield StreamResponse(resp, method="GET", path=path)
-        except VideoGenError:
-            raise
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                yield StreamResponse(resp, path)
+        except NETWORK_ERRORS as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
 
 
@@ -474,11 +458,6 @@ class _Bound:
     It cancels the attempt's task at its end, or after ``read`` seconds without a byte
     (checked every quarter of ``read``); :meth:`expired` tells that from other cancellations.
     """
-
-    __slots__ = (
-        "_cancelling", "_end", "_loop", "_read", "_seen", "_since", "_task", "fired", "handle",
-        "response",
-    )  # fmt: skip
 
     def __init__(self, total: float | None, read: float | None) -> None:
         self.response: aiohttp.ClientResponse | None = None
@@ -526,6 +505,6 @@ def _with_retries(policy: BackoffPolicy, retries: int | None) -> BackoffPolicy:
 
     A gather's polls pass ``retries=0`` with every failure: not a new policy each time.
     """
-    if retries is None or retries == policy.max_retries:
+    if retries in (None, policy.max_retries):
         return policy
     return attrs.evolve(policy, max_retries=retries)

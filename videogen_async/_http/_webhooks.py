@@ -9,7 +9,6 @@ cloud metadata address (by URL host or resolution).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -19,7 +18,7 @@ import json
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -33,7 +32,7 @@ from .._contract._exceptions import (
 )
 from .._contract._redact import redact_text
 from .._contract._validation import json_text
-from ._envelope import user_agent
+from ._envelope import NETWORK_ERRORS, user_agent
 from ._options import check_headers
 from ._session import proxy_for
 
@@ -43,9 +42,8 @@ TOLERANCE = 300.0
 minutes), against replays."""
 
 _EXCERPT = 512
-_RESERVED = dict.fromkeys(
-    ("webhook-id", "webhook-timestamp", "webhook-signature", "content-type"), "the webhook sets it"
-)
+_SIGNED = ("webhook-id", "webhook-timestamp", "webhook-signature")
+_RESERVED = dict.fromkeys((*_SIGNED, "content-type"), "the webhook sets it")
 _METADATA_NAMES = {"metadata", "metadata.google.internal", "metadata.goog", "instance-data"}
 _METADATA_IPS = {ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200")}
 _RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to send there)"
@@ -54,7 +52,7 @@ _RULE = "a link-local or cloud metadata address (allow_metadata_hosts=True to se
 def _is_metadata(host: str) -> bool:
     """Whether ``host`` is link-local (169.254.0.0/16, fe80::/10) or a cloud metadata service."""
     try:
-        ip: Any = ipaddress.ip_address(host.partition("%")[0])
+        ip = ipaddress.ip_address(host.partition("%")[0])
     except ValueError:
         return host.lower().rstrip(".") in _METADATA_NAMES
     ip = getattr(ip, "ipv4_mapped", None) or ip
@@ -69,27 +67,22 @@ class _Resolver(aiohttp.ThreadedResolver):  # refusing a name resolving to a met
         return found
 
 
-class _Entry(Protocol):  # read-only members: a frozen LedgerEntry has them
-    @property
-    def key(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def finished_at(self) -> datetime | None: ...
-    def to_dict(self) -> dict[str, Any]: ...
+# An entry is a ledger's ``LedgerEntry`` (a layer above): its ``key``, ``state``,
+# ``finished_at`` (a datetime or None) and ``to_dict()`` are read.
+_Entry = Any
 
 
 def _secret_key(secret: object) -> bytes:
     """The key bytes of a Standard Webhooks secret: ``whsec_`` and base64 of 24 to 64 bytes."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise InvalidRequestError(
-            "secret", f"must be a Standard Webhooks secret: {SECRET_PREFIX!r} then base64"
+            "secret", "must be a Standard Webhooks secret: 'whsec_' then base64"
         )
     try:
         key = base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequestError(
-            "secret", f"must be a Standard Webhooks secret: base64 after {SECRET_PREFIX!r}"
+            "secret", "must be a Standard Webhooks secret: base64 after 'whsec_'"
         ) from None
     if not 24 <= len(key) <= 64:
         raise InvalidRequestError("secret", "must encode 24 to 64 random bytes")
@@ -141,17 +134,14 @@ def verify_webhook(
     key = _secret_key(secret)
     raw = body.encode() if isinstance(body, str) else bytes(body)
     lower = {name.lower(): value for name, value in headers.items()}
-    msg_id = lower.get("webhook-id")
-    stamp = lower.get("webhook-timestamp")
-    signatures = lower.get("webhook-signature")
+    msg_id, stamp, signatures = map(lower.get, _SIGNED)
     if not (msg_id and stamp and signatures):
         raise WebhookVerificationError("webhook: a webhook-id, -timestamp or -signature is missing")
     try:
         timestamp = int(stamp)
     except ValueError:
         raise WebhookVerificationError("webhook: the webhook-timestamp is not a number") from None
-    current = time.time() if now is None else now
-    if abs(current - timestamp) > tolerance:
+    if abs((time.time() if now is None else now) - timestamp) > tolerance:
         raise WebhookVerificationError("webhook: the webhook-timestamp is outside the tolerance")
     expected = sign(key, msg_id, timestamp, raw).encode()
     if not any(
@@ -166,19 +156,28 @@ def verify_webhook(
         raise WebhookVerificationError("webhook: the body is not JSON") from None
 
 
-def _check_url(url: object, allow_metadata_hosts: bool) -> str:
-    text = web_url("url", url)
-    if not allow_metadata_hosts and _is_metadata(urlsplit(text).hostname or ""):
-        raise InvalidRequestError("url", f"must not be {_RULE}")
-    return text
-
-
 class Webhook:
-    """A ``deliver`` that POSTs each entry to one receiver, signed (see :func:`webhook`).
+    """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
 
     Call it with an entry; it returns once the receiver answered 2xx and raises
     :class:`WebhookDeliveryError` otherwise (the dispatcher then retries later). Close it with
     :meth:`aclose` (a dispatch does when it ends).
+
+    The body is ``{"type": "video.<state>", "timestamp": ISO 8601, "data": entry.to_dict()}``;
+    headers by Standard Webhooks (:func:`verify_webhook`); ``webhook-id`` is the same for
+    every retry of one entry's terminal state, so a receiver can drop duplicates.
+
+    Args:
+        url: The receiver, ``http(s)://``, without user info, never a link-local or cloud
+            metadata address (by host or resolution).
+        secret: ``whsec_`` and the base64 of 24 to 64 random bytes.
+        timeout: Seconds one delivery may take, connection to answer.
+        headers: Extra headers to send (e.g. the receiver's own token); never an API key.
+        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
+
+    Raises:
+        InvalidRequestError: A bad URL (not http(s), with user info, a metadata address),
+            secret, timeout, or header (a reserved one, or one carrying an API key).
     """
 
     def __init__(
@@ -190,7 +189,9 @@ class Webhook:
         headers: Mapping[str, str] | None = None,
         allow_metadata_hosts: bool = False,
     ) -> None:
-        self.url = _check_url(url, allow_metadata_hosts)
+        self.url = web_url("url", url)
+        if not allow_metadata_hosts and _is_metadata(urlsplit(self.url).hostname or ""):
+            raise InvalidRequestError("url", f"must not be {_RULE}")
         self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
         positive("timeout", timeout)
@@ -243,7 +244,7 @@ class Webhook:
                     return
                 excerpt = (await response.content.read(_EXCERPT)).decode("utf-8", "replace")
                 status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except NETWORK_ERRORS as exc:
             raise WebhookDeliveryError(
                 f"webhook {self._where}: {type(exc).__name__}: {exc}"
             ) from None
@@ -261,35 +262,5 @@ class Webhook:
             await session.close()
 
 
-def webhook(
-    url: str,
-    secret: str,
-    *,
-    timeout: float = 10.0,
-    headers: Mapping[str, str] | None = None,
-    allow_metadata_hosts: bool = False,
-) -> Webhook:
-    """A ``deliver`` for :meth:`Ledger.dispatch` that POSTs each entry to ``url``, signed.
-
-    The body is ``{"type": "video.<state>", "timestamp": ISO 8601, "data": entry.to_dict()}``;
-    headers by Standard Webhooks (:func:`verify_webhook`); ``webhook-id`` is the same for
-    every retry of one entry's terminal state, so a receiver can drop duplicates.
-
-    Args:
-        url: The receiver, ``http(s)://``, without user info, never a link-local or cloud
-            metadata address (by host or resolution).
-        secret: ``whsec_`` and the base64 of 24 to 64 random bytes.
-        timeout: Seconds one delivery may take, connection to answer.
-        headers: Extra headers to send (e.g. the receiver's own token); never an API key.
-        allow_metadata_hosts: Send to a link-local or cloud metadata address all the same.
-
-    Returns:
-        The ``deliver`` callable.
-
-    Raises:
-        InvalidRequestError: A bad URL (not http(s), with user info, a metadata address),
-            secret, timeout, or header (a reserved one, or one carrying an API key).
-    """
-    return Webhook(
-        url, secret, timeout=timeout, headers=headers, allow_metadata_hosts=allow_metadata_hosts
-    )
+#: The public name of :class:`Webhook` (a ``deliver`` is made by calling it).
+webhook = Webhook

@@ -124,7 +124,7 @@ class EventHooks:
     __slots__ = ("_hooks",)
 
     def __init__(self, hooks: Mapping[str, Sequence[EventHook]] | None = None) -> None:
-        checked: dict[str, tuple[EventHook, ...]] = {}
+        checked = {}
         for name, callables in (hooks or {}).items():
             if name not in EVENT_NAMES:
                 raise ConfigurationError(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 from .._contract._exceptions import APIStatusError, WaitTimeoutError
 from .._contract._models import Project, Task
@@ -20,16 +20,9 @@ from .._contract._redact import redact_text, redact_value
 from . import _otel
 from ._hooks import EventHooks, PollEvent, RequestEvent, ResponseEvent, RetryEvent
 
-_R = TypeVar("_R", bound="_Answer")
-
-
-class _Answer(Protocol):
-    @property
-    def status_code(self) -> int | None: ...
-    @property
-    def trace_id(self) -> str | None: ...
-    @property
-    def headers(self) -> Mapping[str, str]: ...
+# An answer: the transport's response, or the ``APIStatusError`` of a failure the service sent
+# (both have ``status_code``, ``trace_id`` and ``headers``).
+_R = TypeVar("_R")
 
 
 class RequestObserver:
@@ -57,7 +50,7 @@ class RequestObserver:
             await self.hooks.emit("request", request)
         if not _otel.recording():
             return await self._answer(send, None, request)
-        attributes: dict[str, Any] = {
+        attributes = {
             "http.request.method": method,
             **self._server,
             "url.full": url,
@@ -89,7 +82,7 @@ class RequestObserver:
     async def _answered(
         self,
         span: _otel.SpanLike | None,
-        answer: _Answer,
+        answer: Any,
         error: str | None,
         started: float,
         request: RequestEvent,
@@ -103,12 +96,20 @@ class RequestObserver:
                 span.set_attribute("videogen.trace_id", trace_id)
         if status is None or not self.hooks.wants("response"):
             return
-        headers: dict[str, str] = redact_value(dict(answer.headers.items()))
-        trace = None if trace_id is None else redact_text(trace_id)
-        elapsed = time.monotonic() - started
-        method, path, url, attempt = request.method, request.path, request.url, request.attempt
-        event = ResponseEvent(method, path, url, attempt, status, trace, elapsed, headers, error)
-        await self.hooks.emit("response", event)
+        await self.hooks.emit(
+            "response",
+            ResponseEvent(
+                request.method,
+                request.path,
+                request.url,
+                request.attempt,
+                status,
+                None if trace_id is None else redact_text(trace_id),
+                time.monotonic() - started,
+                redact_value(dict(answer.headers.items())),
+                error,
+            ),
+        )
 
     async def retry(
         self, method: str, path: str, attempt: int, delay: float, exc: BaseException
@@ -119,21 +120,24 @@ class RequestObserver:
         error, trace = type(exc).__name__, getattr(exc, "trace_id", None)
         status = exc.status_code if isinstance(exc, APIStatusError) else None
         trace = redact_text(trace) if isinstance(trace, str) else None
-        reason = redact_text(f"{error}: {exc}")
-        event = RetryEvent(method, path, attempt, delay, reason, error, status, trace)
-        await self.hooks.emit("retry", event)
+        await self.hooks.emit(
+            "retry",
+            RetryEvent(
+                method, path, attempt, delay, redact_text(f"{error}: {exc}"), error, status, trace
+            ),
+        )
 
 
 def poll_event(value: Task | Project, *, is_terminal: bool) -> PollEvent:
     """The ``poll`` hook's event for a task or project just read."""
     step = value.current_step if isinstance(value, Project) else None
     return PollEvent(
-        kind="project" if isinstance(value, Project) else "task",
-        id=value.project_id if isinstance(value, Project) else value.task_id,
-        status=str(value.status),
-        current_step=None if step is None else str(step),
-        is_terminal=is_terminal,
-        trace_id=value._request_id,
+        "project" if isinstance(value, Project) else "task",
+        value.project_id if isinstance(value, Project) else value.task_id,
+        str(value.status),
+        None if step is None else str(step),
+        is_terminal,
+        value._request_id,
     )
 
 
@@ -162,15 +166,13 @@ def _waiting_span(name: str, attributes: dict[str, Any]) -> Iterator[_otel.SpanL
             raise
 
 
-@contextmanager
-def wait_span(kind: str, object_id: str) -> Iterator[_otel.SpanLike | None]:
+def wait_span(kind: str, object_id: str) -> AbstractContextManager[_otel.SpanLike | None]:
     """The span (or ``None``) of a single wait: of a ``task``, a ``project`` or a ``script``.
 
     The caller sets the outcome with :func:`end_wait`.
     """
     attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
-    with _waiting_span(f"videogen.wait {kind}", attributes) as span:
-        yield span
+    return _waiting_span(f"videogen.wait {kind}", attributes)
 
 
 def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
@@ -196,9 +198,7 @@ class GatherWatch:
         self._span = span
         self._credits: dict[str, float] = {}
         #: What the gather polls through (``fetch`` itself when nothing observes it).
-        self.fetch: Callable[[str], Awaitable[Task]] = (
-            self._observed if self._hooks is not None or span is not None else fetch
-        )
+        self.fetch = self._observed if self._hooks is not None or span is not None else fetch
 
     async def _observed(self, task_id: str) -> Task:
         task = await self._inner(task_id)
