@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from videogen_async import AmbiguousCreateError, Ledger
+from videogen_async._ledger._plans import get
 
 from ._procs import Creator
 from ._service import Service
@@ -87,3 +88,29 @@ async def test_a_running_watcher_tells_a_dead_creators_creates_unknown(ledger_ur
                     entry = await told.__anext__()
     assert entry.state == "unknown"
     assert "stopped before an answer" in (entry.error or "")
+
+
+async def test_a_death_found_but_not_yet_settled_is_found_again(ledger_url: str) -> None:
+    # A process finds a creator dead, then fails (or is killed) before it settles the
+    # creates: the next look must find the death again, not wait out the ten-minute lease.
+    release = asyncio.Event()
+
+    async def hold(number: int) -> None:
+        await release.wait()
+
+    async with Service(on_post=hold) as service:
+        async with Ledger.open(ledger_url) as ledger:
+            creator = await Creator.start(ledger_url, service.base_url, "test-key", None, "dead")
+            try:
+                await creator.go()
+                with anyio.fail_after(30):
+                    await service.wait_until(lambda: service.posts == 1)
+            finally:
+                await creator.kill()
+            release.set()
+            store = ledger._creator.store
+            owner = (await store.read(get, "dead"))["owner"]
+            assert await store.engine.dead([owner]) == {owner}  # found, never settled
+            assert await store.expire_creating() == 1  # found again, and settled
+            assert (await ledger.get("dead")).state == "unknown"  # type: ignore[union-attr]
+            await store.engine.forget([owner])

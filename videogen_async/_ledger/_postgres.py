@@ -161,6 +161,9 @@ class PostgresEngine:
         keys = {int(token, 16): owner for owner in owners if (token := creator_token(owner))}
         return {keys[key] for key in await self.run(_free_locks(list(keys)), write=False)}
 
+    async def forget(self, owners: Sequence[str]) -> None:
+        pass  # an advisory lock leaves nothing behind
+
     def listen(self, changed: Signal) -> _Notices:
         return _Notices(self, changed)
 

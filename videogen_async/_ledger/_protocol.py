@@ -149,6 +149,14 @@ class Engine(Protocol):
     async def dead(self, owners: Sequence[str]) -> set[str]:
         """The creators among ``owners`` known to have died."""
 
+    async def forget(self, owners: Sequence[str]) -> None:
+        """Drop what told that ``owners`` died, once their creates are settled.
+
+        Never before: a process that found a creator dead and then failed (or was killed)
+        before settling its creates would leave no sign of the death, and the creates would
+        wait out their lease of ten minutes.
+        """
+
     def listen(self, changed: Signal) -> Listening:
         """What wakes a change listener (``changed`` may be fired by it)."""
 

@@ -215,15 +215,21 @@ class SQLiteEngine:
             except OSError:
                 return False  # held: the creator lives
             else:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                return True
+                return True  # the file stays until its creates are settled (forget)
             finally:
                 os.close(descriptor)
 
         if not _FLOCK:
             return set()
         return await anyio.to_thread.run_sync(lambda: {o for o in owners if check(o)})
+
+    async def forget(self, owners: Sequence[str]) -> None:
+        def drop() -> None:
+            for owner in owners:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self._lives, creator_token(owner) or "-"))
+
+        await anyio.to_thread.run_sync(drop)
 
     def listen(self, changed: Signal) -> _Versions:
         return _Versions(self)
