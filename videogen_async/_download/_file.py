@@ -42,9 +42,7 @@ ProgressCallback = Callable[[int, int | None], None]
 
 
 def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
-    if not value:
-        return None
-    match = _CONTENT_RANGE.match(value)
+    match = _CONTENT_RANGE.match(value or "")
     if match is None:
         return None
     start = int(match.group(1))
@@ -60,7 +58,7 @@ def _content_length(headers: Mapping[str, str]) -> int | None:
     if value is None:
         return None
     try:
-        length = int(str(value).strip())
+        length = int(value)  # int() takes the white space around a number
     except ValueError:
         return None
     return length if length >= 0 else None
@@ -68,10 +66,9 @@ def _content_length(headers: Mapping[str, str]) -> int | None:
 
 def _validator(headers: Mapping[str, str]) -> str | None:
     etag = headers.get("etag")
-    if etag and not str(etag).startswith("W/"):
-        return str(etag)
-    modified = headers.get("last-modified")
-    return str(modified) if modified else None
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("last-modified") or None
 
 
 @attrs.define

@@ -206,11 +206,11 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        check_id("project_id", project_id)
+        path = _path(project_id)  # checks the id before the first poll
         call = CallOptions.of(options, polls=True)
 
         async def read() -> Project:
-            return await self._get(_path(project_id), Project, retries=0, options=call)
+            return await self._get(path, Project, retries=0, options=call)
 
         def ready(project: Project) -> bool:
             if project.is_failed:
@@ -249,14 +249,14 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        check_id("project_id", project_id)
+        path = _path(project_id)  # checks the id before the first poll
         call = CallOptions.of(options, polls=True)
         settled: set[str] = set()  # listed tasks seen terminal
         finished = False
 
         async def read() -> Project:
             nonlocal finished
-            project = await self._get(_path(project_id), Project, retries=0, options=call)
+            project = await self._get(path, Project, retries=0, options=call)
             finished = await self._finished(project, settled, call)
             return project
 
