@@ -108,12 +108,9 @@ def planned_names(items: Sequence[DownloadSource]) -> list[str]:
     names: list[str] = []
     seen: dict[str, int] = {}
     for item in items:
-        if isinstance(item, (Task, ProjectTask)):
-            name = default_filename(url=None, task_id=item.task_id or None)
-        elif is_url(item):
-            name = default_filename(url=item, task_id=None)
-        else:
-            name = default_filename(url=None, task_id=item)
+        url = item if isinstance(item, str) and is_url(item) else None
+        task_id = item.task_id if isinstance(item, (Task, ProjectTask)) else item
+        name = default_filename(url=url, task_id=None if url else task_id or None)
         key = name.lower()
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:
