@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from .._contract._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
+from .._contract._enums import AspectRatio, ProjectMode, SpeechLanguage
 from .._contract._exceptions import ProjectFailedError
 from .._contract._models import CreatedProject, Project, Task, VideoBatch
 from .._contract._validation import (
@@ -269,7 +269,7 @@ class Projects(Resource):
         """Whether a project is failed, or terminal with every task it lists."""
         if project.is_failed:
             return True
-        if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
+        if not project.is_terminal:  # not failed: its status is terminal, its listed tasks too
             return False
         # Tasks the project lists without a status are checked one by one.
         listed = {t.task_id for t in project.tasks if t.task_id and t.status is not None}
