@@ -190,15 +190,6 @@ def _body_schema(body: Body) -> dict[str, Any]:
     return schema
 
 
-def _shape_schema(name: str) -> dict[str, Any]:
-    shape = SHAPES[name]
-    return {
-        "type": "object",
-        "required": [f.name for f in shape.fields if f.required],
-        "properties": {f.name: _field_schema(f, request=False) for f in shape.fields},
-    }
-
-
 def component_schemas() -> dict[str, Any]:
     schemas: dict[str, Any] = {
         "Url": {
@@ -226,6 +217,10 @@ def component_schemas() -> dict[str, Any]:
     for endpoint in ENDPOINTS:
         if endpoint.body is not None:
             schemas[endpoint.body.name] = _body_schema(endpoint.body)
-    for name in SHAPES:
-        schemas[name] = _shape_schema(name)
+    for name, shape in SHAPES.items():
+        schemas[name] = {
+            "type": "object",
+            "required": [f.name for f in shape.fields if f.required],
+            "properties": {f.name: _field_schema(f, request=False) for f in shape.fields},
+        }
     return schemas

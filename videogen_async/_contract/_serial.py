@@ -60,13 +60,6 @@ def _text(value: Any, _type: Any) -> str:
     _wrong(value, "a string")  # never str(): a null id would read "None"
 
 
-def _list_of(made: cattrs.Converter) -> Any:
-    """``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b)."""
-    return lambda v, t: (
-        made._structure_tuple(v, t) if isinstance(v, list | tuple) else _wrong(v, "a list")
-    )
-
-
 def _object_of(made: cattrs.Converter) -> Any:
     """An attrs class from a JSON object only (cattrs reads ``""`` as an object of defaults)."""
 
@@ -84,8 +77,12 @@ def _make_converter() -> cattrs.Converter:
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
     made.register_structure_hook_factory(attrs.has, _object_of(made))
+    # ``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b).
     made.register_structure_hook_func(
-        lambda t: getattr(t, "__origin__", None) is tuple, _list_of(made)
+        lambda t: getattr(t, "__origin__", None) is tuple,
+        lambda v, t: (
+            made._structure_tuple(v, t) if isinstance(v, list | tuple) else _wrong(v, "a list")
+        ),
     )
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
         for union, optional in ((enum_cls, False), (Optional[enum_cls], True)):  # noqa: UP045

@@ -45,9 +45,9 @@ def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | Non
     match = _CONTENT_RANGE.match(value or "")
     if match is None:
         return None
-    start = int(match.group(1))
-    end = int(match.group(2))
-    total = None if match.group(3) == "*" else int(match.group(3))
+    first, last, size = match.groups()
+    start, end = int(first), int(last)
+    total = None if size == "*" else int(size)
     if end < start or (total is not None and end >= total):
         return None
     return start, end, total

@@ -67,11 +67,6 @@ def check_url(url: str) -> str:
     return url.strip()
 
 
-def _safe_name(text: str) -> str:
-    name = _UNSAFE_NAME.sub("_", text).strip("._")
-    return name[:120] or "video"
-
-
 def default_filename(*, url: str | None, task_id: str | None) -> str:
     """The safe file name (letters, digits, ``.``, ``_``, ``-``) of a video in a directory.
 
@@ -94,7 +89,7 @@ def default_filename(*, url: str | None, task_id: str | None) -> str:
             base = leaf
     if task_id:
         base = task_id
-    return _safe_name(base) + suffix
+    return (_UNSAFE_NAME.sub("_", base).strip("._")[:120] or "video") + suffix
 
 
 def source_name(source: DownloadSource) -> str:
