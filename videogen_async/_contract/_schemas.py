@@ -46,15 +46,14 @@ def ref(name: str) -> dict[str, Any]:
 
 
 def _describe(field: Field) -> str:
-    parts = [field.doc] if field.doc else []
+    parts = [field.doc]
     if field.type == "integer" and field.maximum is not None:
-        unit = f" {field.unit}" if field.unit else ""
-        parts.append(f"{field.minimum} to {field.maximum}{unit}.")
+        parts.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip() + ".")
     if field.default is not None:
         parts.append(
             f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
         )
-    return " ".join(parts)
+    return " ".join(filter(None, parts))
 
 
 def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
