@@ -63,13 +63,6 @@ def _urls(spec: Field, value: Any) -> int:
     return len(value)
 
 
-def _integer_rule(spec: Field) -> str:
-    unit = f" {spec.unit}" if spec.unit else ""
-    if spec.maximum is not None:
-        return f"must be an integer from {spec.minimum} to {spec.maximum}{unit}"
-    return f"must be a positive integer number of {spec.unit}" if unit else "must be positive"
-
-
 def _text(spec: Field, value: Any, _hint: bool) -> None:
     if not isinstance(value, str):
         raise fail(spec.name, "must be a non-empty string", value)
@@ -102,7 +95,12 @@ def _integer_field(spec: Field, value: Any, _hint: bool) -> None:
         or (spec.minimum is not None and number < spec.minimum)
         or (spec.maximum is not None and number > spec.maximum)
     ):
-        raise fail(spec.name, _integer_rule(spec), value)
+        rule = (
+            f"must be a positive integer number of {spec.unit}" if spec.unit else "must be positive"
+        )
+        if spec.maximum is not None:
+            rule = f"must be an integer from {spec.minimum} to {spec.maximum} {spec.unit}".rstrip()
+        raise fail(spec.name, rule, value)
 
 
 def _resolution(spec: Field, value: Any, _hint: bool) -> None:

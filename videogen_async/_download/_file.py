@@ -298,9 +298,19 @@ async def _attempt(
         async with transport.stream(url, headers=headers) as resp:
             await _check_answer(resp, part, state, resuming=resuming, what=what)
             async for chunk in resp.iter_chunks(chunk_size):
-                _check_not_beyond(state, len(chunk), url, part.dest, what)
+                received = state.received + len(chunk)
+                if state.total is not None and received > state.total:
+                    # More than the host declared: no retry (it would send it again).
+                    raise err.DownloadError(
+                        f"download of {what}: the host sent more than the {state.total} bytes"
+                        " it declared",
+                        url=url,
+                        path=part.dest,
+                        bytes_received=received,
+                        expected_size=state.total,
+                    )
                 await part.write(chunk)
-                state.received += len(chunk)
+                state.received = received
                 if progress is not None:
                     progress(state.received, state.total)
     except err.APIConnectionError as exc:
@@ -341,19 +351,6 @@ async def _check_answer(
     state.validator = _validator(hdrs)
     if not exact or hdrs.get("accept-ranges", "").strip().lower() == "none":
         state.ranges_ok = False
-
-
-def _check_not_beyond(state: _State, size: int, url: str, dest: Path, what: str) -> None:
-    """Refuse a chunk that would pass the size the host declared (no retry: it would again)."""
-    total = state.total
-    if total is not None and state.received + size > total:
-        raise err.DownloadError(
-            f"download of {what}: the host sent more than the {total} bytes it declared",
-            url=url,
-            path=dest,
-            bytes_received=state.received + size,
-            expected_size=total,
-        )
 
 
 async def _start_over(part: _PartFile, state: _State) -> None:
