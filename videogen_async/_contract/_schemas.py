@@ -112,23 +112,18 @@ _TYPES: dict[str, Callable[[Field, bool], dict[str, Any]]] = {
 }
 
 
-def _type_schema(field: Field, request: bool) -> dict[str, Any]:
-    """The schema of a field's type: a field type, ``[Shape]`` (a list) or ``Shape``."""
-    kind = field.type
-    if kind in _TYPES:
-        return _TYPES[kind](field, request)
-    if kind.startswith("["):
-        return {"type": "array", "items": ref(kind[1:-1])}
-    return ref(kind)
-
-
 def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
     """The JSON Schema of one field of the statement, described, and nullable where it may be.
 
     A ``$ref`` cannot carry siblings in every reader, so a described reference is wrapped in
     ``allOf``; a request's optional field takes ``null`` (it counts as omitted).
     """
-    schema = _type_schema(field, request)
+    # The schema of its type: a field type, ``[Shape]`` (a list) or ``Shape``.
+    kind = field.type
+    if kind in _TYPES:
+        schema = _TYPES[kind](field, request)
+    else:
+        schema = {"type": "array", "items": ref(kind[1:-1])} if kind[0] == "[" else ref(kind)
     description = _describe(field)
     if description:
         if "$ref" in schema:
