@@ -223,10 +223,9 @@ async def download_url(
                     policy=backoff,
                     extra_statuses=_MEDIA_HOST_STATUSES,
                 )
-                delay = decision.delay
                 if decision.reason == "permanent" and isinstance(retry.error, err.APIStatusError):
                     raise failed(f"download of {what}: {reason}", retry.error.status_code) from None
-                if delay is None:
+                if decision.delay is None:
                     raise failed(
                         f"download of {what} failed after {attempt} attempt(s): {reason}"
                         + (f" ({decision.detail})" if decision.reason == "too long" else "")
@@ -238,11 +237,11 @@ async def download_url(
                     f"resuming at byte {state.received}"
                     if state.received and state.ranges_ok
                     else "starting over",
-                    delay,
+                    decision.delay,
                     attempt + 1,
                     attempts,
                 )
-                await anyio.sleep(delay)
+                await anyio.sleep(decision.delay)
                 continue
             break
         await part.commit()
