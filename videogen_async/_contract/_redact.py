@@ -118,6 +118,8 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         return value
     if isinstance(value, str):
         return redact_text(value) if len(value) <= max_chars else REDACTED
+    if not isinstance(value, (dict, list)):  # a number, None, another object: no text
+        return value
     root: list[Any] = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]

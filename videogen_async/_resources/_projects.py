@@ -96,11 +96,10 @@ class Projects(Resource):
             APIConnectionError: The service could not be reached; check
                 ``request_may_have_taken_effect`` before creating again.
         """
-        images = as_url_list(product_image_urls)
         body = validate_project_request(
             {
                 "reference_video_url": reference_video_url,
-                "product_image_urls": images,
+                "product_image_urls": as_url_list(product_image_urls),
                 "avatar_image_url": avatar_image_url,
                 "prompt": prompt,
                 "aspect_ratio": aspect_ratio,
