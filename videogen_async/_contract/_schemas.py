@@ -57,7 +57,7 @@ def _describe(field: Field) -> str:
 
 
 def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
-    if "$ref" in schema:
+    if "$ref" in schema or "allOf" in schema:
         return {"anyOf": [schema, {"type": "null"}]}
     if "oneOf" in schema:
         return {**schema, "oneOf": [*schema["oneOf"], {"type": "null"}]}
@@ -131,9 +131,7 @@ def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
         else:
             schema["description"] = description
     if (request and not field.required) or field.nullable:
-        schema = (
-            _with_null(schema) if "allOf" not in schema else {"anyOf": [schema, {"type": "null"}]}
-        )
+        schema = _with_null(schema)
     return schema
 
 

@@ -54,11 +54,8 @@ def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | Non
 
 
 def _content_length(headers: Mapping[str, str]) -> int | None:
-    value = headers.get("content-length")
-    if value is None:
-        return None
-    try:
-        length = int(value)  # int() takes the white space around a number
+    try:  # none (""), or not a number: no size; int() takes the white space around one
+        length = int(headers.get("content-length", ""))
     except ValueError:
         return None
     return length if length >= 0 else None
