@@ -52,7 +52,7 @@ def _url(field: str, value: Any) -> None:
 
 def _urls(spec: Field, value: Any) -> int:
     name = spec.name
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple)):  # a str is not one of them
         raise fail(name, "must be a list of URLs", value)
     if len(value) < spec.min_items:
         raise fail(name, f"must hold at least {spec.min_items} URL", value)
@@ -159,7 +159,7 @@ def as_url_list(value: Iterable[str] | None) -> list[str] | None:
     A string, a mapping or a value that is not iterable is a mistake the rules name
     (``InvalidRequestError``), rather than a ``TypeError`` or a list of a dict's keys.
     """
-    if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):  # None too
         return value  # type: ignore[return-value]  # the validator names the mistake
     return list(value)
 
