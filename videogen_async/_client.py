@@ -218,14 +218,6 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         #: ``trace_id``) whose ``parse()`` gives the result.
         self.with_raw_response = RawResponseClient(self.tasks, self.projects, self.credits)
 
-    @classmethod
-    def _view(
-        cls, transport: Transport, poll_policy: PollPolicy | None, finish_times: FinishTimeMemory
-    ) -> AsyncVideoGen:
-        view = cls.__new__(cls)
-        view._compose(transport, poll_policy, owns_session=False, finish_times=finish_times)
-        return view
-
     def _task_source(self) -> TaskSource:
         """The narrow interface the waiting engines poll this client through."""
         return self.tasks._source()
@@ -316,7 +308,14 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
         transport = self._transport.copy(timeout=new_timeout, backoff=policy, deadline=deadline)
-        return type(self)._view(transport, poll_policy or self._poll_policy, self.finish_times)
+        view = type(self).__new__(type(self))
+        view._compose(
+            transport,
+            poll_policy or self._poll_policy,
+            owns_session=False,
+            finish_times=self._finish_times,
+        )
+        return view
 
     def _download_through(self) -> tuple[Transport, GetTask]:
         return self._transport, self.tasks.get

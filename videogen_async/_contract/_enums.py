@@ -135,8 +135,8 @@ class SpeechLanguage(_StrEnum):
 
 
 TERMINAL_TASK_STATUSES: frozenset[str] = frozenset(
-    {TaskStatus.SUCCEEDED.value, TaskStatus.FAILED.value, TaskStatus.ERROR.value}
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.ERROR}
 )
 TERMINAL_PROJECT_STATUSES: frozenset[str] = frozenset(
-    {ProjectStatus.SUCCEEDED.value, ProjectStatus.FAILED.value}
+    {ProjectStatus.SUCCEEDED, ProjectStatus.FAILED}
 )

@@ -311,9 +311,8 @@ class TaskPollError(VideoGenError):
         super().__init__(f"task {task_id} could not be polled: {type(cause).__name__}: {cause}")
         self.task_id = task_id
         self.__cause__ = cause
-        self.status_code = getattr(cause, "status_code", None)
-        self.code = getattr(cause, "code", None)
-        self.trace_id = getattr(cause, "trace_id", None)
+        for name in ("status_code", "code", "trace_id"):  # the cause's, where it has them
+            setattr(self, name, getattr(cause, name, None))
 
     def __str__(self) -> str:
         return self.message  # the cause's text already names its trace id

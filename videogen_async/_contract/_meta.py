@@ -59,10 +59,8 @@ class ResponseInfo:
         """The envelope's ``trace_id``: quote it when reporting a problem."""
         return None if self._trace_id is None else redact_text(self._trace_id)
 
-    @property
-    def request_id(self) -> str | None:
-        """The same as ``trace_id`` (the name other SDKs use)."""
-        return self.trace_id
+    #: The same as ``trace_id`` (the name other SDKs use).
+    request_id = trace_id
 
     @property
     def headers(self) -> Mapping[str, str]:

@@ -273,11 +273,10 @@ class Project(HasResponse, Serializable):
         A listed task with no status does not hold this up; ``client.projects.wait`` checks
         those through the task status query.
         """
-        if self.is_failed:
-            return True
-        if self.status not in TERMINAL_PROJECT_STATUSES:
-            return False
-        return all(t.is_terminal for t in self.tasks if t.status is not None)
+        return self.is_failed or (
+            self.status in TERMINAL_PROJECT_STATUSES
+            and all(t.is_terminal for t in self.tasks if t.status is not None)
+        )
 
 
 @attrs.frozen

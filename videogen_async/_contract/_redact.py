@@ -109,8 +109,8 @@ def _copy_keys(
 def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000_000) -> Any:
     """A copy of a decoded JSON value (or a mapping of headers) with every string redacted.
 
-    Iterative (deep nesting cannot exhaust the stack); the value itself when nothing holds a
-    secret. Bounded, so a hostile body cannot stall the loop: past ``max_items`` strings,
+    Iterative (deep nesting cannot exhaust the stack); the value itself when the copy equals
+    it. Bounded, so a hostile body cannot stall the loop: past ``max_items`` strings,
     dicts and lists or ``max_chars`` searched characters, the rest is ``<redacted>``.
     """
     pattern = _pattern
@@ -118,7 +118,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         return value
     if isinstance(value, str):
         return redact_text(value) if len(value) <= max_chars else REDACTED
-    if not _holds_secret(value, pattern, max_items, max_chars):  # a number, None: no secret
+    if not isinstance(value, (dict, list)):  # a number, None, another object: no text
         return value
     root: list[Any] = [None]
     # (source, target container, key in target)
@@ -143,28 +143,9 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
             stack.extend((v, elements, i) for i, v in enumerate(source))
         else:
             target[key] = source
-    return root[0]
-
-
-def _holds_secret(value: Any, pattern: re.Pattern[str], max_items: int, max_chars: int) -> bool:
-    stack = [value]
-    items = max_items
-    chars = max_chars
-    while stack:
-        current = stack.pop()
-        items -= 1
-        if items < 0:
-            return True  # too big to tell: redact (the walk replaces the rest)
-        if isinstance(current, str):
-            chars -= len(current)
-            if chars < 0 or pattern.search(current):
-                return True
-        elif isinstance(current, dict):
-            stack.extend(k for k in current if isinstance(k, str))
-            stack.extend(current.values())
-        elif isinstance(current, list):
-            stack.extend(current)
-    return False
+    # The value itself when nothing changed (a number, None, a body without a secret):
+    # callers may keep it, and equal copies would only cost memory.
+    return value if root[0] == value else root[0]
 
 
 def _chain(exc: BaseException | None) -> list[BaseException]:

@@ -27,26 +27,17 @@ ID_PATTERN = (
 )
 
 
-def _ascii_class(excluded: str) -> str:
-    """A regex class of printable ASCII but ``excluded``, valid in Python and ECMA-262."""
-    codes = [c for c in range(0x21, 0x7F) if chr(c) not in excluded]
-    spans: list[list[int]] = []
-    for code in codes:
-        if spans and spans[-1][1] == code - 1:
-            spans[-1][1] = code
-        else:
-            spans.append([code, code])
-    parts = (f"\\x{a:02x}" if a == b else f"\\x{a:02x}-\\x{b:02x}" for a, b in spans)
-    return "[" + "".join(parts) + "]"
-
-
 # An http(s) URL as ``_validation._url`` accepts it: a host (after any ``user:pass@``, before
 # any ``:port``) that is not empty, no white space anywhere. The part before the path is
 # limited to printable ASCII without brackets (IDN and bracketed IPv6 hosts, which the rule
 # also accepts, are left out), so every URL that fits the schema is accepted.
+# Its classes are printable ASCII (\x21-\x7e) but ``/?#@[]`` (user, port) and also ``:``
+# (host), written out as ranges that Python and ECMA-262 both read.
 _URL_PATTERN = (
-    f"^[Hh][Tt][Tt][Pp][Ss]?://({_ascii_class('/?#@[]')}*@)?{_ascii_class('/?#@[]:')}+"
-    f"(:{_ascii_class('/?#@[]')}*)?([/?#][^{_SPACE}]*)?$"
+    r"^[Hh][Tt][Tt][Pp][Ss]?://([\x21-\x22\x24-\x2e\x30-\x3e\x41-\x5a\x5c\x5e-\x7e]*@)?"
+    r"[\x21-\x22\x24-\x2e\x30-\x39\x3b-\x3e\x41-\x5a\x5c\x5e-\x7e]+"
+    r"(:[\x21-\x22\x24-\x2e\x30-\x3e\x41-\x5a\x5c\x5e-\x7e]*)?"
+    f"([/?#][^{_SPACE}]*)?$"
 )
 
 
@@ -55,19 +46,18 @@ def ref(name: str) -> dict[str, Any]:
 
 
 def _describe(field: Field) -> str:
-    parts = [field.doc] if field.doc else []
+    parts = [field.doc]
     if field.type == "integer" and field.maximum is not None:
-        unit = f" {field.unit}" if field.unit else ""
-        parts.append(f"{field.minimum} to {field.maximum}{unit}.")
+        parts.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip() + ".")
     if field.default is not None:
         parts.append(
             f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
         )
-    return " ".join(parts)
+    return " ".join(filter(None, parts))
 
 
 def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
-    if "$ref" in schema:
+    if "$ref" in schema or "allOf" in schema:
         return {"anyOf": [schema, {"type": "null"}]}
     if "oneOf" in schema:
         return {**schema, "oneOf": [*schema["oneOf"], {"type": "null"}]}
@@ -122,23 +112,18 @@ _TYPES: dict[str, Callable[[Field, bool], dict[str, Any]]] = {
 }
 
 
-def _type_schema(field: Field, request: bool) -> dict[str, Any]:
-    """The schema of a field's type: a field type, ``[Shape]`` (a list) or ``Shape``."""
-    kind = field.type
-    if kind in _TYPES:
-        return _TYPES[kind](field, request)
-    if kind.startswith("["):
-        return {"type": "array", "items": ref(kind[1:-1])}
-    return ref(kind)
-
-
 def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
     """The JSON Schema of one field of the statement, described, and nullable where it may be.
 
     A ``$ref`` cannot carry siblings in every reader, so a described reference is wrapped in
     ``allOf``; a request's optional field takes ``null`` (it counts as omitted).
     """
-    schema = _type_schema(field, request)
+    # The schema of its type: a field type, ``[Shape]`` (a list) or ``Shape``.
+    kind = field.type
+    if kind in _TYPES:
+        schema = _TYPES[kind](field, request)
+    else:
+        schema = {"type": "array", "items": ref(kind[1:-1])} if kind[0] == "[" else ref(kind)
     description = _describe(field)
     if description:
         if "$ref" in schema:
@@ -146,9 +131,7 @@ def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
         else:
             schema["description"] = description
     if (request and not field.required) or field.nullable:
-        schema = (
-            _with_null(schema) if "allOf" not in schema else {"anyOf": [schema, {"type": "null"}]}
-        )
+        schema = _with_null(schema)
     return schema
 
 
@@ -199,15 +182,6 @@ def _body_schema(body: Body) -> dict[str, Any]:
     return schema
 
 
-def _shape_schema(name: str) -> dict[str, Any]:
-    shape = SHAPES[name]
-    return {
-        "type": "object",
-        "required": [f.name for f in shape.fields if f.required],
-        "properties": {f.name: _field_schema(f, request=False) for f in shape.fields},
-    }
-
-
 def component_schemas() -> dict[str, Any]:
     schemas: dict[str, Any] = {
         "Url": {
@@ -235,6 +209,10 @@ def component_schemas() -> dict[str, Any]:
     for endpoint in ENDPOINTS:
         if endpoint.body is not None:
             schemas[endpoint.body.name] = _body_schema(endpoint.body)
-    for name in SHAPES:
-        schemas[name] = _shape_schema(name)
+    for name, shape in SHAPES.items():
+        schemas[name] = {
+            "type": "object",
+            "required": [f.name for f in shape.fields if f.required],
+            "properties": {f.name: _field_schema(f, request=False) for f in shape.fields},
+        }
     return schemas

@@ -60,32 +60,25 @@ def _text(value: Any, _type: Any) -> str:
     _wrong(value, "a string")  # never str(): a null id would read "None"
 
 
-def _list_of(made: cattrs.Converter) -> Any:
-    """``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b)."""
-    return lambda v, t: (
-        made._structure_tuple(v, t) if isinstance(v, list | tuple) else _wrong(v, "a list")
-    )
+def _make_converter() -> cattrs.Converter:
+    made = cattrs.Converter(forbid_extra_keys=False)
 
-
-def _object_of(made: cattrs.Converter) -> Any:
-    """An attrs class from a JSON object only (cattrs reads ``""`` as an object of defaults)."""
-
-    def factory(cls: Any) -> Any:
+    def object_of(cls: Any) -> Any:
+        """An attrs class from a JSON object only (cattrs reads ``""`` as one of defaults)."""
         fields = make_dict_structure_fn(cls, made)
         return lambda v, t: fields(v, t) if isinstance(v, Mapping) else _wrong(v, "an object")
 
-    return factory
-
-
-def _make_converter() -> cattrs.Converter:
-    made = cattrs.Converter(forbid_extra_keys=False)
     made.register_structure_hook(str, _text)
     made.register_structure_hook(datetime, lambda v, _t: parse_datetime(v))
     made.register_unstructure_hook(datetime, format_datetime)
     made.register_structure_hook(float, _number)
-    made.register_structure_hook_factory(attrs.has, _object_of(made))
+    made.register_structure_hook_factory(attrs.has, object_of)
+    # ``tuple[X, ...]`` from a JSON list only (cattrs reads any iterable: "ab" as a, b).
     made.register_structure_hook_func(
-        lambda t: getattr(t, "__origin__", None) is tuple, _list_of(made)
+        lambda t: getattr(t, "__origin__", None) is tuple,
+        lambda v, t: (
+            made._structure_tuple(v, t) if isinstance(v, list | tuple) else _wrong(v, "a list")
+        ),
     )
     for enum_cls in (TaskStatus, ProjectStatus, ProjectStep, ProjectMode, Model, FunctionMode):
         for union, optional in ((enum_cls, False), (Optional[enum_cls], True)):  # noqa: UP045

@@ -28,6 +28,7 @@ Field types (``Field.type``):
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Mapping
 from typing import Any, TypeAlias
@@ -166,6 +167,8 @@ OUT_NUMBER_MIN = 1
 OUT_NUMBER_MAX = 4
 
 _F = Field
+#: A field a request must hold, or one every answer holds (the common case of a shape).
+_R = functools.partial(Field, required=True)
 _OMNI = enums.FunctionMode.OMNI_REFERENCE.value
 
 # -- Request bodies --------------------------------------------------------------------------------
@@ -173,7 +176,7 @@ _OMNI = enums.FunctionMode.OMNI_REFERENCE.value
 # fmt: off
 TASK_REQUEST = Body("CreateTaskRequest", (
     _F("model", "enum", default="videomodel_2_0", choices=enums.Model),
-    _F("prompt", "text", required=True, doc="Text prompt."),
+    _R("prompt", "text", doc="Text prompt."),
     _F("function_mode", "enum", default=_OMNI, choices=enums.FunctionMode),
     _F("ratio", "enum", default="16:9", choices=enums.Ratio),
     _F("duration", "integer", default=5, minimum=DURATION_MIN, maximum=DURATION_MAX,
@@ -189,8 +192,8 @@ TASK_REQUEST = Body("CreateTaskRequest", (
 ))
 
 PROJECT_REQUEST = Body("CreateProjectRequest", (
-    _F("reference_video_url", "url", required=True, doc="The reference ad video."),
-    _F("product_image_urls", "urls", required=True, min_items=1, doc="Product images."),
+    _R("reference_video_url", "url", doc="The reference ad video."),
+    _R("product_image_urls", "urls", min_items=1, doc="Product images."),
     _F("avatar_image_url", "url", doc="A person, avatar or spokesperson image."),
     _F("prompt", "string", doc="Selling points, style, restrictions, language."),
     _F("aspect_ratio", "enum", default="9:16", choices=enums.AspectRatio),
@@ -213,84 +216,84 @@ VIDEOS_REQUEST = Body("CreateVideosRequest", (
 # -- Response shapes -------------------------------------------------------------------------------
 
 _TASK_FIELDS = (
-    _F("task_id", "id", required=True),
-    _F("status", "enum", required=True, choices=enums.TaskStatus),
-    _F("model", "string", required=True, doc="The model value used to create the task."),
-    _F("created_at", "datetime", required=True, doc="When the task was created."),
-    _F("updated_at", "datetime", required=True, doc="When the task last changed."),
-    _F("credits_cost", "number", required=True, minimum=0,
+    _R("task_id", "id"),
+    _R("status", "enum", choices=enums.TaskStatus),
+    _R("model", "string", doc="The model value used to create the task."),
+    _R("created_at", "datetime", doc="When the task was created."),
+    _R("updated_at", "datetime", doc="When the task last changed."),
+    _R("credits_cost", "number", minimum=0,
        doc="Credits charged; 0 once a task failed and was refunded."),
-    _F("result", "TaskResult", required=True, nullable=True),
+    _R("result", "TaskResult", nullable=True),
 )
 
 SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("CreditBalance", (
-        _F("api_available_credits", "number", required=True),
-        _F("api_total_credits", "number", required=True),
+        _R("api_available_credits", "number"),
+        _R("api_total_credits", "number"),
     )),
     Shape("CreatedTask", (
-        _F("task_id", "id", required=True),
-        _F("status", "enum", required=True, choices=enums.TaskStatus),
-        _F("created_at", "datetime", required=True, doc="When the task was created."),
-        _F("credits_cost", "number", required=True, minimum=0,
+        _R("task_id", "id"),
+        _R("status", "enum", choices=enums.TaskStatus),
+        _R("created_at", "datetime", doc="When the task was created."),
+        _R("credits_cost", "number", minimum=0,
            doc="Credits charged for the task."),
     )),
     Shape("TaskResult", (
-        _F("video_url", "url", required=True, nullable=True,
+        _R("video_url", "url", nullable=True,
            doc="The generated video, once the task has succeeded."),
-        _F("error_message", "string", required=True, nullable=True),
-        _F("finished_at", "datetime", required=True, doc="When the task finished."),
+        _R("error_message", "string", nullable=True),
+        _R("finished_at", "datetime", doc="When the task finished."),
         _F("status", "enum", choices=enums.TaskStatus, extra=True,
            doc="Shown by one example of the service; not to be relied on."),
     )),
     Shape("Task", _TASK_FIELDS),
     Shape("ProjectTask", (
         *_TASK_FIELDS,
-        _F("batch", "integer", required=True, minimum=1, extra=True,
+        _R("batch", "integer", minimum=1, extra=True,
            doc="1 for the first batch."),
         _F("aspect_ratio", "enum", choices=enums.AspectRatio, extra=True,
            doc="Aspect ratio of the batch."),
         _F("resolution", "resolution", extra=True, doc="Of the batch."),
     )),
     Shape("Billing", (
-        _F("script_credits_cost", "number", required=True, minimum=0,
+        _R("script_credits_cost", "number", minimum=0,
            doc="Charged for script generation."),
-        _F("video_credits_cost", "number", required=True, minimum=0,
+        _R("video_credits_cost", "number", minimum=0,
            doc="Charged for the non-failed video tasks."),
-        _F("total_credits_cost", "number", required=True, minimum=0,
+        _R("total_credits_cost", "number", minimum=0,
            doc="Script plus video."),
     )),
     Shape("CreatedProject", (
-        _F("project_id", "id", required=True),
-        _F("status", "enum", required=True, choices=enums.ProjectStatus, doc="draft at creation."),
-        _F("current_step", "enum", required=True, choices=enums.ProjectStep,
+        _R("project_id", "id"),
+        _R("status", "enum", choices=enums.ProjectStatus, doc="draft at creation."),
+        _R("current_step", "enum", choices=enums.ProjectStep,
            doc="preparing_media at creation."),
-        _F("mode", "enum", required=True, choices=enums.ProjectMode, doc="auto or manual."),
-        _F("credits_cost", "number", required=True, minimum=0,
+        _R("mode", "enum", choices=enums.ProjectMode, doc="auto or manual."),
+        _R("credits_cost", "number", minimum=0,
            doc="Charged for script generation (10)."),
-        _F("created_at", "datetime", required=True, nullable=True),
+        _R("created_at", "datetime", nullable=True),
     )),
     Shape("Project", (
-        _F("project_id", "id", required=True),
-        _F("status", "enum", required=True, choices=enums.ProjectStatus, doc="Project status."),
-        _F("current_step", "enum", required=True, choices=enums.ProjectStep, doc="Project step."),
-        _F("mode", "enum", required=True, choices=enums.ProjectMode, doc="auto or manual."),
-        _F("error_message", "string", required=True, nullable=True),
-        _F("view_script", "string", required=True, nullable=True,
+        _R("project_id", "id"),
+        _R("status", "enum", choices=enums.ProjectStatus, doc="Project status."),
+        _R("current_step", "enum", choices=enums.ProjectStep, doc="Project step."),
+        _R("mode", "enum", choices=enums.ProjectMode, doc="auto or manual."),
+        _R("error_message", "string", nullable=True),
+        _R("view_script", "string", nullable=True,
            doc="The script, one line per time range; null until generated."),
-        _F("billing", "Billing", required=True),
-        _F("task_ids", "ids", required=True),
-        _F("tasks", "[ProjectTask]", required=True),
-        _F("created_at", "datetime", required=True, doc="When the project was created."),
-        _F("updated_at", "datetime", required=True, doc="When the project last changed."),
+        _R("billing", "Billing"),
+        _R("task_ids", "ids"),
+        _R("tasks", "[ProjectTask]"),
+        _R("created_at", "datetime", doc="When the project was created."),
+        _R("updated_at", "datetime", doc="When the project last changed."),
     )),
     Shape("VideoBatch", (
-        _F("project_id", "id", required=True),
-        _F("project_status", "enum", required=True, choices=enums.ProjectStatus,
+        _R("project_id", "id"),
+        _R("project_status", "enum", choices=enums.ProjectStatus,
            doc="running after the call."),
-        _F("current_step", "enum", required=True, choices=enums.ProjectStep,
+        _R("current_step", "enum", choices=enums.ProjectStep,
            doc="generating_video after the call."),
-        _F("task_ids", "ids", required=True, min_items=1),
+        _R("task_ids", "ids", min_items=1),
     )),
 )}
 

@@ -52,7 +52,7 @@ def _url(field: str, value: Any) -> None:
 
 def _urls(spec: Field, value: Any) -> int:
     name = spec.name
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+    if not isinstance(value, (list, tuple)):  # a str is not one of them
         raise fail(name, "must be a list of URLs", value)
     if len(value) < spec.min_items:
         raise fail(name, f"must hold at least {spec.min_items} URL", value)
@@ -61,13 +61,6 @@ def _urls(spec: Field, value: Any) -> int:
     for index, item in enumerate(value):
         _url(f"{name}[{index}]", item)
     return len(value)
-
-
-def _integer_rule(spec: Field) -> str:
-    unit = f" {spec.unit}" if spec.unit else ""
-    if spec.maximum is not None:
-        return f"must be an integer from {spec.minimum} to {spec.maximum}{unit}"
-    return f"must be a positive integer number of {spec.unit}" if unit else "must be positive"
 
 
 def _text(spec: Field, value: Any, _hint: bool) -> None:
@@ -102,7 +95,12 @@ def _integer_field(spec: Field, value: Any, _hint: bool) -> None:
         or (spec.minimum is not None and number < spec.minimum)
         or (spec.maximum is not None and number > spec.maximum)
     ):
-        raise fail(spec.name, _integer_rule(spec), value)
+        rule = (
+            f"must be a positive integer number of {spec.unit}" if spec.unit else "must be positive"
+        )
+        if spec.maximum is not None:
+            rule = f"must be an integer from {spec.minimum} to {spec.maximum} {spec.unit}".rstrip()
+        raise fail(spec.name, rule, value)
 
 
 def _resolution(spec: Field, value: Any, _hint: bool) -> None:
@@ -161,7 +159,7 @@ def as_url_list(value: Iterable[str] | None) -> list[str] | None:
     A string, a mapping or a value that is not iterable is a mistake the rules name
     (``InvalidRequestError``), rather than a ``TypeError`` or a list of a dict's keys.
     """
-    if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):  # None too
         return value  # type: ignore[return-value]  # the validator names the mistake
     return list(value)
 

@@ -42,25 +42,20 @@ ProgressCallback = Callable[[int, int | None], None]
 
 
 def _parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
-    if not value:
-        return None
-    match = _CONTENT_RANGE.match(value)
+    match = _CONTENT_RANGE.match(value or "")
     if match is None:
         return None
-    start = int(match.group(1))
-    end = int(match.group(2))
-    total = None if match.group(3) == "*" else int(match.group(3))
+    first, last, size = match.groups()
+    start, end = int(first), int(last)
+    total = None if size == "*" else int(size)
     if end < start or (total is not None and end >= total):
         return None
     return start, end, total
 
 
 def _content_length(headers: Mapping[str, str]) -> int | None:
-    value = headers.get("content-length")
-    if value is None:
-        return None
-    try:
-        length = int(str(value).strip())
+    try:  # none (""), or not a number: no size; int() takes the white space around one
+        length = int(headers.get("content-length", ""))
     except ValueError:
         return None
     return length if length >= 0 else None
@@ -68,10 +63,9 @@ def _content_length(headers: Mapping[str, str]) -> int | None:
 
 def _validator(headers: Mapping[str, str]) -> str | None:
     etag = headers.get("etag")
-    if etag and not str(etag).startswith("W/"):
-        return str(etag)
-    modified = headers.get("last-modified")
-    return str(modified) if modified else None
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("last-modified") or None
 
 
 @attrs.define
@@ -226,10 +220,9 @@ async def download_url(
                     policy=backoff,
                     extra_statuses=_MEDIA_HOST_STATUSES,
                 )
-                delay = decision.delay
                 if decision.reason == "permanent" and isinstance(retry.error, err.APIStatusError):
                     raise failed(f"download of {what}: {reason}", retry.error.status_code) from None
-                if delay is None:
+                if decision.delay is None:
                     raise failed(
                         f"download of {what} failed after {attempt} attempt(s): {reason}"
                         + (f" ({decision.detail})" if decision.reason == "too long" else "")
@@ -241,11 +234,11 @@ async def download_url(
                     f"resuming at byte {state.received}"
                     if state.received and state.ranges_ok
                     else "starting over",
-                    delay,
+                    decision.delay,
                     attempt + 1,
                     attempts,
                 )
-                await anyio.sleep(delay)
+                await anyio.sleep(decision.delay)
                 continue
             break
         await part.commit()
@@ -301,9 +294,19 @@ async def _attempt(
         async with transport.stream(url, headers=headers) as resp:
             await _check_answer(resp, part, state, resuming=resuming, what=what)
             async for chunk in resp.iter_chunks(chunk_size):
-                _check_not_beyond(state, len(chunk), url, part.dest, what)
+                received = state.received + len(chunk)
+                if state.total is not None and received > state.total:
+                    # More than the host declared: no retry (it would send it again).
+                    raise err.DownloadError(
+                        f"download of {what}: the host sent more than the {state.total} bytes"
+                        " it declared",
+                        url=url,
+                        path=part.dest,
+                        bytes_received=received,
+                        expected_size=state.total,
+                    )
                 await part.write(chunk)
-                state.received += len(chunk)
+                state.received = received
                 if progress is not None:
                     progress(state.received, state.total)
     except err.APIConnectionError as exc:
@@ -344,19 +347,6 @@ async def _check_answer(
     state.validator = _validator(hdrs)
     if not exact or hdrs.get("accept-ranges", "").strip().lower() == "none":
         state.ranges_ok = False
-
-
-def _check_not_beyond(state: _State, size: int, url: str, dest: Path, what: str) -> None:
-    """Refuse a chunk that would pass the size the host declared (no retry: it would again)."""
-    total = state.total
-    if total is not None and state.received + size > total:
-        raise err.DownloadError(
-            f"download of {what}: the host sent more than the {total} bytes it declared",
-            url=url,
-            path=dest,
-            bytes_received=state.received + size,
-            expected_size=total,
-        )
 
 
 async def _start_over(part: _PartFile, state: _State) -> None:

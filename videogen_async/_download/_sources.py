@@ -67,11 +67,6 @@ def check_url(url: str) -> str:
     return url.strip()
 
 
-def _safe_name(text: str) -> str:
-    name = _UNSAFE_NAME.sub("_", text).strip("._")
-    return name[:120] or "video"
-
-
 def default_filename(*, url: str | None, task_id: str | None) -> str:
     """The safe file name (letters, digits, ``.``, ``_``, ``-``) of a video in a directory.
 
@@ -94,7 +89,7 @@ def default_filename(*, url: str | None, task_id: str | None) -> str:
             base = leaf
     if task_id:
         base = task_id
-    return _safe_name(base) + suffix
+    return (_UNSAFE_NAME.sub("_", base).strip("._")[:120] or "video") + suffix
 
 
 def source_name(source: DownloadSource) -> str:
@@ -108,12 +103,9 @@ def planned_names(items: Sequence[DownloadSource]) -> list[str]:
     names: list[str] = []
     seen: dict[str, int] = {}
     for item in items:
-        if isinstance(item, (Task, ProjectTask)):
-            name = default_filename(url=None, task_id=item.task_id or None)
-        elif is_url(item):
-            name = default_filename(url=item, task_id=None)
-        else:
-            name = default_filename(url=None, task_id=item)
+        url = item if isinstance(item, str) and is_url(item) else None
+        task_id = item.task_id if isinstance(item, (Task, ProjectTask)) else item
+        name = default_filename(url=url, task_id=None if url else task_id or None)
         key = name.lower()
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:

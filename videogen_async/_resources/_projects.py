@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from .._contract._enums import TERMINAL_PROJECT_STATUSES, AspectRatio, ProjectMode, SpeechLanguage
+from .._contract._enums import AspectRatio, ProjectMode, SpeechLanguage
 from .._contract._exceptions import ProjectFailedError
 from .._contract._models import CreatedProject, Project, Task, VideoBatch
 from .._contract._validation import (
@@ -96,11 +96,10 @@ class Projects(Resource):
             APIConnectionError: The service could not be reached; check
                 ``request_may_have_taken_effect`` before creating again.
         """
-        images = as_url_list(product_image_urls)
         body = validate_project_request(
             {
                 "reference_video_url": reference_video_url,
-                "product_image_urls": images,
+                "product_image_urls": as_url_list(product_image_urls),
                 "avatar_image_url": avatar_image_url,
                 "prompt": prompt,
                 "aspect_ratio": aspect_ratio,
@@ -206,11 +205,11 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        check_id("project_id", project_id)
+        path = _path(project_id)  # checks the id before the first poll
         call = CallOptions.of(options, polls=True)
 
         async def read() -> Project:
-            return await self._get(_path(project_id), Project, retries=0, options=call)
+            return await self._get(path, Project, retries=0, options=call)
 
         def ready(project: Project) -> bool:
             if project.is_failed:
@@ -249,14 +248,14 @@ class Projects(Resource):
             WaitTimeoutError: The deadline passed; ``.last`` holds the last project seen.
             NotFoundError: No such project.
         """
-        check_id("project_id", project_id)
+        path = _path(project_id)  # checks the id before the first poll
         call = CallOptions.of(options, polls=True)
         settled: set[str] = set()  # listed tasks seen terminal
         finished = False
 
         async def read() -> Project:
             nonlocal finished
-            project = await self._get(_path(project_id), Project, retries=0, options=call)
+            project = await self._get(path, Project, retries=0, options=call)
             finished = await self._finished(project, settled, call)
             return project
 
@@ -269,7 +268,7 @@ class Projects(Resource):
         """Whether a project is failed, or terminal with every task it lists."""
         if project.is_failed:
             return True
-        if project.status not in TERMINAL_PROJECT_STATUSES or not project.is_terminal:
+        if not project.is_terminal:  # not failed: its status is terminal, its listed tasks too
             return False
         # Tasks the project lists without a status are checked one by one.
         listed = {t.task_id for t in project.tasks if t.task_id and t.status is not None}

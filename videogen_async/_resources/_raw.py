@@ -38,15 +38,8 @@ class RawResponse(ResponseInfo, Generic[_T]):
     __slots__ = ("_parsed",)
 
     def __init__(self, parsed: _T, info: ResponseInfo) -> None:
-        super().__init__(
-            info.status_code,
-            info._headers,
-            info._trace_id,
-            info.method,
-            info.url,
-            info.attempts,
-            info.elapsed,
-        )
+        # The answer's fields as it pickles them (headers and trace id already redacted).
+        super().__init__(*info.__reduce__()[1])
         self._parsed = parsed
 
     @property

@@ -138,9 +138,7 @@ class Tasks(Resource):
         the client.
         """
         return TaskSource(
-            fetch=self._fetch_once
-            if options is NO_OPTIONS
-            else functools.partial(self._fetch_once, options=options),
+            fetch=functools.partial(self._fetch_once, options=options),
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
             backoff=self._transport.backoff,
