@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -47,7 +47,7 @@ class _Fatal:
 _Item = Task | TaskPollError | _Fatal
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
+def _resolve(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
@@ -273,10 +273,8 @@ class _Coordinator:
 
     def _limit(self) -> int:
         """Polls allowed in flight now: ``max_concurrency``, lowered by the client's pacing."""
-        limit = self._pacing.limit
-        if limit == math.inf:
-            return self._max_concurrency
-        return max(1, min(self._max_concurrency, int(limit)))
+        # The pacing's limit is ``inf`` when no 429 lowered it: ``min`` first, then ``int``.
+        return max(1, int(min(self._max_concurrency, self._pacing.limit)))
 
     def _ready_in(self, now: float) -> float:
         """Seconds until a poll may be sent (0: now); ``inf`` when waiting for an event.
@@ -308,8 +306,9 @@ class _Coordinator:
         Ids due within ``early`` seconds are sent together, a little early, so that the loop
         wakes once for them rather than once each.
         """
-        counts = self._counts
-        while (counts.pending > 0 or self._open) and self._fatal is None and not self._stopped:
+        while (
+            (self._counts.pending > 0 or self._open) and self._fatal is None and not self._stopped
+        ):
             now = loop.time()
             wait = self._ready_in(now)
             if wait <= 0:
@@ -329,8 +328,7 @@ class _Coordinator:
                     handle.cancel()
         self._closing = True
         for idle in self._idle:
-            if not idle.done():
-                idle.set_result(None)
+            _resolve(idle)
         self._idle.clear()
 
     def _send_due(self, now: float) -> None:
@@ -351,14 +349,12 @@ class _Coordinator:
             worker.set_result(state)
 
     async def _worker(self) -> None:
-        get = self._fetch
         loop = asyncio.get_running_loop()
-        idle = self._idle
         state: IdState | None = None
         while not self._closing:
             if state is None:
                 assigned: asyncio.Future[IdState | None] = loop.create_future()
-                idle.append(assigned)
+                self._idle.append(assigned)
                 if self._need_worker:
                     self._wake()
                 state = await assigned
@@ -366,7 +362,7 @@ class _Coordinator:
                     return
             sent = loop.time()
             try:
-                task = await get(state.task_id)
+                task = await self._fetch(state.task_id)
             except Exception as exc:
                 self._counts.in_flight -= 1
                 self._on_error(state, exc)
@@ -433,7 +429,11 @@ class _Coordinator:
                 logger.warning(
                     "gather_until_done: giving up on %s: %s", state.task_id, decision.detail
                 )
-            self._give_up(state, exc)
+            if self._return_exceptions:
+                self._complete(state, TaskPollError(state.task_id, exc))
+            else:
+                state.done = True
+                self._fail(exc)
             return
         self._counts.transient_errors += 1
         if isinstance(exc, RateLimitError):
@@ -459,10 +459,3 @@ class _Coordinator:
             )
         # Never due inside a 429's pause (the dispatcher would only hold it back).
         self._push(state, max(now + decision.delay, self._pacing.paused_until))
-
-    def _give_up(self, state: IdState, exc: Exception) -> None:
-        if self._return_exceptions:
-            self._complete(state, TaskPollError(state.task_id, exc))
-        else:
-            state.done = True
-            self._fail(exc)
