@@ -28,7 +28,7 @@ from ._cohorts import BatchSchedule, IdState
 from ._due import DueHeap
 from ._policy import PollPolicy
 from ._polling import TaskSource
-from ._progress import GatherCounts, GatherProgress, ProgressReporter
+from ._progress import GatherCounts, GatherProgress
 from ._schedule import FinishTimeMemory
 
 if TYPE_CHECKING:
@@ -78,7 +78,8 @@ class _Coordinator:
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
         self._policy = policy
-        self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
+        self._on_progress = on_progress
+        self._progress_interval = progress_interval
         self._rng = random.Random()
         self._counts = GatherCounts(total=0)
         # Scheduling.
@@ -185,8 +186,8 @@ class _Coordinator:
                         if self._stopped:
                             scope.cancel()
                         async with anyio.create_task_group() as tg:
-                            if self._progress.on_progress is not None:
-                                tg.start_soon(self._progress.tick)
+                            if self._on_progress is not None:
+                                tg.start_soon(self._tick)
                             async with anyio.create_task_group() as workers:
                                 workers_wanted = (
                                     self._max_concurrency
@@ -215,7 +216,7 @@ class _Coordinator:
             if self._fatal is None and timed_out and self._counts.pending > 0:
                 self._on_timeout(send)
             if self._fatal is None:
-                self._progress.report()  # the last call; it may still fail the gather
+                self._report()  # the last call; it may still fail the gather
             if self._fatal is not None:
                 send.send_nowait(_Fatal(self._fatal))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -259,6 +260,25 @@ class _Coordinator:
             paused=now < self._pacing.paused_until,
             elapsed=max(0.0, now - self._started),
         )
+
+    def _report(self) -> None:
+        """Call ``on_progress`` with a snapshot now (nothing without a callback).
+
+        A callback that raises fails the gather rather than being ignored.
+        """
+        if self._on_progress is None:
+            return
+        try:
+            self._on_progress(self.snapshot())
+        except Exception as exc:
+            logger.exception("gather_until_done: on_progress raised")
+            self._fail(exc)
+
+    async def _tick(self) -> None:
+        """Report every ``progress_interval`` seconds until cancelled."""
+        while True:
+            await anyio.sleep(self._progress_interval)
+            self._report()
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -411,7 +431,7 @@ class _Coordinator:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.stop()
             return
-        self._progress.report()
+        self._report()
 
     def _on_error(self, state: IdState, exc: Exception) -> None:
         if state.done:  # discarded while in flight
@@ -448,7 +468,7 @@ class _Coordinator:
                     paused_until - now,
                     self._limit(),
                 )
-                self._progress.report()
+                self._report()
         else:
             state.failures += 1
             logger.debug(

@@ -185,11 +185,10 @@ class GatherResults(Generic[_R_co]):
         if self._mode == "new":
             return
         with anyio.CancelScope(shield=True):
-            if self._mode == "background" and self._task is not None:
-                task = self._task
-                if not task.done():
-                    task.cancel()
-                    await asyncio.wait({task})
+            task = self._task
+            if task is not None and not task.done():  # the background runner
+                task.cancel()
+                await asyncio.wait({task})
             elif self._mode == "context" and self._tg is not None:
                 await self._core.finished.wait()
 
@@ -295,7 +294,7 @@ def gather_until_done(
     checks.positive("progress_interval", progress_interval)
     key_of = _class_keys(classes)
     source = source_of(client)
-    memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
+    memory = finish_times if finish_times is not None else source.finish_times
     coordinator = _Coordinator(
         source,
         timeout=timeout,

@@ -22,7 +22,7 @@ import attrs
 from .._contract._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
 from .._contract._models import Project, Task
 from .._http._pacing import Pacing, paced
-from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, RetryDecision, decide_retry
+from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, decide_retry
 from .._observe._hooks import EventHooks
 from .._observe._spans import end_wait, poll_event, wait_span
 from ._policy import DEFAULT_POLICY, PollPolicy, growth_interval
@@ -186,9 +186,22 @@ async def poll_until(
             try:
                 value = await fetch()
             except Exception as exc:
-                decision = _after_failure(exc, failures + 1, backoff, end, rng, what)
+                decision = decide_retry(
+                    exc,
+                    failures=failures + 1,
+                    policy=backoff,
+                    poll=True,
+                    remaining=end - anyio.current_time(),
+                    rng=rng,
+                )
                 if decision.delay is None:
+                    if decision.reason == "exhausted":
+                        logger.warning("%s: giving up: %s", what, decision.detail)
+                    if decision.reason != "too long":
+                        raise
+                    # The wait the failure asks for would pass the deadline.
                     raise timed_out(f": {decision.detail}") from exc
+                logger.debug("%s: %s; polling again in %.2fs", what, exc, decision.delay)
                 failures += not isinstance(exc, RateLimitError)
                 delay = decision.delay
                 continue
@@ -201,32 +214,6 @@ async def poll_until(
                 return value
             delay = gap(value)
     raise timed_out()
-
-
-def _after_failure(
-    exc: Exception,
-    failures: int,
-    backoff: BackoffPolicy,
-    end: float,
-    rng: random.Random,
-    what: str,
-) -> RetryDecision:
-    """The decision after a failed poll: raises ``exc`` unless it is a wait or "too long"."""
-    decision = decide_retry(
-        exc,
-        failures=failures,
-        policy=backoff,
-        poll=True,
-        remaining=end - anyio.current_time(),
-        rng=rng,
-    )
-    if decision.delay is None and decision.reason != "too long":
-        if decision.reason == "exhausted":
-            logger.warning("%s: giving up: %s", what, decision.detail)
-        raise exc
-    if decision.delay is not None:
-        logger.debug("%s: %s; polling again in %.2fs", what, exc, decision.delay)
-    return decision
 
 
 async def wait_on_source(

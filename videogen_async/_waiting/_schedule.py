@@ -124,7 +124,7 @@ class FinishSketch:
         if prior is not None:
             mass = sum(w for _, w in prior.bins)
             if mass > 0:
-                scale = min(float(prior.count), prior_weight) / mass
+                scale = min(prior.count, prior_weight) / mass
                 for index, weight in prior.bins:
                     if weight > 0:
                         self._bins[index] = self._bins.get(index, 0.0) + weight * scale
@@ -168,7 +168,8 @@ class FinishSketch:
             cumulative = self._cache = list(zip(indexes, sums, strict=True))
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
-        target = (min(max(q, 0.0), 1.0) - 1e-9) * self._total
+        # A ``q`` outside [0, 1] finds the first or the last bin, as its clamped value would.
+        target = (q - 1e-9) * self._total
         for index, running in cumulative:
             if running >= target:
                 return _lower(index) if q < 0.5 else _upper(index)
