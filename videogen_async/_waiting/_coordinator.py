@@ -77,7 +77,7 @@ class _Coordinator:
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
-        self._policy = policy
+        self._policy = policy  # the policy this gather runs on (inspectable)
         self._on_progress = on_progress
         self._progress_interval = progress_interval
         self._rng = random.Random()
@@ -352,21 +352,26 @@ class _Coordinator:
         self._idle.clear()
 
     def _send_due(self, now: float) -> None:
-        due_heap = self._due
         idle = self._idle
-        horizon = now + self._early
-        limit = self._limit()
-        while idle and self._counts.in_flight < limit:
-            due = due_heap.next_due()
-            if due is None or due > horizon:
-                break
-            worker = idle.pop()
-            if worker.done():  # its worker was cancelled (the gather is ending)
+        while idle:
+            if idle[-1].done():  # its worker was cancelled (the gather is ending)
+                idle.pop()
                 continue
-            state = due_heap.pop()
-            self._counts.sent()
+            state = self._pop_due(now + self._early)
+            if state is None:
+                break
             self._last_round = now
-            worker.set_result(state)
+            idle.pop().set_result(state)
+
+    def _pop_due(self, horizon: float) -> IdState | None:
+        """The id due by ``horizon``, counted as sent, if the concurrency limit allows a poll."""
+        if self._counts.in_flight >= self._limit():
+            return None
+        due = self._due.next_due()
+        if due is None or due > horizon:
+            return None
+        self._counts.sent()
+        return self._due.pop()
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -393,18 +398,9 @@ class _Coordinator:
                 self._wake()
                 state = None
             else:
-                state = self._take_overdue(loop.time())
-
-    def _take_overdue(self, now: float) -> IdState | None:
-        """The overdue id a worker that just finished may poll at once (a backlog), if any."""
-        if now < self._pacing.paused_until or self._counts.in_flight >= self._limit():
-            return None
-        due = self._due.next_due()
-        if due is None or due > now:
-            return None
-        state = self._due.pop()
-        self._counts.sent()
-        return state
+                # An overdue id (a backlog) is polled at once by the worker that just finished.
+                now = loop.time()
+                state = None if now < self._pacing.paused_until else self._pop_due(now)
 
     # -- results --------------------------------------------------------------------------------
 

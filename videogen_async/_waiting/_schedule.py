@@ -103,8 +103,6 @@ class FinishSketch:
     soon.
     """
 
-    __slots__ = ("_bins", "_cache", "_growth", "_step", "_total", "count", "high", "low")
-
     def __init__(
         self,
         *,
@@ -217,8 +215,6 @@ class ClassModel:
     The support starts at ``low_quantile`` and (once closed) ends at ``high_quantile``; the
     other arguments are those of :class:`FinishSketch`.
     """
-
-    __slots__ = ("_dirty", "_high_q", "_low_q", "_support", "_table", "remembered", "sketch")
 
     def __init__(
         self,
