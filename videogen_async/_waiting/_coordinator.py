@@ -129,10 +129,10 @@ class _Coordinator:
 
     def discard(self, task_id: str) -> bool:
         """Stop polling a pending id without yielding it; ``False`` when it is not pending."""
-        state = self.known.get(task_id)
+        # Forgotten: it may join again later (a finished id is forgotten too, as if it left).
+        state = self.known.pop(task_id, None)
         if state is None or state.done:
             return False
-        del self.known[task_id]  # forgotten: it may join again later
         state.done = True
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
@@ -224,24 +224,25 @@ class _Coordinator:
 
     def _on_timeout(self, send: MemoryObjectSendStream[_Item]) -> None:
         pending = tuple(s.task_id for s in self.known.values() if not s.done)
-        logger.info(
-            "gather_until_done: %d ids still pending after %ss", len(pending), self._timeout
-        )
+        timeout = self._timeout
+        logger.info("gather_until_done: %d ids still pending after %ss", len(pending), timeout)
         if not self._return_exceptions:
             self._fatal = WaitTimeoutError(
                 f"{len(pending)} of {self._counts.total} tasks were not terminal after"
-                f" {self._timeout:g} s",
+                f" {timeout:g} s",
                 pending=pending,
-                timeout=self._timeout,
+                timeout=timeout,
             )
             return
         for task_id in pending:
-            cause = WaitTimeoutError(
-                f"task {task_id} was not terminal after {self._timeout:g} s",
-                pending=(task_id,),
-                timeout=self._timeout,
+            error = TaskPollError(
+                task_id,
+                WaitTimeoutError(
+                    f"task {task_id} was not terminal after {timeout:g} s",
+                    pending=(task_id,),
+                    timeout=timeout,
+                ),
             )
-            error = TaskPollError(task_id, cause)
             self._counts.finished(error)
             send.send_nowait(error)
 

@@ -346,14 +346,15 @@ def _class_keys(
         find = classes
     else:
         raise checks.fail("classes", "must be a mapping of id to key, or a callable", classes)
-    return lambda task_id: _checked_key(task_id, find(task_id))
 
+    def key_of(task_id: str) -> object:
+        key = find(task_id)
+        try:
+            hash(key)
+        except TypeError:
+            raise checks.fail(
+                "classes", f"the class key of {task_id!r} must be hashable", key
+            ) from None
+        return key
 
-def _checked_key(task_id: str, key: object) -> object:
-    try:
-        hash(key)
-    except TypeError:
-        raise checks.fail(
-            "classes", f"the class key of {task_id!r} must be hashable", key
-        ) from None
-    return key
+    return key_of
