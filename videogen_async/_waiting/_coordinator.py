@@ -175,11 +175,11 @@ class _Coordinator:
             with send:
                 loop = asyncio.get_running_loop()
                 self._now = loop.time
-                now = loop.time()
-                self._started = now
+                self._started = now = loop.time()
                 deadline = math.inf if self._timeout is None else now + self._timeout
                 self.schedule.start(now, time.time() - now)
                 self._running = True
+                timed_out = False
                 try:
                     with anyio.CancelScope(deadline=deadline) as scope:
                         self._scope = scope
@@ -189,22 +189,21 @@ class _Coordinator:
                             if self._on_progress is not None:
                                 tg.start_soon(self._tick)
                             async with anyio.create_task_group() as workers:
-                                workers_wanted = (
+                                # No more workers than ids, unless more may join.
+                                for _ in range(
                                     self._max_concurrency
                                     if self._open
                                     else min(self._max_concurrency, self._counts.pending)
-                                )
-                                for _ in range(workers_wanted):
+                                ):
                                     workers.start_soon(self._worker)
                                 await self._dispatch(loop)
                             tg.cancel_scope.cancel()
+                    timed_out = scope.cancelled_caught
                 except Exception as exc:  # a bug: end the consumer's loop with it, not silently
                     logger.exception("gather_until_done: the coordinator failed")
                     self._fatal = exc
-                    self._finish(send, timed_out=False)
-                    return
                 self._scope = None
-                self._finish(send, timed_out=scope.cancelled_caught)
+                self._finish(send, timed_out=timed_out)
         finally:
             self._scope = None
             self.finished.set()

@@ -125,13 +125,12 @@ class GatherResults(Generic[_R_co]):
     async def __aexit__(self, *exc_info: object) -> bool | None:
         tg, self._tg = self._tg, None
         self._shutdown()
-        if tg is None:
-            return None
-        tg.cancel_scope.cancel()
-        # The block's own exception is not handed to the task group, which would wrap it in
-        # an exception group: the runner never raises, so the block's exception (or a
-        # cancellation from outside, re-raised by the task group) is the one that propagates.
-        await tg.__aexit__(None, None, None)
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            # The block's own exception is not handed to the task group, which would wrap it
+            # in an exception group: the runner never raises, so the block's exception (or a
+            # cancellation from outside, re-raised by the task group) is the one propagating.
+            await tg.__aexit__(None, None, None)
         return None
 
     def __aiter__(self) -> GatherResults[_R_co]:
