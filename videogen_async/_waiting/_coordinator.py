@@ -255,7 +255,9 @@ class _Coordinator:
 
     def snapshot(self) -> GatherProgress:
         now = self._now()
-        return self._counts.snapshot(
+        # The counts now, with what the coordinator knows of its pacing and its clock.
+        return GatherProgress(
+            **attrs.asdict(self._counts, recurse=False),
             concurrency_limit=self._limit(),
             paused=now < self._pacing.paused_until,
             elapsed=max(0.0, now - self._started),

@@ -80,12 +80,3 @@ class GatherCounts(_Counts):
             self.succeeded += 1
         else:
             self.failed += 1
-
-    def snapshot(self, *, concurrency_limit: int, paused: bool, elapsed: float) -> GatherProgress:
-        """The counts now, with what the coordinator knows of its pacing and its clock."""
-        return GatherProgress(
-            **attrs.asdict(self, recurse=False),
-            concurrency_limit=concurrency_limit,
-            paused=paused,
-            elapsed=elapsed,
-        )

@@ -235,13 +235,10 @@ class ClassModel:
         )
         self._low_q = low_quantile
         self._high_q = high_quantile
-        self._support: Support | None = None
-        self._dirty = True
 
     def add(self, duration: float) -> None:
         """Record one finished task's duration."""
         self.sketch.add(duration)
-        self._dirty = True
 
     def support(self, pending: int, older: Callable[[float], int] | None = None) -> Support | None:
         """The support, or ``None`` when nothing is known.
@@ -251,24 +248,18 @@ class ClassModel:
         counts them: durations known to be longer than their ages) than the ``1 -
         high_quantile`` share of the class allows: the finishes seen are then the short ones.
         """
-        if not self._dirty and older is None:
-            return self._support
+        # Computed on each call: its callers ask once per class and then only as tasks finish
+        # (never per poll), each time with new counts.
         sketch = self.sketch
         if sketch.weight <= 0:
-            self._support = None
-        else:
-            start = min(sketch.quantile(self._low_q), sketch.low)
-            end = math.inf
-            known = self.remembered or sketch.count >= max(3, pending)
-            if known:
-                end = max(sketch.quantile(self._high_q), sketch.high)
-                if older is not None:
-                    allowed = (1.0 - self._high_q) * (sketch.count + pending)
-                    if older(end) > allowed:
-                        end = math.inf
-            self._support = Support(start=start, end=end, samples=sketch.weight)
-        self._dirty = False
-        return self._support
+            return None
+        end = math.inf
+        if self.remembered or sketch.count >= max(3, pending):
+            end = max(sketch.quantile(self._high_q), sketch.high)
+            if older is not None and older(end) > (1.0 - self._high_q) * (sketch.count + pending):
+                end = math.inf
+        start = min(sketch.quantile(self._low_q), sketch.low)
+        return Support(start=start, end=end, samples=sketch.weight)
 
     def cdf(self, age: float) -> float:
         """The share of the class finished by ``age`` in what was remembered (0: nothing)."""
