@@ -115,7 +115,6 @@ class FinishSketch:
         self._step = 1.0  # the weight of the next observation
         self._bins: dict[int, float] = {}
         self._total = 0.0
-        self._cache: list[tuple[int, float]] | None = None
         self.count = 0  # own observations
         self.low = math.inf  # the shortest and longest own observations
         self.high = -math.inf
@@ -144,7 +143,6 @@ class FinishSketch:
         self.count += 1
         self.low = min(self.low, duration)
         self.high = max(self.high, duration)
-        self._cache = None
         if self._step > _RENORMALIZE:
             scale = 1.0 / self._step
             self._bins = {i: w * scale for i, w in self._bins.items() if w * scale > 1e-12}
@@ -159,19 +157,17 @@ class FinishSketch:
         """
         if self._total <= 0:
             return math.nan
-        cumulative = self._cache
-        if cumulative is None:
-            indexes = sorted(self._bins)
-            sums = itertools.accumulate(self._bins[index] for index in indexes)
-            cumulative = self._cache = list(zip(indexes, sums, strict=True))
+        # Not cached: asked a few times per recomputed support, never per poll.
+        indexes = sorted(self._bins)
+        sums = itertools.accumulate(self._bins[index] for index in indexes)
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
         # A ``q`` outside [0, 1] finds the first or the last bin, as its clamped value would.
         target = (q - 1e-9) * self._total
-        for index, running in cumulative:
+        for index, running in zip(indexes, sums, strict=True):
             if running >= target:
                 return _lower(index) if q < 0.5 else _upper(index)
-        return _upper(cumulative[-1][0])
+        return _upper(indexes[-1])
 
     def cdf_table(self) -> tuple[list[float], list[float], list[float], list[float]] | None:
         """The distribution as a table of its occupied bins (``None`` when empty).
