@@ -313,14 +313,11 @@ class _Coordinator:
         due = self._due.next_due()
         if due is None:
             return math.inf
-        if due > now:
-            # Wake at most once per `early` seconds, sending everything due before the next
-            # wake: a poll leaves up to `early` seconds before its time. An overdue id (a
-            # backlog) is sent at once.
-            wait = max(due - self._early, self._last_round + self._early) - now
-            if wait > 0:
-                return wait
-        return 0.0
+        if due <= now:  # an overdue id (a backlog) is sent at once
+            return 0.0
+        # Wake at most once per `early` seconds, sending everything due before the next
+        # wake: a poll leaves up to `early` seconds before its time.
+        return max(0.0, due - self._early - now, self._last_round + self._early - now)
 
     async def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand due ids to idle workers until every id is finished (the scheduler's loop).
