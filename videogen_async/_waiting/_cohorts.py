@@ -122,8 +122,9 @@ class BatchSchedule:
         # nothing known, every id also probes at first, fewer as time passes (`_PROBING`).
         support = klass.support
         cold = support is None
-        probes = probe_count(policy, len(klass.states), cold=cold)
-        probes -= probe_count(policy, before, cold=cold)
+        probes = probe_count(policy, len(klass.states), cold=cold) - probe_count(
+            policy, before, cold=cold
+        )
         for index, state in enumerate(states):
             state.probe = index < probes
             state.phase = rand()

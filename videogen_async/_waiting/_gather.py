@@ -195,18 +195,16 @@ class GatherResults(Generic[_R_co]):
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        receive = self._receive
-        if receive is not None:
-            receive.close()
+        if self._receive is not None:
+            self._receive.close()
         task = self._task
         if task is None:
             self._core.stop()
             return
-        if not task.done():
-            loop = task.get_loop()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self._core.stop)
-                loop.call_soon_threadsafe(task.cancel)
+        loop = task.get_loop()
+        if not task.done() and not loop.is_closed():  # stopped from the loop's own thread
+            loop.call_soon_threadsafe(self._core.stop)
+            loop.call_soon_threadsafe(task.cancel)
 
 
 @overload
@@ -319,14 +317,14 @@ def _new_states(
     """Checked states of the distinct ids not pending in ``known``, each with its class."""
     if isinstance(task_ids, str):
         raise checks.fail("task_ids", "must be an iterable of ids, not a single string")
-    made: dict[object, ClassState] = {}
+    made = dict(by_key)  # the gather's classes, and those its new ids bring
     new: dict[str, IdState] = {}
     for task_id in task_ids:
         check_id("task_id", task_id)
         former = known.get(task_id)
         if (former is None or former.done) and task_id not in new:
             key = key_of(task_id)
-            klass = by_key.get(key) or made.get(key)
+            klass = made.get(key)
             if klass is None:
                 klass = made[key] = ClassState(key)
             new[task_id] = IdState(task_id, klass)

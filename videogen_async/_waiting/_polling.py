@@ -173,13 +173,17 @@ async def poll_until(
     failures = 0  # transient failures in a row, 429s apart (the pacing answers those)
 
     def timed_out(why: str = "") -> WaitTimeoutError:
-        text = f"{what} was not done after {timeout:g} s{why}"
-        return WaitTimeoutError(text, last=last, pending=(pending or what,), timeout=timeout)
+        return WaitTimeoutError(
+            f"{what} was not done after {timeout:g} s{why}",
+            last=last,
+            pending=(pending or what,),
+            timeout=timeout,
+        )
 
     def gap(value: _T) -> float:
         return growth_interval(policy, age_of(value, anyio.current_time() - start), rng.random())
 
-    with anyio.move_on_after(end - start):
+    with anyio.move_on_after(timeout):  # None: no deadline
         delay = policy.first_delay if after is None else gap(after)
         while True:
             await anyio.sleep(delay)
