@@ -230,7 +230,7 @@ class BatchSchedule:
             low = max(self._skew_low, low)
             high = min(self._skew_high, high)
         self._skew_low, self._skew_high = low, high
-        self._skew = min(max(0.0, self._skew_low), self._skew_high)
+        self._skew = min(max(0.0, low), high)
         self._saw_age(self.age(state, now) - (now - self._started), now)
         model.add(finished_ts - task.created_at.timestamp())
         klass.learned += 1
@@ -273,7 +273,7 @@ class BatchSchedule:
         interval = self._policy.dense_interval
         start = support.start
         for state in klass.states:
-            if state.done or state.entry < 0:
+            if state.entry < 0:  # in flight or done (a done id has no live entry)
                 continue
             age = self.age(state, now) if state.created == state.created else assumed
             wait = start - state.phase * interval - age

@@ -321,17 +321,16 @@ def batch_gap(
     service's clock; growing gaps use ``min(age, elapsed)``. See ``docs/waiting.md``.
     """
     interval = policy.dense_interval
-    local_age = max(0.0, min(age, elapsed))
     if support is None:
-        if probe or probing:
-            return interval * (1.0 - policy.jitter * rand)
-        return min(policy.sparse_cap, policy.max_interval * 2.0) * (1.0 - policy.jitter * rand)
+        wait = interval if probe or probing else min(policy.sparse_cap, policy.max_interval * 2.0)
+        return wait * (1.0 - policy.jitter * rand)
     start = support.start - phase * interval
     if age < start:
-        wait = min(policy.sparse_cap, start - age)
+        wait = min(policy.sparse_cap, start - age)  # > 0
         if probe:  # a probe keeps looking on the growing schedule: the service may be faster
-            wait = min(wait, max(policy.min_interval, local_age * policy.sparse_growth))
-        return max(0.0, wait)
+            # (A negative age gives ``min_interval``, as an age of 0 would.)
+            wait = min(wait, max(policy.min_interval, min(age, elapsed) * policy.sparse_growth))
+        return wait
     past = overdue_after(support.start, support.end, interval)
     if age <= past:
         return interval if dense is None else min(interval, dense)
