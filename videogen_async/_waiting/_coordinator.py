@@ -110,8 +110,7 @@ class _Coordinator:
     # -- life cycle -----------------------------------------------------------------------------
 
     def open_stream(self) -> MemoryObjectReceiveStream[_Item]:
-        send, receive = anyio.create_memory_object_stream[_Item](math.inf)
-        self._send = send
+        self._send, receive = anyio.create_memory_object_stream[_Item](math.inf)
         return receive
 
     def add(self, states: list[IdState]) -> None:

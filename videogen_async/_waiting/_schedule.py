@@ -26,16 +26,9 @@ _FLOOR = 0.05  # durations below this share the first bin
 _RENORMALIZE = 1e150
 
 
-def _bin(duration: float) -> int:
-    return math.floor(math.log(max(duration, _FLOOR)) / _LOG_RATIO)
-
-
-def _lower(index: int) -> float:
-    return _RATIO**index
-
-
 def _upper(index: int) -> float:
-    return _lower(index + 1)
+    """The upper edge of bin ``index`` (its lower edge: ``_RATIO**index``)."""
+    return _RATIO ** (index + 1)
 
 
 @attrs.frozen
@@ -136,7 +129,7 @@ class FinishSketch:
         """Record one finished task's duration (seconds)."""
         if math.isnan(duration):
             return
-        index = _bin(duration)
+        index = math.floor(math.log(max(duration, _FLOOR)) / _LOG_RATIO)
         self._bins[index] = self._bins.get(index, 0.0) + self._step
         self._total += self._step
         self._step *= self._growth
@@ -166,7 +159,7 @@ class FinishSketch:
         target = (q - 1e-9) * self._total
         for index, running in zip(indexes, sums, strict=True):
             if running >= target:
-                return _lower(index) if q < 0.5 else _upper(index)
+                return _RATIO**index if q < 0.5 else _upper(index)
         return _upper(indexes[-1])
 
     def cdf_table(self) -> tuple[list[float], list[float], list[float], list[float]] | None:
@@ -180,7 +173,7 @@ class FinishSketch:
         indexes = sorted(self._bins)
         shares = [self._bins[index] / self._total for index in indexes]
         below = list(itertools.accumulate(shares[:-1], initial=0.0))
-        return [_lower(i) for i in indexes], [_upper(i) for i in indexes], below, shares
+        return [_RATIO**i for i in indexes], [_upper(i) for i in indexes], below, shares
 
     def snapshot(self) -> FinishTimeStats:
         """An immutable summary (weights relative to the newest observation)."""
