@@ -137,8 +137,14 @@ class GatherResults(Generic[_R_co]):
         return self
 
     async def __anext__(self) -> _R_co:
-        if self._mode == "new" and not self._closed:
-            self._start_background()
+        if self._mode == "new" and not self._closed:  # a plain `async for`: start a runner
+            self._mode = "background"
+            self._receive = self._core.open_stream()
+            self._task = asyncio.get_running_loop().create_task(
+                self._core.run(), name="videogen_async.gather_until_done"
+            )
+            _BACKGROUND.add(self._task)
+            self._task.add_done_callback(_BACKGROUND.discard)
         receive = self._receive
         if self._closed or receive is None:
             raise StopAsyncIteration
@@ -157,16 +163,6 @@ class GatherResults(Generic[_R_co]):
             await self.aclose()
             raise item.error
         return cast("_R_co", item)  # a TaskPollError comes only with return_exceptions=True
-
-    def _start_background(self) -> None:
-        self._mode = "background"
-        self._receive = self._core.open_stream()
-        task = asyncio.get_running_loop().create_task(
-            self._core.run(), name="videogen_async.gather_until_done"
-        )
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
-        self._task = task
 
     def _shutdown(self) -> None:
         """Stop polling and close the consumer's end (synchronous; safe in ``__del__``)."""
