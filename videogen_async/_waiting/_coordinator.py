@@ -104,7 +104,6 @@ class _Coordinator:
         self._stopped = False
         self._open = open_ended  # ids may still join (`add`) until `end_input`
         self._open_ended = open_ended
-        self._running = False
         self.finished = anyio.Event()
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -119,7 +118,7 @@ class _Coordinator:
             self.known[state.task_id] = state
         self._counts.total += len(states)
         self._counts.pending += len(states)
-        if self._running:
+        if self._started < math.inf:  # running: the schedule has started
             self.schedule.add(states, self._now())
             return
         for state in states:  # not started: `BatchSchedule.start` schedules them
@@ -177,7 +176,6 @@ class _Coordinator:
                 self._started = now = loop.time()
                 deadline = math.inf if self._timeout is None else now + self._timeout
                 self.schedule.start(now, time.time() - now)
-                self._running = True
                 timed_out = False
                 try:
                     with anyio.CancelScope(deadline=deadline) as scope:
@@ -334,8 +332,8 @@ class _Coordinator:
                 continue
             waiter = loop.create_future()
             self._waiter = waiter
-            self._wake_at = now + wait
-            handle = None if wait == math.inf else loop.call_at(now + wait, _resolve, waiter)
+            self._wake_at = wake = now + wait
+            handle = None if wait == math.inf else loop.call_at(wake, _resolve, waiter)
             try:
                 await waiter
             finally:

@@ -80,8 +80,11 @@ class PollPolicy:
 
     def __attrs_post_init__(self) -> None:
         if self.max_interval < self.min_interval:
-            rule = f"must be >= min_interval ({self.min_interval:g})"
-            raise fail("max_interval", rule, self.max_interval)
+            raise fail(
+                "max_interval",
+                f"must be >= min_interval ({self.min_interval:g})",
+                self.max_interval,
+            )
 
 
 DEFAULT_POLICY = PollPolicy()

@@ -259,8 +259,7 @@ class ClassModel:
         j = bisect_right(lows, age) - 1
         if j < 0:
             return 0.0
-        inside = (age - lows[j]) / (highs[j] - lows[j])
-        return below[j] + shares[j] * min(1.0, inside)
+        return below[j] + shares[j] * min(1.0, (age - lows[j]) / (highs[j] - lows[j]))
 
     def gap(self, age: float, interval: float) -> float:
         """The gap inside the support at ``age``: ``interval``, shorter where finishes crowd.
@@ -269,9 +268,7 @@ class ClassModel:
         ``interval``) the gap shrinks as ``1 / sqrt(hazard)``, the spacing that minimises the
         expected lag for a number of polls.
         """
-        if self._table is None:
-            return interval
-        window = 0.25 * interval
+        window = 0.25 * interval  # (nothing remembered: ``cdf`` is 0, the gap ``interval``)
         done = self.cdf(age)
         alive = 1.0 - done
         if alive <= 1e-9:
