@@ -184,7 +184,7 @@ class GatherResults(Generic[_R_co]):
             if task is not None and not task.done():  # the background runner
                 task.cancel()
                 await asyncio.wait({task})
-            elif self._mode == "context" and self._tg is not None:
+            elif self._tg is not None:  # inside the `async with` block
                 await self._core.finished.wait()
 
     def __del__(self) -> None:

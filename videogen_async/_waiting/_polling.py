@@ -95,11 +95,10 @@ def source_of(client: object) -> TaskSource:
         source = own()
         if isinstance(source, TaskSource):
             return source
-    view = client.with_options(max_retries=0)  # type: ignore[attr-defined]
     policy = getattr(client, "poll_policy", None)
     backoff = getattr(client, "backoff", None)
     return TaskSource(
-        fetch=view.tasks.get,
+        fetch=client.with_options(max_retries=0).tasks.get,  # type: ignore[attr-defined]
         poll_policy=policy if isinstance(policy, PollPolicy) else None,
         backoff=backoff if isinstance(backoff, BackoffPolicy) else DEFAULT_BACKOFF,
         finish_times=getattr(client, "finish_times", None),
