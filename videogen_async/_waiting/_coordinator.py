@@ -390,13 +390,12 @@ class _Coordinator:
             else:
                 self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
+            state = None
             if self._counts.pending <= 0 or self._fatal is not None:
                 self._wake()
-                state = None
-            else:
+            elif (now := loop.time()) >= self._pacing.paused_until:
                 # An overdue id (a backlog) is polled at once by the worker that just finished.
-                now = loop.time()
-                state = None if now < self._pacing.paused_until else self._pop_due(now)
+                state = self._pop_due(now)
 
     # -- results --------------------------------------------------------------------------------
 

@@ -131,10 +131,6 @@ def on_read(
     return seen
 
 
-def _seconds_waited(_value: object, elapsed: float) -> float:
-    return elapsed
-
-
 async def poll_until(
     fetch: Callable[[], Awaitable[_T]],
     done: Callable[[_T], bool],
@@ -144,7 +140,7 @@ async def poll_until(
     what: str,
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
     on_value: Callable[[_T], Awaitable[object]] | None = None,
-    age_of: Callable[[_T, float], float] = _seconds_waited,
+    age_of: Callable[[_T, float], float] = lambda _value, elapsed: elapsed,
     pending: str | None = None,
     after: _T | None = None,
 ) -> _T:
