@@ -122,8 +122,9 @@ class BatchSchedule:
         # nothing known, every id also probes at first, fewer as time passes (`_PROBING`).
         support = klass.support
         cold = support is None
-        probes = probe_count(policy, len(klass.states), cold=cold)
-        probes -= probe_count(policy, before, cold=cold)
+        probes = probe_count(policy, len(klass.states), cold=cold) - probe_count(
+            policy, before, cold=cold
+        )
         for index, state in enumerate(states):
             state.probe = index < probes
             state.phase = rand()
@@ -177,8 +178,7 @@ class BatchSchedule:
             return growth_interval(policy, min(age, elapsed), self._rng.random())
         self._saw_age(age - elapsed, now)
         support = state.klass.support
-        model = state.klass.model
-        dense = None if support is None or model is None else model.gap(age, policy.dense_interval)
+        model = state.klass.model  # not None: the policy is adaptive
         # The dispatcher sends a poll up to `coalesce` seconds before it is due, so no gap
         # from an answer to the next send is longer than this, a loop's sleep: the longest
         # gap sets the tail of the lag (the mean gap is shorter by half of `coalesce`).
@@ -192,7 +192,8 @@ class BatchSchedule:
             # first, when a finish would be early, few later), so that few ids finish before
             # the first finish is seen, whenever it comes (see `_PROBING`).
             probing=support is None and state.rank * elapsed < _PROBING * policy.dense_interval,
-            dense=dense,
+            # Where finishes crowd (``batch_gap`` reads it only inside a support).
+            dense=None if model is None else model.gap(age, policy.dense_interval),
             rand=self._rng.random(),
             phase=state.phase,
         )
@@ -224,13 +225,12 @@ class BatchSchedule:
         # Bracket (local wall - server) between the last pending poll and this answer.
         high = now + self.wall_offset - finished_ts
         low = state.sent - finished_ts if state.sent == state.sent else -math.inf
-        if high < self._skew_low or low > self._skew_high:  # a clock jumped: start over
-            self._skew_low = low
-            self._skew_high = high
-        else:
-            self._skew_low = max(self._skew_low, low)
-            self._skew_high = min(self._skew_high, high)
-        self._skew = min(max(0.0, self._skew_low), self._skew_high)
+        # Narrowed while the brackets overlap; a clock that jumped starts them over.
+        if high >= self._skew_low and low <= self._skew_high:
+            low = max(self._skew_low, low)
+            high = min(self._skew_high, high)
+        self._skew_low, self._skew_high = low, high
+        self._skew = min(max(0.0, low), high)
         self._saw_age(self.age(state, now) - (now - self._started), now)
         model.add(finished_ts - task.created_at.timestamp())
         klass.learned += 1
@@ -273,7 +273,7 @@ class BatchSchedule:
         interval = self._policy.dense_interval
         start = support.start
         for state in klass.states:
-            if state.done or state.entry < 0:
+            if state.entry < 0:  # in flight or done (a done id has no live entry)
                 continue
             age = self.age(state, now) if state.created == state.created else assumed
             wait = start - state.phase * interval - age

@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -28,7 +28,7 @@ from ._cohorts import BatchSchedule, IdState
 from ._due import DueHeap
 from ._policy import PollPolicy
 from ._polling import TaskSource
-from ._progress import GatherCounts, GatherProgress, ProgressReporter
+from ._progress import GatherCounts, GatherProgress
 from ._schedule import FinishTimeMemory
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class _Fatal:
 _Item = Task | TaskPollError | _Fatal
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
+def _resolve(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
@@ -77,8 +77,9 @@ class _Coordinator:
         self._timeout = timeout
         self._max_concurrency = max_concurrency
         self._return_exceptions = return_exceptions
-        self._policy = policy
-        self._progress = ProgressReporter(on_progress, progress_interval, self.snapshot, self._fail)
+        self._policy = policy  # the policy this gather runs on (inspectable)
+        self._on_progress = on_progress
+        self._progress_interval = progress_interval
         self._rng = random.Random()
         self._counts = GatherCounts(total=0)
         # Scheduling.
@@ -103,14 +104,12 @@ class _Coordinator:
         self._stopped = False
         self._open = open_ended  # ids may still join (`add`) until `end_input`
         self._open_ended = open_ended
-        self._running = False
         self.finished = anyio.Event()
 
     # -- life cycle -----------------------------------------------------------------------------
 
     def open_stream(self) -> MemoryObjectReceiveStream[_Item]:
-        send, receive = anyio.create_memory_object_stream[_Item](math.inf)
-        self._send = send
+        self._send, receive = anyio.create_memory_object_stream[_Item](math.inf)
         return receive
 
     def add(self, states: list[IdState]) -> None:
@@ -119,7 +118,7 @@ class _Coordinator:
             self.known[state.task_id] = state
         self._counts.total += len(states)
         self._counts.pending += len(states)
-        if self._running:
+        if self._started < math.inf:  # running: the schedule has started
             self.schedule.add(states, self._now())
             return
         for state in states:  # not started: `BatchSchedule.start` schedules them
@@ -128,10 +127,10 @@ class _Coordinator:
 
     def discard(self, task_id: str) -> bool:
         """Stop polling a pending id without yielding it; ``False`` when it is not pending."""
-        state = self.known.get(task_id)
+        # Forgotten: it may join again later (a finished id is forgotten too, as if it left).
+        state = self.known.pop(task_id, None)
         if state is None or state.done:
             return False
-        del self.known[task_id]  # forgotten: it may join again later
         state.done = True
         state.entry = -2  # its heap entry, if any, is stale from now on
         state.klass.pending -= 1
@@ -174,36 +173,34 @@ class _Coordinator:
             with send:
                 loop = asyncio.get_running_loop()
                 self._now = loop.time
-                now = loop.time()
-                self._started = now
+                self._started = now = loop.time()
                 deadline = math.inf if self._timeout is None else now + self._timeout
                 self.schedule.start(now, time.time() - now)
-                self._running = True
+                timed_out = False
                 try:
                     with anyio.CancelScope(deadline=deadline) as scope:
                         self._scope = scope
                         if self._stopped:
                             scope.cancel()
                         async with anyio.create_task_group() as tg:
-                            if self._progress.on_progress is not None:
-                                tg.start_soon(self._progress.tick)
+                            if self._on_progress is not None:
+                                tg.start_soon(self._tick)
                             async with anyio.create_task_group() as workers:
-                                workers_wanted = (
+                                # No more workers than ids, unless more may join.
+                                for _ in range(
                                     self._max_concurrency
                                     if self._open
                                     else min(self._max_concurrency, self._counts.pending)
-                                )
-                                for _ in range(workers_wanted):
+                                ):
                                     workers.start_soon(self._worker)
                                 await self._dispatch(loop)
                             tg.cancel_scope.cancel()
+                    timed_out = scope.cancelled_caught
                 except Exception as exc:  # a bug: end the consumer's loop with it, not silently
                     logger.exception("gather_until_done: the coordinator failed")
                     self._fatal = exc
-                    self._finish(send, timed_out=False)
-                    return
                 self._scope = None
-                self._finish(send, timed_out=scope.cancelled_caught)
+                self._finish(send, timed_out=timed_out)
         finally:
             self._scope = None
             self.finished.set()
@@ -215,7 +212,7 @@ class _Coordinator:
             if self._fatal is None and timed_out and self._counts.pending > 0:
                 self._on_timeout(send)
             if self._fatal is None:
-                self._progress.report()  # the last call; it may still fail the gather
+                self._report()  # the last call; it may still fail the gather
             if self._fatal is not None:
                 send.send_nowait(_Fatal(self._fatal))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -223,24 +220,25 @@ class _Coordinator:
 
     def _on_timeout(self, send: MemoryObjectSendStream[_Item]) -> None:
         pending = tuple(s.task_id for s in self.known.values() if not s.done)
-        logger.info(
-            "gather_until_done: %d ids still pending after %ss", len(pending), self._timeout
-        )
+        timeout = self._timeout
+        logger.info("gather_until_done: %d ids still pending after %ss", len(pending), timeout)
         if not self._return_exceptions:
             self._fatal = WaitTimeoutError(
                 f"{len(pending)} of {self._counts.total} tasks were not terminal after"
-                f" {self._timeout:g} s",
+                f" {timeout:g} s",
                 pending=pending,
-                timeout=self._timeout,
+                timeout=timeout,
             )
             return
         for task_id in pending:
-            cause = WaitTimeoutError(
-                f"task {task_id} was not terminal after {self._timeout:g} s",
-                pending=(task_id,),
-                timeout=self._timeout,
+            error = TaskPollError(
+                task_id,
+                WaitTimeoutError(
+                    f"task {task_id} was not terminal after {timeout:g} s",
+                    pending=(task_id,),
+                    timeout=timeout,
+                ),
             )
-            error = TaskPollError(task_id, cause)
             self._counts.finished(error)
             send.send_nowait(error)
 
@@ -254,11 +252,32 @@ class _Coordinator:
 
     def snapshot(self) -> GatherProgress:
         now = self._now()
-        return self._counts.snapshot(
+        # The counts now, with what the coordinator knows of its pacing and its clock.
+        return GatherProgress(
+            **attrs.asdict(self._counts, recurse=False),
             concurrency_limit=self._limit(),
             paused=now < self._pacing.paused_until,
             elapsed=max(0.0, now - self._started),
         )
+
+    def _report(self) -> None:
+        """Call ``on_progress`` with a snapshot now (nothing without a callback).
+
+        A callback that raises fails the gather rather than being ignored.
+        """
+        if self._on_progress is None:
+            return
+        try:
+            self._on_progress(self.snapshot())
+        except Exception as exc:
+            logger.exception("gather_until_done: on_progress raised")
+            self._fail(exc)
+
+    async def _tick(self) -> None:
+        """Report every ``progress_interval`` seconds until cancelled."""
+        while True:
+            await anyio.sleep(self._progress_interval)
+            self._report()
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -273,10 +292,8 @@ class _Coordinator:
 
     def _limit(self) -> int:
         """Polls allowed in flight now: ``max_concurrency``, lowered by the client's pacing."""
-        limit = self._pacing.limit
-        if limit == math.inf:
-            return self._max_concurrency
-        return max(1, min(self._max_concurrency, int(limit)))
+        # The pacing's limit is ``inf`` when no 429 lowered it: ``min`` first, then ``int``.
+        return max(1, int(min(self._max_concurrency, self._pacing.limit)))
 
     def _ready_in(self, now: float) -> float:
         """Seconds until a poll may be sent (0: now); ``inf`` when waiting for an event.
@@ -293,14 +310,11 @@ class _Coordinator:
         due = self._due.next_due()
         if due is None:
             return math.inf
-        if due > now:
-            # Wake at most once per `early` seconds, sending everything due before the next
-            # wake: a poll leaves up to `early` seconds before its time. An overdue id (a
-            # backlog) is sent at once.
-            wait = max(due - self._early, self._last_round + self._early) - now
-            if wait > 0:
-                return wait
-        return 0.0
+        if due <= now:  # an overdue id (a backlog) is sent at once
+            return 0.0
+        # Wake at most once per `early` seconds, sending everything due before the next
+        # wake: a poll leaves up to `early` seconds before its time.
+        return max(0.0, due - self._early - now, self._last_round + self._early - now)
 
     async def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand due ids to idle workers until every id is finished (the scheduler's loop).
@@ -308,8 +322,9 @@ class _Coordinator:
         Ids due within ``early`` seconds are sent together, a little early, so that the loop
         wakes once for them rather than once each.
         """
-        counts = self._counts
-        while (counts.pending > 0 or self._open) and self._fatal is None and not self._stopped:
+        while (
+            (self._counts.pending > 0 or self._open) and self._fatal is None and not self._stopped
+        ):
             now = loop.time()
             wait = self._ready_in(now)
             if wait <= 0:
@@ -317,8 +332,8 @@ class _Coordinator:
                 continue
             waiter = loop.create_future()
             self._waiter = waiter
-            self._wake_at = now + wait
-            handle = None if wait == math.inf else loop.call_at(now + wait, _resolve, waiter)
+            self._wake_at = wake = now + wait
+            handle = None if wait == math.inf else loop.call_at(wake, _resolve, waiter)
             try:
                 await waiter
             finally:
@@ -329,36 +344,38 @@ class _Coordinator:
                     handle.cancel()
         self._closing = True
         for idle in self._idle:
-            if not idle.done():
-                idle.set_result(None)
+            _resolve(idle)
         self._idle.clear()
 
     def _send_due(self, now: float) -> None:
-        due_heap = self._due
         idle = self._idle
-        horizon = now + self._early
-        limit = self._limit()
-        while idle and self._counts.in_flight < limit:
-            due = due_heap.next_due()
-            if due is None or due > horizon:
-                break
-            worker = idle.pop()
-            if worker.done():  # its worker was cancelled (the gather is ending)
+        while idle:
+            if idle[-1].done():  # its worker was cancelled (the gather is ending)
+                idle.pop()
                 continue
-            state = due_heap.pop()
-            self._counts.sent()
+            state = self._pop_due(now + self._early)
+            if state is None:
+                break
             self._last_round = now
-            worker.set_result(state)
+            idle.pop().set_result(state)
+
+    def _pop_due(self, horizon: float) -> IdState | None:
+        """The id due by ``horizon``, counted as sent, if the concurrency limit allows a poll."""
+        if self._counts.in_flight >= self._limit():
+            return None
+        due = self._due.next_due()
+        if due is None or due > horizon:
+            return None
+        self._counts.sent()
+        return self._due.pop()
 
     async def _worker(self) -> None:
-        get = self._fetch
         loop = asyncio.get_running_loop()
-        idle = self._idle
         state: IdState | None = None
         while not self._closing:
             if state is None:
                 assigned: asyncio.Future[IdState | None] = loop.create_future()
-                idle.append(assigned)
+                self._idle.append(assigned)
                 if self._need_worker:
                     self._wake()
                 state = await assigned
@@ -366,29 +383,19 @@ class _Coordinator:
                     return
             sent = loop.time()
             try:
-                task = await get(state.task_id)
+                task = await self._fetch(state.task_id)
             except Exception as exc:
                 self._counts.in_flight -= 1
                 self._on_error(state, exc)
             else:
                 self._counts.in_flight -= 1
                 self._on_task(state, task, sent)
+            state = None
             if self._counts.pending <= 0 or self._fatal is not None:
                 self._wake()
-                state = None
-            else:
-                state = self._take_overdue(loop.time())
-
-    def _take_overdue(self, now: float) -> IdState | None:
-        """The overdue id a worker that just finished may poll at once (a backlog), if any."""
-        if now < self._pacing.paused_until or self._counts.in_flight >= self._limit():
-            return None
-        due = self._due.next_due()
-        if due is None or due > now:
-            return None
-        state = self._due.pop()
-        self._counts.sent()
-        return state
+            elif (now := loop.time()) >= self._pacing.paused_until:
+                # An overdue id (a backlog) is polled at once by the worker that just finished.
+                state = self._pop_due(now)
 
     # -- results --------------------------------------------------------------------------------
 
@@ -415,7 +422,7 @@ class _Coordinator:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self.stop()
             return
-        self._progress.report()
+        self._report()
 
     def _on_error(self, state: IdState, exc: Exception) -> None:
         if state.done:  # discarded while in flight
@@ -433,7 +440,11 @@ class _Coordinator:
                 logger.warning(
                     "gather_until_done: giving up on %s: %s", state.task_id, decision.detail
                 )
-            self._give_up(state, exc)
+            if self._return_exceptions:
+                self._complete(state, TaskPollError(state.task_id, exc))
+            else:
+                state.done = True
+                self._fail(exc)
             return
         self._counts.transient_errors += 1
         if isinstance(exc, RateLimitError):
@@ -448,7 +459,7 @@ class _Coordinator:
                     paused_until - now,
                     self._limit(),
                 )
-                self._progress.report()
+                self._report()
         else:
             state.failures += 1
             logger.debug(
@@ -459,10 +470,3 @@ class _Coordinator:
             )
         # Never due inside a 429's pause (the dispatcher would only hold it back).
         self._push(state, max(now + decision.delay, self._pacing.paused_until))
-
-    def _give_up(self, state: IdState, exc: Exception) -> None:
-        if self._return_exceptions:
-            self._complete(state, TaskPollError(state.task_id, exc))
-        else:
-            state.done = True
-            self._fail(exc)

@@ -125,21 +125,26 @@ class GatherResults(Generic[_R_co]):
     async def __aexit__(self, *exc_info: object) -> bool | None:
         tg, self._tg = self._tg, None
         self._shutdown()
-        if tg is None:
-            return None
-        tg.cancel_scope.cancel()
-        # The block's own exception is not handed to the task group, which would wrap it in
-        # an exception group: the runner never raises, so the block's exception (or a
-        # cancellation from outside, re-raised by the task group) is the one that propagates.
-        await tg.__aexit__(None, None, None)
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            # The block's own exception is not handed to the task group, which would wrap it
+            # in an exception group: the runner never raises, so the block's exception (or a
+            # cancellation from outside, re-raised by the task group) is the one propagating.
+            await tg.__aexit__(None, None, None)
         return None
 
     def __aiter__(self) -> GatherResults[_R_co]:
         return self
 
     async def __anext__(self) -> _R_co:
-        if self._mode == "new" and not self._closed:
-            self._start_background()
+        if self._mode == "new" and not self._closed:  # a plain `async for`: start a runner
+            self._mode = "background"
+            self._receive = self._core.open_stream()
+            self._task = asyncio.get_running_loop().create_task(
+                self._core.run(), name="videogen_async.gather_until_done"
+            )
+            _BACKGROUND.add(self._task)
+            self._task.add_done_callback(_BACKGROUND.discard)
         receive = self._receive
         if self._closed or receive is None:
             raise StopAsyncIteration
@@ -159,16 +164,6 @@ class GatherResults(Generic[_R_co]):
             raise item.error
         return cast("_R_co", item)  # a TaskPollError comes only with return_exceptions=True
 
-    def _start_background(self) -> None:
-        self._mode = "background"
-        self._receive = self._core.open_stream()
-        task = asyncio.get_running_loop().create_task(
-            self._core.run(), name="videogen_async.gather_until_done"
-        )
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
-        self._task = task
-
     def _shutdown(self) -> None:
         """Stop polling and close the consumer's end (synchronous; safe in ``__del__``)."""
         self._closed = True
@@ -185,30 +180,27 @@ class GatherResults(Generic[_R_co]):
         if self._mode == "new":
             return
         with anyio.CancelScope(shield=True):
-            if self._mode == "background" and self._task is not None:
-                task = self._task
-                if not task.done():
-                    task.cancel()
-                    await asyncio.wait({task})
-            elif self._mode == "context" and self._tg is not None:
+            task = self._task
+            if task is not None and not task.done():  # the background runner
+                task.cancel()
+                await asyncio.wait({task})
+            elif self._tg is not None:  # inside the `async with` block
                 await self._core.finished.wait()
 
     def __del__(self) -> None:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        receive = self._receive
-        if receive is not None:
-            receive.close()
+        if self._receive is not None:
+            self._receive.close()
         task = self._task
         if task is None:
             self._core.stop()
             return
-        if not task.done():
-            loop = task.get_loop()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(self._core.stop)
-                loop.call_soon_threadsafe(task.cancel)
+        loop = task.get_loop()
+        if not task.done() and not loop.is_closed():  # stopped from the loop's own thread
+            loop.call_soon_threadsafe(self._core.stop)
+            loop.call_soon_threadsafe(task.cancel)
 
 
 @overload
@@ -295,7 +287,7 @@ def gather_until_done(
     checks.positive("progress_interval", progress_interval)
     key_of = _class_keys(classes)
     source = source_of(client)
-    memory = finish_times if finish_times is not None else getattr(source, "finish_times", None)
+    memory = finish_times if finish_times is not None else source.finish_times
     coordinator = _Coordinator(
         source,
         timeout=timeout,
@@ -321,14 +313,14 @@ def _new_states(
     """Checked states of the distinct ids not pending in ``known``, each with its class."""
     if isinstance(task_ids, str):
         raise checks.fail("task_ids", "must be an iterable of ids, not a single string")
-    made: dict[object, ClassState] = {}
+    made = dict(by_key)  # the gather's classes, and those its new ids bring
     new: dict[str, IdState] = {}
     for task_id in task_ids:
         check_id("task_id", task_id)
         former = known.get(task_id)
         if (former is None or former.done) and task_id not in new:
             key = key_of(task_id)
-            klass = by_key.get(key) or made.get(key)
+            klass = made.get(key)
             if klass is None:
                 klass = made[key] = ClassState(key)
             new[task_id] = IdState(task_id, klass)
@@ -347,14 +339,15 @@ def _class_keys(
         find = classes
     else:
         raise checks.fail("classes", "must be a mapping of id to key, or a callable", classes)
-    return lambda task_id: _checked_key(task_id, find(task_id))
 
+    def key_of(task_id: str) -> object:
+        key = find(task_id)
+        try:
+            hash(key)
+        except TypeError:
+            raise checks.fail(
+                "classes", f"the class key of {task_id!r} must be hashable", key
+            ) from None
+        return key
 
-def _checked_key(task_id: str, key: object) -> object:
-    try:
-        hash(key)
-    except TypeError:
-        raise checks.fail(
-            "classes", f"the class key of {task_id!r} must be hashable", key
-        ) from None
-    return key
+    return key_of

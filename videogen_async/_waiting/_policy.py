@@ -80,8 +80,11 @@ class PollPolicy:
 
     def __attrs_post_init__(self) -> None:
         if self.max_interval < self.min_interval:
-            rule = f"must be >= min_interval ({self.min_interval:g})"
-            raise fail("max_interval", rule, self.max_interval)
+            raise fail(
+                "max_interval",
+                f"must be >= min_interval ({self.min_interval:g})",
+                self.max_interval,
+            )
 
 
 DEFAULT_POLICY = PollPolicy()
@@ -93,7 +96,8 @@ def growth_interval(policy: PollPolicy, age: float, rand: float) -> float:
     ``clamp(age * growth, min_interval, max_interval)`` scaled by a jitter factor in
     ``[1 - jitter, 1 + jitter)`` (by ``rand`` in ``[0, 1)``), never above ``max_interval``.
     """
-    base = min(policy.max_interval, max(policy.min_interval, max(age, 0.0) * policy.growth))
+    # A negative age (an off clock) gives ``min_interval``, as an age of 0 would.
+    base = min(policy.max_interval, max(policy.min_interval, age * policy.growth))
     return min(policy.max_interval, base * (1.0 + policy.jitter * (2.0 * rand - 1.0)))
 
 
@@ -110,4 +114,4 @@ def probe_count(policy: PollPolicy, total: int, *, cold: bool = False) -> int:
     wanted = policy.probes
     if wanted is None:
         wanted = min(64, max(8, round(2.0 * math.sqrt(total)) if cold else math.isqrt(total)))
-    return max(0, min(total, wanted))
+    return min(total, wanted)  # both >= 0

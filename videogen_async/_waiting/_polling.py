@@ -22,7 +22,7 @@ import attrs
 from .._contract._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
 from .._contract._models import Project, Task
 from .._http._pacing import Pacing, paced
-from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, RetryDecision, decide_retry
+from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, decide_retry
 from .._observe._hooks import EventHooks
 from .._observe._spans import end_wait, poll_event, wait_span
 from ._policy import DEFAULT_POLICY, PollPolicy, growth_interval
@@ -95,11 +95,10 @@ def source_of(client: object) -> TaskSource:
         source = own()
         if isinstance(source, TaskSource):
             return source
-    view = client.with_options(max_retries=0)  # type: ignore[attr-defined]
     policy = getattr(client, "poll_policy", None)
     backoff = getattr(client, "backoff", None)
     return TaskSource(
-        fetch=view.tasks.get,
+        fetch=client.with_options(max_retries=0).tasks.get,  # type: ignore[attr-defined]
         poll_policy=policy if isinstance(policy, PollPolicy) else None,
         backoff=backoff if isinstance(backoff, BackoffPolicy) else DEFAULT_BACKOFF,
         finish_times=getattr(client, "finish_times", None),
@@ -132,10 +131,6 @@ def on_read(
     return seen
 
 
-def _seconds_waited(_value: object, elapsed: float) -> float:
-    return elapsed
-
-
 async def poll_until(
     fetch: Callable[[], Awaitable[_T]],
     done: Callable[[_T], bool],
@@ -145,7 +140,7 @@ async def poll_until(
     what: str,
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
     on_value: Callable[[_T], Awaitable[object]] | None = None,
-    age_of: Callable[[_T, float], float] = _seconds_waited,
+    age_of: Callable[[_T, float], float] = lambda _value, elapsed: elapsed,
     pending: str | None = None,
     after: _T | None = None,
 ) -> _T:
@@ -173,22 +168,39 @@ async def poll_until(
     failures = 0  # transient failures in a row, 429s apart (the pacing answers those)
 
     def timed_out(why: str = "") -> WaitTimeoutError:
-        text = f"{what} was not done after {timeout:g} s{why}"
-        return WaitTimeoutError(text, last=last, pending=(pending or what,), timeout=timeout)
+        return WaitTimeoutError(
+            f"{what} was not done after {timeout:g} s{why}",
+            last=last,
+            pending=(pending or what,),
+            timeout=timeout,
+        )
 
     def gap(value: _T) -> float:
         return growth_interval(policy, age_of(value, anyio.current_time() - start), rng.random())
 
-    with anyio.move_on_after(end - start):
+    with anyio.move_on_after(timeout):  # None: no deadline
         delay = policy.first_delay if after is None else gap(after)
         while True:
             await anyio.sleep(delay)
             try:
                 value = await fetch()
             except Exception as exc:
-                decision = _after_failure(exc, failures + 1, backoff, end, rng, what)
+                decision = decide_retry(
+                    exc,
+                    failures=failures + 1,
+                    policy=backoff,
+                    poll=True,
+                    remaining=end - anyio.current_time(),
+                    rng=rng,
+                )
                 if decision.delay is None:
+                    if decision.reason == "exhausted":
+                        logger.warning("%s: giving up: %s", what, decision.detail)
+                    if decision.reason != "too long":
+                        raise
+                    # The wait the failure asks for would pass the deadline.
                     raise timed_out(f": {decision.detail}") from exc
+                logger.debug("%s: %s; polling again in %.2fs", what, exc, decision.delay)
                 failures += not isinstance(exc, RateLimitError)
                 delay = decision.delay
                 continue
@@ -201,32 +213,6 @@ async def poll_until(
                 return value
             delay = gap(value)
     raise timed_out()
-
-
-def _after_failure(
-    exc: Exception,
-    failures: int,
-    backoff: BackoffPolicy,
-    end: float,
-    rng: random.Random,
-    what: str,
-) -> RetryDecision:
-    """The decision after a failed poll: raises ``exc`` unless it is a wait or "too long"."""
-    decision = decide_retry(
-        exc,
-        failures=failures,
-        policy=backoff,
-        poll=True,
-        remaining=end - anyio.current_time(),
-        rng=rng,
-    )
-    if decision.delay is None and decision.reason != "too long":
-        if decision.reason == "exhausted":
-            logger.warning("%s: giving up: %s", what, decision.detail)
-        raise exc
-    if decision.delay is not None:
-        logger.debug("%s: %s; polling again in %.2fs", what, exc, decision.delay)
-    return decision
 
 
 async def wait_on_source(

@@ -1,12 +1,9 @@
-"""A gather's progress: its counts, their snapshot (``GatherProgress``), and its reporter."""
+"""A gather's progress: its counts and their snapshot (``GatherProgress``)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import anyio
 import attrs
 
 from .._contract._exceptions import TaskPollError
@@ -14,8 +11,6 @@ from .._contract._serial import Serializable
 
 if TYPE_CHECKING:
     from .._contract._models import Task
-
-logger = logging.getLogger("videogen_async")
 
 
 @attrs.define
@@ -85,41 +80,3 @@ class GatherCounts(_Counts):
             self.succeeded += 1
         else:
             self.failed += 1
-
-    def snapshot(self, *, concurrency_limit: int, paused: bool, elapsed: float) -> GatherProgress:
-        """The counts now, with what the coordinator knows of its pacing and its clock."""
-        return GatherProgress(
-            **attrs.asdict(self, recurse=False),
-            concurrency_limit=concurrency_limit,
-            paused=paused,
-            elapsed=elapsed,
-        )
-
-
-@attrs.define
-class ProgressReporter:
-    """Hands a gather's snapshots to its ``on_progress``: when asked, and every ``interval``.
-
-    A callback that raises fails the gather (through ``fail``) rather than being ignored.
-    """
-
-    on_progress: Callable[[GatherProgress], object] | None
-    interval: float
-    snapshot: Callable[[], GatherProgress]
-    fail: Callable[[BaseException], None]
-
-    def report(self) -> None:
-        """Call ``on_progress`` with a snapshot now (nothing without a callback)."""
-        if self.on_progress is None:
-            return
-        try:
-            self.on_progress(self.snapshot())
-        except Exception as exc:
-            logger.exception("gather_until_done: on_progress raised")
-            self.fail(exc)
-
-    async def tick(self) -> None:
-        """Report every ``interval`` seconds until cancelled."""
-        while True:
-            await anyio.sleep(self.interval)
-            self.report()

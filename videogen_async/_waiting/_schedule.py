@@ -26,16 +26,9 @@ _FLOOR = 0.05  # durations below this share the first bin
 _RENORMALIZE = 1e150
 
 
-def _bin(duration: float) -> int:
-    return math.floor(math.log(max(duration, _FLOOR)) / _LOG_RATIO)
-
-
-def _lower(index: int) -> float:
-    return _RATIO**index
-
-
 def _upper(index: int) -> float:
-    return _lower(index + 1)
+    """The upper edge of bin ``index`` (its lower edge: ``_RATIO**index``)."""
+    return _RATIO ** (index + 1)
 
 
 @attrs.frozen
@@ -103,8 +96,6 @@ class FinishSketch:
     soon.
     """
 
-    __slots__ = ("_bins", "_cache", "_growth", "_step", "_total", "count", "high", "low")
-
     def __init__(
         self,
         *,
@@ -117,14 +108,13 @@ class FinishSketch:
         self._step = 1.0  # the weight of the next observation
         self._bins: dict[int, float] = {}
         self._total = 0.0
-        self._cache: list[tuple[int, float]] | None = None
         self.count = 0  # own observations
         self.low = math.inf  # the shortest and longest own observations
         self.high = -math.inf
         if prior is not None:
             mass = sum(w for _, w in prior.bins)
             if mass > 0:
-                scale = min(float(prior.count), prior_weight) / mass
+                scale = min(prior.count, prior_weight) / mass
                 for index, weight in prior.bins:
                     if weight > 0:
                         self._bins[index] = self._bins.get(index, 0.0) + weight * scale
@@ -139,14 +129,13 @@ class FinishSketch:
         """Record one finished task's duration (seconds)."""
         if math.isnan(duration):
             return
-        index = _bin(duration)
+        index = math.floor(math.log(max(duration, _FLOOR)) / _LOG_RATIO)
         self._bins[index] = self._bins.get(index, 0.0) + self._step
         self._total += self._step
         self._step *= self._growth
         self.count += 1
         self.low = min(self.low, duration)
         self.high = max(self.high, duration)
-        self._cache = None
         if self._step > _RENORMALIZE:
             scale = 1.0 / self._step
             self._bins = {i: w * scale for i, w in self._bins.items() if w * scale > 1e-12}
@@ -161,18 +150,17 @@ class FinishSketch:
         """
         if self._total <= 0:
             return math.nan
-        cumulative = self._cache
-        if cumulative is None:
-            indexes = sorted(self._bins)
-            sums = itertools.accumulate(self._bins[index] for index in indexes)
-            cumulative = self._cache = list(zip(indexes, sums, strict=True))
+        # Not cached: asked a few times per recomputed support, never per poll.
+        indexes = sorted(self._bins)
+        sums = itertools.accumulate(self._bins[index] for index in indexes)
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
-        target = (min(max(q, 0.0), 1.0) - 1e-9) * self._total
-        for index, running in cumulative:
+        # A ``q`` outside [0, 1] finds the first or the last bin, as its clamped value would.
+        target = (q - 1e-9) * self._total
+        for index, running in zip(indexes, sums, strict=True):
             if running >= target:
-                return _lower(index) if q < 0.5 else _upper(index)
-        return _upper(cumulative[-1][0])
+                return _RATIO**index if q < 0.5 else _upper(index)
+        return _upper(indexes[-1])
 
     def cdf_table(self) -> tuple[list[float], list[float], list[float], list[float]] | None:
         """The distribution as a table of its occupied bins (``None`` when empty).
@@ -185,7 +173,7 @@ class FinishSketch:
         indexes = sorted(self._bins)
         shares = [self._bins[index] / self._total for index in indexes]
         below = list(itertools.accumulate(shares[:-1], initial=0.0))
-        return [_lower(i) for i in indexes], [_upper(i) for i in indexes], below, shares
+        return [_RATIO**i for i in indexes], [_upper(i) for i in indexes], below, shares
 
     def snapshot(self) -> FinishTimeStats:
         """An immutable summary (weights relative to the newest observation)."""
@@ -217,8 +205,6 @@ class ClassModel:
     other arguments are those of :class:`FinishSketch`.
     """
 
-    __slots__ = ("_dirty", "_high_q", "_low_q", "_support", "_table", "remembered", "sketch")
-
     def __init__(
         self,
         *,
@@ -238,13 +224,10 @@ class ClassModel:
         )
         self._low_q = low_quantile
         self._high_q = high_quantile
-        self._support: Support | None = None
-        self._dirty = True
 
     def add(self, duration: float) -> None:
         """Record one finished task's duration."""
         self.sketch.add(duration)
-        self._dirty = True
 
     def support(self, pending: int, older: Callable[[float], int] | None = None) -> Support | None:
         """The support, or ``None`` when nothing is known.
@@ -254,24 +237,18 @@ class ClassModel:
         counts them: durations known to be longer than their ages) than the ``1 -
         high_quantile`` share of the class allows: the finishes seen are then the short ones.
         """
-        if not self._dirty and older is None:
-            return self._support
+        # Computed on each call: its callers ask once per class and then only as tasks finish
+        # (never per poll), each time with new counts.
         sketch = self.sketch
         if sketch.weight <= 0:
-            self._support = None
-        else:
-            start = min(sketch.quantile(self._low_q), sketch.low)
-            end = math.inf
-            known = self.remembered or sketch.count >= max(3, pending)
-            if known:
-                end = max(sketch.quantile(self._high_q), sketch.high)
-                if older is not None:
-                    allowed = (1.0 - self._high_q) * (sketch.count + pending)
-                    if older(end) > allowed:
-                        end = math.inf
-            self._support = Support(start=start, end=end, samples=sketch.weight)
-        self._dirty = False
-        return self._support
+            return None
+        end = math.inf
+        if self.remembered or sketch.count >= max(3, pending):
+            end = max(sketch.quantile(self._high_q), sketch.high)
+            if older is not None and older(end) > (1.0 - self._high_q) * (sketch.count + pending):
+                end = math.inf
+        start = min(sketch.quantile(self._low_q), sketch.low)
+        return Support(start=start, end=end, samples=sketch.weight)
 
     def cdf(self, age: float) -> float:
         """The share of the class finished by ``age`` in what was remembered (0: nothing)."""
@@ -282,8 +259,7 @@ class ClassModel:
         j = bisect_right(lows, age) - 1
         if j < 0:
             return 0.0
-        inside = (age - lows[j]) / (highs[j] - lows[j])
-        return below[j] + shares[j] * min(1.0, inside)
+        return below[j] + shares[j] * min(1.0, (age - lows[j]) / (highs[j] - lows[j]))
 
     def gap(self, age: float, interval: float) -> float:
         """The gap inside the support at ``age``: ``interval``, shorter where finishes crowd.
@@ -292,9 +268,7 @@ class ClassModel:
         ``interval``) the gap shrinks as ``1 / sqrt(hazard)``, the spacing that minimises the
         expected lag for a number of polls.
         """
-        if self._table is None:
-            return interval
-        window = 0.25 * interval
+        window = 0.25 * interval  # (nothing remembered: ``cdf`` is 0, the gap ``interval``)
         done = self.cdf(age)
         alive = 1.0 - done
         if alive <= 1e-9:
@@ -337,17 +311,16 @@ def batch_gap(
     service's clock; growing gaps use ``min(age, elapsed)``. See ``docs/waiting.md``.
     """
     interval = policy.dense_interval
-    local_age = max(0.0, min(age, elapsed))
     if support is None:
-        if probe or probing:
-            return interval * (1.0 - policy.jitter * rand)
-        return min(policy.sparse_cap, policy.max_interval * 2.0) * (1.0 - policy.jitter * rand)
+        wait = interval if probe or probing else min(policy.sparse_cap, policy.max_interval * 2.0)
+        return wait * (1.0 - policy.jitter * rand)
     start = support.start - phase * interval
     if age < start:
-        wait = min(policy.sparse_cap, start - age)
+        wait = min(policy.sparse_cap, start - age)  # > 0
         if probe:  # a probe keeps looking on the growing schedule: the service may be faster
-            wait = min(wait, max(policy.min_interval, local_age * policy.sparse_growth))
-        return max(0.0, wait)
+            # (A negative age gives ``min_interval``, as an age of 0 would.)
+            wait = min(wait, max(policy.min_interval, min(age, elapsed) * policy.sparse_growth))
+        return wait
     past = overdue_after(support.start, support.end, interval)
     if age <= past:
         return interval if dense is None else min(interval, dense)
