@@ -1,5 +1,6 @@
-"""Micro-benchmark of the polling hot path's parse: ``structure_lenient`` and ``Resource._parse``
-of a ``Task``, without and with the response metadata the request loop attaches.
+"""Micro-benchmark of the polling hot path's parse of a ``Task``: the fast parser
+(``structure_task``) against the converter it must agree with (``structure``), and
+``Resource._parse``, without and with the response metadata the request loop attaches.
 
 Run: ``python bench/parse.py`` (quiet machine; the minimum of several repeats is printed).
 """
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from videogen_async._contract._meta import ResponseInfo
-from videogen_async._contract._models import Task, structure_lenient
+from videogen_async._contract._models import Task, structure, structure_task
 from videogen_async._http._envelope import Response
 from videogen_async._resources._resource import Resource
 
@@ -48,7 +49,8 @@ def main() -> None:
         bare = Response(200, data, "tr", "ok", {})
         full = Response(200, data, "tr", "ok", {}, 1, info)
         cases = {
-            "structure_lenient": functools.partial(structure_lenient, data, Task),
+            "structure (the converter)": functools.partial(structure, data, Task),
+            "structure_task (the fast parser)": functools.partial(structure_task, data),
             "Resource._parse, no metadata": functools.partial(resource._parse, bare, Task),
             "Resource._parse, with metadata": functools.partial(resource._parse, full, Task),
         }
