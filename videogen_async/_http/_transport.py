@@ -14,7 +14,6 @@ import logging
 import math
 import random
 import re
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -34,6 +33,7 @@ from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
+from ._bound import Bound
 from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, describe, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
@@ -385,7 +385,7 @@ class Transport:
             if left <= 0:
                 raise self._past_deadline(method, path, "passed")
             total = left if total is None else min(total, left)
-        bound = _Bound(total, timeouts.read)
+        bound = Bound(total, timeouts.read)
         may = method != "GET"  # have taken effect, after a failure once sent
         try:
             async with session.request(
@@ -450,45 +450,6 @@ class Transport:
                 yield StreamResponse(resp, path)
         except NETWORK_ERRORS as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
-
-
-class _Bound:
-    """The one timer of an attempt, for its ``total`` and ``read`` timeouts (``None``: none).
-
-    It cancels the attempt's task at its end, or after ``read`` seconds without a byte
-    (checked every quarter of ``read``); :meth:`expired` tells that from other cancellations.
-    """
-
-    def __init__(self, total: float | None, read: float | None) -> None:
-        self.response: aiohttp.ClientResponse | None = None
-        self.fired = False
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task(self._loop)
-        self._cancelling = 0
-        if sys.version_info >= (3, 11) and self._task is not None:
-            self._cancelling = self._task.cancelling()
-        self._since = now = self._loop.time()
-        self._end = now + (math.inf if total is None else total)
-        self._read = math.inf if read is None else read
-        self._seen = -1
-        self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        seen = -1 if self.response is None else self.response.content.total_bytes
-        if seen != self._seen:
-            self._seen, self._since = seen, now
-        if now < self._end and now - self._since < self._read:
-            self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
-        elif self._task is not None:
-            self.fired = True
-            self._task.cancel()
-
-    def expired(self) -> bool:
-        """Whether the attempt's cancellation is this timer's (and none from outside)."""
-        if sys.version_info >= (3, 11) and self.fired and self._task is not None:
-            return self._task.uncancel() <= self._cancelling
-        return self.fired
 
 
 def _too_large(status: int, method: str, path: str, what: str, limit: int) -> APIResponseError:
