@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -104,3 +107,30 @@ def test_ledger_list_takes_every_kind_the_ledger_has(
     run = cli("ledger", "list", str(tmp_path / "none.db"), "--kind", "videos")
     assert "invalid choice" not in run.err
     assert "no such file" in run.err
+
+
+def test_the_command_line_runs_without_the_mcp_extra(tmp_path: Path) -> None:
+    # The README's main command installs the cli extra only: no mcp, no uvicorn.
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules.update(mcp=None, uvicorn=None)\n")  # absent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    configured = {**env, "VIDEOGEN_API_KEY": "k", "VIDEOGEN_BASE_URL": "http://127.0.0.1:9"}
+    run = subprocess.run(
+        [sys.executable, "-m", "videogen_async", "mcp"],
+        capture_output=True,
+        text=True,
+        env=configured,
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "pip install 'videogen-async[mcp]'" in run.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "videogen_async", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr

@@ -5,6 +5,7 @@ Without it, :func:`serve` raises ``ConfigurationError`` naming the extra.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from .._contract._exceptions import ConfigurationError
@@ -14,7 +15,9 @@ EXTRA_MISSING = "videogen mcp needs the mcp extra: pip install 'videogen-async[m
 try:
     from ._server import serve as serve
 except ImportError as _exc:  # the extra is not installed
-    if not str(_exc.name).startswith("mcp"):  # mcp or mcp_types, parts of the extra
+    # Whichever of the extra's packages failed first (mcp, or uvicorn that it brings): the
+    # extra is missing when mcp itself is; with mcp there, the error is a real one.
+    if importlib.util.find_spec("mcp") is not None:
         raise
     _missing = _exc
 
