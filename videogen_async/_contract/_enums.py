@@ -29,6 +29,11 @@ class _StrEnum(str, enum.Enum):
         member._name_, member._value_ = value.upper(), value
         return member
 
+    def __reduce_ex__(self, protocol: object) -> tuple[type[_StrEnum], tuple[str]]:
+        # By value on every Python (some pickle members by name, which a value the service
+        # added since has none of).
+        return type(self), (self._value_,)
+
     @property
     def is_known(self) -> bool:
         """Whether this is one of the documented values (not one the service added since)."""
