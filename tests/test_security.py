@@ -184,12 +184,13 @@ async def test_the_key_never_leaks_in_a_full_run(
             await scan.expect(
                 vg.TaskFailedError, client.tasks.wait(failing.task_id, raise_on_failure=True)
             )
-            slow = await client.tasks.create("slow")
-            server.schedule_task(slow.task_id, finish_in=10_000)
-            await scan.expect(vg.WaitTimeoutError, client.tasks.wait(slow.task_id, timeout=0.05))
+            # Made to end far ahead at once: a create then a reschedule could find it ended on a
+            # busy machine (its simulated minute is a tenth of a second here).
+            (slow,) = server.create_tasks(1, prompt="slow", finish_in=10_000)
+            await scan.expect(vg.WaitTimeoutError, client.tasks.wait(slow, timeout=0.05))
             await scan.expect(
                 vg.WaitTimeoutError,
-                _drain(client.tasks.gather_until_done([slow.task_id], timeout=0.05)),
+                _drain(client.tasks.gather_until_done([slow], timeout=0.05)),
             )
             await scan.expect(
                 vg.NotFoundError, _drain(client.tasks.gather_until_done(["no-such-task"]))
