@@ -78,6 +78,9 @@ def tests_oldest(session: nox.Session) -> None:
     # In CI the whole suite has run on the README's command and in `tests` already; here the
     # point is compatibility, so the tests that run whole programs (marked slow) are left out.
     subset = ["-m", "not slow"] if CI and not session.posargs else []
+    # The snippets' type check runs on the newest dependencies (the README's command, `types`):
+    # mypy's attrs plugin is not what these floors are for, and crashes on attrs 23.1.
+    subset += [] if session.posargs else ["--ignore=tests/test_docs_types.py"]
     session.run(
         "python", "-m", "pytest", *PARALLEL, "-p", "no:cacheprovider", *subset, *session.posargs
     )

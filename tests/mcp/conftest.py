@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import jsonschema
 import pytest
 
 pytest.importorskip("mcp", reason="needs the mcp extra: pip install videogen-async[mcp]")
-
+import jsonschema  # the mcp extra brings it
 from mcp import ClientSession
 from mcp.client.session import ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
