@@ -11,7 +11,15 @@ from urllib.parse import parse_qs
 
 import anyio
 
-from videogen_async import AsyncVideoGen, Ledger, LedgerEntry, RequestEvent, ResponseEvent
+from videogen_async import (
+    AsyncVideoGen,
+    Ledger,
+    LedgerEntry,
+    RequestEvent,
+    ResponseEvent,
+    Task,
+    TaskStatus,
+)
 from videogen_async._ledger._claims import pause_remaining
 from videogen_async.testing import FaultRule, SandboxServer
 
@@ -173,3 +181,28 @@ async def test_a_429_seen_by_one_watcher_pauses_every_watcher(ledger_url: str) -
     ends = limited_at + pause - 0.05
     assert [t - limited_at for t in sent[other] if learned_at < t < ends] == []
     assert any(t >= ends for t in sent[other]), "the other watcher polled again after the pause"
+
+
+async def test_a_watcher_that_stops_when_idle_waits_for_a_result_handed_to_its_writer(
+    sqlite_url: str,
+) -> None:
+    # The gather's result goes straight to the writer waiting in receive(): until the writer
+    # task runs, the result is in neither the channel's buffer nor a batch being written. A
+    # watcher asked at that moment whether it is idle must say no; saying yes ended the watch
+    # and cancelled the writer mid-write, so the result was recorded but never yielded.
+    async with SandboxServer() as server, server.client() as client:
+        async with Ledger.open(sqlite_url) as ledger:
+            watch: Any = ledger.watch(client, stop_when_idle=True)
+            watch._polling["t-1"] = ("k-1", time.monotonic())
+            watch._held = 1
+
+            async def one_result() -> Any:
+                yield Task(task_id="t-1", status=TaskStatus.SUCCEEDED)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch._writer)
+                while not watch._finished_receive.statistics().tasks_waiting_receive:
+                    await anyio.lowlevel.checkpoint()
+                await watch._collect(one_result())  # no checkpoint: the writer has not run
+                assert not await watch._idle()
+                tg.cancel_scope.cancel()

@@ -100,7 +100,12 @@ class Watch(ExitCloses):
         self._entered = False
         self._drained = anyio.Event()
         self._acks: list[str] = []
-        self._writing = False
+        # Finished tasks taken from the gather and not yet handed to the consumer. Counted
+        # where they leave `_polling` (no await between), not read from the writer's channel:
+        # an item handed straight to a writer waiting in receive() is in neither the channel's
+        # buffer nor the writer's batch until that task runs, and a watcher that stops when
+        # idle must not end (cancelling the writer mid-write) in that moment.
+        self._unwritten = 0
 
     async def __aenter__(self) -> Watch:
         if self._entered:
@@ -231,8 +236,7 @@ class Watch(ExitCloses):
         """Whether nothing is left to do here nor in the ledger (``stop_when_idle``)."""
         return (
             not self._polling
-            and self._finished_receive.statistics().current_buffer_used == 0
-            and not self._writing
+            and not self._unwritten
             and not await self._store.expire_creating(alive=self._creator.owner)
             and not await self._store.read(rows, HAS_OPEN, self.owner)
         )
@@ -335,6 +339,7 @@ class Watch(ExitCloses):
                 logger.warning("ledger key %r: %s", key, item)
                 await store.write(claims.poll_failed, key, self.owner, str(item), self._lease)
             else:
+                self._unwritten += 1
                 self._finished_send.send_nowait((key, item))
             if not self._polling:
                 self._drained.set()
@@ -344,7 +349,6 @@ class Watch(ExitCloses):
         """Record terminal states (and the consumer's acks) in batches, one transaction each."""
         receive = self._finished_receive
         async for first in receive:
-            self._writing = True
             found = [first]
             while len(found) < _WRITE_BATCH:
                 try:
@@ -360,4 +364,4 @@ class Watch(ExitCloses):
             tasks = dict(found)
             for row in rows:
                 await self._send.send(entry_from_row(row, tasks[row["key"]]))
-            self._writing = False
+            self._unwritten -= len(found)
