@@ -110,15 +110,10 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
         stats.enter(route)
         started = time.time()
         t0 = time.perf_counter()
-        status: int | None = None
-        fault: str | None = None
-        trace_id: str | None = None
-        code: int | None = None
+        status = fault = trace_id = code = None
         try:
-            decision = None
-            if path != "/openapi.json":
-                decision = faults.decide(method, pattern, path)
-            response: web.StreamResponse | None = None
+            decision = None if path == "/openapi.json" else faults.decide(method, pattern, path)
+            response = None
             if decision is not None:
                 if decision.latency > 0:
                     fault = "latency"

@@ -128,8 +128,9 @@ def create_videos(state: SandboxState, project_id: str, body: Mapping[str, Any])
     now = state.settle()
     project = sim.lookup(state.projects, "Project", project_id)
     if project.failed(now):
-        failed = f"Project {project_id} has failed; no video tasks can be created"
-        raise sim.Conflict(409, 409, failed)
+        raise sim.Conflict(
+            409, 409, f"Project {project_id} has failed; no video tasks can be created"
+        )
     if not project.script_ready(now):
         raise sim.Conflict(
             409,
@@ -245,8 +246,9 @@ class ServiceRoutes:
 
     def _get_project(self, request: web.Request, body: Any) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])
-        state = self._state
-        return state.show("Project", project_id, state.render.project, self.origin(request))
+        return self._state.show(
+            "Project", project_id, self._state.render.project, self.origin(request)
+        )
 
     def _create_videos(self, request: web.Request, body: Any) -> Any:
         project_id = _checked_id("project_id", request.match_info["project_id"])

@@ -139,9 +139,11 @@ class SandboxServer(ServerTruth, AsyncClosing):
         if self._runner is not None or self._closed:
             raise RuntimeError("a SandboxServer can be started once")
         await anyio.to_thread.run_sync(sample_mp4)  # read the clip once, off the event loop
-        runner = web.AppRunner(
-            self._build_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
-        )
+        app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
+        self._routes.register(app.router)
+        ControlAPI(self).register(app.router, self._routes)
+        add_console(app, self)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self._host, self._port)
@@ -222,10 +224,3 @@ class SandboxServer(ServerTruth, AsyncClosing):
             RuntimeError: The server is not started.
         """
         return AsyncVideoGen(api_key=self.api_key, base_url=self.base_url, **options)
-
-    def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
-        self._routes.register(app.router)
-        ControlAPI(self).register(app.router, self._routes)
-        add_console(app, self)
-        return app

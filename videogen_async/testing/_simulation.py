@@ -28,7 +28,6 @@ TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
 
 DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
-PROJECT_TASK_MODEL = DEFAULT_MODEL  # the model a project's video tasks show
 
 INSUFFICIENT_CREDITS = "Insufficient API credits"
 MEDIA_NOT_STORED = "Failed to store media from URL"

@@ -157,7 +157,7 @@ class SandboxState:
         for _ in range(out_number):
             task = self.new_task(
                 at,
-                sim.PROJECT_TASK_MODEL,
+                sim.DEFAULT_MODEL,  # the model a project's video tasks show
                 inputs["duration"],
                 cost,
                 forced_failure,
@@ -243,13 +243,9 @@ class SandboxState:
         duration = body.get("duration") or sim.DEFAULT_DURATION
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
-        forced: str | None = None
-        media = [
-            *body.get("image_urls", ()),
-            *body.get("audio_urls", ()),
-            *body.get("video_urls", ()),
-        ]
-        bad = next((u for u in media if sim.host_is_invalid(u)), None)
+        forced = None
+        kinds = ("image_urls", "audio_urls", "video_urls")
+        bad = next((u for k in kinds for u in body.get(k, ()) if sim.host_is_invalid(u)), None)
         prompt = body.get("prompt")
         if bad is not None:
             forced = f"Failed to fetch media from URL: {bad}"
