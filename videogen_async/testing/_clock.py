@@ -54,8 +54,10 @@ class SandboxClock:
         self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, not paused)]
 
     def __repr__(self) -> str:
-        state = "paused" if self.paused else "running"
-        return f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g} {state}>"
+        return (
+            f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g}"
+            f" {'paused' if self.paused else 'running'}>"
+        )
 
     @property
     def time_scale(self) -> float:

@@ -239,8 +239,16 @@ class FaultInjector:
         if latency > 0:
             self.injected["latency"] += 1
         draw, rates = rng.random(), rule.rates()
-        edges = zip(FAULT_KINDS, rates, itertools.accumulate(rates), strict=True)
-        kind = next((name for name, rate, edge in edges if rate and draw < edge), None)
+        kind = next(
+            (
+                name
+                for name, rate, edge in zip(
+                    FAULT_KINDS, rates, itertools.accumulate(rates), strict=True
+                )
+                if rate and draw < edge
+            ),
+            None,
+        )
         status = {"html": rule.html_status, "rate_limit": 429}.get(kind or "", 0)
         if kind == "error":
             status = rng.choice(rule.error_statuses)

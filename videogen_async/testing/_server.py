@@ -126,8 +126,10 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
 
     def __repr__(self) -> str:
-        where = self._base_url_or_none() or "not started"
-        return f"<SandboxServer {where} tasks={len(self._state.tasks)}>"
+        return (
+            f"<SandboxServer {self._base_url_or_none() or 'not started'}"
+            f" tasks={len(self._state.tasks)}>"
+        )
 
     async def start(self) -> SandboxServer:
         """Start listening; return the server itself.
@@ -205,8 +207,11 @@ class SandboxServer(ServerTruth, AsyncClosing):
             return None
         # A wildcard is shown as loopback, where a client can reach it; yarl brackets IPv6.
         wildcards = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
-        host = wildcards.get(self._host, self._host)
-        return str(URL.build(scheme="http", host=host, port=self._bound_port))
+        return str(
+            URL.build(
+                scheme="http", host=wildcards.get(self._host, self._host), port=self._bound_port
+            )
+        )
 
     @property
     def api_key(self) -> str:

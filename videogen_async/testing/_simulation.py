@@ -121,8 +121,11 @@ class Wallet:
 
 def iso(unix: float) -> str:
     """Format a Unix time as ISO 8601 UTC with milliseconds and a ``Z``."""
-    text = datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(unix, tz=timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def num(value: float) -> float | int:
@@ -177,8 +180,10 @@ class Task:
 
     def updated_at(self, now: float) -> float:
         """The simulated time of the last change at or before ``now``."""
-        marks = (self.created_at, self.started_at, self.finished_at)
-        return max((t for t in marks if t <= now), default=self.created_at)
+        return max(
+            (t for t in (self.created_at, self.started_at, self.finished_at) if t <= now),
+            default=self.created_at,
+        )
 
 
 @attrs.define(eq=False)
@@ -275,8 +280,7 @@ def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     """
     found = table.get(key)
     if found is None:
-        shown = key if len(key) <= 80 else key[:77] + "..."
-        raise NotFound(404, 404, f"{kind} not found: {shown}")
+        raise NotFound(404, 404, f"{kind} not found: {key if len(key) <= 80 else key[:77] + '...'}")
     return found
 
 
@@ -286,17 +290,18 @@ def make_script(inputs: Mapping[str, Any]) -> str:
     count = len(inputs["product_image_urls"])
     product = "the product" if count == 1 else f"the {count} products"
     avatar = "the presenter" if inputs.get("avatar_image_url") else "a presenter"
-    language = inputs.get("speech_language_option") or "the reference video's language"
     # A beat every 3 s (every second for a very short ad), the call to action last, taking the
     # rest of the time however long the ad is.
     step = 3 if total >= 6 else 1
     shown = min(-(-total // step), len(_SCRIPT_BEATS))
     edges = [*range(0, shown * step, step), total]
-    beats = [*_SCRIPT_BEATS[: shown - 1], _SCRIPT_BEATS[-1]]
     lines = [
         f"{start}-{end}s: " + beat.format(product=product, avatar=avatar)
-        for start, end, beat in zip(edges, edges[1:], beats, strict=False)
+        for start, end, beat in zip(
+            edges, edges[1:], [*_SCRIPT_BEATS[: shown - 1], _SCRIPT_BEATS[-1]], strict=False
+        )
     ]
+    language = inputs.get("speech_language_option") or "the reference video's language"
     lines.append(f"Voiceover: {language}; aspect ratio {inputs['aspect_ratio']}.")
     if inputs.get("prompt"):
         lines.append(f"Brief: {str(inputs['prompt']).strip()[:200]}")

@@ -122,14 +122,16 @@ class SandboxState:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
         project.fails_before_script = True
         project.fail_at = at
-        if message is None:
-            step = (
+        # An empty message is kept as given; none is the step's failure.
+        project.fail_message = (
+            sim.PROJECT_FAILURES[
                 ProjectStep.ANALYZING.value
                 if at <= project.analysis_done_at
                 else ProjectStep.GENERATING_SCRIPT.value
-            )
-            message = sim.PROJECT_FAILURES[step]
-        project.fail_message = message
+            ]
+            if message is None
+            else message
+        )
         self.push(at, self.refund_script, project)
 
     def create_batch(
@@ -152,8 +154,11 @@ class SandboxState:
         batch = sim.Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
         )
-        forced = "The batch script was rejected (sandbox failure marker)."
-        forced_failure = forced if self.marked(script) else None
+        forced_failure = (
+            "The batch script was rejected (sandbox failure marker)."
+            if self.marked(script)
+            else None
+        )
         for _ in range(out_number):
             task = self.new_task(
                 at,
@@ -244,8 +249,15 @@ class SandboxState:
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
         forced = None
-        kinds = ("image_urls", "audio_urls", "video_urls")
-        bad = next((u for k in kinds for u in body.get(k, ()) if sim.host_is_invalid(u)), None)
+        bad = next(
+            (
+                u
+                for k in ("image_urls", "audio_urls", "video_urls")
+                for u in body.get(k, ())
+                if sim.host_is_invalid(u)
+            ),
+            None,
+        )
         prompt = body.get("prompt")
         if bad is not None:
             forced = f"Failed to fetch media from URL: {bad}"
