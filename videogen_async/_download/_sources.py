@@ -20,9 +20,9 @@ DownloadSource = Task | ProjectTask | str
 
 def check_source(source: object) -> DownloadSource:
     """``source`` when it is something to download (a ``Task``, a task id or a URL)."""
-    kinds = (Task, ProjectTask, str)
     return cast(
-        DownloadSource, checks.instance("source", source, kinds, "must be a Task, id or URL")
+        DownloadSource,
+        checks.instance("source", source, (Task, ProjectTask, str), "must be a Task, id or URL"),
     )
 
 
@@ -56,9 +56,9 @@ def redact_url(url: str) -> str:
         port = parts.port
     except ValueError:
         return "<unreadable URL>"
-    netloc = f"{host}:{port}" if port else host
-    text = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return text + ("?..." if parts.query else "")
+    return urlunsplit((parts.scheme, f"{host}:{port}" if port else host, parts.path, "", "")) + (
+        "?..." if parts.query else ""
+    )
 
 
 def check_url(url: str) -> str:
@@ -139,10 +139,11 @@ async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str
     else:
         task = await get_task(source)
     if not task.is_succeeded:
-        reason = f": {task.error_message}" if task.error_message else ""
-        state = "has not finished yet" if not task.is_terminal else f"ended {task.status}"
         raise DownloadError(
-            f"task {task.task_id} {state}{reason}; only a succeeded task has a video",
+            f"task {task.task_id}"
+            f" {'has not finished yet' if not task.is_terminal else f'ended {task.status}'}"
+            f"{f': {task.error_message}' if task.error_message else ''}; only a succeeded task"
+            " has a video",
             task_id=task.task_id,
         )
     if not task.video_url:
