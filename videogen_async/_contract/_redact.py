@@ -57,10 +57,13 @@ def register_secret(secret: str) -> None:
         _secrets[secret] = None
         while len(_secrets) > MAX_SECRETS:
             _secrets.popitem(last=False)
-        # Longest first, so that a key that contains another is redacted whole.
-        ordered = sorted(_secrets, key=len, reverse=True)
-        # Each secret: its characters in any recognised form, gaps allowed between them.
-        _pattern = re.compile("|".join(_GAP.join(map(_char_forms, s)) for s in ordered))
+        # Each secret: its characters in any recognised form, gaps allowed between them;
+        # longest first, so that a key that contains another is redacted whole.
+        _pattern = re.compile(
+            "|".join(
+                _GAP.join(map(_char_forms, s)) for s in sorted(_secrets, key=len, reverse=True)
+            )
+        )
 
 
 def contains_secret(text: str) -> bool:
@@ -244,5 +247,6 @@ def redact_url(url: str) -> str:
         return "<malformed url>"
     if password is None:
         return url
-    netloc = parsed.netloc.replace(f":{password}@", ":***@")
-    return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+    return urllib.parse.urlunsplit(
+        parsed._replace(netloc=parsed.netloc.replace(f":{password}@", ":***@"))
+    )

@@ -150,20 +150,33 @@ def _rule_schema(body: Body, rule: MaxItemsWhen | NeedsOneOfWhen) -> dict[str, A
                 "properties": {rule.field: {"type": ["array", "null"], "maxItems": rule.max_items}}
             },
         }
-    alone = [
-        _when(body, rule),
-        {"required": [rule.field], "properties": {rule.field: {"type": "array", "minItems": 1}}},
-        *({"properties": {o: {"type": ["array", "null"], "maxItems": 0}}} for o in rule.others),
-    ]
-    return {"not": {"allOf": alone}}
+    return {
+        "not": {
+            "allOf": [
+                _when(body, rule),
+                {
+                    "required": [rule.field],
+                    "properties": {rule.field: {"type": "array", "minItems": 1}},
+                },
+                *(
+                    {"properties": {o: {"type": ["array", "null"], "maxItems": 0}}}
+                    for o in rule.others
+                ),
+            ]
+        }
+    }
 
 
 def _rule_text(rule: MaxItemsWhen | NeedsOneOfWhen) -> str:
     if isinstance(rule, MaxItemsWhen):
-        when = f"{rule.when} is {rule.equals}"
-        return f"At most {rule.max_items} {rule.noun} in {rule.field} when {when}."
-    others = " or ".join(rule.others)
-    return f"When {rule.when} is {rule.equals}, {rule.field} needs {others} ({rule.reason})."
+        return (
+            f"At most {rule.max_items} {rule.noun} in {rule.field} when {rule.when} is"
+            f" {rule.equals}."
+        )
+    return (
+        f"When {rule.when} is {rule.equals}, {rule.field} needs {' or '.join(rule.others)}"
+        f" ({rule.reason})."
+    )
 
 
 def _body_schema(body: Body) -> dict[str, Any]:
@@ -177,8 +190,9 @@ def _body_schema(body: Body) -> dict[str, Any]:
         schema["required"] = required
     if body.rules:
         schema["allOf"] = [_rule_schema(body, r) for r in body.rules]
-    texts = [_rule_text(r) for r in body.rules]
-    schema["description"] = " ".join([*texts, "A null value counts as omitted."])
+    schema["description"] = " ".join(
+        [*(_rule_text(r) for r in body.rules), "A null value counts as omitted."]
+    )
     return schema
 
 
