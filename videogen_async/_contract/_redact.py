@@ -123,7 +123,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         return redact_text(value) if len(value) <= max_chars else REDACTED
     if not isinstance(value, (dict, list)):  # a number, None, another object: no text
         return value
-    root: list[Any] = [None]
+    root = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
     items = max_items
@@ -141,7 +141,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
             target[key] = copy
             chars = _copy_keys(source, copy, pattern, chars, stack)
         elif isinstance(source, list):
-            elements: list[Any] = [None] * len(source)
+            elements = [None] * len(source)
             target[key] = elements
             stack.extend((v, elements, i) for i, v in enumerate(source))
         else:
@@ -153,9 +153,9 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
 
 def _chain(exc: BaseException | None) -> list[BaseException]:
     """An exception and every exception it chains to (causes, contexts, groups), once each."""
-    seen: set[int] = set()
-    found: list[BaseException] = []
-    stack: list[BaseException] = [exc] if exc is not None else []
+    seen = set()
+    found = []
+    stack = [exc] if exc is not None else []
     while stack:
         current = stack.pop()
         if id(current) in seen:

@@ -180,7 +180,7 @@ def _rule_text(rule: MaxItemsWhen | NeedsOneOfWhen) -> str:
 
 
 def _body_schema(body: Body) -> dict[str, Any]:
-    schema: dict[str, Any] = {
+    schema = {
         "type": "object",
         "additionalProperties": False,
         "properties": {f.name: _field_schema(f, request=True) for f in body.fields},
@@ -197,7 +197,7 @@ def _body_schema(body: Body) -> dict[str, Any]:
 
 
 def component_schemas() -> dict[str, Any]:
-    schemas: dict[str, Any] = {
+    schemas = {
         "Url": {
             "type": "string",
             "pattern": _URL_PATTERN,

@@ -145,8 +145,8 @@ class DownloadCalls:
         async def one(index: int) -> None:
             source = sources[index]
             name = source_name(source)
-            url: str | None = None
-            task_id: str | None = None
+            url = None
+            task_id = None
             async with limiter:
                 try:
                     url, task_id = await resolve_source(get_task, source)

@@ -100,7 +100,7 @@ def source_name(source: DownloadSource) -> str:
 
 def planned_names(items: Sequence[DownloadSource]) -> list[str]:
     """A distinct file name per item, fixed before anything starts."""
-    names: list[str] = []
+    names = []
     seen: dict[str, int] = {}
     for item in items:
         url = item if isinstance(item, str) and is_url(item) else None

@@ -61,7 +61,7 @@ def build_server(
         auth = AuthSettings(
             issuer_url=address, resource_server_url=address, validate_token_resource=False
         )
-    server: MCPServer[object] = MCPServer(
+    server = MCPServer(
         "videogen",
         instructions=INSTRUCTIONS,
         version=__version__,

@@ -372,7 +372,7 @@ class _Coordinator:
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
-        state: IdState | None = None
+        state = None
         while not self._closing:
             if state is None:
                 assigned: asyncio.Future[IdState | None] = loop.create_future()

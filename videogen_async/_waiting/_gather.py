@@ -287,7 +287,7 @@ def gather_until_done(
     checks.positive("progress_interval", progress_interval)
     key_of = _class_keys(classes)
     source = source_of(client)
-    results: GatherResults[Any] = GatherResults(
+    results = GatherResults(
         _Coordinator(
             source,
             timeout=timeout,
@@ -315,7 +315,7 @@ def _new_states(
     if isinstance(task_ids, str):
         raise checks.fail("task_ids", "must be an iterable of ids, not a single string")
     made = dict(by_key)  # the gather's classes, and those its new ids bring
-    new: dict[str, IdState] = {}
+    new = {}
     for task_id in task_ids:
         check_id("task_id", task_id)
         former = known.get(task_id)

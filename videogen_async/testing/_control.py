@@ -71,7 +71,7 @@ class ControlAPI:
         server = self._server
         clock, faults = server.clock, server.faults
         stats, clock_view, fault_view = self._stats, self._clock, self._faults
-        endpoints: list[tuple[str, str, _Handler]] = [
+        endpoints = [
             ("GET", "stats", stats),
             ("POST", "reset-stats", _then(_call(server.reset_stats), stats)),
             ("GET", "requests", self._requests),

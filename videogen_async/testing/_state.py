@@ -277,5 +277,5 @@ class SandboxState:
             SandboxError: 404 when there is no such task or project.
         """
         now = self.settle()
-        table: Mapping[str, Any] = self.tasks if kind == "Task" else self.projects
+        table = self.tasks if kind == "Task" else self.projects
         return render(sim.lookup(table, kind, key), now, origin)  # type: ignore[no-any-return]
