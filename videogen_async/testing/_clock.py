@@ -51,7 +51,7 @@ class SandboxClock:
         # pause, resume): where each starts (simulated, monotonic), and whether the clock ran
         # during it. Ordered by simulated start: the clock never goes back. The last one is
         # the clock now.
-        self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, not paused)]
+        self._history = [(0.0, self._mono_at_epoch, not paused)]
 
     def __repr__(self) -> str:
         return (

@@ -162,7 +162,7 @@ class FaultInjector:
         # By route, in the order set: setting a route again moves it last, so the last
         # wildcard rule that matches is the most recently set.
         self._rules: dict[str, _Active] = {}
-        self.injected: dict[str, int] = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
+        self.injected = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
         for rule in [rules] if isinstance(rules, FaultRule) else rules or ():
             self.add(rule)
 
