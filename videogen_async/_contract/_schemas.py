@@ -45,17 +45,6 @@ def ref(name: str) -> dict[str, Any]:
     return {"$ref": _REF + name}
 
 
-def _describe(field: Field) -> str:
-    parts = [field.doc]
-    if field.type == "integer" and field.maximum is not None:
-        parts.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip() + ".")
-    if field.default is not None:
-        parts.append(
-            f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
-        )
-    return " ".join(filter(None, parts))
-
-
 def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in schema or "allOf" in schema:
         return {"anyOf": [schema, {"type": "null"}]}
@@ -124,7 +113,15 @@ def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
         schema = _TYPES[kind](field, request)
     else:
         schema = {"type": "array", "items": ref(kind[1:-1])} if kind[0] == "[" else ref(kind)
-    description = _describe(field)
+    # Its description: its text, its range, its default.
+    parts = [field.doc]
+    if field.type == "integer" and field.maximum is not None:
+        parts.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip() + ".")
+    if field.default is not None:
+        parts.append(
+            f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
+        )
+    description = " ".join(filter(None, parts))
     if description:
         if "$ref" in schema:
             schema = {"allOf": [schema], "description": description}
