@@ -58,8 +58,12 @@ def number(
         and value <= high
         and (not finite or math.isfinite(value))
     ):
-        upper = "" if high == math.inf else f" and <= {high:g}"
-        raise fail(field, f"must be a number {'>' if above else '>='} {low:g}{upper}", value)
+        raise fail(
+            field,
+            f"must be a number {'>' if above else '>='} {low:g}"
+            f"{'' if high == math.inf else f' and <= {high:g}'}",
+            value,
+        )
     return float(value)
 
 
@@ -85,8 +89,11 @@ def whole(field: str, value: Any, *, minimum: int = 1, maximum: int | None = Non
         and value >= minimum
         and (maximum is None or value <= maximum)
     ):
-        upper = "" if maximum is None else f" and <= {maximum}"
-        raise fail(field, f"must be a whole number >= {minimum}{upper}", value)
+        raise fail(
+            field,
+            f"must be a whole number >= {minimum}{'' if maximum is None else f' and <= {maximum}'}",
+            value,
+        )
     return int(value)
 
 

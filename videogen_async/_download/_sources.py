@@ -104,8 +104,12 @@ def planned_names(items: Sequence[DownloadSource]) -> list[str]:
     seen: dict[str, int] = {}
     for item in items:
         url = item if isinstance(item, str) and is_url(item) else None
-        task_id = item.task_id if isinstance(item, (Task, ProjectTask)) else item
-        name = default_filename(url=url, task_id=None if url else task_id or None)
+        name = default_filename(
+            url=url,
+            task_id=None
+            if url
+            else (item.task_id if isinstance(item, (Task, ProjectTask)) else item) or None,
+        )
         key = name.lower()
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:

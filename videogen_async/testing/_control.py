@@ -71,7 +71,7 @@ class ControlAPI:
         server = self._server
         clock, faults = server.clock, server.faults
         stats, clock_view, fault_view = self._stats, self._clock, self._faults
-        endpoints = [
+        for method, path, handler in [
             ("GET", "stats", stats),
             ("POST", "reset-stats", _then(_call(server.reset_stats), stats)),
             ("GET", "requests", self._requests),
@@ -95,8 +95,7 @@ class ControlAPI:
                 "faults",
                 _then(lambda r, b: faults.clear(r.query.get("route")), fault_view),
             ),
-        ]
-        for method, path, handler in endpoints:
+        ]:
             router.add_route(
                 method, f"/_sandbox/{path}", routes.answer(handler, refused=(ValueError, TypeError))
             )

@@ -257,16 +257,19 @@ class Project:
         A failed project changed last when it failed: its later steps never happened.
         """
         limit = now if self.fail_at is None else min(now, self.fail_at)
-        marks = (
-            self.created_at,
-            self.media_done_at,
-            self.analysis_done_at,
-            self.script_ready_at,
-            self.fail_at,
-        )
         return max(
             [
-                *(mark for mark in marks if mark is not None and mark <= limit),
+                *(
+                    mark
+                    for mark in (
+                        self.created_at,
+                        self.media_done_at,
+                        self.analysis_done_at,
+                        self.script_ready_at,
+                        self.fail_at,
+                    )
+                    if mark is not None and mark <= limit
+                ),
                 *(task.updated_at(now) for task in self.tasks),
             ]
         )

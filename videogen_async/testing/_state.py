@@ -277,5 +277,6 @@ class SandboxState:
             SandboxError: 404 when there is no such task or project.
         """
         now = self.settle()
-        table = self.tasks if kind == "Task" else self.projects
-        return render(sim.lookup(table, kind, key), now, origin)  # type: ignore[no-any-return]
+        return render(  # type: ignore[no-any-return]
+            sim.lookup(self.tasks if kind == "Task" else self.projects, kind, key), now, origin
+        )
