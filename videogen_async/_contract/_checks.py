@@ -52,15 +52,18 @@ def number(
     ``finite=False`` lets ``inf`` through (a policy's "no limit"); a call's amount or time
     stays finite, so that no timer or sum is ever infinite by accident.
     """
-    ok = (
+    if not (
         _is_number(value)
         and (value > low if above else value >= low)
         and value <= high
         and (not finite or math.isfinite(value))
-    )
-    if not ok:
-        upper = "" if high == math.inf else f" and <= {high:g}"
-        raise fail(field, f"must be a number {'>' if above else '>='} {low:g}{upper}", value)
+    ):
+        raise fail(
+            field,
+            f"must be a number {'>' if above else '>='} {low:g}"
+            f"{'' if high == math.inf else f' and <= {high:g}'}",
+            value,
+        )
     return float(value)
 
 
@@ -80,15 +83,17 @@ def seconds_or_none(field: str, value: Any) -> float | None:
 
 def whole(field: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
     """An ``int`` from ``minimum`` to ``maximum`` (a float, even integral, is refused)."""
-    in_range = (
+    if not (
         isinstance(value, int)
         and not isinstance(value, bool)
         and value >= minimum
         and (maximum is None or value <= maximum)
-    )
-    if not in_range:
-        upper = "" if maximum is None else f" and <= {maximum}"
-        raise fail(field, f"must be a whole number >= {minimum}{upper}", value)
+    ):
+        raise fail(
+            field,
+            f"must be a whole number >= {minimum}{'' if maximum is None else f' and <= {maximum}'}",
+            value,
+        )
     return int(value)
 
 
@@ -104,8 +109,11 @@ def name(field: str, value: Any, *, max_length: int = 500) -> str:
     if len(value) > max_length:
         raise fail(field, f"must be at most {max_length} characters")
     if _UNSTORABLE.search(value):
-        rule = "must not contain NUL or lone surrogate characters (no database stores them)"
-        raise fail(field, rule, value)
+        raise fail(
+            field,
+            "must not contain NUL or lone surrogate characters (no database stores them)",
+            value,
+        )
     return value
 
 

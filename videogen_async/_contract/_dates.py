@@ -27,25 +27,20 @@ def parse_datetime(value: Any) -> datetime | None:
     elif isinstance(value, str) and value.strip():
         try:  # the common case on 3.11+ (which reads "Z" and any fraction), without a regex
             parsed = datetime.fromisoformat(value)
-        except ValueError:
-            parsed = _parse_datetime_text(value)
+        except ValueError:  # normalised first: what Python 3.10's version does not read
+            text = value.strip()
+            if text[-1:] in "zZ":
+                text = text[:-1] + "+00:00"
+            text = text.replace(" ", "T", 1) if "T" not in text and " " in text else text
+            text = _LEAP.sub(r"\1:59.999999", text, count=1)
+            # Python 3.10's fromisoformat takes exactly 3 or 6 fractional digits.
+            text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
+            parsed = datetime.fromisoformat(text)
     else:  # cattrs wraps ValueError; a number's unit (s, ms) would be a guess
         raise ValueError(f"expected an ISO 8601 date-time text, got {value!r:.60}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed
-
-
-def _parse_datetime_text(value: str) -> datetime:
-    """``fromisoformat`` after normalising what Python 3.10's version does not read."""
-    text = value.strip()
-    if text[-1:] in "zZ":
-        text = text[:-1] + "+00:00"
-    text = text.replace(" ", "T", 1) if "T" not in text and " " in text else text
-    text = _LEAP.sub(r"\1:59.999999", text, count=1)
-    # Python 3.10's fromisoformat takes exactly 3 or 6 fractional digits.
-    text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
-    return datetime.fromisoformat(text)
 
 
 def format_datetime(value: datetime) -> str:

@@ -257,8 +257,9 @@ class TaskFailedError(VideoGenError):
     """
 
     def __init__(self, task: Task) -> None:
-        reason = task.error_message or "no reason given"
-        super().__init__(f"task {task.task_id} ended {task.status}: {reason}")
+        super().__init__(
+            f"task {task.task_id} ended {task.status}: {task.error_message or 'no reason given'}"
+        )
         self.task = task
 
 
@@ -270,9 +271,9 @@ class ProjectFailedError(VideoGenError):
     """
 
     def __init__(self, project: Project) -> None:
-        reason = project.error_message or "no reason given"
         super().__init__(
-            f"project {project.project_id} failed at step {project.current_step}: {reason}"
+            f"project {project.project_id} failed at step {project.current_step}:"
+            f" {project.error_message or 'no reason given'}"
         )
         self.project = project
 

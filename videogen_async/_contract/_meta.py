@@ -83,8 +83,15 @@ class ResponseInfo:
     def __reduce__(self) -> tuple[type[ResponseInfo], tuple[Any, ...]]:
         # What is pickled is what is shown: the redacted headers (a plain dict: the answer's
         # are a read-only view that does not pickle) and the redacted trace id.
-        shown = (self.status_code, dict(self.headers), self.trace_id)
-        return ResponseInfo, (*shown, self.method, self.url, self.attempts, self.elapsed)
+        return ResponseInfo, (
+            self.status_code,
+            dict(self.headers),
+            self.trace_id,
+            self.method,
+            self.url,
+            self.attempts,
+            self.elapsed,
+        )
 
 
 class HasResponse:

@@ -379,7 +379,7 @@ def readable_fields(data: Any, cls: type[Any]) -> dict[str, Any]:
     nothing charged is lost): every field present whose value parses alone, redacted.
     """
     data = redact_value(data) if isinstance(data, Mapping) else {}
-    readable: dict[str, Any] = {}
+    readable = {}
     for field in attrs.fields(cls):
         if field.name in data:
             with contextlib.suppress(Exception):  # whatever the value does, it is not readable

@@ -57,10 +57,13 @@ def register_secret(secret: str) -> None:
         _secrets[secret] = None
         while len(_secrets) > MAX_SECRETS:
             _secrets.popitem(last=False)
-        # Longest first, so that a key that contains another is redacted whole.
-        ordered = sorted(_secrets, key=len, reverse=True)
-        # Each secret: its characters in any recognised form, gaps allowed between them.
-        _pattern = re.compile("|".join(_GAP.join(map(_char_forms, s)) for s in ordered))
+        # Each secret: its characters in any recognised form, gaps allowed between them;
+        # longest first, so that a key that contains another is redacted whole.
+        _pattern = re.compile(
+            "|".join(
+                _GAP.join(map(_char_forms, s)) for s in sorted(_secrets, key=len, reverse=True)
+            )
+        )
 
 
 def contains_secret(text: str) -> bool:
@@ -120,7 +123,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
         return redact_text(value) if len(value) <= max_chars else REDACTED
     if not isinstance(value, (dict, list)):  # a number, None, another object: no text
         return value
-    root: list[Any] = [None]
+    root = [None]
     # (source, target container, key in target)
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
     items = max_items
@@ -138,7 +141,7 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
             target[key] = copy
             chars = _copy_keys(source, copy, pattern, chars, stack)
         elif isinstance(source, list):
-            elements: list[Any] = [None] * len(source)
+            elements = [None] * len(source)
             target[key] = elements
             stack.extend((v, elements, i) for i, v in enumerate(source))
         else:
@@ -150,9 +153,9 @@ def redact_value(value: Any, *, max_items: int = 100_000, max_chars: int = 1_000
 
 def _chain(exc: BaseException | None) -> list[BaseException]:
     """An exception and every exception it chains to (causes, contexts, groups), once each."""
-    seen: set[int] = set()
-    found: list[BaseException] = []
-    stack: list[BaseException] = [exc] if exc is not None else []
+    seen = set()
+    found = []
+    stack = [exc] if exc is not None else []
     while stack:
         current = stack.pop()
         if id(current) in seen:
@@ -244,5 +247,6 @@ def redact_url(url: str) -> str:
         return "<malformed url>"
     if password is None:
         return url
-    netloc = parsed.netloc.replace(f":{password}@", ":***@")
-    return urllib.parse.urlunsplit(parsed._replace(netloc=netloc))
+    return urllib.parse.urlunsplit(
+        parsed._replace(netloc=parsed.netloc.replace(f":{password}@", ":***@"))
+    )

@@ -45,17 +45,6 @@ def ref(name: str) -> dict[str, Any]:
     return {"$ref": _REF + name}
 
 
-def _describe(field: Field) -> str:
-    parts = [field.doc]
-    if field.type == "integer" and field.maximum is not None:
-        parts.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip() + ".")
-    if field.default is not None:
-        parts.append(
-            f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
-        )
-    return " ".join(filter(None, parts))
-
-
 def _with_null(schema: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in schema or "allOf" in schema:
         return {"anyOf": [schema, {"type": "null"}]}
@@ -124,7 +113,15 @@ def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
         schema = _TYPES[kind](field, request)
     else:
         schema = {"type": "array", "items": ref(kind[1:-1])} if kind[0] == "[" else ref(kind)
-    description = _describe(field)
+    # Its description: its text, its range, its default.
+    parts = [field.doc]
+    if field.type == "integer" and field.maximum is not None:
+        parts.append(f"{field.minimum} to {field.maximum} {field.unit}".rstrip() + ".")
+    if field.default is not None:
+        parts.append(
+            f"Default {field.default!r}." if field.default == "" else f"Default {field.default}."
+        )
+    description = " ".join(filter(None, parts))
     if description:
         if "$ref" in schema:
             schema = {"allOf": [schema], "description": description}
@@ -150,24 +147,37 @@ def _rule_schema(body: Body, rule: MaxItemsWhen | NeedsOneOfWhen) -> dict[str, A
                 "properties": {rule.field: {"type": ["array", "null"], "maxItems": rule.max_items}}
             },
         }
-    alone = [
-        _when(body, rule),
-        {"required": [rule.field], "properties": {rule.field: {"type": "array", "minItems": 1}}},
-        *({"properties": {o: {"type": ["array", "null"], "maxItems": 0}}} for o in rule.others),
-    ]
-    return {"not": {"allOf": alone}}
+    return {
+        "not": {
+            "allOf": [
+                _when(body, rule),
+                {
+                    "required": [rule.field],
+                    "properties": {rule.field: {"type": "array", "minItems": 1}},
+                },
+                *(
+                    {"properties": {o: {"type": ["array", "null"], "maxItems": 0}}}
+                    for o in rule.others
+                ),
+            ]
+        }
+    }
 
 
 def _rule_text(rule: MaxItemsWhen | NeedsOneOfWhen) -> str:
     if isinstance(rule, MaxItemsWhen):
-        when = f"{rule.when} is {rule.equals}"
-        return f"At most {rule.max_items} {rule.noun} in {rule.field} when {when}."
-    others = " or ".join(rule.others)
-    return f"When {rule.when} is {rule.equals}, {rule.field} needs {others} ({rule.reason})."
+        return (
+            f"At most {rule.max_items} {rule.noun} in {rule.field} when {rule.when} is"
+            f" {rule.equals}."
+        )
+    return (
+        f"When {rule.when} is {rule.equals}, {rule.field} needs {' or '.join(rule.others)}"
+        f" ({rule.reason})."
+    )
 
 
 def _body_schema(body: Body) -> dict[str, Any]:
-    schema: dict[str, Any] = {
+    schema = {
         "type": "object",
         "additionalProperties": False,
         "properties": {f.name: _field_schema(f, request=True) for f in body.fields},
@@ -177,13 +187,14 @@ def _body_schema(body: Body) -> dict[str, Any]:
         schema["required"] = required
     if body.rules:
         schema["allOf"] = [_rule_schema(body, r) for r in body.rules]
-    texts = [_rule_text(r) for r in body.rules]
-    schema["description"] = " ".join([*texts, "A null value counts as omitted."])
+    schema["description"] = " ".join(
+        [*(_rule_text(r) for r in body.rules), "A null value counts as omitted."]
+    )
     return schema
 
 
 def component_schemas() -> dict[str, Any]:
-    schemas: dict[str, Any] = {
+    schemas = {
         "Url": {
             "type": "string",
             "pattern": _URL_PATTERN,

@@ -40,8 +40,10 @@ def _plain(value: Any) -> Any:
 
 
 def _wrong(value: Any, expected: str) -> NoReturn:
-    kind = "null" if value is None else f"{type(value).__name__} {value!r:.40}"
-    raise ValueError(f"expected {expected}, got {kind}")
+    raise ValueError(
+        f"expected {expected}, got"
+        f" {'null' if value is None else f'{type(value).__name__} {value!r:.40}'}"
+    )
 
 
 def _number(value: Any, _type: Any) -> float:
@@ -171,5 +173,7 @@ class Serializable:
         try:
             return converter.structure(data, cls)
         except cattrs.BaseValidationError as exc:
-            reasons = "; ".join(cattrs.transform_error(exc, path=cls.__name__))
-            raise ValueError(f"{cls.__name__}.from_dict: {reasons}") from None
+            raise ValueError(
+                f"{cls.__name__}.from_dict:"
+                f" {'; '.join(cattrs.transform_error(exc, path=cls.__name__))}"
+            ) from None

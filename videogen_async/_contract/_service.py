@@ -366,22 +366,29 @@ class Pricing:
     def task_cost(self, model: str | None, duration: int | None) -> float:
         """The price of a direct task (the service's default model and duration for ``None``)."""
         rate = self.per_second.get(model or TASK_REQUEST.field("model").default)
-        seconds = duration or TASK_REQUEST.field("duration").default
-        return round((self.default_per_second if rate is None else rate) * seconds, 2)
+        return round(
+            (self.default_per_second if rate is None else rate)
+            * (duration or TASK_REQUEST.field("duration").default),
+            2,
+        )
 
     def resolution_factor(self, resolution: int | str | None) -> float | None:
         """A project video's price factor; ``None`` for a resolution that is not a number."""
-        default = PROJECT_REQUEST.field("resolution").default
-        text = str(default if resolution is None else resolution).strip().lower().removesuffix("p")
+        if resolution is None:
+            resolution = PROJECT_REQUEST.field("resolution").default
+        text = str(resolution).strip().lower().removesuffix("p")
         if text in self.resolution_factors:
             return self.resolution_factors[text]
         return 1.0 if text.isdigit() else None
 
     def project_video_cost(self, duration: int | None, resolution: int | str | None) -> float:
         """The price of one project video (1x for a resolution that is not a number)."""
-        seconds = duration or PROJECT_REQUEST.field("duration").default
-        factor = self.resolution_factor(resolution) or 1.0
-        return round(self.project_video_per_second * seconds * factor, 2)
+        return round(
+            self.project_video_per_second
+            * (duration or PROJECT_REQUEST.field("duration").default)
+            * (self.resolution_factor(resolution) or 1.0),
+            2,
+        )
 
 
 REFERENCE_PRICES = Pricing()

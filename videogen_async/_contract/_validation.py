@@ -145,10 +145,9 @@ def _check_rules(spec: Body, body: Mapping[str, Any]) -> None:
                     f" {rule.equals} (got {count})",
                 )
         elif _count(body, rule.field) and not any(_count(body, o) for o in rule.others):
-            needed = " or ".join(rule.others)
             raise fail(
                 rule.field,
-                f"needs at least one of {needed} with it when {rule.when} is"
+                f"needs at least one of {' or '.join(rule.others)} with it when {rule.when} is"
                 f" {rule.equals} ({rule.reason})",
             )
 

@@ -145,14 +145,15 @@ class DownloadCalls:
         async def one(index: int) -> None:
             source = sources[index]
             name = source_name(source)
-            url: str | None = None
-            task_id: str | None = None
+            url = None
+            task_id = None
             async with limiter:
                 try:
                     url, task_id = await resolve_source(get_task, source)
                     dest = folder / names[index]
-                    size = await fetch(url, dest, task_id=task_id)
-                    result = DownloadResult(name, dest, url, task_id, size)
+                    result = DownloadResult(
+                        name, dest, url, task_id, await fetch(url, dest, task_id=task_id)
+                    )
                 except VideoGenError as exc:
                     if task_id is None and not (isinstance(source, str) and is_url(source)):
                         task_id = getattr(exc, "task_id", None) or (

@@ -334,9 +334,15 @@ async def _check_answer(
         raise _Retry(_broken("the host refused the resume range (416)"), restart=True)
     if status != 200:
         excerpt = await resp.read_excerpt()
-        text = f"the host answered HTTP {status}" + (f": {excerpt}" if excerpt else "")
-        answer = dict(resp.headers)
-        raise _Retry(make_status_error(status, None, text, headers=answer, method="GET"))
+        raise _Retry(
+            make_status_error(
+                status,
+                None,
+                f"the host answered HTTP {status}" + (f": {excerpt}" if excerpt else ""),
+                headers=dict(resp.headers),
+                method="GET",
+            )
+        )
     if resuming:
         logger.info("download of %s: the host ignored Range; starting over", what)
         await _start_over(part, state)

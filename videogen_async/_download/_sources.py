@@ -20,9 +20,9 @@ DownloadSource = Task | ProjectTask | str
 
 def check_source(source: object) -> DownloadSource:
     """``source`` when it is something to download (a ``Task``, a task id or a URL)."""
-    kinds = (Task, ProjectTask, str)
     return cast(
-        DownloadSource, checks.instance("source", source, kinds, "must be a Task, id or URL")
+        DownloadSource,
+        checks.instance("source", source, (Task, ProjectTask, str), "must be a Task, id or URL"),
     )
 
 
@@ -56,9 +56,9 @@ def redact_url(url: str) -> str:
         port = parts.port
     except ValueError:
         return "<unreadable URL>"
-    netloc = f"{host}:{port}" if port else host
-    text = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    return text + ("?..." if parts.query else "")
+    return urlunsplit((parts.scheme, f"{host}:{port}" if port else host, parts.path, "", "")) + (
+        "?..." if parts.query else ""
+    )
 
 
 def check_url(url: str) -> str:
@@ -100,12 +100,16 @@ def source_name(source: DownloadSource) -> str:
 
 def planned_names(items: Sequence[DownloadSource]) -> list[str]:
     """A distinct file name per item, fixed before anything starts."""
-    names: list[str] = []
+    names = []
     seen: dict[str, int] = {}
     for item in items:
         url = item if isinstance(item, str) and is_url(item) else None
-        task_id = item.task_id if isinstance(item, (Task, ProjectTask)) else item
-        name = default_filename(url=url, task_id=None if url else task_id or None)
+        name = default_filename(
+            url=url,
+            task_id=None
+            if url
+            else (item.task_id if isinstance(item, (Task, ProjectTask)) else item) or None,
+        )
         key = name.lower()
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:
@@ -139,10 +143,11 @@ async def resolve_source(get_task: GetTask, source: DownloadSource) -> tuple[str
     else:
         task = await get_task(source)
     if not task.is_succeeded:
-        reason = f": {task.error_message}" if task.error_message else ""
-        state = "has not finished yet" if not task.is_terminal else f"ended {task.status}"
         raise DownloadError(
-            f"task {task.task_id} {state}{reason}; only a succeeded task has a video",
+            f"task {task.task_id}"
+            f" {'has not finished yet' if not task.is_terminal else f'ended {task.status}'}"
+            f"{f': {task.error_message}' if task.error_message else ''}; only a succeeded task"
+            " has a video",
             task_id=task.task_id,
         )
     if not task.video_url:

@@ -45,8 +45,9 @@ def _body_schema(name: str) -> dict[str, Any]:
     component a request body refers to; the tests hold the published schemas free of
     ``$ref``), so that an agent reads one self-contained schema.
     """
-    text = json.dumps(_SCHEMAS[name]).replace(json.dumps(ref("Url")), json.dumps(_SCHEMAS["Url"]))
-    schema = json.loads(text)
+    schema = json.loads(
+        json.dumps(_SCHEMAS[name]).replace(json.dumps(ref("Url")), json.dumps(_SCHEMAS["Url"]))
+    )
     schema["properties"] |= {"key": KEY_SCHEMA, "metadata": METADATA_SCHEMA}
     schema["required"].append("key")  # a retried create never pays twice
     return schema  # type: ignore[no-any-return]
@@ -62,23 +63,26 @@ def with_fields(fn: Callable[..., Any], schema: dict[str, Any], *names: str) -> 
     statement's JSON schema (``MCPServer`` reads the signature) and is ``None`` when not given.
     """
     properties = schema["properties"]
-    fields = [
-        inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[Any, WithJsonSchema(properties[name])],
-            default=inspect.Parameter.empty if name in schema["required"] else None,
-        )
-        for name in names or properties
-    ]
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     async def published(*args: Any, **kwargs: Any) -> Any:
         return await fn(*args, **kwargs)
 
-    own = [*signature.parameters.values()][:-1]  # less ``**fields``
-    published.__signature__ = signature.replace(parameters=[*own, *fields])  # type: ignore[attr-defined]
+    published.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            *[*signature.parameters.values()][:-1],  # less ``**fields``
+            *(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    annotation=Annotated[Any, WithJsonSchema(properties[name])],
+                    default=inspect.Parameter.empty if name in schema["required"] else None,
+                )
+                for name in names or properties
+            ),
+        ]
+    )
     return published
 
 
@@ -148,8 +152,12 @@ class Consent(BaseModel):
 
 def cap(max_credits: float | None, spent: float, reserved: float) -> dict[str, Any]:
     """The figures of the cap: the same in a refusal for it and in ``credits_balance``."""
-    left = None if max_credits is None else max(0.0, max_credits - spent - reserved)
-    return {"max_credits": max_credits, "spent": spent, "reserved": reserved, "left": left}
+    return {
+        "max_credits": max_credits,
+        "spent": spent,
+        "reserved": reserved,
+        "left": None if max_credits is None else max(0.0, max_credits - spent - reserved),
+    }
 
 
 def entry_data(entry: LedgerEntry) -> Entry:
@@ -217,8 +225,14 @@ def refusal(exc: Exception) -> Answer:
     figures = {}
     if isinstance(exc, err.BudgetExceededError):
         figures = cap(exc.max_credits, exc.spent, exc.reserved) | {"cost": exc.estimate}
-    message = text.format(" ".join(str(exc).split()), **figures)  # the cap's text: its figures
-    return Answer(refusal=Refusal(reason=type(exc).__name__, message=message, **figures))
+    return Answer(
+        refusal=Refusal(
+            reason=type(exc).__name__,
+            # The cap's text names its figures.
+            message=text.format(" ".join(str(exc).split()), **figures),
+            **figures,
+        )
+    )
 
 
 def dump(data: BaseModel) -> Any:
@@ -230,9 +244,12 @@ def answer(data: BaseModel) -> CallToolResult:
     """A tool's answer: structured, and the same JSON as text for hosts that read only text."""
     structured = dump(data)
     refused = structured.get("refusal")
-    text = refused["message"] if refused else json.dumps(structured, ensure_ascii=False)
     return CallToolResult(
-        content=[TextContent(text=text)],
+        content=[
+            TextContent(
+                text=refused["message"] if refused else json.dumps(structured, ensure_ascii=False)
+            )
+        ],
         structured_content=structured,
         is_error=bool(refused),
     )

@@ -61,7 +61,7 @@ def build_server(
         auth = AuthSettings(
             issuer_url=address, resource_server_url=address, validate_token_resource=False
         )
-    server: MCPServer[object] = MCPServer(
+    server = MCPServer(
         "videogen",
         instructions=INSTRUCTIONS,
         version=__version__,
@@ -117,8 +117,9 @@ async def serve(
             await build_server(tools, bus).run_stdio_async()
         else:
             host, port = http.getsockname()[:2]
-            server = build_server(tools, bus, token, f"http://{host}:{port}/mcp")
-            app = server.streamable_http_app(host=host)
+            app = build_server(tools, bus, token, f"http://{host}:{port}/mcp").streamable_http_app(
+                host=host
+            )
             await uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[http])
         group.cancel_scope.cancel()
 

@@ -178,17 +178,24 @@ class VideoTools:
             if self.ledger.max_credits is None:
                 return NoConsent("this client cannot ask the user and the server has no cap")
             return None
-        shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}
-        text = "\n".join(f"{name}: {value}" for name, value in shown.items())
-        return Elicit(f"Spend credits on this create?\n{text}", Consent)
+        shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}.items()
+        return Elicit(
+            "Spend credits on this create?\n"
+            + "\n".join(f"{name}: {value}" for name, value in shown),
+            Consent,
+        )
 
     # -- the reads -------------------------------------------------------------------------
 
     async def _entry(self, key: Any) -> LedgerEntry:
         entry = await self.ledger.get(key)  # the key checked there
         if entry is None:
-            rule = "unknown: no video of this key in the ledger (list_videos shows the keys)"
-            raise err.InvalidRequestError("key", rule, value=key, has_value=True)
+            raise err.InvalidRequestError(
+                "key",
+                "unknown: no video of this key in the ledger (list_videos shows the keys)",
+                value=key,
+                has_value=True,
+            )
         return entry
 
     @bounded

@@ -55,9 +55,11 @@ def span(name: str, attributes: Mapping[str, Any], *, client: bool = False) -> I
     An exception leaving it marks the span failed; ``client`` makes a ``CLIENT`` span (an
     outgoing HTTP request) rather than an ``INTERNAL`` one.
     """
-    tracer = _trace.get_tracer(_SCOPE, __version__)
-    kind = _trace.SpanKind.CLIENT if client else _trace.SpanKind.INTERNAL
-    with tracer.start_as_current_span(name, kind=kind, attributes=dict(attributes)) as current:
+    with _trace.get_tracer(_SCOPE, __version__).start_as_current_span(
+        name,
+        kind=_trace.SpanKind.CLIENT if client else _trace.SpanKind.INTERNAL,
+        attributes=dict(attributes),
+    ) as current:
         yield current
 
 

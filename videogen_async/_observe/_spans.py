@@ -118,12 +118,18 @@ class RequestObserver:
         if not self.hooks.wants("retry"):
             return
         error, trace = type(exc).__name__, getattr(exc, "trace_id", None)
-        status = exc.status_code if isinstance(exc, APIStatusError) else None
         trace = redact_text(trace) if isinstance(trace, str) else None
         await self.hooks.emit(
             "retry",
             RetryEvent(
-                method, path, attempt, delay, redact_text(f"{error}: {exc}"), error, status, trace
+                method,
+                path,
+                attempt,
+                delay,
+                redact_text(f"{error}: {exc}"),
+                error,
+                exc.status_code if isinstance(exc, APIStatusError) else None,
+                trace,
             ),
         )
 
@@ -171,16 +177,20 @@ def wait_span(kind: str, object_id: str) -> AbstractContextManager[_otel.SpanLik
 
     The caller sets the outcome with :func:`end_wait`.
     """
-    attributes = {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1}
-    return _waiting_span(f"videogen.wait {kind}", attributes)
+    return _waiting_span(
+        f"videogen.wait {kind}",
+        {"videogen.wait.kind": kind, "videogen.id": object_id, "videogen.ids.count": 1},
+    )
 
 
 def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
     """Record a finished wait's outcome (the final status) and credits on its span."""
     if span is None:
         return
-    charged = value.billing.total_credits_cost if isinstance(value, Project) else value.credits_cost
-    span.set_attribute("videogen.credits_charged", charged)
+    span.set_attribute(
+        "videogen.credits_charged",
+        value.billing.total_credits_cost if isinstance(value, Project) else value.credits_cost,
+    )
     span.set_attribute("videogen.outcome", str(value.status))
 
 

@@ -101,10 +101,9 @@ class BatchSchedule:
     def _model(self, klass: ClassState) -> None:
         policy = self._policy
         if policy.adaptive:
-            prior = self._memory.load(klass.key) if self._memory is not None else None
             klass.model = ClassModel(
                 half_life=policy.half_life,
-                prior=prior,
+                prior=self._memory.load(klass.key) if self._memory is not None else None,
                 prior_weight=policy.prior_weight,
                 low_quantile=policy.window_quantile,
                 high_quantile=1.0 - policy.window_quantile,
@@ -131,8 +130,10 @@ class BatchSchedule:
             state.rank = rand()
             due = first
             if support is not None and not state.probe:
-                wait = support.start - state.phase * policy.dense_interval
-                due = first + min(policy.sparse_cap, max(0.0, wait))
+                due = first + min(
+                    policy.sparse_cap,
+                    max(0.0, support.start - state.phase * policy.dense_interval),
+                )
             self._push(state, due)
 
     def add(self, states: list[IdState], now: float) -> None:

@@ -174,11 +174,12 @@ class _Coordinator:
                 loop = asyncio.get_running_loop()
                 self._now = loop.time
                 self._started = now = loop.time()
-                deadline = math.inf if self._timeout is None else now + self._timeout
                 self.schedule.start(now, time.time() - now)
                 timed_out = False
                 try:
-                    with anyio.CancelScope(deadline=deadline) as scope:
+                    with anyio.CancelScope(
+                        deadline=math.inf if self._timeout is None else now + self._timeout
+                    ) as scope:
                         self._scope = scope
                         if self._stopped:
                             scope.cancel()
@@ -371,7 +372,7 @@ class _Coordinator:
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
-        state: IdState | None = None
+        state = None
         while not self._closing:
             if state is None:
                 assigned: asyncio.Future[IdState | None] = loop.create_future()

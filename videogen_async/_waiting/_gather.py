@@ -287,19 +287,20 @@ def gather_until_done(
     checks.positive("progress_interval", progress_interval)
     key_of = _class_keys(classes)
     source = source_of(client)
-    memory = finish_times if finish_times is not None else source.finish_times
-    coordinator = _Coordinator(
-        source,
-        timeout=timeout,
-        max_concurrency=max_concurrency,
-        return_exceptions=return_exceptions,
-        policy=poll_policy or source.poll_policy or DEFAULT_POLICY,
-        on_progress=on_progress,
-        progress_interval=progress_interval,
-        memory=memory,
-        open_ended=open_ended,
+    results = GatherResults(
+        _Coordinator(
+            source,
+            timeout=timeout,
+            max_concurrency=max_concurrency,
+            return_exceptions=return_exceptions,
+            policy=poll_policy or source.poll_policy or DEFAULT_POLICY,
+            on_progress=on_progress,
+            progress_interval=progress_interval,
+            memory=finish_times if finish_times is not None else source.finish_times,
+            open_ended=open_ended,
+        ),
+        key_of,
     )
-    results: GatherResults[Any] = GatherResults(coordinator, key_of)
     results.add(task_ids)  # not started: the ids are scheduled when the polling starts
     return results
 
@@ -314,7 +315,7 @@ def _new_states(
     if isinstance(task_ids, str):
         raise checks.fail("task_ids", "must be an iterable of ids, not a single string")
     made = dict(by_key)  # the gather's classes, and those its new ids bring
-    new: dict[str, IdState] = {}
+    new = {}
     for task_id in task_ids:
         check_id("task_id", task_id)
         former = known.get(task_id)

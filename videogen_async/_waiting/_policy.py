@@ -97,8 +97,11 @@ def growth_interval(policy: PollPolicy, age: float, rand: float) -> float:
     ``[1 - jitter, 1 + jitter)`` (by ``rand`` in ``[0, 1)``), never above ``max_interval``.
     """
     # A negative age (an off clock) gives ``min_interval``, as an age of 0 would.
-    base = min(policy.max_interval, max(policy.min_interval, age * policy.growth))
-    return min(policy.max_interval, base * (1.0 + policy.jitter * (2.0 * rand - 1.0)))
+    return min(
+        policy.max_interval,
+        min(policy.max_interval, max(policy.min_interval, age * policy.growth))
+        * (1.0 + policy.jitter * (2.0 * rand - 1.0)),
+    )
 
 
 def probe_count(policy: PollPolicy, total: int, *, cold: bool = False) -> int:

@@ -242,7 +242,6 @@ async def wait_on_source(
             return elapsed
         return max(elapsed, time.time() - task.created_at.timestamp())
 
-    on_value = on_read(source.hooks, on_update, lambda t: t.is_terminal)
     with wait_span("task", task_id) as span:
         task = await poll_until(
             lambda: get(task_id),
@@ -251,7 +250,7 @@ async def wait_on_source(
             poll_policy=poll_policy or source.poll_policy,
             what=f"task {task_id}",
             backoff=source.backoff,
-            on_value=on_value,
+            on_value=on_read(source.hooks, on_update, lambda t: t.is_terminal),
             age_of=age_of,
             pending=task_id,
             after=after,

@@ -152,12 +152,13 @@ class FinishSketch:
             return math.nan
         # Not cached: asked a few times per recomputed support, never per poll.
         indexes = sorted(self._bins)
-        sums = itertools.accumulate(self._bins[index] for index in indexes)
         # Running sums that reach the target but for rounding count as reaching it, so that a
         # quantile on a bin's edge does not depend on the order the weights were added in.
         # A ``q`` outside [0, 1] finds the first or the last bin, as its clamped value would.
         target = (q - 1e-9) * self._total
-        for index, running in zip(indexes, sums, strict=True):
+        for index, running in zip(
+            indexes, itertools.accumulate(self._bins[index] for index in indexes), strict=True
+        ):
             if running >= target:
                 return _RATIO**index if q < 0.5 else _upper(index)
         return _upper(indexes[-1])
@@ -172,15 +173,21 @@ class FinishSketch:
             return None
         indexes = sorted(self._bins)
         shares = [self._bins[index] / self._total for index in indexes]
-        below = list(itertools.accumulate(shares[:-1], initial=0.0))
-        return [_RATIO**i for i in indexes], [_upper(i) for i in indexes], below, shares
+        return (
+            [_RATIO**i for i in indexes],
+            [_upper(i) for i in indexes],
+            list(itertools.accumulate(shares[:-1], initial=0.0)),
+            shares,
+        )
 
     def snapshot(self) -> FinishTimeStats:
         """An immutable summary (weights relative to the newest observation)."""
         scale = 1.0 / self._step
-        bins = tuple(sorted((i, w * scale) for i, w in self._bins.items() if w * scale > 1e-9))
         # Own observations, and what is left of the prior's weight (never fewer than its own).
-        return FinishTimeStats(bins=bins, count=max(round(self.weight), self.count))
+        return FinishTimeStats(
+            bins=tuple(sorted((i, w * scale) for i, w in self._bins.items() if w * scale > 1e-9)),
+            count=max(round(self.weight), self.count),
+        )
 
 
 @attrs.frozen
@@ -247,8 +254,9 @@ class ClassModel:
             end = max(sketch.quantile(self._high_q), sketch.high)
             if older is not None and older(end) > (1.0 - self._high_q) * (sketch.count + pending):
                 end = math.inf
-        start = min(sketch.quantile(self._low_q), sketch.low)
-        return Support(start=start, end=end, samples=sketch.weight)
+        return Support(
+            start=min(sketch.quantile(self._low_q), sketch.low), end=end, samples=sketch.weight
+        )
 
     def cdf(self, age: float) -> float:
         """The share of the class finished by ``age`` in what was remembered (0: nothing)."""
@@ -324,5 +332,4 @@ def batch_gap(
     past = overdue_after(support.start, support.end, interval)
     if age <= past:
         return interval if dense is None else min(interval, dense)
-    overdue = min(age - past, elapsed)
-    return max(interval, min(policy.max_interval, overdue * policy.overdue_growth))
+    return max(interval, min(policy.max_interval, min(age - past, elapsed) * policy.overdue_growth))

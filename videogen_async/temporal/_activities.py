@@ -67,11 +67,13 @@ class VideoActivities:
             ApplicationError: Not retryable: the create was refused for good (type: the
                 SDK's error class) or the video failed (type ``TaskFailedError``).
         """
-        key = request.key or _own_key()
-        metadata = {**request.metadata, METADATA_KEY: _mark()}
         with _refusals():
             entry = await self._ledger.create_task(
-                self._client, request.prompt, key=key, metadata=metadata, **request.fields
+                self._client,
+                request.prompt,
+                key=request.key or _own_key(),
+                metadata={**request.metadata, METADATA_KEY: _mark()},
+                **request.fields,
             )
         return await self._complete_later(entry)
 
@@ -104,10 +106,12 @@ class VideoActivities:
             ApplicationError: Not retryable: the batch was refused for good, or the project
                 failed (type ``ProjectFailedError``).
         """
-        batch_key = request.batch_key or _own_key()
         try:
             entries = await self._ledger.create_videos(
-                self._client, request.project_key, batch_key=batch_key, **request.fields
+                self._client,
+                request.project_key,
+                batch_key=request.batch_key or _own_key(),
+                **request.fields,
             )
         except err.VideoGenError as exc:
             if type(exc) is not err.ConflictError:  # not the script's or the project's state
@@ -117,8 +121,7 @@ class VideoActivities:
             project_id = project.project_id if project is not None else None
             if project_id is None:  # not a project the ledger created
                 raise
-            status = await self._client.projects.get(project_id)
-            if status.status == ProjectStatus.FAILED:
+            if (await self._client.projects.get(project_id)).status == ProjectStatus.FAILED:
                 raise ApplicationError(
                     str(exc), type="ProjectFailedError", non_retryable=True
                 ) from exc
@@ -141,8 +144,9 @@ class VideoActivities:
                 the ledger holds no such key (type ``LedgerError``).
         """
         if await self._ledger.get(key) is None:
-            message = f"the ledger holds no key {key!r}"
-            raise ApplicationError(message, type="LedgerError", non_retryable=True)
+            raise ApplicationError(
+                f"the ledger holds no key {key!r}", type="LedgerError", non_retryable=True
+            )
         with _refusals():
             entry = await self._ledger.update_metadata(key, {METADATA_KEY: _mark()})
         return await self._complete_later(entry)

@@ -37,9 +37,9 @@ def outcome(entry: LedgerEntry) -> dict[str, Any]:
     task = entry.task.to_dict() if entry.task is not None else None
     if entry.state == "succeeded" and task is not None:
         return task
-    reason = entry.task.error_message if entry.task is not None else entry.error
     raise ApplicationError(
-        f"video task {entry.task_id} ended {entry.state}: {reason or 'no reason given'}",
+        f"video task {entry.task_id} ended {entry.state}:"
+        f" {(entry.task.error_message if entry.task else entry.error) or 'no reason given'}",
         task,
         type="TaskFailedError",
         non_retryable=True,
@@ -113,9 +113,10 @@ async def run_completions(
             async for _entry in finished:
                 pass
 
-    completer = ActivityCompleter(temporal_client)
     async with anyio.create_task_group() as group:
         group.start_soon(watch)
         # backlog: an activity's video that finished before the destination's first use is
         # delivered too (entries of other programs are no-ops: no token).
-        await ledger.dispatch(DESTINATION, completer, backlog=True, lease=lease)
+        await ledger.dispatch(
+            DESTINATION, ActivityCompleter(temporal_client), backlog=True, lease=lease
+        )

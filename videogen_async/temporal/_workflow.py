@@ -99,10 +99,14 @@ async def generate_video(
             ``ApplicationError`` of type ``TaskFailedError``, details ``[task as dict]``,
             not retried), or the create was refused (type: the SDK's error class name).
     """
-    request = VideoRequest(prompt, dict(task_fields), key, dict(metadata or {}))
-    options = _options(start_to_close_timeout, retry_policy, task_queue)
-    result = await workflow.execute_activity(CREATE_TASK, request, result_type=dict, **options)
-    return Task.from_dict(result)
+    return Task.from_dict(
+        await workflow.execute_activity(
+            CREATE_TASK,
+            VideoRequest(prompt, dict(task_fields), key, dict(metadata or {})),
+            result_type=dict,
+            **_options(start_to_close_timeout, retry_policy, task_queue),
+        )
+    )
 
 
 async def create_project(
@@ -138,16 +142,20 @@ async def create_project(
         temporalio.exceptions.ActivityError: The create was refused for good (its cause an
             ``ApplicationError`` whose type is the SDK's error class name).
     """
-    request = ProjectRequest(
-        reference_video_url,
-        list(product_image_urls),
-        dict(project_fields),
-        key,
-        dict(metadata or {}),
+    return LedgerEntry.from_dict(
+        await workflow.execute_activity(
+            CREATE_PROJECT,
+            ProjectRequest(
+                reference_video_url,
+                list(product_image_urls),
+                dict(project_fields),
+                key,
+                dict(metadata or {}),
+            ),
+            result_type=dict,
+            **_options(start_to_close_timeout, retry_policy, task_queue),
+        )
     )
-    options = _options(start_to_close_timeout, retry_policy, task_queue)
-    result = await workflow.execute_activity(CREATE_PROJECT, request, result_type=dict, **options)
-    return LedgerEntry.from_dict(result)
 
 
 async def generate_project_videos(
@@ -180,12 +188,21 @@ async def generate_project_videos(
             project failed (type ``ProjectFailedError``) or the batch was refused for good.
     """
     options = _options(start_to_close_timeout, retry_policy, task_queue)
-    request = VideosRequest(project_key, dict(batch_fields), batch_key)
-    keys = await workflow.execute_activity(CREATE_VIDEOS, request, result_type=list, **options)
-    results = await asyncio.gather(
-        *(workflow.execute_activity(AWAIT_ENTRY, key, result_type=dict, **options) for key in keys)
+    keys = await workflow.execute_activity(
+        CREATE_VIDEOS,
+        VideosRequest(project_key, dict(batch_fields), batch_key),
+        result_type=list,
+        **options,
     )
-    return [Task.from_dict(result) for result in results]
+    return [
+        Task.from_dict(result)
+        for result in await asyncio.gather(
+            *(
+                workflow.execute_activity(AWAIT_ENTRY, key, result_type=dict, **options)
+                for key in keys
+            )
+        )
+    ]
 
 
 def _options(

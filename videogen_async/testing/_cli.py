@@ -105,8 +105,9 @@ def sandbox_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     Every option named as one of ``SandboxServer``'s arguments is one (``--log-level`` and the
     options of a larger command line are not); no ``--api-key`` is the default key.
     """
-    options = {name: value for name, value in vars(args).items() if name in _DEFAULTS}
-    return {**options, "api_key": args.api_key or DEFAULT_API_KEY}
+    return {name: value for name, value in vars(args).items() if name in _DEFAULTS} | {
+        "api_key": args.api_key or DEFAULT_API_KEY
+    }
 
 
 def announce(server: SandboxServer, *, show_key: bool, write: Callable[[str], Any]) -> None:
@@ -144,10 +145,9 @@ async def serve(
 
 async def _serve_until_signal(options: dict[str, Any], show_key: bool) -> None:
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await serve(
         ready=lambda s: announce(s, show_key=show_key, write=lambda t: print(t, flush=True)),
         stop=stop,

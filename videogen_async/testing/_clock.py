@@ -51,11 +51,13 @@ class SandboxClock:
         # pause, resume): where each starts (simulated, monotonic), and whether the clock ran
         # during it. Ordered by simulated start: the clock never goes back. The last one is
         # the clock now.
-        self._history: list[tuple[float, float, bool]] = [(0.0, self._mono_at_epoch, not paused)]
+        self._history = [(0.0, self._mono_at_epoch, not paused)]
 
     def __repr__(self) -> str:
-        state = "paused" if self.paused else "running"
-        return f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g} {state}>"
+        return (
+            f"<SandboxClock now={self.now():.3f}s time_scale={self._time_scale:g}"
+            f" {'paused' if self.paused else 'running'}>"
+        )
 
     @property
     def time_scale(self) -> float:

@@ -40,13 +40,10 @@ def add_console(app: web.Application, source: ServerTruth) -> None:
     async def console(request: web.Request) -> web.StreamResponse:
         nonce = secrets.token_urlsafe(12)
         live = _live(source)
-        text = (
-            live
-            if request.query.get("part") == "live"
-            else _PAGE.substitute(live=live, nonce=nonce)
-        )
         return web.Response(
-            text=text,
+            text=live
+            if request.query.get("part") == "live"
+            else _PAGE.substitute(live=live, nonce=nonce),
             content_type="text/html",
             headers={
                 "Cache-Control": "no-store",
@@ -69,13 +66,14 @@ def _e(value: Any) -> str:
 
 
 def _table(caption: str, headers: Iterable[str], rows: list[list[str]], empty: str) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     if not rows:
         return f"<h2>{_e(caption)}</h2><p class='empty'>{_e(empty)}</p>"
-    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
     return (
-        f"<h2>{_e(caption)}</h2><table id='{_e(caption.lower().split()[0])}'>"
-        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<h2>{_e(caption)}</h2><table id='{_e(caption.lower().split()[0])}'><thead><tr>"
+        + "".join(f"<th>{_e(h)}</th>" for h in headers)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+        + "</tbody></table>"
     )
 
 
@@ -96,59 +94,76 @@ def _live(source: ServerTruth) -> str:
     balance = source.credits()
     # Newest first; describe_* give every key, for a project's task too (prompt None).
     tasks = [source.describe_task(t) for t in reversed(source.task_ids[-_SHOWN_TASKS:])]
-    shown_projects = reversed(source.project_ids[-_SHOWN_PROJECTS:])
-    log = source.request_log[-_SHOWN_REQUESTS:]
-
     latest = next((t for t in tasks if _media(t)), None)
-    task_rows = [
-        [
-            _code(t["task_id"]),
-            _state(t["status"]),
-            _e(t["credits_cost"]) + (" <small>(refunded)</small>" if t["refunded"] else ""),
-            f"<span class='prompt'>{_e(t['prompt'] and t['prompt'][:_PROMPT_LIMIT])}</span>",
-            _e(t["project_id"]),
-            f"<a href='{_e(_media(t))}'>video</a>" if _media(t) else "",
-        ]
-        for t in tasks
-    ]
-    project_rows = [
-        [
-            _code(p["project_id"]),
-            _e(p["mode"]),
-            _state(p["status"]),
-            _e(p["current_step"]),
-            _e(p["billing"]["total_credits_cost"]),
-            _e(len(p["task_ids"])),
-        ]
-        for p in map(source.describe_project, shown_projects)
-    ]
-    request_rows = [
-        [
-            _e(time.strftime("%H:%M:%S", time.localtime(r.started_at))),
-            _e(r.method),
-            _code(r.path),
-            _e("dropped" if r.status is None else r.status),
-            _e(r.code),
-            _code(r.trace_id),
-            f"<span class='fault'>{_e(r.fault)}</span>" if r.fault else "",
-            _e(f"{r.duration * 1000:.1f}"),
-        ]
-        for r in reversed(log)
-    ]
-    faults = sorted(source.stats().faults.items())
-    fault_rows = [[_e(kind), _e(count)] for kind, count in faults if count]
     rules = [json_text(rule.to_dict(), "fault", sort_keys=True) for rule in source.faults.rules]
-
-    available, total = balance["api_available_credits"], balance["api_total_credits"]
     parts = [
-        f"<p id='balance' class='balance'>Credits: <strong>{_e(available)}</strong>"
-        f" available of {_e(total)}</p>",
+        f"<p id='balance' class='balance'>Credits: <strong>{_e(balance['api_available_credits'])}"
+        f"</strong> available of {_e(balance['api_total_credits'])}</p>",
         f"<p class='meta'>{len(source.task_ids)} tasks, {len(source.project_ids)} projects;"
         f" updated {_e(time.strftime('%H:%M:%S'))}</p>",
-        _table("Tasks", _TASK_COLUMNS, task_rows, "No task yet."),
-        _table("Projects", _PROJECT_COLUMNS, project_rows, "No project yet."),
-        _table("Requests (newest first)", _REQUEST_COLUMNS, request_rows, "No request yet."),
-        _table("Faults fired", ["kind", "count"], fault_rows, "No fault fired."),
+        _table(
+            "Tasks",
+            _TASK_COLUMNS,
+            [
+                [
+                    _code(t["task_id"]),
+                    _state(t["status"]),
+                    _e(t["credits_cost"]) + (" <small>(refunded)</small>" if t["refunded"] else ""),
+                    f"<span class='prompt'>"
+                    f"{_e(t['prompt'] and t['prompt'][:_PROMPT_LIMIT])}</span>",
+                    _e(t["project_id"]),
+                    f"<a href='{_e(_media(t))}'>video</a>" if _media(t) else "",
+                ]
+                for t in tasks
+            ],
+            "No task yet.",
+        ),
+        _table(
+            "Projects",
+            _PROJECT_COLUMNS,
+            [
+                [
+                    _code(p["project_id"]),
+                    _e(p["mode"]),
+                    _state(p["status"]),
+                    _e(p["current_step"]),
+                    _e(p["billing"]["total_credits_cost"]),
+                    _e(len(p["task_ids"])),
+                ]
+                for p in map(
+                    source.describe_project, reversed(source.project_ids[-_SHOWN_PROJECTS:])
+                )
+            ],
+            "No project yet.",
+        ),
+        _table(
+            "Requests (newest first)",
+            _REQUEST_COLUMNS,
+            [
+                [
+                    _e(time.strftime("%H:%M:%S", time.localtime(r.started_at))),
+                    _e(r.method),
+                    _code(r.path),
+                    _e("dropped" if r.status is None else r.status),
+                    _e(r.code),
+                    _code(r.trace_id),
+                    f"<span class='fault'>{_e(r.fault)}</span>" if r.fault else "",
+                    _e(f"{r.duration * 1000:.1f}"),
+                ]
+                for r in reversed(source.request_log[-_SHOWN_REQUESTS:])
+            ],
+            "No request yet.",
+        ),
+        _table(
+            "Faults fired",
+            ["kind", "count"],
+            [
+                [_e(kind), _e(count)]
+                for kind, count in sorted(source.stats().faults.items())
+                if count
+            ],
+            "No fault fired.",
+        ),
     ]
     if rules:
         parts.append(

@@ -71,7 +71,7 @@ class ControlAPI:
         server = self._server
         clock, faults = server.clock, server.faults
         stats, clock_view, fault_view = self._stats, self._clock, self._faults
-        endpoints: list[tuple[str, str, _Handler]] = [
+        for method, path, handler in [
             ("GET", "stats", stats),
             ("POST", "reset-stats", _then(_call(server.reset_stats), stats)),
             ("GET", "requests", self._requests),
@@ -95,10 +95,10 @@ class ControlAPI:
                 "faults",
                 _then(lambda r, b: faults.clear(r.query.get("route")), fault_view),
             ),
-        ]
-        for method, path, handler in endpoints:
-            endpoint = routes.answer(handler, refused=(ValueError, TypeError))
-            router.add_route(method, f"/_sandbox/{path}", endpoint)
+        ]:
+            router.add_route(
+                method, f"/_sandbox/{path}", routes.answer(handler, refused=(ValueError, TypeError))
+            )
 
     def _stats(self, request: web.Request, body: Any) -> Any:
         return self._server.stats().to_dict()
@@ -128,9 +128,11 @@ class ControlAPI:
 
     def _tasks(self, request: web.Request, body: Any) -> Any:
         offset = _query_int(request, "offset", 0)
-        limit = _query_int(request, "limit", 1000)
         ids = self._server.task_ids
-        return {"count": len(ids), "task_ids": list(ids[offset : offset + limit])}
+        return {
+            "count": len(ids),
+            "task_ids": list(ids[offset : offset + _query_int(request, "limit", 1000)]),
+        }
 
     def _faults(self, request: web.Request, body: Any) -> Any:
         faults = self._server.faults

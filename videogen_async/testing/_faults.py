@@ -143,12 +143,6 @@ class _Active:
         self.rule, self.remaining = rule, rule.times
 
 
-def _wildness(active: _Active) -> tuple[bool, bool]:
-    """How loosely a rule names its route: exact, then wildcard, then ``"*"`` (sorted)."""
-    route = active.rule.route
-    return any(c in route for c in "*?["), route == "*"
-
-
 class FaultInjector:
     """The fault rules of one sandbox (``server.faults``), changeable at run time.
 
@@ -168,7 +162,7 @@ class FaultInjector:
         # By route, in the order set: setting a route again moves it last, so the last
         # wildcard rule that matches is the most recently set.
         self._rules: dict[str, _Active] = {}
-        self.injected: dict[str, int] = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
+        self.injected = dict.fromkeys((*FAULT_KINDS, "latency"), 0)
         for rule in [rules] if isinstance(rules, FaultRule) else rules or ():
             self.add(rule)
 
@@ -213,17 +207,6 @@ class FaultInjector:
         else:
             self._rules.pop(_route(route), None)
 
-    def _match(self, method: str, pattern: str, path: str) -> _Active | None:
-        keys = (f"{method} {pattern}", f"{method} {path}", pattern, path)
-        fitting = [
-            active
-            for active in reversed(self._rules.values())  # the most recently set first
-            if any(fnmatch.fnmatchcase(key, active.rule.route) for key in keys)
-        ]
-        # A rule naming the route exactly (no wildcard: it matches only its own key) first,
-        # then the latest wildcard rule, then "*" (which matches every key).
-        return min(fitting, key=_wildness, default=None)
-
     def decide(self, method: str, pattern: str, path: str) -> FaultDecision | None:
         """Draw the fate of one request (``pattern``: its route's, ``path``: the concrete one).
 
@@ -231,7 +214,19 @@ class FaultInjector:
             ``None`` when no rule applies, else the decision (whose ``kind`` may be ``None``
             when the draw picked no fault).
         """
-        active = self._match(method, pattern, path)
+        keys = (f"{method} {pattern}", f"{method} {path}", pattern, path)
+        # The rule that fits best: one naming the route exactly (no wildcard: it matches only
+        # its own key) first, then the latest wildcard rule, then "*" (which matches every
+        # key), by how loosely a rule names its route.
+        active = min(
+            (
+                active
+                for active in reversed(self._rules.values())  # the most recently set first
+                if any(fnmatch.fnmatchcase(key, active.rule.route) for key in keys)
+            ),
+            key=lambda a: (any(c in a.rule.route for c in "*?["), a.rule.route == "*"),
+            default=None,
+        )
         if active is None:
             return None
         rule = active.rule
@@ -244,8 +239,16 @@ class FaultInjector:
         if latency > 0:
             self.injected["latency"] += 1
         draw, rates = rng.random(), rule.rates()
-        edges = zip(FAULT_KINDS, rates, itertools.accumulate(rates), strict=True)
-        kind = next((name for name, rate, edge in edges if rate and draw < edge), None)
+        kind = next(
+            (
+                name
+                for name, rate, edge in zip(
+                    FAULT_KINDS, rates, itertools.accumulate(rates), strict=True
+                )
+                if rate and draw < edge
+            ),
+            None,
+        )
         status = {"html": rule.html_status, "rate_limit": 429}.get(kind or "", 0)
         if kind == "error":
             status = rng.choice(rule.error_statuses)

@@ -54,14 +54,18 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
         if exc.status == 404:
             text = f"No such endpoint: {request.method} {request.path}"
         elif exc.status == 405:
             text = f"Method {request.method} is not allowed on {request.path}"
         else:
             text = exc.reason
-        return error_response(exc.status, exc.status, text, headers)
+        return error_response(
+            exc.status,
+            exc.status,
+            text,
+            {k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
     except Exception:
         logger.exception("sandbox handler failed on %s %s", request.method, request.path)
         return error_response(500, 500, "Internal sandbox error")
@@ -72,13 +76,21 @@ def _fault_response(decision: FaultDecision) -> web.StreamResponse | None:
     reason = responses.get(status, "Server Error")  # 5xx statuses without a name too
     if kind == "rate_limit":
         after = decision.retry_after
-        headers = {} if after is None else {"Retry-After": f"{after:g}"}
-        return error_response(429, 429, "Too many requests (sandbox fault injection)", headers)
+        return error_response(
+            429,
+            429,
+            "Too many requests (sandbox fault injection)",
+            {} if after is None else {"Retry-After": f"{after:g}"},
+        )
     if kind == "error":
         return error_response(status, status, f"{reason} (sandbox fault injection)")
     if kind == "html":
-        page = _HTML_PAGE.format(status=status, reason=reason)
-        return web.Response(text=page, status=status, content_type="text/html", headers=_NGINX)
+        return web.Response(
+            text=_HTML_PAGE.format(status=status, reason=reason),
+            status=status,
+            content_type="text/html",
+            headers=_NGINX,
+        )
     return None
 
 
@@ -110,15 +122,10 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
         stats.enter(route)
         started = time.time()
         t0 = time.perf_counter()
-        status: int | None = None
-        fault: str | None = None
-        trace_id: str | None = None
-        code: int | None = None
+        status = fault = trace_id = code = None
         try:
-            decision = None
-            if path != "/openapi.json":
-                decision = faults.decide(method, pattern, path)
-            response: web.StreamResponse | None = None
+            decision = None if path == "/openapi.json" else faults.decide(method, pattern, path)
+            response = None
             if decision is not None:
                 if decision.latency > 0:
                     fault = "latency"
@@ -143,8 +150,21 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
             code = _envelope_code(response)
             return response
         finally:
-            took, agent = time.perf_counter() - t0, request.headers.get("User-Agent")
-            seen = (method, path, route, status, started, took, fault, trace_id)
-            stats.leave(RequestRecord(*seen, request.query_string, agent, code))
+            took = time.perf_counter() - t0
+            stats.leave(
+                RequestRecord(
+                    method,
+                    path,
+                    route,
+                    status,
+                    started,
+                    took,
+                    fault,
+                    trace_id,
+                    request.query_string,
+                    request.headers.get("User-Agent"),
+                    code,
+                )
+            )
 
     return middleware

@@ -52,10 +52,11 @@ class SandboxProcess:
         Raises:
             RuntimeError: The child ended, or said nothing in time, before announcing its URL.
         """
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
-        command = [sys.executable, "-m", "videogen_async.testing", "--port", "0", *self._args]
         self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            command, stdout=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-m", "videogen_async.testing", "--port", "0", *self._args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")},
         )
         stdout = self.process.stdout
         if stdout is None:  # pragma: no cover - stdout=PIPE always gives one

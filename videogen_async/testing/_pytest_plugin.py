@@ -40,7 +40,7 @@ if importlib.util.find_spec("pytest_asyncio") is not None:
         """An async callable ``make(**options)`` that starts a sandbox server."""
         from ._server import SandboxServer
 
-        servers: list[SandboxServer] = []
+        servers = []
 
         async def make(**options: Any) -> SandboxServer:
             server = SandboxServer(**{**videogen_sandbox_options, **options})

@@ -30,9 +30,13 @@ def envelope_response(
 ) -> web.Response:
     """An answer in the service's envelope, with a fresh ``trace_id`` (also ``X-Trace-Id``)."""
     trace_id = uuid.uuid4().hex
-    envelope = {"code": code, "trace_id": trace_id, "message": message, "data": data}
     return web.Response(
-        text=json_text(envelope, "", separators=(",", ":"), ensure_ascii=False),
+        text=json_text(
+            {"code": code, "trace_id": trace_id, "message": message, "data": data},
+            "",
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ),
         status=status,
         content_type="application/json",
         headers={"X-Trace-Id": trace_id, **(headers or {})},

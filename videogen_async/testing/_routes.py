@@ -83,26 +83,33 @@ def create_project(state: SandboxState, body: Mapping[str, Any]) -> sim.Project:
     now = state.settle()
     # The checked body has no nulls and its integers are ints (``check_body``).
     inputs = {f.name: body.get(f.name, f.default) for f in PROJECT_REQUEST.fields}
-    urls = [
-        inputs["reference_video_url"],
-        *inputs["product_image_urls"],
-        inputs["avatar_image_url"],
-    ]
     rejects = state.media_rejects
-    if any(u and (sim.host_is_invalid(u) or (rejects and rejects(u))) for u in urls):
+    if any(
+        u and (sim.host_is_invalid(u) or (rejects and rejects(u)))
+        for u in [
+            inputs["reference_video_url"],
+            *inputs["product_image_urls"],
+            inputs["avatar_image_url"],
+        ]
+    ):
         raise sim.Conflict(409, 100099, sim.MEDIA_NOT_STORED)
-    state.wallet.charge(state.pricing.script_credits)
+    cost = state.pricing.script_credits
+    state.wallet.charge(cost)
     project = sim.Project(
-        state.new_id(state.projects), inputs, now, state.clock.wall_now(), sim.make_script(inputs)
+        state.new_id(state.projects),
+        inputs,
+        now,
+        state.clock.wall_now(),
+        sim.make_script(inputs),
+        script_cost=cost,
     )
-    project.script_cost = state.pricing.script_credits
     rng = state.rng
     # The steps' ends, each drawn in turn (media, analysis, script) after the one before.
-    steps = (
-        sample_duration(step, rng) for step in attrs.astuple(state.project_timing, recurse=False)
-    )
     _, project.media_done_at, project.analysis_done_at, project.script_ready_at = (
-        itertools.accumulate(steps, initial=now)
+        itertools.accumulate(
+            (sample_duration(s, rng) for s in attrs.astuple(state.project_timing, recurse=False)),
+            initial=now,
+        )
     )
     draw = rng.random()
     if state.marked(inputs["reference_video_url"]):
@@ -128,8 +135,9 @@ def create_videos(state: SandboxState, project_id: str, body: Mapping[str, Any])
     now = state.settle()
     project = sim.lookup(state.projects, "Project", project_id)
     if project.failed(now):
-        failed = f"Project {project_id} has failed; no video tasks can be created"
-        raise sim.Conflict(409, 409, failed)
+        raise sim.Conflict(
+            409, 409, f"Project {project_id} has failed; no video tasks can be created"
+        )
     if not project.script_ready(now):
         raise sim.Conflict(
             409,
@@ -168,8 +176,11 @@ class ServiceRoutes:
             "createProjectVideos": self._create_videos,
         }
         for endpoint in ENDPOINTS:
-            path = re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path)
-            router.add_route(endpoint.method, path, self.answer(handlers[endpoint.operation_id]))
+            router.add_route(
+                endpoint.method,
+                re.sub(r"\{(\w+)\}", rf"{{\1:{_ID}}}", endpoint.path),
+                self.answer(handlers[endpoint.operation_id]),
+            )
         router.add_get("/media/{file_name}", self._media)
         router.add_get("/openapi.json", self._openapi)
 
@@ -182,8 +193,12 @@ class ServiceRoutes:
         header = request.headers.get("Authorization", "").strip()
         challenge = {"WWW-Authenticate": 'Bearer realm="videogen-sandbox"'}
         if not header:
-            missing = "Missing API key: send the header 'Authorization: Bearer <API_KEY>'"
-            raise sim.SandboxError(401, 401, missing, challenge)
+            raise sim.SandboxError(
+                401,
+                401,
+                "Missing API key: send the header 'Authorization: Bearer <API_KEY>'",
+                challenge,
+            )
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode("utf-8", "surrogateescape"), self._key_bytes
@@ -228,8 +243,12 @@ class ServiceRoutes:
         }
 
     def _get_task(self, request: web.Request, body: Any) -> Any:
-        task_id = _checked_id("task_id", request.query.get("task_id"))
-        return self._state.show("Task", task_id, self._state.render.task, self.origin(request))
+        return self._state.show(
+            "Task",
+            _checked_id("task_id", request.query.get("task_id")),
+            self._state.render.task,
+            self.origin(request),
+        )
 
     def _create_project(self, request: web.Request, body: Any) -> Any:
         project = create_project(self._state, rules.validate_project_request(body))
@@ -244,13 +263,19 @@ class ServiceRoutes:
         }
 
     def _get_project(self, request: web.Request, body: Any) -> Any:
-        project_id = _checked_id("project_id", request.match_info["project_id"])
-        state = self._state
-        return state.show("Project", project_id, state.render.project, self.origin(request))
+        return self._state.show(
+            "Project",
+            _checked_id("project_id", request.match_info["project_id"]),
+            self._state.render.project,
+            self.origin(request),
+        )
 
     def _create_videos(self, request: web.Request, body: Any) -> Any:
-        project_id = _checked_id("project_id", request.match_info["project_id"])
-        return create_videos(self._state, project_id, rules.validate_videos_request(body))
+        return create_videos(
+            self._state,
+            _checked_id("project_id", request.match_info["project_id"]),
+            rules.validate_videos_request(body),
+        )
 
     async def _media(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["file_name"]

@@ -126,8 +126,10 @@ class SandboxServer(ServerTruth, AsyncClosing):
         self._routes = ServiceRoutes(state, api_key, self._base_url_or_none)
 
     def __repr__(self) -> str:
-        where = self._base_url_or_none() or "not started"
-        return f"<SandboxServer {where} tasks={len(self._state.tasks)}>"
+        return (
+            f"<SandboxServer {self._base_url_or_none() or 'not started'}"
+            f" tasks={len(self._state.tasks)}>"
+        )
 
     async def start(self) -> SandboxServer:
         """Start listening; return the server itself.
@@ -139,9 +141,11 @@ class SandboxServer(ServerTruth, AsyncClosing):
         if self._runner is not None or self._closed:
             raise RuntimeError("a SandboxServer can be started once")
         await anyio.to_thread.run_sync(sample_mp4)  # read the clip once, off the event loop
-        runner = web.AppRunner(
-            self._build_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
-        )
+        app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
+        self._routes.register(app.router)
+        ControlAPI(self).register(app.router, self._routes)
+        add_console(app, self)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self._host, self._port)
@@ -203,8 +207,11 @@ class SandboxServer(ServerTruth, AsyncClosing):
             return None
         # A wildcard is shown as loopback, where a client can reach it; yarl brackets IPv6.
         wildcards = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
-        host = wildcards.get(self._host, self._host)
-        return str(URL.build(scheme="http", host=host, port=self._bound_port))
+        return str(
+            URL.build(
+                scheme="http", host=wildcards.get(self._host, self._host), port=self._bound_port
+            )
+        )
 
     @property
     def api_key(self) -> str:
@@ -222,10 +229,3 @@ class SandboxServer(ServerTruth, AsyncClosing):
             RuntimeError: The server is not started.
         """
         return AsyncVideoGen(api_key=self.api_key, base_url=self.base_url, **options)
-
-    def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[service_middleware(self.faults, self._stats)])
-        self._routes.register(app.router)
-        ControlAPI(self).register(app.router, self._routes)
-        add_console(app, self)
-        return app

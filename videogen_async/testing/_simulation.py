@@ -28,7 +28,6 @@ TASK_OUTCOMES = (SUCCEEDED, FAILED, ERROR)
 
 DEFAULT_MODEL: str = TASK_REQUEST.field("model").default
 DEFAULT_DURATION: int = TASK_REQUEST.field("duration").default
-PROJECT_TASK_MODEL = DEFAULT_MODEL  # the model a project's video tasks show
 
 INSUFFICIENT_CREDITS = "Insufficient API credits"
 MEDIA_NOT_STORED = "Failed to store media from URL"
@@ -122,8 +121,11 @@ class Wallet:
 
 def iso(unix: float) -> str:
     """Format a Unix time as ISO 8601 UTC with milliseconds and a ``Z``."""
-    text = datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(unix, tz=timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def num(value: float) -> float | int:
@@ -178,8 +180,10 @@ class Task:
 
     def updated_at(self, now: float) -> float:
         """The simulated time of the last change at or before ``now``."""
-        marks = (self.created_at, self.started_at, self.finished_at)
-        return max((t for t in marks if t <= now), default=self.created_at)
+        return max(
+            (t for t in (self.created_at, self.started_at, self.finished_at) if t <= now),
+            default=self.created_at,
+        )
 
 
 @attrs.define(eq=False)
@@ -253,16 +257,19 @@ class Project:
         A failed project changed last when it failed: its later steps never happened.
         """
         limit = now if self.fail_at is None else min(now, self.fail_at)
-        marks = (
-            self.created_at,
-            self.media_done_at,
-            self.analysis_done_at,
-            self.script_ready_at,
-            self.fail_at,
-        )
         return max(
             [
-                *(mark for mark in marks if mark is not None and mark <= limit),
+                *(
+                    mark
+                    for mark in (
+                        self.created_at,
+                        self.media_done_at,
+                        self.analysis_done_at,
+                        self.script_ready_at,
+                        self.fail_at,
+                    )
+                    if mark is not None and mark <= limit
+                ),
                 *(task.updated_at(now) for task in self.tasks),
             ]
         )
@@ -276,8 +283,7 @@ def lookup(table: Mapping[str, _V], kind: str, key: str) -> _V:
     """
     found = table.get(key)
     if found is None:
-        shown = key if len(key) <= 80 else key[:77] + "..."
-        raise NotFound(404, 404, f"{kind} not found: {shown}")
+        raise NotFound(404, 404, f"{kind} not found: {key if len(key) <= 80 else key[:77] + '...'}")
     return found
 
 
@@ -287,17 +293,18 @@ def make_script(inputs: Mapping[str, Any]) -> str:
     count = len(inputs["product_image_urls"])
     product = "the product" if count == 1 else f"the {count} products"
     avatar = "the presenter" if inputs.get("avatar_image_url") else "a presenter"
-    language = inputs.get("speech_language_option") or "the reference video's language"
     # A beat every 3 s (every second for a very short ad), the call to action last, taking the
     # rest of the time however long the ad is.
     step = 3 if total >= 6 else 1
     shown = min(-(-total // step), len(_SCRIPT_BEATS))
     edges = [*range(0, shown * step, step), total]
-    beats = [*_SCRIPT_BEATS[: shown - 1], _SCRIPT_BEATS[-1]]
     lines = [
         f"{start}-{end}s: " + beat.format(product=product, avatar=avatar)
-        for start, end, beat in zip(edges, edges[1:], beats, strict=False)
+        for start, end, beat in zip(
+            edges, edges[1:], [*_SCRIPT_BEATS[: shown - 1], _SCRIPT_BEATS[-1]], strict=False
+        )
     ]
+    language = inputs.get("speech_language_option") or "the reference video's language"
     lines.append(f"Voiceover: {language}; aspect ratio {inputs['aspect_ratio']}.")
     if inputs.get("prompt"):
         lines.append(f"Brief: {str(inputs['prompt']).strip()[:200]}")

@@ -122,14 +122,16 @@ class SandboxState:
         """Make a project fail at ``at``, before its script (the script charge is refunded)."""
         project.fails_before_script = True
         project.fail_at = at
-        if message is None:
-            step = (
+        # An empty message is kept as given; none is the step's failure.
+        project.fail_message = (
+            sim.PROJECT_FAILURES[
                 ProjectStep.ANALYZING.value
                 if at <= project.analysis_done_at
                 else ProjectStep.GENERATING_SCRIPT.value
-            )
-            message = sim.PROJECT_FAILURES[step]
-        project.fail_message = message
+            ]
+            if message is None
+            else message
+        )
         self.push(at, self.refund_script, project)
 
     def create_batch(
@@ -152,12 +154,15 @@ class SandboxState:
         batch = sim.Batch(
             len(project.batches) + 1, at, out_number, resolution, aspect_ratio, script, automatic
         )
-        forced = "The batch script was rejected (sandbox failure marker)."
-        forced_failure = forced if self.marked(script) else None
+        forced_failure = (
+            "The batch script was rejected (sandbox failure marker)."
+            if self.marked(script)
+            else None
+        )
         for _ in range(out_number):
             task = self.new_task(
                 at,
-                sim.PROJECT_TASK_MODEL,
+                sim.DEFAULT_MODEL,  # the model a project's video tasks show
                 inputs["duration"],
                 cost,
                 forced_failure,
@@ -243,13 +248,16 @@ class SandboxState:
         duration = body.get("duration") or sim.DEFAULT_DURATION
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
-        forced: str | None = None
-        media = [
-            *body.get("image_urls", ()),
-            *body.get("audio_urls", ()),
-            *body.get("video_urls", ()),
-        ]
-        bad = next((u for u in media if sim.host_is_invalid(u)), None)
+        forced = None
+        bad = next(
+            (
+                u
+                for k in ("image_urls", "audio_urls", "video_urls")
+                for u in body.get(k, ())
+                if sim.host_is_invalid(u)
+            ),
+            None,
+        )
         prompt = body.get("prompt")
         if bad is not None:
             forced = f"Failed to fetch media from URL: {bad}"
@@ -269,5 +277,6 @@ class SandboxState:
             SandboxError: 404 when there is no such task or project.
         """
         now = self.settle()
-        table: Mapping[str, Any] = self.tasks if kind == "Task" else self.projects
-        return render(sim.lookup(table, kind, key), now, origin)  # type: ignore[no-any-return]
+        return render(  # type: ignore[no-any-return]
+            sim.lookup(self.tasks if kind == "Task" else self.projects, kind, key), now, origin
+        )

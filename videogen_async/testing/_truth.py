@@ -58,8 +58,9 @@ class ServerTruth:
         Raises:
             KeyError: No such task.
         """
-        state = self._state
-        return state.show("Task", task_id, state.render.describe_task, self._routes.origin())
+        return self._state.show(
+            "Task", task_id, self._state.render.describe_task, self._routes.origin()
+        )
 
     def describe_project(self, project_id: str) -> dict[str, Any]:
         """What the project endpoint would show, plus inputs, script, batches and schedule.
@@ -67,9 +68,8 @@ class ServerTruth:
         Raises:
             KeyError: No such project.
         """
-        state = self._state
-        return state.show(
-            "Project", project_id, state.render.describe_project, self._routes.origin()
+        return self._state.show(
+            "Project", project_id, self._state.render.describe_project, self._routes.origin()
         )
 
     def schedule_task(
@@ -280,8 +280,13 @@ def _end_task(
     if task.outcome == sim.SUCCEEDED:
         task.error_message = None
     else:
-        default = (
-            sim.TASK_ERROR_MESSAGE if task.outcome == sim.ERROR else sim.TASK_FAILURE_MESSAGES[2]
+        task.error_message = (
+            error_message
+            or task.error_message
+            or (
+                sim.TASK_ERROR_MESSAGE
+                if task.outcome == sim.ERROR
+                else sim.TASK_FAILURE_MESSAGES[2]
+            )
         )
-        task.error_message = error_message or task.error_message or default
         state.push(at, state.refund_task, task)
