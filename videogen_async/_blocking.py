@@ -137,7 +137,8 @@ class _Loop:
         try:
             done.acquire()
         except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
-            self._loop.call_soon_threadsafe(_cancel, made)
+            with contextlib.suppress(RuntimeError):  # the loop has ended: nothing runs there
+                self._loop.call_soon_threadsafe(_cancel, made)
             raise
         try:
             return made[0].result()
