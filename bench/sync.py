@@ -7,8 +7,12 @@ process's interpreter lock):
    thread, then from 4 threads at once, against ``await client.credits.get()`` of an
    ``AsyncVideoGen`` from as many tasks on one event loop; rounds alternate, the ratios are
    the medians of the rounds' ratios, of wall time and of this process's CPU time. Target:
-   the blocking call at most 1.15x the async one, in both. The same run prints a call that
-   sends nothing (the blocking client's own cost per call).
+   the blocking call at most 1.15x the async one, in both. The same rounds time, from as many
+   threads, a blocking call that sends nothing (the blocking client's own cost per call) and
+   the floor of any hand-off to a loop thread (``call_soon_threadsafe(lock.release)`` to an
+   idle loop), and count the voluntary context switches per call (Linux ``/proc``): an
+   awaited call wakes no other thread, a blocking one wakes the loop's and is woken, and
+   each wait for the interpreter lock between them counts too.
 2. **Shared between threads**: 20 threads calling ``credits.get()`` on one shared
    ``VideoGen``, against 20 threads each with a ``VideoGen`` of its own. Target: the shared
    client at least 1.0x the requests per second, with one connection pool (and one loop
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import math
 import os
 import statistics
 import sys
@@ -29,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -65,64 +72,143 @@ def loop_threads() -> int:
     return sum(t.name == "videogen-async-loop" for t in threading.enumerate())
 
 
-def per_call(
-    base: str, key: str, calls: int, rounds: int, threads: int
-) -> tuple[float, float, float, float, float]:
+def switches() -> int | None:
+    """Voluntary context switches so far, of all this process's threads (``None`` off Linux).
+
+    A thread that waits (for a lock, the interpreter lock, a socket) and is woken again counts
+    one: what a hand-off between threads costs beyond the code it runs.
+    """
+    try:
+        total = 0
+        for thread in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{thread}/status", encoding="ascii") as lines:
+                for line in lines:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        return total
+    except OSError:
+        return None
+
+
+class Round(NamedTuple):
+    """One round, per call: wall and CPU seconds, voluntary context switches."""
+
+    wall: float
+    cpu: float
+    switches: float
+
+    @classmethod
+    def timed(cls, run: Callable[[], object], calls: int) -> Round:
+        before, started, cpu = switches(), time.perf_counter(), time.process_time()
+        run()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        after = switches()
+        waits = math.nan if before is None or after is None else after - before
+        return cls(wall / calls, cpu / calls, waits / calls)
+
+
+def in_threads(
+    pool: ThreadPoolExecutor, threads: int, calls: int, call: Callable[[], object]
+) -> Round:
+    """``call()`` made ``calls`` times in all, shared by ``threads`` threads of ``pool``."""
+
+    def caller() -> None:
+        for _ in range(calls // threads):
+            call()
+
+    def run() -> None:
+        for future in [pool.submit(caller) for _ in range(threads)]:
+            future.result()
+
+    return Round.timed(run, calls)
+
+
+def loop_round_trip(pool: ThreadPoolExecutor, threads: int, calls: int) -> Round:
+    """The floor of any hand-off to a loop thread: ``call_soon_threadsafe(lock.release)``.
+
+    An idle event loop in a thread of its own, woken by each caller to release the lock the
+    caller then waits on: no task, no coroutine, nothing of the client.
+    """
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+
+    def call() -> None:
+        done = threading.Lock()
+        done.acquire()
+        loop.call_soon_threadsafe(done.release)
+        done.acquire()
+
+    try:
+        return in_threads(pool, threads, calls, call)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+class PerCall(NamedTuple):
+    """Per call: the best round of each, the medians of the rounds' ratios."""
+
+    async_wall: float
+    blocking_wall: float
+    wall: float
+    cpu: float
+    empty: float
+    floor: float
+    async_switches: float
+    blocking_switches: float
+
+
+def per_call(base: str, key: str, calls: int, rounds: int, threads: int) -> PerCall:
     """Per call of (async, blocking): best wall, and the medians of the rounds' ratios.
 
     ``threads`` callers: as many tasks awaiting on one loop, against as many threads calling
     one shared ``VideoGen``. Each round of one is followed by a round of the other, so both
     see the same load; the figures are the best round of each (seconds per call), the ratios
-    the medians of the rounds' ratios (wall, and this process's CPU in all its threads).
-    Returns (async wall, blocking wall, wall ratio, CPU ratio, a call that sends nothing).
+    the medians of the rounds' ratios (wall, and this process's CPU in all its threads). The
+    same rounds time a call that sends nothing and the bare loop round trip, from as many
+    threads, and count the context switches per call (the medians).
     """
     loop = asyncio.new_event_loop()
     client = AsyncVideoGen(api_key=key, base_url=base)
     share = calls // threads
 
-    async def async_round() -> tuple[float, float]:
+    async def async_calls() -> None:
         async def caller() -> None:
             for _ in range(share):
                 await client.credits.get()
 
-        started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(caller() for _ in range(threads)))
-        return (time.perf_counter() - started) / calls, (time.process_time() - cpu) / calls
 
-    def blocking_round(client: VideoGen, pool: ThreadPoolExecutor) -> tuple[float, float]:
-        def caller() -> None:
-            for _ in range(share):
-                client.credits.get()
+    def async_round() -> Round:
+        return Round.timed(lambda: loop.run_until_complete(async_calls()), calls)
 
-        started, cpu = time.perf_counter(), time.process_time()
-        for future in [pool.submit(caller) for _ in range(threads)]:
-            future.result()
-        return (time.perf_counter() - started) / calls, (time.process_time() - cpu) / calls
-
-    def empty_round(client: VideoGen) -> float:
-        started = time.perf_counter()
-        for _ in range(calls):
-            client._loop.run(asyncio.sleep, 0)  # a call that sends nothing
-        return (time.perf_counter() - started) / calls
-
-    pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
-    empty: list[float] = []
+    pairs: list[tuple[Round, Round]] = []
+    empty: list[Round] = []
+    floor: list[Round] = []
     try:
         with VideoGen(api_key=key, base_url=base) as blocking, ThreadPoolExecutor(threads) as pool:
-            loop.run_until_complete(async_round())  # warm up: connections, caches
-            blocking_round(blocking, pool)
+            get, nothing = blocking.credits.get, functools.partial(blocking._loop.run, int)
+            async_round()  # warm up: connections, caches
+            in_threads(pool, threads, calls, get)
             for _ in range(rounds):
-                pairs.append(
-                    (loop.run_until_complete(async_round()), blocking_round(blocking, pool))
-                )
-                empty.append(empty_round(blocking))
+                pairs.append((async_round(), in_threads(pool, threads, calls, get)))
+                empty.append(in_threads(pool, threads, calls, nothing))  # sends nothing
+                floor.append(loop_round_trip(pool, threads, calls))
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
-    wall = statistics.median(b[0] / a[0] for a, b in pairs)
-    cpu = statistics.median(b[1] / a[1] for a, b in pairs)
-    best_async, best_blocking = min(a[0] for a, _ in pairs), min(b[0] for _, b in pairs)
-    return best_async, best_blocking, wall, cpu, min(empty)
+    return PerCall(
+        async_wall=min(a.wall for a, _ in pairs),
+        blocking_wall=min(b.wall for _, b in pairs),
+        wall=statistics.median(b.wall / a.wall for a, b in pairs),
+        cpu=statistics.median(b.cpu / a.cpu for a, b in pairs),
+        empty=min(e.wall for e in empty),
+        floor=min(f.wall for f in floor),
+        async_switches=statistics.median(a.switches for a, _ in pairs),
+        blocking_switches=statistics.median(b.switches for _, b in pairs),
+    )
 
 
 def threaded(
@@ -193,13 +279,16 @@ def main() -> None:
         f"\nper call ({args.call_rounds} alternating rounds of {args.calls} calls): callers"
         f" awaiting AsyncVideoGen on one loop, against as many threads calling one VideoGen"
         f"\n{'callers':>7} {'async us':>9} {'blocking us':>12} {'wall':>6} {'CPU':>6}"
-        f" {'no request us':>14}   target: wall and CPU <= 1.15x"
+        f" {'no request us':>14} {'loop trip us':>13} {'switches a/b':>13}"
+        f"   target: wall and CPU <= 1.15x"
     )
-    for n, (async_s, blocking_s, wall, cpu, empty) in per:
-        verdict = "met" if wall <= 1.15 and cpu <= 1.15 else "NOT met"
+    for n, row in per:
+        verdict = "met" if row.wall <= 1.15 and row.cpu <= 1.15 else "NOT met"
         print(
-            f"{n:>7} {async_s * 1e6:>9.0f} {blocking_s * 1e6:>12.0f} {wall:>5.2f}x {cpu:>5.2f}x"
-            f" {empty * 1e6:>14.1f}   {verdict}"
+            f"{n:>7} {row.async_wall * 1e6:>9.0f} {row.blocking_wall * 1e6:>12.0f}"
+            f" {row.wall:>5.2f}x {row.cpu:>5.2f}x {row.empty * 1e6:>14.1f}"
+            f" {row.floor * 1e6:>13.1f} {row.async_switches:>6.2f}/{row.blocking_switches:<6.2f}"
+            f"   {verdict}"
         )
     shared, own = rows["shared"], rows["own"]
     print(
@@ -214,9 +303,11 @@ def main() -> None:
         f" {shared[2]:>6}   >= 1.0x ({verdict})"
     )
     print(
-        "(us/call: the best round; ratio: the median of the rounds' ratios. sockets: open"
-        " connections to the sandbox; loops: the clients' loop threads; best of"
-        f" {args.rounds} rounds)"
+        "(us/call: the best round; ratio: the median of the rounds' ratios. no request: a"
+        " blocking call that sends nothing; loop trip: call_soon_threadsafe(lock.release) to an"
+        " idle loop thread, the floor of any hand-off; switches a/b: voluntary context switches"
+        " per call, async/blocking. sockets: open connections to the sandbox; loops: the"
+        f" clients' loop threads; best of {args.rounds} rounds)"
     )
 
 

@@ -12,6 +12,7 @@ import gc
 import inspect
 import json
 import os
+import signal
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -227,7 +228,7 @@ def test_every_async_call_has_its_blocking_form() -> None:
     blocking = VideoGen(api_key="k", base_url="http://127.0.0.1:9")
     try:
         assert inspect.signature(blocking.tasks.create) == inspect.signature(
-            blocking._client.tasks.create
+            blocking._target.tasks.create
         )
     finally:
         blocking.close()
@@ -244,7 +245,7 @@ def test_it_takes_the_arguments_of_the_async_client_but_a_session() -> None:
         for name in ("base_url", "timeout", "max_retries", "deadline", "poll_policy", "backoff"):
             assert getattr(client, name) == getattr(same, name)
             assert getattr(VideoGen, name).__doc__ == getattr(AsyncVideoGen, name).__doc__
-        assert client.finish_times is client._client.finish_times
+        assert client.finish_times is client._target.finish_times
 
 
 def test_gather_is_a_plain_iterator_that_leaves_nothing_running(sandbox: Sandbox) -> None:
@@ -360,25 +361,56 @@ def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_droppe
     assert not thread.is_alive()
 
 
-def test_a_call_reads_its_outcome_once_it_is_in(
+def test_a_call_is_handed_over_without_a_future_of_its_own(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The calling thread waits on a plain lock, woken once: never inside ``result()``.
+    """The call's task releases the calling thread's plain lock: no other future per call.
 
-    ``Future.result()`` would wait on the future's condition, woken while the loop's thread
-    still holds it, then wait again for it to be let go: a second wake-up per call.
+    ``asyncio.run_coroutine_threadsafe`` chains a ``concurrent.futures.Future`` to the task:
+    one more done callback on the loop, and a condition whose ``result()`` wakes twice.
     """
-    waited: list[bool] = []
-    result = concurrent.futures.Future.result
+    made: list[str] = []
+    init = concurrent.futures.Future.__init__
 
-    def recording(future: concurrent.futures.Future[Any], timeout: float | None = None) -> Any:
-        if threading.current_thread().name != LOOP_THREAD:
-            waited.append(not future.done())
-        return result(future, timeout)
+    def recording(future: concurrent.futures.Future[Any]) -> None:
+        made.append(threading.current_thread().name)
+        init(future)
 
     with VideoGen(**_options(sandbox)) as client:
-        monkeypatch.setattr(concurrent.futures.Future, "result", recording)
+        client.credits.get()  # the connection: its address resolved, in a thread of its own
+        monkeypatch.setattr(concurrent.futures.Future, "__init__", recording)
         for _ in range(20):
             assert client.credits.get().api_total_credits == 10_000
-    assert len(waited) == 20
-    assert not any(waited)
+        monkeypatch.undo()
+    assert made == []
+
+
+def test_ctrl_c_in_the_calling_thread_stops_the_call_on_the_loop(sandbox: Sandbox) -> None:
+    """A ``KeyboardInterrupt`` while a call waits is raised there, and the call is cancelled."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal's handler runs in the main thread only")
+    client = VideoGen(**_options(sandbox))
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())  # the wait cannot end by itself
+    main, sent = threading.main_thread().ident, threading.Event()
+    assert main is not None
+
+    def interrupt(_: Task) -> None:  # on the loop's thread, while the caller waits
+        if not sent.is_set():
+            sent.set()
+            signal.pthread_kill(main, signal.SIGINT)
+
+    async def interrupted_call_ends() -> bool:
+        current = asyncio.current_task()
+        (call,) = (task for task in client._loop._calls if task is not current)
+        await asyncio.wait([call], timeout=30)
+        return call.cancelled()
+
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.tasks.wait(task_id, on_update=interrupt)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert client._loop.run(interrupted_call_ends)
+    client.close()

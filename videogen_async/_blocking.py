@@ -2,9 +2,11 @@
 
 One event loop in one daemon thread runs each call; the caller blocks until its answer. Each
 blocking call wraps its async call (``create = _blocking(Tasks.create)``), docstring included.
-``asyncio.run_coroutine_threadsafe`` hands calls over: an anyio portal costs two round trips
-(``bench/sync.py``). The thread is ours so that it can be told to stop without a join: by a
-finalizer (maybe on the loop's own thread), never in a forked child, which has no such thread.
+A call is handed over by one ``call_soon_threadsafe`` that starts its task, whose done callback
+releases the caller's lock (see ``_Loop.run``; an anyio portal costs two round trips, and
+``asyncio.run_coroutine_threadsafe`` a future more per call: ``bench/sync.py``). The thread is
+ours so that it can be told to stop without a join: by a finalizer (maybe on the loop's own
+thread), never in a forked child, which has no such thread.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from ._client import AsyncVideoGen
@@ -32,8 +34,6 @@ from ._waiting._gather import GatherResults
 from ._waiting._progress import GatherProgress
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from typing_extensions import Unpack
 
     from ._resources._tasks import GatherCallOptions
@@ -44,6 +44,7 @@ _Item = TypeVar("_Item", bound="Task | TaskPollError")
 _R = TypeVar("_R", bound=HasResponse)
 _Self = TypeVar("_Self", bound="BlockingIterator[Any]")
 
+_END = object()  # what an async iterator's anext() gives at its end, here
 _Started = concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]]
 
 _FORKED = (
@@ -84,16 +85,14 @@ def _request_stop(pid: int, loop: asyncio.AbstractEventLoop, stop: asyncio.Event
             loop.call_soon_threadsafe(stop.set)
 
 
-async def _call(job: Callable[[], Any]) -> Any:
-    result = job()
+async def _call(func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
+    result = func(*args, **kwargs)
     return await result if inspect.isawaitable(result) else result
 
 
-async def _next_or_end(iterator: AsyncIterator[_T]) -> list[_T]:
-    try:
-        return [await iterator.__anext__()]
-    except StopAsyncIteration:
-        return []
+def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
 
 
 class _Loop:
@@ -102,8 +101,7 @@ class _Loop:
     def __init__(self, client: AsyncVideoGen) -> None:
         self.pid = os.getpid()
         self.closed = False
-        self._lock = threading.Lock()
-        self._calls: set[concurrent.futures.Future[Any]] = set()
+        self._calls: set[asyncio.Task[Any]] = set()  # running on the loop (used there only)
         started: _Started = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=_run, args=(client, started), name="videogen-async-loop", daemon=True
@@ -123,44 +121,52 @@ class _Loop:
         if threading.get_ident() == self._thread.ident:
             raise RuntimeError(_ON_LOOP)
 
-    def run(self, func: Callable[_P, Awaitable[_T]], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Await ``func(*args, **kwargs)`` on the loop and return its result here."""
-        result: _T = self.submit(functools.partial(func, *args, **kwargs))
-        return result
+    def run(self, func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
+        """Run ``func(*args, **kwargs)`` on the loop (awaited if awaitable); its outcome here.
 
-    def submit(self, job: Callable[[], Any]) -> Any:
-        """Run ``job`` on the loop (awaiting its result if awaitable); its outcome here."""
+        Not ``asyncio.run_coroutine_threadsafe``: the future it chains to the task costs a
+        second done callback, a condition and a lock per call. The task's done callback
+        releases the caller's plain lock (a future's condition would wake the caller twice);
+        the caller then reads the task's outcome, which no longer changes.
+        """
         self.check()
-        future = asyncio.run_coroutine_threadsafe(_call(job), self._loop)
-        done = threading.Lock()  # a plain lock: result() would wake twice (its condition's)
+        done = threading.Lock()
         done.acquire()
-        self._calls.add(future)
-        future.add_done_callback(lambda _: done.release())
-        if self.closed:  # closed since the check: close() may not have seen this call
-            future.cancel()
+        made: list[asyncio.Task[Any]] = []
+        self._loop.call_soon_threadsafe(self._start, _call(func, *args, **kwargs), done, made)
         try:
             done.acquire()
-            return future.result()
-        except concurrent.futures.CancelledError:
+        except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
+            with contextlib.suppress(RuntimeError):  # the loop has ended: nothing runs there
+                self._loop.call_soon_threadsafe(_cancel, made)
+            raise
+        try:
+            return made[0].result()
+        except asyncio.CancelledError:
             if not self.closed:
                 raise
             raise RuntimeError("this VideoGen client was closed while the call ran") from None
-        except BaseException:
-            future.cancel()  # e.g. Ctrl-C in this thread: the call stops on the loop too
-            raise
-        finally:
-            self._calls.discard(future)
+
+    def _start(
+        self, call: Coroutine[Any, Any, Any], done: threading.Lock, made: list[asyncio.Task[Any]]
+    ) -> None:
+        task = self._loop.create_task(call)
+        made.append(task)
+        self._calls.add(task)
+        task.add_done_callback(lambda _: done.release())
+        task.add_done_callback(self._calls.discard)
+        if self.closed:  # since the caller's check: close() may not have seen this call
+            task.cancel()
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
+        if self.closed:  # two at once do all twice, harmlessly: no lock needed
+            return
+        self.closed = True
         if os.getpid() != self.pid:
             return  # a forked child: the thread and the loop are the parent's
-        for future in list(self._calls):
-            future.cancel()
+        with contextlib.suppress(RuntimeError):  # ahead of the client's aclose(), below
+            self._loop.call_soon_threadsafe(_cancel, self._calls)
         self._stop()
         if threading.get_ident() != self._thread.ident:
             self._thread.join()
@@ -202,7 +208,7 @@ class _Call(Generic[_P, _T]):
 
         @functools.wraps(target)
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = loop.submit(functools.partial(target, *args, **kwargs))
+            result = loop.run(target, *args, **kwargs)
             return result if wrap is None else wrap(loop, result)
 
         obj.__dict__[self._name] = call  # found there from now on, before this descriptor
@@ -240,26 +246,25 @@ class BlockingIterator(_Namespace, Iterator[_T]):
 
     def __init__(self, loop: _Loop, iterator: AsyncIterator[_T]) -> None:
         super().__init__(loop, iterator)
-        self._iterator = iterator
         self._done = False
 
     def __next__(self) -> _T:
         if self._done:
             raise StopIteration
-        item = self._loop.run(_next_or_end, self._iterator)
-        if not item:
+        item: _T = self._loop.run(anext, self._target, _END)
+        if item is _END:
             self._done = True
             raise StopIteration
-        return item[0]
+        return item
 
     def close(self) -> None:
         """Stop the iteration and what it runs on the loop. Idempotent."""
         if self._done:
             return
         self._done = True
-        aclose = getattr(self._iterator, "aclose", None)
+        aclose = getattr(self._target, "aclose", None)
         if aclose is not None and not self._loop.closed and os.getpid() == self._loop.pid:
-            self._loop.submit(aclose)
+            self._loop.run(aclose)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -285,8 +290,7 @@ class BlockingGather(BlockingIterator[_Item]):
     @property
     def progress(self) -> GatherProgress:
         """A snapshot of the progress so far."""
-        results: GatherResults[_Item] = self._target
-        progress: GatherProgress = self._loop.submit(lambda: results.progress)
+        progress: GatherProgress = self._loop.run(getattr, self._target, "progress")
         return progress
 
 
@@ -407,7 +411,9 @@ def _arguments_of(
 
 
 def _view(loop: _Loop, client: AsyncVideoGen) -> VideoGen:
-    return VideoGen._over(loop, client, owns_loop=False)
+    view = VideoGen.__new__(VideoGen)
+    view._attach(loop, client, owns_loop=False)
+    return view
 
 
 def _viewing(method: Callable[Concatenate[Any, _P], AsyncVideoGen]) -> _Call[_P, VideoGen]:
@@ -452,23 +458,12 @@ class VideoGen(_Namespace):
         #: The same calls, each returning a :class:`RawResponse`.
         self.with_raw_response = _RawResponses(loop, client.with_raw_response, self)
 
-    @classmethod
-    def _over(cls, loop: _Loop, client: AsyncVideoGen, *, owns_loop: bool) -> VideoGen:
-        view = cls.__new__(cls)
-        view._attach(loop, client, owns_loop=owns_loop)
-        return view
-
     download = _blocking(AsyncVideoGen.download)
     download_many = _blocking(AsyncVideoGen.download_many)
     with_options = _viewing(AsyncVideoGen.with_options)
 
-    @property
-    def _client(self) -> AsyncVideoGen:
-        client: AsyncVideoGen = self._target
-        return client
-
     def __repr__(self) -> str:
-        return repr(self._client).replace("AsyncVideoGen", "VideoGen", 1)
+        return repr(self._target).replace("AsyncVideoGen", "VideoGen", 1)
 
     base_url = _Attribute(AsyncVideoGen.base_url)
     timeout = _Attribute(AsyncVideoGen.timeout)
