@@ -1,7 +1,10 @@
-"""The one timer of an attempt: its ``total`` and ``read`` timeouts, without a task of its own.
+"""The timers of attempts: their ``total`` and ``read`` timeouts, one loop timer for them all.
 
-A handle on the event loop (not a cancel scope) so that an attempt costs one timer, and it
-tells its own cancellation from a caller's (``Task.uncancel`` on Python 3.11 and later).
+An attempt registers a :class:`Bound` with its client's :class:`Watch` (a set insert), not a
+timer of its own: an ``asyncio`` timer handle costs more than the rest of an attempt's own work
+(its cancellation and the heap's clean-up run Python code), so one handle serves every attempt
+of a client, due at the earliest check any of them needs. A bound tells its own cancellation
+from a caller's (``Task.uncancel`` on Python 3.11 and later).
 """
 
 from __future__ import annotations
@@ -9,44 +12,85 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import time
 
 import aiohttp
 
 
 class Bound:
-    """The one timer of an attempt, for its ``total`` and ``read`` timeouts (``None``: none).
+    """An attempt's ``total`` and ``read`` timeouts (``None``: none), checked by its watch.
 
-    It cancels the attempt's task at its end, or after ``read`` seconds without a byte
-    (checked every quarter of ``read``); :meth:`expired` tells that from other cancellations.
+    Its task is cancelled at its end, or after ``read`` seconds without a byte (checked at
+    least every quarter of ``read``); :meth:`expired` tells that from other cancellations.
     """
 
     def __init__(self, total: float | None, read: float | None) -> None:
         self.response: aiohttp.ClientResponse | None = None
         self.fired = False
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task(self._loop)
+        self._task = asyncio.current_task()
         self._cancelling = 0
         if sys.version_info >= (3, 11) and self._task is not None:
             self._cancelling = self._task.cancelling()
-        self._since = now = self._loop.time()
+        self._since = now = time.monotonic()
         self._end = now + (math.inf if total is None else total)
         self._read = math.inf if read is None else read
         self._seen = -1
-        self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
+        #: When it must be checked next (the monotonic clock, as the loop's).
+        self.next = min(self._end, now + self._read / 4)
 
-    def _check(self) -> None:
-        now = self._loop.time()
+    def check(self, now: float) -> float:
+        """Note the bytes read so far; cancel the task when a bound is passed. The next check."""
         seen = -1 if self.response is None else self.response.content.total_bytes
         if seen != self._seen:
             self._seen, self._since = seen, now
         if now < self._end and now - self._since < self._read:
-            self.handle = self._loop.call_at(min(self._end, now + self._read / 4), self._check)
-        elif self._task is not None:
+            self.next = min(self._end, now + self._read / 4)
+        elif self._task is not None and not self.fired:
             self.fired = True
             self._task.cancel()
+            self.next = math.inf
+        return self.next
 
     def expired(self) -> bool:
         """Whether the attempt's cancellation is this timer's (and none from outside)."""
         if sys.version_info >= (3, 11) and self.fired and self._task is not None:
             return self._task.uncancel() <= self._cancelling
         return self.fired
+
+
+class Watch:
+    """The attempts in flight of a client and its views, and the one loop timer checking them.
+
+    The timer is due at the earliest ``next`` of the bounds; each check sets the next, so every
+    bound is checked at least as often as it asks. A bound that ends first leaves the timer as
+    it is: it then finds fewer bounds, or none, and sleeps until an attempt starts.
+    """
+
+    def __init__(self) -> None:
+        self._bounds: set[Bound] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = math.inf
+
+    def start(self, total: float | None, read: float | None) -> Bound:
+        """Watch an attempt of the current task (call :meth:`stop` when it ends)."""
+        bound = Bound(total, read)
+        self._bounds.add(bound)
+        loop = asyncio.get_running_loop()
+        if bound.next < self._at or loop is not self._loop:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._schedule(loop, bound.next)
+        return bound
+
+    def stop(self, bound: Bound) -> None:
+        """Forget an attempt that ended (its timer is left for the others)."""
+        self._bounds.discard(bound)
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        self._loop, self._at = loop, at
+        self._handle = None if at == math.inf else loop.call_at(at, self._tick, loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = time.monotonic()
+        self._schedule(loop, min([b.check(now) for b in self._bounds], default=math.inf))

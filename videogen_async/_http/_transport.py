@@ -33,7 +33,7 @@ from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._bound import Bound
+from ._bound import Watch
 from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, describe, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
@@ -146,6 +146,7 @@ class Transport:
         self._json_headers = self._headers.copy()
         self._json_headers["Content-Type"] = "application/json"
         self._aio_timeout = timeout.to_aiohttp()
+        self._watch = Watch()  # shared by the views: one loop timer for every attempt
         self.hooks = hooks or EventHooks()
         # Hooks and spans: no observer (and no cost) when there is neither.
         self._observer = (
@@ -385,7 +386,7 @@ class Transport:
             if left <= 0:
                 raise self._past_deadline(method, path, "passed")
             total = left if total is None else min(total, left)
-        bound = Bound(total, timeouts.read)
+        bound = self._watch.start(total, timeouts.read)
         may = method != "GET"  # have taken effect, after a failure once sent
         try:
             async with session.request(
@@ -423,7 +424,7 @@ class Transport:
         except NETWORK_ERRORS as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
-            bound.handle.cancel()
+            self._watch.stop(bound)
         return decode(resp.status, raw, resp.headers, method=method, path=path)
 
     @asynccontextmanager
