@@ -58,39 +58,34 @@ class Bound:
         return self.fired
 
 
-class Watch:
+class Watch(set[Bound]):
     """The attempts in flight of a client and its views, and the one loop timer checking them.
 
     The timer is due at the earliest ``next`` of the bounds; each check sets the next, so every
-    bound is checked at least as often as it asks. A bound that ends first leaves the timer as
-    it is: it then finds fewer bounds, or none, and sleeps until an attempt starts.
+    bound is checked at least as often as it asks. An attempt that ends is discarded and leaves
+    the timer as it is: it then finds fewer bounds, or none, and stops until an attempt starts.
+    A client runs in one event loop (its session's), so one timer serves it.
     """
 
-    def __init__(self) -> None:
-        self._bounds: set[Bound] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._at = math.inf
+    #: When the timer is due (``inf``: none is).
+    at = math.inf
 
     def start(self, total: float | None, read: float | None) -> Bound:
-        """Watch an attempt of the current task (call :meth:`stop` when it ends)."""
+        """Watch an attempt of the current task (``discard`` it when it ends)."""
         bound = Bound(total, read)
-        self._bounds.add(bound)
-        loop = asyncio.get_running_loop()
-        if bound.next < self._at or loop is not self._loop:
-            if self._handle is not None:
-                self._handle.cancel()
-            self._schedule(loop, bound.next)
+        self.add(bound)
+        if bound.next < self.at:
+            self._schedule(asyncio.get_running_loop(), bound.next)
         return bound
 
-    def stop(self, bound: Bound) -> None:
-        """Forget an attempt that ended (its timer is left for the others)."""
-        self._bounds.discard(bound)
-
     def _schedule(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        self._loop, self._at = loop, at
-        self._handle = None if at == math.inf else loop.call_at(at, self._tick, loop)
+        self.at = at
+        if at < math.inf:
+            loop.call_at(at, self._tick, loop, at)
 
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = time.monotonic()
-        self._schedule(loop, min([b.check(now) for b in self._bounds], default=math.inf))
+    def _tick(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        # A timer that an earlier one replaced (an attempt asked for an earlier check) stops
+        # here: it is left in the loop's heap rather than cancelled, which costs more.
+        if at == self.at:
+            now = time.monotonic()
+            self._schedule(loop, min([b.check(now) for b in self], default=math.inf))

@@ -34,7 +34,7 @@ from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
 from ._bound import Watch
-from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, describe, user_agent
+from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
@@ -137,10 +137,9 @@ class Transport:
         self.trust_env = trust_env
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
-        self._default_headers = dict(default_headers or {})
         # Built once: aiohttp takes a CIMultiDict as it is (a dict, it converts per request).
         self._headers = CIMultiDict(
-            {"Accept": "application/json", "User-Agent": user_agent(), **self._default_headers}
+            {"Accept": "application/json", "User-Agent": user_agent(), **(default_headers or {})}
         )
         self._headers["Authorization"] = _Secret(f"Bearer {api_key}")
         self._json_headers = self._headers.copy()
@@ -154,7 +153,6 @@ class Transport:
             if self.hooks or _otel.ENABLED
             else None
         )
-        self._stream_timeout = timeout.streaming()
         # The proxy is read from the environment once, when the client is made (as httpx
         # does), not per request.
         self._proxy = (
@@ -176,7 +174,7 @@ class Transport:
         view.timeout = timeout = timeout or self.timeout
         view.backoff = backoff or self.backoff
         view.deadline = self.deadline if isinstance(deadline, _Unset) else deadline
-        view._aio_timeout, view._stream_timeout = timeout.to_aiohttp(), timeout.streaming()
+        view._aio_timeout = timeout.to_aiohttp()
         return view
 
     def call_bound(self, timeout: Timeout | None = None) -> float | None:
@@ -264,7 +262,7 @@ class Transport:
                 started = time.monotonic()
                 continue
             pacing.succeeded()
-            # The response with the attempts it took and what a result tells of it.
+            # What a result tells of the answer: the attempts it took, the time, the URL.
             now = time.monotonic()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
@@ -276,7 +274,6 @@ class Transport:
                     attempt,
                     response.trace_id,
                 )
-            response.attempts = attempt
             response.info = ResponseInfo(
                 response.status_code,
                 response.headers,
@@ -315,33 +312,24 @@ class Transport:
             remaining=deadline - now,
             rng=self._rng,
         )
-        took = (now - started) * 1000
-        if decision.delay is None:
-            logger.debug(
-                "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                method,
-                path,
-                took,
-                attempt,
-                describe(exc),
-                decision.detail,
-            )
+        retry = decision.delay
+        logger.debug(
+            "%s %s failed after %.1f ms (attempt %d of %d): %s: %s; %s",
+            method,
+            path,
+            (now - started) * 1000,
+            attempt,
+            policy.max_retries + 1,
+            type(exc).__name__,
+            exc,
+            f"not retried: {decision.detail}" if retry is None else f"retrying in {retry:.2f} s",
+        )
+        if retry is None:
             if decision.reason == "too long":
                 exc.message = f"{exc.message}; not retried: {decision.detail}"
                 exc.args = (exc.message,)
             drop_locals(exc)  # the answer the frames below held, key echoed and all
-            return None
-        logger.debug(
-            "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-            method,
-            path,
-            took,
-            attempt,
-            policy.max_retries + 1,
-            describe(exc),
-            decision.delay,
-        )
-        return decision.delay
+        return retry
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
@@ -424,7 +412,7 @@ class Transport:
         except NETWORK_ERRORS as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
-            self._watch.stop(bound)
+            self._watch.discard(bound)
         return decode(resp.status, raw, resp.headers, method=method, path=path)
 
     @asynccontextmanager
@@ -446,7 +434,7 @@ class Transport:
         proxy = proxy_for(url, trust_env=self.trust_env)
         try:
             async with session.get(
-                url, headers=sent, timeout=self._stream_timeout, proxy=proxy
+                url, headers=sent, timeout=self.timeout.streaming(), proxy=proxy
             ) as resp:
                 yield StreamResponse(resp, path)
         except NETWORK_ERRORS as exc:
