@@ -159,9 +159,6 @@ class Transport:
             proxy_for(self.base_url, trust_env=trust_env) if isinstance(proxy, _Unset) else proxy
         )
 
-    def __repr__(self) -> str:
-        return f"Transport(base_url={self.base_url!r})"
-
     def copy(
         self,
         *,
@@ -339,7 +336,7 @@ class Transport:
         if deadline == math.inf:
             return await pacing.acquire()
         left = deadline - time.monotonic()
-        paused = pacing.paused_until - asyncio.get_running_loop().time()
+        paused = pacing.paused_until - time.monotonic()  # the pacing's clock
         if paused < left:
             with anyio.move_on_after(max(0.0, left)):
                 return await pacing.acquire()
