@@ -175,6 +175,41 @@ async def test_one_timer_bounds_an_attempt_its_silences_and_nothing_else(
                 await call
 
 
+async def test_attempts_in_flight_share_the_timer_each_within_its_own_bounds() -> None:
+    """A short attempt started while a long one's first check is far off still ends in time.
+
+    The long attempt is held by the server until the short one timed out, then answered: the
+    shared timer cut only the attempt past its bound, and checks a short attempt again once
+    none is in flight.
+    """
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.query.get("task_id") == "held":
+            arrived.set()
+            await release.wait()
+            return web.Response(body=envelope(task_data("held")), content_type="application/json")
+        response = web.StreamResponse()
+        response.content_length = 100
+        await response.prepare(request)
+        await response.write(b"{")
+        await asyncio.sleep(3600)
+        return response
+
+    async with serve(handler) as base:
+        async with AsyncVideoGen(api_key=KEY, base_url=base, max_retries=0) as client:
+            held = asyncio.ensure_future(client.tasks.get("held"))  # checked first in 15 s
+            await arrived.wait()
+            short = Timeout(connect=1.0, read=0.2, total=None)
+            with anyio.fail_after(10), pytest.raises(vg.APITimeoutError):
+                await client.tasks.get("silent", timeout=short)
+            assert not held.done()
+            release.set()
+            assert (await held).task_id == "held"
+            with anyio.fail_after(10), pytest.raises(vg.APITimeoutError):
+                await client.tasks.get("silent", timeout=0.3)
+
+
 async def test_one_deadline_bounds_all_retries_of_a_call() -> None:
     """A 0.4 s timeout with 5 retries and a 1 s deadline makes at most 3 attempts."""
     attempts = 0
