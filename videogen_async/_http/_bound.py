@@ -18,13 +18,26 @@ import aiohttp
 
 
 class Bound:
-    """An attempt's ``total`` and ``read`` timeouts (``None``: none), checked by its watch.
+    """An attempt's ``total`` and ``read`` timeouts (``None``: none), checked by ``watch``.
 
     Its task is cancelled at its end, or after ``read`` seconds without a byte (checked at
     least every quarter of ``read``); :meth:`expired` tells that from other cancellations.
     """
 
-    def __init__(self, total: float | None, read: float | None) -> None:
+    # Slots: an attempt's state, made for every request, without a dict of its own.
+    __slots__ = (
+        "_cancelling",
+        "_end",
+        "_read",
+        "_seen",
+        "_since",
+        "_task",
+        "fired",
+        "next",
+        "response",
+    )
+
+    def __init__(self, watch: Watch, total: float | None, read: float | None) -> None:
         self.response: aiohttp.ClientResponse | None = None
         self.fired = False
         self._task = asyncio.current_task()
@@ -37,6 +50,9 @@ class Bound:
         self._seen = -1
         #: When it must be checked next (the monotonic clock, as the loop's).
         self.next = min(self._end, now + self._read / 4)
+        watch.add(self)  # until the attempt discards it
+        if self.next < watch.at:
+            watch.schedule(asyncio.get_running_loop(), self.next)
 
     def check(self, now: float) -> float:
         """Note the bytes read so far; cancel the task when a bound is passed. The next check."""
@@ -70,15 +86,8 @@ class Watch(set[Bound]):
     #: When the timer is due (``inf``: none is).
     at = math.inf
 
-    def start(self, total: float | None, read: float | None) -> Bound:
-        """Watch an attempt of the current task (``discard`` it when it ends)."""
-        bound = Bound(total, read)
-        self.add(bound)
-        if bound.next < self.at:
-            self._schedule(asyncio.get_running_loop(), bound.next)
-        return bound
-
-    def _schedule(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+    def schedule(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        """Arm the timer for ``at`` (``inf``: none), replacing the one due later."""
         self.at = at
         if at < math.inf:
             loop.call_at(at, self._tick, loop, at)
@@ -88,4 +97,4 @@ class Watch(set[Bound]):
         # here: it is left in the loop's heap rather than cancelled, which costs more.
         if at == self.at:
             now = time.monotonic()
-            self._schedule(loop, min([b.check(now) for b in self], default=math.inf))
+            self.schedule(loop, min([b.check(now) for b in self], default=math.inf))

@@ -33,7 +33,7 @@ from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._bound import Watch
+from ._bound import Bound, Watch
 from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
@@ -371,7 +371,7 @@ class Transport:
             if left <= 0:
                 raise self._past_deadline(method, path, "passed")
             total = left if total is None else min(total, left)
-        bound = self._watch.start(total, timeouts.read)
+        bound = Bound(self._watch, total, timeouts.read)
         may = method != "GET"  # have taken effect, after a failure once sent
         try:
             async with session.request(
