@@ -129,9 +129,10 @@ async def test_a_trickling_server_cannot_hold_a_call(method: str, misbehaviour: 
 async def test_one_timer_bounds_an_attempt_its_silences_and_nothing_else(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An attempt schedules one timer (aiohttp's would be one for the total and one per read).
+    """Attempts share one timer (aiohttp's would be one for the total and one per read).
 
-    It still ends a silence after the first bytes when no total is set, and leaves a
+    An attempt schedules none while the client's timer is due before its own first check; the
+    timer still ends a silence after the first bytes when no total is set, and leaves a
     cancellation from outside a cancellation.
     """
     silent = asyncio.Event()
@@ -161,8 +162,9 @@ async def test_one_timer_bounds_an_attempt_its_silences_and_nothing_else(
         async with AsyncVideoGen(api_key=KEY, base_url=base, max_retries=0) as client:
             await client.tasks.get("t1")  # the connection is open
             monkeypatch.setattr(loop, "call_at", counting)
-            assert (await client.tasks.get("t1")).task_id == "t1"
-            assert len(scheduled) == 1, scheduled
+            for _ in range(3):
+                assert (await client.tasks.get("t1")).task_id == "t1"
+            assert scheduled == [], scheduled  # the first get's timer is still due
             with anyio.fail_after(10), pytest.raises(vg.APITimeoutError):
                 await client.tasks.get("silent", timeout=timeout)
             silent.clear()
@@ -171,6 +173,41 @@ async def test_one_timer_bounds_an_attempt_its_silences_and_nothing_else(
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
+
+
+async def test_attempts_in_flight_share_the_timer_each_within_its_own_bounds() -> None:
+    """A short attempt started while a long one's first check is far off still ends in time.
+
+    The long attempt is held by the server until the short one timed out, then answered: the
+    shared timer cut only the attempt past its bound, and checks a short attempt again once
+    none is in flight.
+    """
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.query.get("task_id") == "held":
+            arrived.set()
+            await release.wait()
+            return web.Response(body=envelope(task_data("held")), content_type="application/json")
+        response = web.StreamResponse()
+        response.content_length = 100
+        await response.prepare(request)
+        await response.write(b"{")
+        await asyncio.sleep(3600)
+        return response
+
+    async with serve(handler) as base:
+        async with AsyncVideoGen(api_key=KEY, base_url=base, max_retries=0) as client:
+            held = asyncio.ensure_future(client.tasks.get("held"))  # checked first in 15 s
+            await arrived.wait()
+            short = Timeout(connect=1.0, read=0.2, total=None)
+            with anyio.fail_after(10), pytest.raises(vg.APITimeoutError):
+                await client.tasks.get("silent", timeout=short)
+            assert not held.done()
+            release.set()
+            assert (await held).task_id == "held"
+            with anyio.fail_after(10), pytest.raises(vg.APITimeoutError):
+                await client.tasks.get("silent", timeout=0.3)
 
 
 async def test_one_deadline_bounds_all_retries_of_a_call() -> None:

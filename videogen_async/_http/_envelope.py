@@ -41,14 +41,12 @@ NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 @attrs.define(repr=False)
 class Response:
-    """A successful envelope; the request loop sets ``attempts`` and ``info`` (for results)."""
+    """A successful envelope; the request loop sets ``info`` (for results)."""
 
     status_code: int
     data: Any
     trace_id: str | None
-    message: str | None
     headers: Mapping[str, str]
-    attempts: int = 1
     info: ResponseInfo | None = None
 
     def __repr__(self) -> str:
@@ -56,7 +54,7 @@ class Response:
         # all, and a traceback printed with its locals shows this.
         return (
             f"Response(status_code={self.status_code}, trace_id={self.trace_id!r},"
-            f" attempts={self.attempts}, data={short_repr(self.data)})"
+            f" data={short_repr(self.data)})"
         )
 
 
@@ -66,10 +64,6 @@ def user_agent() -> str:
         f"videogen-async/{__version__} python/{platform.python_version()}"
         f" aiohttp/{aiohttp.__version__}"
     )
-
-
-def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def connection_error(
@@ -134,10 +128,9 @@ def decode(
             text, status_code=status, body_excerpt=quoted, request_may_have_taken_effect=may
         )
     trace = _trace_id(body.get("trace_id"))
-    message = body.get("message")
     if 200 <= status < 300 and code == 200:
-        message = message if isinstance(message, str) else None
-        return Response(status, body.get("data"), trace, message, headers)
+        return Response(status, body.get("data"), trace, headers)
+    message = body.get("message")
     text = (
         clip(message)
         if isinstance(message, str) and message

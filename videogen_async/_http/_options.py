@@ -88,8 +88,6 @@ class CallOptions:
                     f"unexpected keyword argument {name!r} (the call's options are"
                     f" {', '.join(sorted(known))})"
                 )
-        if all(value is None for value in options.values()):  # (all known, checked above)
-            return NO_OPTIONS
         headers, query, body, timeout = map(options.get, CALL_OPTIONS)
         return cls(
             check_headers(headers or {}, "extra_headers"),

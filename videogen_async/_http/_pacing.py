@@ -13,6 +13,7 @@ import collections
 import logging
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -166,10 +167,9 @@ class Pacing:
                     return
 
 
-def _now() -> float:
-    # The event loop's clock, as ``anyio.current_time()`` reads it, without finding out which
-    # library runs the loop on every request (the pacing is asyncio's: its waiters are futures).
-    return asyncio.get_running_loop().time()
+# The event loop's clock, as ``anyio.current_time()`` reads it: asyncio's is ``time.monotonic``
+# (the pacing is asyncio's: its waiters are futures), read without finding the running loop.
+_now = time.monotonic
 
 
 def paced(

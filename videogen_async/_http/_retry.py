@@ -201,7 +201,7 @@ def backoff_after(
             return RetryDecision(
                 None,
                 "too long",
-                f"the service asked to wait {_seconds(asked)} (Retry-After), longer than the"
+                f"the service asked to wait {asked:.3g} s (Retry-After), longer than the"
                 f" {policy.max_retry_after:g} s the client waits by itself (max_retry_after)",
             )
         delay = backoff_delay(failures, initial=policy.initial_delay, cap=policy.max_delay, rng=rng)
@@ -209,16 +209,10 @@ def backoff_after(
         return RetryDecision(
             None,
             "too long",
-            f"waiting {_seconds(delay)} ({source}) before trying again would pass the"
-            f" call's bound ({_seconds(max(remaining, 0.0))} left)",
+            f"waiting {delay:.3g} s ({source}) before trying again would pass the"
+            f" call's bound ({max(remaining, 0.0):.3g} s left)",
         )
     return RetryDecision(delay)
-
-
-def _seconds(value: float) -> str:
-    if value >= 86_400 * 365:
-        return f"{value / (86_400 * 365.25):.3g} years"
-    return f"{value:.3g} s"
 
 
 def backoff_delay(

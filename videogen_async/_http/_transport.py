@@ -33,8 +33,8 @@ from .._contract._validation import json_text
 from .._observe import _otel
 from .._observe._hooks import EventHooks
 from .._observe._spans import RequestObserver
-from ._bound import Bound
-from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, describe, user_agent
+from ._bound import Bound, Watch
+from ._envelope import NETWORK_ERRORS, Response, connection_error, decode, user_agent
 from ._jsonbody import EXCERPT_CHARS, excerpt
 from ._options import NO_OPTIONS, CallOptions
 from ._pacing import Pacing
@@ -137,15 +137,15 @@ class Transport:
         self.trust_env = trust_env
         self.max_body_size = max_body_size
         self._rng = rng or random.Random()
-        self._default_headers = dict(default_headers or {})
         # Built once: aiohttp takes a CIMultiDict as it is (a dict, it converts per request).
         self._headers = CIMultiDict(
-            {"Accept": "application/json", "User-Agent": user_agent(), **self._default_headers}
+            {"Accept": "application/json", "User-Agent": user_agent(), **(default_headers or {})}
         )
         self._headers["Authorization"] = _Secret(f"Bearer {api_key}")
         self._json_headers = self._headers.copy()
         self._json_headers["Content-Type"] = "application/json"
         self._aio_timeout = timeout.to_aiohttp()
+        self._watch = Watch()  # shared by the views: one loop timer for every attempt
         self.hooks = hooks or EventHooks()
         # Hooks and spans: no observer (and no cost) when there is neither.
         self._observer = (
@@ -153,15 +153,11 @@ class Transport:
             if self.hooks or _otel.ENABLED
             else None
         )
-        self._stream_timeout = timeout.streaming()
         # The proxy is read from the environment once, when the client is made (as httpx
         # does), not per request.
         self._proxy = (
             proxy_for(self.base_url, trust_env=trust_env) if isinstance(proxy, _Unset) else proxy
         )
-
-    def __repr__(self) -> str:
-        return f"Transport(base_url={self.base_url!r})"
 
     def copy(
         self,
@@ -175,7 +171,7 @@ class Transport:
         view.timeout = timeout = timeout or self.timeout
         view.backoff = backoff or self.backoff
         view.deadline = self.deadline if isinstance(deadline, _Unset) else deadline
-        view._aio_timeout, view._stream_timeout = timeout.to_aiohttp(), timeout.streaming()
+        view._aio_timeout = timeout.to_aiohttp()
         return view
 
     def call_bound(self, timeout: Timeout | None = None) -> float | None:
@@ -263,7 +259,7 @@ class Transport:
                 started = time.monotonic()
                 continue
             pacing.succeeded()
-            # The response with the attempts it took and what a result tells of it.
+            # What a result tells of the answer: the attempts it took, the time, the URL.
             now = time.monotonic()
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
@@ -275,7 +271,6 @@ class Transport:
                     attempt,
                     response.trace_id,
                 )
-            response.attempts = attempt
             response.info = ResponseInfo(
                 response.status_code,
                 response.headers,
@@ -314,33 +309,24 @@ class Transport:
             remaining=deadline - now,
             rng=self._rng,
         )
-        took = (now - started) * 1000
-        if decision.delay is None:
-            logger.debug(
-                "%s %s failed after %.1f ms (attempt %d): %s; not retried: %s",
-                method,
-                path,
-                took,
-                attempt,
-                describe(exc),
-                decision.detail,
-            )
+        retry = decision.delay
+        logger.debug(
+            "%s %s failed after %.1f ms (attempt %d of %d): %s: %s; %s",
+            method,
+            path,
+            (now - started) * 1000,
+            attempt,
+            policy.max_retries + 1,
+            type(exc).__name__,
+            exc,
+            f"not retried: {decision.detail}" if retry is None else f"retrying in {retry:.2f} s",
+        )
+        if retry is None:
             if decision.reason == "too long":
                 exc.message = f"{exc.message}; not retried: {decision.detail}"
                 exc.args = (exc.message,)
             drop_locals(exc)  # the answer the frames below held, key echoed and all
-            return None
-        logger.debug(
-            "%s %s failed after %.1f ms (attempt %d of %d): %s; retrying in %.2f s",
-            method,
-            path,
-            took,
-            attempt,
-            policy.max_retries + 1,
-            describe(exc),
-            decision.delay,
-        )
-        return decision.delay
+        return retry
 
     async def _paced(self, pacing: Pacing, method: str, path: str, deadline: float) -> float:
         """Take a slot of the client's pacing, within the call's deadline.
@@ -350,7 +336,7 @@ class Transport:
         if deadline == math.inf:
             return await pacing.acquire()
         left = deadline - time.monotonic()
-        paused = pacing.paused_until - asyncio.get_running_loop().time()
+        paused = pacing.paused_until - time.monotonic()  # the pacing's clock
         if paused < left:
             with anyio.move_on_after(max(0.0, left)):
                 return await pacing.acquire()
@@ -385,7 +371,7 @@ class Transport:
             if left <= 0:
                 raise self._past_deadline(method, path, "passed")
             total = left if total is None else min(total, left)
-        bound = Bound(total, timeouts.read)
+        bound = Bound(self._watch, total, timeouts.read)
         may = method != "GET"  # have taken effect, after a failure once sent
         try:
             async with session.request(
@@ -423,7 +409,7 @@ class Transport:
         except NETWORK_ERRORS as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:
-            bound.handle.cancel()
+            self._watch.discard(bound)
         return decode(resp.status, raw, resp.headers, method=method, path=path)
 
     @asynccontextmanager
@@ -445,7 +431,7 @@ class Transport:
         proxy = proxy_for(url, trust_env=self.trust_env)
         try:
             async with session.get(
-                url, headers=sent, timeout=self._stream_timeout, proxy=proxy
+                url, headers=sent, timeout=self.timeout.streaming(), proxy=proxy
             ) as resp:
                 yield StreamResponse(resp, path)
         except NETWORK_ERRORS as exc:
