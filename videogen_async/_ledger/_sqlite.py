@@ -1,8 +1,10 @@
 """The SQLite engine: a ledger in a file of one machine.
 
-One connection, one worker thread at a time (a whole plan per hop, never on the event loop);
-WAL, a busy timeout, each change a ``BEGIN IMMEDIATE``. A creator lives while it holds an
-``flock`` on its file in ``PATH-creators/``. Change listeners read ``PRAGMA data_version``.
+One connection, one thread of its own (a whole plan per hop, never on the event loop): its
+jobs in a queue, each outcome handed back with ``call_soon_threadsafe``. (An executor's future
+and ``asyncio.wrap_future`` cost about twice as much per hop, and a create makes two.) WAL, a
+busy timeout, each change a ``BEGIN IMMEDIATE``. A creator lives while it holds an ``flock`` on
+its file in ``PATH-creators/``. Change listeners read ``PRAGMA data_version``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import anyio
@@ -71,6 +74,28 @@ def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
             return
 
 
+def _serve(jobs: queue.SimpleQueue[Any]) -> None:
+    """A ledger's thread: its jobs ``(future, call, args)`` one at a time, in the order sent.
+
+    A job whose caller stopped waiting (cancelled) before it began is not run, and one that
+    began runs to its end: the next never starts early. ``None`` ends the thread.
+    """
+    while (job := jobs.get()) is not None:
+        future, call, args = job
+        if not future.cancelled():
+            try:
+                outcome = (future.set_result, call(*args))
+            except BaseException as exc:  # handed to the caller, whatever it is
+                outcome = (future.set_exception, exc)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+                future.get_loop().call_soon_threadsafe(_hand, future, *outcome)
+
+
+def _hand(future: asyncio.Future[Any], give: Callable[[Any], None], value: Any) -> None:
+    if not future.cancelled():
+        give(value)
+
+
 def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
 
@@ -88,16 +113,23 @@ class SQLiteEngine:
         # One thread per ledger file: its statements run one at a time, in the order sent,
         # and a caller that stops waiting (cancelled) never lets the next one in early. (A
         # CapacityLimiter of one token did this with less certainty: older anyio releases
-        # could lose or over-grant its token when a waiter was cancelled.)
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="videogen-ledger-sqlite")
+        # could lose or over-grant its token when a waiter was cancelled.) A daemon: a ledger
+        # never closed does not hold the interpreter's exit (a transaction cut short there is
+        # rolled back, as after a kill).
+        self._jobs: queue.SimpleQueue[Any] | None = queue.SimpleQueue()
+        threading.Thread(
+            target=_serve, args=(self._jobs,), name="videogen-ledger-sqlite", daemon=True
+        ).start()
         self._lives = f"{path}-creators"
         self._life: tuple[int, str] | None = None
 
     async def _thread(self, call: Callable[..., _T], *args: Any) -> _T:
+        if self._jobs is None:
+            raise LedgerError(f"ledger {self.path!r} is closed")
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((future, call, args))
         try:
-            return await asyncio.wrap_future(self._worker.submit(call, *args))
-        except RuntimeError as exc:  # the worker was shut down: the ledger is closed
-            raise LedgerError(f"ledger {self.path!r} is closed") from exc
+            return await future
         except sqlite3.Error as exc:
             code = _sqlite_code(exc)
             where = self.path
@@ -235,27 +267,25 @@ class SQLiteEngine:
         return _Versions(self)
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
+        jobs, self._jobs = self._jobs, None  # what is sent from now on finds it closed
         life, self._life = self._life, None
 
         def shut() -> None:
-            late, self._conn = self._conn, None  # made by an open cancelled meanwhile
-            for each in (conn, late):
-                if each is not None:
-                    each.close()
+            conn, self._conn = self._conn, None  # made by an open cancelled meanwhile, too
+            if conn is not None:
+                conn.close()
             if life is not None and life[0] >= 0:
                 with contextlib.suppress(OSError):
                     os.unlink(life[1])
                 os.close(life[0])
 
-        # In the ledger's thread, after the plan running there: closing its connection under
-        # it crashes.
-        try:
-            await asyncio.wrap_future(self._worker.submit(shut))
-        except RuntimeError:  # closed before: nothing is left to shut
-            pass
-        finally:
-            self._worker.shutdown(wait=False)
+        if jobs is not None:  # else closed before: nothing is left to shut
+            # In the ledger's thread, after the plans sent before: closing its connection
+            # under one crashes. Then the thread ends.
+            done = asyncio.get_running_loop().create_future()
+            jobs.put((done, shut, ()))
+            jobs.put(None)
+            await done
 
 
 class _Versions(Listening):

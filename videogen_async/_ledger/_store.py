@@ -6,7 +6,8 @@ then raises :class:`LedgerError`. Every write plan is safe to rerun (each change
 on the state it changes), as a commit whose answer was lost may have taken effect.
 
 Group commit: the writes of the plans a store is told to group (at construction), queued during
-a transaction, share the next (each alone if one fails). Written once: every write passes
+a transaction, share the next (each alone if one fails), whichever of those plans each runs: a
+create's write ahead and another's answer share a commit. Written once: every write passes
 :meth:`Store._attempt` (fires :attr:`Store.changed`, prunes old changes once a minute); changes
 are recorded by triggers; an entry column is a ``_plans.NewEntry`` field, a migration and a
 ``LedgerEntry`` field; terminal states and deliveries are written by ``_claims.finish_many``.
@@ -39,7 +40,7 @@ _P = ParamSpec("_P")
 DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecutive_failures=None)
 
 
-@attrs.define
+@attrs.define(eq=False)  # found in its queue by identity
 class _Queued:  # a write waiting for its group's transaction
     make: Callable[[], Plan[Any]]
     done: bool = False
@@ -87,9 +88,12 @@ class Store:
         # one), and every create passes it.
         self._living = asyncio.Lock()
         self._next_prune = 0.0
-        # A grouped plan's writes queued, and its lock: one group's transaction at a time (in
-        # turn: anyio's lock is fair), taking every write queued when it starts.
-        self._lanes = {plan: (anyio.Lock(), list[_Queued]()) for plan in grouped}
+        # The grouped plans' writes queued, and their lock: one group's transaction at a time
+        # (in turn: asyncio's lock is fair, and free when no one holds it, as at 1 in flight),
+        # taking every write queued when it starts.
+        self._grouped = frozenset(grouped)
+        self._group_lock = asyncio.Lock()
+        self._queue: list[_Queued] = []
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -148,14 +152,13 @@ class Store:
             await self.engine.close()
 
     async def _attempt(self, kind: Callable[..., Plan[_T]], make: Callable[[], Plan[_T]]) -> _T:
-        lane = self._lanes.get(kind)
-        if lane is None:
+        if kind not in self._grouped:
             return (await self._commit([make]))[0]  # type: ignore[no-any-return]
-        lock, queue = lane
+        queue = self._queue
         mine = _Queued(make)
         queue.append(mine)
         try:
-            async with lock:
+            async with self._group_lock:
                 if not mine.done:  # else written by the group of another
                     group = queue[:]
                     queue.clear()
