@@ -5,9 +5,12 @@ On :class:`DatabaseUnavailable` (restart, failover, killed connections, full dis
 then raises :class:`LedgerError`. Every write plan is safe to rerun (each change is conditional
 on the state it changes), as a commit whose answer was lost may have taken effect.
 
-Group commit: the writes of the plans a store is told to group (at construction), queued during
-a transaction, share the next (each alone if one fails), whichever of those plans each runs: a
-create's write ahead and another's answer share a commit. Written once: every write passes
+Group commit: the writes of the plans a store is told to group (at construction, in lanes),
+queued during a transaction, share the next of their lane (each alone if one fails). On SQLite
+one lane holds them all (one writer at a time: a group never waits on another's rows), so a
+create's write ahead and another's answer share a commit; on PostgreSQL each plan has its own
+(row locks are taken statement by statement: a group of answers and writes ahead in arrival
+order could deadlock with another process's). Written once: every write passes
 :meth:`Store._attempt` (fires :attr:`Store.changed`, prunes old changes once a minute); changes
 are recorded by triggers; an entry column is a ``_plans.NewEntry`` field, a migration and a
 ``LedgerEntry`` field; terminal states and deliveries are written by ``_claims.finish_many``.
@@ -88,12 +91,12 @@ class Store:
         # one), and every create passes it.
         self._living = asyncio.Lock()
         self._next_prune = 0.0
-        # The grouped plans' writes queued, and their lock: one group's transaction at a time
-        # (in turn: asyncio's lock is fair, and free when no one holds it, as at 1 in flight),
-        # taking every write queued when it starts.
-        self._grouped = frozenset(grouped)
-        self._group_lock = asyncio.Lock()
-        self._queue: list[_Queued] = []
+        # A lane's writes queued, and its lock: one group's transaction at a time (in turn:
+        # asyncio's lock is fair, and free when no one holds it, as at 1 in flight), taking
+        # every write queued when it starts.
+        lane = (asyncio.Lock(), list[_Queued]())
+        one = engine.dialect.name == "sqlite"
+        self._lanes = {plan: lane if one else (asyncio.Lock(), list[_Queued]()) for plan in grouped}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
@@ -152,13 +155,14 @@ class Store:
             await self.engine.close()
 
     async def _attempt(self, kind: Callable[..., Plan[_T]], make: Callable[[], Plan[_T]]) -> _T:
-        if kind not in self._grouped:
+        lane = self._lanes.get(kind)
+        if lane is None:
             return (await self._commit([make]))[0]  # type: ignore[no-any-return]
-        queue = self._queue
+        lock, queue = lane
         mine = _Queued(make)
         queue.append(mine)
         try:
-            async with self._group_lock:
+            async with lock:
                 if not mine.done:  # else written by the group of another
                     group = queue[:]
                     queue.clear()
