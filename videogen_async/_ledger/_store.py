@@ -94,9 +94,8 @@ class Store:
         # A lane's writes queued, and its lock: one group's transaction at a time (in turn:
         # asyncio's lock is fair, and free when no one holds it, as at 1 in flight), taking
         # every write queued when it starts.
-        lane = (asyncio.Lock(), list[_Queued]())
-        one = engine.dialect.name == "sqlite"
-        self._lanes = {plan: lane if one else (asyncio.Lock(), list[_Queued]()) for plan in grouped}
+        one = (asyncio.Lock(), list[_Queued]()) if engine.dialect.name == "sqlite" else None
+        self._lanes = {plan: one or (asyncio.Lock(), list[_Queued]()) for plan in grouped}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
