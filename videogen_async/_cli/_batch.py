@@ -121,7 +121,7 @@ class BatchRun:
 
     def _todo(self) -> list[InputLine]:
         """The lines to send: never created, refused, or unknown with ``--retry-unknown``."""
-        todo: list[InputLine] = []
+        todo = []
         for no, record in sorted(self.state.records.items()):
             if record["status"] in (NOT_CREATED, REFUSED):
                 todo.append(self.by_no[no])
@@ -160,14 +160,17 @@ class BatchRun:
                 " waited for until the ledger settles them"
             )
         await self._create_all(todo)
-        fatal = self.state.fatal
-        if isinstance(fatal, (APIConnectionError, AuthenticationError, PermissionDeniedError)):
+        fatal = (APIConnectionError, AuthenticationError, PermissionDeniedError)
+        if isinstance(self.state.fatal, fatal):
             return
         await self._wait_all()
         if self.args.download:
-            directory = Path(self.args.download)
             await download_all(
-                self.ctx, self.client, self.state, directory, self.args.max_concurrency
+                self.ctx,
+                self.client,
+                self.state,
+                Path(self.args.download),
+                self.args.max_concurrency,
             )
 
     async def _create_all(self, todo: list[InputLine]) -> None:
@@ -365,7 +368,8 @@ async def cmd_batch(ctx: Context) -> int:
         ctx, f"this batch of {len(lines)} line(s)", estimate, USUAL_BATCH, limit_enforced_later=True
     )
     default_journal, default_manifest = default_paths(path)
-    where: str | None = None if args.no_journal else str(args.journal or default_journal)
+    where = None if args.no_journal else str(args.journal or default_journal)
+
     state = BatchState(Path(args.manifest) if args.manifest else default_manifest)
     client = AsyncVideoGen(**ctx.client_options())
     base_url = str(client.base_url)

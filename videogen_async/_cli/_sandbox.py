@@ -27,13 +27,13 @@ from ._common import (
     logging_to,
     task_row,
 )
-from ._projects import show_project
+from ._projects import billing_row, show_project
 from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_for_ids
 
 
 async def cmd_sandbox(ctx: Context) -> int:
     """``videogen sandbox``: serve until Ctrl-C or SIGTERM."""
-    options: dict[str, Any] = sandbox_options_from_args(ctx.args)
+    options = sandbox_options_from_args(ctx.args)
     show_key = options["api_key"] == DEFAULT_API_KEY  # the default key is no secret
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
@@ -225,11 +225,10 @@ async def _run(
     ui.heading("5. Final balance and the project's billing")
     after = await client.credits.get()
     had, has = before.api_available_credits, after.api_available_credits
-    balance = [[fmt_credits(v) for v in (had, had - has, has)]]
-    ui.table(("before", "spent", "after"), balance, title="Balance")
-    bill = final.billing
-    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
-    ui.table(("script", "videos", "total"), [[fmt_credits(c) for c in costs]], title="Billing")
+    balance = [fmt_credits(v) for v in (had, had - has, has)]
+    ui.table(("before", "spent", "after"), [balance], title="Balance")
+
+    ui.table(("script", "videos", "total"), [billing_row(final)], title="Billing")
     summary.update(
         balance_before=before.to_dict(),
         tasks=[t.to_dict() for t in tasks],

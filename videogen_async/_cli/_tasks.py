@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,9 @@ async def cmd_create(ctx: Context) -> int:
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
         task_id = created.task_id
-        credits = fmt_credits(created.credits_cost)
-        ctx.ui.note(f"created {task_id} ({credits} credits); waiting for it...")
+        ctx.ui.note(
+            f"created {task_id} ({fmt_credits(created.credits_cost)} credits); waiting for it..."
+        )
         results = await wait_for_ids(ctx, client, [task_id], timeout=args.timeout)
         rows, [data], code = task_report([task_id], results, failed_tasks_fail=True)
         task = results.get(task_id)
@@ -142,7 +144,7 @@ async def cmd_create(ctx: Context) -> int:
 @with_client
 async def cmd_status(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen status ID...``: the current state of tasks."""
-    ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+    ids = list(dict.fromkeys(ctx.args.task_ids))
     found: dict[str, Task | VideoGenError] = {}
     limiter = anyio.Semaphore(8)
 
@@ -176,8 +178,8 @@ def task_report(
         if isinstance(cause, AuthenticationError):
             raise cause
     code = EXIT_OK
-    rows: list[list[Any]] = []
-    data: list[dict[str, Any]] = []
+    rows = []
+    data = []
     for task_id in ids:
         item = found.get(task_id)
         if isinstance(item, Task):
@@ -235,7 +237,7 @@ async def wait_for_ids(
 @with_client
 async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen wait ID...``: wait until tasks finish."""
-    ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+    ids = list(dict.fromkeys(ctx.args.task_ids))
     results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
     return _report(ctx, ids, dict(results), failed=True)
 
@@ -307,19 +309,14 @@ async def download_with_progress(
     overwrite: bool = True,
 ) -> list[DownloadResult]:
     """``download_many`` of tasks, task ids or URLs with a progress display, in order."""
-    ok = kept = bad = 0
+    seen: Counter[str] = Counter()
     with ctx.ui.progress("downloading", len(items)) as bar:
 
         def on_result(result: DownloadResult) -> None:
-            nonlocal ok, kept, bad
-            if result.ok:
-                ok += 1
-            elif kept_existing(result):
-                kept += 1
-            else:
-                bad += 1
+            seen[_download_outcome(result)[0]] += 1
+            kept = seen["skipped"]
             skipped = f", {kept} skipped (file exists)" if kept else ""
-            bar.advance(detail=f"{ok} saved{skipped}, {bad} failed")
+            bar.advance(detail=f"{seen['saved']} saved{skipped}, {seen['failed']} failed")
 
         return await client.download_many(
             items,
@@ -334,11 +331,10 @@ async def download_with_progress(
 async def cmd_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen download ID... --to DIR``: save finished videos."""
     args = ctx.args
-    items: list[str] = list(dict.fromkeys(args.sources))
     results = await download_with_progress(
         ctx,
         client,
-        items,
+        list(dict.fromkeys(args.sources)),
         Path(args.to),
         max_concurrency=args.max_concurrency,
         overwrite=not args.no_overwrite,
