@@ -197,12 +197,11 @@ class BatchRun:
                     tg.start_soon(worker)
 
     async def _send(self, line: InputLine) -> LedgerEntry:
-        request = line.request or {}
         key = self.keys[line.line_no]
         if line.line_no in self.resend:
             return await self.ledger.resend(self.client, key)
-        fields = {name: value for name, value in request.items() if name != "prompt"}
-        return await self.ledger.create_task(self.client, request["prompt"], key=key, **fields)
+        # A checked request: its prompt (a field like the others) and the task's fields.
+        return await self.ledger.create_task(self.client, key=key, **(line.request or {}))
 
     async def _create_one(self, line: InputLine) -> bool:
         """Create one line's task; the ledger knows the outcome before this returns.

@@ -86,7 +86,7 @@ def _json_lines(text: str) -> Iterator[tuple[int, Any, str | None]]:
 
 def read_input(text: str, *, csv_format: bool = False) -> list[InputLine]:
     """The request lines of the input, each checked: JSON Lines, or CSV with a header row."""
-    lines: list[InputLine] = []
+    lines = []
     for number, data, problem in (_csv_rows if csv_format else _json_lines)(text):
         if problem is not None:
             lines.append(InputLine(number, data, None, problem))

@@ -92,8 +92,8 @@ async def _answer(call: Awaitable[Any]) -> Answer:
     try:
         result = await call
     except (APIStatusError, APIResponseError) as exc:
-        headers = getattr(exc, "headers", None) or {}
         message = _REQUEST.sub("", exc.message)  # the SDK's "GET /v1/tasks: " before the text
+        headers = getattr(exc, "headers", None) or {}
         return Answer(exc.status_code, exc.code, type(exc).__name__, message, headers, exc)
     info = result._response
     return Answer(info.status_code, 200, type(result).__name__, None, dict(info.headers))
@@ -253,13 +253,12 @@ def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
 
 def add_doctor_parser(command: Callable[..., Any]) -> None:
     """Register ``doctor`` through the parser's ``command`` helper."""
-    p = command(
+    command(
         "doctor",
         "check the service against what the SDK expects (free)",
         DOCTOR_EPILOG,
         func=cmd_doctor,
-    )
-    p.add_argument(
+    ).add_argument(
         "--task-id",
         metavar="TASK_ID",
         help="one of your tasks, to check the dates it shows (reading it costs nothing)",
