@@ -303,8 +303,10 @@ class BatchRun:
         for key in self.remaining:
             no = self.line_of[key]
             if no not in in_doubt:
-                error = records[no]["error"] or "still running when --timeout ended"
-                self.state.record(self.by_no[no], error=error)
+                self.state.record(
+                    self.by_no[no],
+                    error=records[no]["error"] or "still running when --timeout ended",
+                )
 
     def _detail(self) -> str:
         in_doubt = len(self.state.in_doubt)
@@ -356,15 +358,18 @@ async def cmd_batch(ctx: Context) -> int:
     lines = read_input(text, csv_format=csv_format)
     if not lines:
         raise UsageError(f"{path} holds no request lines")
-    if all(line.request is None for line in lines):
+    valid = [line for line in lines if line.request is not None]
+    if not valid:
         for line in lines:
             ctx.ui.warn(f"line {line.line_no}: {line.problem}")
         hint = "" if csv_format else " (a CSV file with a header row? pass --format csv)"
         raise UsageError(f"{path} holds no valid request line: nothing was sent{hint}")
-    valid = [line for line in lines if line.request is not None]
-    estimate = sum(task_estimate(line.request or {}) for line in valid)
     await check_spend(
-        ctx, f"this batch of {len(lines)} line(s)", estimate, USUAL_BATCH, limit_enforced_later=True
+        ctx,
+        f"this batch of {len(lines)} line(s)",
+        sum(task_estimate(line.request or {}) for line in valid),
+        USUAL_BATCH,
+        limit_enforced_later=True,
     )
     default_journal, default_manifest = default_paths(path)
     where = None if args.no_journal else str(args.journal or default_journal)
@@ -376,11 +381,15 @@ async def cmd_batch(ctx: Context) -> int:
         line.line_no: line_key(path.name, line.line_no, line.request or {}, line.key, base_url)
         for line in valid
     }
-    requests = {line.line_no: (keys[line.line_no], line.request) for line in valid}
     async with client, contextlib.AsyncExitStack() as stack:
         try:
             ledger, imported = await stack.enter_async_context(
-                open_ledger(where, base_url=base_url, max_credits=args.max_credits, lines=requests)
+                open_ledger(
+                    where,
+                    base_url=base_url,
+                    max_credits=args.max_credits,
+                    lines={line.line_no: (keys[line.line_no], line.request) for line in valid},
+                )
             )
         except (UsageError, LedgerError) as exc:
             raise UsageError(f"--journal {redact_url(where or '')}: {exc}") from None

@@ -26,13 +26,12 @@ def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
     if journal is not None:
         parts += ["--journal", redact_url(journal)]
     parts += ["--manifest", str(manifest)]
-    given = {
+    for flag, value in {
         "--download": args.download,
         "--max-concurrency": None if args.max_concurrency == 4 else args.max_concurrency,
         "--timeout": args.timeout,
         "--max-credits": args.max_credits,
-    }
-    for flag, value in given.items():
+    }.items():
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if args.yes:

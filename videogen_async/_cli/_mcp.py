@@ -49,7 +49,12 @@ _credits = number_type(float, minimum=0, what="a number of credits")
 
 def add_mcp_parser(command: Any) -> None:
     """Add ``videogen mcp`` through the parser's ``command`` helper."""
-    p = command("mcp", "serve the service to AI agents over the Model Context Protocol", MCP_EPILOG)
+    p = command(
+        "mcp",
+        "serve the service to AI agents over the Model Context Protocol",
+        MCP_EPILOG,
+        func=cmd_mcp,
+    )
     p.add_argument(
         "--ledger",
         metavar="URL",
@@ -96,7 +101,6 @@ def add_mcp_parser(command: Any) -> None:
         help="let --http listen off loopback (callers then need the bearer token of"
         " VIDEOGEN_MCP_TOKEN)",
     )
-    p.set_defaults(func=cmd_mcp)
 
 
 def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:

@@ -266,10 +266,9 @@ def _batch_command(command: Any) -> None:
 
 
 def _ledger_commands(command: Any) -> None:
-    ledger = command(
+    actions = command(
         "ledger", "show what a ledger holds: pending, unknown, finished tasks, credits spent"
-    )
-    actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    ).add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
 
     def action(name: str, help_text: str, func: Any) -> Any:
@@ -319,8 +318,9 @@ def _ledger_commands(command: Any) -> None:
 
 
 def _project_commands(command: Any) -> None:
-    project = command("project", "viral ad clone projects: script, then videos")
-    actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    actions = command("project", "viral ad clone projects: script, then videos").add_subparsers(
+        dest="action", metavar="ACTION", title="actions"
+    )
     actions.required = True
 
     def action(name: str, help_text: str, func: Any, *, project_id: bool = True) -> Any:
@@ -451,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     _local_commands(command)
     add_doctor_parser(command)
     add_mcp_parser(command)
-    p = command("completion", "print a shell completion script", func=cmd_completion)
-    p.add_argument("shell", choices=tuple(SCRIPTS), help="the shell")
+    command("completion", "print a shell completion script", func=cmd_completion).add_argument(
+        "shell", choices=tuple(SCRIPTS), help="the shell"
+    )
     return parser

@@ -7,7 +7,6 @@ runs one in-process, sped up, with no network nor key, through every call (``doc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import signal
 import tempfile
@@ -25,6 +24,7 @@ from ._common import (
     UsageError,
     fmt_credits,
     logging_to,
+    on_signal,
     task_row,
 )
 from ._projects import billing_row, show_project
@@ -37,9 +37,6 @@ async def cmd_sandbox(ctx: Context) -> int:
     show_key = options["api_key"] == DEFAULT_API_KEY  # the default key is no secret
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
 
     def ready(server: Any) -> None:
         announce(server, show_key=show_key, write=ctx.ui.print)
@@ -49,7 +46,10 @@ async def cmd_sandbox(ctx: Context) -> int:
     wanted = ctx.args.log_level  # --debug already logs everything to stderr
     logs = ctx.ui.err if wanted and not ctx.ui.debug else None
     try:
-        with logging_to(logs, str(wanted or "warning").upper()):
+        with (
+            on_signal(signal.SIGTERM, stop.set),
+            logging_to(logs, str(wanted or "warning").upper()),
+        ):
             await serve(ready=ready, stop=stop, **options)
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
@@ -60,9 +60,6 @@ async def cmd_sandbox(ctx: Context) -> int:
         raise
     except ValueError as exc:
         raise UsageError(f"bad sandbox option: {exc}") from None
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signal.SIGTERM)
     return EXIT_OK
 
 

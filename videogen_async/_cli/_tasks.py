@@ -92,7 +92,6 @@ async def cmd_create(ctx: Context) -> int:
     request = request_from_args(args, TASK_REQUEST)
     validate_task_request({k: v for k, v in request.items() if v is not None})
     await check_spend(ctx, "this task", task_estimate(request), task_estimate(request))
-    wait = bool(args.wait or args.download)
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.tasks.create(**request)
@@ -103,7 +102,7 @@ async def cmd_create(ctx: Context) -> int:
                 f" more than --max-credits {fmt_credits(args.max_credits)}: its prices are"
                 " higher than the estimate (see docs/cli.md)"
             )
-        if not wait:
+        if not (args.wait or args.download):
             at = created.created_at.isoformat() if created.created_at else None
             row = [created.task_id, str(created.status), fmt_credits(created.credits_cost), at]
             columns = ("task id", "status", "credits", "created at")
@@ -188,8 +187,9 @@ def task_report(
             if failed_tasks_fail and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue
-        error = item if isinstance(item, BaseException) else None
-        problem, text = poll_failure(error, waiting=waiting)
+        problem, text = poll_failure(
+            item if isinstance(item, BaseException) else None, waiting=waiting
+        )
         rows.append([task_id, f"({problem})", None, text])
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
@@ -224,8 +224,9 @@ async def wait_for_ids(
     if not ids:
         return results
     with ctx.ui.progress(description, len(set(ids))) as bar:
-        gathered = client.tasks.gather_until_done(ids, timeout=timeout, return_exceptions=True)
-        async with gathered as items:
+        async with client.tasks.gather_until_done(
+            ids, timeout=timeout, return_exceptions=True
+        ) as items:
             async for item in items:
                 results[item.task_id] = item
                 seen = items.progress  # the gather's own counts
