@@ -137,8 +137,12 @@ class BatchState:
         """Update (or start) a line's record with ``fields``."""
         record = self.records.get(line.line_no)
         if record is None:
-            empty = dict.fromkeys(("task_id", "status", "video_url", "error", "credits", "path"))
-            record = {"line": line.line_no, "input": line.raw, **empty, "status": NOT_CREATED}
+            record = {
+                "line": line.line_no,
+                "input": line.raw,
+                **dict.fromkeys(("task_id", "status", "video_url", "error", "credits", "path")),
+                "status": NOT_CREATED,
+            }
             self.records[line.line_no] = record
         record.update(fields)
         return record

@@ -278,8 +278,11 @@ class Context:
 
     def key_refused(self, exc: AuthenticationError) -> str:
         """What to do when the service refused the key: where it came from, and the answer."""
-        given = getattr(self.args, "cfg_api_key", None)
-        source = "--api-key" if given else "the VIDEOGEN_API_KEY environment variable"
+        source = (
+            "--api-key"
+            if getattr(self.args, "cfg_api_key", None)
+            else "the VIDEOGEN_API_KEY environment variable"
+        )
         return (
             f"the service refused the API key (401) given by {source}:"
             f" {describe_error(exc)}. Check that it is a current key of this service, then set"

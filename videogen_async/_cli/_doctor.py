@@ -132,8 +132,9 @@ def _compare(said: Mapping[str, Answer], assumed: Mapping[str, Answer]) -> list[
         same = handled and (answer.status, answer.code) == (mine.status, mine.code)
         checks.append(Check(name, str(answer), str(mine), handled, same))
     seen, usual = _rate_headers(said), _rate_headers(assumed)
-    retry_after = [v for k, v in seen.items() if k.lower() == "retry-after"]
-    unreadable = [v for v in retry_after if parse_retry_after(v) is None]
+    unreadable = [
+        v for k, v in seen.items() if k.lower() == "retry-after" and parse_retry_after(v) is None
+    ]
     checks.append(
         Check(
             "rate-limit headers",
@@ -236,9 +237,12 @@ def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
     rows = [
         [redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks
     ]
-    columns = ("check", "the service said", "the SDK assumes", "verdict")
-    title = f"videogen doctor: {report['base_url']} (nothing was charged)"
-    if not ui.show(report, columns, rows, title=title):
+    if not ui.show(
+        report,
+        ("check", "the service said", "the SDK assumes", "verdict"),
+        rows,
+        title=f"videogen doctor: {report['base_url']} (nothing was charged)",
+    ):
         return
     offset = report["clock_offset_seconds"]
     clock = "unknown (no readable Date header)" if offset is None else f"{offset:+.1f} s"

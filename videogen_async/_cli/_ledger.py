@@ -75,8 +75,11 @@ async def cmd_ledger_list(ctx: Context) -> int:
         )
         for e in entries
     ]
-    columns = ("key", "state", "task id", "credits", "updated", "video or error")
-    if ctx.ui.show([e.to_dict() for e in entries], columns, rows):
+    if ctx.ui.show(
+        [e.to_dict() for e in entries],
+        ("key", "state", "task id", "credits", "updated", "video or error"),
+        rows,
+    ):
         ctx.ui.print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     return EXIT_OK
 

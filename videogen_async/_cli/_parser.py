@@ -53,8 +53,11 @@ class Parser(argparse.ArgumentParser):
         """Exit 2 with ``message``, plus a "did you mean" found by :mod:`difflib`."""
         found = _INVALID_CHOICE.search(message)
         if found is not None:
-            choices = [c.strip(" '\"") for c in found["choices"].split(",")]
-            close = difflib.get_close_matches(found["word"].strip("'\""), choices, n=1)
+            close = difflib.get_close_matches(
+                found["word"].strip("'\""),
+                [c.strip(" '\"") for c in found["choices"].split(",")],
+                n=1,
+            )
             if close:
                 message += f"\ndid you mean: {self.prog} {close[0]}"
         elif "unrecognized arguments: " in message and "--timeout" in message:
@@ -268,8 +271,7 @@ def _batch_command(command: Any) -> None:
 def _ledger_commands(command: Any) -> None:
     actions = command(
         "ledger", "show what a ledger holds: pending, unknown, finished tasks, credits spent"
-    ).add_subparsers(dest="action", metavar="ACTION", title="actions")
-    actions.required = True
+    ).add_subparsers(dest="action", metavar="ACTION", title="actions", required=True)
 
     def action(name: str, help_text: str, func: Any) -> Any:
         """A ledger action's parser: its first argument is the ledger's URL."""
@@ -319,9 +321,8 @@ def _ledger_commands(command: Any) -> None:
 
 def _project_commands(command: Any) -> None:
     actions = command("project", "viral ad clone projects: script, then videos").add_subparsers(
-        dest="action", metavar="ACTION", title="actions"
+        dest="action", metavar="ACTION", title="actions", required=True
     )
-    actions.required = True
 
     def action(name: str, help_text: str, func: Any, *, project_id: bool = True) -> Any:
         """A project action's parser: its first argument is the project's id (but create's)."""
@@ -413,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="limit of each HTTP request, before the command (default: 10 s to connect, 60 s"
         " per read)",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    commands.required = True
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", title="commands", required=True
+    )
 
     def command(
         name: str,

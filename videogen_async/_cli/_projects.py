@@ -76,8 +76,12 @@ def billing_row(project: Project) -> list[str]:
 def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
     """A project as a summary, its billing and its tasks (or as JSON)."""
     row = [project.project_id, str(project.status), str(project.current_step), str(project.mode)]
-    columns = ("project id", "status", "step", "mode", "script", "videos", "total credits")
-    if not ctx.ui.show(project.to_dict(), columns, [row + billing_row(project)], title="Project"):
+    if not ctx.ui.show(
+        project.to_dict(),
+        ("project id", "status", "step", "mode", "script", "videos", "total credits"),
+        [row + billing_row(project)],
+        title="Project",
+    ):
         return
     if project.error_message:
         ctx.ui.print(f"error: {project.error_message}")
@@ -116,8 +120,12 @@ async def cmd_project_create(ctx: Context) -> int:
         if not args.wait:
             row = [created.project_id, str(created.status), str(created.current_step)]
             row += [str(created.mode), fmt_credits(created.credits_cost)]
-            columns = ("project id", "status", "step", "mode", "credits")
-            if ctx.ui.show(created.to_dict(), columns, [row], title="Created project"):
+            if ctx.ui.show(
+                created.to_dict(),
+                ("project id", "status", "step", "mode", "credits"),
+                [row],
+                title="Created project",
+            ):
                 ctx.ui.note(
                     f"next: videogen project script {created.project_id}   (waits for the script)"
                 )
@@ -172,8 +180,11 @@ async def cmd_project_videos(ctx: Context) -> int:
         if args.max_credits is not None or not args.yes:
             # the real price of this project's videos, when it already has some
             project = await client.projects.get(args.project_id)
-            charged = [t.credits_cost for t in project.tasks if t.credits_cost]
-            video = project_video_estimate(None, args.resolution, max(charged, default=None))
+            video = project_video_estimate(
+                None,
+                args.resolution,
+                max([t.credits_cost for t in project.tasks if t.credits_cost], default=None),
+            )
             count = args.out_number or 1
             await check_spend(
                 ctx,
@@ -184,8 +195,12 @@ async def cmd_project_videos(ctx: Context) -> int:
             )
         batch = await client.projects.create_videos(args.project_id, **request)
         if not args.wait:
-            ids = [[t] for t in batch.task_ids]
-            if ctx.ui.show(batch.to_dict(), ("task id",), ids, title="Created video tasks"):
+            if ctx.ui.show(
+                batch.to_dict(),
+                ("task id",),
+                [[t] for t in batch.task_ids],
+                title="Created video tasks",
+            ):
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)

@@ -34,21 +34,23 @@ from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_f
 async def cmd_sandbox(ctx: Context) -> int:
     """``videogen sandbox``: serve until Ctrl-C or SIGTERM."""
     options = sandbox_options_from_args(ctx.args)
-    show_key = options["api_key"] == DEFAULT_API_KEY  # the default key is no secret
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
 
     def ready(server: Any) -> None:
-        announce(server, show_key=show_key, write=ctx.ui.print)
+        # the default key is no secret
+        announce(server, show_key=options["api_key"] == DEFAULT_API_KEY, write=ctx.ui.print)
         ctx.ui.note("try: videogen credits   (with the two variables above exported)")
         ctx.ui.note(f"console: {server.url('/_sandbox/console')}   (open it in a browser)")
 
     wanted = ctx.args.log_level  # --debug already logs everything to stderr
-    logs = ctx.ui.err if wanted and not ctx.ui.debug else None
     try:
         with (
             on_signal(signal.SIGTERM, stop.set),
-            logging_to(logs, str(wanted or "warning").upper()),
+            logging_to(
+                ctx.ui.err if wanted and not ctx.ui.debug else None,
+                str(wanted or "warning").upper(),
+            ),
         ):
             await serve(ready=ready, stop=stop, **options)
     except OSError as exc:
@@ -122,8 +124,9 @@ async def cmd_demo(ctx: Context) -> int:
             f" real time (a 30 s generation takes {30 * args.time_scale:g} s here)"
         )
         ui.print(f"console: {server.url('/_sandbox/console')} (open it while the demo runs)")
-        policy = _demo_policy(args.time_scale)
-        async with server.client(poll_policy=policy, backoff=_DEMO_BACKOFF) as client:
+        async with server.client(
+            poll_policy=_demo_policy(args.time_scale), backoff=_DEMO_BACKOFF
+        ) as client:
             code = EXIT_OK
             with ctx.cancellable():
                 code = await _run(ctx, client, directory, summary)
@@ -157,8 +160,9 @@ async def _direct_tasks(ctx: Context, client: AsyncVideoGen, count: int) -> list
     ids = [c.task_id for c in created]
     results = await wait_for_ids(ctx, client, ids, timeout=120, description="generating")
     tasks = [r for r in (results.get(i) for i in ids) if isinstance(r, Task)]
-    columns = (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3])
-    ctx.ui.table(columns, [_demo_row(t) for t in tasks])
+    ctx.ui.table(
+        (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3]), [_demo_row(t) for t in tasks]
+    )
     refunded = [t for t in tasks if t.is_failed]
     if refunded:
         ctx.ui.print(

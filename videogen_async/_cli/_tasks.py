@@ -105,8 +105,12 @@ async def cmd_create(ctx: Context) -> int:
         if not (args.wait or args.download):
             at = created.created_at.isoformat() if created.created_at else None
             row = [created.task_id, str(created.status), fmt_credits(created.credits_cost), at]
-            columns = ("task id", "status", "credits", "created at")
-            if ctx.ui.show(created.to_dict(), columns, [row], title="Created"):
+            if ctx.ui.show(
+                created.to_dict(),
+                ("task id", "status", "credits", "created at"),
+                [row],
+                title="Created",
+            ):
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
         task_id = created.task_id

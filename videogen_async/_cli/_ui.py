@@ -216,9 +216,9 @@ class Progress:
         else:
             self._plain(force=False)
 
-    def advance(self, steps: int = 1, *, detail: str | None = None) -> None:
-        """Move ``steps`` forward (``detail``: the text after the counter)."""
-        self.update(self.completed + steps, detail=detail)
+    def advance(self, *, detail: str | None = None) -> None:
+        """Move one step forward (``detail``: the text after the counter)."""
+        self.update(self.completed + 1, detail=detail)
 
     def update(self, completed: int, *, detail: str | None = None) -> None:
         """Set the count (``detail``: the text after the counter)."""
