@@ -9,7 +9,6 @@ ledger settles it (Ctrl-C ends that wait). The manifest is written after every r
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
 
 import anyio
@@ -280,10 +279,8 @@ class BatchRun:
         self.remaining = set(self.line_of)
         if not self.remaining:
             return
-        self.finished = 0
         with self.ui.progress("waiting", len(self.remaining), self._detail()) as self.bar:
-            timeout = self.args.timeout
-            with anyio.move_on_after(math.inf if timeout is None else timeout):
+            with anyio.move_on_after(self.args.timeout):  # None: no limit
                 async with (
                     self.ledger.watch(
                         self.client,

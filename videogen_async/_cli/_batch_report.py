@@ -17,15 +17,19 @@ if TYPE_CHECKING:
     from .._client import AsyncVideoGen
 
 
-def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
+def _resume_command(ctx: Context, journal: str, manifest: Path) -> str:
     args = ctx.args
     parts = ["videogen"]
     if getattr(args, "cfg_base_url", None):
         parts += ["--base-url", args.cfg_base_url]
-    parts += ["batch", str(args.file)]
-    if journal is not None:
-        parts += ["--journal", redact_url(journal)]
-    parts += ["--manifest", str(manifest)]
+    parts += [
+        "batch",
+        str(args.file),
+        "--journal",
+        redact_url(journal),
+        "--manifest",
+        str(manifest),
+    ]
     for flag, value in {
         "--download": args.download,
         "--max-concurrency": None if args.max_concurrency == 4 else args.max_concurrency,

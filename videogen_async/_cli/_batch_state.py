@@ -74,8 +74,7 @@ def _json_lines(text: str) -> Iterator[tuple[int, Any, str | None]]:
     ``NaN`` and ``Infinity`` (which Python's reader accepts, JSON does not) make the line bad
     here, kept as its text: parsed, it could not be written back into the manifest.
     """
-    for number, raw_line in enumerate(text.splitlines(), start=1):
-        stripped = raw_line.strip()
+    for number, stripped in enumerate(map(str.strip, text.splitlines()), start=1):
         if not stripped or stripped.startswith("#"):
             continue
         try:

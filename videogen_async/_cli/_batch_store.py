@@ -114,9 +114,6 @@ class _Replay:
         self._answer = task_id, credits, error
         self.tasks = self.projects = self
 
-    def with_options(self, **_: Any) -> _Replay:
-        return self
-
     async def create(self, *_: Any, **__: Any) -> CreatedTask:
         task_id, credits, error = self._answer
         if task_id is None:

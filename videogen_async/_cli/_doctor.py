@@ -115,10 +115,6 @@ async def _probe(client: AsyncVideoGen, wrong: AsyncVideoGen) -> tuple[dict[str,
     }, latency
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    return next((v for k, v in headers.items() if k.lower() == name), None)
-
-
 def _rate_headers(answers: Mapping[str, Answer]) -> dict[str, str]:
     found = {k: v for a in answers.values() for k, v in a.headers.items() if _RATE_HEADER.search(k)}
     return dict(sorted(found.items()))
@@ -216,7 +212,9 @@ async def cmd_doctor(ctx: Context) -> int:
             if isinstance(refused, AuthenticationError):  # the key itself: nothing to compare
                 raise refused
             dates = await _task_dates(ctx.client_options(), task_id)
-        date_header = _header(said["balance"].headers, "date")
+        date_header = next(
+            (v for k, v in said["balance"].headers.items() if k.lower() == "date"), None
+        )
         checks = [*_compare(said, assumed), _date_check(date_header, dates)]
         report = {
             "base_url": client.base_url,

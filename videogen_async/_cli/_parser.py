@@ -22,7 +22,7 @@ from ._common import POSITIONAL_FIELDS, option_of
 from ._doctor import add_doctor_parser
 from ._help import EPILOGS
 from ._ledger import cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
-from ._mcp import add_mcp_parser
+from ._mcp import add_mcp_parser, credits_number
 from ._projects import (
     cmd_project_create,
     cmd_project_download,
@@ -40,7 +40,6 @@ from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 _positive_float = number_type(float, minimum=0, strict=True, what="a number of seconds")
 _non_negative_int = number_type(int, minimum=0, what="a whole number")
 _positive_int = number_type(int, minimum=1, what="a whole number")
-_credits = number_type(float, minimum=0, what="a number of credits")
 
 _INVALID_CHOICE = re.compile(r"invalid choice: (?P<word>.+?) \(choose from (?P<choices>.+)\)")
 _LEDGER_URL = "a file path, sqlite:///PATH or postgresql://..."
@@ -158,7 +157,7 @@ def _spending(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("spending (see docs/cli.md)")
     group.add_argument(
         "--max-credits",
-        type=_credits,
+        type=credits_number,
         metavar="N",
         help="refuse, before sending anything, a request estimated above N credits",
     )

@@ -204,7 +204,7 @@ async def cmd_project_videos(ctx: Context) -> int:
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-        rows, tasks, code = task_report(batch.task_ids, results, failed_tasks_fail=True)
+        rows, tasks, code = task_report(batch.task_ids, results)
         ctx.ui.show({**batch.to_dict(), "tasks": tasks}, TASK_COLUMNS, rows, title="Video tasks")
         return code
 

@@ -118,7 +118,7 @@ async def cmd_create(ctx: Context) -> int:
             f"created {task_id} ({fmt_credits(created.credits_cost)} credits); waiting for it..."
         )
         results = await wait_for_ids(ctx, client, [task_id], timeout=args.timeout)
-        rows, [data], code = task_report([task_id], results, failed_tasks_fail=True)
+        rows, [data], code = task_report([task_id], results)
         task = results.get(task_id)
         if not isinstance(task, Task):
             ctx.ui.error(f"task {task_id} was created, then {data['error']}")
@@ -161,19 +161,21 @@ async def cmd_status(ctx: Context, client: AsyncVideoGen) -> int:
     async with anyio.create_task_group() as tg:
         for task_id in ids:
             tg.start_soon(one, task_id)
-    return _report(ctx, ids, found, failed=False, waiting=False)
+    return _report(ctx, ids, found, waiting=False)
 
 
 def task_report(
-    ids: Sequence[str], found: Mapping[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
+    ids: Sequence[str], found: Mapping[str, Any], *, waiting: bool = True
 ) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
     """The table rows and JSON of tasks in the order of ``ids``, and the exit code.
+
+    ``waiting``: the tasks were waited for (not only looked at), so a failed one fails the run.
 
     A refused key (exit 4) is raised: it is about every id, and said once.
 
     An id that could not be read has ``status`` ``None`` and a ``problem`` (``not found``,
     ``unreachable``, ``timed out``, ``unreadable``; in parentheses in the table). The code:
-    1 for a failed task (``failed_tasks_fail``) or one running at the deadline, 3 for an id
+    1 for a failed task (``waiting``) or one running at the deadline, 3 for an id
     the service does not know or could not report.
     """
     for item in found.values():  # a refused key is about every id: said once, exit 4
@@ -188,7 +190,7 @@ def task_report(
         if isinstance(item, Task):
             rows.append(task_row(item))
             data.append(item.to_dict())
-            if failed_tasks_fail and not item.is_succeeded:
+            if waiting and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue
         problem, text = poll_failure(
@@ -201,10 +203,10 @@ def task_report(
 
 
 def _report(
-    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
+    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, waiting: bool = True
 ) -> int:
     """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
-    rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
+    rows, data, code = task_report(ids, found, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
     if lost:
@@ -244,7 +246,7 @@ async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen wait ID...``: wait until tasks finish."""
     ids = list(dict.fromkeys(ctx.args.task_ids))
     results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
-    return _report(ctx, ids, dict(results), failed=True)
+    return _report(ctx, ids, dict(results))
 
 
 def kept_existing(result: DownloadResult) -> bool:

@@ -120,8 +120,11 @@ class UI:
 
     def emit_json(self, data: Any) -> None:
         """One JSON document on stdout."""
-        print(json_text(data, "", indent=2, ensure_ascii=False, default=str), file=self.out)
-        self.out.flush()
+        print(
+            json_text(data, "", indent=2, ensure_ascii=False, default=str),
+            file=self.out,
+            flush=True,
+        )
 
     def show(
         self,
