@@ -132,19 +132,18 @@ class BatchState:
         #: Lines created by this run (what it charged, apart from what earlier runs did).
         self.created_now: set[int] = set()
 
-    def record(self, line: InputLine, **fields: Any) -> dict[str, Any]:
+    def record(self, line: InputLine, **fields: Any) -> None:
         """Update (or start) a line's record with ``fields``."""
-        record = self.records.get(line.line_no)
-        if record is None:
-            record = {
+        # A new record has every manifest field, in the manifest's order.
+        self.records.setdefault(
+            line.line_no,
+            {
                 "line": line.line_no,
                 "input": line.raw,
                 **dict.fromkeys(("task_id", "status", "video_url", "error", "credits", "path")),
                 "status": NOT_CREATED,
-            }
-            self.records[line.line_no] = record
-        record.update(fields)
-        return record
+            },
+        ).update(fields)
 
     def ordered(self) -> list[dict[str, Any]]:
         """Every line's record, in input order."""

@@ -232,13 +232,10 @@ async def cmd_doctor(ctx: Context) -> int:
 
 def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
     ui = ctx.ui
-    rows = [
-        [redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks
-    ]
     if not ui.show(
         report,
         ("check", "the service said", "the SDK assumes", "verdict"),
-        rows,
+        [[redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks],
         title=f"videogen doctor: {report['base_url']} (nothing was charged)",
     ):
         return

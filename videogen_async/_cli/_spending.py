@@ -89,8 +89,7 @@ async def check_spend(
     usual_text = f"the usual is up to {fmt_credits(usual)}"
     if await anyio.to_thread.run_sync(_interactive):
         ctx.ui.note(f"{said} ({usual_text}; video prices are estimates, see docs/cli.md).")
-        ctx.ui.err.write("go ahead? [y/N] ")  # on stderr: stdout may be piped
-        ctx.ui.err.flush()
+        print("go ahead? [y/N] ", end="", file=ctx.ui.err, flush=True)  # stdout may be piped
         answer = await anyio.to_thread.run_sync(sys.stdin.readline)
         if answer.strip().lower() in ("y", "yes"):
             return

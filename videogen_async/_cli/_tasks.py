@@ -249,14 +249,11 @@ async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     return _report(ctx, ids, dict(results))
 
 
-def kept_existing(result: DownloadResult) -> bool:
-    """Whether a download was skipped because its file exists (``--no-overwrite``)."""
-    return result.error is not None and isinstance(result.error.__cause__, FileExistsError)
-
-
 def download_exit_code(results: Sequence[DownloadResult]) -> int:
     """0 when every download worked or kept its file, else the worst error's code (3, 4, 1)."""
-    failed = [r.error for r in results if r.error is not None and not kept_existing(r)]
+    failed = [
+        r.error for r in results if r.error is not None and _download_outcome(r)[0] == "failed"
+    ]
     return max(map(exit_code_for, failed), default=EXIT_OK)
 
 
@@ -264,7 +261,7 @@ def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | N
     """``saved``, ``skipped`` (the file exists) or ``failed``; the file; why it failed."""
     if result.error is None:
         return "saved", result.path, None
-    if kept_existing(result):
+    if isinstance(result.error.__cause__, FileExistsError):  # kept (``--no-overwrite``)
         path = getattr(result.error, "path", None)
         return "skipped", Path(path) if path is not None else None, None
     return "failed", None, describe_error(result.error)
