@@ -146,7 +146,7 @@ class BatchRun:
             if line.problem is not None:
                 self.ui.warn(f"line {line.line_no}: skipped, {line.problem}")
         todo = self._todo()
-        resumed = sum(1 for r in self.state.records.values() if r["task_id"])
+        resumed = self.state.created()  # nothing is created yet by this run
         if resumed:
             self.ui.note(
                 f"resuming: {resumed} line(s) already created by an earlier run"

@@ -91,10 +91,10 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
         if resume is not None:
             ctx.ui.note(f"to resume, run:\n  {resume}")
         else:
-            created = sum(1 for r in run.records.values() if r["task_id"])
             ctx.ui.note(
-                f"no journal was kept (--no-journal): the ids of the {created} task(s) created"
-                f" are in {run.manifest}; running the batch again would create every line again"
+                f"no journal was kept (--no-journal): the ids of the {run.created()} task(s)"
+                f" created are in {run.manifest}; running the batch again would create every line"
+                " again"
             )
 
 

@@ -149,6 +149,10 @@ class BatchState:
         """Every line's record, in input order."""
         return [self.records[no] for no in sorted(self.records)]
 
+    def created(self) -> int:
+        """How many lines have a task (created by this run or an earlier one)."""
+        return sum(1 for r in self.records.values() if r["task_id"])
+
     def credits(self, lines: Collection[int] | None = None) -> float:
         """The credits charged for the created lines (of ``lines``; all when ``None``)."""
         return sum(

@@ -348,10 +348,9 @@ def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iter
     """
     logger = logging.getLogger("videogen_async")
     old_level = logger.level
-    handler: logging.Handler = logging.NullHandler()
+    handler = logging.NullHandler() if stream is None else logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if stream is not None:
-        handler = logging.StreamHandler(stream)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.setLevel(level)
     logger.addHandler(handler)
     try:
