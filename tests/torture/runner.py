@@ -40,7 +40,7 @@ from videogen_async.testing import SandboxProcess
 ROOT = Path(__file__).resolve().parents[2]
 HOOK_SECRET = "whsec_" + "dG9ydHVyZS10b3J0dXJlLXRvcnR1cmUtdG9ydHVyZSE="  # fixed: replayable
 LANES = 6
-PROCESSES = {"writer": 3, "capped": 1, "watcher": 2, "consumer": 3, "waiter": 1, "dispatcher": 1}
+PROCESSES = {"writer": 3, "capped": 2, "watcher": 2, "consumer": 3, "waiter": 1, "dispatcher": 1}
 DRAIN_DEADLINE = 150.0
 
 
