@@ -67,6 +67,11 @@ class Proxy:
         """Stop forwarding in both directions (and connecting new clients) until resumed."""
         self._flowing.clear()
 
+    @property
+    def stalled(self) -> bool:
+        """Whether forwarding is stopped (between :meth:`stall` and :meth:`resume`)."""
+        return not self._flowing.is_set()
+
     def resume(self) -> None:
         """Forward again what waited, and connect the clients that came meanwhile."""
         self._flowing.set()
