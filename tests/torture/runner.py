@@ -2,12 +2,14 @@
 
 It starts the sandbox (a process on loopback), the database (a throwaway PostgreSQL cluster, or
 a SQLite file), a webhook receiver (``aiohttp.web`` on loopback, checking each delivery's
-Standard Webhooks signature with the ``standardwebhooks`` package) and the workload processes;
-plays the seed's fault schedule for ``S`` seconds; then stops the workload, settles what is
-left (a watcher and a dispatcher of its own, with ``stop_when_idle``), writes the end mark the
-consumers read up to, reads the final state (every change from position 0, every entry, every
-task the sandbox charged) and runs the checker. Exit status 1 when the checker found a
-violation (each printed with the seed), 0 otherwise.
+Standard Webhooks signature with the ``standardwebhooks`` package), on PostgreSQL a TCP proxy in
+front of the cluster (``proxy.py``: the workload processes connect through it, the runner's own
+connections go direct) and the workload processes; plays the seed's fault schedule for ``S``
+seconds (the network's cuts and stalls in a lane of their own, beside the other faults); then
+stops the workload, settles what is left (a watcher and a dispatcher of its own, with
+``stop_when_idle``), writes the end mark the consumers read up to, reads the final state (every
+change from position 0, every entry, every task the sandbox charged) and runs the checker. Exit
+status 1 when the checker found a violation (each printed with the seed), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -232,8 +234,15 @@ class Run:
         For the ledger processes the database is away meanwhile, as when it is down: the
         runner writes ``pg_down`` and ``pg_up`` around it (:meth:`away`), and the
         checker, reading only the histories, allows a wait across it its outage allowance
-        as across a crash. A cut is an outage of no length (the next connection gets
-        through): the records bracket the instant of the reset.
+        as across a crash (``checker.OUTAGE_ALLOWANCE``): a change committed as the stall
+        began reaches a waiter up to 8 s late, over the most of ``checker.WAIT_BOUND``, and
+        after a cut the listener reconnects with backoff. A cut is an outage of no length
+        (the next connection gets through): the records bracket the instant of the reset.
+
+        What counts as hung is unchanged: a stall is shorter than the driver's timeouts and
+        far shorter than ``workload.OP_DEADLINE`` (its docstring has the sum), and it ends
+        at least 1 s before the stop, so the stop's deadline and the runner's own phases
+        (connected directly) never meet one.
         """
         assert self.proxy is not None
         self.away(+1, "network")
