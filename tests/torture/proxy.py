@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import socket
 import struct
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -99,7 +100,12 @@ class Proxy:
             writer.transport.abort()
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One direction. An end of stream is passed on as a close, a reset as a reset."""
+        """One direction. An end of stream is passed on as a close, a reset as a reset.
+
+        An end waits out a stall too: a server that crashed during one is heard of by its
+        clients when the stall ends, as behind a link that passes nothing.
+        """
+        end = writer.close
         try:
             while data := await reader.read(CHUNK):
                 await self._flowing.wait()
@@ -108,9 +114,9 @@ class Proxy:
                 writer.write(data)
                 await writer.drain()
         except OSError:
-            _abort(writer)
-            return
-        writer.close()
+            end = partial(_abort, writer)
+        await self._flowing.wait()
+        end()
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:

@@ -25,9 +25,11 @@ class Echo:
         self.accepted = 0
         self.while_stalled = False
         self.lost = asyncio.Event()
+        self.writers: list[asyncio.StreamWriter] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        self.writers.append(writer)
         try:
             while data := await reader.read(1024):
                 self.while_stalled |= self.proxy.stalled
@@ -111,6 +113,20 @@ async def test_a_stall_ended_by_a_cut_forwards_nothing_held(echo: Echo) -> None:
     assert not echo.while_stalled
     for w in (writer, waiting):
         w.close()
+
+
+async def test_an_end_of_stream_waits_out_a_stall_too(echo: Echo) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", echo.proxy.port)
+    writer.write(b"a")
+    assert await reader.readexactly(1) == b"a"
+    echo.proxy.stall()
+    echo.writers[0].close()  # the server ends the connection during the stall
+    await echo.writers[0].wait_closed()
+    await _turns()
+    assert not reader.at_eof()
+    echo.proxy.resume()
+    assert await reader.read(1) == b""
+    writer.close()
 
 
 @pytest.fixture(scope="module")
