@@ -2,12 +2,14 @@
 
 It starts the sandbox (a process on loopback), the database (a throwaway PostgreSQL cluster, or
 a SQLite file), a webhook receiver (``aiohttp.web`` on loopback, checking each delivery's
-Standard Webhooks signature with the ``standardwebhooks`` package) and the workload processes;
-plays the seed's fault schedule for ``S`` seconds; then stops the workload, settles what is
-left (a watcher and a dispatcher of its own, with ``stop_when_idle``), writes the end mark the
-consumers read up to, reads the final state (every change from position 0, every entry, every
-task the sandbox charged) and runs the checker. Exit status 1 when the checker found a
-violation (each printed with the seed), 0 otherwise.
+Standard Webhooks signature with the ``standardwebhooks`` package), on PostgreSQL a TCP proxy in
+front of the cluster (``proxy.py``: the workload processes connect through it, the runner's own
+connections go direct) and the workload processes; plays the seed's fault schedule for ``S``
+seconds (the network's cuts and stalls in a lane of their own, beside the other faults); then
+stops the workload, settles what is left (a watcher and a dispatcher of its own, with
+``stop_when_idle``), writes the end mark the consumers read up to, reads the final state (every
+change from position 0, every entry, every task the sandbox charged) and runs the checker. Exit
+status 1 when the checker found a violation (each printed with the seed), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from aiohttp import web
 from tests.ledger.conftest import Cluster, find_pg_bin
 from tests.torture import checker, faults
 from tests.torture.history import Recorder, read
+from tests.torture.proxy import Proxy
 from tests.torture.workload import END_KEY, OP_DEADLINE
 from videogen_async import AsyncVideoGen, Ledger, webhook
 from videogen_async.testing import SandboxProcess
@@ -64,6 +67,8 @@ class Run:
         self.history = Recorder(folder / "hist" / "runner.0.jsonl", "runner")
         self.slots = [Slot(role, n) for role, count in PROCESSES.items() for n in range(count)]
         self.cluster: Cluster | None = None
+        self.proxy: Proxy | None = None
+        self.outages = 0  # in progress: a crash, a stall (see away)
         self.sandbox: SandboxProcess | None = None
         self.config: dict[str, Any] = {}
         self.final_phase = False
@@ -179,25 +184,75 @@ class Run:
     # -- faults ---------------------------------------------------------------------------
 
     async def play(self, schedule: list[faults.Fault], started: float) -> None:
-        by_name = {slot.name: slot for slot in self.slots}
+        """Play the schedule: the network's faults in a lane of their own, beside the others.
+
+        The network's faults never overlap one another (``faults._network``), and a stall
+        played in the same lane would hold back the kills and restarts drawn during it.
+        """
+        async with self.control() as control, anyio.create_task_group() as tg:
+            network = [f for f in schedule if f.target == "network"]
+            tg.start_soon(self.lane, network, started, control)
+            await self.lane([f for f in schedule if f.target != "network"], started, control)
         async with self.control() as control:
-            for fault in schedule:
-                await anyio.sleep(max(0.0, started + fault.at - time.monotonic()))
-                self.history.write("fault", kind=fault.kind, target=fault.target, **fault.params)
-                if fault.kind == "kill":
-                    self.kill(by_name[fault.target], fault.params["restart"])
-                elif fault.kind == "service":
-                    await control("POST", "faults", fault.params)
-                elif fault.kind == "pg_terminate" and self.cluster is not None:
-                    for url in (self.config["url"], self.config["cap_url"]):
-                        await self.cluster.terminate_backends(url.rsplit("/", 1)[1])
-                elif fault.kind == "pg_restart" and self.cluster is not None:
-                    await self.cluster.crash()
-                    self.history.write("pg_down")
-                    await anyio.sleep(fault.params["down"])
-                    await self.cluster.restart()
-                    self.history.write("pg_up")
             await control("DELETE", "faults", None)
+
+    async def lane(self, schedule: list[faults.Fault], started: float, control: Any) -> None:
+        by_name = {slot.name: slot for slot in self.slots}
+        for fault in schedule:
+            await anyio.sleep(max(0.0, started + fault.at - time.monotonic()))
+            self.history.write("fault", kind=fault.kind, target=fault.target, **fault.params)
+            if fault.kind == "kill":
+                self.kill(by_name[fault.target], fault.params["restart"])
+            elif fault.kind == "service":
+                await control("POST", "faults", fault.params)
+            elif fault.kind in ("cut", "stall"):
+                await self.network(fault)
+            elif fault.kind == "pg_terminate" and self.cluster is not None:
+                for url in (self.config["url"], self.config["cap_url"]):
+                    await self.cluster.terminate_backends(url.rsplit("/", 1)[1])
+            elif fault.kind == "pg_restart" and self.cluster is not None:
+                await self.cluster.crash()
+                self.away(+1, "crash")
+                await anyio.sleep(fault.params["down"])
+                await self.cluster.restart()
+                self.away(-1, "crash")
+
+    def away(self, change: int, reason: str) -> None:
+        """Count the outages in progress; write ``pg_down`` at the first, ``pg_up`` after the last.
+
+        The checker pairs each ``pg_up`` with the last ``pg_down`` before it, and a crash and
+        a stall (in two lanes) may overlap: the records bracket their union, so no part of
+        either is lost from the outages the checker allows waits across.
+        """
+        self.outages += change
+        if self.outages == (1 if change > 0 else 0):
+            self.history.write("pg_down" if change > 0 else "pg_up", reason=reason)
+
+    async def network(self, fault: faults.Fault) -> None:
+        """A cut, or a stall (ended by a cut if drawn so), of the ledgers' connections.
+
+        For the ledger processes the database is away meanwhile, as when it is down: the
+        runner writes ``pg_down`` and ``pg_up`` around it (:meth:`away`), and the
+        checker, reading only the histories, allows a wait across it its outage allowance
+        as across a crash (``checker.OUTAGE_ALLOWANCE``): a change committed as the stall
+        began reaches a waiter up to 8 s late, over the most of ``checker.WAIT_BOUND``, and
+        after a cut the listener reconnects with backoff. A cut is an outage of no length
+        (the next connection gets through): the records bracket the instant of the reset.
+
+        What counts as hung is unchanged: a stall is shorter than the driver's timeouts and
+        far shorter than ``workload.OP_DEADLINE`` (its docstring has the sum), and it ends
+        at least 1 s before the stop, so the stop's deadline and the runner's own phases
+        (connected directly) never meet one.
+        """
+        assert self.proxy is not None
+        self.away(+1, "network")
+        if fault.kind == "stall":
+            self.proxy.stall()
+            await anyio.sleep(fault.params["seconds"])
+        if fault.kind == "cut" or fault.params["cut"]:
+            self.history.write("cut", sockets=self.proxy.cut())
+        self.proxy.resume()
+        self.away(-1, "network")
 
     def control(self) -> Any:
         sandbox = self.sandbox
@@ -248,6 +303,13 @@ class Run:
         )
         async with anyio.create_task_group() as tg:
             receiver = await self.receiver(tg)
+            if self.cluster is not None:
+                # The workload's URLs through the proxy; the runner's own stay direct.
+                self.proxy = Proxy(self.cluster.port)
+                port = await tg.start(self.proxy.serve)
+                direct = f"@127.0.0.1:{self.cluster.port}/"
+                for name in ("url", "cap_url"):
+                    self.config[name] = self.config[name].replace(direct, f"@127.0.0.1:{port}/")
             (self.folder / "config.json").write_text(json.dumps(self.config))
             async with AsyncVideoGen(
                 api_key=self.sandbox.api_key, base_url=self.sandbox.base_url

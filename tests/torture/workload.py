@@ -48,7 +48,14 @@ END_KEY = "torture-end"
 SHARED_WINDOW = 0.5
 """Seconds during which the writers of every process share the same two fresh keys."""
 OP_DEADLINE = 90.0
-"""Seconds any one operation may take (the ledger's outage timeout, 30 s, twice, and more)."""
+"""Seconds any one operation may take (the ledger's outage timeout, 30 s, twice, and more).
+
+It holds a network stall too (``faults.py``): a statement or a connect held at most 8 s, under
+the driver's 10 s connect and pool timeouts and its 60 s statement timeout, is late, not
+failed; a stall ended by a cut is one more outage the ledger retries for up to 30 s. A stall
+(network lane) and a crash (the other lane) may follow each other at once: 8 s, then the
+crash's outage and 30 s of retries, still under 90 s.
+"""
 CAP_DURATION = 5
 
 
