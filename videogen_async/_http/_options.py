@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
+from urllib.parse import quote
 
 import attrs
 
@@ -67,7 +68,7 @@ class CallOptions:
     """The checked per-call options of one call (see :meth:`of`)."""
 
     extra_headers: Mapping[str, str | None] = attrs.field(factory=dict)
-    extra_query: Mapping[str, str | None] = attrs.field(factory=dict)
+    extra_query: Mapping[str, str | None] = attrs.field(factory=dict)  # percent-encoded
     extra_body: Mapping[str, Any] | None = None
     timeout: Timeout | None = None
 
@@ -151,7 +152,8 @@ def _query(query: Query) -> dict[str, str | None]:
             isinstance(value, bool) or not isinstance(value, (str, int, float))
         ):
             raise fail("extra_query", f"the value of {name!r} must be a string, a number or None")
-        checked[name] = None if value is None else str(value)
+        # Held percent-encoded, as the transport joins a query from encoded parts.
+        checked[quote(name, safe="")] = None if value is None else quote(str(value), safe="")
     return checked
 
 

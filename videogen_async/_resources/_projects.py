@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from .._contract._enums import AspectRatio, ProjectMode, SpeechLanguage
 from .._contract._exceptions import ProjectFailedError
@@ -28,8 +27,8 @@ if TYPE_CHECKING:
 
 
 def _path(project_id: str, suffix: str = "") -> str:
-    pid = check_id("project_id", project_id)
-    return f"/v1/video/viral-ads-clone/{quote(pid, safe='')}{suffix}"
+    pid = check_id("project_id", project_id, encode=True)
+    return f"/v1/video/viral-ads-clone/{pid}{suffix}"
 
 
 class Projects(Resource):
