@@ -14,7 +14,7 @@ from .._contract._validation import (
     validate_project_request,
     validate_videos_request,
 )
-from .._http._options import CallOptions, PollOptions, RequestOptions
+from .._http._options import CallOptions, PollOptions, RequestOptions, call_options
 from .._http._transport import Transport
 from .._observe._spans import end_wait, wait_span
 from .._waiting._policy import PollPolicy
@@ -110,7 +110,7 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        call = CallOptions.of(options)
+        call = call_options(options)
         return await self._create("/v1/video/viral-ads-clone", body, CreatedProject, call)
 
     async def get(self, project_id: str, **options: Unpack[RequestOptions]) -> Project:
@@ -129,7 +129,7 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._get(_path(project_id), Project, options=CallOptions.of(options))
+        return await self._get(_path(project_id), Project, options=call_options(options))
 
     async def create_videos(
         self,
@@ -175,7 +175,7 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        return await self._create(path, body, VideoBatch, CallOptions.of(options))
+        return await self._create(path, body, VideoBatch, call_options(options))
 
     async def wait_for_script(
         self,
@@ -205,7 +205,7 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         path = _path(project_id)  # checks the id before the first poll
-        call = CallOptions.of(options, polls=True)
+        call = call_options(options, polls=True)
 
         async def read() -> Project:
             return await self._get(path, Project, retries=0, options=call)
@@ -248,7 +248,7 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         path = _path(project_id)  # checks the id before the first poll
-        call = CallOptions.of(options, polls=True)
+        call = call_options(options, polls=True)
         settled: set[str] = set()  # listed tasks seen terminal
         finished = False
 
