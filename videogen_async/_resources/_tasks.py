@@ -149,10 +149,12 @@ class Tasks(Resource):
         """The narrow interface the waiting engines poll through (``options`` with every read).
 
         One read with no retries of its own (the engine's loop owns the backoff), paced by
-        the client.
+        the client. Without options (most waits and gathers), the bound read itself: a
+        partial's keyword would cost every poll a dict.
         """
+        fetch = self._fetch_once
         return TaskSource(
-            fetch=functools.partial(self._fetch_once, options=options),
+            fetch=fetch if options is NO_OPTIONS else functools.partial(fetch, options=options),
             pacing=self._transport.pacing,
             poll_policy=self._poll_policy,
             backoff=self._transport.backoff,
