@@ -35,8 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command is not None:  # the SDK's words: `videogen tasks create`
             sys.stderr.write(f"videogen: did you mean `{command}`?\n")
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    debug = bool(getattr(args, "debug", False))
-    ui = UI(json_mode=bool(getattr(args, "json", False)), debug=debug)
+    debug = getattr(args, "debug", False)  # store_true flags: booleans, or not given at all
+    ui = UI(json_mode=getattr(args, "json", False), debug=debug)
     ctx = Context(args, ui)
     with logging_to(ui.err if debug else None):
         try:

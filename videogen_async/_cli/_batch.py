@@ -9,7 +9,6 @@ ledger settles it (Ctrl-C ends that wait). The manifest is written after every r
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
 
 import anyio
@@ -121,7 +120,7 @@ class BatchRun:
 
     def _todo(self) -> list[InputLine]:
         """The lines to send: never created, refused, or unknown with ``--retry-unknown``."""
-        todo: list[InputLine] = []
+        todo = []
         for no, record in sorted(self.state.records.items()):
             if record["status"] in (NOT_CREATED, REFUSED):
                 todo.append(self.by_no[no])
@@ -147,7 +146,7 @@ class BatchRun:
             if line.problem is not None:
                 self.ui.warn(f"line {line.line_no}: skipped, {line.problem}")
         todo = self._todo()
-        resumed = sum(1 for r in self.state.records.values() if r["task_id"])
+        resumed = self.state.created()  # nothing is created yet by this run
         if resumed:
             self.ui.note(
                 f"resuming: {resumed} line(s) already created by an earlier run"
@@ -160,14 +159,17 @@ class BatchRun:
                 " waited for until the ledger settles them"
             )
         await self._create_all(todo)
-        fatal = self.state.fatal
-        if isinstance(fatal, (APIConnectionError, AuthenticationError, PermissionDeniedError)):
+        fatal = (APIConnectionError, AuthenticationError, PermissionDeniedError)
+        if isinstance(self.state.fatal, fatal):
             return
         await self._wait_all()
         if self.args.download:
-            directory = Path(self.args.download)
             await download_all(
-                self.ctx, self.client, self.state, directory, self.args.max_concurrency
+                self.ctx,
+                self.client,
+                self.state,
+                Path(self.args.download),
+                self.args.max_concurrency,
             )
 
     async def _create_all(self, todo: list[InputLine]) -> None:
@@ -194,12 +196,11 @@ class BatchRun:
                     tg.start_soon(worker)
 
     async def _send(self, line: InputLine) -> LedgerEntry:
-        request = line.request or {}
         key = self.keys[line.line_no]
         if line.line_no in self.resend:
             return await self.ledger.resend(self.client, key)
-        fields = {name: value for name, value in request.items() if name != "prompt"}
-        return await self.ledger.create_task(self.client, request["prompt"], key=key, **fields)
+        # A checked request: its prompt (a field like the others) and the task's fields.
+        return await self.ledger.create_task(self.client, key=key, **(line.request or {}))
 
     async def _create_one(self, line: InputLine) -> bool:
         """Create one line's task; the ledger knows the outcome before this returns.
@@ -278,10 +279,8 @@ class BatchRun:
         self.remaining = set(self.line_of)
         if not self.remaining:
             return
-        self.finished = 0
         with self.ui.progress("waiting", len(self.remaining), self._detail()) as self.bar:
-            timeout = self.args.timeout
-            with anyio.move_on_after(math.inf if timeout is None else timeout):
+            with anyio.move_on_after(self.args.timeout):  # None: no limit
                 async with (
                     self.ledger.watch(
                         self.client,
@@ -301,8 +300,10 @@ class BatchRun:
         for key in self.remaining:
             no = self.line_of[key]
             if no not in in_doubt:
-                error = records[no]["error"] or "still running when --timeout ended"
-                self.state.record(self.by_no[no], error=error)
+                self.state.record(
+                    self.by_no[no],
+                    error=records[no]["error"] or "still running when --timeout ended",
+                )
 
     def _detail(self) -> str:
         in_doubt = len(self.state.in_doubt)
@@ -354,18 +355,22 @@ async def cmd_batch(ctx: Context) -> int:
     lines = read_input(text, csv_format=csv_format)
     if not lines:
         raise UsageError(f"{path} holds no request lines")
-    if all(line.request is None for line in lines):
+    valid = [line for line in lines if line.request is not None]
+    if not valid:
         for line in lines:
             ctx.ui.warn(f"line {line.line_no}: {line.problem}")
         hint = "" if csv_format else " (a CSV file with a header row? pass --format csv)"
         raise UsageError(f"{path} holds no valid request line: nothing was sent{hint}")
-    valid = [line for line in lines if line.request is not None]
-    estimate = sum(task_estimate(line.request or {}) for line in valid)
     await check_spend(
-        ctx, f"this batch of {len(lines)} line(s)", estimate, USUAL_BATCH, limit_enforced_later=True
+        ctx,
+        f"this batch of {len(lines)} line(s)",
+        sum(task_estimate(line.request or {}) for line in valid),
+        USUAL_BATCH,
+        limit_enforced_later=True,
     )
     default_journal, default_manifest = default_paths(path)
-    where: str | None = None if args.no_journal else str(args.journal or default_journal)
+    where = None if args.no_journal else str(args.journal or default_journal)
+
     state = BatchState(Path(args.manifest) if args.manifest else default_manifest)
     client = AsyncVideoGen(**ctx.client_options())
     base_url = str(client.base_url)
@@ -373,11 +378,15 @@ async def cmd_batch(ctx: Context) -> int:
         line.line_no: line_key(path.name, line.line_no, line.request or {}, line.key, base_url)
         for line in valid
     }
-    requests = {line.line_no: (keys[line.line_no], line.request) for line in valid}
     async with client, contextlib.AsyncExitStack() as stack:
         try:
             ledger, imported = await stack.enter_async_context(
-                open_ledger(where, base_url=base_url, max_credits=args.max_credits, lines=requests)
+                open_ledger(
+                    where,
+                    base_url=base_url,
+                    max_credits=args.max_credits,
+                    lines={line.line_no: (keys[line.line_no], line.request) for line in valid},
+                )
             )
         except (UsageError, LedgerError) as exc:
             raise UsageError(f"--journal {redact_url(where or '')}: {exc}") from None

@@ -17,22 +17,25 @@ if TYPE_CHECKING:
     from .._client import AsyncVideoGen
 
 
-def _resume_command(ctx: Context, journal: str | None, manifest: Path) -> str:
+def _resume_command(ctx: Context, journal: str, manifest: Path) -> str:
     args = ctx.args
     parts = ["videogen"]
     if getattr(args, "cfg_base_url", None):
         parts += ["--base-url", args.cfg_base_url]
-    parts += ["batch", str(args.file)]
-    if journal is not None:
-        parts += ["--journal", redact_url(journal)]
-    parts += ["--manifest", str(manifest)]
-    given = {
+    parts += [
+        "batch",
+        str(args.file),
+        "--journal",
+        redact_url(journal),
+        "--manifest",
+        str(manifest),
+    ]
+    for flag, value in {
         "--download": args.download,
         "--max-concurrency": None if args.max_concurrency == 4 else args.max_concurrency,
         "--timeout": args.timeout,
         "--max-credits": args.max_credits,
-    }
-    for flag, value in given.items():
+    }.items():
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if args.yes:
@@ -88,10 +91,10 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
         if resume is not None:
             ctx.ui.note(f"to resume, run:\n  {resume}")
         else:
-            created = sum(1 for r in run.records.values() if r["task_id"])
             ctx.ui.note(
-                f"no journal was kept (--no-journal): the ids of the {created} task(s) created"
-                f" are in {run.manifest}; running the batch again would create every line again"
+                f"no journal was kept (--no-journal): the ids of the {run.created()} task(s)"
+                f" created are in {run.manifest}; running the batch again would create every line"
+                " again"
             )
 
 

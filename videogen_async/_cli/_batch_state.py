@@ -74,8 +74,7 @@ def _json_lines(text: str) -> Iterator[tuple[int, Any, str | None]]:
     ``NaN`` and ``Infinity`` (which Python's reader accepts, JSON does not) make the line bad
     here, kept as its text: parsed, it could not be written back into the manifest.
     """
-    for number, raw_line in enumerate(text.splitlines(), start=1):
-        stripped = raw_line.strip()
+    for number, stripped in enumerate(map(str.strip, text.splitlines()), start=1):
         if not stripped or stripped.startswith("#"):
             continue
         try:
@@ -86,7 +85,7 @@ def _json_lines(text: str) -> Iterator[tuple[int, Any, str | None]]:
 
 def read_input(text: str, *, csv_format: bool = False) -> list[InputLine]:
     """The request lines of the input, each checked: JSON Lines, or CSV with a header row."""
-    lines: list[InputLine] = []
+    lines = []
     for number, data, problem in (_csv_rows if csv_format else _json_lines)(text):
         if problem is not None:
             lines.append(InputLine(number, data, None, problem))
@@ -133,19 +132,26 @@ class BatchState:
         #: Lines created by this run (what it charged, apart from what earlier runs did).
         self.created_now: set[int] = set()
 
-    def record(self, line: InputLine, **fields: Any) -> dict[str, Any]:
+    def record(self, line: InputLine, **fields: Any) -> None:
         """Update (or start) a line's record with ``fields``."""
-        record = self.records.get(line.line_no)
-        if record is None:
-            empty = dict.fromkeys(("task_id", "status", "video_url", "error", "credits", "path"))
-            record = {"line": line.line_no, "input": line.raw, **empty, "status": NOT_CREATED}
-            self.records[line.line_no] = record
-        record.update(fields)
-        return record
+        # A new record has every manifest field, in the manifest's order.
+        self.records.setdefault(
+            line.line_no,
+            {
+                "line": line.line_no,
+                "input": line.raw,
+                **dict.fromkeys(("task_id", "status", "video_url", "error", "credits", "path")),
+                "status": NOT_CREATED,
+            },
+        ).update(fields)
 
     def ordered(self) -> list[dict[str, Any]]:
         """Every line's record, in input order."""
         return [self.records[no] for no in sorted(self.records)]
+
+    def created(self) -> int:
+        """How many lines have a task (created by this run or an earlier one)."""
+        return sum(1 for r in self.records.values() if r["task_id"])
 
     def credits(self, lines: Collection[int] | None = None) -> float:
         """The credits charged for the created lines (of ``lines``; all when ``None``)."""

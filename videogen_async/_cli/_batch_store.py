@@ -112,17 +112,7 @@ class _Replay:
 
     def __init__(self, task_id: str | None, credits: float | None, error: str | None) -> None:
         self._answer = task_id, credits, error
-
-    @property
-    def tasks(self) -> _Replay:
-        return self
-
-    @property
-    def projects(self) -> _Replay:
-        return self
-
-    def with_options(self, **_: Any) -> _Replay:
-        return self
+        self.tasks = self.projects = self
 
     async def create(self, *_: Any, **__: Any) -> CreatedTask:
         task_id, credits, error = self._answer
@@ -173,10 +163,9 @@ async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[
                     continue  # nothing was created: the batch sends it again
                 known = task_id if state in ("created", "done") else None
                 key, request = keys[line_no]
-                fields = {k: v for k, v in request.items() if k != "prompt"}
                 replay = _Replay(known, credits, error or "the earlier run stopped mid-create")
                 with contextlib.suppress(AmbiguousCreateError):
-                    await ledger.create_task(replay, request["prompt"], key=key, **fields)
+                    await ledger.create_task(replay, key=key, **request)
         await anyio.to_thread.run_sync(_replace, importing, path)
     except (sqlite3.Error, OSError) as exc:
         raise UsageError(f"the journal {path} could not be imported into a ledger: {exc}") from exc

@@ -67,6 +67,10 @@ ALLOW_INSECURE_HTTP_ENV = "VIDEOGEN_ALLOW_INSECURE_HTTP"
 _CLIENT_OPTIONS = ("api_key", "base_url", "timeout", "max_retries", "allow_insecure_http")
 
 
+#: What a loop that cannot take a signal handler raises (Windows, not the main thread).
+_NO_HANDLER = (NotImplementedError, RuntimeError, ValueError)
+
+
 class UsageError(Exception):
     """A command line that cannot be run as given (exit 2); its text is advice for the user."""
 
@@ -231,15 +235,14 @@ class Context:
     def on_sigint(self) -> None:
         """The SIGINT handler (runs in the event loop)."""
         self.interrupts += 1
-        if self.interrupts == 1 and self._stoppers:
-            self.ui.note("\nstopping")
-            for callback in self._stoppers:
-                callback()
-            return
         if self.interrupts == 1:
-            self.ui.note("\ninterrupted: stopping cleanly (press Ctrl-C again to abort at once)")
-            for scope in list(self._scopes):
-                scope.cancel()
+            self.ui.note(
+                "\nstopping"
+                if self._stoppers
+                else "\ninterrupted: stopping cleanly (press Ctrl-C again to abort at once)"
+            )
+            for stop in self._stoppers or [scope.cancel for scope in self._scopes]:
+                stop()
             return
         self.ui.note("aborted")
         with contextlib.suppress(Exception):
@@ -251,16 +254,8 @@ class Context:
         """Run an async command in a fresh event loop, with Ctrl-C handled; its exit code."""
 
         async def _main() -> int:
-            loop = asyncio.get_running_loop()
-            installed = False
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signal.SIGINT, self.on_sigint)
-                installed = True
-            try:
+            with on_signal(signal.SIGINT, self.on_sigint):
                 code = await command(self)
-            finally:
-                if installed:
-                    loop.remove_signal_handler(signal.SIGINT)
             return EXIT_INTERRUPTED if self.interrupted else code
 
         try:
@@ -283,8 +278,11 @@ class Context:
 
     def key_refused(self, exc: AuthenticationError) -> str:
         """What to do when the service refused the key: where it came from, and the answer."""
-        given = getattr(self.args, "cfg_api_key", None)
-        source = "--api-key" if given else "the VIDEOGEN_API_KEY environment variable"
+        source = (
+            "--api-key"
+            if getattr(self.args, "cfg_api_key", None)
+            else "the VIDEOGEN_API_KEY environment variable"
+        )
         return (
             f"the service refused the API key (401) given by {source}:"
             f" {describe_error(exc)}. Check that it is a current key of this service, then set"
@@ -316,6 +314,23 @@ def with_client(
     return run
 
 
+@contextlib.contextmanager
+def on_signal(signum: int, callback: Callable[[], object]) -> Iterator[None]:
+    """Call ``callback`` in the running event loop on ``signum`` for a while.
+
+    Where the loop takes no signal handler (not the main thread, Windows) nothing is installed:
+    Ctrl-C is then Python's ``KeyboardInterrupt``.
+    """
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(*_NO_HANDLER):
+        loop.add_signal_handler(signum, callback)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(*_NO_HANDLER):
+            loop.remove_signal_handler(signum)
+
+
 def stdin_mode() -> int:
     """The ``st_mode`` of stdin (0 when it is closed or not a file); ``stat.S_ISFIFO`` it."""
     try:
@@ -333,10 +348,9 @@ def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iter
     """
     logger = logging.getLogger("videogen_async")
     old_level = logger.level
-    handler: logging.Handler = logging.NullHandler()
+    handler = logging.NullHandler() if stream is None else logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if stream is not None:
-        handler = logging.StreamHandler(stream)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.setLevel(level)
     logger.addHandler(handler)
     try:

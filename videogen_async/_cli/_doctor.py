@@ -92,8 +92,8 @@ async def _answer(call: Awaitable[Any]) -> Answer:
     try:
         result = await call
     except (APIStatusError, APIResponseError) as exc:
-        headers = getattr(exc, "headers", None) or {}
         message = _REQUEST.sub("", exc.message)  # the SDK's "GET /v1/tasks: " before the text
+        headers = getattr(exc, "headers", None) or {}
         return Answer(exc.status_code, exc.code, type(exc).__name__, message, headers, exc)
     info = result._response
     return Answer(info.status_code, 200, type(result).__name__, None, dict(info.headers))
@@ -115,10 +115,6 @@ async def _probe(client: AsyncVideoGen, wrong: AsyncVideoGen) -> tuple[dict[str,
     }, latency
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    return next((v for k, v in headers.items() if k.lower() == name), None)
-
-
 def _rate_headers(answers: Mapping[str, Answer]) -> dict[str, str]:
     found = {k: v for a in answers.values() for k, v in a.headers.items() if _RATE_HEADER.search(k)}
     return dict(sorted(found.items()))
@@ -132,8 +128,9 @@ def _compare(said: Mapping[str, Answer], assumed: Mapping[str, Answer]) -> list[
         same = handled and (answer.status, answer.code) == (mine.status, mine.code)
         checks.append(Check(name, str(answer), str(mine), handled, same))
     seen, usual = _rate_headers(said), _rate_headers(assumed)
-    retry_after = [v for k, v in seen.items() if k.lower() == "retry-after"]
-    unreadable = [v for v in retry_after if parse_retry_after(v) is None]
+    unreadable = [
+        v for k, v in seen.items() if k.lower() == "retry-after" and parse_retry_after(v) is None
+    ]
     checks.append(
         Check(
             "rate-limit headers",
@@ -215,7 +212,9 @@ async def cmd_doctor(ctx: Context) -> int:
             if isinstance(refused, AuthenticationError):  # the key itself: nothing to compare
                 raise refused
             dates = await _task_dates(ctx.client_options(), task_id)
-        date_header = _header(said["balance"].headers, "date")
+        date_header = next(
+            (v for k, v in said["balance"].headers.items() if k.lower() == "date"), None
+        )
         checks = [*_compare(said, assumed), _date_check(date_header, dates)]
         report = {
             "base_url": client.base_url,
@@ -233,12 +232,12 @@ async def cmd_doctor(ctx: Context) -> int:
 
 def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
     ui = ctx.ui
-    rows = [
-        [redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks
-    ]
-    columns = ("check", "the service said", "the SDK assumes", "verdict")
-    title = f"videogen doctor: {report['base_url']} (nothing was charged)"
-    if not ui.show(report, columns, rows, title=title):
+    if not ui.show(
+        report,
+        ("check", "the service said", "the SDK assumes", "verdict"),
+        [[redact_text(x) for x in (c.check, c.service, c.sdk_assumes, c.verdict)] for c in checks],
+        title=f"videogen doctor: {report['base_url']} (nothing was charged)",
+    ):
         return
     offset = report["clock_offset_seconds"]
     clock = "unknown (no readable Date header)" if offset is None else f"{offset:+.1f} s"
@@ -253,13 +252,12 @@ def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
 
 def add_doctor_parser(command: Callable[..., Any]) -> None:
     """Register ``doctor`` through the parser's ``command`` helper."""
-    p = command(
+    command(
         "doctor",
         "check the service against what the SDK expects (free)",
         DOCTOR_EPILOG,
         func=cmd_doctor,
-    )
-    p.add_argument(
+    ).add_argument(
         "--task-id",
         metavar="TASK_ID",
         help="one of your tasks, to check the dates it shows (reading it costs nothing)",

@@ -16,7 +16,7 @@ import anyio
 from .._contract._exceptions import InvalidRequestError, LedgerError
 from .._contract._redact import redact_url
 from .._http._webhooks import webhook
-from .._ledger import Ledger, LedgerEntry
+from .._ledger import Ledger
 from .._ledger._entry import STATES as LEDGER_STATES
 from ._batch_store import is_old_journal, sqlite_path
 from ._common import EXIT_OK, EXIT_SOME_FAILED, Context, UsageError, fmt_credits
@@ -46,8 +46,7 @@ async def _opened(url: str) -> AsyncIterator[Ledger]:
 
 def _delivered(name: str, totals: dict[str, Any]) -> str:
     """A dispatch destination's totals, as ``summary`` and ``dispatch`` print them."""
-    delivered, pending, dead = totals["delivered"], totals["pending"], totals["dead"]
-    return f"{name}: {delivered} delivered, {pending} pending, {dead} dead"
+    return f"{name}: " + ", ".join(f"{totals[k]} {k}" for k in ("delivered", "pending", "dead"))
 
 
 async def cmd_ledger_list(ctx: Context) -> int:
@@ -57,7 +56,7 @@ async def cmd_ledger_list(ctx: Context) -> int:
     """
     args = ctx.args
     states = set(args.state or ())
-    entries: list[LedgerEntry] = []
+    entries = []
     async with _opened(args.url) as ledger:
         async for entry in ledger.entries():
             if (states and entry.state not in states) or args.kind not in (None, entry.kind):
@@ -76,8 +75,11 @@ async def cmd_ledger_list(ctx: Context) -> int:
         )
         for e in entries
     ]
-    columns = ("key", "state", "task id", "credits", "updated", "video or error")
-    if ctx.ui.show([e.to_dict() for e in entries], columns, rows):
+    if ctx.ui.show(
+        [e.to_dict() for e in entries],
+        ("key", "state", "task id", "credits", "updated", "video or error"),
+        rows,
+    ):
         ctx.ui.print(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
     return EXIT_OK
 
@@ -91,8 +93,13 @@ async def cmd_ledger_summary(ctx: Context) -> int:
     spent = float(summary["spent"] or 0.0)
     reserved = float(summary["reserved"] or 0.0)
     total = sum(counts.values())
-    result = {"states": counts, "entries": total, "spent": spent, "reserved": reserved}
-    result["destinations"] = summary["destinations"]
+    result = {
+        "states": counts,
+        "entries": total,
+        "spent": spent,
+        "reserved": reserved,
+        "destinations": summary["destinations"],
+    }
     groups = [
         {"value": value, "entries": sum(group["states"].values()), **group}
         for value, group in summary.get("groups", {}).items()
@@ -134,6 +141,7 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     except InvalidRequestError as exc:
         option = "--secret-env" if exc.field == "secret" else "--webhook"
         raise UsageError(f"{option}: {exc.rule}") from None
+
     async with _opened(args.url) as ledger:
         with anyio.CancelScope() as scope:
             ctx.stop_on_interrupt(scope.cancel)

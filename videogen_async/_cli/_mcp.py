@@ -41,15 +41,21 @@ def default_ledger() -> Path:
 
 def _confirm_above(text: str) -> float:
     """``--confirm-above``: credits, or ``none`` (never ask: no create costs more than inf)."""
-    return math.inf if text == "none" else _credits(text)
+    return math.inf if text == "none" else credits_number(text)
 
 
-_credits = number_type(float, minimum=0, what="a number of credits")
+#: A number of credits (``--max-credits``), as every command takes it.
+credits_number = number_type(float, minimum=0, what="a number of credits")
 
 
 def add_mcp_parser(command: Any) -> None:
     """Add ``videogen mcp`` through the parser's ``command`` helper."""
-    p = command("mcp", "serve the service to AI agents over the Model Context Protocol", MCP_EPILOG)
+    p = command(
+        "mcp",
+        "serve the service to AI agents over the Model Context Protocol",
+        MCP_EPILOG,
+        func=cmd_mcp,
+    )
     p.add_argument(
         "--ledger",
         metavar="URL",
@@ -57,7 +63,7 @@ def add_mcp_parser(command: Any) -> None:
     )
     p.add_argument(
         "--max-credits",
-        type=_credits,
+        type=credits_number,
         metavar="N",
         help="refuse a create that could take the ledger's spend past N (the operator's consent"
         " to spend up to N, for clients that cannot ask the user)",
@@ -96,7 +102,6 @@ def add_mcp_parser(command: Any) -> None:
         help="let --http listen off loopback (callers then need the bearer token of"
         " VIDEOGEN_MCP_TOKEN)",
     )
-    p.set_defaults(func=cmd_mcp)
 
 
 def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:
@@ -116,8 +121,9 @@ def listen(value: str, token: str, *, remote: bool = False) -> socket.socket:
             " the callers send as a bearer token"
         )
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return socket.create_server((host, int(port)), family=family)
+        return socket.create_server(
+            (host, int(port)), family=socket.AF_INET6 if ":" in host else socket.AF_INET
+        )
     except OSError as exc:
         raise UsageError(
             f"--http {value}: cannot listen there ({exc.strerror}): another server holds the"

@@ -22,7 +22,7 @@ from ._common import POSITIONAL_FIELDS, option_of
 from ._doctor import add_doctor_parser
 from ._help import EPILOGS
 from ._ledger import cmd_ledger_dispatch, cmd_ledger_list, cmd_ledger_summary
-from ._mcp import add_mcp_parser
+from ._mcp import add_mcp_parser, credits_number
 from ._projects import (
     cmd_project_create,
     cmd_project_download,
@@ -40,7 +40,6 @@ from ._tasks import cmd_create, cmd_credits, cmd_download, cmd_status, cmd_wait
 _positive_float = number_type(float, minimum=0, strict=True, what="a number of seconds")
 _non_negative_int = number_type(int, minimum=0, what="a whole number")
 _positive_int = number_type(int, minimum=1, what="a whole number")
-_credits = number_type(float, minimum=0, what="a number of credits")
 
 _INVALID_CHOICE = re.compile(r"invalid choice: (?P<word>.+?) \(choose from (?P<choices>.+)\)")
 _LEDGER_URL = "a file path, sqlite:///PATH or postgresql://..."
@@ -53,8 +52,11 @@ class Parser(argparse.ArgumentParser):
         """Exit 2 with ``message``, plus a "did you mean" found by :mod:`difflib`."""
         found = _INVALID_CHOICE.search(message)
         if found is not None:
-            choices = [c.strip(" '\"") for c in found["choices"].split(",")]
-            close = difflib.get_close_matches(found["word"].strip("'\""), choices, n=1)
+            close = difflib.get_close_matches(
+                found["word"].strip("'\""),
+                [c.strip(" '\"") for c in found["choices"].split(",")],
+                n=1,
+            )
             if close:
                 message += f"\ndid you mean: {self.prog} {close[0]}"
         elif "unrecognized arguments: " in message and "--timeout" in message:
@@ -155,7 +157,7 @@ def _spending(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("spending (see docs/cli.md)")
     group.add_argument(
         "--max-credits",
-        type=_credits,
+        type=credits_number,
         metavar="N",
         help="refuse, before sending anything, a request estimated above N credits",
     )
@@ -266,11 +268,9 @@ def _batch_command(command: Any) -> None:
 
 
 def _ledger_commands(command: Any) -> None:
-    ledger = command(
+    actions = command(
         "ledger", "show what a ledger holds: pending, unknown, finished tasks, credits spent"
-    )
-    actions = ledger.add_subparsers(dest="action", metavar="ACTION", title="actions")
-    actions.required = True
+    ).add_subparsers(dest="action", metavar="ACTION", title="actions", required=True)
 
     def action(name: str, help_text: str, func: Any) -> Any:
         """A ledger action's parser: its first argument is the ledger's URL."""
@@ -319,9 +319,9 @@ def _ledger_commands(command: Any) -> None:
 
 
 def _project_commands(command: Any) -> None:
-    project = command("project", "viral ad clone projects: script, then videos")
-    actions = project.add_subparsers(dest="action", metavar="ACTION", title="actions")
-    actions.required = True
+    actions = command("project", "viral ad clone projects: script, then videos").add_subparsers(
+        dest="action", metavar="ACTION", title="actions", required=True
+    )
 
     def action(name: str, help_text: str, func: Any, *, project_id: bool = True) -> Any:
         """A project action's parser: its first argument is the project's id (but create's)."""
@@ -413,8 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="limit of each HTTP request, before the command (default: 10 s to connect, 60 s"
         " per read)",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    commands.required = True
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", title="commands", required=True
+    )
 
     def command(
         name: str,
@@ -451,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     _local_commands(command)
     add_doctor_parser(command)
     add_mcp_parser(command)
-    p = command("completion", "print a shell completion script", func=cmd_completion)
-    p.add_argument("shell", choices=tuple(SCRIPTS), help="the shell")
+    command("completion", "print a shell completion script", func=cmd_completion).add_argument(
+        "shell", choices=tuple(SCRIPTS), help="the shell"
+    )
     return parser

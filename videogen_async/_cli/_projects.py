@@ -47,7 +47,7 @@ def parse_resolution(text: str) -> int | str:
 
 def project_rows(project: Project) -> list[list[Any]]:
     """The tasks a project lists, as table rows."""
-    rows: list[list[Any]] = []
+    rows = []
     listed = {t.task_id: t for t in project.tasks if t.task_id}
     for task_id in project.task_ids:
         task = listed.get(task_id)
@@ -55,20 +55,33 @@ def project_rows(project: Project) -> list[list[Any]]:
             rows.append([task_id, None, None, None])
             continue
         result = task.result
-        outcome = None if result is None else result.video_url or result.error_message
-        status = None if task.status is None else str(task.status)
-        rows.append([task_id, status, fmt_credits(task.credits_cost), outcome])
+        rows.append(
+            [
+                task_id,
+                None if task.status is None else str(task.status),
+                fmt_credits(task.credits_cost),
+                None if result is None else result.video_url or result.error_message,
+            ]
+        )
     return rows
+
+
+def billing_row(project: Project) -> list[str]:
+    """A project's script, videos and total credits, as shown to a user."""
+    bill = project.billing
+    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
+    return [fmt_credits(c) for c in costs]
 
 
 def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
     """A project as a summary, its billing and its tasks (or as JSON)."""
-    bill = project.billing
-    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
     row = [project.project_id, str(project.status), str(project.current_step), str(project.mode)]
-    columns = ("project id", "status", "step", "mode", "script", "videos", "total credits")
-    row += [fmt_credits(c) for c in costs]
-    if not ctx.ui.show(project.to_dict(), columns, [row], title="Project"):
+    if not ctx.ui.show(
+        project.to_dict(),
+        ("project id", "status", "step", "mode", "script", "videos", "total credits"),
+        [row + billing_row(project)],
+        title="Project",
+    ):
         return
     if project.error_message:
         ctx.ui.print(f"error: {project.error_message}")
@@ -88,11 +101,10 @@ async def _guard_project(ctx: Context) -> None:
         return
     video = project_video_estimate(args.duration, args.resolution)
     count = args.out_number or 1
-    estimate = None if video is None else SCRIPT_CREDITS + count * video
     await check_spend(
         ctx,
         f"this project (its script, then {count} video(s) made automatically)",
-        estimate,
+        None if video is None else SCRIPT_CREDITS + count * video,
         USUAL_PROJECT,
         why_unknown=f"no price is known for resolution {args.resolution!r}",
     )
@@ -108,8 +120,12 @@ async def cmd_project_create(ctx: Context) -> int:
         if not args.wait:
             row = [created.project_id, str(created.status), str(created.current_step)]
             row += [str(created.mode), fmt_credits(created.credits_cost)]
-            columns = ("project id", "status", "step", "mode", "credits")
-            if ctx.ui.show(created.to_dict(), columns, [row], title="Created project"):
+            if ctx.ui.show(
+                created.to_dict(),
+                ("project id", "status", "step", "mode", "credits"),
+                [row],
+                title="Created project",
+            ):
                 ctx.ui.note(
                     f"next: videogen project script {created.project_id}   (waits for the script)"
                 )
@@ -123,8 +139,7 @@ async def cmd_project_create(ctx: Context) -> int:
 @with_client
 async def cmd_project_get(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen project get ID``: the project as it is now."""
-    project = await client.projects.get(ctx.args.project_id)
-    show_project(ctx, project, script=ctx.args.script)
+    show_project(ctx, await client.projects.get(ctx.args.project_id), script=ctx.args.script)
     return EXIT_OK
 
 
@@ -165,9 +180,11 @@ async def cmd_project_videos(ctx: Context) -> int:
         if args.max_credits is not None or not args.yes:
             # the real price of this project's videos, when it already has some
             project = await client.projects.get(args.project_id)
-            charged = [t.credits_cost for t in project.tasks if t.credits_cost]
-            per_video = max(charged) if charged else None
-            video = project_video_estimate(None, args.resolution, per_video)
+            video = project_video_estimate(
+                None,
+                args.resolution,
+                max([t.credits_cost for t in project.tasks if t.credits_cost], default=None),
+            )
             count = args.out_number or 1
             await check_spend(
                 ctx,
@@ -178,12 +195,16 @@ async def cmd_project_videos(ctx: Context) -> int:
             )
         batch = await client.projects.create_videos(args.project_id, **request)
         if not args.wait:
-            ids = [[t] for t in batch.task_ids]
-            if ctx.ui.show(batch.to_dict(), ("task id",), ids, title="Created video tasks"):
+            if ctx.ui.show(
+                batch.to_dict(),
+                ("task id",),
+                [[t] for t in batch.task_ids],
+                title="Created video tasks",
+            ):
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-        rows, tasks, code = task_report(batch.task_ids, results, failed_tasks_fail=True)
+        rows, tasks, code = task_report(batch.task_ids, results)
         ctx.ui.show({**batch.to_dict(), "tasks": tasks}, TASK_COLUMNS, rows, title="Video tasks")
         return code
 
@@ -201,14 +222,13 @@ async def _wait_and_show(
             show_project(ctx, exc.last)
         return EXIT_SOME_FAILED
     except (APIConnectionError, APIStatusError, APIResponseError) as exc:
-        _, text = poll_failure(exc)
-        ctx.ui.error(f"project {project_id}: {text}")
+        ctx.ui.error(f"project {project_id}: {poll_failure(exc)[1]}")
         if isinstance(exc, APIConnectionError):
             ctx.ui.note(f"it may still be running: videogen project wait {project_id}")
         return EXIT_API_ERROR
     if download is None or not ctx.ui.json_mode:
         show_project(ctx, project)
-    failed = [t for t in project.tasks if t.is_terminal and t.status != "succeeded"]
+    failed = any(t.is_terminal and t.status != "succeeded" for t in project.tasks)
     code = EXIT_SOME_FAILED if project.is_failed or failed else EXIT_OK
     if download is not None:
         code = max(code, await _download_project(ctx, client, project, download))
@@ -266,5 +286,5 @@ async def cmd_project_download(ctx: Context, client: AsyncVideoGen) -> int:
             f"{len(unfinished)} video(s) still running: videogen project wait"
             f" {project.project_id} --download {args.directory}"
         )
-    not_saved = [t for t in project.tasks if t.status != "succeeded"]
+    not_saved = any(t.status != "succeeded" for t in project.tasks)
     return max(code, EXIT_SOME_FAILED) if not_saved else code

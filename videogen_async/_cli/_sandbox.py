@@ -7,7 +7,6 @@ runs one in-process, sped up, with no network nor key, through every call (``doc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import signal
 import tempfile
@@ -25,31 +24,34 @@ from ._common import (
     UsageError,
     fmt_credits,
     logging_to,
+    on_signal,
     task_row,
 )
-from ._projects import show_project
+from ._projects import billing_row, show_project
 from ._tasks import TASK_COLUMNS, download_with_progress, show_downloads, wait_for_ids
 
 
 async def cmd_sandbox(ctx: Context) -> int:
     """``videogen sandbox``: serve until Ctrl-C or SIGTERM."""
-    options: dict[str, Any] = sandbox_options_from_args(ctx.args)
-    show_key = options["api_key"] == DEFAULT_API_KEY  # the default key is no secret
+    options = sandbox_options_from_args(ctx.args)
     stop = asyncio.Event()
     ctx.stop_on_interrupt(stop.set)
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
 
     def ready(server: Any) -> None:
-        announce(server, show_key=show_key, write=ctx.ui.print)
+        # the default key is no secret
+        announce(server, show_key=options["api_key"] == DEFAULT_API_KEY, write=ctx.ui.print)
         ctx.ui.note("try: videogen credits   (with the two variables above exported)")
         ctx.ui.note(f"console: {server.url('/_sandbox/console')}   (open it in a browser)")
 
     wanted = ctx.args.log_level  # --debug already logs everything to stderr
-    logs = ctx.ui.err if wanted and not ctx.ui.debug else None
     try:
-        with logging_to(logs, str(wanted or "warning").upper()):
+        with (
+            on_signal(signal.SIGTERM, stop.set),
+            logging_to(
+                ctx.ui.err if wanted and not ctx.ui.debug else None,
+                str(wanted or "warning").upper(),
+            ),
+        ):
             await serve(ready=ready, stop=stop, **options)
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
@@ -60,9 +62,6 @@ async def cmd_sandbox(ctx: Context) -> int:
         raise
     except ValueError as exc:
         raise UsageError(f"bad sandbox option: {exc}") from None
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(signal.SIGTERM)
     return EXIT_OK
 
 
@@ -125,8 +124,9 @@ async def cmd_demo(ctx: Context) -> int:
             f" real time (a 30 s generation takes {30 * args.time_scale:g} s here)"
         )
         ui.print(f"console: {server.url('/_sandbox/console')} (open it while the demo runs)")
-        policy = _demo_policy(args.time_scale)
-        async with server.client(poll_policy=policy, backoff=_DEMO_BACKOFF) as client:
+        async with server.client(
+            poll_policy=_demo_policy(args.time_scale), backoff=_DEMO_BACKOFF
+        ) as client:
             code = EXIT_OK
             with ctx.cancellable():
                 code = await _run(ctx, client, directory, summary)
@@ -160,8 +160,9 @@ async def _direct_tasks(ctx: Context, client: AsyncVideoGen, count: int) -> list
     ids = [c.task_id for c in created]
     results = await wait_for_ids(ctx, client, ids, timeout=120, description="generating")
     tasks = [r for r in (results.get(i) for i in ids) if isinstance(r, Task)]
-    columns = (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3])
-    ctx.ui.table(columns, [_demo_row(t) for t in tasks])
+    ctx.ui.table(
+        (*TASK_COLUMNS[:3], "generated in", TASK_COLUMNS[3]), [_demo_row(t) for t in tasks]
+    )
     refunded = [t for t in tasks if t.is_failed]
     if refunded:
         ctx.ui.print(
@@ -225,11 +226,10 @@ async def _run(
     ui.heading("5. Final balance and the project's billing")
     after = await client.credits.get()
     had, has = before.api_available_credits, after.api_available_credits
-    balance = [[fmt_credits(v) for v in (had, had - has, has)]]
-    ui.table(("before", "spent", "after"), balance, title="Balance")
-    bill = final.billing
-    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
-    ui.table(("script", "videos", "total"), [[fmt_credits(c) for c in costs]], title="Billing")
+    balance = [fmt_credits(v) for v in (had, had - has, has)]
+    ui.table(("before", "spent", "after"), [balance], title="Balance")
+
+    ui.table(("script", "videos", "total"), [billing_row(final)], title="Billing")
     summary.update(
         balance_before=before.to_dict(),
         tasks=[t.to_dict() for t in tasks],

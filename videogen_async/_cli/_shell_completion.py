@@ -70,6 +70,5 @@ def candidates(parser: argparse.ArgumentParser, words: Sequence[str], current: s
 
 async def cmd_completion(ctx: Context) -> int:
     """``videogen completion SHELL``: print the script that loads the completion."""
-    ctx.ui.out.write(SCRIPTS[ctx.args.shell])
-    ctx.ui.out.flush()
+    print(SCRIPTS[ctx.args.shell], end="", file=ctx.ui.out, flush=True)
     return EXIT_OK

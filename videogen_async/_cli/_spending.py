@@ -68,8 +68,7 @@ async def check_spend(
     Raises:
         UsageError: Over ``--max-credits``, or beyond the usual and not confirmed.
     """
-    limit: float | None = ctx.args.max_credits
-    yes: bool = ctx.args.yes
+    limit = ctx.args.max_credits
     said = (
         f"{what} is estimated at about {fmt_credits(estimate)} credits"
         if estimate is not None
@@ -82,7 +81,7 @@ async def check_spend(
         )
     if estimate is not None and estimate <= usual:
         return
-    if yes:
+    if ctx.args.yes:
         ctx.ui.note(f"{said}; going ahead (--yes)")
         return
     if limit is not None and estimate is not None:
@@ -90,9 +89,8 @@ async def check_spend(
     usual_text = f"the usual is up to {fmt_credits(usual)}"
     if await anyio.to_thread.run_sync(_interactive):
         ctx.ui.note(f"{said} ({usual_text}; video prices are estimates, see docs/cli.md).")
-        ctx.ui.err.write("go ahead? [y/N] ")  # on stderr: stdout may be piped
-        ctx.ui.err.flush()
-        answer: str = await anyio.to_thread.run_sync(sys.stdin.readline)
+        print("go ahead? [y/N] ", end="", file=ctx.ui.err, flush=True)  # stdout may be piped
+        answer = await anyio.to_thread.run_sync(sys.stdin.readline)
         if answer.strip().lower() in ("y", "yes"):
             return
         raise UsageError("not confirmed: nothing was sent")

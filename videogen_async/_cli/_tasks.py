@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,6 @@ async def cmd_create(ctx: Context) -> int:
     request = request_from_args(args, TASK_REQUEST)
     validate_task_request({k: v for k, v in request.items() if v is not None})
     await check_spend(ctx, "this task", task_estimate(request), task_estimate(request))
-    wait = bool(args.wait or args.download)
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.tasks.create(**request)
@@ -102,18 +102,23 @@ async def cmd_create(ctx: Context) -> int:
                 f" more than --max-credits {fmt_credits(args.max_credits)}: its prices are"
                 " higher than the estimate (see docs/cli.md)"
             )
-        if not wait:
+        if not (args.wait or args.download):
             at = created.created_at.isoformat() if created.created_at else None
             row = [created.task_id, str(created.status), fmt_credits(created.credits_cost), at]
-            columns = ("task id", "status", "credits", "created at")
-            if ctx.ui.show(created.to_dict(), columns, [row], title="Created"):
+            if ctx.ui.show(
+                created.to_dict(),
+                ("task id", "status", "credits", "created at"),
+                [row],
+                title="Created",
+            ):
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
         task_id = created.task_id
-        credits = fmt_credits(created.credits_cost)
-        ctx.ui.note(f"created {task_id} ({credits} credits); waiting for it...")
+        ctx.ui.note(
+            f"created {task_id} ({fmt_credits(created.credits_cost)} credits); waiting for it..."
+        )
         results = await wait_for_ids(ctx, client, [task_id], timeout=args.timeout)
-        rows, [data], code = task_report([task_id], results, failed_tasks_fail=True)
+        rows, [data], code = task_report([task_id], results)
         task = results.get(task_id)
         if not isinstance(task, Task):
             ctx.ui.error(f"task {task_id} was created, then {data['error']}")
@@ -142,7 +147,7 @@ async def cmd_create(ctx: Context) -> int:
 @with_client
 async def cmd_status(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen status ID...``: the current state of tasks."""
-    ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+    ids = list(dict.fromkeys(ctx.args.task_ids))
     found: dict[str, Task | VideoGenError] = {}
     limiter = anyio.Semaphore(8)
 
@@ -156,19 +161,21 @@ async def cmd_status(ctx: Context, client: AsyncVideoGen) -> int:
     async with anyio.create_task_group() as tg:
         for task_id in ids:
             tg.start_soon(one, task_id)
-    return _report(ctx, ids, found, failed=False, waiting=False)
+    return _report(ctx, ids, found, waiting=False)
 
 
 def task_report(
-    ids: Sequence[str], found: Mapping[str, Any], *, failed_tasks_fail: bool, waiting: bool = True
+    ids: Sequence[str], found: Mapping[str, Any], *, waiting: bool = True
 ) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
     """The table rows and JSON of tasks in the order of ``ids``, and the exit code.
+
+    ``waiting``: the tasks were waited for (not only looked at), so a failed one fails the run.
 
     A refused key (exit 4) is raised: it is about every id, and said once.
 
     An id that could not be read has ``status`` ``None`` and a ``problem`` (``not found``,
     ``unreachable``, ``timed out``, ``unreadable``; in parentheses in the table). The code:
-    1 for a failed task (``failed_tasks_fail``) or one running at the deadline, 3 for an id
+    1 for a failed task (``waiting``) or one running at the deadline, 3 for an id
     the service does not know or could not report.
     """
     for item in found.values():  # a refused key is about every id: said once, exit 4
@@ -176,18 +183,19 @@ def task_report(
         if isinstance(cause, AuthenticationError):
             raise cause
     code = EXIT_OK
-    rows: list[list[Any]] = []
-    data: list[dict[str, Any]] = []
+    rows = []
+    data = []
     for task_id in ids:
         item = found.get(task_id)
         if isinstance(item, Task):
             rows.append(task_row(item))
             data.append(item.to_dict())
-            if failed_tasks_fail and not item.is_succeeded:
+            if waiting and not item.is_succeeded:
                 code = max(code, EXIT_SOME_FAILED)
             continue
-        error = item if isinstance(item, BaseException) else None
-        problem, text = poll_failure(error, waiting=waiting)
+        problem, text = poll_failure(
+            item if isinstance(item, BaseException) else None, waiting=waiting
+        )
         rows.append([task_id, f"({problem})", None, text])
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
@@ -195,10 +203,10 @@ def task_report(
 
 
 def _report(
-    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, failed: bool, waiting: bool = True
+    ctx: Context, ids: Sequence[str], found: dict[str, Any], *, waiting: bool = True
 ) -> int:
     """Show :func:`task_report`, and how to wait again for tasks the service was lost on."""
-    rows, data, code = task_report(ids, found, failed_tasks_fail=failed, waiting=waiting)
+    rows, data, code = task_report(ids, found, waiting=waiting)
     ctx.ui.show(data, TASK_COLUMNS, rows)
     lost = [row[0] for row in rows if row[1] == f"({UNREACHABLE})"]
     if lost:
@@ -222,8 +230,9 @@ async def wait_for_ids(
     if not ids:
         return results
     with ctx.ui.progress(description, len(set(ids))) as bar:
-        gathered = client.tasks.gather_until_done(ids, timeout=timeout, return_exceptions=True)
-        async with gathered as items:
+        async with client.tasks.gather_until_done(
+            ids, timeout=timeout, return_exceptions=True
+        ) as items:
             async for item in items:
                 results[item.task_id] = item
                 seen = items.progress  # the gather's own counts
@@ -235,19 +244,16 @@ async def wait_for_ids(
 @with_client
 async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen wait ID...``: wait until tasks finish."""
-    ids: list[str] = list(dict.fromkeys(ctx.args.task_ids))
+    ids = list(dict.fromkeys(ctx.args.task_ids))
     results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
-    return _report(ctx, ids, dict(results), failed=True)
-
-
-def kept_existing(result: DownloadResult) -> bool:
-    """Whether a download was skipped because its file exists (``--no-overwrite``)."""
-    return result.error is not None and isinstance(result.error.__cause__, FileExistsError)
+    return _report(ctx, ids, dict(results))
 
 
 def download_exit_code(results: Sequence[DownloadResult]) -> int:
     """0 when every download worked or kept its file, else the worst error's code (3, 4, 1)."""
-    failed = [r.error for r in results if r.error is not None and not kept_existing(r)]
+    failed = [
+        r.error for r in results if r.error is not None and _download_outcome(r)[0] == "failed"
+    ]
     return max(map(exit_code_for, failed), default=EXIT_OK)
 
 
@@ -255,7 +261,7 @@ def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | N
     """``saved``, ``skipped`` (the file exists) or ``failed``; the file; why it failed."""
     if result.error is None:
         return "saved", result.path, None
-    if kept_existing(result):
+    if isinstance(result.error.__cause__, FileExistsError):  # kept (``--no-overwrite``)
         path = getattr(result.error, "path", None)
         return "skipped", Path(path) if path is not None else None, None
     return "failed", None, describe_error(result.error)
@@ -307,19 +313,14 @@ async def download_with_progress(
     overwrite: bool = True,
 ) -> list[DownloadResult]:
     """``download_many`` of tasks, task ids or URLs with a progress display, in order."""
-    ok = kept = bad = 0
+    seen: Counter[str] = Counter()
     with ctx.ui.progress("downloading", len(items)) as bar:
 
         def on_result(result: DownloadResult) -> None:
-            nonlocal ok, kept, bad
-            if result.ok:
-                ok += 1
-            elif kept_existing(result):
-                kept += 1
-            else:
-                bad += 1
+            seen[_download_outcome(result)[0]] += 1
+            kept = seen["skipped"]
             skipped = f", {kept} skipped (file exists)" if kept else ""
-            bar.advance(detail=f"{ok} saved{skipped}, {bad} failed")
+            bar.advance(detail=f"{seen['saved']} saved{skipped}, {seen['failed']} failed")
 
         return await client.download_many(
             items,
@@ -334,11 +335,10 @@ async def download_with_progress(
 async def cmd_download(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen download ID... --to DIR``: save finished videos."""
     args = ctx.args
-    items: list[str] = list(dict.fromkeys(args.sources))
     results = await download_with_progress(
         ctx,
         client,
-        items,
+        list(dict.fromkeys(args.sources)),
         Path(args.to),
         max_concurrency=args.max_concurrency,
         overwrite=not args.no_overwrite,

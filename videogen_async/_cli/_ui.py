@@ -7,7 +7,6 @@ aligned tables and a throttled progress line per step.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import shutil
 import sys
@@ -51,6 +50,11 @@ def printable(text: str, *, keep: str = "\n\t") -> str:
     )
 
 
+def _console(stream: IO[str]) -> Console:
+    """A rich console on a terminal (where rich draws), highlighting nothing by itself."""
+    return Console(file=stream, force_terminal=True, highlight=False)
+
+
 def _is_tty(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())
@@ -76,56 +80,35 @@ class UI:
         self.err = stderr if stderr is not None else sys.stderr
         self.rich = use_rich and rich_available()
         self.out_tty = _is_tty(self.out)
-        self.err_tty = _is_tty(self.err)
+        #: rich draws the results on a terminal (not in ``--json`` mode), and a live progress
+        #: bar on a terminal's stderr; ``None`` where the output is plain text.
+        self.out_console = (
+            _console(self.out) if self.rich and self.out_tty and not json_mode else None
+        )
+        self.err_console = _console(self.err) if self.rich and _is_tty(self.err) else None
 
-    @staticmethod
-    def _console(stream: IO[str], tty: bool) -> Any:
-        return Console(file=stream, force_terminal=tty, highlight=False, soft_wrap=not tty)
-
-    @property
-    def fancy_out(self) -> bool:
-        """Whether results are drawn with rich (a terminal, rich installed, not ``--json``)."""
-        return self.rich and self.out_tty and not self.json_mode
-
-    @property
-    def fancy_err(self) -> bool:
-        """Whether progress is a live rich bar on stderr."""
-        return self.rich and self.err_tty
-
-    @functools.cached_property
-    def out_console(self) -> Any:
-        """The rich console of stdout."""
-        return self._console(self.out, self.out_tty)
-
-    @functools.cached_property
-    def err_console(self) -> Any:
-        """The rich console of stderr."""
-        return self._console(self.err, self.err_tty)
+    def _say(self, text: str, console: Console | None, stream: IO[str]) -> None:
+        """A line on rich's ``console`` (when not ``None``), else as plain text on ``stream``."""
+        if console is None:
+            print(printable(text), file=stream, flush=True)
+        else:
+            console.print(printable(text), markup=False)
 
     def print(self, text: str = "") -> None:
         """A line of human output on stdout (nothing in ``--json`` mode)."""
-        if self.json_mode:
-            return
-        text = printable(text)
-        if self.fancy_out:
-            self.out_console.print(text, markup=False)
-        else:
-            print(text, file=self.out, flush=True)
+        if not self.json_mode:
+            self._say(text, self.out_console, self.out)
 
     def heading(self, text: str) -> None:
         """A section title on stdout (human mode)."""
-        if self.fancy_out:
+        if self.out_console is not None:
             self.out_console.print(Rule(printable(text), align="left"))
         else:
             self.print(f"\n== {text} ==")
 
     def note(self, text: str) -> None:
         """A side note on stderr (shown in ``--json`` mode too: it is not on stdout)."""
-        text = printable(text)
-        if self.fancy_err:
-            self.err_console.print(text, markup=False, highlight=False)
-        else:
-            print(text, file=self.err, flush=True)
+        self._say(text, self.err_console, self.err)
 
     def warn(self, text: str) -> None:
         """A warning on stderr."""
@@ -137,8 +120,11 @@ class UI:
 
     def emit_json(self, data: Any) -> None:
         """One JSON document on stdout."""
-        print(json_text(data, "", indent=2, ensure_ascii=False, default=str), file=self.out)
-        self.out.flush()
+        print(
+            json_text(data, "", indent=2, ensure_ascii=False, default=str),
+            file=self.out,
+            flush=True,
+        )
 
     def show(
         self,
@@ -166,8 +152,8 @@ class UI:
         if self.json_mode:
             return
         cells = [["-" if c is None else printable(str(c), keep="") for c in row] for row in rows]
-        if self.fancy_out:
-            table = Table(title=title, title_justify="left", show_lines=False)
+        if self.out_console is not None:
+            table = Table(title=title, title_justify="left")
             for index, name in enumerate(columns):
                 # the first column holds ids: kept whole; the others fold when too long
                 table.add_column(name, overflow="fold", no_wrap=index == 0)
@@ -197,7 +183,6 @@ class UI:
     def progress(self, description: str, total: int, detail: str = "") -> Iterator[Progress]:
         """A progress display of ``total`` steps on stderr (``detail`` after the counter)."""
         bar = Progress(self, description, total, detail)
-        bar.start()
         try:
             yield bar
         finally:
@@ -211,36 +196,32 @@ class Progress:
     PLAIN_INTERVAL = 2.0
 
     def __init__(self, ui: UI, description: str, total: int, detail: str = "") -> None:
+        """Show the display."""
         self._ui = ui
         self.description = description
         self.total = total
         self.completed = 0
         self.detail = detail
         self._rich: Any = None
-        self._task: Any = None
         self._last_print = 0.0
         self._last_shown = -1
-
-    def start(self) -> None:
-        """Show the display."""
-        if self._ui.fancy_err:
+        if ui.err_console is not None:
             self._rich = RichProgress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.fields[detail]}"),
-                console=self._ui.err_console,
-                transient=False,
+                console=ui.err_console,
             )
             self._rich.start()
             self._task = self._rich.add_task(self.description, total=self.total, detail=self.detail)
         else:
             self._plain(force=False)
 
-    def advance(self, steps: int = 1, *, detail: str | None = None) -> None:
-        """Move ``steps`` forward (``detail``: the text after the counter)."""
-        self.update(self.completed + steps, detail=detail)
+    def advance(self, *, detail: str | None = None) -> None:
+        """Move one step forward (``detail``: the text after the counter)."""
+        self.update(self.completed + 1, detail=detail)
 
     def update(self, completed: int, *, detail: str | None = None) -> None:
         """Set the count (``detail``: the text after the counter)."""
@@ -261,13 +242,16 @@ class Progress:
         self._last_print = now
         self._last_shown = self.completed
         extra = f" ({self.detail})" if self.detail else ""
-        line = f"{self.description}: {self.completed}/{self.total}{extra}"
-        print(line, file=self._ui.err, flush=True)
+        print(
+            f"{self.description}: {self.completed}/{self.total}{extra}",
+            file=self._ui.err,
+            flush=True,
+        )
 
     def stop(self) -> None:
         """Leave the display as it is (the bar stays on screen)."""
         if self._rich is not None:
             self._rich.stop()
             self._rich = None
-        elif self.completed != self._last_shown:
+        else:  # the last count, unless it is on screen already
             self._plain(force=True)

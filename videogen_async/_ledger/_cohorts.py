@@ -62,10 +62,9 @@ def merge_stats(
         return theirs
     total = theirs.count + added
     merged: dict[int, float] = {}
-    for index, weight in _normalized(theirs).items():
-        merged[index] = merged.get(index, 0.0) + weight * theirs.count / total
-    for index, weight in _normalized(mine).items():
-        merged[index] = merged.get(index, 0.0) + weight * added / total
+    for stats, count in ((theirs, theirs.count), (mine, added)):
+        for index, weight in _normalized(stats).items():
+            merged[index] = merged.get(index, 0.0) + weight * count / total
     return FinishTimeStats(bins=tuple(sorted(merged.items())), count=total)
 
 

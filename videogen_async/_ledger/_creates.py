@@ -59,8 +59,9 @@ CREATE_LEASE = 600.0
 """Seconds a ``creating`` entry stays its creator's: the last resort, as a dead creator's
 liveness lock tells the others at once."""
 GROUPED = (settle_created, settle_failed, begin_create)
-"""The plans whose writes share transactions; a cap's decisions (``begin_create`` under
-``max_credits``) lock its row, so they never do."""
+"""The plans whose writes share transactions (in one lane on SQLite, a lane each on
+PostgreSQL: see ``_store``); a cap's decisions (``begin_create`` under ``max_credits``) lock its
+row, so they never do."""
 _CHARGED = {"task": "task_id", "project": "project_id", "videos": "task_ids"}  # what a create makes
 
 

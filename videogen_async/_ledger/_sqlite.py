@@ -1,8 +1,10 @@
 """The SQLite engine: a ledger in a file of one machine.
 
-One connection, one worker thread at a time (a whole plan per hop, never on the event loop);
-WAL, a busy timeout, each change a ``BEGIN IMMEDIATE``. A creator lives while it holds an
-``flock`` on its file in ``PATH-creators/``. Change listeners read ``PRAGMA data_version``.
+One connection, one thread of its own (a whole plan per hop, never on the event loop): its
+jobs in a queue, each outcome handed back with ``call_soon_threadsafe``. (An executor's future
+and ``asyncio.wrap_future`` cost about twice as much per hop, and a create makes two.) WAL, a
+busy timeout, each change a ``BEGIN IMMEDIATE``. A creator lives while it holds an ``flock`` on
+its file in ``PATH-creators/``. Change listeners read ``PRAGMA data_version``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import anyio
@@ -71,6 +74,27 @@ def enter_wal(conn: sqlite3.Connection, *, timeout: float) -> None:
             return
 
 
+def _serve(jobs: queue.SimpleQueue[Any]) -> None:
+    """A ledger's thread: its jobs ``(future, call, args)`` one at a time, in the order sent.
+
+    A job whose caller stopped waiting (cancelled) before it began is not run, and one that
+    began runs to its end: the next never starts early. ``None`` ends the thread.
+    """
+    for future, call, args in iter(jobs.get, None):
+        if not future.cancelled():
+            try:
+                outcome = (future.set_result, call(*args))
+            except BaseException as exc:  # handed to the caller, whatever it is
+                outcome = (future.set_exception, exc)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+                future.get_loop().call_soon_threadsafe(_hand, future, *outcome)
+
+
+def _hand(future: asyncio.Future[Any], give: Callable[[Any], None], value: Any) -> None:
+    if not future.cancelled():
+        give(value)
+
+
 def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
 
@@ -84,40 +108,40 @@ class SQLiteEngine:
 
     def __init__(self, path: str) -> None:
         self.path = self.where = path
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None  # a sqlite3.Connection once open, used in the thread only
         # One thread per ledger file: its statements run one at a time, in the order sent,
         # and a caller that stops waiting (cancelled) never lets the next one in early. (A
         # CapacityLimiter of one token did this with less certainty: older anyio releases
-        # could lose or over-grant its token when a waiter was cancelled.)
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="videogen-ledger-sqlite")
+        # could lose or over-grant its token when a waiter was cancelled.) A daemon: a ledger
+        # never closed does not hold the interpreter's exit (a transaction cut short there is
+        # rolled back, as after a kill).
+        self._jobs: queue.SimpleQueue[Any] | None = queue.SimpleQueue()
+        threading.Thread(
+            target=_serve, args=(self._jobs,), name="videogen-ledger-sqlite", daemon=True
+        ).start()
         self._lives = f"{path}-creators"
         self._life: tuple[int, str] | None = None
 
     async def _thread(self, call: Callable[..., _T], *args: Any) -> _T:
+        if self._jobs is None:
+            raise LedgerError(f"ledger {self.path!r} is closed")
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((future, call, args))
         try:
-            return await asyncio.wrap_future(self._worker.submit(call, *args))
-        except RuntimeError as exc:  # the worker was shut down: the ledger is closed
-            raise LedgerError(f"ledger {self.path!r} is closed") from exc
+            return await future
         except sqlite3.Error as exc:
             code = _sqlite_code(exc)
-            where = self.path
             if code in (10, 13):  # SQLITE_IOERR, SQLITE_FULL: the disk, not the ledger
-                raise DatabaseUnavailable(f"ledger {where!r}: {exc}") from exc
+                raise DatabaseUnavailable(f"ledger {self.path!r}: {exc}") from exc
+            told = str(exc)
             if code in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED, past the busy timeout
-                raise LedgerError(
-                    f"ledger {where!r}: another connection held the file for longer than the"
-                    f" busy timeout ({self.busy_timeout:g} s): {exc}"
-                ) from exc
-            if code == 26 or not isinstance(exc, sqlite3.OperationalError):
-                raise LedgerError(
-                    f"ledger {where!r}: is not a ledger (not a SQLite database: {exc})"
-                ) from exc
-            raise LedgerError(f"ledger {where!r}: {exc}") from exc
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.path!r} is closed")
-        return self._conn
+                told = (
+                    "another connection held the file for longer than the busy timeout"
+                    f" ({self.busy_timeout:g} s): {exc}"
+                )
+            elif code == 26 or not isinstance(exc, sqlite3.OperationalError):
+                told = f"is not a ledger (not a SQLite database: {exc})"
+            raise LedgerError(f"ledger {self.path!r}: {told}") from exc
 
     async def open(self) -> None:
         def connect() -> None:
@@ -128,34 +152,35 @@ class SQLiteEngine:
                 )
             if os.path.isdir(self.path):
                 raise LedgerError(f"ledger {self.path!r}: is a directory, not a ledger file")
-            self._conn = sqlite3.connect(
+            conn = self._conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
             )
-            self._conn.row_factory = _dict
-            self._conn.create_function("videogen_meta_has", 2, meta_has, deterministic=True)
-            self._conn.create_function("videogen_meta_value", 2, meta_value, deterministic=True)
+            conn.row_factory = _dict
+            conn.create_function("videogen_meta_has", 2, meta_has, deterministic=True)
+            conn.create_function("videogen_meta_value", 2, meta_value, deterministic=True)
 
         await self._thread(connect)
 
     async def prepare(self) -> None:
         def setup() -> None:
-            conn = self._connection()
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            enter_wal(conn, timeout=self.busy_timeout)
+            # The busy timeout is the connection's (sqlite3.connect's timeout).
+            enter_wal(self._conn, timeout=self.busy_timeout)
             # Under WAL a commit survives a crash or a kill of the process; only a power loss
             # or an operating system crash can lose the last ones.
-            conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
 
         await self._thread(setup)
 
     async def run(self, plan: Plan[_T], *, write: bool) -> _T:
-        return await self._thread(self._transaction, self._connection(), plan, write)
+        return await self._thread(self._transaction, plan, write)
 
-    def _transaction(self, conn: sqlite3.Connection, plan: Plan[_T], write: bool) -> _T:
-        """Each step of ``plan`` (in the worker thread), and the commit (or the rollback).
+    def _transaction(self, plan: Plan[_T], write: bool) -> _T:
+        """Each step of ``plan`` (in the ledger's thread), and the commit (or the rollback).
 
-        A write's transaction begins at its first step that may not commit alone.
+        A write's transaction begins at its first step that may not commit alone. (Its
+        connection is read there: a ledger closed meanwhile is found closed by ``_thread``.)
         """
+        conn = self._conn
         rows: Any = None
         try:
             while True:
@@ -198,7 +223,7 @@ class SQLiteEngine:
             return descriptor, path
 
         try:
-            self._life = await anyio.to_thread.run_sync(take)
+            self._life = await self._thread(take)
         except OSError as exc:  # without its lock a creator is never thought dead
             logger.warning("ledger %r: no liveness lock (%s): creates rely on a lease", path, exc)
             self._life = (-1, "")
@@ -221,7 +246,7 @@ class SQLiteEngine:
 
         if not _FLOCK:
             return set()
-        return await anyio.to_thread.run_sync(lambda: {o for o in owners if check(o)})
+        return await self._thread(lambda: {o for o in owners if check(o)})
 
     async def forget(self, owners: Sequence[str]) -> None:
         def drop() -> None:
@@ -229,33 +254,31 @@ class SQLiteEngine:
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(self._lives, creator_token(owner) or "-"))
 
-        await anyio.to_thread.run_sync(drop)
+        await self._thread(drop)
 
     def listen(self, changed: Signal) -> _Versions:
         return _Versions(self)
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
+        jobs, self._jobs = self._jobs, None  # what is sent from now on finds it closed
         life, self._life = self._life, None
 
         def shut() -> None:
-            late, self._conn = self._conn, None  # made by an open cancelled meanwhile
-            for each in (conn, late):
-                if each is not None:
-                    each.close()
+            conn, self._conn = self._conn, None  # made by an open cancelled meanwhile, too
+            if conn is not None:
+                conn.close()
             if life is not None and life[0] >= 0:
                 with contextlib.suppress(OSError):
                     os.unlink(life[1])
                 os.close(life[0])
 
-        # In the ledger's thread, after the plan running there: closing its connection under
-        # it crashes.
-        try:
-            await asyncio.wrap_future(self._worker.submit(shut))
-        except RuntimeError:  # closed before: nothing is left to shut
-            pass
-        finally:
-            self._worker.shutdown(wait=False)
+        if jobs is not None:  # else closed before: nothing is left to shut
+            # In the ledger's thread, after the plans sent before: closing its connection
+            # under one crashes. Then the thread ends.
+            done = asyncio.get_running_loop().create_future()
+            jobs.put((done, shut, ()))
+            jobs.put(None)
+            await done
 
 
 class _Versions(Listening):

@@ -5,8 +5,12 @@ On :class:`DatabaseUnavailable` (restart, failover, killed connections, full dis
 then raises :class:`LedgerError`. Every write plan is safe to rerun (each change is conditional
 on the state it changes), as a commit whose answer was lost may have taken effect.
 
-Group commit: the writes of the plans a store is told to group (at construction), queued during
-a transaction, share the next (each alone if one fails). Written once: every write passes
+Group commit: the writes of the plans a store is told to group (at construction, in lanes),
+queued during a transaction, share the next of their lane (each alone if one fails). On SQLite
+one lane holds them all (one writer at a time: a group never waits on another's rows), so a
+create's write ahead and another's answer share a commit; on PostgreSQL each plan has its own
+(row locks are taken statement by statement: a group of answers and writes ahead in arrival
+order could deadlock with another process's). Written once: every write passes
 :meth:`Store._attempt` (fires :attr:`Store.changed`, prunes old changes once a minute); changes
 are recorded by triggers; an entry column is a ``_plans.NewEntry`` field, a migration and a
 ``LedgerEntry`` field; terminal states and deliveries are written by ``_claims.finish_many``.
@@ -39,7 +43,7 @@ _P = ParamSpec("_P")
 DATABASE_BACKOFF = BackoffPolicy(initial_delay=0.05, max_delay=2.0, max_consecutive_failures=None)
 
 
-@attrs.define
+@attrs.define(eq=False)  # found in its queue by identity
 class _Queued:  # a write waiting for its group's transaction
     make: Callable[[], Plan[Any]]
     done: bool = False
@@ -87,9 +91,11 @@ class Store:
         # one), and every create passes it.
         self._living = asyncio.Lock()
         self._next_prune = 0.0
-        # A grouped plan's writes queued, and its lock: one group's transaction at a time (in
-        # turn: anyio's lock is fair), taking every write queued when it starts.
-        self._lanes = {plan: (anyio.Lock(), list[_Queued]()) for plan in grouped}
+        # A lane's writes queued, and its lock: one group's transaction at a time (in turn:
+        # asyncio's lock is fair, and free when no one holds it, as at 1 in flight), taking
+        # every write queued when it starts.
+        one = (asyncio.Lock(), list[_Queued]()) if engine.dialect.name == "sqlite" else None
+        self._lanes = {plan: one or (asyncio.Lock(), list[_Queued]()) for plan in grouped}
 
     async def open(self) -> None:
         """Connect; check the database is a ledger of a known version; create or migrate it."""
