@@ -186,6 +186,19 @@ async def test_extra_headers_and_query_replace_and_remove(recorder: tuple[Record
     assert without["query"] == {}
 
 
+async def test_ids_and_extra_query_are_percent_encoded(recorder: tuple[Recorder, str]) -> None:
+    """An id and ``extra_query`` names and values holding ``&``, ``=``, ``?``, ``%``, spaces or
+    non-ASCII letters reach the service as they were given (each encoded once, by its check)."""
+    rec, base = recorder
+    odd = {"a b": "x&y=z", "ü": 1, "p%": "100%"}
+    async with AsyncVideoGen(api_key=KEY, base_url=base) as client:
+        await client.tasks.get("a?b&c=ü", extra_query=odd)
+        await client.projects.get("p?q=ü%")
+    get, project = rec.requests
+    assert get["query"] == {"task_id": "a?b&c=ü", "a b": "x&y=z", "ü": "1", "p%": "100%"}
+    assert project["path"] == "/v1/video/viral-ads-clone/p?q=ü%"
+
+
 async def test_waits_and_gathers_send_the_extras_with_every_poll(sandbox: SandboxServer) -> None:
     async with sandbox.client() as client:
         ids = [(await client.tasks.create(f"t{n}")).task_id for n in range(2)]

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from ._checks import fail
 from ._exceptions import InvalidRequestError
@@ -248,13 +248,15 @@ def _id_problem(value: str) -> str | None:
     return None
 
 
-def check_id(field: str, value: Any) -> str:
+def check_id(field: str, value: Any, *, encode: bool = False) -> str:
     r"""Check a task or project id (named ``field``) before it goes into a path or a query.
 
     An id must reach the service as exactly one path segment, whatever a proxy on the way
     does with the path: ``.`` and ``..``, a ``/`` or ``\\`` (raw or percent-encoded), white
     space and control characters are refused before any request is sent. Returns the id as
-    a plain string.
+    a plain string; with ``encode``, percent-encoded for a path segment or a query value (the
+    ids the service hands out need nothing: the one match that checks them also tells so, and
+    a request's id is neither matched nor encoded a second time).
 
     Raises:
         InvalidRequestError: The id is not a non-empty string that is one path segment.
@@ -266,7 +268,7 @@ def check_id(field: str, value: Any) -> str:
     problem = _id_problem(value)
     if problem is not None:
         raise fail(field, problem, value)
-    return str(value)
+    return quote(value, safe="") if encode else str(value)
 
 
 #: :func:`check_body` for ``POST /v1/video/videomodel-2``, ``POST /v1/video/viral-ads-clone``

@@ -13,12 +13,11 @@ import functools
 import logging
 import math
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
@@ -44,14 +43,6 @@ from ._session import UNSET, SessionOwner, Timeout, _Unset, proxy_for
 logger = logging.getLogger("videogen_async")
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-
-
-_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
-
-
-def _quote(text: str) -> str:
-    """``text`` percent-encoded for a query (most ids need nothing: checked first)."""
-    return text if _UNRESERVED(text) else quote(text, safe="")
 
 
 class _Secret(str):
@@ -197,9 +188,11 @@ class Transport:
     ) -> Response:
         """Send a request under the base URL, retrying what is safe to retry; its envelope.
 
-        ``retries`` overrides the policy's ``max_retries`` (a waiting loop passes 0: it owns the
-        backoff); ``options`` are the call's extras and timeouts. Failures raise the error tree
-        (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``, ``APIResponseError``).
+        ``params`` are percent-encoded already (names and values): a query ``name=value``
+        each. ``retries`` overrides the policy's ``max_retries`` (a waiting loop passes 0: it
+        owns the backoff); ``options`` are the call's extras and timeouts. Failures raise the
+        error tree (``APIConnectionError``, ``APITimeoutError``, ``APIStatusError``,
+        ``APIResponseError``).
         """
         if options.extra_query:
             merged = {**(params or {}), **options.extra_query}
@@ -208,9 +201,10 @@ class Transport:
             json_body = {**(json_body or {}), **options.extra_body}
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
         # re-quoting it, and yarl parses nothing (each poll's id makes a new URL, and parsing
-        # one is a measurable share of a poll's CPU). Paths and ids are quoted by the resources.
-        pairs = params.items() if params else ()
-        query = "&".join([_quote(name) + "=" + _quote(value) for name, value in pairs])
+        # one is a measurable share of a poll's CPU). Paths, ids and ``extra_query`` arrive
+        # percent-encoded (an id by the check that reads it, ``check_id(encode=True)``): the
+        # query is joined in C, name=value pairs and all.
+        query = "&".join(map("=".join, (params or {}).items()))
         scheme, authority, prefix = self._base_parts
         url = URL.build(
             scheme=scheme, authority=authority, path=prefix + path, query_string=query, encoded=True

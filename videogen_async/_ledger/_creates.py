@@ -26,7 +26,7 @@ from .._contract import _exceptions as err
 from .._contract._checks import check_key
 from .._contract._service import TASK_REQUEST
 from .._contract._validation import json_text, validate_task_request
-from .._http._options import CALL_OPTIONS, CallOptions
+from .._http._options import CALL_OPTIONS, call_options
 from ._entry import LedgerEntry, check_metadata, entry_from_row, load_metadata
 from ._plans import (
     CreateStart,
@@ -130,7 +130,7 @@ class Creator:
         key = _key(key)
         meta = check_metadata(metadata)
         options = {name: task_fields.pop(name) for name in CALL_OPTIONS if name in task_fields}
-        extra = CallOptions.of(options).extra_body or {}
+        extra = call_options(options).extra_body or {}
         body = validate_task_request({"prompt": prompt, **task_fields})
         model = str(extra.get("model") or body.get("model") or DEFAULT_MODEL)
         duration = extra.get("duration") or body.get("duration") or DEFAULT_DURATION

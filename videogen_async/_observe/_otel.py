@@ -31,7 +31,9 @@ except ImportError:  # the extra is not installed
 ENABLED = _trace is not None
 
 _SCOPE = "videogen_async"
-_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # a provider the API would load
+# While no provider is set, the API's global is peeked at (a read, no lock, no environment):
+# unless the environment names a provider the API would load, or the API keeps it elsewhere.
+_PEEK = "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ and hasattr(_trace, "_TRACER_PROVIDER")
 _NO_OP: tuple[type, ...] = (
     () if _trace is None else (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
 )
@@ -43,7 +45,7 @@ def recording() -> bool:
     Asked per call (a provider set later is used from the next call on), without reading
     the environment while none is set, nor named there at start.
     """
-    if _trace is None or (getattr(_trace, "_TRACER_PROVIDER", ...) is None and not _FROM_ENV):
+    if _trace is None or (_PEEK and _trace._TRACER_PROVIDER is None):
         return False
     return not isinstance(_trace.get_tracer_provider(), _NO_OP)
 

@@ -28,18 +28,18 @@ _R = TypeVar("_R")
 class RequestObserver:
     """The hooks and spans of one client's requests."""
 
-    __slots__ = ("_hooked", "_server", "hooks")
+    __slots__ = ("_server", "active", "hooks")
 
     def __init__(self, hooks: EventHooks, server_address: str, server_port: int | None) -> None:
         self.hooks = hooks
-        self._hooked = bool(hooks)  # a client's hooks are fixed when it is made
+        #: Whether a request needs the observer now: a hook is set (a client's hooks are fixed
+        #: when it is made: decided here, once), or spans would record (asked per request, so
+        #: that a tracer provider set later traces the next request). One call per request,
+        #: to ``_otel.recording`` itself when there is no hook.
+        self.active: Callable[[], bool] = True.__bool__ if hooks else _otel.recording
         self._server: dict[str, Any] = {"server.address": server_address}
         if server_port is not None:
             self._server["server.port"] = server_port
-
-    def active(self) -> bool:
-        """Whether a request needs the observer now: a hook is set, or spans would record."""
-        return self._hooked or _otel.recording()
 
     async def send(
         self, send: Callable[[], Awaitable[_R]], *, method: str, path: str, url: str, attempt: int

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._contract._models import CreditBalance
-from .._http._options import CallOptions, RequestOptions
+from .._http._options import RequestOptions, call_options
 from ._raw import raw_call
 from ._resource import Resource
 
@@ -34,7 +34,7 @@ class Credits(Resource):
             APIStatusError: The service answered with a failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._get("/v1/credits", CreditBalance, options=CallOptions.of(options))
+        return await self._get("/v1/credits", CreditBalance, options=call_options(options))
 
 
 class RawCredits:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from .._contract._enums import AspectRatio, ProjectMode, SpeechLanguage
 from .._contract._exceptions import ProjectFailedError
@@ -15,7 +14,7 @@ from .._contract._validation import (
     validate_project_request,
     validate_videos_request,
 )
-from .._http._options import CallOptions, PollOptions, RequestOptions
+from .._http._options import CallOptions, PollOptions, RequestOptions, call_options
 from .._http._transport import Transport
 from .._observe._spans import end_wait, wait_span
 from .._waiting._policy import PollPolicy
@@ -28,8 +27,8 @@ if TYPE_CHECKING:
 
 
 def _path(project_id: str, suffix: str = "") -> str:
-    pid = check_id("project_id", project_id)
-    return f"/v1/video/viral-ads-clone/{quote(pid, safe='')}{suffix}"
+    pid = check_id("project_id", project_id, encode=True)
+    return f"/v1/video/viral-ads-clone/{pid}{suffix}"
 
 
 class Projects(Resource):
@@ -111,7 +110,7 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        call = CallOptions.of(options)
+        call = call_options(options)
         return await self._create("/v1/video/viral-ads-clone", body, CreatedProject, call)
 
     async def get(self, project_id: str, **options: Unpack[RequestOptions]) -> Project:
@@ -130,7 +129,7 @@ class Projects(Resource):
             APIStatusError: The service answered with another failure.
             APIConnectionError: The service could not be reached.
         """
-        return await self._get(_path(project_id), Project, options=CallOptions.of(options))
+        return await self._get(_path(project_id), Project, options=call_options(options))
 
     async def create_videos(
         self,
@@ -176,7 +175,7 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        return await self._create(path, body, VideoBatch, CallOptions.of(options))
+        return await self._create(path, body, VideoBatch, call_options(options))
 
     async def wait_for_script(
         self,
@@ -206,7 +205,7 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         path = _path(project_id)  # checks the id before the first poll
-        call = CallOptions.of(options, polls=True)
+        call = call_options(options, polls=True)
 
         async def read() -> Project:
             return await self._get(path, Project, retries=0, options=call)
@@ -249,7 +248,7 @@ class Projects(Resource):
             NotFoundError: No such project.
         """
         path = _path(project_id)  # checks the id before the first poll
-        call = CallOptions.of(options, polls=True)
+        call = call_options(options, polls=True)
         settled: set[str] = set()  # listed tasks seen terminal
         finished = False
 
