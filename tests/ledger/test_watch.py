@@ -199,10 +199,15 @@ async def test_a_watcher_that_stops_when_idle_waits_for_a_result_handed_to_its_w
             async def one_result() -> Any:
                 yield Task(task_id="t-1", status=TaskStatus.SUCCEEDED)
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch._writer)
-                while not watch._finished_receive.statistics().tasks_waiting_receive:
-                    await anyio.lowlevel.checkpoint()
-                await watch._collect(one_result())  # no checkpoint: the writer has not run
-                assert not await watch._idle()
-                tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(watch._writer)
+                    while not watch._finished_receive.statistics().tasks_waiting_receive:
+                        await anyio.lowlevel.checkpoint()
+                    await watch._collect(one_result())  # no checkpoint: the writer has not run
+                    assert not await watch._idle()
+                    tg.cancel_scope.cancel()
+            finally:  # a watch never entered: its streams are closed here, not by its exit
+                for stream in (watch._send, watch._receive, watch._finished_send):
+                    stream.close()
+                watch._finished_receive.close()
