@@ -394,15 +394,18 @@ def test_ctrl_c_in_the_calling_thread_stops_the_call_on_the_loop(sandbox: Sandbo
     sandbox.read(lambda s: s.clock.pause())  # the wait cannot end by itself
     main, sent = threading.main_thread().ident, threading.Event()
     assert main is not None
+    # The call in flight, read while it waits: once cancelled it may end and leave the set
+    # before the test looks again.
+    calls: list[asyncio.Task[Any]] = []
 
     def interrupt(_: Task) -> None:  # on the loop's thread, while the caller waits
         if not sent.is_set():
             sent.set()
+            calls.extend(client._loop._calls)
             signal.pthread_kill(main, signal.SIGINT)
 
     async def interrupted_call_ends() -> bool:
-        current = asyncio.current_task()
-        (call,) = (task for task in client._loop._calls if task is not current)
+        (call,) = calls
         await asyncio.wait([call], timeout=30)
         return call.cancelled()
 
