@@ -72,6 +72,7 @@ class Run:
         self.sandbox: SandboxProcess | None = None
         self.config: dict[str, Any] = {}
         self.final_phase = False
+        self.done_consumers: set[tuple[str, int]] = set()
         self.delivered: set[tuple[str, str]] = set()
         self.env = dict(os.environ)
         paths = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -156,8 +157,15 @@ class Run:
         return True
 
     def consumer_done(self, slot: Slot) -> bool:
-        path = self.folder / "hist" / f"{slot.name}.{slot.incarnation}.jsonl"
-        return path.exists() and any(r["op"] == "end" for r in read(path))
+        # Known once per incarnation: the monitor asks every 50 ms, and a consumer that read a
+        # long run's log has a history of megabytes (read again each time, it held the loop).
+        done = (slot.name, slot.incarnation)
+        if done not in self.done_consumers:
+            path = self.folder / "hist" / f"{slot.name}.{slot.incarnation}.jsonl"
+            if not (path.exists() and any(r["op"] == "end" for r in read(path))):
+                return False
+            self.done_consumers.add(done)
+        return True
 
     async def monitor(self) -> None:
         """Start again each process that ended (a consumer stopping by itself, one killed)."""
