@@ -26,6 +26,17 @@ if sys.platform == "win32":  # pragma: no cover
     pytestmark.append(pytest.mark.skip(reason="the processes are killed with SIGKILL"))
 
 
+async def killed_mid_create(ledger_url: str, service: Service, *keys: str) -> None:
+    """A creator process SIGKILLed while its creates of ``keys`` are all at ``service``."""
+    creator = await Creator.start(ledger_url, service.base_url, "test-key", None, *keys)
+    try:
+        await creator.go()
+        with anyio.fail_after(30):
+            await service.wait_until(lambda: service.posts == len(keys))
+    finally:
+        await creator.kill()
+
+
 async def test_a_resume_after_a_sigkill_does_not_wait_on_the_dead_creators_entries(
     ledger_url: str,
 ) -> None:
@@ -36,13 +47,7 @@ async def test_a_resume_after_a_sigkill_does_not_wait_on_the_dead_creators_entri
 
     keys = [f"k{i}" for i in range(6)]
     async with Service(on_post=hold) as service:
-        creator = await Creator.start(ledger_url, service.base_url, "test-key", None, *keys[:4])
-        try:
-            await creator.go()
-            with anyio.fail_after(30):
-                await service.wait_until(lambda: service.posts == 4)
-        finally:
-            await creator.kill()
+        await killed_mid_create(ledger_url, service, *keys[:4])
         release.set()
         async with service.client() as client, Ledger.open(ledger_url) as ledger:
             states = []
@@ -71,13 +76,7 @@ async def test_a_running_watcher_tells_a_dead_creators_creates_unknown(ledger_ur
 
     async with Service(on_post=hold) as service:
         async with service.client() as client, Ledger.open(ledger_url) as ledger:
-            creator = await Creator.start(ledger_url, service.base_url, "test-key", None, "dead")
-            try:
-                await creator.go()
-                with anyio.fail_after(30):
-                    await service.wait_until(lambda: service.posts == 1)
-            finally:
-                await creator.kill()
+            await killed_mid_create(ledger_url, service, "dead")
             release.set()
             # A watcher that does not stop when idle: it still settles the dead creator's key.
             async with (
@@ -100,13 +99,7 @@ async def test_a_death_found_but_not_yet_settled_is_found_again(ledger_url: str)
 
     async with Service(on_post=hold) as service:
         async with Ledger.open(ledger_url) as ledger:
-            creator = await Creator.start(ledger_url, service.base_url, "test-key", None, "dead")
-            try:
-                await creator.go()
-                with anyio.fail_after(30):
-                    await service.wait_until(lambda: service.posts == 1)
-            finally:
-                await creator.kill()
+            await killed_mid_create(ledger_url, service, "dead")
             release.set()
             store = ledger._creator.store
             owner = (await store.read(get, "dead"))["owner"]
