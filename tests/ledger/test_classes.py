@@ -63,6 +63,31 @@ async def test_concurrent_updates_of_a_class_are_merged_not_lost(ledger_url: str
         assert weights[200] > weights[100]
 
 
+async def test_a_watchers_later_observations_are_saved_beside_a_class_known_well(
+    ledger_url: str,
+) -> None:
+    # The ledger knows the class from 1,000 finishes; a gather's snapshot counts its own
+    # observations and a bounded share of that prior (16 by default): each flush adds what
+    # the gather saw since the last one, not nothing because the ledger's total is larger.
+    key = ("m", 5)
+    async with Ledger.open(ledger_url) as ledger:
+        known = LedgerFinishTimes(ledger.store)
+        known.update(key, FinishTimeStats(bins=((100, 1.0),), count=1000))
+        await known.flush()
+        memory = LedgerFinishTimes(ledger.store)
+        await memory.refresh()
+        memory.update(key, FinishTimeStats(bins=((100, 0.8), (200, 0.2)), count=20))
+        await memory.flush()
+        memory.update(key, FinishTimeStats(bins=((100, 0.5), (200, 0.5)), count=30))
+        await memory.flush()
+        fresh = LedgerFinishTimes(ledger.store)
+        await fresh.refresh()
+    saved = fresh.load(key)
+    assert saved is not None
+    assert saved.count == 1000 + 20 + 10
+    assert dict(saved.bins)[200] > 0
+
+
 def test_class_keys_and_merge_rules() -> None:
     assert class_text(None) is None
     assert class_text(("m", 5)) == "m/5"

@@ -100,7 +100,11 @@ class LedgerFinishTimes:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._data: dict[str, FinishTimeStats] = {}
-        self._base: dict[str, FinishTimeStats] = {}  # as last read or written
+        # Per class, the snapshot this process last wrote: the next one's new observations are
+        # its count above it. Never what the ledger holds: a gather's snapshot counts its own
+        # observations and at most `prior_weight` of the prior it loaded, so against the
+        # ledger's total (which grows with every process's) it would add nothing, ever.
+        self._base: dict[str, FinishTimeStats] = {}
         self._dirty: set[str] = set()
 
     def load(self, key: object) -> FinishTimeStats | None:
@@ -122,12 +126,14 @@ class LedgerFinishTimes:
             if stats is None:
                 logger.warning("ledger class %r: unreadable stats, ignored", text)
             elif text not in self._dirty:
-                self._data[text] = self._base[text] = stats
+                self._data[text] = stats
 
     async def flush(self) -> None:
         """Write the changed classes, each merged with what the ledger holds."""
         dirty, self._dirty = self._dirty, set()
         for text in sorted(dirty):
-            base = self._base.get(text)
-            merged = await self._store.write(merge_class, text, self._data[text], base)
-            self._data[text] = self._base[text] = merged
+            mine = self._data[text]
+            merged = await self._store.write(merge_class, text, mine, self._base.get(text))
+            self._base[text] = mine
+            if self._data[text] is mine:  # else a newer snapshot came meanwhile: kept, dirty
+                self._data[text] = merged
