@@ -24,6 +24,7 @@ from videogen_async import (
     InvalidRequestError,
     Timeout,
 )
+from videogen_async._http._options import NO_OPTIONS, call_options
 from videogen_async.testing import SandboxServer
 
 KEY = "sk-test-0123456789abcdef"
@@ -305,3 +306,12 @@ async def test_an_option_a_call_does_not_take_is_refused_before_sending(
         with pytest.raises(TypeError, match="'retries'"):
             await client.projects.wait_for_script("p-1", retries=0)  # type: ignore[call-arg]
     assert rec.requests == []
+
+
+async def test_options_all_unset_are_no_options_and_a_poll_pays_nothing_for_them() -> None:
+    # A gather passes its options through whether set or not: all None is no option at all,
+    # and the polls then go through the bound read itself (a partial would cost every poll).
+    unset = call_options({"extra_headers": None, "extra_query": None}, polls=True)
+    assert unset is NO_OPTIONS
+    async with AsyncVideoGen(api_key="k", base_url="http://127.0.0.1:9") as client:
+        assert client.tasks._source(unset).fetch == client.tasks._fetch_once

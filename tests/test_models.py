@@ -129,6 +129,15 @@ def test_an_unknown_status_is_a_member_of_its_own() -> None:
         vg.Task,
     )
     assert finished.is_terminal
+    # An unknown value spelled like a documented one (its name the same) is unknown all the
+    # same: a "SUCCEEDED" that finished is terminal by its finish time, as any new status.
+    shouted = structure(
+        {**SPEC_TASK, "status": "SUCCEEDED", "result": {"finished_at": "2026-11-21T10:00:00Z"}},
+        vg.Task,
+    )
+    assert not shouted.status.is_known
+    assert shouted.status != vg.TaskStatus.SUCCEEDED
+    assert shouted.is_terminal
 
 
 def test_known_pending_status_never_terminal_even_with_finished_at() -> None:

@@ -767,3 +767,14 @@ def test_the_locals_scan_catches_a_leak() -> None:
         texts = _locals_texts(exc)
     with pytest.raises(AssertionError, match="leaked"):
         assert_no_hostile_key(texts)
+
+
+async def test_a_timeout_of_ours_inside_a_stream_comes_out_as_it_was(elsewhere: App) -> None:
+    # APITimeoutError is a TimeoutError: the stream's network clause must not wrap it again
+    # (as "the connection broke", with its message and attributes replaced).
+    async with AsyncVideoGen(KEY, "https://api.videogen.test") as client:
+        ours = vg.APITimeoutError("GET /video.mp4: no byte within the read timeout")
+        with pytest.raises(vg.APITimeoutError) as caught:
+            async with client._transport.stream(elsewhere.url + "/video.mp4"):
+                raise ours
+    assert caught.value is ours

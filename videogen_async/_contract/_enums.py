@@ -37,7 +37,8 @@ class _StrEnum(str, enum.Enum):
     @property
     def is_known(self) -> bool:
         """Whether this is one of the documented values (not one the service added since)."""
-        return self._name_ in type(self).__members__
+        # By value: an unknown "SUCCEEDED" is named SUCCEEDED too, and is not the member.
+        return self._value_ in type(self)._value2member_map_
 
     @classmethod
     def values(cls) -> tuple[str, ...]:

@@ -106,6 +106,10 @@ def call_options(options: Mapping[str, Any], *, polls: bool = False) -> CallOpti
                 f"unexpected keyword argument {name!r} (the call's options are"
                 f" {', '.join(sorted(known))})"
             )
+    # Every option None (a gather passes its own, unset) is no option: NO_OPTIONS itself, so
+    # that a poll takes the path without options (no partial per poll).
+    if all(value is None for value in options.values()):
+        return NO_OPTIONS
     headers, query, body, timeout = map(options.get, CALL_OPTIONS)
     return CallOptions(
         check_headers(headers or {}, "extra_headers"),

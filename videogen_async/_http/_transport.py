@@ -428,6 +428,8 @@ class Transport:
                 url, headers=sent, timeout=self.timeout.streaming(), proxy=proxy
             ) as resp:
                 yield StreamResponse(resp, path)
+        except VideoGenError:  # ours already (an APITimeoutError is a TimeoutError): as it is
+            raise
         except NETWORK_ERRORS as exc:
             raise connection_error(exc, "GET", path, may_have_taken_effect=False) from exc
 
