@@ -13,6 +13,7 @@ from videogen_async import APIResponseError, APIStatusError, VideoGenError
 from videogen_async._contract._redact import (
     REDACTED,
     redact_text,
+    redact_url,
     redact_value,
     register_secret,
     scrub_exception,
@@ -198,3 +199,21 @@ def test_redacting_a_huge_body_is_bounded() -> None:
     assert redacted["message"] == REDACTED  # beyond the search budget: not kept
     assert "UNIT" not in repr(redacted)
     assert list(redact_value({"small": "clean"}, max_chars=3).values()) == [REDACTED]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/videos", "postgresql://app:***@db:5432/videos"),
+        ("postgresql://app@db/videos?password=s3cret", "postgresql://app@db/videos?password=***"),
+        (
+            "postgresql://app:a@db/v?sslmode=require&PASSWORD=b&x=1",
+            "postgresql://app:***@db/v?sslmode=require&PASSWORD=***&x=1",
+        ),
+        ("postgresql:///videos?host=/run/postgresql", "postgresql:///videos?host=/run/postgresql"),
+        ("/var/lib/videos.db", "/var/lib/videos.db"),
+    ],
+)
+def test_a_database_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    # libpq and asyncpg take the password in the user part or as a parameter: neither shows.
+    assert redact_url(url) == shown

@@ -234,6 +234,9 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+_PASSWORD_PARAMETER = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+
+
 def redact_url(url: str) -> str:
     """``url`` without its password (``postgresql://user:***@host/db``), for messages.
 
@@ -245,8 +248,10 @@ def redact_url(url: str) -> str:
         password = parsed.password
     except ValueError:
         return "<malformed url>"
-    if password is None:
-        return url
-    return urllib.parse.urlunsplit(
-        parsed._replace(netloc=parsed.netloc.replace(f":{password}@", ":***@"))
-    )
+    if password is not None:
+        parsed = parsed._replace(netloc=parsed.netloc.replace(f":{password}@", ":***@"))
+    # libpq and asyncpg also take the password as a parameter: ?password=... (any case).
+    query = _PASSWORD_PARAMETER.sub(r"\1***", parsed.query)
+    if password is None and query == parsed.query:
+        return url  # as given: a round trip through urlunsplit may respell it
+    return urllib.parse.urlunsplit(parsed._replace(query=query))
