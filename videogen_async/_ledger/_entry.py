@@ -28,9 +28,9 @@ _NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?[\d.]+e\+\d+|-0\.0(?=[,\]}])')  # or 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "error"})
 """The terminal task states an entry ends in."""
 STATES = ("creating", "unknown", "refused", "pending", "created", "succeeded", "failed", "error")
-#: What an entry's create makes (``LedgerEntry.kind``).
-KINDS = ("task", "project", "project_task", "videos")
 """Every state of an entry, in the order of its life (``created``: a video batch, answered)."""
+KINDS = ("task", "project", "project_task", "videos")
+"""What an entry's create makes (``LedgerEntry.kind``)."""
 
 
 def from_epoch(value: float | str | None) -> datetime | None:

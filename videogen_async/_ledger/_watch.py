@@ -9,6 +9,7 @@ block without an exception). An id that cannot be polled is marked ``unknown``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -253,7 +254,8 @@ class Watch(ExitCloses):
             return
         young = time.monotonic() - self._lease / 3
         newest = reversed(self._polling.items())  # claimed in this order
-        candidates = [task_id for task_id, (_key, since) in newest if since <= young][:excess]
+        old = (task_id for task_id, (_key, since) in newest if since <= young)
+        candidates = list(itertools.islice(old, excess))  # stops at the excess
         if not candidates:
             return
         keys = []

@@ -194,7 +194,9 @@ class BatchSchedule:
             # the first finish is seen, whenever it comes (see `_PROBING`).
             probing=support is None and state.rank * elapsed < _PROBING * policy.dense_interval,
             # Where finishes crowd (``batch_gap`` reads it only inside a support).
-            dense=None if model is None else model.gap(age, policy.dense_interval),
+            dense=None
+            if model is None or support is None
+            else model.gap(age, policy.dense_interval),
             rand=self._rng.random(),
             phase=state.phase,
         )
