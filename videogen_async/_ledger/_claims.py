@@ -25,6 +25,14 @@ _OPEN = (
     " OR (state IN ('succeeded', 'failed', 'error') AND delivered = 0))"
 )
 _CLAIMABLE = f"{_OPEN} AND (lease_until IS NULL OR lease_until < {{now}})"
+HAS_OPEN = (
+    "SELECT 1 AS one FROM {E} WHERE state = 'creating'"
+    f" OR ({_OPEN} AND (state = 'pending' OR owner IS NULL OR owner != $1)) LIMIT 1"
+)
+"""A row when an entry is ``creating``, open (``_OPEN``), or terminal and undelivered.
+
+Terminal entries held by ``$1`` (on their way to its consumer) do not count.
+"""
 _COUNTS = (
     "SELECT count(*) AS open, count(*) FILTER (WHERE owner = $1) AS mine,"
     " (SELECT count(*) FROM videogen_ledger_watchers WHERE seen_until >= {now}) AS live"

@@ -402,18 +402,6 @@ def update_metadata(key: str, patch: Mapping[str, Any]) -> Plan[Row | None]:
     return (yield from first(sql + " RETURNING *", key, merged))
 
 
-HAS_OPEN = (
-    "SELECT 1 AS one FROM {E} WHERE state = 'creating'"
-    " OR (state = 'pending' AND kind != 'project') OR"
-    " (state IN ('succeeded', 'failed', 'error') AND delivered = 0"
-    " AND (owner IS NULL OR owner != $1)) LIMIT 1"
-)
-"""A row when an entry is ``creating``, ``pending``, or terminal and undelivered.
-
-Terminal entries held by ``$1`` (on their way to its consumer) do not count.
-"""
-
-
 def prune_changes(plan: Plan[Any]) -> Plan[Any]:
     """``plan``, then each position up to the last older than :data:`CHANGES_KEPT` forgotten."""
     result = yield from plan

@@ -29,7 +29,7 @@ from ._cohorts import LedgerFinishTimes
 from ._creates import Creator
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row, task_to_json
 from ._pacing import SharedPause, shared_source
-from ._plans import HAS_OPEN, get, unpollable
+from ._plans import get, unpollable
 from ._protocol import first_of
 from ._schema import rows
 
@@ -239,7 +239,7 @@ class Watch(ExitCloses):
             not self._polling
             and not self._unwritten
             and not await self._store.expire_creating(alive=self._creator.owner)
-            and not await self._store.read(rows, HAS_OPEN, self.owner)
+            and not await self._store.read(rows, claims.HAS_OPEN, self.owner)
         )
 
     async def _shed(self) -> None:
