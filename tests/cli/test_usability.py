@@ -175,6 +175,7 @@ def test_create_wait_that_loses_the_service_says_the_task_exists(
     [task_id] = re.findall(r"created (\S+) ", run.err)
     assert f"task {task_id} was created, then lost the connection to the service" in run.err
     assert f"it may still be running: videogen wait {task_id}" in run.err
+    assert task_id in run.out  # the created (charged) id is printed on stdout too
     assert "Traceback" not in run.err
 
 

@@ -120,13 +120,19 @@ async def cmd_project_create(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.projects.create(**request_from_args(args, PROJECT_REQUEST))
-        row = [created.project_id, str(created.status), str(created.current_step)]
-        row += [str(created.mode), fmt_credits(created.credits_cost)]
         show_created = functools.partial(
             ctx.ui.show,
             created.to_dict(),
             ("project id", "status", "step", "mode", "credits"),
-            [row],
+            [
+                [
+                    created.project_id,
+                    str(created.status),
+                    str(created.current_step),
+                    str(created.mode),
+                    fmt_credits(created.credits_cost),
+                ]
+            ],
             title="Created project",
         )
         if not args.wait:

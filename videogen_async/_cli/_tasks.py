@@ -128,8 +128,7 @@ async def cmd_create(ctx: Context) -> int:
         if not isinstance(task, Task):
             ctx.ui.error(f"task {task_id} was created, then {data['error']}")
             ctx.ui.note(f"it may still be running: videogen wait {task_id}")
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json(data)
+            ctx.ui.show(data, TASK_COLUMNS, rows)  # the charged id on stdout too
             return code
         if args.download is None or not task.is_succeeded:
             ctx.ui.show(data, TASK_COLUMNS, rows)
@@ -279,13 +278,11 @@ def download_exit_code(results: Sequence[DownloadResult]) -> int:
     """
     codes = [
         exit_code_for(r.error)
-        if r.error is not None and _download_outcome(r)[0] == "failed"
-        else EXIT_OK
         for r in results
+        if r.error is not None and _download_outcome(r)[0] == "failed"
     ]
-    if set(codes) == {EXIT_USAGE}:
-        return EXIT_USAGE
-    return max((EXIT_SOME_FAILED if c == EXIT_USAGE else c for c in codes), default=EXIT_OK)
+    code = max(codes, default=EXIT_OK)
+    return EXIT_SOME_FAILED if code == EXIT_USAGE and len(results) > codes.count(code) else code
 
 
 def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | None]:
@@ -301,24 +298,20 @@ def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | N
 def show_downloads(ctx: Context, results: Sequence[DownloadResult]) -> None:
     """The table (or JSON) of download results; a kept existing file is ``skipped``."""
     outcomes = [_download_outcome(r) for r in results]
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(
-            [
-                {
-                    "source": r.source,
-                    "task_id": r.task_id,
-                    "outcome": outcome,
-                    "path": str(path) if path else None,
-                    "size": r.size,
-                    "error": error,
-                }
-                for r, (outcome, path, error) in zip(results, outcomes, strict=True)
-            ]
-        )
-        return
     folders = {path.parent for _, path, _ in outcomes if path is not None}
     folder = next(iter(folders)) if len(folders) == 1 else None
-    ctx.ui.table(
+    ctx.ui.show(
+        [
+            {
+                "source": r.source,
+                "task_id": r.task_id,
+                "outcome": outcome,
+                "path": str(path) if path else None,
+                "size": r.size,
+                "error": error,
+            }
+            for r, (outcome, path, error) in zip(results, outcomes, strict=True)
+        ],
         ("source", "outcome", "file", "bytes", "error"),
         [
             [
