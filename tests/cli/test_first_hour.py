@@ -8,17 +8,24 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from videogen_async._cli._parser import build_parser
+from videogen_async.testing import _simulation as sim
+from videogen_async.testing._routes import ServiceRoutes
 
 from .conftest import Run, ThreadedSandbox
 
 WRONG = "vg-wrong-key-0123456789"
+REFERENCE = "https://cdn.example.com/ads/ref.mp4"
+PRODUCT = "https://cdn.example.com/p/bottle.png"
 
 
-@pytest.mark.parametrize("argv", [("doctor",), ("credits",), ("status", "t_1")])
+@pytest.mark.parametrize(
+    "argv", [("doctor",), ("credits",), ("status", "t_1"), ("project", "wait", "p_1")]
+)
 def test_a_refused_key_says_so_where_it_came_from_and_exits_4(
     sandbox: ThreadedSandbox,
     cli: Callable[..., Run],
@@ -50,6 +57,73 @@ def test_a_refused_key_stops_a_batch_with_code_4(
     run = cli("batch", str(path))
     assert run.code == 4, run
     assert "refused the API key (401)" in run.err
+
+
+def refuse_the_key_to_reads(sandbox: ThreadedSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key is revoked between a create and the reads that follow it: every GET is a 401."""
+    routes = sandbox.srv._routes
+    accept = ServiceRoutes.authorize.__get__(routes)
+
+    def authorize(request: Any) -> None:
+        if request.method == "GET":
+            raise sim.SandboxError(401, 401, "Invalid API key")
+        accept(request)
+
+    monkeypatch.setattr(routes, "authorize", authorize)
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_a_key_refused_after_create_still_prints_the_paid_task_id(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    json_mode: bool,
+) -> None:
+    refuse_the_key_to_reads(sandbox, monkeypatch)
+    run = cli(*(["--json"] if json_mode else []), "create", "a fox", "--wait")
+    assert run.code == 4, run
+    assert "refused the API key (401)" in run.err
+    [task_id] = sandbox.task_ids()
+    assert task_id in run.out
+    if json_mode:
+        assert run.json()["task_id"] == task_id
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_a_key_refused_after_project_videos_still_prints_the_batch_task_ids(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    json_mode: bool,
+) -> None:
+    created = cli(
+        "--json", "project", "create", REFERENCE, "--product-image-url", PRODUCT, "--mode", "manual"
+    )
+    project = created.json()["project_id"]
+    assert cli("project", "script", project).code == 0
+    before = set(sandbox.task_ids())
+    refuse_the_key_to_reads(sandbox, monkeypatch)
+    json_flag = ["--json"] if json_mode else []
+    run = cli(*json_flag, "project", "videos", project, "--out-number", "2", "--wait", "--yes")
+    assert run.code == 4, run
+    assert "refused the API key (401)" in run.err
+    batch = set(sandbox.task_ids()) - before
+    assert len(batch) == 2
+    assert all(task_id in run.out for task_id in batch), run
+    if json_mode:
+        assert set(run.json()["task_ids"]) == batch
+
+
+def test_a_key_refused_while_a_created_project_is_followed_prints_its_id(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refuse_the_key_to_reads(sandbox, monkeypatch)
+    argv = ("--json", "project", "create", REFERENCE, "--product-image-url", PRODUCT, "--wait")
+    run = cli(*argv)
+    assert run.code == 4, run
+    assert "refused the API key (401)" in run.err
+    [project_id] = sandbox.call(lambda: sandbox.srv.project_ids)
+    assert run.json()["project_id"] == project_id
 
 
 def _every_command(

@@ -101,6 +101,21 @@ def test_download_no_overwrite_reports_kept_files_as_skipped(
     assert item["path"] == str(tmp_path / f"{task_id}.mp4")
 
 
+def test_a_bad_id_among_downloads_is_one_failed_item_not_a_usage_error(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    task_id = cli("--json", "create", "a fox", "--wait").json()["task_id"]
+    run = cli("--json", "download", task_id, "../credits", "--to", str(tmp_path))
+    assert run.code == 1, run  # a file was saved: not "nothing was sent" (2)
+    saved, bad = run.json()
+    assert saved["outcome"] == "saved"
+    assert (tmp_path / f"{task_id}.mp4").exists()
+    assert bad["outcome"] == "failed"
+    assert "InvalidRequestError" in bad["error"]
+    alone = cli("download", "../credits", "--to", str(tmp_path))
+    assert alone.code == 2, alone  # every source refused: nothing was sent
+
+
 # -- losing the service ---------------------------------------------------------------------------
 
 
@@ -160,6 +175,7 @@ def test_create_wait_that_loses_the_service_says_the_task_exists(
     [task_id] = re.findall(r"created (\S+) ", run.err)
     assert f"task {task_id} was created, then lost the connection to the service" in run.err
     assert f"it may still be running: videogen wait {task_id}" in run.err
+    assert task_id in run.out  # the created (charged) id is printed on stdout too
     assert "Traceback" not in run.err
 
 

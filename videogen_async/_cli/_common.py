@@ -294,11 +294,12 @@ class Context:
         """Report an error as one line (and a traceback with ``--debug``); its exit code."""
         if self.ui.debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=self.ui.err)
-        if isinstance(exc, AuthenticationError):
-            self.ui.error(self.key_refused(exc))
-            return EXIT_AUTH
-        # A batch's fields are its input's JSON names, not options.
-        self.ui.error(describe_error(exc, command_line_fields=self.args.command != "batch"))
+        self.ui.error(
+            self.key_refused(exc)
+            if isinstance(exc, AuthenticationError)
+            # A batch's fields are its input's JSON names, not options.
+            else describe_error(exc, command_line_fields=self.args.command != "batch")
+        )
         return exit_code_for(exc)
 
 

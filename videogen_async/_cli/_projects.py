@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from .. import (
     APIResponseError,
     APIStatusError,
     AsyncVideoGen,
+    AuthenticationError,
     Project,
     WaitTimeoutError,
 )
@@ -34,6 +36,7 @@ from ._tasks import (
     download_with_progress,
     request_from_args,
     show_downloads,
+    shown_if_key_refused,
     task_report,
     wait_for_ids,
 )
@@ -117,21 +120,30 @@ async def cmd_project_create(ctx: Context) -> int:
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.projects.create(**request_from_args(args, PROJECT_REQUEST))
+        show_created = functools.partial(
+            ctx.ui.show,
+            created.to_dict(),
+            ("project id", "status", "step", "mode", "credits"),
+            [
+                [
+                    created.project_id,
+                    str(created.status),
+                    str(created.current_step),
+                    str(created.mode),
+                    fmt_credits(created.credits_cost),
+                ]
+            ],
+            title="Created project",
+        )
         if not args.wait:
-            row = [created.project_id, str(created.status), str(created.current_step)]
-            row += [str(created.mode), fmt_credits(created.credits_cost)]
-            if ctx.ui.show(
-                created.to_dict(),
-                ("project id", "status", "step", "mode", "credits"),
-                [row],
-                title="Created project",
-            ):
+            if show_created():
                 ctx.ui.note(
                     f"next: videogen project script {created.project_id}   (waits for the script)"
                 )
             return EXIT_OK
         ctx.ui.note(f"created project {created.project_id}; waiting for it to finish...")
-        return await _wait_and_show(ctx, client, created.project_id)
+        with shown_if_key_refused(show_created):
+            return await _wait_and_show(ctx, client, created.project_id)
 
     return await ctx.with_client(work)
 
@@ -194,17 +206,20 @@ async def cmd_project_videos(ctx: Context) -> int:
                 why_unknown=f"no price is known for resolution {args.resolution!r}",
             )
         batch = await client.projects.create_videos(args.project_id, **request)
+        show_created = functools.partial(
+            ctx.ui.show,
+            batch.to_dict(),
+            ("task id",),
+            [[t] for t in batch.task_ids],
+            title="Created video tasks",
+        )
         if not args.wait:
-            if ctx.ui.show(
-                batch.to_dict(),
-                ("task id",),
-                [[t] for t in batch.task_ids],
-                title="Created video tasks",
-            ):
+            if show_created():
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
-        results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-        rows, tasks, code = task_report(batch.task_ids, results)
+        with shown_if_key_refused(show_created):
+            results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
+            rows, tasks, code = task_report(batch.task_ids, results)
         ctx.ui.show({**batch.to_dict(), "tasks": tasks}, TASK_COLUMNS, rows, title="Video tasks")
         return code
 
@@ -221,6 +236,8 @@ async def _wait_and_show(
         if isinstance(exc.last, Project):
             show_project(ctx, exc.last)
         return EXIT_SOME_FAILED
+    except AuthenticationError:
+        raise  # about the key, not this project: said once with exit 4 (``Context.fail``)
     except (APIConnectionError, APIStatusError, APIResponseError) as exc:
         ctx.ui.error(f"project {project_id}: {poll_failure(exc)[1]}")
         if isinstance(exc, APIConnectionError):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import stat
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from ._common import (
     EXIT_API_ERROR,
     EXIT_OK,
     EXIT_SOME_FAILED,
+    EXIT_USAGE,
     TIMED_OUT,
     UNREACHABLE,
     Context,
@@ -102,29 +105,30 @@ async def cmd_create(ctx: Context) -> int:
                 f" more than --max-credits {fmt_credits(args.max_credits)}: its prices are"
                 " higher than the estimate (see docs/cli.md)"
             )
+        at = created.created_at.isoformat() if created.created_at else None
+        show_created = functools.partial(
+            ctx.ui.show,
+            created.to_dict(),
+            ("task id", "status", "credits", "created at"),
+            [[created.task_id, str(created.status), fmt_credits(created.credits_cost), at]],
+            title="Created",
+        )
         if not (args.wait or args.download):
-            at = created.created_at.isoformat() if created.created_at else None
-            row = [created.task_id, str(created.status), fmt_credits(created.credits_cost), at]
-            if ctx.ui.show(
-                created.to_dict(),
-                ("task id", "status", "credits", "created at"),
-                [row],
-                title="Created",
-            ):
+            if show_created():
                 ctx.ui.note(f"follow it with: videogen wait {created.task_id}")
             return EXIT_OK
         task_id = created.task_id
         ctx.ui.note(
             f"created {task_id} ({fmt_credits(created.credits_cost)} credits); waiting for it..."
         )
-        results = await wait_for_ids(ctx, client, [task_id], timeout=args.timeout)
-        rows, [data], code = task_report([task_id], results)
+        with shown_if_key_refused(show_created):
+            results = await wait_for_ids(ctx, client, [task_id], timeout=args.timeout)
+            rows, [data], code = task_report([task_id], results)
         task = results.get(task_id)
         if not isinstance(task, Task):
             ctx.ui.error(f"task {task_id} was created, then {data['error']}")
             ctx.ui.note(f"it may still be running: videogen wait {task_id}")
-            if ctx.ui.json_mode:
-                ctx.ui.emit_json(data)
+            ctx.ui.show(data, TASK_COLUMNS, rows)  # the charged id on stdout too
             return code
         if args.download is None or not task.is_succeeded:
             ctx.ui.show(data, TASK_COLUMNS, rows)
@@ -171,7 +175,8 @@ def task_report(
 
     ``waiting``: the tasks were waited for (not only looked at), so a failed one fails the run.
 
-    A refused key (exit 4) is raised: it is about every id, and said once.
+    A refused key (exit 4) is raised: it is about every id, and said once. A command that
+    created the ids shows them first (:func:`shown_if_key_refused`).
 
     An id that could not be read has ``status`` ``None`` and a ``problem`` (``not found``,
     ``unreachable``, ``timed out``, ``unreadable``; in parentheses in the table). The code:
@@ -200,6 +205,21 @@ def task_report(
         data.append({"task_id": task_id, "status": None, "problem": problem, "error": text})
         code = max(code, EXIT_SOME_FAILED if problem == TIMED_OUT else EXIT_API_ERROR)
     return rows, data, code
+
+
+@contextlib.contextmanager
+def shown_if_key_refused(show_created: Callable[[], object]) -> Iterator[None]:
+    """Follow what this command just created; on a refused key, ``show_created()`` first.
+
+    The created ids were charged for: they must reach stdout (and ``--json``) even when the
+    key is refused while they are followed. The refusal itself is raised on, to be said once
+    with exit 4 where every command's refused key is (``Context.fail``).
+    """
+    try:
+        yield
+    except AuthenticationError:
+        show_created()
+        raise
 
 
 def _report(
@@ -250,11 +270,19 @@ async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
 
 
 def download_exit_code(results: Sequence[DownloadResult]) -> int:
-    """0 when every download worked or kept its file, else the worst error's code (3, 4, 1)."""
-    failed = [
-        r.error for r in results if r.error is not None and _download_outcome(r)[0] == "failed"
+    """0 when every download worked or kept its file, else the worst error's code (4, 3, 1).
+
+    A source refused before it was sent (a malformed id: ``InvalidRequestError``) is a usage
+    error (2) only when every source was: then nothing was sent. Among others that ran it is
+    one failed download (1), as the other files were saved.
+    """
+    codes = [
+        exit_code_for(r.error)
+        for r in results
+        if r.error is not None and _download_outcome(r)[0] == "failed"
     ]
-    return max(map(exit_code_for, failed), default=EXIT_OK)
+    code = max(codes, default=EXIT_OK)
+    return EXIT_SOME_FAILED if code == EXIT_USAGE and len(results) > codes.count(code) else code
 
 
 def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | None]:
@@ -270,24 +298,20 @@ def _download_outcome(result: DownloadResult) -> tuple[str, Path | None, str | N
 def show_downloads(ctx: Context, results: Sequence[DownloadResult]) -> None:
     """The table (or JSON) of download results; a kept existing file is ``skipped``."""
     outcomes = [_download_outcome(r) for r in results]
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(
-            [
-                {
-                    "source": r.source,
-                    "task_id": r.task_id,
-                    "outcome": outcome,
-                    "path": str(path) if path else None,
-                    "size": r.size,
-                    "error": error,
-                }
-                for r, (outcome, path, error) in zip(results, outcomes, strict=True)
-            ]
-        )
-        return
     folders = {path.parent for _, path, _ in outcomes if path is not None}
     folder = next(iter(folders)) if len(folders) == 1 else None
-    ctx.ui.table(
+    ctx.ui.show(
+        [
+            {
+                "source": r.source,
+                "task_id": r.task_id,
+                "outcome": outcome,
+                "path": str(path) if path else None,
+                "size": r.size,
+                "error": error,
+            }
+            for r, (outcome, path, error) in zip(results, outcomes, strict=True)
+        ],
         ("source", "outcome", "file", "bytes", "error"),
         [
             [
