@@ -97,6 +97,29 @@ async def test_a_create_asks_the_user_and_sends_nothing_unless_accepted(
         assert servers.sandbox.stats().requests == 0
 
 
+@pytest.mark.parametrize("mode", GENERATIONS)
+async def test_an_auto_project_is_asked_for_at_its_script_and_videos(
+    servers: Servers, mode: str
+) -> None:
+    project = {
+        "reference_video_url": "https://cdn.example.com/ads/ref.mp4",
+        "product_image_urls": ["https://cdn.example.com/p/bottle.png"],
+        "resolution": 1080,
+        "out_number": 2,
+    }
+    async with host(servers, "--confirm-above", "50", mode=mode, answer="decline") as agent:
+        auto = await agent.call("create_ad_clone_project", {**project, "key": "auto"})
+        manual = await agent.call(
+            "create_ad_clone_project", {**project, "key": "manual", "mode": "manual"}
+        )
+        asked = agent.asked
+    assert len(asked) == 1  # the auto project; the manual one is its script: 10, not above 50
+    assert "credits: 100" in asked[0]  # 10 for the script + 2 videos x 15 s x 2 x 1.5 (1080)
+    assert auto["refusal"]["reason"] == "Declined"
+    assert manual["key"] == "manual"
+    assert servers.sandbox.stats().projects_created == 1
+
+
 async def test_a_client_that_cannot_ask_needs_the_operators_consent(servers: Servers) -> None:
     async with host(servers) as agent:
         refused = await agent.call("create_video", {"prompt": "a fox", "key": "n"})
@@ -163,6 +186,16 @@ async def test_a_wait_answers_at_its_bound_and_a_late_create_is_settled_by_the_s
     assert "call wait_for_video again" in waited["next_step"]
     assert progress
     assert creates(servers) == 1
+
+
+async def test_a_wait_of_timeout_0_answers_the_entry_as_it_stands(servers: Servers) -> None:
+    async with host(servers, "--confirm-above", "none") as agent:
+        await agent.call("create_video", {"prompt": "a fox", "key": "now"})
+        now = await agent.call("wait_for_video", {"key": "now", "timeout": 0})
+        waited = await agent.call("wait_for_video", {"key": "now"})
+    assert now["done"] is False  # not the whole bound, in which the video is made
+    assert "call wait_for_video again" in now["next_step"]
+    assert waited["state"] == "succeeded"
 
 
 async def test_a_subscriber_hears_when_its_entry_changes(servers: Servers) -> None:
