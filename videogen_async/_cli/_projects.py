@@ -177,7 +177,6 @@ async def cmd_project_videos(ctx: Context) -> int:
             # the real price of this project's videos, when it already has some
             project = await client.projects.get(args.project_id)
             video = project_video_estimate(
-                None,
                 args.resolution,
                 max([t.credits_cost for t in project.tasks if t.credits_cost], default=None),
             )
