@@ -21,6 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import ElicitRequestParams, ElicitResult
 
+from videogen_async._mcp._tools import UNREAD, VideoTools
 from videogen_async.testing import SandboxServer
 
 from .conftest import CREATE_ROUTE, KEY, Servers, server_env
@@ -215,3 +216,22 @@ async def test_a_service_too_slow_for_the_bound_is_a_refusal_in_time(servers: Se
             refused = await agent.call("credits_balance", {})
     assert refused["refusal"]["reason"] == "TimeoutError"
     assert "Temporarily unavailable" in refused["refusal"]["message"]
+
+
+class _LedgerOut:
+    """A ledger in an outage: a read never answers."""
+
+    max_credits = None
+
+    async def get(self, key: str) -> None:
+        await anyio.sleep_forever()
+
+
+async def test_a_ledger_that_does_not_answer_does_not_hold_a_call_past_its_bound() -> None:
+    async with anyio.create_task_group() as group:
+        tools = VideoTools(_LedgerOut(), None, group, max_wait=0.1)  # type: ignore[arg-type]
+        with anyio.fail_after(30):  # a guard against the hang, far above the bound
+            result = await tools._answer(anyio.sleep_forever(), "late")
+        group.cancel_scope.cancel()  # the work left running by the bound
+    assert result.structured_content == {"key": "late", "done": False, "next_step": UNREAD}
+    assert not result.is_error
