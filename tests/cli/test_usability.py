@@ -18,7 +18,8 @@ import pytest
 from videogen_async import BackoffPolicy
 from videogen_async._cli._common import Context
 from videogen_async._cli._parser import build_parser
-from videogen_async._cli._spending import project_video_estimate, task_estimate
+from videogen_async._cli._spending import task_estimate
+from videogen_async._contract._service import REFERENCE_PRICES
 from videogen_async.testing import Pricing, SandboxServer
 
 from .conftest import KEY, Run, ThreadedSandbox, read_manifest, subprocess_env, videogen
@@ -474,4 +475,6 @@ async def test_the_estimate_is_what_the_sandbox_charges() -> None:
             batch = await client.projects.create_videos(project.project_id, resolution=resolution)
             server.clock.advance(3600)
             task = server.describe_task(batch.task_ids[0])
-            assert task["charged"] == project_video_estimate(8, resolution), resolution
+            # an auto project of one such video: its script and the video
+            cost = REFERENCE_PRICES.project_cost({"duration": 8, "resolution": resolution})
+            assert cost == REFERENCE_PRICES.script_credits + task["charged"], resolution

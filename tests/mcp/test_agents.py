@@ -21,6 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import ElicitRequestParams, ElicitResult
 
+from videogen_async._mcp._tools import UNREAD, VideoTools
 from videogen_async.testing import SandboxServer
 
 from .conftest import CREATE_ROUTE, KEY, Servers, server_env
@@ -97,6 +98,29 @@ async def test_a_create_asks_the_user_and_sends_nothing_unless_accepted(
         assert servers.sandbox.stats().requests == 0
 
 
+@pytest.mark.parametrize("mode", GENERATIONS)
+async def test_an_auto_project_is_asked_for_at_its_script_and_videos(
+    servers: Servers, mode: str
+) -> None:
+    project = {
+        "reference_video_url": "https://cdn.example.com/ads/ref.mp4",
+        "product_image_urls": ["https://cdn.example.com/p/bottle.png"],
+        "resolution": 1080,
+        "out_number": 2,
+    }
+    async with host(servers, "--confirm-above", "50", mode=mode, answer="decline") as agent:
+        auto = await agent.call("create_ad_clone_project", {**project, "key": "auto"})
+        manual = await agent.call(
+            "create_ad_clone_project", {**project, "key": "manual", "mode": "manual"}
+        )
+        asked = agent.asked
+    assert len(asked) == 1  # the auto project; the manual one is its script: 10, not above 50
+    assert "credits: 100" in asked[0]  # 10 for the script + 2 videos x 15 s x 2 x 1.5 (1080)
+    assert auto["refusal"]["reason"] == "Declined"
+    assert manual["key"] == "manual"
+    assert servers.sandbox.stats().projects_created == 1
+
+
 async def test_a_client_that_cannot_ask_needs_the_operators_consent(servers: Servers) -> None:
     async with host(servers) as agent:
         refused = await agent.call("create_video", {"prompt": "a fox", "key": "n"})
@@ -165,6 +189,18 @@ async def test_a_wait_answers_at_its_bound_and_a_late_create_is_settled_by_the_s
     assert creates(servers) == 1
 
 
+async def test_a_wait_of_timeout_0_answers_the_entry_as_it_stands(
+    slow_sandbox: SandboxServer, tmp_path: Any
+) -> None:
+    servers = Servers(slow_sandbox, tmp_path)
+    async with host(servers, "--confirm-above", "none", "--max-wait", "60") as agent:
+        await agent.call("create_video", {"prompt": "a fox", "key": "now"})
+        with anyio.fail_after(40):  # far below the 60 s of a wait to the bound
+            now = await agent.call("wait_for_video", {"key": "now", "timeout": 0})
+    assert now["done"] is False
+    assert "call wait_for_video again" in now["next_step"]
+
+
 async def test_a_subscriber_hears_when_its_entry_changes(servers: Servers) -> None:
     uri = "videogen://entries/sub"
     async with host(servers, "--confirm-above", "none", mode="auto") as agent:
@@ -182,3 +218,22 @@ async def test_a_service_too_slow_for_the_bound_is_a_refusal_in_time(servers: Se
             refused = await agent.call("credits_balance", {})
     assert refused["refusal"]["reason"] == "TimeoutError"
     assert "Temporarily unavailable" in refused["refusal"]["message"]
+
+
+class _LedgerOut:
+    """A ledger in an outage: a read never answers."""
+
+    max_credits = None
+
+    async def get(self, key: str) -> None:
+        await anyio.sleep_forever()
+
+
+async def test_a_ledger_that_does_not_answer_does_not_hold_a_call_past_its_bound() -> None:
+    async with anyio.create_task_group() as group:
+        tools = VideoTools(_LedgerOut(), None, group, max_wait=0.1)  # type: ignore[arg-type]
+        with anyio.fail_after(30):  # a guard against the hang, far above the bound
+            result = await tools._answer(anyio.sleep_forever(), "late")
+        group.cancel_scope.cancel()  # the work left running by the bound
+    assert result.structured_content == {"key": "late", "done": False, "next_step": UNREAD}
+    assert not result.is_error

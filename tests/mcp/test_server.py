@@ -181,7 +181,8 @@ async def test_an_invalid_duration_is_refused_naming_the_rule_with_nothing_sent(
         )
         keyless = await agent.call("create_video", {"prompt": "x"})  # the SDK's check
         option = await agent.data(
-            "create_video", {"prompt": "x", "key": "o", "extra_headers": {"X-Spend": "more"}}
+            "create_video",
+            {"prompt": "x", "key": "o", "extra_headers": {"User-Agent": "smuggled"}},
         )
         unknown = await agent.refusal("get_video", {"key": "never-created"})
         estimate = await agent.refusal("estimate_cost", {"duration": 99})
@@ -191,7 +192,8 @@ async def test_an_invalid_duration_is_refused_naming_the_rule_with_nothing_sent(
     assert "4 to 15" in text
     assert "Nothing was sent" in text
     assert keyless.is_error
-    assert option["state"] == "pending"  # an argument outside the schema is not passed on
+    assert option["state"] == "pending"  # an argument outside the schema is not passed on:
+    assert "smuggled" not in {r.user_agent for r in servers.sandbox.request_log}
     assert "list_videos" in unknown["message"]
     assert "duration" in estimate["message"]
     assert [entry["key"] for entry in listed["entries"]] == ["o"]

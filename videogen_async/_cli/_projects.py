@@ -17,7 +17,7 @@ from .. import (
     Project,
     WaitTimeoutError,
 )
-from .._contract._service import PROJECT_REQUEST, VIDEOS_REQUEST
+from .._contract._service import PROJECT_REQUEST, REFERENCE_PRICES, VIDEOS_REQUEST
 from .._contract._validation import validate_project_request, validate_videos_request
 from ._common import (
     EXIT_API_ERROR,
@@ -98,16 +98,12 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
 async def _guard_project(ctx: Context) -> None:
     """Check a ``project create``, then guard its spending: the script, in auto mode videos."""
     args = ctx.args
-    validate_project_request(request_from_args(args, PROJECT_REQUEST))
-    if args.mode == "manual":
-        await check_spend(ctx, "this project (its script)", SCRIPT_CREDITS, USUAL_PROJECT)
-        return
-    video = project_video_estimate(args.duration, args.resolution)
-    count = args.out_number or 1
+    request = validate_project_request(request_from_args(args, PROJECT_REQUEST))
+    what = f"its script, then {args.out_number or 1} video(s) made automatically"
     await check_spend(
         ctx,
-        f"this project (its script, then {count} video(s) made automatically)",
-        None if video is None else SCRIPT_CREDITS + count * video,
+        f"this project ({'its script' if args.mode == 'manual' else what})",
+        REFERENCE_PRICES.project_cost(request),
         USUAL_PROJECT,
         why_unknown=f"no price is known for resolution {args.resolution!r}",
     )
@@ -193,7 +189,6 @@ async def cmd_project_videos(ctx: Context) -> int:
             # the real price of this project's videos, when it already has some
             project = await client.projects.get(args.project_id)
             video = project_video_estimate(
-                None,
                 args.resolution,
                 max([t.credits_cost for t in project.tasks if t.credits_cost], default=None),
             )

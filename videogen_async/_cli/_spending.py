@@ -30,20 +30,18 @@ def task_estimate(request: dict[str, Any]) -> float:
     return REFERENCE_PRICES.task_cost(request.get("model"), request.get("duration"))
 
 
-def project_video_estimate(
-    duration: int | None, resolution: int | str | None, per_video: float | None = None
-) -> float | None:
-    """The estimated credits of one project video; ``None`` when it cannot be estimated.
+def project_video_estimate(resolution: int | str | None, per_video: float | None) -> float | None:
+    """The estimated credits of one video of a project's batch; ``None`` when not known.
 
     ``per_video``: what the service charged for one of the project's videos, used instead of
-    the reference price.
+    the reference price (a new project's videos are priced by ``Pricing.project_cost``).
     """
     factor = REFERENCE_PRICES.resolution_factor(resolution)
     if factor is None:
         return None
-    if per_video is not None:
-        return per_video * factor
-    return REFERENCE_PRICES.project_video_cost(duration, resolution)
+    if per_video is None:
+        return REFERENCE_PRICES.project_video_cost(None, resolution)
+    return per_video * factor
 
 
 def _interactive() -> bool:

@@ -390,6 +390,24 @@ class Pricing:
             2,
         )
 
+    def project_cost(self, request: Mapping[str, Any]) -> float | None:
+        """The price of a new project of ``request`` (its body); ``None`` when not known.
+
+        In ``auto`` mode (the default) the service makes the project's ``out_number`` videos
+        after its script and charges them too: script + out_number x video price. In
+        ``manual`` mode the project's creation charges the script only (its videos are asked
+        for, and priced, later). A resolution that is not a number has no known price.
+        """
+        if request.get("mode") == "manual":
+            return self.script_credits
+        resolution = request.get("resolution")
+        if self.resolution_factor(resolution) is None:
+            return None
+        count: int = request.get("out_number") or PROJECT_REQUEST.field("out_number").default
+        return self.script_credits + count * self.project_video_cost(
+            request.get("duration"), resolution
+        )
+
 
 REFERENCE_PRICES = Pricing()
 """The reference prices (the defaults of :class:`Pricing`)."""

@@ -65,6 +65,8 @@ from ._answers import (
     with_fields,
 )
 
+UNREAD = "Not known yet (the ledger did not answer in time): call get_video with this key."
+
 
 def bounded(tool: Callable[..., Awaitable[BaseModel]]) -> Callable[..., Any]:
     """A tool's method answered within the bound, a refusal as a structured tool error.
@@ -113,10 +115,14 @@ class VideoTools:
 
         The work is never cancelled by the bound (a cancelled create would be ``unknown``):
         a call that stops waiting leaves it running, and the ledger records a create's answer.
-        At the bound the call answers the entry of ``key`` as it stands, or a refusal.
+        At the bound the call answers the entry of ``key`` as it stands, or a refusal. That
+        read of the ledger is bounded too (a ledger that does not answer must not hold the
+        call past ``max_wait`` + 1 s, under the host's limit): late, the call answers what it
+        knows, the key and that it is not done, with the next step.
         """
         outcome: list[Any] = [TimeoutError("no answer within the bound of the server's calls")]
         done = anyio.Event()
+        deadline = anyio.current_time() + self.max_wait + 1
 
         async def run() -> None:
             try:
@@ -126,11 +132,13 @@ class VideoTools:
             done.set()
 
         self.group.start_soon(run)
-        with anyio.move_on_after(self.max_wait + 0.5):
+        with anyio.move_on_at(deadline - 0.5):  # the last half second for the ledger's read
             await done.wait()
         try:
             if not done.is_set() and key:
-                outcome.append(entry_data(await self._entry(key)))
+                outcome.append(Entry(key=key, done=False, next_step=UNREAD))
+                with anyio.move_on_at(deadline):
+                    outcome.append(entry_data(await self._entry(key)))
             if isinstance(outcome[-1], Exception):
                 raise outcome[-1]
         except REFUSALS as exc:
@@ -172,7 +180,8 @@ class VideoTools:
             old = await self.ledger.get(fields["key"])
         except err.InvalidRequestError:
             return None
-        if cost.credits <= self.confirm_above or (old and old.state != "refused"):  # type: ignore[operator]
+        known = math.inf if cost.credits is None else cost.credits  # no price known: asked
+        if known <= self.confirm_above or (old and old.state != "refused"):
             return None  # a refused key is sent again: asked again
         if getattr(ctx.client_capabilities, "elicitation", None) is None:  # it cannot ask
             if self.ledger.max_credits is None:
@@ -230,7 +239,9 @@ class VideoTools:
         async with anyio.create_task_group() as group:
             group.start_soon(self._progress, ctx, entry)
             try:
-                entry = await self.ledger.wait(key, timeout=min(timeout or math.inf, self.max_wait))
+                entry = await self.ledger.wait(
+                    key, timeout=min(math.inf if timeout is None else timeout, self.max_wait)
+                )
             except err.WaitTimeoutError as exc:
                 entry = exc.last or entry
             group.cancel_scope.cancel()
@@ -281,9 +292,10 @@ class VideoTools:
     async def _estimate(self, fields: dict[str, Any]) -> Estimate:
         """The cost of a create of ``fields`` (checked; an estimate needs no prompt)."""
         body = given(fields, "key", "metadata")
-        if "reference_video_url" in fields:  # a project: its script at once
+        if "reference_video_url" in fields:  # a project: its script, in auto mode its videos
             validate_project_request(body)
-            return Estimate(credits=REFERENCE_PRICES.script_credits)
+            cost = REFERENCE_PRICES.project_cost(body)
+            return Estimate(credits=cost, statement_credits=cost)
         body = validate_task_request({"prompt": "-", **body})
         model = body.get("model") or TASK_REQUEST.field("model").default
         duration = body.get("duration") or TASK_REQUEST.field("duration").default
