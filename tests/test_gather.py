@@ -89,6 +89,7 @@ class FakeClient:
         self.tasks = FakeTasks(self)
         self.options: list[dict[str, Any]] = []
         self.calls: Counter[str] = Counter()
+        self.first_at: dict[str, float] = {}  # each id's first poll, seconds after start
         self.requests = 0
         self.in_flight = 0
         self.peak = 0
@@ -123,6 +124,7 @@ class FakeClient:
         self.others_in_flight.append(self.in_flight)
         self.requests += 1
         self.calls[task_id] += 1
+        self.first_at.setdefault(task_id, time.time() - self.start)
         self.in_flight += 1
         self.per_id_in_flight[task_id] += 1
         self.peak = max(self.peak, self.in_flight)

@@ -310,13 +310,14 @@ async def test_second_batch_of_a_known_class_starts_from_memory() -> None:
             got = await collect(results)
         assert len(got) == 40
         requests.append(fake.requests)
-        calls = fake.calls
+        first_at = fake.first_at
     assert memory.load(("model-a", 5)) is not None
     assert requests[1] < requests[0], requests
     # The second time, the ids other than the probes (the first 8) wait for the remembered
-    # finish times instead of probing: a first poll just before 0.5 s, then a few 0.01 s gaps
-    # (without the memory: polls at 0, 0.01, 0.03, 0.09, 0.19, 0.29, ... of age).
-    assert max(calls[i] for i in names[8:]) <= 5, calls
+    # finish times instead of probing: a first poll just before 0.5 s (without the memory:
+    # polls at 0, 0.01, 0.03, 0.09, 0.19, 0.29, ... of age). Asked of the first poll's time,
+    # which a busy machine only makes later, not of a count of polls, which it can raise.
+    assert min(first_at[i] for i in names[8:]) >= 0.25, first_at
 
 
 async def test_each_class_is_probed_and_learned_on_its_own() -> None:
