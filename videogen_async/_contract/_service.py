@@ -109,14 +109,16 @@ class Body:
     rules: tuple[Rule, ...] = ()
     doc: str = ""
 
+    names: Mapping[str, Field] = attrs.field(init=False, eq=False, repr=False)
+    """The documented fields by name (made once: every body checked reads them)."""
+
+    @names.default
+    def _names(self) -> Mapping[str, Field]:
+        return {f.name: f for f in self.fields}
+
     def field(self, name: str) -> Field:
         """Return the field called ``name``."""
-        return next(f for f in self.fields if f.name == name)
-
-    @property
-    def names(self) -> frozenset[str]:
-        """The documented field names."""
-        return frozenset(f.name for f in self.fields)
+        return self.names[name]
 
 
 @attrs.frozen

@@ -158,7 +158,7 @@ def as_url_list(value: Iterable[str] | None) -> list[str] | None:
     A string, a mapping or a value that is not iterable is a mistake the rules name
     (``InvalidRequestError``), rather than a ``TypeError`` or a list of a dict's keys.
     """
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):  # None too
+    if value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         return value  # type: ignore[return-value]  # the validator names the mistake
     return list(value)
 

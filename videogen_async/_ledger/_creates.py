@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import random
+import time
 import types
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -413,7 +414,7 @@ class Creator:
 
         Stops at the first that still cannot be written.
         """
-        now = anyio.current_time()
+        now = time.monotonic()  # the event loop's clock, without asking anyio for it
         if now >= self._next_scan:  # what other processes of the machine left
             self._next_scan = now + 5.0
             for path, record in await anyio.to_thread.run_sync(self.spool.load):

@@ -184,10 +184,15 @@ def _refuse(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
 
+#: One decoder for every row's metadata (``json.loads`` with a hook builds one per call).
+_SORTED = json.JSONDecoder(object_pairs_hook=lambda pairs: dict(sorted(pairs)))
+
+
 def load_metadata(value: Any) -> dict[str, Any]:
     """The metadata of a row (JSON, parsed or not, or ``NULL``), keys sorted (not as ``jsonb``)."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    loaded = json.loads(text, object_pairs_hook=lambda pairs: dict(sorted(pairs)))
+    if value is None:  # most entries: no metadata
+        return {}
+    loaded = _SORTED.decode(value if isinstance(value, str) else json.dumps(value))
     return dict(loaded) if isinstance(loaded, Mapping) else {}
 
 

@@ -207,9 +207,8 @@ class SQLiteEngine:
         return result
 
     async def live(self, owner: str) -> None:
-        token = creator_token(owner)
-        if self._life is not None or not _FLOCK or token is None:
-            return
+        if self._life is not None or not _FLOCK or (token := creator_token(owner)) is None:
+            return  # held already (every create asks): first, the cheapest
         path = os.path.join(self._lives, token)
 
         def take() -> tuple[int, str]:
