@@ -8,9 +8,12 @@ answers ``GET /v1/tasks`` like the service, so that a task id can be downloaded.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import os
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -501,6 +504,51 @@ async def test_an_unwritable_destination_is_a_download_error(
         await client.download(f"{base}/media/u.mp4", tmp_path / "file" / "u.mp4")
     assert isinstance(info.value.__cause__, OSError)
     assert b.seen == []
+
+
+# A file the kernel refuses to grow (RLIMIT_FSIZE: the write fails with EFBIG, as a full disk
+# fails with ENOSPC), in a process of its own: the limit holds for every file of a process.
+_LIMITED = """
+import asyncio, json, os, resource, signal, sys
+import videogen_async as vg
+
+async def main(url, dest, chunk_size):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+    async with vg.AsyncVideoGen("key", url, max_retries=0) as client:
+        try:
+            await client.download(url + "/media/f.mp4", dest, chunk_size=int(chunk_size))
+        except Exception as exc:
+            cause = exc.__cause__
+            print(json.dumps([type(exc).__name__, str(exc), type(cause).__name__]))
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="RLIMIT_FSIZE is POSIX's")
+@pytest.mark.parametrize("chunk_size", [512, 65536])  # kept in the buffer, or written at once
+async def test_a_file_the_disk_refuses_is_a_download_error_and_leaves_nothing(
+    host: tuple[str, Behaviour], tmp_path: Path, chunk_size: int
+) -> None:
+    base, b = host
+    dest = tmp_path / "out" / "f.mp4"
+    dest.parent.mkdir()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-c", _LIMITED, base, str(dest), str(chunk_size)),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await child.communicate()
+    kind, message, cause = json.loads(out)
+    # Refused as a chunk is written, or once the buffered ones reach the file (the flush before
+    # the rename): the file's error, named with its path, not a raw OSError, and no partial
+    # file left behind.
+    assert (kind, cause) == ("DownloadError", "OSError")
+    assert f"writing {dest} failed" in message
+    assert "File too large" in message
+    assert leftovers(dest.parent) == []
+    assert len(b.seen) == 1  # the disk's refusal is not a broken connection: not tried again
 
 
 async def test_download_many_validates_before_starting(

@@ -129,7 +129,10 @@ class _PartFile:
         self.done = True
 
         def _discard() -> None:
-            self.file.close()
+            # Closing flushes what is buffered, and fails again where the write failed (a full
+            # disk, a file size limit): the file is closed all the same, and still removed.
+            with contextlib.suppress(OSError):
+                self.file.close()
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
 
