@@ -22,7 +22,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import ElicitRequestParams, ElicitResult
 
 from videogen_async._mcp._tools import UNREAD, VideoTools
-from videogen_async.testing import SandboxServer
+from videogen_async.testing import Pricing, SandboxServer
 
 from .conftest import CREATE_ROUTE, KEY, Servers, server_env
 
@@ -156,6 +156,23 @@ async def test_estimate_cost_sends_nothing_and_learns_the_charged_price(servers:
         "statement_credits": 8,
     }
     assert after["learned_credits"] == 8
+
+
+async def test_an_estimate_is_the_higher_of_the_statement_and_the_ledgers_learned_price(
+    tmp_path: Any,
+) -> None:
+    # A service dearer than the statement: after one create the ledger's learned price (the
+    # figure its cap reserves) is the estimate, whatever the statement says.
+    dear = Pricing(per_second={"videomodel_2_0_fast": 3.0})
+    async with SandboxServer(api_key=KEY, time_scale=0.005, pricing=dear, seed=5) as sandbox:
+        servers = Servers(sandbox, tmp_path)
+        fields = {"model": "videomodel_2_0_fast", "duration": 8}
+        async with host(servers, "--confirm-above", "none") as agent:
+            await agent.call("create_video", {"prompt": "x", "key": "d", **fields})
+            other = await agent.call("estimate_cost", {**fields, "duration": 9})
+            after = await agent.call("estimate_cost", fields)
+    assert after == {**fields, "credits": 24, "statement_credits": 8, "learned_credits": 24}
+    assert "learned_credits" not in other  # another duration: nothing learned for it
 
 
 @pytest.fixture

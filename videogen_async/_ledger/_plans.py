@@ -188,8 +188,7 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
         return CreateStart("new", row=taken)
     estimate = hold.estimate
     if estimate is None and taken["model"] is not None and taken["duration"] is not None:
-        price = yield from first(_PRICE, taken["model"], taken["duration"])
-        estimate = None if price is None else float(price["price"])
+        estimate = yield from learned_price(taken["model"], taken["duration"])
     spent = budget["spent"]
     reserved = budget["reserved"]
     outcome, amount = decide_budget(
@@ -199,6 +198,12 @@ def _started(key: str, taken: Row | None, budget: Row | None, hold: Hold) -> Pla
         raise Refused(CreateStart(outcome, estimate=amount, spent=spent, reserved=reserved))
     unpriced = 1 if estimate is None else 0
     return CreateStart("new", row=(yield from first(_RESERVED, key, amount, unpriced)))
+
+
+def learned_price(model: str, duration: int) -> Plan[float | None]:
+    """The highest price a create of ``model`` and ``duration`` was answered with, if any."""
+    row = yield from first(_PRICE, model, duration)
+    return None if row is None else float(row["price"])
 
 
 def settle_created(

@@ -40,6 +40,7 @@ from .._contract import _exceptions as err
 from .._contract._service import REFERENCE_PRICES, TASK_REQUEST
 from .._contract._validation import validate_project_request, validate_task_request
 from .._ledger._entry import STATES
+from .._ledger._plans import learned_price
 from ._answers import (
     KEY_SCHEMA,
     MAX_LIST,
@@ -300,15 +301,13 @@ class VideoTools:
         model = body.get("model") or TASK_REQUEST.field("model").default
         duration = body.get("duration") or TASK_REQUEST.field("duration").default
         statement = REFERENCE_PRICES.task_cost(model, duration)
-        costs = [  # what this ledger was charged for the same model and duration
-            entry.credits_cost
-            async for entry in self.ledger.entries()
-            if entry.credits_cost and (entry.model, entry.duration) == (model, duration)
-        ]
+        # What this ledger was charged for the same model and duration: the figure its cap
+        # reserves, one row (not a read of every entry).
+        learned = await self.ledger.store.read(learned_price, model, duration)
         return Estimate(
             model=model,
             duration=duration,
-            credits=max([statement, *costs]),
+            credits=max(statement, learned or 0.0),
             statement_credits=statement,
-            learned_credits=max(costs, default=None),
+            learned_credits=learned,
         )
