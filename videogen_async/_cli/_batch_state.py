@@ -131,6 +131,8 @@ class BatchState:
         self.in_doubt: set[int] = set()
         #: Lines created by this run (what it charged, apart from what earlier runs did).
         self.created_now: set[int] = set()
+        #: Why the manifest could not be written (a full disk...): its lines go to stdout.
+        self.manifest_error: str | None = None
 
     def record(self, line: InputLine, **fields: Any) -> None:
         """Update (or start) a line's record with ``fields``."""
@@ -169,7 +171,11 @@ class BatchState:
         """0 when every line succeeded (and downloaded), that of a fatal API error, else 1."""
         if self.fatal is not None:
             return exit_code_for(self.fatal)
-        if self.counts()["succeeded"] == len(self.records) and not self.download_failures:
+        if (
+            self.counts()["succeeded"] == len(self.records)
+            and not self.download_failures
+            and self.manifest_error is None
+        ):
             return EXIT_OK
         return EXIT_SOME_FAILED
 
@@ -183,7 +189,13 @@ class BatchState:
         )
 
     async def write_manifest(self) -> None:
-        """Write the manifest atomically (a temporary file, then a rename), off the event loop."""
+        """Write the manifest atomically (a temporary file, then a rename), off the event loop.
+
+        A disk that refuses it (full, read-only, past a size limit) leaves no temporary file
+        and whatever was at the path untouched; why is kept in ``manifest_error`` (the summary
+        then prints the lines, task ids and all, on stdout: with ``--no-journal`` the manifest
+        is the only record of what was charged).
+        """
         target, rows = self.manifest, self.ordered()
 
         def write() -> None:
@@ -199,5 +211,8 @@ class BatchState:
                 Path(name).unlink(missing_ok=True)
                 raise
 
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(write)
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(write)
+        except OSError as exc:
+            self.manifest_error = f"writing {target} failed: {exc}"

@@ -39,16 +39,26 @@ class Spool:
         return hashlib.sha256(where.encode()).hexdigest()[:16]
 
     def put(self, record: dict[str, Any]) -> str:
-        """Keep a record; return the path of its file."""
+        """Keep a record; return the path of its file.
+
+        Raises:
+            OSError: The record could not be written (nothing of it is left).
+        """
         directory = spool_directory()
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self._prefix()}-{uuid.uuid4().hex}.json"
         partial = path.with_suffix(".partial")
-        with open(partial, "w", encoding="utf-8") as file:
-            json.dump({"ledger": self._where, **record}, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, path)
+        try:
+            with open(partial, "w", encoding="utf-8") as file:
+                json.dump({"ledger": self._where, **record}, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(partial, path)
+        except OSError:
+            # A disk that refused the record (full, past a size limit): no partial file left
+            # to take its room; the caller logs the id at ERROR.
+            partial.unlink(missing_ok=True)
+            raise
         with contextlib.suppress(OSError):  # the rename itself made durable, where it can be
             descriptor = os.open(directory, os.O_RDONLY)
             try:
