@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +60,17 @@ def fill(path: Path) -> None:
 def files_in(directory: Path) -> list[str]:
     """The names of the files under ``directory`` (recursively), sorted."""
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def run_limited(script: str, *args: str, size: int, env: dict[str, str] | None = None) -> Any:
+    """Run ``script`` in a child whose files may not grow past ``size`` bytes (``limit``).
+
+    Returns the ``subprocess.CompletedProcess`` (text, stdout and stderr captured).
+    """
+    return subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, "-c", f"{LIMITED}\nlimit({size})\n{script}", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -17,7 +18,7 @@ import pytest
 
 from .._disk import files_in, fill
 from ..ledger._service import Service
-from .conftest import subprocess_env
+from .conftest import CREATE_ROUTE, Run, ThreadedSandbox, subprocess_env
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="tmpfs is Linux's")
 
@@ -61,3 +62,36 @@ async def test_a_batch_whose_disk_fills_during_a_create_hands_over_the_charged_i
     # Nothing half-written left where a reader would take it for whole.
     leftovers = [n for n in files_in(small_fs) if n != "filler" and not n.startswith("batch.db")]
     assert leftovers == []
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_a_batch_without_journal_whose_manifest_the_disk_refuses_prints_its_lines(
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    small_fs: Path,
+    tmp_path: Path,
+    json_mode: bool,
+) -> None:
+    # With --no-journal the manifest is the only record of the tasks charged: a disk that
+    # refuses it must not lose them. Its lines go to stdout, the error names the file.
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [json.dumps({"prompt": f"a fox, take {n}", "duration": 4}) for n in range(3)]
+    prompts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    manifest = small_fs / "results.jsonl"
+    fill(small_fs / "filler")
+    run = cli(
+        *(["--json"] if json_mode else []),
+        *("batch", str(prompts), "--no-journal", "--manifest", str(manifest)),
+    )
+    assert sandbox.routes(CREATE_ROUTE) == 3, run
+    assert run.code == 1, run
+    assert f"writing {manifest} failed: [Errno 28] No space left on device" in run.err
+    if json_mode:
+        printed = run.json()
+        assert printed["manifest_error"] in run.err
+        rows = printed["manifest_lines"]
+    else:
+        rows = [json.loads(line) for line in run.out.splitlines() if line.startswith("{")]
+    assert [(r["line"], r["status"]) for r in rows] == [(n, "succeeded") for n in (1, 2, 3)]
+    assert {r["task_id"] for r in rows} == set(sandbox.task_ids())
+    assert files_in(small_fs) == ["filler"]
