@@ -57,7 +57,11 @@ async def test_a_batch_whose_disk_fills_during_a_create_hands_over_the_charged_i
     assert f'"task_id": "{task_id}"' not in out  # the ledger never recorded it...
     assert task_id in out  # ...but the line's error says which task was charged
     assert f"writing {manifest} failed: [Errno 28] No space left on device" in err
-    assert any("ERROR" in line and task_id in line for line in err.splitlines()), err
+    # The error says "its id was logged at ERROR": the log record is on stderr, --debug or not.
+    logged = [line for line in err.splitlines() if " ERROR videogen_async: " in line]
+    assert len(logged) == 1, err
+    assert f"created {task_id}, but neither the ledger" in logged[0]
+    assert "keep this id" in logged[0]
     assert "Traceback" not in err
     # Nothing half-written left where a reader would take it for whole.
     leftovers = [n for n in files_in(small_fs) if n != "filler" and not n.startswith("batch.db")]
