@@ -55,7 +55,7 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
     # A manifest the disk refused: its lines (the task ids charged) on stdout instead.
     unwritten = run.ordered() if run.manifest_error else None
     if run.manifest_error:
-        ctx.ui.error(f"{run.manifest_error}: its lines are printed on stdout instead")
+        ctx.ui.error(run.manifest_error)
     if ctx.ui.json_mode:
         ctx.ui.emit_json(
             {
@@ -88,7 +88,7 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
                 ctx.ui.print(f"... and {len(attention) - 50} more (see the manifest)")
         for row in unwritten or ():
             ctx.ui.print(json_text(row, "", ensure_ascii=False))
-        ctx.ui.print(f"manifest: {run.manifest}" + (" (not written)" if unwritten else ""))
+        ctx.ui.print(f"manifest: {run.manifest}")
     unknown = counts[UNKNOWN] - len(run.in_doubt)  # those in doubt were said at the start
     if unknown:
         ctx.ui.note(

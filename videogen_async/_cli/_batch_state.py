@@ -201,4 +201,4 @@ class BatchState:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(write_whole, target, text)
         except OSError as exc:
-            self.manifest_error = f"writing {target} failed: {exc}"
+            self.manifest_error = f"writing {target} failed: {exc}; its lines follow on stdout"
