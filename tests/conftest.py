@@ -9,6 +9,7 @@ from blockbuster import BlockBuster
 
 from tests import _aioresponses_compat
 from tests._blocking import no_blocking_calls
+from tests._disk import small_fs  # noqa: F401 - the fixture of a small file system
 from tests._services import REDIS_HINT, RedisServer, unavailable
 
 _aioresponses_compat.install()

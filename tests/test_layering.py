@@ -41,7 +41,7 @@ ALLOWED_FUNCTION_IMPORTS = {
 #: The layers, bottom first. A module imports from its own folder or from a lower layer only;
 #: two folders of one layer never import each other. A top-level module is its own "folder".
 LAYERS = (
-    ("_version", "_contract"),  # the service stated once: models, rules, errors, redaction
+    ("_version", "_contract", "_files"),  # the service stated once; a file written whole
     ("_observe",),  # hooks, spans, logging
     ("_http",),  # transport, session, retry decision, pacing, per-call options, webhooks
     ("_waiting",),  # single waits, the gather and its schedule

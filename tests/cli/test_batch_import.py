@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from .._disk import fill
 from .conftest import CREATE_ROUTE, Run, ThreadedSandbox, read_manifest
 
 # The earlier version's journal, statement for statement.
@@ -217,3 +218,33 @@ def test_a_journal_of_the_earlier_format_in_use_is_refused(
     assert "in use by another videogen batch" in run.err
     assert sandbox.routes(CREATE_ROUTE) == 0
     assert "videogen_ledger_meta" not in tables(journal)
+
+
+def test_a_journal_import_on_a_full_disk_is_refused_and_keeps_the_journal_whole(
+    sandbox: ThreadedSandbox, cli: Callable[..., Run], small_fs: Path, tmp_path: Path
+) -> None:
+    # The journal holds a charged task id; its disk is full when a batch imports it into a
+    # ledger. The import is refused, naming the journal, and the journal keeps every line:
+    # once there is room again the import runs, and the charged line is not sent again.
+    path = write_input(tmp_path, 2)
+    scratch = cli("batch", str(path), "--journal", str(tmp_path / "scratch.db"))
+    assert scratch.code == 0, scratch
+    charged = read_manifest(tmp_path / "prompts.results.jsonl")[0]["task_id"]
+    journal = small_fs / "prompts.journal.sqlite"
+    write_old_journal(journal, sandbox.base_url, {1: ("created", charged)})
+    fill(small_fs / "filler")
+    full = cli("batch", str(path), "--journal", str(journal))
+    assert full.code == 2, full
+    assert f"--journal {journal}: " in full.err
+    assert "full" in full.err
+    assert "Traceback" not in full.err
+    assert sandbox.routes(CREATE_ROUTE) == 2  # the scratch batch's
+    assert "videogen_ledger_meta" not in tables(journal)  # still the journal, whole
+    with contextlib.closing(sqlite3.connect(f"file:{journal}?mode=ro", uri=True)) as conn:
+        assert conn.execute("SELECT line_no, task_id FROM lines").fetchall() == [(1, charged)]
+    (small_fs / "filler").unlink()
+    again = cli("batch", str(path), "--journal", str(journal))
+    assert again.code == 0, again
+    assert "imported 1 line(s) of the journal" in again.err
+    assert sandbox.routes(CREATE_ROUTE) == 3  # line 2 only
+    assert read_manifest(tmp_path / "prompts.results.jsonl")[0]["task_id"] == charged

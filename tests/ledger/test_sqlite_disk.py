@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
-import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,47 +21,17 @@ from videogen_async import Ledger, LedgerError
 from videogen_async._ledger._schema import Plan, q
 from videogen_async._ledger._sqlite import SQLiteEngine
 
+from .._disk import fill as fill_disk
 from ._service import LogEvent, Service
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="tmpfs and chattr are Linux's")
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 512 KiB tmpfs, unmounted after the test."""
-    where = tmp_path / "fs"
-    where.mkdir()
-    mounted = subprocess.run(  # noqa: S603
-        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): run as root")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)  # noqa: S603, S607
-
-
-def _fill(path: Path) -> None:
-    """Write to ``path`` until the file system is full."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(descriptor, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
 
 
 async def test_a_full_disk_during_a_post_keeps_the_id_and_writes_it_back(small_fs: Path) -> None:
     filler = small_fs / "filler"
 
     async def fill(number: int) -> None:
-        await anyio.to_thread.run_sync(_fill, filler)
+        await anyio.to_thread.run_sync(fill_disk, filler)
 
     async with (
         Service(on_post=fill) as service,
@@ -89,7 +56,7 @@ async def test_a_full_disk_before_a_create_is_a_ledger_error_and_nothing_is_sent
         service.client() as client,
         Ledger.open(small_fs / "ledger.db", outage_timeout=0.3) as ledger,
     ):
-        await anyio.to_thread.run_sync(_fill, small_fs / "filler")
+        await anyio.to_thread.run_sync(fill_disk, small_fs / "filler")
         with pytest.raises(LedgerError, match="full") as caught:
             await ledger.create_task(client, "a fox", key="fox")
         assert type(caught.value) is LedgerError

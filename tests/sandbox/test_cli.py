@@ -18,6 +18,8 @@ import pytest
 from videogen_async.testing import SandboxServer, build_openapi, main, serve
 from videogen_async.testing._cli import DEFAULT_PORT
 
+from .._disk import files_in, run_limited
+
 
 def start(*args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIDEOGEN_")}
@@ -89,6 +91,28 @@ def test_write_openapi(tmp_path: Path) -> None:
     target = tmp_path / "openapi.json"
     assert main(["--write-openapi", str(target)]) == 0
     assert json.loads(target.read_text(encoding="utf-8")) == build_openapi()
+
+
+_WRITE_OPENAPI = """
+import sys
+from videogen_async.testing import main
+sys.exit(main(["--write-openapi", sys.argv[1]]))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="RLIMIT_FSIZE is POSIX's")
+def test_write_openapi_on_a_disk_that_refuses_it_keeps_the_old_file(tmp_path: Path) -> None:
+    # The kernel refuses the document past 4 KiB (a file size limit, as a full disk would):
+    # one line naming the file and the cause, exit 1, the old document whole, nothing else.
+    target = tmp_path / "openapi.json"
+    target.write_text('{"old": true}', encoding="utf-8")
+    done = run_limited(_WRITE_OPENAPI, str(target), size=4096)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"videogen sandbox: writing {target} failed:"), done.stderr
+    assert "File too large" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads(target.read_text(encoding="utf-8")) == {"old": True}
+    assert files_in(tmp_path) == ["openapi.json"]
 
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = getattr(args, "debug", False)  # store_true flags: booleans, or not given at all
     ui = UI(json_mode=getattr(args, "json", False), debug=debug)
     ctx = Context(args, ui)
-    with logging_to(ui.err if debug else None):
+    # The SDK's records at ERROR are shown even without --debug: they carry what no other
+    # channel could (a charged task id that neither the ledger nor its spool could record).
+    with logging_to(ui.err, "DEBUG" if debug else "ERROR"):
         try:
             return ctx.run(args.func)
         except Exception as exc:  # one clear line, a traceback only with --debug

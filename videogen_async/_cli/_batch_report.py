@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._contract._redact import redact_url
+from .._contract._validation import json_text
 from ._batch_state import UNKNOWN, BatchState
 from ._common import Context, describe_error, fmt_credits
 from ._tasks import download_with_progress
@@ -51,10 +52,16 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
     charged, total_credits = run.credits(run.created_now), run.credits()
     resume = _resume_command(ctx, journal, run.manifest) if journal is not None else None
     rerun = ctx.interrupted or run.needs_rerun()
+    # A manifest the disk refused: its lines (the task ids charged) on stdout instead.
+    unwritten = run.ordered() if run.manifest_error else None
+    if run.manifest_error:
+        ctx.ui.error(run.manifest_error)
     if ctx.ui.json_mode:
         ctx.ui.emit_json(
             {
                 "manifest": str(run.manifest),
+                "manifest_error": run.manifest_error,
+                "manifest_lines": unwritten,
                 "journal": redact_url(journal) if journal else None,
                 "lines": len(run.records),
                 "counts": dict(counts),
@@ -79,6 +86,8 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
             ctx.ui.table(("line", "status", "task id", "why"), attention[:50], title="Attention")
             if len(attention) > 50:
                 ctx.ui.print(f"... and {len(attention) - 50} more (see the manifest)")
+        for row in unwritten or ():
+            ctx.ui.print(json_text(row, "", ensure_ascii=False))
         ctx.ui.print(f"manifest: {run.manifest}")
     unknown = counts[UNKNOWN] - len(run.in_doubt)  # those in doubt were said at the start
     if unknown:

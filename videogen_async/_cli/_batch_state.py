@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from .._contract import _service as service
 from .._contract._checks import check_key
 from .._contract._exceptions import InvalidRequestError, VideoGenError
 from .._contract._validation import json_text, validate_task_request
+from .._files import write_whole
 from ._common import EXIT_OK, EXIT_SOME_FAILED, exit_code_for
 
 #: Manifest statuses besides the task statuses (succeeded, failed, error).
@@ -131,6 +130,8 @@ class BatchState:
         self.in_doubt: set[int] = set()
         #: Lines created by this run (what it charged, apart from what earlier runs did).
         self.created_now: set[int] = set()
+        #: Why the manifest could not be written (a full disk...): its lines go to stdout.
+        self.manifest_error: str | None = None
 
     def record(self, line: InputLine, **fields: Any) -> None:
         """Update (or start) a line's record with ``fields``."""
@@ -169,7 +170,11 @@ class BatchState:
         """0 when every line succeeded (and downloaded), that of a fatal API error, else 1."""
         if self.fatal is not None:
             return exit_code_for(self.fatal)
-        if self.counts()["succeeded"] == len(self.records) and not self.download_failures:
+        if (
+            self.counts()["succeeded"] == len(self.records)
+            and not self.download_failures
+            and self.manifest_error is None
+        ):
             return EXIT_OK
         return EXIT_SOME_FAILED
 
@@ -183,21 +188,17 @@ class BatchState:
         )
 
     async def write_manifest(self) -> None:
-        """Write the manifest atomically (a temporary file, then a rename), off the event loop."""
-        target, rows = self.manifest, self.ordered()
+        """Write the manifest whole or not at all (``write_whole``), off the event loop.
 
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.writelines(json_text(row, "", ensure_ascii=False) + "\n" for row in rows)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(name, target)
-            except BaseException:
-                Path(name).unlink(missing_ok=True)
-                raise
-
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(write)
+        A disk that refuses it (full, read-only, past a size limit) leaves no temporary file
+        and whatever was at the path untouched; why is kept in ``manifest_error`` (the summary
+        then prints the lines, task ids and all, on stdout: with ``--no-journal`` the manifest
+        is the only record of what was charged).
+        """
+        target = self.manifest
+        text = "".join(json_text(row, "", ensure_ascii=False) + "\n" for row in self.ordered())
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(write_whole, target, text)
+        except OSError as exc:
+            self.manifest_error = f"writing {target} failed: {exc}; its lines follow on stdout"

@@ -213,9 +213,11 @@ async def open_ledger(
         UsageError: A journal of the earlier format that cannot be imported.
         LedgerError: A ledger that cannot be opened.
     """
-    with contextlib.ExitStack() as stack:
-        if where is None:
-            where = str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "batch.db")
+    async with contextlib.AsyncExitStack() as stack:
+        if where is None:  # made and removed off the event loop: file system calls block
+            folder = await anyio.to_thread.run_sync(tempfile.TemporaryDirectory)
+            stack.push_async_callback(anyio.to_thread.run_sync, folder.cleanup)
+            where = str(Path(folder.name) / "batch.db")
         imported = 0
         path = sqlite_path(where)
         if path is not None and await anyio.to_thread.run_sync(is_old_journal, path):

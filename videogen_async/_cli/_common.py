@@ -351,6 +351,7 @@ def logging_to(stream: IO[str] | None, level: str | int = logging.DEBUG) -> Iter
     old_level = logger.level
     handler = logging.NullHandler() if stream is None else logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(level)  # VIDEOGEN_LOG may lower the logger's level: not this handler's
     if stream is not None:
         logger.setLevel(level)
     logger.addHandler(handler)

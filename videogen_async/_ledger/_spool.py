@@ -1,7 +1,8 @@
 """Answers of creates the ledger could not record yet, kept in local files until it can.
 
-A file per answer (:func:`spool_directory`), written to a temporary name, flushed, renamed: a
-reader sees a whole record or none. The methods block: call them in a worker thread.
+A file per answer (:func:`spool_directory`), written whole or not at all (``write_whole``): a
+reader sees a whole record or none, and a disk that refuses one leaves nothing of it. The
+methods block: call them in a worker thread.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import uuid
 from pathlib import Path
 from typing import Any
+
+from .._files import write_whole
 
 
 def spool_directory() -> Path:
@@ -39,22 +42,13 @@ class Spool:
         return hashlib.sha256(where.encode()).hexdigest()[:16]
 
     def put(self, record: dict[str, Any]) -> str:
-        """Keep a record; return the path of its file."""
-        directory = spool_directory()
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{self._prefix()}-{uuid.uuid4().hex}.json"
-        partial = path.with_suffix(".partial")
-        with open(partial, "w", encoding="utf-8") as file:
-            json.dump({"ledger": self._where, **record}, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(partial, path)
-        with contextlib.suppress(OSError):  # the rename itself made durable, where it can be
-            descriptor = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
+        """Keep a record; return the path of its file.
+
+        Raises:
+            OSError: The record could not be written (nothing of it is left: ``write_whole``).
+        """
+        path = spool_directory() / f"{self._prefix()}-{uuid.uuid4().hex}.json"
+        write_whole(path, json.dumps({"ledger": self._where, **record}))
         return str(path)
 
     def load(self) -> list[tuple[str, dict[str, Any]]]:

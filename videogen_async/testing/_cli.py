@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
 
     Returns:
         0 after Ctrl-C/SIGTERM or ``--write-openapi``, 2 for bad options, 1 when the server
-        could not start.
+        could not start or the document could not be written.
     """
     parser = argparse.ArgumentParser(
         prog=prog or "python -m videogen_async.testing",
@@ -173,7 +173,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.write_openapi:
-        write_openapi(args.write_openapi)
+        try:
+            write_openapi(args.write_openapi)
+        except OSError as exc:  # a full disk, a folder not writable: nothing was written
+            print(f"videogen sandbox: writing {args.write_openapi} failed: {exc}", file=sys.stderr)
+            return 1
         return 0
     # aiohttp logs a traceback for every malformed HTTP request it answers 400 (fuzzers send
     # many); show those only when asked for logs.

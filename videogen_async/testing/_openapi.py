@@ -16,6 +16,7 @@ from typing import Any
 from .._contract._schemas import ID_PATTERN, component_schemas, ref
 from .._contract._service import ENDPOINTS, Endpoint
 from .._contract._validation import json_text
+from .._files import write_whole
 
 _PARTS = Path(__file__).with_name("_openapi.json").read_text(encoding="utf-8")
 """The document's fixed text (its descriptions, the error answers, the media stand-in, the
@@ -98,7 +99,11 @@ def openapi_json(server_url: str | None = None) -> str:
 
 
 def write_openapi(path: str | Path) -> Path:
-    """Write the document to ``path`` (``docs/openapi.json`` in the repository); return it."""
+    """Write the document to ``path`` (``docs/openapi.json`` in the repository); return it.
+
+    Raises:
+        OSError: The disk refused it; ``path`` is left as it was (``write_whole``).
+    """
     target = Path(path)
-    target.write_text(openapi_json(), encoding="utf-8")
+    write_whole(target, openapi_json())  # a full disk leaves no half document
     return target
