@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def write_whole(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
+        with contextlib.suppress(FileNotFoundError):  # a file replaced keeps its mode (else 0600)
+            os.chmod(name, stat.S_IMODE(os.stat(path).st_mode))
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(text)
             file.flush()
