@@ -17,6 +17,8 @@ from typing import IO, Any
 
 import anyio
 
+import videogen_async as package
+
 from .. import (
     APIConnectionError,
     APIResponseError,
@@ -132,7 +134,14 @@ def describe_error(exc: BaseException, *, command_line_fields: bool = False) -> 
         text = _FIELD.sub(_as_option, text)
     if isinstance(exc, UsageError):
         return text
-    return f"{type(exc).__name__}: {text}"
+    # The nearest class a user can catch: an internal one (a database that did not answer,
+    # on a full disk) is named by its public parent, ``LedgerError``.
+    public = next(
+        kind
+        for kind in type(exc).__mro__
+        if not kind.__module__.startswith("videogen_async.") or kind.__name__ in package.__all__
+    )
+    return f"{public.__name__}: {text}"
 
 
 def poll_failure(exc: BaseException | None, *, waiting: bool = True) -> tuple[str, str]:

@@ -39,7 +39,9 @@ async def _opened(url: str) -> AsyncIterator[Ledger]:
     async with contextlib.AsyncExitStack() as stack:
         try:
             ledger = await stack.enter_async_context(Ledger.open(url))
-        except (LedgerError, InvalidRequestError) as exc:
+        except LedgerError as exc:  # it names the ledger (a URL's password hidden)
+            raise UsageError(str(exc)) from None
+        except InvalidRequestError as exc:
             raise UsageError(f"ledger {redact_url(url)}: {exc}") from None
         yield ledger
 
