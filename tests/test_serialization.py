@@ -89,6 +89,8 @@ SAMPLES: dict[str, Any] = {
     "estimate": 12.0,
     "spent": 8.0,
     "reserved": 4.0,
+    "created": "t-11",
+    "credits_cost": 10.0,
     "max_credits": 20.0,
     "retry_after": 2.5,
     "readable": {"task_id": "t-9", "status": vg.TaskStatus.RUNNING},

@@ -54,8 +54,11 @@ async def test_a_batch_whose_disk_fills_during_a_create_hands_over_the_charged_i
     # Neither the journal, nor the spool, nor the manifest could take the charged id: it is
     # on stdout (the manifest's lines, and the summary) and in the log at ERROR on stderr.
     assert done.returncode == 1, (out, err)
-    assert f'"task_id": "{task_id}"' not in out  # the ledger never recorded it...
-    assert task_id in out  # ...but the line's error says which task was charged
+    # The ledger never recorded it, but the line carries it, charged by this run: the
+    # manifest's line (on stdout) and the summary count it.
+    assert f'"task_id": "{task_id}"' in out
+    assert '"status": "pending"' in out
+    assert "this run charged 0" not in out
     assert f"writing {manifest} failed: [Errno 28] No space left on device" in err
     # The error says "its id was logged at ERROR": the log record is on stderr, --debug or not.
     logged = [line for line in err.splitlines() if " ERROR videogen_async: " in line]

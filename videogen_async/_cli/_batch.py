@@ -222,8 +222,18 @@ class BatchRun:
                 self.stop_creating = True
                 return False
             except LedgerError as exc:
-                # Created (perhaps) but not recorded: the ledger logged the id; stop here.
-                self.state.record(line, status=UNKNOWN, error=str(exc))
+                # Created (perhaps) but not recorded: the ledger logged the id; stop here. An
+                # id it answered is the line's, charged by this run (the manifest keeps it).
+                status = UNKNOWN if exc.created is None else PENDING
+                self.state.record(
+                    line,
+                    status=status,
+                    error=str(exc),
+                    task_id=exc.created,
+                    credits=exc.credits_cost,
+                )
+                if exc.created is not None:
+                    self.state.created_now.add(line.line_no)
                 self.stop_creating = True
                 raise
             except VideoGenError as exc:

@@ -362,7 +362,19 @@ class LedgerError(VideoGenError):
     missing driver (``videogen-async[postgres]``), a database that did not answer within the
     ledger's ``outage_timeout``, or a read-only or full file. Nothing is sent after it; an
     answer of the service already received is kept (see ``docs/ledger.md``).
+
+    Attributes:
+        created: The task or project id the service answered (and charged) that the ledger
+            could not record yet (it is in the spool, or logged at ERROR); ``None`` otherwise.
+        credits_cost: What that create was charged, as answered (``None`` with no ``created``).
     """
+
+    def __init__(
+        self, message: str, *, created: str | None = None, credits_cost: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.created = created
+        self.credits_cost = credits_cost
 
 
 class AmbiguousCreateError(VideoGenError):

@@ -366,7 +366,12 @@ class Creator:
         try:
             row = await self.store.write(plan, key, self.owner, *args)
         except Exception as again:
-            raise err.LedgerError(f"ledger key {key!r}: {kept}: {again}") from again
+            answer = args[0] if plan is settle_created else None  # what was charged, if known
+            raise err.LedgerError(
+                f"ledger key {key!r}: {kept}: {again}",
+                created=answer and (answer.task_id or answer.project_id),
+                credits_cost=answer and answer.cost,
+            ) from again
         await self._drop(key)
         return row
 
