@@ -3,7 +3,7 @@
 One event loop in one daemon thread runs each call; the caller blocks until its answer. Each
 blocking call wraps its async call (``create = _blocking(Tasks.create)``), docstring included.
 A call is handed over by one ``call_soon_threadsafe`` that starts its task, whose done callback
-releases the caller's lock (see ``_Loop.run``; an anyio portal costs two round trips, and
+releases the caller's lock (see ``_Loop._wait``; an anyio portal costs two round trips, and
 ``asyncio.run_coroutine_threadsafe`` a future more per call: ``bench/sync.py``). The thread is
 ours so that it can be told to stop without a join: by a finalizer (maybe on the loop's own
 thread), never in a forked child, which has no such thread.
@@ -122,18 +122,34 @@ class _Loop:
             raise RuntimeError(_ON_LOOP)
 
     def run(self, func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
-        """Run ``func(*args, **kwargs)`` on the loop (awaited if awaitable); its outcome here.
+        """Run ``func(*args, **kwargs)`` on the loop (awaited if awaitable); its outcome here."""
+        self.check()
+        return self._wait(_call(func, *args, **kwargs))
+
+    def run_async(
+        self, func: Callable[_P, Coroutine[Any, Any, _T]], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """:meth:`run` of a coroutine function: its coroutine, made here, is the call's task.
+
+        Making a coroutine runs none of its code, so it may be made in the caller's thread:
+        the loop then steps one coroutine less per call than through ``_call``.
+        """
+        self.check()  # before the coroutine exists: one refused is never left unawaited
+        result: _T = self._wait(func(*args, **kwargs))
+        return result
+
+    def _wait(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """Hand ``call`` to the loop as a task and block until it ends; its outcome here.
 
         Not ``asyncio.run_coroutine_threadsafe``: the future it chains to the task costs a
-        second done callback, a condition and a lock per call. The task's done callback
+        second done callback, a condition and a lock per call. The task's one done callback
         releases the caller's plain lock (a future's condition would wake the caller twice);
         the caller then reads the task's outcome, which no longer changes.
         """
-        self.check()
         done = threading.Lock()
         done.acquire()
         made: list[asyncio.Task[Any]] = []
-        self._loop.call_soon_threadsafe(self._start, _call(func, *args, **kwargs), done, made)
+        self._loop.call_soon_threadsafe(self._start, call, done, made)
         try:
             done.acquire()
         except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
@@ -153,10 +169,14 @@ class _Loop:
         task = self._loop.create_task(call)
         made.append(task)
         self._calls.add(task)
-        task.add_done_callback(lambda _: done.release())
-        task.add_done_callback(self._calls.discard)
+        # One callback, not one per duty: each is a handle the loop makes and runs.
+        task.add_done_callback(functools.partial(self._finish, done))
         if self.closed:  # since the caller's check: close() may not have seen this call
             task.cancel()
+
+    def _finish(self, done: threading.Lock, task: asyncio.Task[Any]) -> None:
+        self._calls.discard(task)
+        done.release()
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""
@@ -205,10 +225,11 @@ class _Call(Generic[_P, _T]):
             return self
         target = getattr(obj._target, self._name)
         loop, wrap = obj._loop, self._wrap
+        run = loop.run_async if inspect.iscoroutinefunction(target) else loop.run
 
         @functools.wraps(target)
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = loop.run(target, *args, **kwargs)
+            result = run(target, *args, **kwargs)
             return result if wrap is None else wrap(loop, result)
 
         obj.__dict__[self._name] = call  # found there from now on, before this descriptor
