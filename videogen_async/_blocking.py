@@ -3,7 +3,7 @@
 One event loop in one daemon thread runs each call; the caller blocks until its answer. Each
 blocking call wraps its async call (``create = _blocking(Tasks.create)``), docstring included.
 A call is handed over by one ``call_soon_threadsafe`` that starts its task, whose done callback
-releases the caller's lock (see ``_Loop._wait``; an anyio portal costs two round trips, and
+releases the caller's lock (see ``_Loop.wait``; an anyio portal costs two round trips, and
 ``asyncio.run_coroutine_threadsafe`` a future more per call: ``bench/sync.py``). The thread is
 ours so that it can be told to stop without a join: by a finalizer (maybe on the loop's own
 thread), never in a forked child, which has no such thread.
@@ -124,22 +124,14 @@ class _Loop:
     def run(self, func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
         """Run ``func(*args, **kwargs)`` on the loop (awaited if awaitable); its outcome here."""
         self.check()
-        return self._wait(_call(func, *args, **kwargs))
+        return self.wait(_call(func, *args, **kwargs))
 
-    def run_async(
-        self, func: Callable[_P, Coroutine[Any, Any, _T]], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T:
-        """:meth:`run` of a coroutine function: its coroutine, made here, is the call's task.
-
-        Making a coroutine runs none of its code, so it may be made in the caller's thread:
-        the loop then steps one coroutine less per call than through ``_call``.
-        """
-        self.check()  # before the coroutine exists: one refused is never left unawaited
-        result: _T = self._wait(func(*args, **kwargs))
-        return result
-
-    def _wait(self, call: Coroutine[Any, Any, Any]) -> Any:
+    def wait(self, call: Coroutine[Any, Any, Any]) -> Any:
         """Hand ``call`` to the loop as a task and block until it ends; its outcome here.
+
+        The caller made ``call`` after :meth:`check` (a refused call leaves no coroutine
+        unawaited). A coroutine runs none of its code when made, so it may be made in the
+        caller's thread: the loop then steps one coroutine less than through ``_call``.
 
         Not ``asyncio.run_coroutine_threadsafe``: the future it chains to the task costs a
         second done callback, a condition and a lock per call. The task's one done callback
@@ -225,11 +217,15 @@ class _Call(Generic[_P, _T]):
             return self
         target = getattr(obj._target, self._name)
         loop, wrap = obj._loop, self._wrap
-        run = loop.run_async if inspect.iscoroutinefunction(target) else loop.run
+        direct = inspect.iscoroutinefunction(target)  # its coroutine is the call's task
 
         @functools.wraps(target)
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = run(target, *args, **kwargs)
+            if direct:
+                loop.check()
+                result = loop.wait(target(*args, **kwargs))
+            else:
+                result = loop.run(target, *args, **kwargs)
             return result if wrap is None else wrap(loop, result)
 
         obj.__dict__[self._name] = call  # found there from now on, before this descriptor
