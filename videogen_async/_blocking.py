@@ -85,7 +85,7 @@ def _request_stop(pid: int, loop: asyncio.AbstractEventLoop, stop: asyncio.Event
             loop.call_soon_threadsafe(stop.set)
 
 
-async def _call(func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
+async def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     result = func(*args, **kwargs)
     return await result if inspect.isawaitable(result) else result
 
@@ -101,7 +101,8 @@ class _Loop:
     def __init__(self, client: AsyncVideoGen) -> None:
         self.pid = os.getpid()
         self.closed = False
-        self._calls: set[asyncio.Task[Any]] = set()  # running on the loop (used there only)
+        # The calls running on the loop, each with its caller's lock (used there only).
+        self._calls: dict[asyncio.Task[Any], threading.Lock] = {}
         started: _Started = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=_run, args=(client, started), name="videogen-async-loop", daemon=True
@@ -160,15 +161,14 @@ class _Loop:
     ) -> None:
         task = self._loop.create_task(call)
         made.append(task)
-        self._calls.add(task)
+        self._calls[task] = done
         # One callback, not one per duty: each is a handle the loop makes and runs.
-        task.add_done_callback(functools.partial(self._finish, done))
+        task.add_done_callback(self._finish)
         if self.closed:  # since the caller's check: close() may not have seen this call
             task.cancel()
 
-    def _finish(self, done: threading.Lock, task: asyncio.Task[Any]) -> None:
-        self._calls.discard(task)
-        done.release()
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        self._calls.pop(task).release()
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""
@@ -217,15 +217,13 @@ class _Call(Generic[_P, _T]):
             return self
         target = getattr(obj._target, self._name)
         loop, wrap = obj._loop, self._wrap
-        direct = inspect.iscoroutinefunction(target)  # its coroutine is the call's task
+        # A coroutine function's own coroutine is the call's task: one frame less on the loop.
+        make = target if inspect.iscoroutinefunction(target) else functools.partial(_call, target)
 
         @functools.wraps(target)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if direct:
-                loop.check()
-                result = loop.wait(target(*args, **kwargs))
-            else:
-                result = loop.run(target, *args, **kwargs)
+            loop.check()
+            result = loop.wait(make(*args, **kwargs))
             return result if wrap is None else wrap(loop, result)
 
         obj.__dict__[self._name] = call  # found there from now on, before this descriptor
