@@ -29,7 +29,17 @@ process's interpreter lock):
    thread) instead of twenty. Connections are counted as this process's sockets to the
    sandbox (Linux ``/proc``), at the end of each run.
 
+On a busy machine the wall and CPU times swing with the load far more than the client's
+own cost moves; ``--instructions`` counts instead the machine instructions per call of one
+caller, under valgrind (``cachegrind``): ``credits.get()`` awaited, called on a
+``VideoGen``, and a blocking call of a coroutine that returns at once (the client's own cost
+per call: the hand-off's Python on both threads, the loop's extra turns). Each kind runs
+once with 0 and once with ``--counted`` calls after the same warm-up, the difference divided
+by the count; the kinds alternate ``--repeat`` times and the medians are printed. The
+kernel's part of a hand-off (the wake-ups) is not counted.
+
     python bench/sync.py [--calls 300] [--call-rounds 15] [--threads 20] [--per-thread 200]
+    python bench/sync.py --instructions [--counted 300] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -37,10 +47,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import math
 import os
+import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -52,6 +63,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from videogen_async import AsyncVideoGen, VideoGen
+from videogen_async._blocking import _blocking, _Namespace
 from videogen_async.testing import SandboxProcess
 
 
@@ -216,7 +228,8 @@ def per_call(base: str, key: str, calls: int, rounds: int, threads: int) -> PerC
             ThreadPoolExecutor(threads) as pool,
             idle_loop() as idle,
         ):
-            get, nothing = blocking.credits.get, functools.partial(blocking._loop.run, int)
+            get = blocking.credits.get
+            nothing = _BlockingNothing(blocking._loop, _Nothing()).nothing
             async_round()  # warm up: connections, caches
             in_threads(pool, threads, calls, get)
             for _ in range(rounds):
@@ -285,6 +298,62 @@ def shared_against_own(
     return best
 
 
+class _Nothing:
+    async def nothing(self) -> None:
+        return None
+
+
+class _BlockingNothing(_Namespace):
+    """A blocking namespace whose one call, of a coroutine that returns at once, sends nothing."""
+
+    nothing = _blocking(_Nothing.nothing)
+
+
+def counted(kind: str, calls: int, base: str, key: str) -> None:
+    """The child of ``--instructions``: a warm-up, then ``calls`` calls of ``kind``, one caller."""
+    if kind == "async":
+
+        async def run() -> None:
+            async with AsyncVideoGen(api_key=key, base_url=base) as client:
+                for _ in range(50 + calls):
+                    await client.credits.get()
+
+        asyncio.run(run())
+        return
+    with VideoGen(api_key=key, base_url=base) as client:
+        nothing = _BlockingNothing(client._loop, _Nothing()).nothing
+        call = client.credits.get if kind == "blocking" else nothing
+        for _ in range(50 + calls):
+            call()
+
+
+def instructions(kind: str, calls: int, base: str, key: str) -> float:
+    """Machine instructions per call of ``kind`` (valgrind's count of the child)."""
+    totals = []
+    for n in (0, calls):
+        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+        command += ["--cachegrind-out-file=/dev/null", sys.executable, __file__]
+        command += ["--child", kind, str(n), base, key]
+        run = subprocess.run(command, capture_output=True, text=True, check=True)
+        found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
+        assert found, run.stderr[-2000:]
+        totals.append(int(found.group(1).replace(",", "")))
+    return (totals[1] - totals[0]) / calls
+
+
+def print_instructions(base: str, key: str, calls: int, repeat: int) -> None:
+    counts: dict[str, list[float]] = {"async": [], "blocking": [], "nothing": []}
+    for _ in range(repeat):
+        for kind, found in counts.items():
+            found.append(instructions(kind, calls, base, key))
+    a, b, empty = (statistics.median(found) for found in counts.values())
+    print(
+        f"\ninstructions per call of one caller (valgrind, {calls} counted, median of {repeat})"
+        f"\ncredits.get() awaited {a:,.0f}, blocking {b:,.0f}: {b / a:.3f}x;"
+        f" a blocking call that sends nothing {empty:,.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per round, part 1")
@@ -292,9 +361,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=20)
     parser.add_argument("--per-thread", type=int, default=200, help="calls per thread, part 2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true", help="count, under valgrind")
+    parser.add_argument("--counted", type=int, default=300, help="calls counted")
+    parser.add_argument("--repeat", type=int, default=3, help="counts of each kind")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, calls, base, key = args.child
+        counted(kind, int(calls), base, key)
+        return
     with SandboxProcess("--manual-clock") as sandbox:
         base, key = sandbox.base_url, sandbox.api_key
+        if args.instructions:
+            print_instructions(base, key, args.counted, args.repeat)
+            return
         per = [(n, per_call(base, key, args.calls, args.call_rounds, n)) for n in (1, 4)]
         rows = shared_against_own(base, key, args.threads, args.per_thread, args.rounds)
 
