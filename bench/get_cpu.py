@@ -19,6 +19,15 @@ percent from run to run (how the answers of the service, which runs at full spee
 slowed client, batch into the loop's iterations): the kinds are counted ``--repeat`` times,
 alternating, and the medians compared.
 
+Why the CPU ratio is above the instruction ratio: the client's own steps, run between
+aiohttp's, cost several times what they cost in a loop of their own (most likely caches made
+cold by the steps between: their instructions are the same). Taking one step out at a time
+(rounds alternating with an unchanged copy of the client in the same process, 21 rounds of
+3,000 at 32 in flight) took off: the parse of the ``Task`` 9% of ``tasks.get``'s CPU (1.4 us
+alone, 2%), of which the two dates 3.7%, building the ``Task`` 2.6% and the search for an
+echoed key 2.2%; the attempt's ``Bound`` 4% (0.8 us alone); the trace id's redaction 1.8%;
+the pacing slot 1.3%.
+
     python bench/get_cpu.py [--requests 2000] [--rounds 9] [--concurrency 1 32]
     python bench/get_cpu.py --instructions [--counted 600] [--repeat 3]
 """

@@ -13,27 +13,49 @@ process's interpreter lock):
    idle loop), and count the voluntary context switches per call (Linux ``/proc``): an
    awaited call wakes no other thread, a blocking one wakes the loop's and is woken, and
    each wait for the interpreter lock between them counts too.
+
+   The loop trip bounds what a blocking call can reach: it does the awaited call's work on
+   the loop plus at least one hand-off there and back. With one caller these run one after
+   the other, so its wall time per call is at least ``async + loop trip``; with several, a
+   hand-off overlaps the loop's other work only where neither holds the interpreter lock (the
+   kernel's wake-ups), so the same sum estimates the least. ``floor`` prints it as a ratio,
+   ``1 + loop trip / async``, from the same rounds: where it is above the target, no blocking
+   client handing calls to a loop thread meets the target at that load, and what is left to
+   the client itself is the gap between ``wall`` and ``floor`` (per call, about ``no request``
+   minus ``loop trip``: its own work beyond the bare hand-off).
 2. **Shared between threads**: 20 threads calling ``credits.get()`` on one shared
    ``VideoGen``, against 20 threads each with a ``VideoGen`` of its own. Target: the shared
    client at least 1.0x the requests per second, with one connection pool (and one loop
    thread) instead of twenty. Connections are counted as this process's sockets to the
    sandbox (Linux ``/proc``), at the end of each run.
 
+On a busy machine the wall and CPU times swing with the load far more than the client's
+own cost moves; ``--instructions`` counts instead the machine instructions per call of one
+caller, under valgrind (``cachegrind``): ``credits.get()`` awaited, called on a
+``VideoGen``, and a blocking call of a coroutine that returns at once (the client's own cost
+per call: the hand-off's Python on both threads, the loop's extra turns). Each kind runs
+once with 0 and once with ``--counted`` calls after the same warm-up, the difference divided
+by the count; the kinds alternate ``--repeat`` times and the medians are printed. The
+kernel's part of a hand-off (the wake-ups) is not counted.
+
     python bench/sync.py [--calls 300] [--call-rounds 15] [--threads 20] [--per-thread 200]
+    python bench/sync.py --instructions [--counted 300] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
+import contextlib
 import math
 import os
+import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -41,6 +63,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from videogen_async import AsyncVideoGen, VideoGen
+from videogen_async._blocking import _blocking, _Namespace
 from videogen_async.testing import SandboxProcess
 
 
@@ -123,15 +146,32 @@ def in_threads(
     return Round.timed(run, calls)
 
 
-def loop_round_trip(pool: ThreadPoolExecutor, threads: int, calls: int) -> Round:
-    """The floor of any hand-off to a loop thread: ``call_soon_threadsafe(lock.release)``.
+@contextlib.contextmanager
+def idle_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running in a thread of its own, idle until woken.
 
-    An idle event loop in a thread of its own, woken by each caller to release the lock the
-    caller then waits on: no task, no coroutine, nothing of the client.
+    One for all the rounds of a run, as a client's loop thread is: a thread started for each
+    round made the trip of one caller up to three times slower, and no floor.
     """
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever)
     thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+def loop_round_trip(
+    pool: ThreadPoolExecutor, threads: int, calls: int, loop: asyncio.AbstractEventLoop
+) -> Round:
+    """The floor of any hand-off to a loop thread: ``call_soon_threadsafe(lock.release)``.
+
+    ``loop`` is idle (:func:`idle_loop`), woken by each caller to release the lock the caller
+    then waits on: no task, no coroutine, nothing of the client.
+    """
 
     def call() -> None:
         done = threading.Lock()
@@ -139,12 +179,7 @@ def loop_round_trip(pool: ThreadPoolExecutor, threads: int, calls: int) -> Round
         loop.call_soon_threadsafe(done.release)
         done.acquire()
 
-    try:
-        return in_threads(pool, threads, calls, call)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
+    return in_threads(pool, threads, calls, call)
 
 
 class PerCall(NamedTuple):
@@ -188,14 +223,19 @@ def per_call(base: str, key: str, calls: int, rounds: int, threads: int) -> PerC
     empty: list[Round] = []
     floor: list[Round] = []
     try:
-        with VideoGen(api_key=key, base_url=base) as blocking, ThreadPoolExecutor(threads) as pool:
-            get, nothing = blocking.credits.get, functools.partial(blocking._loop.run, int)
+        with (
+            VideoGen(api_key=key, base_url=base) as blocking,
+            ThreadPoolExecutor(threads) as pool,
+            idle_loop() as idle,
+        ):
+            get = blocking.credits.get
+            nothing = _BlockingNothing(blocking._loop, _Nothing()).nothing
             async_round()  # warm up: connections, caches
             in_threads(pool, threads, calls, get)
             for _ in range(rounds):
                 pairs.append((async_round(), in_threads(pool, threads, calls, get)))
                 empty.append(in_threads(pool, threads, calls, nothing))  # sends nothing
-                floor.append(loop_round_trip(pool, threads, calls))
+                floor.append(loop_round_trip(pool, threads, calls, idle))
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
@@ -258,6 +298,62 @@ def shared_against_own(
     return best
 
 
+class _Nothing:
+    async def nothing(self) -> None:
+        return None
+
+
+class _BlockingNothing(_Namespace):
+    """A blocking namespace whose one call, of a coroutine that returns at once, sends nothing."""
+
+    nothing = _blocking(_Nothing.nothing)
+
+
+def counted(kind: str, calls: int, base: str, key: str) -> None:
+    """The child of ``--instructions``: a warm-up, then ``calls`` calls of ``kind``, one caller."""
+    if kind == "async":
+
+        async def run() -> None:
+            async with AsyncVideoGen(api_key=key, base_url=base) as client:
+                for _ in range(50 + calls):
+                    await client.credits.get()
+
+        asyncio.run(run())
+        return
+    with VideoGen(api_key=key, base_url=base) as client:
+        nothing = _BlockingNothing(client._loop, _Nothing()).nothing
+        call = client.credits.get if kind == "blocking" else nothing
+        for _ in range(50 + calls):
+            call()
+
+
+def instructions(kind: str, calls: int, base: str, key: str) -> float:
+    """Machine instructions per call of ``kind`` (valgrind's count of the child)."""
+    totals = []
+    for n in (0, calls):
+        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+        command += ["--cachegrind-out-file=/dev/null", sys.executable, __file__]
+        command += ["--child", kind, str(n), base, key]
+        run = subprocess.run(command, capture_output=True, text=True, check=True)
+        found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
+        assert found, run.stderr[-2000:]
+        totals.append(int(found.group(1).replace(",", "")))
+    return (totals[1] - totals[0]) / calls
+
+
+def print_instructions(base: str, key: str, calls: int, repeat: int) -> None:
+    counts: dict[str, list[float]] = {"async": [], "blocking": [], "nothing": []}
+    for _ in range(repeat):
+        for kind, found in counts.items():
+            found.append(instructions(kind, calls, base, key))
+    a, b, empty = (statistics.median(found) for found in counts.values())
+    print(
+        f"\ninstructions per call of one caller (valgrind, {calls} counted, median of {repeat})"
+        f"\ncredits.get() awaited {a:,.0f}, blocking {b:,.0f}: {b / a:.3f}x;"
+        f" a blocking call that sends nothing {empty:,.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per round, part 1")
@@ -265,9 +361,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=20)
     parser.add_argument("--per-thread", type=int, default=200, help="calls per thread, part 2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true", help="count, under valgrind")
+    parser.add_argument("--counted", type=int, default=300, help="calls counted")
+    parser.add_argument("--repeat", type=int, default=3, help="counts of each kind")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, calls, base, key = args.child
+        counted(kind, int(calls), base, key)
+        return
     with SandboxProcess("--manual-clock") as sandbox:
         base, key = sandbox.base_url, sandbox.api_key
+        if args.instructions:
+            print_instructions(base, key, args.counted, args.repeat)
+            return
         per = [(n, per_call(base, key, args.calls, args.call_rounds, n)) for n in (1, 4)]
         rows = shared_against_own(base, key, args.threads, args.per_thread, args.rounds)
 
@@ -278,7 +385,7 @@ def main() -> None:
     print(
         f"\nper call ({args.call_rounds} alternating rounds of {args.calls} calls): callers"
         f" awaiting AsyncVideoGen on one loop, against as many threads calling one VideoGen"
-        f"\n{'callers':>7} {'async us':>9} {'blocking us':>12} {'wall':>6} {'CPU':>6}"
+        f"\n{'callers':>7} {'async us':>9} {'blocking us':>12} {'wall':>6} {'floor':>6} {'CPU':>6}"
         f" {'no request us':>14} {'loop trip us':>13} {'switches a/b':>13}"
         f"   target: wall and CPU <= 1.15x"
     )
@@ -286,7 +393,8 @@ def main() -> None:
         verdict = "met" if row.wall <= 1.15 and row.cpu <= 1.15 else "NOT met"
         print(
             f"{n:>7} {row.async_wall * 1e6:>9.0f} {row.blocking_wall * 1e6:>12.0f}"
-            f" {row.wall:>5.2f}x {row.cpu:>5.2f}x {row.empty * 1e6:>14.1f}"
+            f" {row.wall:>5.2f}x {1 + row.floor / row.async_wall:>5.2f}x {row.cpu:>5.2f}x"
+            f" {row.empty * 1e6:>14.1f}"
             f" {row.floor * 1e6:>13.1f} {row.async_switches:>6.2f}/{row.blocking_switches:<6.2f}"
             f"   {verdict}"
         )
@@ -305,8 +413,9 @@ def main() -> None:
     print(
         "(us/call: the best round; ratio: the median of the rounds' ratios. no request: a"
         " blocking call that sends nothing; loop trip: call_soon_threadsafe(lock.release) to an"
-        " idle loop thread, the floor of any hand-off; switches a/b: voluntary context switches"
-        " per call, async/blocking. sockets: open connections to the sandbox; loops: the"
+        " idle loop thread, the floor of any hand-off; floor: 1 + loop trip / async, the least"
+        " wall ratio of a call handed to a loop thread; switches a/b: voluntary context"
+        " switches per call, async/blocking. sockets: open connections to the sandbox; loops: the"
         f" clients' loop threads; best of {args.rounds} rounds)"
     )
 

@@ -36,6 +36,7 @@ from videogen_async import (
     VideoGen,
     VideoGenError,
     WaitTimeoutError,
+    _blocking,
 )
 from videogen_async._blocking import BlockingCredits, BlockingProjects, BlockingTasks
 from videogen_async._resources._credits import Credits
@@ -383,6 +384,37 @@ def test_a_call_is_handed_over_without_a_future_of_its_own(
             assert client.credits.get().api_total_credits == 10_000
         monkeypatch.undo()
     assert made == []
+
+
+def test_a_coroutine_call_is_the_task_and_a_plain_call_is_wrapped(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coroutine method's own coroutine is its call's task; a plain method is wrapped.
+
+    The coroutine is made in the calling thread (which runs none of it): the loop steps no
+    wrapping coroutine per call. A plain callable (``with_options``) still runs on the loop,
+    through the one wrapper, ``_call``.
+    """
+    wrapped: list[str] = []
+    tops: list[str] = []
+    call = _blocking._call
+
+    async def recording(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        wrapped.append(func.__name__)
+        return await call(func, *args, **kwargs)
+
+    def top(_: object) -> None:  # an event hook: on the loop, inside the call's task
+        task = asyncio.current_task()
+        assert task is not None
+        tops.append(task.get_coro().__qualname__)  # type: ignore[union-attr]
+
+    monkeypatch.setattr(_blocking, "_call", recording)
+    with VideoGen(**_options(sandbox), event_hooks={"request": [top]}) as client:
+        assert client.credits.get().api_total_credits == 10_000
+        view = client.with_options(timeout=5.0)
+        assert view.credits.get().api_total_credits == 10_000
+    assert tops == ["Credits.get", "Credits.get"]
+    assert wrapped == ["with_options"]
 
 
 def test_ctrl_c_in_the_calling_thread_stops_the_call_on_the_loop(sandbox: Sandbox) -> None:

@@ -3,7 +3,7 @@
 One event loop in one daemon thread runs each call; the caller blocks until its answer. Each
 blocking call wraps its async call (``create = _blocking(Tasks.create)``), docstring included.
 A call is handed over by one ``call_soon_threadsafe`` that starts its task, whose done callback
-releases the caller's lock (see ``_Loop.run``; an anyio portal costs two round trips, and
+releases the caller's lock (see ``_Loop.wait``; an anyio portal costs two round trips, and
 ``asyncio.run_coroutine_threadsafe`` a future more per call: ``bench/sync.py``). The thread is
 ours so that it can be told to stop without a join: by a finalizer (maybe on the loop's own
 thread), never in a forked child, which has no such thread.
@@ -85,7 +85,7 @@ def _request_stop(pid: int, loop: asyncio.AbstractEventLoop, stop: asyncio.Event
             loop.call_soon_threadsafe(stop.set)
 
 
-async def _call(func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
+async def _call(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     result = func(*args, **kwargs)
     return await result if inspect.isawaitable(result) else result
 
@@ -101,7 +101,8 @@ class _Loop:
     def __init__(self, client: AsyncVideoGen) -> None:
         self.pid = os.getpid()
         self.closed = False
-        self._calls: set[asyncio.Task[Any]] = set()  # running on the loop (used there only)
+        # The calls running on the loop, each with its caller's lock (used there only).
+        self._calls: dict[asyncio.Task[Any], threading.Lock] = {}
         started: _Started = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=_run, args=(client, started), name="videogen-async-loop", daemon=True
@@ -122,18 +123,26 @@ class _Loop:
             raise RuntimeError(_ON_LOOP)
 
     def run(self, func: Callable[_P, Any], *args: _P.args, **kwargs: _P.kwargs) -> Any:
-        """Run ``func(*args, **kwargs)`` on the loop (awaited if awaitable); its outcome here.
+        """Run ``func(*args, **kwargs)`` on the loop (awaited if awaitable); its outcome here."""
+        self.check()
+        return self.wait(_call(func, *args, **kwargs))
+
+    def wait(self, call: Coroutine[Any, Any, Any]) -> Any:
+        """Hand ``call`` to the loop as a task and block until it ends; its outcome here.
+
+        The caller made ``call`` after :meth:`check` (a refused call leaves no coroutine
+        unawaited). A coroutine runs none of its code when made, so it may be made in the
+        caller's thread: the loop then steps one coroutine less than through ``_call``.
 
         Not ``asyncio.run_coroutine_threadsafe``: the future it chains to the task costs a
-        second done callback, a condition and a lock per call. The task's done callback
+        second done callback, a condition and a lock per call. The task's one done callback
         releases the caller's plain lock (a future's condition would wake the caller twice);
         the caller then reads the task's outcome, which no longer changes.
         """
-        self.check()
         done = threading.Lock()
         done.acquire()
         made: list[asyncio.Task[Any]] = []
-        self._loop.call_soon_threadsafe(self._start, _call(func, *args, **kwargs), done, made)
+        self._loop.call_soon_threadsafe(self._start, call, done, made)
         try:
             done.acquire()
         except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
@@ -152,11 +161,14 @@ class _Loop:
     ) -> None:
         task = self._loop.create_task(call)
         made.append(task)
-        self._calls.add(task)
-        task.add_done_callback(lambda _: done.release())
-        task.add_done_callback(self._calls.discard)
+        self._calls[task] = done
+        # One callback, not one per duty: each is a handle the loop makes and runs.
+        task.add_done_callback(self._finish)
         if self.closed:  # since the caller's check: close() may not have seen this call
             task.cancel()
+
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        self._calls.pop(task).release()
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""
@@ -205,10 +217,13 @@ class _Call(Generic[_P, _T]):
             return self
         target = getattr(obj._target, self._name)
         loop, wrap = obj._loop, self._wrap
+        # A coroutine function's own coroutine is the call's task: one frame less on the loop.
+        make = target if inspect.iscoroutinefunction(target) else functools.partial(_call, target)
 
         @functools.wraps(target)
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = loop.run(target, *args, **kwargs)
+            loop.check()
+            result = loop.wait(make(*args, **kwargs))
             return result if wrap is None else wrap(loop, result)
 
         obj.__dict__[self._name] = call  # found there from now on, before this descriptor

@@ -24,7 +24,8 @@ def parse_datetime(value: Any) -> datetime | None:
         return None
     if isinstance(value, datetime):
         parsed = value
-    elif isinstance(value, str) and value.strip():
+    # Blank text is refused without a stripped copy of every answer's times.
+    elif isinstance(value, str) and value and not value.isspace():
         try:  # the common case on 3.11+ (which reads "Z" and any fraction), without a regex
             parsed = datetime.fromisoformat(value)
         except ValueError:  # normalised first: what Python 3.10's version does not read

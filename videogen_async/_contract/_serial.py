@@ -103,10 +103,15 @@ class NotFinite(ValueError):
         self.path = path
 
 
+# The encoder of a request's body (no options), made once: ``json.dumps`` with any option
+# makes a new ``JSONEncoder`` per call.
+_ENCODE = json.JSONEncoder(allow_nan=False).encode
+
+
 def finite_json(value: Any, path: str, **options: Any) -> str:
     """``json.dumps(value, **options)`` refusing NaN and Infinity: ``NotFinite``, its path."""
     try:
-        return json.dumps(value, allow_nan=False, **options)
+        return json.dumps(value, allow_nan=False, **options) if options else _ENCODE(value)
     except ValueError:
         stack = [(path, value)]
         while stack:

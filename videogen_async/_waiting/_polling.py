@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
@@ -162,7 +163,9 @@ async def poll_until(
     """
     policy = poll_policy or DEFAULT_POLICY
     rng = random.Random()
-    start = anyio.current_time()
+    # The loop's clock read directly (asyncio's is time.monotonic): anyio.current_time() and
+    # anyio.sleep find the backend on every call, a poll's share of CPU for nothing.
+    start = time.monotonic()
     end = math.inf if timeout is None else start + timeout
     last = after
     failures = 0  # transient failures in a row, 429s apart (the pacing answers those)
@@ -176,12 +179,12 @@ async def poll_until(
         )
 
     def gap(value: _T) -> float:
-        return growth_interval(policy, age_of(value, anyio.current_time() - start), rng.random())
+        return growth_interval(policy, age_of(value, time.monotonic() - start), rng.random())
 
     with anyio.move_on_after(timeout):  # None: no deadline
         delay = policy.first_delay if after is None else gap(after)
         while True:
-            await anyio.sleep(delay)
+            await asyncio.sleep(delay)
             try:
                 value = await fetch()
             except Exception as exc:
@@ -190,7 +193,7 @@ async def poll_until(
                     failures=failures + 1,
                     policy=backoff,
                     poll=True,
-                    remaining=end - anyio.current_time(),
+                    remaining=end - time.monotonic(),
                     rng=rng,
                 )
                 if decision.delay is None:
