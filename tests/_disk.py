@@ -62,6 +62,12 @@ def files_in(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
+def without_coverage() -> dict[str, str]:
+    """This process's environment without what starts coverage in a child (its data file is
+    written at exit: a child under a file size limit would fail there, a traceback on stderr)."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("COVERAGE_")}
+
+
 def run_limited(script: str, *args: str, size: int, env: dict[str, str] | None = None) -> Any:
     """Run ``script`` in a child whose files may not grow past ``size`` bytes (``limit``).
 
@@ -72,5 +78,6 @@ def run_limited(script: str, *args: str, size: int, env: dict[str, str] | None =
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, **(env or {})},
+        # Not measured by coverage: its data file could not grow past the limit either.
+        env={**without_coverage(), **(env or {})},
     )

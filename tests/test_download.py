@@ -26,6 +26,7 @@ import videogen_async as vg
 from videogen_async import AsyncVideoGen, DownloadError
 from videogen_async._download._sources import default_filename, redact_url
 
+from ._disk import without_coverage
 from .helpers import KEY, envelope, task_data
 
 VIDEO = bytes(range(256)) * 400  # 102,400 bytes, every offset distinguishable
@@ -538,6 +539,7 @@ async def test_a_file_the_disk_refuses_is_a_download_error_and_leaves_nothing(
         sys.executable,
         *("-c", _LIMITED, base, str(dest), str(chunk_size)),
         stdout=asyncio.subprocess.PIPE,
+        env=without_coverage(),
     )
     out, _ = await child.communicate()
     kind, message, cause = json.loads(out)
