@@ -21,6 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp.types import ElicitRequestParams, ElicitResult
 
+from videogen_async import LedgerEntry
 from videogen_async._mcp._tools import UNREAD, VideoTools
 from videogen_async.testing import Pricing, SandboxServer
 
@@ -254,3 +255,25 @@ async def test_a_ledger_that_does_not_answer_does_not_hold_a_call_past_its_bound
         group.cancel_scope.cancel()  # the work left running by the bound
     assert result.structured_content == {"key": "late", "done": False, "next_step": UNREAD}
     assert not result.is_error
+
+
+class _LedgerPending:
+    """A ledger that answers at once: its entry is pending."""
+
+    max_credits = None
+
+    async def get(self, key: str) -> LedgerEntry:
+        return LedgerEntry(key, "pending", task_id="t-1")
+
+
+async def test_an_entry_answered_at_the_bound_says_to_wait_again() -> None:
+    # The work (a wait slowed past its own timeout on a busy machine) does not end in time:
+    # the call answers the entry as it stands, and an agent still reads what to do next.
+    async with anyio.create_task_group() as group:
+        tools = VideoTools(_LedgerPending(), None, group, max_wait=0.1)  # type: ignore[arg-type]
+        with anyio.fail_after(30):
+            result = await tools._answer(anyio.sleep_forever(), "slow")
+        group.cancel_scope.cancel()
+    assert result.structured_content is not None
+    assert result.structured_content["state"] == "pending"
+    assert result.structured_content["next_step"] == "Not finished: call wait_for_video again."

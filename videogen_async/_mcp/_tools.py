@@ -67,6 +67,15 @@ from ._answers import (
 )
 
 UNREAD = "Not known yet (the ledger did not answer in time): call get_video with this key."
+NOT_DONE = "Not finished: call wait_for_video again."
+
+
+def as_it_stands(entry: LedgerEntry) -> Entry:
+    """An entry answered at a bound: not finished, it says what to call next."""
+    data = entry_data(entry)
+    if not entry.is_terminal:
+        data.next_step = NOT_DONE
+    return data
 
 
 def bounded(tool: Callable[..., Awaitable[BaseModel]]) -> Callable[..., Any]:
@@ -139,7 +148,7 @@ class VideoTools:
             if not done.is_set() and key:
                 outcome.append(Entry(key=key, done=False, next_step=UNREAD))
                 with anyio.move_on_at(deadline):
-                    outcome.append(entry_data(await self._entry(key)))
+                    outcome.append(as_it_stands(await self._entry(key)))
             if isinstance(outcome[-1], Exception):
                 raise outcome[-1]
         except REFUSALS as exc:
@@ -246,12 +255,9 @@ class VideoTools:
             except err.WaitTimeoutError as exc:
                 entry = exc.last or entry
             group.cancel_scope.cancel()
-        data = entry_data(entry)
         if entry.is_terminal:
             await ctx.report_progress(entry.version, None, entry.state)
-        else:
-            data.next_step = "Not finished: call wait_for_video again."
-        return data
+        return as_it_stands(entry)
 
     async def _progress(self, ctx: Context[Any, Any], entry: LedgerEntry) -> None:
         """A progress notification now and at each change of the entry, while a wait lasts.
