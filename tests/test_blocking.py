@@ -393,11 +393,11 @@ def test_a_coroutine_call_is_the_task_and_a_plain_call_is_wrapped(
 
     The coroutine is made in the calling thread (which runs none of it): the loop steps no
     wrapping coroutine per call. A plain callable (``with_options``) still runs on the loop,
-    through the one wrapper, ``_call``.
+    through the one wrapper, ``awaited``.
     """
     wrapped: list[str] = []
     tops: list[str] = []
-    call = _blocking._call
+    call = _blocking.awaited
 
     async def recording(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         wrapped.append(func.__name__)
@@ -408,7 +408,7 @@ def test_a_coroutine_call_is_the_task_and_a_plain_call_is_wrapped(
         assert task is not None
         tops.append(task.get_coro().__qualname__)  # type: ignore[union-attr]
 
-    monkeypatch.setattr(_blocking, "_call", recording)
+    monkeypatch.setattr(_blocking, "awaited", recording)
     with VideoGen(**_options(sandbox), event_hooks={"request": [top]}) as client:
         assert client.credits.get().api_total_credits == 10_000
         view = client.with_options(timeout=5.0)
