@@ -65,6 +65,8 @@ async def test_a_batch_whose_disk_fills_during_a_create_hands_over_the_charged_i
     assert len(logged) == 1, err
     assert f"created {task_id}, but neither the ledger" in logged[0]
     assert "keep this id" in logged[0]
+    # No spool file outlives the command: the error does not promise a write back by another.
+    assert "written back by this process if the database answers" in out + err
     assert "Traceback" not in err
     # Nothing half-written left where a reader would take it for whole.
     leftovers = [n for n in files_in(small_fs) if n != "filler" and not n.startswith("batch.db")]

@@ -407,7 +407,10 @@ class Creator:
             kept = f"the create failed ({args[2]}), not recorded yet: kept by this process"
         self._kept[key] = (plan, args, path)
         logger.warning("ledger key %r: %s (%s)", key, kept, exc)
-        return f"{kept}, and written back when the database answers"
+        # Only a spool file outlives this process: without one, the write back is this
+        # process's (a command that exits first leaves the entry to be found unknown).
+        later = "when the database answers" if path else "by this process if the database answers"
+        return f"{kept}, and written back {later}"
 
     async def _drop(self, key: str) -> None:
         _plan, _args, path = self._kept.pop(key, (None, (), ""))
