@@ -14,7 +14,6 @@ Every test keeps the answers its ledgers could not record in a spool of its own
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import glob
 import os
@@ -28,6 +27,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ class Cluster:
         self.port = _free_port()
         self.as_root = hasattr(os, "geteuid") and os.geteuid() == 0
         self.user = "postgres"
+        self._stopped = anyio.Event()  # the last crash has ended
+        self._stopped.set()
 
     def _command(self, *args: str) -> list[str]:
         command = [os.path.join(self.bin_dir, args[0]), *args[1:]]
@@ -92,9 +94,7 @@ class Cluster:
         return command
 
     def _run(self, *args: str) -> None:
-        result = subprocess.run(self._command(*args), capture_output=True, text=True, check=False)  # noqa: S603
-        if result.returncode:
-            raise RuntimeError(f"{args[0]} failed: {result.stdout}\n{result.stderr}")
+        _run_command(self._command(*args))
 
     def _start_command(self) -> list[str]:
         options = (
@@ -126,11 +126,21 @@ class Cluster:
     async def crash(self) -> None:
         """Stop the server at once, as a crash or a failover would (``-m immediate``)."""
         stop = self._command("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
-        await _run_async(stop)
+        stopped = self._stopped = anyio.Event()
+        try:
+            await _run_whole(stop)
+        finally:
+            stopped.set()
 
     async def restart(self) -> None:
-        """Start the stopped server again (it recovers what was committed)."""
-        await _run_async(self._start_command())
+        """Start the stopped server again (it recovers what was committed).
+
+        A test restarts the server as soon as a ledger meets the outage, which may be before the
+        crash's ``pg_ctl`` has seen the old server gone: started then, the new server would be
+        the one that ``pg_ctl`` waits for (a minute, then it fails). The restart waits for it.
+        """
+        await self._stopped.wait()
+        await _run_whole(self._start_command())
 
     async def terminate_backends(self, database: str) -> int:
         """Kill every connection to ``database`` (as a pooler or an administrator would)."""
@@ -162,13 +172,20 @@ class Cluster:
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{database}"
 
 
-async def _run_async(command: list[str]) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    output, _ = await process.communicate()
-    if process.returncode:
-        raise RuntimeError(f"{command} failed: {output.decode(errors='replace')}")
+def _run_command(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+    if result.returncode:
+        raise RuntimeError(f"{command} failed: {result.stdout}\n{result.stderr}")
+
+
+async def _run_whole(command: list[str]) -> None:
+    """Run ``command`` to its end in a worker thread, even if the caller is cancelled meanwhile.
+
+    A test's crash may be made from code the ledger cancels (a delivery whose lease runs out in
+    the very outage it causes): the command is still waited for and reaped, the crash whole,
+    never a ``pg_ctl`` left running with its pipe to be found unclosed by a later test.
+    """
+    await anyio.to_thread.run_sync(_run_command, command)
 
 
 def _cluster(*, crashes: bool = False) -> Iterator[Cluster]:
