@@ -10,6 +10,7 @@ import pytest
 from videogen_async import AmbiguousCreateError, BackoffPolicy, InvalidRequestError, Ledger
 from videogen_async._ledger import _claims as claims
 from videogen_async._ledger._plans import Hold, NewEntry, begin_create, get
+from videogen_async._ledger._schema import Plan, q
 from videogen_async.testing import SandboxServer
 
 
@@ -70,6 +71,40 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
         assert row["state"] == "pending"
         assert "404" in row["error"] or "not" in row["error"].lower()
         assert await ledger.store.write(claims.claim, "another", 60.0, 10) == []
+
+
+def _recorded_an_hour_ago() -> Plan[None]:
+    yield q("UPDATE {E} SET created_at = created_at - 3600")
+
+
+async def test_an_id_the_service_does_not_know_ends_unknown_a_lease_after_it_was_recorded(
+    ledger_url: str,
+) -> None:
+    # An id the service answers 404 for, recorded longer than a lease ago: marked unknown with
+    # its id, cost and the service's answer, so that a watcher waiting for the ledger to be
+    # idle (a batch) ends instead of polling it again every lease, for ever.
+    async with (
+        SandboxServer(seed=22) as server,
+        server.client() as client,
+        Ledger.open(ledger_url) as ledger,
+    ):
+        missing = "00000000-0000-4000-8000-000000000000"
+        await ledger.record_project_tasks("p", "project-1", [missing])
+        await ledger.store.write(_recorded_an_hour_ago)
+        with anyio.fail_after(30):
+            watch = ledger.watch(client, claim_interval=0.05, lease=60, stop_when_idle=True)
+            async with watch as finished:
+                assert [entry async for entry in finished] == []
+        key = f"p/{missing}"
+        async with ledger.changes(keys=[key], states=["unknown"], after=0) as told:
+            with anyio.fail_after(30):
+                entry = await told.__anext__()  # the change is in the ledger's log
+        stored = await ledger.get(key)
+    assert stored is not None
+    for seen in (entry, stored):
+        assert (seen.state, seen.task_id) == ("unknown", missing)
+        assert "NotFoundError" in (seen.error or "")
+    assert server.stats().by_route.get("GET /v1/tasks", 0) == 1  # and it is not polled again
 
 
 async def test_a_creator_that_died_mid_create_leaves_its_key_unknown(ledger_url: str) -> None:

@@ -193,16 +193,26 @@ def give_up(owner: str, problems: Sequence[tuple[str, str]]) -> Plan[None]:
     yield many(_GIVE_UP, [(key, owner, error) for key, error in problems])
 
 
-def poll_failed(key: str, owner: str, error: str, retry_in: float) -> Plan[None]:
-    """Release an entry whose polls failed, not to be claimed for ``retry_in`` seconds."""
-    yield q(
-        "UPDATE {E} SET owner = NULL, lease_until = {now} + $1, error = $2, updated_at = {now}"
-        " WHERE key = $3 AND owner = $4",
-        retry_in,
-        error,
-        key,
-        owner,
-    )
+# An id the service answers it does not know, recorded ``$1`` seconds or more before: marked
+# ``unknown`` (its id and cost kept), as an id that cannot be polled is. Sooner, it may be the
+# service's lag behind its own create: released to be polled again, like any failed poll.
+_GONE = "($5 AND state = 'pending' AND created_at <= {now} - $1)"
+_POLL_FAILED = (
+    f"UPDATE {{E}} SET owner = NULL, error = $2, updated_at = {{now}},"
+    f" state = CASE WHEN {_GONE} THEN 'unknown' ELSE state END,"
+    f" version = version + CASE WHEN {_GONE} THEN 1 ELSE 0 END,"
+    f" lease_until = CASE WHEN {_GONE} THEN NULL ELSE {{now}} + $1 END"
+    " WHERE key = $3 AND owner = $4"
+)
+
+
+def poll_failed(key: str, owner: str, error: str, retry_in: float, gone: bool) -> Plan[None]:
+    """Release an entry whose polls failed, not to be claimed for ``retry_in`` seconds.
+
+    ``gone``: the service answered that it has no task of this id (``NotFoundError``); the
+    entry is marked ``unknown`` if its id was recorded ``retry_in`` seconds ago or more.
+    """
+    yield q(_POLL_FAILED, retry_in, error, key, owner, gone)
 
 
 def load_classes() -> Plan[dict[str, str]]:

@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 
 from .._contract import _checks as checks
 from .._contract._closing import ExitCloses
-from .._contract._exceptions import LedgerError, TaskPollError
+from .._contract._exceptions import LedgerError, NotFoundError, TaskPollError
 from .._waiting._gather import GatherResults, gather_until_done
 from . import _claims as claims
 from ._cohorts import LedgerFinishTimes
@@ -338,8 +338,12 @@ class Watch(ExitCloses):
             key = found[0]
             self._held -= 1
             if isinstance(item, TaskPollError):
+                # The service does not know the id: after a lease, the entry ends ``unknown``
+                # (a batch waiting on it ends), never polled again nor its create sent again.
+                gone = isinstance(item.__cause__, NotFoundError)
                 logger.warning("ledger key %r: %s", key, item)
-                await store.write(claims.poll_failed, key, self.owner, str(item), self._lease)
+                failed = (key, self.owner, str(item), self._lease, gone)
+                await store.write(claims.poll_failed, *failed)
             else:
                 self._unwritten += 1
                 self._finished_send.send_nowait((key, item))
