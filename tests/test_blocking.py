@@ -362,6 +362,44 @@ def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_droppe
     assert not thread.is_alive()
 
 
+@pytest.mark.parametrize("hand_off", ["dropped", "refused"])
+def test_a_call_whose_loop_ends_before_running_it_is_refused_not_held(
+    sandbox: Sandbox, hand_off: str
+) -> None:
+    # A close() in another thread ends the loop between a call's check and its hand-off's
+    # turn: the hand-off is dropped with the loop, or refused by the closed loop. The caller
+    # gets the client's error, never waits for ever; the call's coroutine is closed unrun.
+    client = VideoGen(**_options(sandbox))
+    loop = client._loop
+    real, stop = loop._loop.call_soon_threadsafe, loop._stop.args[2]
+
+    def ending(callback: Callable[..., Any], *args: Any) -> None:
+        real(stop.set)  # the loop ends, and the hand-off is lost with it
+        if hand_off == "refused":
+            loop._thread.join()
+            real(callback, *args)  # raises: the loop is closed
+
+    loop._loop.call_soon_threadsafe = ending  # type: ignore[method-assign]
+    outcome: list[BaseException] = []
+
+    def calling() -> None:
+        try:
+            client.credits.get()
+        except RuntimeError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=calling)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        caller.start()
+        caller.join(60)  # a hang guard: the call ends within a second of the loop
+        gc.collect()
+    assert not caller.is_alive()
+    assert "closed while the call ran" in str(outcome[0])
+    assert not [w for w in warned if "never awaited" in str(w.message)]
+    client.close()
+
+
 def test_a_call_is_handed_over_without_a_future_of_its_own(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:

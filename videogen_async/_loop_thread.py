@@ -38,6 +38,7 @@ _ON_LOOP = (
     " it would wait for itself. Make the call from another thread, or await the AsyncVideoGen"
     " call in async code"
 )
+_CLOSED_WHILE = "this VideoGen client was closed while the call ran"
 
 
 async def _serve(client: AsyncVideoGen, started: _Started) -> None:
@@ -122,19 +123,30 @@ class Loop:
         done = threading.Lock()
         done.acquire()
         made: list[asyncio.Task[Any]] = []
-        self._loop.call_soon_threadsafe(self._start, call, done, made)
+        # A close() in another thread may end the loop after this call's check: before this
+        # hand-off (refused: the loop is closed) or before the loop ran it (dropped with the
+        # loop). So the wait is timed, and an ended thread noticed within a second; waiting
+        # for ``done`` alone would be for ever.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._start, call, done, made)
         try:
-            done.acquire()
+            while not done.acquire(timeout=1.0) and self._thread.is_alive():
+                pass
         except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
             with contextlib.suppress(RuntimeError):  # the loop has ended: nothing runs there
                 self._loop.call_soon_threadsafe(_cancel, made)
             raise
+        finally:
+            if not made and not self._thread.is_alive():  # never started: the loop ended
+                call.close()
+        if not made or not made[0].done():  # the loop ended before the call did
+            raise RuntimeError(_CLOSED_WHILE)
         try:
             return made[0].result()
         except asyncio.CancelledError:
             if not self.closed:
                 raise
-            raise RuntimeError("this VideoGen client was closed while the call ran") from None
+            raise RuntimeError(_CLOSED_WHILE) from None
 
     def _start(
         self, call: Coroutine[Any, Any, Any], done: threading.Lock, made: list[asyncio.Task[Any]]
