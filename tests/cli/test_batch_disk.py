@@ -64,6 +64,7 @@ async def test_a_batch_whose_disk_fills_during_a_create_hands_over_the_charged_i
     logged = [line for line in err.splitlines() if " ERROR videogen_async: " in line]
     assert len(logged) == 1, err
     assert f"created {task_id}, but neither the ledger" in logged[0]
+    assert f"nor the spool in {small_fs / 'spool'} (" in logged[0]  # where it was refused
     assert "keep this id" in logged[0]
     # No spool file outlives the command: the error does not promise a write back by another.
     assert "written back by this process if the database answers" in out + err

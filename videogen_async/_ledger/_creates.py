@@ -46,7 +46,7 @@ from ._plans import (
     unpollable,
 )
 from ._protocol import Engine, Signal, new_creator
-from ._spool import Spool
+from ._spool import Spool, spool_directory
 from ._store import Store
 
 logger = logging.getLogger("videogen_async")
@@ -398,8 +398,8 @@ class Creator:
                 except OSError as problem:
                     logger.error(  # noqa: TRY400 - the id must reach the log, traceback or not
                         "ledger key %r: created %s, but neither the ledger (%s) nor the spool"
-                        " (%s) could record it: keep this id",
-                        *(key, created, exc, problem),
+                        " in %s (%s) could record it: keep this id",
+                        *(key, created, exc, spool_directory(), problem),
                     )
             where = f"it is kept in {path}" if path else "its id was logged at ERROR"
             kept = f"created {created}, not recorded yet: {where}"
