@@ -73,14 +73,14 @@ async def test_an_id_that_cannot_be_polled_is_released_with_its_error(ledger_url
         assert await ledger.store.write(claims.claim, "another", 60.0, 10) == []
 
 
-def _recorded_an_hour_ago() -> Plan[None]:
-    yield q("UPDATE {E} SET created_at = created_at - 3600")
+def _changed_an_hour_ago() -> Plan[None]:
+    yield q("UPDATE {E} SET updated_at = updated_at - 3600")
 
 
-async def test_an_id_the_service_does_not_know_ends_unknown_a_lease_after_it_was_recorded(
+async def test_an_id_the_service_does_not_know_ends_unknown_a_lease_after_its_entry_changed(
     ledger_url: str,
 ) -> None:
-    # An id the service answers 404 for, recorded longer than a lease ago: marked unknown with
+    # An id the service answers 404 for, its entry unchanged for a lease: marked unknown with
     # its id, cost and the service's answer, so that a watcher waiting for the ledger to be
     # idle (a batch) ends instead of polling it again every lease, for ever.
     async with (
@@ -90,7 +90,7 @@ async def test_an_id_the_service_does_not_know_ends_unknown_a_lease_after_it_was
     ):
         missing = "00000000-0000-4000-8000-000000000000"
         await ledger.record_project_tasks("p", "project-1", [missing])
-        await ledger.store.write(_recorded_an_hour_ago)
+        await ledger.store.write(_changed_an_hour_ago)
         with anyio.fail_after(30):
             watch = ledger.watch(client, claim_interval=0.05, lease=60, stop_when_idle=True)
             async with watch as finished:

@@ -193,10 +193,11 @@ def give_up(owner: str, problems: Sequence[tuple[str, str]]) -> Plan[None]:
     yield many(_GIVE_UP, [(key, owner, error) for key, error in problems])
 
 
-# An id the service answers it does not know, recorded ``$1`` seconds or more before: marked
+# An id the service answers it does not know, on a poll ``$1`` seconds or more after the entry
+# last changed (its id recorded, resent, or an earlier poll's failure written): marked
 # ``unknown`` (its id and cost kept), as an id that cannot be polled is. Sooner, it may be the
 # service's lag behind its own create: released to be polled again, like any failed poll.
-_GONE = "($5 AND state = 'pending' AND created_at <= {now} - $1)"
+_GONE = "($5 AND state = 'pending' AND updated_at <= {now} - $1)"
 _POLL_FAILED = (
     f"UPDATE {{E}} SET owner = NULL, error = $2, updated_at = {{now}},"
     f" state = CASE WHEN {_GONE} THEN 'unknown' ELSE state END,"
@@ -210,7 +211,7 @@ def poll_failed(key: str, owner: str, error: str, retry_in: float, gone: bool) -
     """Release an entry whose polls failed, not to be claimed for ``retry_in`` seconds.
 
     ``gone``: the service answered that it has no task of this id (``NotFoundError``); the
-    entry is marked ``unknown`` if its id was recorded ``retry_in`` seconds ago or more.
+    entry is marked ``unknown`` if it last changed ``retry_in`` seconds ago or more.
     """
     yield q(_POLL_FAILED, retry_in, error, key, owner, gone)
 
