@@ -20,14 +20,17 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
+from aiohttp import web
 
 from videogen_async._cli import main
 from videogen_async.testing import SandboxServer
+from videogen_async.testing import _routes as routes
 
 _T = TypeVar("_T")
 
 KEY = "vg-cli-test-SECRET-key-4242"
-CREATE_ROUTE = "POST /v1/video/videomodel-2"
+CREATE_PATH = "/v1/video/videomodel-2"
+CREATE_ROUTE = f"POST {CREATE_PATH}"
 FAST = {"time_scale": 0.005, "seed": 3}  # a 20-40 s generation takes 0.1-0.2 s
 
 
@@ -111,6 +114,30 @@ class ThreadedSandbox:
 
     def env(self) -> dict[str, str]:
         return {"VIDEOGEN_BASE_URL": self.base_url, "VIDEOGEN_API_KEY": KEY}
+
+
+class HeldCreates:
+    """The sandbox's create handler holding the creates numbered in ``held`` until released.
+
+    Creates are numbered from 0 in the order the service reads them; a held one is whole at
+    the service (its body read) and answered once ``released`` is set, as is every later one.
+    The sandbox must run in this process (a ``ThreadedSandbox``).
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, held: range) -> None:
+        self.seen = 0
+        self.released = asyncio.Event()  # bound to the sandbox's loop on its first wait
+        real = routes.read_json_body
+
+        async def read(request: web.Request) -> Any:
+            body = await real(request)
+            if request.path == CREATE_PATH:
+                self.seen += 1
+                if self.seen - 1 in held:
+                    await self.released.wait()
+            return body
+
+        monkeypatch.setattr(routes, "read_json_body", read)
 
 
 @pytest.fixture

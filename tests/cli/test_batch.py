@@ -28,6 +28,7 @@ from videogen_async.testing import sample_mp4
 from .conftest import (
     CREATE_ROUTE,
     KEY,
+    HeldCreates,
     Run,
     ThreadedSandbox,
     read_manifest,
@@ -389,9 +390,14 @@ def test_crash_an_exception_between_the_create_and_its_journal_entry(
 
 
 def test_crash_sigint_to_a_batch_subprocess_then_resume(
-    sandbox: ThreadedSandbox, cli: Callable[..., Run], tmp_path: Path
+    sandbox: ThreadedSandbox,
+    cli: Callable[..., Run],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sandbox.call(lambda: sandbox.srv.faults.set(CREATE_ROUTE, latency=0.1))  # slow creates
+    # The creates past the fourth wait at the service until the batch said it stops: one or
+    # two are in flight then (whatever the machine's speed), to be answered and recorded.
+    hold = HeldCreates(monkeypatch, range(4, 30))
     path = write_input(tmp_path, 30)
     journal = tmp_path / "run.sqlite"
     proc = videogen(
@@ -399,12 +405,18 @@ def test_crash_sigint_to_a_batch_subprocess_then_resume(
         env=subprocess_env(sandbox.env()),
     )  # fmt: skip
     try:
-        wait_until(
-            lambda: sum(s == "created" for s, _ in journal_states(journal).values()) >= 4,
-            what="four lines created",
-        )
+        answered = lambda: sandbox.srv.stats().by_route.get(CREATE_ROUTE, 0)  # noqa: E731
+        sandbox.run(sandbox.srv.wait_until(lambda: answered() >= 4))  # each answer wakes it
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        assert proc.stderr is not None
+        said: list[str] = []
+        for line in iter(proc.stderr.readline, ""):  # until it says it stops (or it ends)
+            said.append(line)
+            if "interrupted: stopping cleanly" in line:
+                break
+        sandbox.call(hold.released.set)
+        _, rest = proc.communicate(timeout=30)
+        err = "".join(said) + rest
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -425,7 +437,6 @@ def test_crash_sigint_to_a_batch_subprocess_then_resume(
     argv = shlex.split(resume)
     assert argv[:2] == ["videogen", "batch"]
     assert KEY not in resume
-    sandbox.call(sandbox.srv.faults.clear)
     rerun = cli(*argv[1:])  # the very command it printed
     assert rerun.code == 0, rerun
     manifest = read_manifest(tmp_path / "prompts.results.jsonl")

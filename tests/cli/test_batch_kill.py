@@ -10,7 +10,6 @@ report the four as the ledger settles them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import sqlite3
@@ -18,15 +17,12 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp import web
-
-from videogen_async.testing import _routes as routes
 
 from .conftest import (
     CREATE_ROUTE,
+    HeldCreates,
     ThreadedSandbox,
     read_manifest,
     subprocess_env,
@@ -37,27 +33,6 @@ from .test_batch import write_input
 
 LINES = 20
 IN_FLIGHT = 4
-
-
-CREATE_PATH = "/v1/video/videomodel-2"
-
-
-class HeldCreates:
-    """The sandbox's create handler, holding the first ``IN_FLIGHT`` creates until released."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.left = IN_FLIGHT
-        self.released = asyncio.Event()  # bound to the sandbox's loop on its first wait
-        real = routes.read_json_body
-
-        async def read(request: web.Request) -> Any:
-            body = await real(request)  # the whole request is at the service
-            if request.path == CREATE_PATH and self.left > 0:
-                self.left -= 1
-                await self.released.wait()
-            return body
-
-        monkeypatch.setattr(routes, "read_json_body", read)
 
 
 def ledger_states(path: Path) -> list[str]:
@@ -95,7 +70,7 @@ def held(
     make_sandbox: Callable[..., ThreadedSandbox], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[tuple[ThreadedSandbox, HeldCreates, Path, Path, subprocess.Popen[str]]]:
     """A first run with its four creates held at the service (nothing finishes until told)."""
-    hold = HeldCreates(monkeypatch)
+    hold = HeldCreates(monkeypatch, range(IN_FLIGHT))
     box = make_sandbox(time_scale=1.0, manual_clock=True)
     path = write_input(tmp_path, LINES)
     journal = tmp_path / "run.sqlite"
