@@ -49,13 +49,31 @@ async def _serve(client: AsyncVideoGen, started: _Started) -> None:
     await client.aclose()
 
 
-def _run(client: AsyncVideoGen, started: _Started) -> None:
+class _Handed(set[threading.Lock]):
+    """The callers' locks of the calls handed to a loop and not finished; ``ended`` once it is.
+
+    Shared by the loop's thread and its :class:`Loop`, not the Loop itself: the thread must not
+    keep its Loop alive (the Loop's finalizer stops the thread).
+    """
+
+    ended = False
+
+    def end(self) -> None:
+        """The loop has ended: release every caller still waiting (its hand-off dropped)."""
+        self.ended = True
+        while self:
+            self.pop().release()
+
+
+def _run(client: AsyncVideoGen, started: _Started, handed: _Handed) -> None:
     try:
         asyncio.run(_serve(client, started))
     except BaseException as exc:
         if started.done():
             raise
         started.set_exception(exc)
+    finally:
+        handed.end()
 
 
 def _request_stop(pid: int, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -84,9 +102,13 @@ class Loop:
         self.closed = False
         # The calls running on the loop, each with its caller's lock (used there only).
         self._calls: dict[asyncio.Task[Any], threading.Lock] = {}
+        self._handed = _Handed()
         started: _Started = concurrent.futures.Future()
         self._thread = threading.Thread(
-            target=_run, args=(client, started), name="videogen-async-loop", daemon=True
+            target=_run,
+            args=(client, started, self._handed),
+            name="videogen-async-loop",
+            daemon=True,
         )
         self._thread.start()
         self._loop, stop = started.result()
@@ -125,19 +147,22 @@ class Loop:
         made: list[asyncio.Task[Any]] = []
         # A close() in another thread may end the loop after this call's check: before this
         # hand-off (refused: the loop is closed) or before the loop ran it (dropped with the
-        # loop). So the wait is timed, and an ended thread noticed within a second; waiting
-        # for ``done`` alone would be for ever.
-        with contextlib.suppress(RuntimeError):
+        # loop). The loop's end releases every lock handed and not released by a call's end:
+        # a caller never waits for ever (and pays no timed wait for it).
+        self._handed.add(done)
+        try:  # noqa: SIM105 - contextlib.suppress costs each call three calls more
             self._loop.call_soon_threadsafe(self._start, call, done, made)
+        except RuntimeError:  # the loop is closed
+            pass
         try:
-            while not done.acquire(timeout=1.0) and self._thread.is_alive():
-                pass
+            if not self._handed.ended:  # ended: its release may have come before the add
+                done.acquire()
         except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
             with contextlib.suppress(RuntimeError):  # the loop has ended: nothing runs there
                 self._loop.call_soon_threadsafe(_cancel, made)
             raise
         finally:
-            if not made and not self._thread.is_alive():  # never started: the loop ended
+            if not made and self._handed.ended:  # never started: the loop ended
                 call.close()
         if not made or not made[0].done():  # the loop ended before the call did
             raise RuntimeError(_CLOSED_WHILE)
@@ -160,7 +185,9 @@ class Loop:
             task.cancel()
 
     def _finish(self, task: asyncio.Task[Any]) -> None:
-        self._calls.pop(task).release()
+        done = self._calls.pop(task)
+        self._handed.discard(done)
+        done.release()
 
     def close(self) -> None:
         """Cancel the calls still running, close the client, end the loop and its thread."""
