@@ -84,8 +84,7 @@ class Cluster:
         self.port = _free_port()
         self.as_root = hasattr(os, "geteuid") and os.geteuid() == 0
         self.user = "postgres"
-        self._stopped = anyio.Event()  # the last crash has ended
-        self._stopped.set()
+        self._stopped: anyio.Event | None = None  # set once the last crash has ended
 
     def _command(self, *args: str) -> list[str]:
         command = [os.path.join(self.bin_dir, args[0]), *args[1:]]
@@ -139,7 +138,8 @@ class Cluster:
         crash's ``pg_ctl`` has seen the old server gone: started then, the new server would be
         the one that ``pg_ctl`` waits for (a minute, then it fails). The restart waits for it.
         """
-        await self._stopped.wait()
+        if self._stopped is not None:  # made in the crash: anyio's oldest need a running loop
+            await self._stopped.wait()
         await _run_whole(self._start_command())
 
     async def terminate_backends(self, database: str) -> int:
