@@ -1,7 +1,7 @@
 """What came with results beyond one process, on PostgreSQL under faults.
 
-A video batch (written ahead like every create), the dispatch outbox and metadata updates,
-each with the database crashed (``pg_ctl stop -m immediate``) and restarted, or its
+A video batch (written ahead like every create), the dispatch outbox, metadata updates and a
+watcher's write of an id the service does not know, each with the database crashed (``pg_ctl stop -m immediate``) and restarted, or its
 connections killed (``pg_terminate_backend``), in the middle of the operation. (Waits and
 change iterators under the same faults: ``test_waits.py``; a dispatcher SIGKILLed
 mid-delivery: ``test_dispatch.py``; a batch SIGKILLed between its answer and its record:
@@ -18,6 +18,9 @@ import anyio
 import pytest
 
 from videogen_async import Ledger, LedgerEntry
+from videogen_async._ledger import _claims as claims
+from videogen_async._ledger._schema import Plan, q
+from videogen_async.testing import SandboxServer
 
 from ._service import LogEvent, Service
 from .conftest import Cluster
@@ -143,3 +146,52 @@ async def test_a_metadata_update_whose_connection_is_killed_mid_statement_is_don
     assert entry.metadata == {"tenant": "acme", "step0": 0, "step1": 1, "step2": 2}
     assert entry.version == before.version + 3  # each update once
     assert service.posts == 1
+
+
+def _changed_an_hour_ago() -> Plan[None]:
+    yield q("UPDATE {E} SET updated_at = updated_at - 3600")
+
+
+@pytest.mark.parametrize("fault", ["crash", "terminate"])
+async def test_an_id_the_service_does_not_know_ends_unknown_through_a_fault(
+    fault_cluster: Cluster, fault_url: str, fault: str
+) -> None:
+    # The watcher polled the id (404) and is about to write the entry unknown: the database
+    # crashes there (restarted once the watcher meets the outage), or the write's connection
+    # is killed. The one UPDATE is written whole once the database answers, never half.
+    missing = "00000000-0000-4000-8000-000000000000"
+    async with (
+        SandboxServer(seed=23) as server,
+        server.client() as client,
+        Ledger.open(fault_url) as ledger,
+    ):
+        await ledger.record_project_tasks("p", "project-1", [missing])
+        await ledger.store.write(_changed_an_hour_ago)
+        write = ledger.store.write
+
+        async def faulty(plan: Any, *args: Any) -> Any:
+            if plan is claims.poll_failed:
+                if fault == "crash":
+                    await fault_cluster.crash()
+                else:
+                    await fault_cluster.terminate_backends(_database(fault_url))
+            return await write(plan, *args)
+
+        ledger.store.write = faulty  # type: ignore[method-assign]
+        with LogEvent("retrying for up to") as retrying, anyio.fail_after(90):
+            async with anyio.create_task_group() as group:
+
+                async def restart_on_the_outage() -> None:
+                    if fault == "crash":
+                        await retrying.wait()
+                        await fault_cluster.restart()
+
+                group.start_soon(restart_on_the_outage)
+                watch = ledger.watch(client, claim_interval=0.05, lease=60, stop_when_idle=True)
+                async with watch as finished:
+                    assert [entry async for entry in finished] == []
+        entry = await ledger.get(f"p/{missing}")
+    assert entry is not None
+    assert (entry.state, entry.task_id) == ("unknown", missing)
+    assert "NotFoundError" in (entry.error or "")
+    assert server.stats().by_route.get("GET /v1/tasks", 0) == 1  # not polled again
