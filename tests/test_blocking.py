@@ -392,7 +392,7 @@ def test_a_call_whose_loop_ends_before_running_it_is_refused_not_held(
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         caller.start()
-        caller.join(60)  # a hang guard: the call ends within a second of the loop
+        caller.join(60)  # a hang guard: the loop's end releases the caller
         gc.collect()
     assert not caller.is_alive()
     assert "closed while the call ran" in str(outcome[0])
