@@ -1,8 +1,9 @@
 """What came with results beyond one process, on PostgreSQL under faults.
 
 A video batch (written ahead like every create), the dispatch outbox, metadata updates and a
-watcher's write of an id the service does not know, each with the database crashed (``pg_ctl stop -m immediate``) and restarted, or its
-connections killed (``pg_terminate_backend``), in the middle of the operation. (Waits and
+watcher's write of an id the service does not know, each with the database crashed
+(``pg_ctl stop -m immediate``) and restarted, or its connections killed
+(``pg_terminate_backend``), in the middle of the operation. (Waits and
 change iterators under the same faults: ``test_waits.py``; a dispatcher SIGKILLed
 mid-delivery: ``test_dispatch.py``; a batch SIGKILLed between its answer and its record:
 ``test_projects.py``.)
