@@ -329,6 +329,8 @@ class CreateRow:
     wal: float | None = None
     server_cpu: float | None = None  # PostgreSQL: the cluster's processes, seconds in all
     inside: float | None = None  # SQLite: seconds inside its execute calls, in all
+    loop_cpu: float | None = None  # the event loop's thread alone, seconds in all
+    pair: list[tuple[Any, ...]] | None = None  # SQLite: a create's two statements, as run
 
 
 class Counter:
@@ -337,6 +339,7 @@ class Counter:
     def __init__(self, ledger: Ledger) -> None:
         self.statements = self.commits = 0
         self.inside = 0.0
+        self.pair: list[tuple[Any, ...]] = []
         self.engine = ledger.store.engine
         self.conn = self.engine._conn  # type: ignore[attr-defined]
         self.engine._conn = self  # type: ignore[attr-defined]
@@ -351,6 +354,15 @@ class Counter:
 
     def execute(self, sql: str, *args: Any) -> Any:
         self._count(sql)
+        # The first create's pair, as run: its write ahead, then its answer.
+        if not self.pair and sql.lstrip().startswith("INSERT INTO videogen_ledger_entries"):
+            self.pair = [(sql, *args)]
+        elif (
+            len(self.pair) == 1
+            and sql.lstrip().startswith("UPDATE videogen_ledger_entries")
+            and args[0][0] == self.pair[0][1][0]  # the same key
+        ):
+            self.pair.append((sql, *args))
         t0 = time.perf_counter()
         try:
             return self.conn.execute(sql, *args)
@@ -443,6 +455,30 @@ def sqlite_pair(path: str, n: int, prefix: str) -> tuple[float, float]:
         for i in range(n):
             conn.execute(insert, (f"{prefix}{i}", FLOOR_REQUEST))
             conn.execute(update, (f"{prefix}{i}", f"t{i}"))
+        return time.perf_counter() - t0, time.thread_time() - cpu0
+    finally:
+        conn.close()
+
+
+def ledger_pair(path: str, pair: list[tuple[Any, ...]], n: int, prefix: str) -> tuple[float, float]:
+    """``n`` pairs of a SQLite ledger's own statements of a create (``pair``, as its connection
+    ran them: its write ahead and its answer) on its file, blocking, each committed alone:
+    ``(wall, CPU)`` seconds. Its schema's cost (indexes, change-log triggers) against the
+    floor's table; the key and the task id of each pair made new."""
+    (insert, insert_args), (update, update_args) = pair
+    key, task_id = insert_args[0], update_args[2]
+
+    def renamed(args: tuple[Any, ...], i: int) -> tuple[Any, ...]:
+        new = {key: f"{prefix}{i}", task_id: f"{prefix}t{i}"}
+        return tuple(new.get(arg, arg) if isinstance(arg, str) else arg for arg in args)
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous = NORMAL")
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        for i in range(n):
+            conn.execute(insert, renamed(insert_args, i)).fetchall()
+            conn.execute(update, renamed(update_args, i)).fetchall()
         return time.perf_counter() - t0, time.thread_time() - cpu0
     finally:
         conn.close()
@@ -589,9 +625,10 @@ async def creates(
                 for i in numbers:
                     await one(i)
 
-            cpu0, t0 = time.process_time(), time.perf_counter()
+            cpu0, t0, loop0 = time.process_time(), time.perf_counter(), time.thread_time()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             row = CreateRow(name, concurrency, time.perf_counter() - t0, time.process_time() - cpu0)
+            row.loop_cpu = time.thread_time() - loop0
             if data:
                 row.server_cpu = server_cpu(data) - server0
         finally:
@@ -600,6 +637,7 @@ async def creates(
     if counter is not None:
         row.statements, row.commits = counter.statements / n, counter.commits / n
         row.inside = counter.inside
+        row.pair = counter.pair
     elif url:
         after = await pg_counts(url)
         # The counting query of `pg_counts` itself: one statement, one commit.
@@ -633,6 +671,13 @@ async def create_table(n: int, rounds: int = 3) -> None:
                         where = data if url == pg else ""
                         row = await creates(name, concurrency, base_url, url, n, f"r{r}-", where)
                         runs.setdefault((name, concurrency), []).append(row)
+                    own = runs["sqlite", concurrency][-1].pair
+                    assert own is not None, "no statements counted"
+                    assert len(own) == 2, own
+                    wall, cpu = ledger_pair(path, own, n, f"replay-r{r}-")
+                    runs.setdefault(("ledger's pair", concurrency), []).append(
+                        CreateRow("ledger's pair", concurrency, wall, cpu, inside=wall)
+                    )
                     floor = os.path.join(directory, "floor.db")
                     wall, cpu = sqlite_pair(floor, n, f"r{r}-")
                     runs.setdefault(("sqlite3 pair", concurrency), []).append(
@@ -662,7 +707,7 @@ async def create_table(n: int, rounds: int = 3) -> None:
     head = (
         f"{'strategy':<16} {'in flight':>9} {'creates/s':>9} {'wall ms':>8} {'CPU ms':>7}"
         f" {'wall x':>7} {'CPU x':>6} {'floor x':>7} {'stmts':>6} {'commits':>7} {'WAL B':>6}"
-        f" {'srv CPU ms':>10} {'us/stmt':>7}"
+        f" {'srv CPU ms':>10} {'us/stmt':>7} {'loop CPU ms':>11}"
     )
     print(head)
     print("-" * len(head))
@@ -677,10 +722,11 @@ async def create_table(n: int, rounds: int = 3) -> None:
         server = "" if row.server_cpu is None else f"{row.server_cpu / n * 1000:.3f}"
         count = 2 * n if row.statements is None else row.statements * n
         inside = "" if row.inside is None else f"{row.inside / count * 1e6:.1f}"
+        loop = "" if row.loop_cpu is None else f"{row.loop_cpu / n * 1000:.3f}"
         print(
             f"{name:<16} {concurrency:>9} {n / row.wall:>9.0f} {row.wall / n * 1000:>8.3f}"
             f" {row.cpu / n * 1000:>7.3f} {row.wall / base.wall:>7.2f} {row.cpu / base.cpu:>6.2f}"
-            f" {floor_x:>7} {stmts:>6} {commits:>7} {wal:>6} {server:>10} {inside:>7}"
+            f" {floor_x:>7} {stmts:>6} {commits:>7} {wal:>6} {server:>10} {inside:>7} {loop:>11}"
         )
     print(
         f"\nthe disk's flush (fsync of an 8 kB write, median, in this run): {flush * 1e6:.0f} us"
@@ -697,7 +743,13 @@ async def create_table(n: int, rounds: int = 3) -> None:
         " PostgreSQL's from the server (pg_stat_statements calls; pg_stat_database"
         " xact_commit); WAL B: bytes of WAL per create (PostgreSQL); srv CPU ms: the"
         " cluster's CPU per create (its processes' user and system time, /proc); us/stmt:"
-        " SQLite, microseconds per statement inside its execute calls."
+        " SQLite, microseconds per statement inside its execute calls; loop CPU ms: the"
+        " event loop's thread alone, per create (at 16 in flight the loop never waits on the"
+        " network: what it spends is the least wall time per create of one loop);"
+        " `ledger's pair`: the ledger's own two statements of a create, as its connection ran"
+        " them, replayed blocking on its file after the run (new keys), each committed alone:"
+        " SQLite's time for them with the ledger's schema (indexes, change-log triggers),"
+        " against `sqlite3 pair`'s bare table."
         + (" The change-log triggers were dropped (--no-change-log)." if UNLOGGED else "")
     )
 

@@ -8,9 +8,10 @@ ones stay strings), nested classes as dicts, tuples as lists.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, NoReturn, Optional, TypeVar
 
@@ -103,15 +104,17 @@ class NotFinite(ValueError):
         self.path = path
 
 
-# The encoder of a request's body (no options), made once: ``json.dumps`` with any option
-# makes a new ``JSONEncoder`` per call.
-_ENCODE = json.JSONEncoder(allow_nan=False).encode
+@functools.cache
+def _encoder(options: frozenset[tuple[str, Any]]) -> Callable[[Any], str]:
+    # Made once per set of options: ``json.dumps`` with any option makes a new
+    # ``JSONEncoder`` per call (a ledger's create writes its request with two).
+    return json.JSONEncoder(allow_nan=False, **dict(options)).encode
 
 
 def finite_json(value: Any, path: str, **options: Any) -> str:
     """``json.dumps(value, **options)`` refusing NaN and Infinity: ``NotFinite``, its path."""
     try:
-        return json.dumps(value, allow_nan=False, **options) if options else _ENCODE(value)
+        return _encoder(frozenset(options.items()))(value)
     except ValueError:
         stack = [(path, value)]
         while stack:

@@ -31,7 +31,7 @@ from .._contract._exceptions import LedgerError
 from .._http._retry import BackoffPolicy, backoff_after
 from ._plans import CREATING_OWNERS, expire_creating, prune_changes
 from ._protocol import DatabaseUnavailable, Engine, Signal
-from ._schema import SCHEMA_VERSION, Plan, check_meta, create_or_migrate, read_meta, rows
+from ._schema import SCHEMA_VERSION, Plan, Step, check_meta, create_or_migrate, read_meta, rows
 
 logger = logging.getLogger("videogen_async")
 
@@ -59,7 +59,7 @@ def _together(plans: Sequence[Plan[Any]]) -> Plan[list[Any]]:
         try:
             while True:
                 step = plan.send(rows)
-                rows = yield step if len(plans) == 1 else attrs.evolve(step, alone=False)
+                rows = yield step if len(plans) == 1 else Step(step.sql, step.args, step.many)
         except StopIteration as stop:
             results.append(stop.value)
             rows = None
