@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -49,6 +50,21 @@ def test_the_encoder_names_the_path_of_a_number_json_cannot_hold(
     assert caught.value.field == path
     assert "finite" in caught.value.rule
     assert json_text({"x": 1e308, "y": [0.5]}, "") == '{"x": 1e+308, "y": [0.5]}'
+
+
+def test_each_set_of_options_writes_as_json_dumps_does() -> None:
+    # Encoders are made once per set of options: each set keeps its own, in any order of use.
+    value = {"b": [1, 2.5], "a": {"é": None}, "c": ("x", True)}
+    sets: list[dict[str, object]] = [
+        {},
+        {"sort_keys": True},
+        {"separators": (",", ":"), "ensure_ascii": False},
+        {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False},
+        {"indent": 2, "ensure_ascii": False, "default": str},
+    ]
+    for options in [*sets, *reversed(sets)]:
+        assert json_text(value, "", **options) == json.dumps(value, **options)
+    assert json_text({"when": Path("/x")}, "", default=str) == '{"when": "/x"}'
 
 
 @pytest.mark.parametrize("how", ["task", "videos"])
