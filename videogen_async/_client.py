@@ -184,19 +184,22 @@ class AsyncVideoGen(DownloadCalls, AsyncClosing):
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
-        transport = Transport(
-            api_key=key,
-            base_url=base,
-            owner=owner,
-            timeout=timeouts,
-            backoff=policy,
-            default_headers=headers,
-            max_body_size=max_body_size,
-            deadline=deadline,
-            trust_env=trust_env,
-            hooks=EventHooks(event_hooks),
+        self._compose(
+            Transport(
+                api_key=key,
+                base_url=base,
+                owner=owner,
+                timeout=timeouts,
+                backoff=policy,
+                default_headers=headers,
+                max_body_size=max_body_size,
+                deadline=deadline,
+                trust_env=trust_env,
+                hooks=EventHooks(event_hooks),
+            ),
+            poll_policy,
+            owns_session=True,
         )
-        self._compose(transport, poll_policy, owns_session=True)
 
     def _compose(
         self,

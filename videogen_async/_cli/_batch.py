@@ -159,8 +159,9 @@ class BatchRun:
                 " waited for until the ledger settles them"
             )
         await self._create_all(todo)
-        fatal = (APIConnectionError, AuthenticationError, PermissionDeniedError)
-        if isinstance(self.state.fatal, fatal):
+        if isinstance(
+            self.state.fatal, (APIConnectionError, AuthenticationError, PermissionDeniedError)
+        ):
             return
         await self._wait_all()
         if self.args.download:
@@ -224,10 +225,9 @@ class BatchRun:
             except LedgerError as exc:
                 # Created (perhaps) but not recorded: the ledger logged the id; stop here. An
                 # id it answered is the line's, charged by this run (the manifest keeps it).
-                status = UNKNOWN if exc.created is None else PENDING
                 self.state.record(
                     line,
-                    status=status,
+                    status=UNKNOWN if exc.created is None else PENDING,
                     error=str(exc),
                     task_id=exc.created,
                     credits=exc.credits_cost,
@@ -270,9 +270,11 @@ class BatchRun:
 
     def _stop(self, exc: VideoGenError, why: str) -> None:
         if not self.stop_creating:
-            said = describe_error(exc)
-            if isinstance(exc, AuthenticationError):
-                said = self.ctx.key_refused(exc)
+            said = (
+                self.ctx.key_refused(exc)
+                if isinstance(exc, AuthenticationError)
+                else describe_error(exc)
+            )
             self.ui.error(f"{why}; creating no more tasks: {said}")
         self.stop_creating = True
         if self.state.fatal is None:

@@ -57,8 +57,12 @@ def _csv_rows(text: str) -> Iterator[tuple[int, Any, str | None]]:
     for cells in reader:
         if not any(cell.strip() for cell in cells):
             continue
-        pairs = zip(header, cells, strict=False)  # a short row: the rest is empty
-        row = {name: _cell(name, cell) for name, cell in pairs if cell.strip()}
+        # A short row: the rest is empty.
+        row = {
+            name: _cell(name, cell)
+            for name, cell in zip(header, cells, strict=False)
+            if cell.strip()
+        }
         extra = f"{len(cells)} cells, the header names {len(header)}"
         yield reader.line_num, row, extra if len(cells) > len(header) else None
 

@@ -40,8 +40,9 @@ _BUSY_TIMEOUT = 10.0
 
 def request_hash(request: Mapping[str, Any]) -> str:
     """The SHA-256 of a request's canonical JSON (sorted keys, no spaces), as journals kept it."""
-    canonical = json_text(request, "", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(
+        json_text(request, "", sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
 
 
 def is_old_journal(path: Path) -> bool:
@@ -161,11 +162,17 @@ async def import_journal(path: Path, *, base_url: str, keys: Mapping[int, tuple[
             for line_no, _digest, state, task_id, credits, error in rows:
                 if state == "refused":
                     continue  # nothing was created: the batch sends it again
-                known = task_id if state in ("created", "done") else None
                 key, request = keys[line_no]
-                replay = _Replay(known, credits, error or "the earlier run stopped mid-create")
                 with contextlib.suppress(AmbiguousCreateError):
-                    await ledger.create_task(replay, key=key, **request)
+                    await ledger.create_task(
+                        _Replay(
+                            task_id if state in ("created", "done") else None,
+                            credits,
+                            error or "the earlier run stopped mid-create",
+                        ),
+                        key=key,
+                        **request,
+                    )
         await anyio.to_thread.run_sync(_replace, importing, path)
     except (sqlite3.Error, OSError) as exc:
         raise UsageError(f"the journal {path} could not be imported into a ledger: {exc}") from exc
@@ -247,5 +254,4 @@ async def read_entries(ledger: Ledger, keys: Collection[str]) -> dict[str, Ledge
     if len(keys) > 200:
         wanted = set(keys)
         return {e.key: e async for e in ledger.entries() if e.key in wanted}
-    found = {key: await ledger.get(key) for key in keys}
-    return {key: entry for key, entry in found.items() if entry is not None}
+    return {key: entry for key in keys if (entry := await ledger.get(key)) is not None}

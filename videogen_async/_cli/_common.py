@@ -181,8 +181,12 @@ def exit_code_for(exc: BaseException) -> int:
 
 def task_row(task: Task) -> list[Any]:
     """The cells of a task in the status tables."""
-    outcome = task.video_url if task.is_succeeded else task.error_message
-    return [task.task_id, str(task.status), fmt_credits(task.credits_cost), outcome]
+    return [
+        task.task_id,
+        str(task.status),
+        fmt_credits(task.credits_cost),
+        task.video_url if task.is_succeeded else task.error_message,
+    ]
 
 
 def fmt_credits(value: float | None) -> str:
@@ -224,8 +228,9 @@ class Context:
         options = {
             n: given[f"cfg_{n}"] for n in _CLIENT_OPTIONS if given.get(f"cfg_{n}") is not None
         }
-        insecure = os.environ.get(ALLOW_INSECURE_HTTP_ENV, "").strip().lower()
-        if options.pop("allow_insecure_http", False) or insecure in ("1", "true", "yes"):
+        if options.pop("allow_insecure_http", False) or os.environ.get(
+            ALLOW_INSECURE_HTTP_ENV, ""
+        ).strip().lower() in ("1", "true", "yes"):
             options["allow_insecure_http"] = True
         return options
 

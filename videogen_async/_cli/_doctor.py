@@ -93,8 +93,14 @@ async def _answer(call: Awaitable[Any]) -> Answer:
         result = await call
     except (APIStatusError, APIResponseError) as exc:
         message = _REQUEST.sub("", exc.message)  # the SDK's "GET /v1/tasks: " before the text
-        headers = getattr(exc, "headers", None) or {}
-        return Answer(exc.status_code, exc.code, type(exc).__name__, message, headers, exc)
+        return Answer(
+            exc.status_code,
+            exc.code,
+            type(exc).__name__,
+            message,
+            getattr(exc, "headers", None) or {},
+            exc,
+        )
     info = result._response
     return Answer(info.status_code, 200, type(result).__name__, None, dict(info.headers))
 
@@ -125,8 +131,15 @@ def _compare(said: Mapping[str, Answer], assumed: Mapping[str, Answer]) -> list[
     for name, answer in said.items():
         mine = assumed[name]
         handled = answer.outcome == mine.outcome
-        same = handled and (answer.status, answer.code) == (mine.status, mine.code)
-        checks.append(Check(name, str(answer), str(mine), handled, same))
+        checks.append(
+            Check(
+                name,
+                str(answer),
+                str(mine),
+                handled,
+                handled and (answer.status, answer.code) == (mine.status, mine.code),
+            )
+        )
     seen, usual = _rate_headers(said), _rate_headers(assumed)
     unreadable = [
         v for k, v in seen.items() if k.lower() == "retry-after" and parse_retry_after(v) is None

@@ -206,8 +206,11 @@ SDK_CALLS = {
 def command_for(argv: list[str]) -> str | None:
     """The command that does what ``argv`` asks in the SDK's words (``tasks create``)."""
     valued = ("--api-key", "--base-url", "--timeout", "--max-retries")  # options with a value
-    before = ["", *argv][: len(argv)]
-    words = [w for b, w in zip(before, argv, strict=True) if w[:1] != "-" and b not in valued]
+    words = [
+        w
+        for b, w in zip(["", *argv][: len(argv)], argv, strict=True)
+        if w[:1] != "-" and b not in valued
+    ]
     named = ".".join(words[:3]).replace("-", "_").removeprefix("client.").split(".")
     command = SDK_CALLS.get(".".join(named[:2]), SDK_CALLS.get(named[0]))  # not "credits" alone
     return None if command is None else f"videogen {command}"

@@ -72,17 +72,26 @@ def project_rows(project: Project) -> list[list[Any]]:
 def billing_row(project: Project) -> list[str]:
     """A project's script, videos and total credits, as shown to a user."""
     bill = project.billing
-    costs = (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
-    return [fmt_credits(c) for c in costs]
+    return [
+        fmt_credits(c)
+        for c in (bill.script_credits_cost, bill.video_credits_cost, bill.total_credits_cost)
+    ]
 
 
 def show_project(ctx: Context, project: Project, *, script: bool = False) -> None:
     """A project as a summary, its billing and its tasks (or as JSON)."""
-    row = [project.project_id, str(project.status), str(project.current_step), str(project.mode)]
     if not ctx.ui.show(
         project.to_dict(),
         ("project id", "status", "step", "mode", "script", "videos", "total credits"),
-        [row + billing_row(project)],
+        [
+            [
+                project.project_id,
+                str(project.status),
+                str(project.current_step),
+                str(project.mode),
+                *billing_row(project),
+            ]
+        ],
         title="Project",
     ):
         return
@@ -213,8 +222,10 @@ async def cmd_project_videos(ctx: Context) -> int:
                 ctx.ui.note(f"follow them with: videogen wait {' '.join(batch.task_ids)}")
             return EXIT_OK
         with shown_if_key_refused(show_created):
-            results = await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout)
-            rows, tasks, code = task_report(batch.task_ids, results)
+            rows, tasks, code = task_report(
+                batch.task_ids,
+                await wait_for_ids(ctx, client, batch.task_ids, timeout=args.timeout),
+            )
         ctx.ui.show({**batch.to_dict(), "tasks": tasks}, TASK_COLUMNS, rows, title="Video tasks")
         return code
 
@@ -240,8 +251,12 @@ async def _wait_and_show(
         return EXIT_API_ERROR
     if download is None or not ctx.ui.json_mode:
         show_project(ctx, project)
-    failed = any(t.is_terminal and t.status != "succeeded" for t in project.tasks)
-    code = EXIT_SOME_FAILED if project.is_failed or failed else EXIT_OK
+    code = (
+        EXIT_SOME_FAILED
+        if project.is_failed
+        or any(t.is_terminal and t.status != "succeeded" for t in project.tasks)
+        else EXIT_OK
+    )
     if download is not None:
         code = max(code, await _download_project(ctx, client, project, download))
     return code
@@ -298,5 +313,6 @@ async def cmd_project_download(ctx: Context, client: AsyncVideoGen) -> int:
             f"{len(unfinished)} video(s) still running: videogen project wait"
             f" {project.project_id} --download {args.directory}"
         )
-    not_saved = any(t.status != "succeeded" for t in project.tasks)
-    return max(code, EXIT_SOME_FAILED) if not_saved else code
+    return (
+        max(code, EXIT_SOME_FAILED) if any(t.status != "succeeded" for t in project.tasks) else code
+    )

@@ -212,8 +212,10 @@ async def _run(
     ui = ctx.ui
     ui.heading("1. Your balance")
     before = await client.credits.get()
-    credits = (before.api_available_credits, before.api_total_credits)
-    ui.table(("available", "total"), [[fmt_credits(c) for c in credits]])
+    ui.table(
+        ("available", "total"),
+        [[fmt_credits(c) for c in (before.api_available_credits, before.api_total_credits)]],
+    )
     tasks = await _direct_tasks(ctx, client, max(1, ctx.args.tasks))
     final, project_tasks = await _project(ctx, client)
 
@@ -226,8 +228,11 @@ async def _run(
     ui.heading("5. Final balance and the project's billing")
     after = await client.credits.get()
     had, has = before.api_available_credits, after.api_available_credits
-    balance = [fmt_credits(v) for v in (had, had - has, has)]
-    ui.table(("before", "spent", "after"), [balance], title="Balance")
+    ui.table(
+        ("before", "spent", "after"),
+        [[fmt_credits(v) for v in (had, had - has, has)]],
+        title="Balance",
+    )
 
     ui.table(("script", "videos", "total"), [billing_row(final)], title="Billing")
     summary.update(
@@ -240,5 +245,8 @@ async def _run(
         ],
         balance_after=after.to_dict(),
     )
-    ok = all(d.ok for d in downloads) and len(tasks) == max(1, ctx.args.tasks)
-    return EXIT_OK if ok else EXIT_SOME_FAILED
+    return (
+        EXIT_OK
+        if all(d.ok for d in downloads) and len(tasks) == max(1, ctx.args.tasks)
+        else EXIT_SOME_FAILED
+    )

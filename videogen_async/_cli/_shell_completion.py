@@ -62,8 +62,15 @@ def candidates(parser: argparse.ArgumentParser, words: Sequence[str], current: s
     if previous is not None and previous.choices is not None:
         found = [str(c) for c in previous.choices]
     else:
-        positional = [a for a in parser._actions if not a.option_strings and a.choices]
-        found = [*_subcommands(parser), *(str(c) for a in positional for c in a.choices or ())]
+        found = [
+            *_subcommands(parser),
+            *(
+                str(c)
+                for a in parser._actions
+                if not a.option_strings and a.choices
+                for c in a.choices or ()
+            ),
+        ]
         found += sorted(options)
     return [word for word in dict.fromkeys(found) if word.startswith(current)]
 

@@ -105,12 +105,18 @@ async def cmd_create(ctx: Context) -> int:
                 f" more than --max-credits {fmt_credits(args.max_credits)}: its prices are"
                 " higher than the estimate (see docs/cli.md)"
             )
-        at = created.created_at.isoformat() if created.created_at else None
         show_created = functools.partial(
             ctx.ui.show,
             created.to_dict(),
             ("task id", "status", "credits", "created at"),
-            [[created.task_id, str(created.status), fmt_credits(created.credits_cost), at]],
+            [
+                [
+                    created.task_id,
+                    str(created.status),
+                    fmt_credits(created.credits_cost),
+                    created.created_at.isoformat() if created.created_at else None,
+                ]
+            ],
             title="Created",
         )
         if not (args.wait or args.download):
@@ -265,8 +271,7 @@ async def wait_for_ids(
 async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen wait ID...``: wait until tasks finish."""
     ids = list(dict.fromkeys(ctx.args.task_ids))
-    results = await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)
-    return _report(ctx, ids, dict(results))
+    return _report(ctx, ids, dict(await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)))
 
 
 def download_exit_code(results: Sequence[DownloadResult]) -> int:

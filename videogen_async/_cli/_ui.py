@@ -168,8 +168,10 @@ class UI:
             widths[max(range(1, len(widths)), key=widths.__getitem__)] -= 1
 
         def line(row: Sequence[str]) -> str:
-            pairs = enumerate(zip(row, widths, strict=True))
-            wrapped = [textwrap.wrap(c, w) if i and len(c) > w else [c] for i, (c, w) in pairs]
+            wrapped = [
+                textwrap.wrap(c, w) if i and len(c) > w else [c]
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
             return "\n".join(
                 "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
                 for cells in itertools.zip_longest(*wrapped, fillvalue="")
