@@ -105,8 +105,9 @@ def excerpt(raw: bytes, limit: int = EXCERPT_CHARS) -> str:
     Decoded, on one line, then :func:`clip`-ped (redacted whole, then cut). Only the bytes
     that can make the window are decoded (at most 4 per character).
     """
-    text = raw[: (limit + _WINDOW) * 4].decode("utf-8", errors="replace")
-    return clip(" ".join(text.split()), limit)
+    return clip(
+        " ".join(raw[: (limit + _WINDOW) * 4].decode("utf-8", errors="replace").split()), limit
+    )
 
 
 def short_repr(value: Any, limit: int = EXCERPT_CHARS) -> str:

@@ -152,8 +152,7 @@ class SessionOwner:
         ``aclose()`` waits for it at most ``bound`` seconds (the call's bound by the client's
         timeout settings; ``None``: they set none).
         """
-        end = math.inf if bound is None else time.monotonic() + bound
-        self._in_flight[job] = end
+        self._in_flight[job] = math.inf if bound is None else time.monotonic() + bound
         job.add_done_callback(self._untrack)
 
     def _untrack(self, job: asyncio.Future[Any]) -> None:
@@ -169,11 +168,10 @@ class SessionOwner:
             raise RuntimeError("this AsyncVideoGen client is closed")
         loop = asyncio.get_running_loop()
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._connection_limit, ttl_dns_cache=300)
             # trust_env stays False: the proxy of the environment is read by the transport
             # once (``proxy_for``), not per request, and no ~/.netrc credentials are sent.
             self._session = aiohttp.ClientSession(
-                connector=connector,
+                connector=aiohttp.TCPConnector(limit=self._connection_limit, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(),  # no total: the transport bounds each attempt
             )
             self._loop = loop

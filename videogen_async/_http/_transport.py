@@ -195,8 +195,11 @@ class Transport:
         ``APIResponseError``).
         """
         if options.extra_query:
-            merged = {**(params or {}), **options.extra_query}
-            params = {name: value for name, value in merged.items() if value is not None}
+            params = {
+                name: value
+                for name, value in {**(params or {}), **options.extra_query}.items()
+                if value is not None
+            }
         if options.extra_body is not None:
             json_body = {**(json_body or {}), **options.extra_body}
         # The URL is built once from encoded parts: aiohttp then skips re-parsing and
@@ -233,11 +236,21 @@ class Transport:
                             method, url, path, body, headers, timeouts, deadline
                         )
                     else:
-                        send = functools.partial(
-                            self._send_once, method, url, path, body, headers, timeouts, deadline
-                        )
                         response = await observer.send(
-                            send, method=method, path=path, url=str(url), attempt=attempt
+                            functools.partial(
+                                self._send_once,
+                                method,
+                                url,
+                                path,
+                                body,
+                                headers,
+                                timeouts,
+                                deadline,
+                            ),
+                            method=method,
+                            path=path,
+                            url=str(url),
+                            attempt=attempt,
                         )
                 finally:
                     pacing.release()
@@ -398,8 +411,9 @@ class Transport:
         except asyncio.CancelledError:
             if not bound.expired():
                 raise
-            timed_out = asyncio.TimeoutError()
-            raise connection_error(timed_out, method, path, may_have_taken_effect=may) from None
+            raise connection_error(
+                asyncio.TimeoutError(), method, path, may_have_taken_effect=may
+            ) from None
         except NETWORK_ERRORS as exc:
             raise connection_error(exc, method, path, may_have_taken_effect=may) from exc
         finally:

@@ -133,8 +133,9 @@ def verify_webhook(
     """
     key = _secret_key(secret)
     raw = body.encode() if isinstance(body, str) else bytes(body)
-    lower = {name.lower(): value for name, value in headers.items()}
-    msg_id, stamp, signatures = map(lower.get, _SIGNED)
+    msg_id, stamp, signatures = map(
+        {name.lower(): value for name, value in headers.items()}.get, _SIGNED
+    )
     if not (msg_id and stamp and signatures):
         raise WebhookVerificationError("webhook: a webhook-id, -timestamp or -signature is missing")
     try:
@@ -195,8 +196,14 @@ class Webhook:
         self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
         positive("timeout", timeout)
-        extra = check_headers(headers or {}, "headers", refused=_RESERVED).items()
-        self._headers = {"User-Agent": user_agent(), **{k: v for k, v in extra if v is not None}}
+        self._headers = {
+            "User-Agent": user_agent(),
+            **{
+                k: v
+                for k, v in check_headers(headers or {}, "headers", refused=_RESERVED).items()
+                if v is not None
+            },
+        }
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
         self._proxy = proxy_for(self.url)
         self._session: aiohttp.ClientSession | None = None
@@ -213,12 +220,16 @@ class Webhook:
             WebhookDeliveryError: No 2xx answer (an error status, a redirect, a timeout or a
                 connection failure); the dispatcher retries later.
         """
-        payload = {
-            "type": f"video.{entry.state}",
-            "timestamp": datetime.now(timezone.utc).isoformat(),
-            "data": entry.to_dict(),
-        }
-        body = json_text(payload, "", separators=(",", ":"), ensure_ascii=False).encode()
+        body = json_text(
+            {
+                "type": f"video.{entry.state}",
+                "timestamp": datetime.now(timezone.utc).isoformat(),
+                "data": entry.to_dict(),
+            },
+            "",
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode()
         msg_id = message_id(entry)
         stamp = int(time.time())
         headers = {
@@ -229,8 +240,10 @@ class Webhook:
             "webhook-signature": sign(self._key, msg_id, stamp, body),
         }
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(resolver=self._resolver and self._resolver())
-            self._session = aiohttp.ClientSession(trust_env=False, connector=connector)
+            self._session = aiohttp.ClientSession(
+                trust_env=False,
+                connector=aiohttp.TCPConnector(resolver=self._resolver and self._resolver()),
+            )
         try:
             async with self._session.post(
                 self.url,

@@ -197,10 +197,15 @@ class VideoTools:
             if self.ledger.max_credits is None:
                 return NoConsent("this client cannot ask the user and the server has no cap")
             return None
-        shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}.items()
         return Elicit(
             "Spend credits on this create?\n"
-            + "\n".join(f"{name}: {value}" for name, value in shown),
+            + "\n".join(
+                f"{name}: {value}"
+                for name, value in {
+                    **given(fields, "metadata"),
+                    **cost.model_dump(exclude_none=True),
+                }.items()
+            ),
             Consent,
         )
 

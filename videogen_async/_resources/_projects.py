@@ -110,8 +110,9 @@ class Projects(Resource):
             },
             unknown_hint=True,
         )
-        call = call_options(options)
-        return await self._create("/v1/video/viral-ads-clone", body, CreatedProject, call)
+        return await self._create(
+            "/v1/video/viral-ads-clone", body, CreatedProject, call_options(options)
+        )
 
     async def get(self, project_id: str, **options: Unpack[RequestOptions]) -> Project:
         """Read a project with its script, tasks and billing.
@@ -166,16 +167,20 @@ class Projects(Resource):
                 ``request_may_have_taken_effect`` before creating again.
         """
         path = _path(project_id, "/videos")
-        body = validate_videos_request(
-            {
-                "script": script,
-                "out_number": out_number,
-                "resolution": resolution,
-                "aspect_ratio": aspect_ratio,
-            },
-            unknown_hint=True,
+        return await self._create(
+            path,
+            validate_videos_request(
+                {
+                    "script": script,
+                    "out_number": out_number,
+                    "resolution": resolution,
+                    "aspect_ratio": aspect_ratio,
+                },
+                unknown_hint=True,
+            ),
+            VideoBatch,
+            call_options(options),
         )
-        return await self._create(path, body, VideoBatch, call_options(options))
 
     async def wait_for_script(
         self,
@@ -215,8 +220,15 @@ class Projects(Resource):
                 raise ProjectFailedError(project)
             return project.has_script
 
-        scripted = on_read(self._transport.hooks, on_update, lambda p: p.has_script)
-        return await self._poll("script", project_id, read, ready, scripted, timeout, poll_policy)
+        return await self._poll(
+            "script",
+            project_id,
+            read,
+            ready,
+            on_read(self._transport.hooks, on_update, lambda p: p.has_script),
+            timeout,
+            poll_policy,
+        )
 
     async def wait(
         self,
@@ -258,9 +270,14 @@ class Projects(Resource):
             finished = await self._finished(project, settled, call)
             return project
 
-        seen = on_read(self._transport.hooks, on_update, lambda p: p.is_terminal)
         return await self._poll(
-            "project", project_id, read, lambda _: finished, seen, timeout, poll_policy
+            "project",
+            project_id,
+            read,
+            lambda _: finished,
+            on_read(self._transport.hooks, on_update, lambda p: p.is_terminal),
+            timeout,
+            poll_policy,
         )
 
     async def _finished(self, project: Project, settled: set[str], call: CallOptions) -> bool:

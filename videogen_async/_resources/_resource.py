@@ -48,10 +48,12 @@ class Resource:
         options: CallOptions = NO_OPTIONS,
     ) -> _T:
         """``GET path``, its answer parsed into ``cls`` (``retries``: see ``Transport.request``)."""
-        response = await self._transport.request(
-            "GET", path, params=params, retries=retries, options=options
+        return self._parse(
+            await self._transport.request(
+                "GET", path, params=params, retries=retries, options=options
+            ),
+            cls,
         )
-        return self._parse(response, cls)
 
     async def _create(
         self, path: str, body: dict[str, Any], cls: type[_T], options: CallOptions = NO_OPTIONS

@@ -99,8 +99,9 @@ class Tasks(Resource):
             },
             unknown_hint=True,
         )
-        call = call_options(options)
-        return await self._create("/v1/video/videomodel-2", body, CreatedTask, call)
+        return await self._create(
+            "/v1/video/videomodel-2", body, CreatedTask, call_options(options)
+        )
 
     async def get(self, task_id: str, **options: Unpack[RequestOptions]) -> Task:
         """Read a task's status and result (``GET /v1/tasks?task_id=``).
@@ -120,8 +121,12 @@ class Tasks(Resource):
         """
         # The transport awaited here, not through ``_get``: one coroutine less per read.
         call = call_options(options)
-        query = {"task_id": check_id("task_id", task_id, encode=True)}
-        response = await self._transport.request("GET", "/v1/tasks", params=query, options=call)
+        response = await self._transport.request(
+            "GET",
+            "/v1/tasks",
+            params={"task_id": check_id("task_id", task_id, encode=True)},
+            options=call,
+        )
         return self._parse(response, Task)
 
     async def _fetch_once(self, task_id: str, options: CallOptions = NO_OPTIONS) -> Task:
@@ -130,9 +135,12 @@ class Tasks(Resource):
         As :meth:`get`, the transport awaited here: thousands of ids polled by a gather each
         pay one coroutine less.
         """
-        query = {"task_id": check_id("task_id", task_id, encode=True)}
         response = await self._transport.request(
-            "GET", "/v1/tasks", params=query, retries=0, options=options
+            "GET",
+            "/v1/tasks",
+            params={"task_id": check_id("task_id", task_id, encode=True)},
+            retries=0,
+            options=options,
         )
         return self._parse(response, Task)
 
@@ -245,12 +253,11 @@ class Tasks(Resource):
         deadline = None if timeout is None else time.monotonic() + timeout
         last: Task | None = None
         while last is None or not last.is_terminal:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 last = await wait_on_source(
                     source,
                     task_id,
-                    timeout=left,
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
                     raise_on_failure=False,
                     poll_policy=poll_policy or self._poll_policy,
                     done=functools.partial(operator.ne, last),
@@ -309,8 +316,9 @@ class Tasks(Resource):
         Returns:
             An async iterator of :class:`Task`, also usable as an async context manager.
         """
-        polls = {"extra_headers": extra_headers, "extra_query": extra_query}
-        source = self._source(call_options(polls, polls=True))
+        source = self._source(
+            call_options({"extra_headers": extra_headers, "extra_query": extra_query}, polls=True)
+        )
         return gather_until_done(source, task_ids, return_exceptions=return_exceptions, **options)
 
 
