@@ -85,8 +85,7 @@ class Ledger(AsyncClosing):
         checks.positive("outage_timeout", outage_timeout)
         if price_estimate is not None and not callable(price_estimate):
             raise InvalidRequestError("price_estimate", "must be a callable(model, duration)")
-        args = (engine_for(url), outage_timeout, max_credits, price_estimate)
-        return LedgerOpener(Ledger, args)
+        return LedgerOpener(Ledger, (engine_for(url), outage_timeout, max_credits, price_estimate))
 
     @property
     def max_credits(self) -> float | None:
@@ -180,8 +179,7 @@ class Ledger(AsyncClosing):
         Raises:
             InvalidRequestError: ``metadata`` is not a JSON object.
         """
-        wanted = check_metadata(metadata) if metadata else None
-        return self._entries(wanted, page_size)
+        return self._entries(check_metadata(metadata) if metadata else None, page_size)
 
     async def _entries(self, wanted: str | None, page_size: int) -> AsyncIterator[LedgerEntry]:
         await self._creator.repair()
@@ -210,8 +208,12 @@ class Ledger(AsyncClosing):
             InvalidRequestError: ``group_by`` is not a non-empty string.
         """
         if group_by is not None and (not isinstance(group_by, str) or not group_by):
-            rule = "must be a metadata key (a non-empty string)"
-            raise InvalidRequestError("group_by", rule, value=group_by, has_value=True)
+            raise InvalidRequestError(
+                "group_by",
+                "must be a metadata key (a non-empty string)",
+                value=group_by,
+                has_value=True,
+            )
         await self._creator.repair()
         return await self._store.read(summary, group_by)
 
@@ -320,9 +322,13 @@ class Ledger(AsyncClosing):
             AmbiguousCreateError: The create may have taken effect without an id.
             BudgetExceededError: It could pass ``max_credits``.
         """
-        urls = reference_video_url, product_image_urls
         return await self._creator.create_project(
-            client, urls, key, script_credits, metadata, project_fields
+            client,
+            (reference_video_url, product_image_urls),
+            key,
+            script_credits,
+            metadata,
+            project_fields,
         )
 
     async def record_project_tasks(
@@ -462,9 +468,14 @@ class Ledger(AsyncClosing):
             InvalidRequestError: A bad argument; nothing was written.
             LedgerError: The database stayed away longer than ``outage_timeout``.
         """
-        options = (lease, concurrency, attempt_timeout, backoff)
         return await _dispatch.dispatch(
-            self._store, self._listener, name, deliver, stop_when_idle, backlog, options
+            self._store,
+            self._listener,
+            name,
+            deliver,
+            stop_when_idle,
+            backlog,
+            (lease, concurrency, attempt_timeout, backoff),
         )
 
     async def redeliver(self, name: str, *, keys: Iterable[str] | None = None) -> int:

@@ -37,8 +37,10 @@ def _encode(stats: FinishTimeStats) -> str:
 def _decode(text: str) -> FinishTimeStats | None:
     try:
         data = json.loads(text)
-        bins = tuple((int(index), float(weight)) for index, weight in data["bins"])
-        return FinishTimeStats(bins=bins, count=int(data["count"]))
+        return FinishTimeStats(
+            bins=tuple((int(index), float(weight)) for index, weight in data["bins"]),
+            count=int(data["count"]),
+        )
     except (ValueError, TypeError, KeyError):
         return None
 

@@ -191,8 +191,7 @@ class _Dispatcher:
                         await self.deliver(entry_from_row(row))  # type: ignore[arg-type]
                 except Exception as exc:  # a failed attempt: tried again later
                     error = f"{type(exc).__name__}: {exc}"[:2000]
-                    decision = backoff_after(attempts + 1, self.backoff, exc=exc)
-                    delay = decision.delay
+                    delay = backoff_after(attempts + 1, self.backoff, exc=exc).delay
                     logger.log(
                         logging.WARNING if delay is not None else logging.ERROR,
                         "dispatch %r: %r attempt %d failed (%s)%s",
@@ -231,8 +230,13 @@ async def dispatch(
     checks.positive("attempt_timeout", attempt_timeout)
     if backoff is not None and not isinstance(backoff, BackoffPolicy):
         raise InvalidRequestError("backoff", "must be a BackoffPolicy")
-    checked = (lease, concurrency, attempt_timeout, backoff or DISPATCH_BACKOFF)
-    dispatcher = _Dispatcher(store, listener, name, deliver, checked)
+    dispatcher = _Dispatcher(
+        store,
+        listener,
+        name,
+        deliver,
+        (lease, concurrency, attempt_timeout, backoff or DISPATCH_BACKOFF),
+    )
     try:
         await store.write(_register, name, backlog)
         await dispatcher.run(stop_when_idle)

@@ -149,8 +149,10 @@ def check_metadata(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        rule = f"must be a JSON object (a dict with string keys), got {type(value).__name__}"
-        raise InvalidRequestError("metadata", rule)
+        raise InvalidRequestError(
+            "metadata",
+            f"must be a JSON object (a dict with string keys), got {type(value).__name__}",
+        )
     if _depth(value) > 8:
         raise InvalidRequestError("metadata", "must nest at most 8 levels")
     try:

@@ -164,8 +164,9 @@ class Listener:
                         *(self._store.where, type(exc).__name__, exc),
                     )
                 await source.close()
-                decision = backoff_after(max(failures, 1), DATABASE_BACKOFF, exc=error)
-                await anyio.sleep(decision.delay or 0.0)
+                await anyio.sleep(
+                    backoff_after(max(failures, 1), DATABASE_BACKOFF, exc=error).delay or 0.0
+                )
         finally:
             await source.close()
 

@@ -310,8 +310,9 @@ def create_or_migrate(where: str) -> Plan[None]:
     if meta is None:
         statements: Sequence[str] = _CREATE
     else:
-        version = check_meta(where, meta)
-        statements = [s for v in range(version + 1, SCHEMA_VERSION + 1) for s in MIGRATIONS[v]]
+        statements = [
+            s for v in range(check_meta(where, meta) + 1, SCHEMA_VERSION + 1) for s in MIGRATIONS[v]
+        ]
     for statement in statements:
         yield q(statement)
     yield q(

@@ -26,8 +26,11 @@ def spool_directory() -> Path:
     given = os.environ.get("VIDEOGEN_LEDGER_SPOOL")
     if given:
         return Path(given)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
-    return Path(state) / "videogen-async" / "ledger-spool"
+    return (
+        Path(os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state"))
+        / "videogen-async"
+        / "ledger-spool"
+    )
 
 
 class Spool:

@@ -253,8 +253,10 @@ class Watch(ExitCloses):
         if excess <= 0 or self._results is None:
             return
         young = time.monotonic() - self._lease / 3
-        newest = reversed(self._polling.items())  # claimed in this order
-        old = (task_id for task_id, (_key, since) in newest if since <= young)
+        # ``_polling`` holds the ids in the order they were claimed: reversed, the newest first.
+        old = (
+            task_id for task_id, (_key, since) in reversed(self._polling.items()) if since <= young
+        )
         candidates = list(itertools.islice(old, excess))  # stops at the excess
         if not candidates:
             return
@@ -293,8 +295,10 @@ class Watch(ExitCloses):
             await self._pacing()
 
     async def _sleep(self) -> None:
-        events = (self._creator.settled.event, self._pause.changed, self._drained)
-        await first_of(events, min(self._interval, self._lease / 3))
+        await first_of(
+            (self._creator.settled.event, self._pause.changed, self._drained),
+            min(self._interval, self._lease / 3),
+        )
 
     async def _start(self, tg: TaskGroup, rows: list[Any]) -> None:
         self._held += len(rows)
@@ -342,8 +346,7 @@ class Watch(ExitCloses):
                 # (a batch waiting on it ends), never polled again nor its create sent again.
                 gone = isinstance(item.__cause__, NotFoundError)
                 logger.warning("ledger key %r: %s", key, item)
-                failed = (key, self.owner, str(item), self._lease, gone)
-                await store.write(claims.poll_failed, *failed)
+                await store.write(claims.poll_failed, key, self.owner, str(item), self._lease, gone)
             else:
                 self._unwritten += 1
                 self._finished_send.send_nowait((key, item))

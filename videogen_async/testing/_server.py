@@ -148,8 +148,7 @@ class SandboxServer(ServerTruth, AsyncClosing):
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self._host, self._port)
-            await site.start()
+            await web.TCPSite(runner, self._host, self._port).start()
         except BaseException:
             await runner.cleanup()
             raise
@@ -206,10 +205,13 @@ class SandboxServer(ServerTruth, AsyncClosing):
         if self._bound_port is None:
             return None
         # A wildcard is shown as loopback, where a client can reach it; yarl brackets IPv6.
-        wildcards = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
         return str(
             URL.build(
-                scheme="http", host=wildcards.get(self._host, self._host), port=self._bound_port
+                scheme="http",
+                host={"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(  # noqa: S104
+                    self._host, self._host
+                ),
+                port=self._bound_port,
             )
         )
 
