@@ -97,14 +97,13 @@ def print_summary(ctx: Context, run: BatchState, journal: str | None, code: int)
             " --retry-unknown."
         )
     if rerun or run.fatal is not None:
-        if resume is not None:
-            ctx.ui.note(f"to resume, run:\n  {resume}")
-        else:
-            ctx.ui.note(
-                f"no journal was kept (--no-journal): the ids of the {run.created()} task(s)"
-                f" created are in {run.manifest}; running the batch again would create every line"
-                " again"
-            )
+        ctx.ui.note(
+            f"to resume, run:\n  {resume}"
+            if resume is not None
+            else f"no journal was kept (--no-journal): the ids of the {run.created()} task(s)"
+            f" created are in {run.manifest}; running the batch again would create every line"
+            " again"
+        )
 
 
 async def download_all(
@@ -114,12 +113,10 @@ async def download_all(
     wanted = [r for r in state.ordered() if r["status"] == "succeeded" and r["task_id"]]
     if not wanted:
         return
-
-    def existing() -> set[str]:
-        # Files appear only complete (an atomic rename): one that exists is kept.
-        return {r["task_id"] for r in wanted if (directory / f"{r['task_id']}.mp4").is_file()}
-
-    present = await anyio.to_thread.run_sync(existing)
+    # Files appear only complete (an atomic rename): one that exists is kept.
+    present = await anyio.to_thread.run_sync(
+        lambda: {r["task_id"] for r in wanted if (directory / f"{r['task_id']}.mp4").is_file()}
+    )
     for record in wanted:
         if record["task_id"] in present:
             record["path"] = str(directory / f"{record['task_id']}.mp4")

@@ -257,10 +257,11 @@ def _show(ctx: Context, report: dict[str, Any], checks: list[Check]) -> None:
     ui.print(f"round-trip latency: {report['latency_ms']:g} ms (the balance)")
     ui.print(f"clock difference (service minus this machine, +-0.5 s): {clock}")
     differ = [c.check for c in checks if not c.as_expected]
-    if differ:
-        ui.note(f"differs from what the SDK expects: {', '.join(differ)}")
-    else:
-        ui.note("the service answers as the SDK expects")
+    ui.note(
+        f"differs from what the SDK expects: {', '.join(differ)}"
+        if differ
+        else "the service answers as the SDK expects"
+    )
 
 
 def add_doctor_parser(command: Callable[..., Any]) -> None:

@@ -217,7 +217,7 @@ class Progress:
                 console=ui.err_console,
             )
             self._rich.start()
-            self._task = self._rich.add_task(self.description, total=self.total, detail=self.detail)
+            self._task = self._rich.add_task(description, total=total, detail=detail)
         else:
             self._plain(force=False)
 

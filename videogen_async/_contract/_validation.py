@@ -96,10 +96,12 @@ def _integer_field(spec: Field, value: Any, _hint: bool) -> None:
         or (spec.maximum is not None and number > spec.maximum)
     ):
         rule = (
-            f"must be a positive integer number of {spec.unit}" if spec.unit else "must be positive"
+            f"must be an integer from {spec.minimum} to {spec.maximum} {spec.unit}".rstrip()
+            if spec.maximum is not None
+            else f"must be a positive integer number of {spec.unit}"
+            if spec.unit
+            else "must be positive"
         )
-        if spec.maximum is not None:
-            rule = f"must be an integer from {spec.minimum} to {spec.maximum} {spec.unit}".rstrip()
         raise fail(spec.name, rule, value)
 
 
@@ -187,10 +189,12 @@ def check_body(
         if value is not None:
             _CHECKS[field.type](field, value, unknown_hint)
         elif field.required:
-            rule = "is required"
-            if field.type == "urls" and field.min_items:
-                rule = f"is required (a list of at least {field.min_items} URL)"
-            raise fail(field.name, rule)
+            raise fail(
+                field.name,
+                f"is required (a list of at least {field.min_items} URL)"
+                if field.type == "urls" and field.min_items
+                else "is required",
+            )
     _check_rules(spec, body)
     return {key: _to_send(spec, key, value) for key, value in body.items() if value is not None}
 

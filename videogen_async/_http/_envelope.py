@@ -88,10 +88,11 @@ def connection_error(
             path=path,
             request_may_have_taken_effect=may,
         )
-    if not_opened:
-        text = f"{method} {path}: could not connect to the service: {exc}"
-    else:
-        text = f"{method} {path}: the connection broke: {type(exc).__name__}: {exc}"
+    text = (
+        f"{method} {path}: could not connect to the service: {exc}"
+        if not_opened
+        else f"{method} {path}: the connection broke: {type(exc).__name__}: {exc}"
+    )
     return APIConnectionError(text, method=method, path=path, request_may_have_taken_effect=may)
 
 
