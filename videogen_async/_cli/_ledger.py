@@ -154,8 +154,9 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
             await ledger.dispatch(
                 args.name, deliver, backlog=args.backlog, stop_when_idle=args.stop_when_idle
             )
-        totals = (await ledger.summary())["destinations"].get(args.name)
-        totals = totals or dict.fromkeys(("pending", "delivered", "dead"), 0)
+        totals = (await ledger.summary())["destinations"].get(args.name) or dict.fromkeys(
+            ("pending", "delivered", "dead"), 0
+        )
     if ctx.ui.json_mode:
         ctx.ui.emit_json({"destination": args.name, **totals})
     else:

@@ -104,9 +104,11 @@ def _demo_policy(time_scale: float) -> PollPolicy:
 
 def _demo_row(task: Task) -> list[Any]:
     """A task's row of the demo's table: the status table's, with how long it took."""
-    took = "-"
-    if task.created_at is not None and task.finished_at is not None:
-        took = f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
+    took = (
+        f"{(task.finished_at - task.created_at).total_seconds():.1f} s"
+        if task.created_at is not None and task.finished_at is not None
+        else "-"
+    )
     return [*task_row(task)[:3], took, task_row(task)[3]]
 
 
@@ -131,8 +133,8 @@ async def cmd_demo(ctx: Context) -> int:
             with ctx.cancellable():
                 code = await _run(ctx, client, directory, summary)
     summary["seconds"] = round(time.monotonic() - started, 2)
-    if ctx.ui.json_mode:
-        ctx.ui.emit_json(summary)
+    if ui.json_mode:
+        ui.emit_json(summary)
     elif not ctx.interrupted:
         ui.print(f"\ndemo finished in {summary['seconds']:.1f} s; videos are in {directory}")
     return code

@@ -41,9 +41,11 @@ def number_type(
             and math.isfinite(value)
             and (maximum is None or value <= maximum)
         ):
-            bound = f"{'>' if strict else '>='} {minimum}"
-            if maximum is not None:
-                bound = f"from {minimum} to {maximum}"
+            bound = (
+                f"from {minimum} to {maximum}"
+                if maximum is not None
+                else f"{'>' if strict else '>='} {minimum}"
+            )
             raise argparse.ArgumentTypeError(f"expected {what} {bound}, got {text!r}")
         return value
 

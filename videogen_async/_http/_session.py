@@ -222,12 +222,15 @@ class SessionOwner:
         if callable(closing):
             with contextlib.suppress(Exception):  # best effort, even at interpreter exit
                 closing()
-        where = ""
-        if self._created_at:
-            # Most recent call first; no source lines (reading files here would block).
-            where = "; it was created at " + " <- ".join(
+        # Most recent call first; no source lines (reading files here would block).
+        where = (
+            "; it was created at "
+            + " <- ".join(
                 f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in self._created_at
             )
+            if self._created_at
+            else ""
+        )
         warnings.warn(
             "an AsyncVideoGen client was not closed: call `await client.aclose()` or use"
             " `async with AsyncVideoGen() as client`" + where,

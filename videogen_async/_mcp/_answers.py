@@ -222,9 +222,11 @@ REFUSALS = (Declined, NoConsent, err.VideoGenError, TimeoutError)
 def refusal(exc: Exception) -> Answer:
     """A refusal: the rule broken, what the agent should do next, a cap's figures."""
     text = next(text for kind, text in _ADVICE.items() if isinstance(exc, kind))
-    figures = {}
-    if isinstance(exc, err.BudgetExceededError):
-        figures = cap(exc.max_credits, exc.spent, exc.reserved) | {"cost": exc.estimate}
+    figures = (
+        cap(exc.max_credits, exc.spent, exc.reserved) | {"cost": exc.estimate}
+        if isinstance(exc, err.BudgetExceededError)
+        else {}
+    )
     return Answer(
         refusal=Refusal(
             reason=type(exc).__name__,

@@ -249,9 +249,11 @@ class FaultInjector:
             ),
             None,
         )
-        status = {"html": rule.html_status, "rate_limit": 429}.get(kind or "", 0)
-        if kind == "error":
-            status = rng.choice(rule.error_statuses)
+        status = (
+            rng.choice(rule.error_statuses)
+            if kind == "error"
+            else {"html": rule.html_status, "rate_limit": 429}.get(kind or "", 0)
+        )
         if kind is not None:
             self.injected[kind] += 1
         return FaultDecision(kind, latency, status, rule.retry_after)

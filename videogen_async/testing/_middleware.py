@@ -150,7 +150,6 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
             code = _envelope_code(response)
             return response
         finally:
-            took = time.perf_counter() - t0
             stats.leave(
                 RequestRecord(
                     method,
@@ -158,7 +157,7 @@ def service_middleware(faults: FaultInjector, stats: RequestStats) -> Middleware
                     route,
                     status,
                     started,
-                    took,
+                    time.perf_counter() - t0,
                     fault,
                     trace_id,
                     request.query_string,

@@ -248,7 +248,6 @@ class SandboxState:
         duration = body.get("duration") or sim.DEFAULT_DURATION
         cost = self.pricing.task_cost(model, duration)
         self.wallet.charge(cost)
-        forced = None
         bad = next(
             (
                 u
@@ -259,10 +258,13 @@ class SandboxState:
             None,
         )
         prompt = body.get("prompt")
-        if bad is not None:
-            forced = f"Failed to fetch media from URL: {bad}"
-        elif self.marked(prompt):
-            forced = "The prompt was rejected by the content policy (sandbox failure marker)."
+        forced = (
+            f"Failed to fetch media from URL: {bad}"
+            if bad is not None
+            else "The prompt was rejected by the content policy (sandbox failure marker)."
+            if self.marked(prompt)
+            else None
+        )
         return self.new_task(now, model, duration, cost, forced, prompt=prompt)
 
     def show(
