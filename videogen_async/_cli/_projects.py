@@ -104,9 +104,10 @@ def show_project(ctx: Context, project: Project, *, script: bool = False) -> Non
         ctx.ui.print(project.view_script)
 
 
-async def _guard_project(ctx: Context) -> None:
-    """Check a ``project create``, then guard its spending: the script, in auto mode videos."""
+async def cmd_project_create(ctx: Context) -> int:
+    """``videogen project create``: a new project (its script, then in auto mode its videos)."""
     args = ctx.args
+    # Checked, then its spending guarded: the script, in auto mode its videos.
     request = validate_project_request(request_from_args(args, PROJECT_REQUEST))
     what = f"its script, then {args.out_number or 1} video(s) made automatically"
     await check_spend(
@@ -116,12 +117,6 @@ async def _guard_project(ctx: Context) -> None:
         USUAL_PROJECT,
         why_unknown=f"no price is known for resolution {args.resolution!r}",
     )
-
-
-async def cmd_project_create(ctx: Context) -> int:
-    """``videogen project create``: a new project (its script, then in auto mode its videos)."""
-    args = ctx.args
-    await _guard_project(ctx)
 
     async def work(client: AsyncVideoGen) -> int:
         created = await client.projects.create(**request_from_args(args, PROJECT_REQUEST))

@@ -44,10 +44,6 @@ def project_video_estimate(resolution: int | str | None, per_video: float | None
     return per_video * factor
 
 
-def _interactive() -> bool:
-    return stat.S_ISCHR(stdin_mode()) and sys.stdin.isatty() and sys.stderr.isatty()
-
-
 async def check_spend(
     ctx: Context,
     what: str,
@@ -85,7 +81,9 @@ async def check_spend(
     if limit is not None and estimate is not None:
         return  # within the limit the user set
     usual_text = f"the usual is up to {fmt_credits(usual)}"
-    if await anyio.to_thread.run_sync(_interactive):
+    if await anyio.to_thread.run_sync(
+        lambda: stat.S_ISCHR(stdin_mode()) and sys.stdin.isatty() and sys.stderr.isatty()
+    ):
         ctx.ui.note(f"{said} ({usual_text}; video prices are estimates, see docs/cli.md).")
         print("go ahead? [y/N] ", end="", file=ctx.ui.err, flush=True)  # stdout may be piped
         answer = await anyio.to_thread.run_sync(sys.stdin.readline)

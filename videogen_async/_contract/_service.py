@@ -379,9 +379,7 @@ class Pricing:
         if resolution is None:
             resolution = PROJECT_REQUEST.field("resolution").default
         text = str(resolution).strip().lower().removesuffix("p")
-        if text in self.resolution_factors:
-            return self.resolution_factors[text]
-        return 1.0 if text.isdigit() else None
+        return self.resolution_factors.get(text, 1.0 if text.isdigit() else None)
 
     def project_video_cost(self, duration: int | None, resolution: int | str | None) -> float:
         """The price of one project video (1x for a resolution that is not a number)."""

@@ -180,8 +180,7 @@ def check_body(
     """
     if not isinstance(body, Mapping):
         raise fail("body", "must be a JSON object")
-    known = spec.names
-    unknown = sorted(str(k) for k in body if k not in known)
+    unknown = sorted(str(k) for k in body if k not in spec.names)
     if unknown:
         raise fail(unknown[0], "is not a field of this request")
     for field in spec.fields:

@@ -120,11 +120,13 @@ class Pacing:
             self._policy = policy
             self._events += 1
             self._last_cut = now
-            current = self.in_flight if self.limit == math.inf else self.limit
             if self._ceiling == math.inf:
                 self._ceiling = max(2.0, float(self.in_flight))
             # Multiplicative decrease of the allowed concurrency and rate.
-            self.limit = max(1.0, current * policy.rate_decrease)
+            self.limit = max(
+                1.0,
+                (self.in_flight if self.limit == math.inf else self.limit) * policy.rate_decrease,
+            )
             partial = self._window_sent / max(now - self._window_start, 0.1)
             measured = max(self._measured_rate, partial, 1.0)
             base = measured if self.rate == math.inf else min(self.rate, measured)

@@ -371,7 +371,6 @@ class Transport:
         deadline: float,
     ) -> Response:
         session = self.owner.get()
-        timeout = self._aio_timeout if timeouts is self.timeout else timeouts.to_aiohttp()
         total = timeouts.total
         if deadline != math.inf:
             left = deadline - time.monotonic()
@@ -386,7 +385,7 @@ class Transport:
                 url,
                 data=body,
                 headers=headers,
-                timeout=timeout,
+                timeout=self._aio_timeout if timeouts is self.timeout else timeouts.to_aiohttp(),
                 allow_redirects=False,
                 proxy=self._proxy,
             ) as resp:

@@ -56,10 +56,9 @@ class Spool:
 
     def load(self) -> list[tuple[str, dict[str, Any]]]:
         """Every record kept for this ledger, with its file's path."""
-        directory = spool_directory()
         found = []
         with contextlib.suppress(FileNotFoundError):
-            for path in sorted(directory.glob(f"{self._prefix()}-*.json")):
+            for path in sorted(spool_directory().glob(f"{self._prefix()}-*.json")):
                 try:
                     found.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
                 except (OSError, ValueError):

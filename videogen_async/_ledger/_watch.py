@@ -178,7 +178,7 @@ class Watch(ExitCloses):
         await store.write(claims.register, self.owner, self._lease)
         await self._memory.refresh()
         renewed = time.monotonic()
-        results = gather_until_done(
+        self._results = results = gather_until_done(
             self._source,
             (),
             classes=self._classes,
@@ -187,7 +187,6 @@ class Watch(ExitCloses):
             return_exceptions=True,
             **self._gather_options,
         )
-        self._results = results
         async with anyio.create_task_group() as tg, results:
             tg.start_soon(self._writer)
             tg.start_soon(self._collect, results)
