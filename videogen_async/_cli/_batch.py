@@ -251,8 +251,10 @@ class BatchRun:
         unknown = exc.request_may_have_taken_effect or isinstance(exc, AmbiguousCreateError)
         text = describe_error(exc)
         self.state.record(line, status=UNKNOWN if unknown else REFUSED, error=text)
-        what = "create may have taken effect: " if unknown else "create refused: "
-        self.ui.warn(f"line {line.line_no}: {what}{text}")
+        self.ui.warn(
+            f"line {line.line_no}: create {'may have taken effect' if unknown else 'refused'}:"
+            f" {text}"
+        )
         return exc, unknown
 
     def _create_failed(self, line: InputLine, exc: VideoGenError) -> None:

@@ -167,8 +167,11 @@ def _date_check(date_header: str | None, texts: Mapping[str, Any]) -> Check:
             as_expected = as_expected and isinstance(value, str) and bool(_OFFSET.search(value))
     except (TypeError, ValueError, IndexError):
         handled = as_expected = False
-    example = format_datetime(datetime.now(timezone.utc).replace(microsecond=0))
-    assumes = f"an HTTP date; ISO 8601 with an offset, as {example} (none: read as UTC)"
+    assumes = (
+        "an HTTP date; ISO 8601 with an offset, as"
+        f" {format_datetime(datetime.now(timezone.utc).replace(microsecond=0))}"
+        " (none: read as UTC)"
+    )
     if not texts:
         assumes += "; --task-id ID checks a task's dates"
     return Check("date format", "; ".join(shown), assumes, handled, handled and as_expected)

@@ -141,8 +141,9 @@ async def cmd_ledger_dispatch(ctx: Context) -> int:
     try:
         deliver = webhook(args.webhook, secret)
     except InvalidRequestError as exc:
-        option = "--secret-env" if exc.field == "secret" else "--webhook"
-        raise UsageError(f"{option}: {exc.rule}") from None
+        raise UsageError(
+            f"{'--secret-env' if exc.field == 'secret' else '--webhook'}: {exc.rule}"
+        ) from None
 
     async with _opened(args.url) as ledger:
         with anyio.CancelScope() as scope:

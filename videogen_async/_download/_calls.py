@@ -80,7 +80,7 @@ class DownloadCalls:
         url, task_id = await resolve_source(get_task, check_source(source))
         dest = Path(path)
         if await anyio.to_thread.run_sync(dest.is_dir) or str(path).endswith(("/", os.sep)):
-            dest = dest / default_filename(url=url, task_id=task_id)
+            dest /= default_filename(url=url, task_id=task_id)
         await _file.download_url(
             transport,
             url,
@@ -145,8 +145,7 @@ class DownloadCalls:
         async def one(index: int) -> None:
             source = sources[index]
             name = source_name(source)
-            url = None
-            task_id = None
+            url = task_id = None
             async with limiter:
                 try:
                     url, task_id = await resolve_source(get_task, source)

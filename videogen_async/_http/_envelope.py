@@ -81,9 +81,9 @@ def connection_error(
     scrub_exception(exc)  # aiohttp quotes bad header lines and payloads as it received them
     # TimeoutError: the builtin, which asyncio.TimeoutError is only from Python 3.11 on.
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError)):
-        what = "connecting" if not_opened else "waiting for the answer"
         return APITimeoutError(
-            f"{method} {path}: timed out {what}",
+            f"{method} {path}: timed out"
+            f" {'connecting' if not_opened else 'waiting for the answer'}",
             method=method,
             path=path,
             request_may_have_taken_effect=may,

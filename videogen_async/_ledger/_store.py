@@ -144,7 +144,7 @@ class Store:
         dead = await self._retry(lambda: self.engine.dead(others)) if others else set()
         if not dead and not any(row["expired"] for row in owners):
             return 0
-        changed: int = await self.write(expire_creating, sorted(dead))
+        changed = await self.write(expire_creating, sorted(dead))
         await self.engine.forget(sorted(dead))  # settled: the sign of their death may go
         return changed
 
