@@ -90,11 +90,8 @@ def read_input(text: str, *, csv_format: bool = False) -> list[InputLine]:
     """The request lines of the input, each checked: JSON Lines, or CSV with a header row."""
     lines = []
     for number, data, problem in (_csv_rows if csv_format else _json_lines)(text):
-        if problem is not None:
-            lines.append(InputLine(number, data, None, problem))
-            continue
-        if not isinstance(data, dict):
-            lines.append(InputLine(number, data, None, "not a JSON object"))
+        if problem is not None or not isinstance(data, dict):
+            lines.append(InputLine(number, data, None, problem or "not a JSON object"))
             continue
         fields = dict(data)
         key = fields.pop("key", None)

@@ -70,15 +70,14 @@ class ControlAPI:
         """Add the control routes to an application's router, behind ``routes.answer``."""
         server = self._server
         clock, faults = server.clock, server.faults
-        stats, clock_view, fault_view = self._stats, self._clock, self._faults
         for method, path, handler in [
-            ("GET", "stats", stats),
-            ("POST", "reset-stats", _then(_call(server.reset_stats), stats)),
+            ("GET", "stats", self._stats),
+            ("POST", "reset-stats", _then(_call(server.reset_stats), self._stats)),
             ("GET", "requests", self._requests),
-            ("GET", "clock", clock_view),
-            ("POST", "clock/advance", _then(_call(clock.advance), clock_view)),
-            ("POST", "clock/pause", _then(_call(clock.pause), clock_view)),
-            ("POST", "clock/resume", _then(_call(clock.resume), clock_view)),
+            ("GET", "clock", self._clock),
+            ("POST", "clock/advance", _then(_call(clock.advance), self._clock)),
+            ("POST", "clock/pause", _then(_call(clock.pause), self._clock)),
+            ("POST", "clock/resume", _then(_call(clock.resume), self._clock)),
             ("GET", "credits", _call(server.credits)),
             ("POST", "credits", self._set_credits),
             ("GET", "tasks", self._tasks),
@@ -88,12 +87,12 @@ class ControlAPI:
             ("GET", "projects", lambda r, b: _ids("project_ids", server.project_ids)),
             ("GET", "projects/{project_id}", _call(server.describe_project)),
             ("POST", "projects/{project_id}/schedule", _call(server.schedule_project)),
-            ("GET", "faults", fault_view),
-            ("POST", "faults", _then(self._set_faults, fault_view)),
+            ("GET", "faults", self._faults),
+            ("POST", "faults", _then(self._set_faults, self._faults)),
             (
                 "DELETE",
                 "faults",
-                _then(lambda r, b: faults.clear(r.query.get("route")), fault_view),
+                _then(lambda r, b: faults.clear(r.query.get("route")), self._faults),
             ),
         ]:
             router.add_route(
