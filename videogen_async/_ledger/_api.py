@@ -208,12 +208,8 @@ class Ledger(AsyncClosing):
             InvalidRequestError: ``group_by`` is not a non-empty string.
         """
         if group_by is not None and (not isinstance(group_by, str) or not group_by):
-            raise InvalidRequestError(
-                "group_by",
-                "must be a metadata key (a non-empty string)",
-                value=group_by,
-                has_value=True,
-            )
+            rule = "must be a metadata key (a non-empty string)"
+            raise InvalidRequestError("group_by", rule, value=group_by, has_value=True)
         await self._creator.repair()
         return await self._store.read(summary, group_by)
 
@@ -468,14 +464,9 @@ class Ledger(AsyncClosing):
             InvalidRequestError: A bad argument; nothing was written.
             LedgerError: The database stayed away longer than ``outage_timeout``.
         """
+        options = (lease, concurrency, attempt_timeout, backoff)
         return await _dispatch.dispatch(
-            self._store,
-            self._listener,
-            name,
-            deliver,
-            stop_when_idle,
-            backlog,
-            (lease, concurrency, attempt_timeout, backoff),
+            self._store, self._listener, name, deliver, stop_when_idle, backlog, options
         )
 
     async def redeliver(self, name: str, *, keys: Iterable[str] | None = None) -> int:
