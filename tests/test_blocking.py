@@ -534,3 +534,74 @@ def test_a_thread_running_an_event_loop_of_its_own_calls_through_a_thread_starte
     assert loop.is_closed()
     assert ran_in
     assert threading.get_ident() not in ran_in
+
+
+def test_a_close_from_a_callback_ends_the_call_and_the_driver_closes_the_loop(
+    sandbox: Sandbox,
+) -> None:
+    client = VideoGen(**_options(sandbox))
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())  # the wait cannot end by itself
+    with pytest.raises(RuntimeError, match="closed while the call ran"):
+        client.tasks.wait(task_id, on_update=lambda _: client.close())
+    assert client.is_closed
+    assert client._loop._loop.is_closed()  # closed by the thread that ran it, once let go
+
+
+def test_a_close_while_calls_of_several_threads_run_ends_every_one(sandbox: Sandbox) -> None:
+    """One thread runs the loop for all; the closing runs the others' calls to their end."""
+    client = VideoGen(**_options(sandbox))
+    ids = sandbox.read(lambda s: s.create_tasks(4))
+    sandbox.read(lambda s: s.clock.pause())
+    polled: set[str] = set()
+    all_polled = threading.Event()
+    outcomes: list[BaseException] = []
+
+    def seen(task: Task) -> None:  # on the loop: one thread at a time
+        polled.add(task.task_id)
+        if len(polled) == len(ids):
+            all_polled.set()
+
+    def waiting(task_id: str) -> None:
+        try:
+            client.tasks.wait(task_id, on_update=seen)
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=waiting, args=(task_id,)) for task_id in ids]
+    for thread in threads:
+        thread.start()
+    assert all_polled.wait(30)  # every call runs on the loop
+    client.close()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert [str(exc) for exc in outcomes] == [
+        "this VideoGen client was closed while the call ran"
+    ] * 4
+    assert client._loop._loop.is_closed()
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_outside_the_calls_task_stops_it_at_the_next_turn_of_the_loop(
+    sandbox: Sandbox,
+) -> None:
+    """A ``KeyboardInterrupt`` out of the loop's own code: raised here, the call cancelled."""
+    client = VideoGen(**_options(sandbox))
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())
+
+    def interrupt(_: Task) -> None:  # a callback of the loop's own, outside the call's task
+        asyncio.get_running_loop().call_soon(_interrupt)
+
+    with pytest.raises(KeyboardInterrupt):
+        client.tasks.wait(task_id, on_update=interrupt)
+    (call,) = client._loop._calls  # left running, its cancel handed to the loop
+    assert not call.done()
+    assert client.credits.get().api_total_credits == 10_000  # this call runs the loop
+    assert call.done()
+    assert not client._loop._calls
+    client.close()
