@@ -11,7 +11,6 @@ import concurrent.futures
 import gc
 import inspect
 import json
-import logging
 import os
 import signal
 import sys
@@ -524,7 +523,7 @@ def test_a_thread_running_an_event_loop_of_its_own_calls_through_a_thread_starte
         del dropped
         gc.collect()  # dropped here: its finalizer closes it, in a thread of its own
         for thread in threading.enumerate():
-            if thread.name == "videogen-async":
+            if thread.name == "videogen-async-close":
                 thread.join(10)
         assert closed_by_finalizer.is_closed()
         client.close()
@@ -606,30 +605,3 @@ def test_ctrl_c_outside_the_calls_task_stops_it_at_the_next_turn_of_the_loop(
     assert call.done()
     assert not client._loop._calls
     client.close()
-
-
-def test_ctrl_c_during_a_create_keeps_its_answer(
-    sandbox: Sandbox, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Ctrl-C while the calling thread runs the create's own code cancels it, as asyncio.run
-    does: the create in flight runs to its answer, and its id is logged."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("a signal's handler runs in the main thread only")
-    main = threading.main_thread().ident
-    assert main is not None
-
-    def interrupt(_: object) -> None:  # inside the create's request, once the service answered
-        signal.pthread_kill(main, signal.SIGINT)
-
-    client = VideoGen(**_options(sandbox), event_hooks={"response": [interrupt]})
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with caplog.at_level(logging.WARNING, logger="videogen_async"):
-            with pytest.raises(KeyboardInterrupt):
-                client.tasks.create("interrupted")
-            client.close()  # runs the create in flight to its answer
-    finally:
-        signal.signal(signal.SIGINT, handler)
-    logged = [r.getMessage() for r in caplog.records if "the service created" in r.getMessage()]
-    assert len(logged) == 1
-    assert sandbox.read(lambda s: s.stats().tasks_created) == 1

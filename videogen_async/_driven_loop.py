@@ -16,11 +16,8 @@ it.
 
 from __future__ import annotations
 
-# signal's C module: signal's wrappers (enums) cost 6 us per call, these 0.4 us (no stubs).
-import _signal  # type: ignore[import-not-found]
 import asyncio
 import collections
-import functools
 import inspect
 import os
 import threading
@@ -31,7 +28,6 @@ from typing import Any, ParamSpec
 from ._client import AsyncVideoGen
 
 _P = ParamSpec("_P")
-_SIGINT = int(_signal.SIGINT)
 
 _FORKED = (
     "this VideoGen client was created in process {parent} and is used in process {child}, a"
@@ -63,13 +59,13 @@ class _Waiter:
     Plain class attributes, no ``__init__``: one call of Python less per call.
     """
 
-    finished = failed = woken = interrupted = False
+    finished = failed = woken = False
     outcome: Any = None
     lock: threading.Lock | None = None
     task: asyncio.Task[None] | None = None
 
 
-def _here(func: Callable[..., None], *args: Any, wait: bool = True) -> None:
+def _here(func: Callable[..., None], *args: Any) -> None:
     """``func(*args)`` here, or in a thread of its own if this one runs an event loop.
 
     A thread running a loop (a notebook's, or an ``async def`` calling blocking code) cannot
@@ -77,10 +73,9 @@ def _here(func: Callable[..., None], *args: Any, wait: bool = True) -> None:
     """
     if asyncio._get_running_loop() is None:
         func(*args)
-        return
-    helper = threading.Thread(target=func, args=args, name="videogen-async", daemon=True)
-    helper.start()
-    if wait:
+    else:
+        helper = threading.Thread(target=func, args=args, daemon=True)
+        helper.start()
         helper.join()
 
 
@@ -112,13 +107,14 @@ def _close_dropped(
     an event loop (the garbage collector runs finalizers anywhere), a thread of its own closes
     it, not waited for: that loop is not to be blocked.
     """
-    if os.getpid() == pid and not loop.is_closed():
-        _here(_close, loop, client, calls, wait=False)
-
-
-def _stop(waiter: _Waiter) -> None:
-    if waiter.task is not None:
-        waiter.task.cancel()
+    if os.getpid() != pid or loop.is_closed():
+        return
+    if asyncio._get_running_loop() is None:
+        _close(loop, client, calls)
+    else:
+        closing = threading.Thread(target=_close, args=(loop, client, calls), daemon=True)
+        closing.name = "videogen-async-close"
+        closing.start()
 
 
 def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> None:
@@ -168,30 +164,19 @@ class Loop:
         caller's thread.
         """
         waiter = _Waiter()
-        # Ctrl-C in the main thread cancels the call, as asyncio.run does, and is raised once
-        # the call ended: raised inside whatever the loop runs, it could end a create in
-        # flight before its answer (its id). A second Ctrl-C is raised at once.
-        sigint = _signal.getsignal(_SIGINT) is _signal.default_int_handler and (
-            threading.current_thread() is threading.main_thread()
-        )
-        if sigint:
-            _signal.signal(_SIGINT, functools.partial(self._interrupt, waiter))
         try:
             if asyncio._get_running_loop() is None and self._driving.acquire(blocking=False):
                 self._start(call, waiter)  # nobody drives: no hand-off at all
                 self._drive(waiter)
             else:
                 _here(self._serve, call, waiter)
-        except BaseException:  # e.g. a second Ctrl-C: the call stops on the loop too
-            self._interrupt(waiter)
+        except BaseException:  # e.g. Ctrl-C in this thread: the call stops on the loop too
+            if waiter.task is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(waiter.task.cancel)
             raise
         finally:
-            if sigint:
-                _signal.signal(_SIGINT, _signal.default_int_handler)
             if waiter.task is None:  # never started: the loop closed first
                 call.close()
-        if waiter.interrupted:
-            raise KeyboardInterrupt
         if waiter.finished and not waiter.failed:
             return waiter.outcome
         closed = isinstance(waiter.outcome, asyncio.CancelledError) and self.closed
@@ -221,18 +206,9 @@ class Loop:
             # while it holds the lock, so that the call's end releases it again).
             waiter.woken = False
 
-    def _interrupt(self, waiter: _Waiter, *_: object) -> None:
-        """Cancel ``waiter``'s call (run on the loop, with ``_start``); a second time, raise."""
-        if waiter.interrupted:
-            raise KeyboardInterrupt
-        waiter.interrupted = True
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(_stop, waiter)
-
     def _start(self, call: Coroutine[Any, Any, Any], waiter: _Waiter) -> None:
-        if self.closed or waiter.interrupted:  # since the caller's check: not to be run
+        if self.closed:  # since the caller's check: the closing may not see this call
             waiter.outcome, waiter.failed = asyncio.CancelledError(), True
-            call.close()
             self._finish(waiter)
             return
         waiter.task = task = self._loop.create_task(self._run(call, waiter))
@@ -280,27 +256,24 @@ class Loop:
         """
         while self._waiting and self._driving.acquire(blocking=False):
             try:
-                if self._wake_one():
-                    return
+                while self._waiting:
+                    waiter = self._waiting.popleft()
+                    if not waiter.finished and not waiter.woken:
+                        waiter.woken = True
+                        waiter.lock.release()  # type: ignore[union-attr]
+                        return
             finally:
                 self._driving.release()
-
-    def _wake_one(self) -> bool:
-        """Wake the oldest caller waiting for an unfinished call; whether there was one."""
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.finished and not waiter.woken:
-                waiter.woken = True
-                waiter.lock.release()  # type: ignore[union-attr]
-                return True
-        return False
 
     def _end(self) -> None:
         """Close the client and the loop (``_driving`` held); wake every caller still waiting."""
         if not self._loop.is_closed():
             _close(self._loop, self._client, self._calls)
-        while self._wake_one():  # each one's call never started: the loop ended first
-            pass
+        while self._waiting:  # each one's call never started: the loop ended first
+            waiter = self._waiting.popleft()
+            if not waiter.finished and not waiter.woken:
+                waiter.woken = True
+                waiter.lock.release()  # type: ignore[union-attr]
 
     def close(self) -> None:
         """Cancel the calls still running, close the client and the loop."""
