@@ -103,18 +103,10 @@ def _close_dropped(
     """The last handle of an open client is gone, or the interpreter exits: close it.
 
     Never in a forked child. Nobody drives the loop (a caller keeps its client); a call left
-    running (by Ctrl-C) ends first: a create in flight runs to its answer. In a thread running
-    an event loop (the garbage collector runs finalizers anywhere), a thread of its own closes
-    it, not waited for: that loop is not to be blocked.
+    running (by Ctrl-C) ends first: a create in flight runs to its answer.
     """
-    if os.getpid() != pid or loop.is_closed():
-        return
-    if asyncio._get_running_loop() is None:
-        _close(loop, client, calls)
-    else:
-        closing = threading.Thread(target=_close, args=(loop, client, calls), daemon=True)
-        closing.name = "videogen-async-close"
-        closing.start()
+    if os.getpid() == pid and not loop.is_closed():
+        _here(_close, loop, client, calls)
 
 
 def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> None:
