@@ -98,8 +98,17 @@ async def test_two_watchers_share_the_work_without_double_polling(ledger_url: st
                 await ledger.create_task(creator, f"clip {i}", key=f"k{i:02d}")
         server.reset_stats()
 
+        opened: list[str] = []
+        both_open = asyncio.Event()
+
         async def watcher(name: str) -> list[str]:
             async with _client(server, name) as client, Ledger.open(ledger_url) as own:
+                # Both start claiming together: one that opened its ledger late on a busy
+                # machine would find every entry claimed by the other.
+                opened.append(name)
+                if len(opened) == 2:
+                    both_open.set()
+                await both_open.wait()
                 watch = own.watch(client, claim_size=5, claim_interval=0.05, stop_when_idle=True)
                 async with watch as finished:
                     return [entry.key async for entry in finished]
