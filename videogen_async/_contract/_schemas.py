@@ -109,13 +109,10 @@ def _field_schema(field: Field, *, request: bool) -> dict[str, Any]:
     """
     # The schema of its type: a field type, ``[Shape]`` (a list) or ``Shape``.
     kind = field.type
-    schema = (
-        _TYPES[kind](field, request)
-        if kind in _TYPES
-        else {"type": "array", "items": ref(kind[1:-1])}
-        if kind[0] == "["
-        else ref(kind)
-    )
+    if kind in _TYPES:
+        schema = _TYPES[kind](field, request)
+    else:
+        schema = {"type": "array", "items": ref(kind[1:-1])} if kind[0] == "[" else ref(kind)
     # Its description: its text, its range, its default.
     parts = [field.doc]
     if field.type == "integer" and field.maximum is not None:
