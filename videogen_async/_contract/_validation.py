@@ -96,12 +96,10 @@ def _integer_field(spec: Field, value: Any, _hint: bool) -> None:
         or (spec.maximum is not None and number > spec.maximum)
     ):
         rule = (
-            f"must be an integer from {spec.minimum} to {spec.maximum} {spec.unit}".rstrip()
-            if spec.maximum is not None
-            else f"must be a positive integer number of {spec.unit}"
-            if spec.unit
-            else "must be positive"
+            f"must be a positive integer number of {spec.unit}" if spec.unit else "must be positive"
         )
+        if spec.maximum is not None:
+            rule = f"must be an integer from {spec.minimum} to {spec.maximum} {spec.unit}".rstrip()
         raise fail(spec.name, rule, value)
 
 
