@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import gc
 import itertools
 import time
+import warnings
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
+import pytest
 
 from videogen_async import (
     AsyncVideoGen,
@@ -204,6 +209,11 @@ async def test_a_watcher_that_stops_when_idle_waits_for_a_result_handed_to_its_w
             watch: Any = ledger.watch(client, stop_when_idle=True)
             watch._polling["t-1"] = ("k-1", time.monotonic())
             watch._held = 1
+            # A watch makes its streams when entered: this one, never entered, is given its own.
+            watch._send, watch._receive = anyio.create_memory_object_stream[Any](10)
+            watch._finished_send, watch._finished_receive = anyio.create_memory_object_stream[Any](
+                10
+            )
 
             async def one_result() -> Any:
                 yield Task(task_id="t-1", status=TaskStatus.SUCCEEDED)
@@ -220,3 +230,44 @@ async def test_a_watcher_that_stops_when_idle_waits_for_a_result_handed_to_its_w
                 for stream in (watch._send, watch._receive, watch._finished_send):
                     stream.close()
                 watch._finished_receive.close()
+
+
+@contextlib.contextmanager
+def no_stream_left_open() -> Iterator[None]:
+    """Fail if what is dropped in the block (and collected after it) warns of an open stream."""
+    gc.collect()  # what earlier tests left is not this test's
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        yield
+        gc.collect()
+    assert [str(w.message) for w in caught if "Unclosed <MemoryObject" in str(w.message)] == []
+
+
+async def test_a_watch_left_unentered_or_before_its_runner_started_leaves_no_stream_open(
+    sqlite_url: str,
+) -> None:
+    # The streams were made with the watch and the consumer's send end closed by the watch's
+    # runner task alone: a watch never entered left four streams open, and a runner cancelled
+    # before it ever ran (as asyncio.run and pytest's loop do to every task left when they
+    # end) left that one. Either warned when collected, in whichever test ran then.
+    async with SandboxServer() as server, server.client() as client:
+        async with Ledger.open(sqlite_url) as ledger:
+            watch: Any = ledger.watch(client)
+            with pytest.raises(RuntimeError, match="use the watch as"):
+                await watch.__anext__()
+            with no_stream_left_open():
+                del watch
+
+            watch = ledger.watch(client)
+            with warnings.catch_warnings():  # of the runner's coroutine, never started
+                warnings.filterwarnings("ignore", "coroutine .* never awaited", RuntimeWarning)
+                async with watch:  # no checkpoint in the block: the runner has not run
+                    (runner,) = [
+                        task
+                        for task in asyncio.all_tasks()
+                        if task.get_name().endswith("Watch._guarded_run")
+                    ]
+                    runner.cancel()
+                assert runner.cancelled()
+                with no_stream_left_open():
+                    del watch, runner

@@ -91,12 +91,6 @@ class Watch(ExitCloses):
         self._polling: dict[str, tuple[str, float]] = {}  # task id -> (key, claimed at)
         self._results: GatherResults | None = None
         self._tg: TaskGroup | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[
-            "LedgerEntry | BaseException"
-        ](max_buffer_size=math.inf)
-        self._finished_send, self._finished_receive = anyio.create_memory_object_stream[
-            "tuple[str, Task]"
-        ](max_buffer_size=math.inf)
         self._last: LedgerEntry | None = None
         self._entered = False
         self._drained = anyio.Event()
@@ -112,6 +106,13 @@ class Watch(ExitCloses):
         if self._entered:
             raise RuntimeError("this watch() was already entered")
         self._entered = True
+        # Made here, not with the watch: one never entered leaves no stream open.
+        self._send, self._receive = anyio.create_memory_object_stream[
+            "LedgerEntry | BaseException"
+        ](max_buffer_size=math.inf)
+        self._finished_send, self._finished_receive = anyio.create_memory_object_stream[
+            "tuple[str, Task]"
+        ](max_buffer_size=math.inf)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -126,6 +127,10 @@ class Watch(ExitCloses):
         try:
             await tg.__aexit__(None, None, None)
         finally:
+            # Closed here too, first: a runner cancelled before it ran (as asyncio.run does
+            # to the tasks left at its end) never closed the send end.
+            for stream in (self._send, self._receive, self._finished_send, self._finished_receive):
+                stream.close()
             with anyio.CancelScope(shield=True):
                 if ok:
                     self._ack_last()
@@ -134,9 +139,6 @@ class Watch(ExitCloses):
                     await self._flush_acks(once=True)
                     # What is still held goes back to the ledger at once, for the next watcher.
                     await self._store.write_once(claims.release, self.owner)
-                self._receive.close()
-                self._finished_send.close()
-                self._finished_receive.close()
 
     def __aiter__(self) -> Watch:
         return self
