@@ -121,12 +121,17 @@ class HeldCreates:
 
     Creates are numbered from 0 in the order the service reads them; a held one is whole at
     the service (its body read) and answered once ``released`` is set, as is every later one.
+    ``all_held`` is set once the last held one is read: a create in flight may be headers
+    alone (aiohttp before 3.11 writes them first), and its sender killed then never sends
+    the body, so that the next create read, another run's, would be held in its place.
     The sandbox must run in this process (a ``ThreadedSandbox``).
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, held: range) -> None:
         self.seen = 0
-        self.released = asyncio.Event()  # bound to the sandbox's loop on its first wait
+        # Bound to the sandbox's loop on their first wait.
+        self.released = asyncio.Event()
+        self.all_held = asyncio.Event()
         real = routes.read_json_body
 
         async def read(request: web.Request) -> Any:
@@ -134,6 +139,8 @@ class HeldCreates:
             if request.path == CREATE_PATH:
                 self.seen += 1
                 if self.seen - 1 in held:
+                    if self.seen == held.stop:
+                        self.all_held.set()
                     await self.released.wait()
             return body
 

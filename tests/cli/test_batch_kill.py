@@ -11,7 +11,9 @@ report the four as the ledger settles them.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -19,9 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from yarl import URL
 
 from .conftest import (
+    CREATE_PATH,
     CREATE_ROUTE,
+    KEY,
     HeldCreates,
     ThreadedSandbox,
     read_manifest,
@@ -76,10 +81,41 @@ def held(
     journal = tmp_path / "run.sqlite"
     first = batch(box, path, journal, "first.jsonl")
     with stopped(first):
-        box.run(box.srv.wait_until(lambda: box.srv.stats().in_flight == IN_FLIGHT))
+        # Read whole, not only in flight: a create killed with its body unsent holds nothing.
+        box.run(hold.all_held.wait())
         assert ledger_states(journal) == ["creating"] * IN_FLIGHT
         yield box, hold, path, journal, first
         box.call(hold.released.set)
+
+
+def test_a_create_is_held_once_its_body_is_read_not_once_it_is_in_flight(
+    make_sandbox: Callable[..., ThreadedSandbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``held`` waits for before the kill: in flight was not enough.
+
+    aiohttp before 3.11 writes a request's headers before its body; a run killed between the
+    two never sent the body, and the hold went to the rerun's first create (waited for ever).
+    """
+    hold = HeldCreates(monkeypatch, range(1))
+    box = make_sandbox()
+    body = json.dumps({"prompt": "a held create", "duration": 4}).encode()
+    head = (
+        f"POST {CREATE_PATH} HTTP/1.1\r\nHost: sandbox\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    url = URL(box.base_url)
+    with (
+        socket.create_connection((url.host or "", url.port or 0), timeout=30) as sock,
+        sock.makefile("rb") as answer,
+    ):
+        sock.sendall(head.encode())
+        box.run(box.srv.wait_until(lambda: box.srv.stats().in_flight == 1))
+        assert not box.call(hold.all_held.is_set)  # in flight, its body not read
+        sock.sendall(body)
+        box.run(hold.all_held.wait())
+        box.call(hold.released.set)
+        assert answer.readline().startswith(b"HTTP/1.1 200 ")
+    assert box.routes(CREATE_ROUTE) == 1
 
 
 def interrupted_rerun(box: ThreadedSandbox, path: Path, journal: Path) -> str:
