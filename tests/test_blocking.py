@@ -11,8 +11,10 @@ import concurrent.futures
 import gc
 import inspect
 import json
+import logging
 import os
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -46,7 +48,6 @@ from videogen_async.testing import SandboxServer
 
 _T = TypeVar("_T")
 FAST = PollPolicy(min_interval=0.005, max_interval=0.03, dense_interval=0.005, sparse_cap=0.03)
-LOOP_THREAD = "videogen-async-loop"
 
 
 class Sandbox(ThreadedSandbox):
@@ -74,10 +75,6 @@ def _options(sandbox: Sandbox) -> dict[str, Any]:
     server = sandbox.server
     assert server is not None
     return {"api_key": server.api_key, "base_url": server.base_url, "poll_policy": FAST}
-
-
-def _loop_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == LOOP_THREAD]
 
 
 def _sockets_to(port: int) -> int:
@@ -109,11 +106,16 @@ needs_proc = pytest.mark.skipif(
 @needs_proc
 def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
     threads = 20
-    others = set(_loop_threads())  # other clients' loops (a docs program keeps one)
     sent_from: set[int] = set()
-    client = VideoGen(**_options(sandbox), event_hooks={"request": [lambda _: sent_from.add(
-        threading.get_ident())]})  # fmt: skip
+    loops: set[asyncio.AbstractEventLoop] = set()
+
+    def sent(_: object) -> None:
+        sent_from.add(threading.get_ident())
+        loops.add(asyncio.get_running_loop())
+
+    client = VideoGen(**_options(sandbox), event_hooks={"request": [sent]})
     together = threading.Barrier(threads)
+    before = set(threading.enumerate())
 
     def work(number: int) -> tuple[str, Task, Task, float]:
         together.wait(10)  # every thread calls at once
@@ -124,7 +126,7 @@ def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
 
     with ThreadPoolExecutor(threads) as pool:
         answers = list(pool.map(work, range(threads)))
-        (loop_thread,) = set(_loop_threads()) - others
+        callers = {t.ident for t in set(threading.enumerate()) - before}
 
     assert len({task_id for task_id, *_ in answers}) == threads
     for number, (task_id, done, again, total) in enumerate(answers):
@@ -134,13 +136,15 @@ def test_twenty_threads_share_one_client_on_one_loop(sandbox: Sandbox) -> None:
         assert total == 10_000
         described = sandbox.read(lambda s, t=task_id: s.describe_task(t))  # type: ignore[misc]
         assert described["prompt"] == f"thread {number}"
-    assert sent_from == {loop_thread.ident}  # every request went out from the one loop thread
+    # Every request went out on the one loop, run by the calling threads: no thread of its own.
+    assert loops == {client._loop._loop}
+    assert sent_from <= callers
+    assert len(callers) == threads
     port = urlsplit(client.base_url).port or 80
     assert _sockets_to(port) >= 1
 
     client.close()
-    assert not loop_thread.is_alive()
-    assert set(_loop_threads()) <= others
+    assert client._loop._loop.is_closed()
     assert _sockets_to(port) == 0
     assert client.is_closed
     with pytest.raises(RuntimeError, match="this VideoGen client is closed"):
@@ -318,7 +322,7 @@ def test_a_forked_child_is_refused_with_the_cause_and_the_fix(sandbox: Sandbox) 
 def test_a_call_from_the_loops_own_thread_is_refused(sandbox: Sandbox) -> None:
     with VideoGen(**_options(sandbox)) as client:
         task_id = client.tasks.create("p").task_id
-        with pytest.raises(RuntimeError, match="own event loop thread"):
+        with pytest.raises(RuntimeError, match="this thread runs that client's event"):
             client.tasks.wait(task_id, timeout=60, on_update=lambda _: client.credits.get())
         assert client.tasks.wait(task_id, timeout=60).is_terminal
 
@@ -346,10 +350,9 @@ def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_droppe
     assert isinstance(result[0], RuntimeError)
     assert "closed while the call ran" in str(result[0])
 
-    others = set(_loop_threads())
     dropped = VideoGen(**_options(sandbox))
     dropped.credits.get()
-    (thread,) = set(_loop_threads()) - others
+    loop, target = dropped._loop._loop, dropped._target
     view = dropped.with_options(max_retries=0)
     del dropped
     gc.collect()
@@ -358,46 +361,57 @@ def test_a_call_running_when_the_client_closes_ends_and_the_client_can_be_droppe
     assert view.credits.get().api_total_credits == 10_000
     del view
     gc.collect()
-    thread.join(10)  # the last handle gone: the loop closed the client and ended
-    assert not thread.is_alive()
+    assert loop.is_closed()  # the last handle gone: the client and its loop closed
+    assert target.is_closed
 
 
 @pytest.mark.parametrize("hand_off", ["dropped", "refused"])
 def test_a_call_whose_loop_ends_before_running_it_is_refused_not_held(
     sandbox: Sandbox, hand_off: str
 ) -> None:
-    # A close() in another thread ends the loop between a call's check and its hand-off's
-    # turn: the hand-off is dropped with the loop, or refused by the closed loop. The caller
-    # gets the client's error, never waits for ever; the call's coroutine is closed unrun.
+    # Another thread drives the loop; a close() ends it between a call's check and its
+    # hand-off's turn: the hand-off is lost with the loop, or refused by the closed loop. The
+    # caller gets the client's error, never waits for ever; the call's coroutine is closed
+    # unrun.
     client = VideoGen(**_options(sandbox))
-    loop = client._loop
-    real, stop = loop._loop.call_soon_threadsafe, loop._stop.args[2]
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())
+    loop, polled = client._loop, threading.Event()
+    real = loop._loop.call_soon_threadsafe
 
     def ending(callback: Callable[..., Any], *args: Any) -> None:
-        real(stop.set)  # the loop ends, and the hand-off is lost with it
+        del loop._loop.call_soon_threadsafe  # the real one, from here on
+        client.close()  # the driver's call is cancelled; the loop closes
         if hand_off == "refused":
-            loop._thread.join()
             real(callback, *args)  # raises: the loop is closed
 
-    loop._loop.call_soon_threadsafe = ending  # type: ignore[method-assign]
     outcome: list[BaseException] = []
 
-    def calling() -> None:
+    def calling(call: Callable[[], object]) -> None:
         try:
-            client.credits.get()
+            call()
         except RuntimeError as exc:
             outcome.append(exc)
 
-    caller = threading.Thread(target=calling)
+    driver = threading.Thread(
+        target=calling,
+        args=(lambda: client.tasks.wait(task_id, on_update=lambda _: polled.set()),),
+    )
+    driver.start()
+    assert polled.wait(10)  # the driver runs the loop
+    loop._loop.call_soon_threadsafe = ending  # type: ignore[method-assign]
+    caller = threading.Thread(target=calling, args=(client.credits.get,))
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         caller.start()
         caller.join(60)  # a hang guard: the loop's end releases the caller
+        driver.join(60)
         gc.collect()
     assert not caller.is_alive()
-    assert "closed while the call ran" in str(outcome[0])
+    assert not driver.is_alive()
+    closed = "this VideoGen client was closed while the call ran"
+    assert [str(exc) for exc in outcome] == [closed, closed]
     assert not [w for w in warned if "never awaited" in str(w.message)]
-    client.close()
 
 
 def test_a_call_is_handed_over_without_a_future_of_its_own(
@@ -424,34 +438,37 @@ def test_a_call_is_handed_over_without_a_future_of_its_own(
     assert made == []
 
 
-def test_a_coroutine_call_is_the_task_and_a_plain_call_is_wrapped(
+def test_a_coroutine_call_runs_unwrapped_and_a_plain_call_is_wrapped(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A coroutine method's own coroutine is its call's task; a plain method is wrapped.
+    """A coroutine method's own coroutine is awaited by the call's task; a plain one wrapped.
 
     The coroutine is made in the calling thread (which runs none of it): the loop steps no
-    wrapping coroutine per call. A plain callable (``with_options``) still runs on the loop,
-    through the one wrapper, ``awaited``.
+    wrapping coroutine but the task's own per call. A plain callable (``with_options``) still
+    runs on the loop, through the one wrapper, ``awaited``.
     """
     wrapped: list[str] = []
-    tops: list[str] = []
+    inner: list[str] = []
     call = _blocking.awaited
 
     async def recording(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         wrapped.append(func.__name__)
         return await call(func, *args, **kwargs)
 
-    def top(_: object) -> None:  # an event hook: on the loop, inside the call's task
-        task = asyncio.current_task()
-        assert task is not None
-        tops.append(task.get_coro().__qualname__)  # type: ignore[union-attr]
+    def seen(_: object) -> None:  # an event hook: on the loop, inside the call's task
+        frame = sys._getframe(1)
+        while not frame.f_code.co_filename.endswith("_credits.py"):
+            assert frame.f_back is not None
+            frame = frame.f_back
+        assert frame.f_back is not None  # the frame that awaits Credits.get
+        inner.append(f"{frame.f_code.co_name} in {frame.f_back.f_code.co_name}")
 
     monkeypatch.setattr(_blocking, "awaited", recording)
-    with VideoGen(**_options(sandbox), event_hooks={"request": [top]}) as client:
+    with VideoGen(**_options(sandbox), event_hooks={"request": [seen]}) as client:
         assert client.credits.get().api_total_credits == 10_000
         view = client.with_options(timeout=5.0)
         assert view.credits.get().api_total_credits == 10_000
-    assert tops == ["Credits.get", "Credits.get"]
+    assert inner == ["get in _run", "get in _run"]
     assert wrapped == ["with_options"]
 
 
@@ -468,7 +485,7 @@ def test_ctrl_c_in_the_calling_thread_stops_the_call_on_the_loop(sandbox: Sandbo
     # before the test looks again.
     calls: list[asyncio.Task[Any]] = []
 
-    def interrupt(_: Task) -> None:  # on the loop's thread, while the caller waits
+    def interrupt(_: Task) -> None:  # on the loop, run by the calling thread
         if not sent.is_set():
             sent.set()
             calls.extend(client._loop._calls)
@@ -489,3 +506,132 @@ def test_ctrl_c_in_the_calling_thread_stops_the_call_on_the_loop(sandbox: Sandbo
         signal.signal(signal.SIGINT, handler)
     assert client._loop.run(interrupted_call_ends)
     client.close()
+
+
+@pytest.mark.allow_blocking  # the blocking calls made in async code are what is tested
+def test_a_thread_running_an_event_loop_of_its_own_calls_through_a_thread_started_for_it(
+    sandbox: Sandbox,
+) -> None:
+    """A notebook cell, or ``async def`` code calling blocking code: its loop cannot run ours."""
+    ran_in: set[int] = set()
+
+    async def blocking_code_in_async_code() -> tuple[float, asyncio.AbstractEventLoop]:
+        client = VideoGen(**_options(sandbox), event_hooks={"request": [lambda _: ran_in.add(
+            threading.get_ident())]})  # fmt: skip
+        total = client.credits.get().api_total_credits
+        loop = client._loop._loop
+        dropped = VideoGen(**_options(sandbox))
+        dropped.credits.get()
+        closed_by_finalizer = dropped._loop._loop
+        del dropped
+        gc.collect()  # dropped here: its finalizer closes it, in a thread of its own
+        for thread in threading.enumerate():
+            if thread.name == "videogen-async":
+                thread.join(10)
+        assert closed_by_finalizer.is_closed()
+        client.close()
+        return total, loop
+
+    total, loop = asyncio.run(blocking_code_in_async_code())
+    assert total == 10_000
+    assert loop.is_closed()
+    assert ran_in
+    assert threading.get_ident() not in ran_in
+
+
+def test_a_close_from_a_callback_ends_the_call_and_the_driver_closes_the_loop(
+    sandbox: Sandbox,
+) -> None:
+    client = VideoGen(**_options(sandbox))
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())  # the wait cannot end by itself
+    with pytest.raises(RuntimeError, match="closed while the call ran"):
+        client.tasks.wait(task_id, on_update=lambda _: client.close())
+    assert client.is_closed
+    assert client._loop._loop.is_closed()  # closed by the thread that ran it, once let go
+
+
+def test_a_close_while_calls_of_several_threads_run_ends_every_one(sandbox: Sandbox) -> None:
+    """One thread runs the loop for all; the closing runs the others' calls to their end."""
+    client = VideoGen(**_options(sandbox))
+    ids = sandbox.read(lambda s: s.create_tasks(4))
+    sandbox.read(lambda s: s.clock.pause())
+    polled: set[str] = set()
+    all_polled = threading.Event()
+    outcomes: list[BaseException] = []
+
+    def seen(task: Task) -> None:  # on the loop: one thread at a time
+        polled.add(task.task_id)
+        if len(polled) == len(ids):
+            all_polled.set()
+
+    def waiting(task_id: str) -> None:
+        try:
+            client.tasks.wait(task_id, on_update=seen)
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=waiting, args=(task_id,)) for task_id in ids]
+    for thread in threads:
+        thread.start()
+    assert all_polled.wait(30)  # every call runs on the loop
+    client.close()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert [str(exc) for exc in outcomes] == [
+        "this VideoGen client was closed while the call ran"
+    ] * 4
+    assert client._loop._loop.is_closed()
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_outside_the_calls_task_stops_it_at_the_next_turn_of_the_loop(
+    sandbox: Sandbox,
+) -> None:
+    """A ``KeyboardInterrupt`` out of the loop's own code: raised here, the call cancelled."""
+    client = VideoGen(**_options(sandbox))
+    task_id = sandbox.read(lambda s: s.create_tasks(1)[0])
+    sandbox.read(lambda s: s.clock.pause())
+
+    def interrupt(_: Task) -> None:  # a callback of the loop's own, outside the call's task
+        asyncio.get_running_loop().call_soon(_interrupt)
+
+    with pytest.raises(KeyboardInterrupt):
+        client.tasks.wait(task_id, on_update=interrupt)
+    (call,) = client._loop._calls  # left running, its cancel handed to the loop
+    assert not call.done()
+    assert client.credits.get().api_total_credits == 10_000  # this call runs the loop
+    assert call.done()
+    assert not client._loop._calls
+    client.close()
+
+
+def test_ctrl_c_during_a_create_keeps_its_answer(
+    sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C while the calling thread runs the create's own code cancels it, as asyncio.run
+    does: the create in flight runs to its answer, and its id is logged."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal's handler runs in the main thread only")
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def interrupt(_: object) -> None:  # inside the create's request, once the service answered
+        signal.pthread_kill(main, signal.SIGINT)
+
+    client = VideoGen(**_options(sandbox), event_hooks={"response": [interrupt]})
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="videogen_async"):
+            with pytest.raises(KeyboardInterrupt):
+                client.tasks.create("interrupted")
+            client.close()  # runs the create in flight to its answer
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    logged = [r.getMessage() for r in caplog.records if "the service created" in r.getMessage()]
+    assert len(logged) == 1
+    assert sandbox.read(lambda s: s.stats().tasks_created) == 1

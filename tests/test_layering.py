@@ -26,7 +26,7 @@ ABOVE_CLIENT = (
     "videogen_async",
     "videogen_async.__main__",
     "videogen_async._client",
-    "videogen_async._loop_thread",
+    "videogen_async._driven_loop",
     "videogen_async._blocking",
 )
 ABOVE_CLIENT_PACKAGES = ("videogen_async._cli", "videogen_async.testing", "videogen_async._mcp")
@@ -49,7 +49,7 @@ LAYERS = (
     ("_resources", "_download"),  # the namespaces, the downloads
     ("_ledger",),  # the durable record, below the client: it takes any client-shaped object
     ("_client",),  # AsyncVideoGen composes the layers below
-    ("_loop_thread",),  # one event loop in a thread of its own, serving other threads' calls
+    ("_driven_loop",),  # one event loop run by the threads whose calls it serves
     ("_blocking",),  # VideoGen, over the async client
     ("",),  # the package's face: videogen_async/__init__.py
     ("temporal",),  # the Temporal integration (an extra)

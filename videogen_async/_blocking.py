@@ -1,8 +1,8 @@
 """``VideoGen``: the blocking client, a thin layer over :class:`AsyncVideoGen`.
 
-One event loop in one daemon thread runs each call (``_loop_thread.Loop``); the caller blocks
-until its answer. Each blocking call wraps its async call (``create = _blocking(Tasks.create)``),
-docstring included.
+One event loop, run by the calling threads, runs each call (``_driven_loop.Loop``); the
+caller blocks until its answer. Each blocking call wraps its async call
+(``create = _blocking(Tasks.create)``), docstring included.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ._client import AsyncVideoGen
 from ._contract._exceptions import ConfigurationError, TaskPollError
 from ._contract._meta import HasResponse
 from ._contract._models import Task
-from ._loop_thread import Loop, awaited
+from ._driven_loop import Loop, awaited
 from ._resources._credits import Credits
 from ._resources._projects import Projects
 from ._resources._raw import RawResponse
@@ -300,9 +300,9 @@ class VideoGen(_Namespace):
             created = client.tasks.create("a paper boat")
             task = client.tasks.wait(created.task_id, timeout=600)
 
-    Thread-safe, but cannot cross a ``fork``. Callbacks run on its loop's thread: keep them
-    quick and never call the client from them. Takes :class:`AsyncVideoGen`'s arguments but
-    ``session``. See docs/sync.md.
+    Thread-safe, but cannot cross a ``fork``. Callbacks run on its loop, in a calling thread:
+    keep them quick and never call the client from them. Takes :class:`AsyncVideoGen`'s
+    arguments but ``session``. See docs/sync.md.
 
     Raises:
         ConfigurationError: The key or base URL is missing or invalid, or a ``session`` was
@@ -349,7 +349,7 @@ class VideoGen(_Namespace):
         return self._loop.closed
 
     def close(self) -> None:
-        """Close the client: its connections, its loop and the loop's thread. Idempotent.
+        """Close the client: its connections and its loop. Idempotent.
 
         Calls still running in other threads end with ``RuntimeError``; a create in flight
         runs to its answer first (as :meth:`AsyncVideoGen.aclose` lets it). A view made by

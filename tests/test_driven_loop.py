@@ -1,0 +1,118 @@
+"""The blocking client's loop, shared by many threads: never left without a driver.
+
+Each calling thread drives the loop while its call runs, and hands it to a parked caller when
+its own call ends first. A hand-over lost in a race leaves every parked caller waiting for
+ever. The races are between a few statements of ``_driven_loop.py``, so these runs make the
+rare interleavings common: at every call into C there (a lock's acquire or release, a list's
+append) the thread gives up the interpreter now and then (``time.sleep(0)``, chosen by a
+profile hook), and the interpreter switches threads every microsecond. Seeded mixes of calls
+(returning at once, after some turns of the loop, after a timer, raising) come from plain
+threads and from threads that run an event loop of their own. A run that does not end is
+reported with the seed that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from videogen_async import AsyncVideoGen, _driven_loop
+from videogen_async._driven_loop import Loop
+
+HANG_GUARD = 120  # seconds: only a lost hand-over takes this long
+
+
+@pytest.fixture
+def switching() -> Iterator[None]:
+    """Threads switched at the hand-off's statements far more often than they would be."""
+    chance = random.Random(7)
+    module = _driven_loop.__file__
+
+    def yielding(frame: FrameType, event: str, _: Any) -> None:
+        if event == "c_call" and frame.f_code.co_filename == module and chance.random() < 0.3:
+            time.sleep(0)  # the interpreter to another thread
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threading.setprofile(yielding)  # the threads started by the test (and by the loop)
+    try:
+        yield
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        sys.setswitchinterval(interval)
+
+
+async def _work(kind: int, number: int) -> int:
+    if kind == 1:
+        for _ in range(number % 4):
+            await asyncio.sleep(0)
+    elif kind == 2:
+        await asyncio.sleep((number % 3) / 20_000)
+    elif kind == 3:
+        raise ValueError(number)
+    return number
+
+
+def _run_seed(seed: int, threads: int, calls: int) -> None:
+    rng = random.Random(seed)
+    plans = [
+        [(rng.randrange(4), rng.randrange(1000)) for _ in range(calls)] for _ in range(threads)
+    ]
+    loop = Loop(AsyncVideoGen(api_key="sk-test", base_url="http://127.0.0.1:9"))
+    wrong: list[str] = []
+    done = [0] * threads
+
+    def calling(index: int) -> None:
+        for kind, number in plans[index]:
+            try:
+                answer = loop.run(_work, kind, number)
+            except ValueError:
+                answer = -1 if kind == 3 else -2
+            if answer != (-1 if kind == 3 else number):
+                wrong.append(f"thread {index}: {kind, number} gave {answer}")
+            done[index] += 1
+
+    def calling_from_a_loop(index: int) -> None:
+        async def main() -> None:
+            calling(index)
+
+        asyncio.run(main())
+
+    started = [
+        threading.Thread(target=calling_from_a_loop if index % 4 == 3 else calling, args=(index,))
+        for index in range(threads)
+    ]
+    for thread in started:
+        thread.daemon = True  # a hung run must not hold the test process at its exit
+        thread.start()
+    for thread in started:
+        thread.join(HANG_GUARD)
+    hung = [index for index, thread in enumerate(started) if thread.is_alive()]
+    assert not hung, f"seed {seed}: threads {hung} never got their answers (done: {done})"
+    assert not wrong
+    loop.close()
+
+
+@pytest.mark.allow_blocking  # a thread running a loop of its own makes blocking calls: tested
+@pytest.mark.parametrize(("first_seed", "threads", "calls"), [(0, 8, 200), (100, 16, 100)])
+@pytest.mark.usefixtures("switching")
+def test_threads_calling_at_once_always_find_a_driver(
+    first_seed: int, threads: int, calls: int
+) -> None:
+    for seed in range(first_seed, first_seed + 8):
+        _run_seed(seed, threads, calls)
+
+
+@pytest.mark.allow_blocking
+@pytest.mark.usefixtures("switching")
+def test_two_threads_handing_the_loop_back_and_forth_always_find_a_driver() -> None:
+    for seed in range(1000, 1020):
+        _run_seed(seed, threads=2, calls=300)
