@@ -197,15 +197,10 @@ class VideoTools:
             if self.ledger.max_credits is None:
                 return NoConsent("this client cannot ask the user and the server has no cap")
             return None
+        shown = {**given(fields, "metadata"), **cost.model_dump(exclude_none=True)}
         return Elicit(
             "Spend credits on this create?\n"
-            + "\n".join(
-                f"{name}: {value}"
-                for name, value in {
-                    **given(fields, "metadata"),
-                    **cost.model_dump(exclude_none=True),
-                }.items()
-            ),
+            + "\n".join(f"{name}: {value}" for name, value in shown.items()),
             Consent,
         )
 
