@@ -26,12 +26,13 @@ MESSAGE_CHARS = 1000
 _WINDOW = 4096
 
 
-def _refuse_constant(name: str) -> Any:
+def refuse_constant(name: str) -> Any:
+    """``parse_constant`` of every JSON read: ``NaN`` and ``Infinity`` are not JSON."""
     raise ValueError(f"{name} is not JSON")
 
 
 # One decoder for every body: ``json.loads`` with an option builds a new one per call.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_DECODER = json.JSONDecoder(parse_constant=refuse_constant)
 # The decoder's C scanner (set by ``JSONDecoder.__init__``; the stubs do not show it).
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from .._contract import _validation as rules
 from .._contract._service import ENDPOINTS, PROJECT_REQUEST
+from .._http._jsonbody import refuse_constant
 from . import _simulation as sim
 from ._config import sample_duration
 from ._media import SAMPLE_PATH, sample_mp4
@@ -32,10 +33,6 @@ _HOST_HEADER = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d
 # An id segment is anything but "/" (aiohttp's default also refuses braces), so that every id
 # reaches the handler and is judged by the shared ``check_id`` rule.
 _ID = "[^/]+"
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _number(text: str) -> float | int:
@@ -58,7 +55,7 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_number)
+        body = json.loads(raw, parse_constant=refuse_constant, parse_float=_number)
     except (ValueError, RecursionError):
         raise sim.SandboxError(400, 400, "Request body is not valid JSON") from None
     if not isinstance(body, dict):
