@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -36,6 +38,28 @@ async def test_missing_or_invalid_key_is_401(
     assert "sandbox-key" not in message
     assert reply.headers["WWW-Authenticate"].startswith("Bearer")
     assert api.server.task_ids == ()
+
+
+async def test_a_client_gone_mid_request_is_logged_as_499_not_as_a_sandbox_failure(
+    sandbox: SandboxServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="videogen_async.testing")
+    _, writer = await asyncio.open_connection(sandbox.host, sandbox.port)
+    head = (
+        "POST /v1/video/videomodel-2 HTTP/1.1\r\nHost: sandbox\r\n"
+        f"Authorization: Bearer {sandbox.api_key}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n"
+    )
+    writer.write(head.encode() + b'{"prompt"')  # the body cut short: the client then vanishes
+    await writer.drain()
+    await sandbox.wait_until(lambda: sandbox.stats().in_flight == 1)
+    writer.transport.abort()
+    await sandbox.wait_until(lambda: len(sandbox.request_log) == 1)
+    assert sandbox.request_log[0].status == 499
+    assert sandbox.stats().by_status == {"499": 1}
+    assert sandbox.task_ids == ()
+    failures = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert failures == [], [r.getMessage() for r in failures]
 
 
 async def test_bearer_scheme_is_case_insensitive(api: Api) -> None:

@@ -66,6 +66,12 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
             text,
             {k: v for k, v in exc.headers.items() if k.lower() == "allow"},
         )
+    except ConnectionError:
+        # The client went away mid-request (its connection reset or closed before the body
+        # was read, or while an answer streamed): no answer can reach it, and nothing failed
+        # here. Recorded as nginx records it, 499 (in the request log), not as the sandbox's
+        # own failure with a traceback.
+        return error_response(499, 499, "Client closed the request")
     except Exception:
         logger.exception("sandbox handler failed on %s %s", request.method, request.path)
         return error_response(500, 500, "Internal sandbox error")
