@@ -17,7 +17,7 @@ from .._contract import _checks as checks
 from .._contract import _exceptions as err
 from .._contract._checks import check_key
 from ._entry import STATES, LedgerEntry, entry_from_row
-from ._listen import _PAGE, Listener, _as_entry, _read_changes, _Send
+from ._listen import _PAGE, Listener, _as_entry, _read_changes, _Send, _Wanted
 from ._plans import get
 from ._schema import CHANGES_KEPT
 from ._store import Store
@@ -86,8 +86,8 @@ class Changes:
         self,
         store: Store,
         listener: Listener,
-        keys: frozenset[str] | None,
-        states: frozenset[str] | None,
+        keys: _Wanted,
+        states: _Wanted,
         after: int | None = None,
     ) -> None:
         self._store = store

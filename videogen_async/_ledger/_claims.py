@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
-from ._schema import Plan, first, many, q
-
-Row = dict[str, Any]
+from ._schema import Plan, Row, first, many, q
 
 # A project's own entry stays pending (its tasks are entries of their own, polled): no watcher
 # can settle it, so none claims it, holds it or waits for it.
@@ -172,9 +169,10 @@ def finish_many(
             json.dumps(sorted(found)),
             owner,
         )
+    keys = json.dumps([row["key"] for row in held])
     if held:
         yield many(_FINISH, [found[row["key"]] for row in held])
-        yield q(_OUTBOX, json.dumps([row["key"] for row in held]))
+        yield q(_OUTBOX, keys)
     if acks:
         yield many(
             "UPDATE {E} SET delivered = 1, owner = NULL, lease_until = NULL"
@@ -183,7 +181,6 @@ def finish_many(
         )
     if not held:
         return []
-    keys = json.dumps([row["key"] for row in held])
     rows: list[Row] = yield q("SELECT * FROM {E} WHERE key IN (items($1))", keys)
     return rows
 

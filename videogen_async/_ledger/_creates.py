@@ -46,6 +46,7 @@ from ._plans import (
     unpollable,
 )
 from ._protocol import Engine, Signal, new_creator
+from ._schema import Row
 from ._spool import Spool, spool_directory
 from ._store import Store
 
@@ -280,7 +281,7 @@ class Creator:
         await self.repair()  # this creator's own outcomes kept meanwhile, written back
         return tries + 1
 
-    async def _existing(self, key: str, row: dict[str, Any] | None) -> LedgerEntry:
+    async def _existing(self, key: str, row: Row | None) -> LedgerEntry:
         tries = 0
         while row is not None and row["state"] == "creating":
             # Another create of this key is in flight: wait for its answer or its death.
@@ -375,7 +376,7 @@ class Creator:
         await self._drop(key)
         return row
 
-    async def _checked(self, key: str, answer: Settled, row: Any) -> dict[str, Any]:
+    async def _checked(self, key: str, answer: Settled, row: Any) -> Row:
         if row is None:  # another create of this key was answered meanwhile
             logger.error(
                 "ledger key %r: created %s, but the key holds another create: both are charged",

@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import math
-from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -30,7 +29,7 @@ from .._contract import _exceptions as err
 from .._http._retry import backoff_after
 from ._entry import TERMINAL_STATES, LedgerEntry, entry_from_row
 from ._protocol import Signal
-from ._schema import Plan, q
+from ._schema import Plan, Row, q
 from ._store import DATABASE_BACKOFF, Store
 
 logger = logging.getLogger("videogen_async")
@@ -40,10 +39,12 @@ GAP_TTL = 120.0
 _PAGE = 1000
 _ERRORS = (err.LedgerError, OSError, asyncio.TimeoutError)
 _Send = MemoryObjectSendStream[LedgerEntry]
+_Wanted = frozenset[str] | None
+"""The keys (or states) a subscriber wants; ``None``: every one."""
 
 
-def _read_changes(after: int, gaps: list[int], until: int = 2**62) -> Plan[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = yield q(  # one row at least: what the statement saw
+def _read_changes(after: int, gaps: list[int], until: int = 2**62) -> Plan[list[Row]]:
+    rows: list[Row] = yield q(  # one row at least: what the statement saw
         "SELECT c.seq, c.key, c.state, c.entry, s.* FROM (SELECT {in_progress} AS busy,"
         " (SELECT value FROM videogen_ledger_meta WHERE name = 'changes_pruned') AS pruned,"
         " (SELECT min(seq) FROM videogen_ledger_changes) AS oldest) AS s"
@@ -60,7 +61,7 @@ def _newest() -> Plan[list[int]]:
     return [int(row["seq"]) for row in rows]
 
 
-def _as_entry(row: dict[str, Any]) -> LedgerEntry:
+def _as_entry(row: Row) -> LedgerEntry:
     return entry_from_row({**json.loads(row["entry"]), "position": int(row["seq"])})
 
 
@@ -77,8 +78,8 @@ class Listener:
         # A number passed over -> when first missed, and the transactions that may still
         # commit it (None: not read since).
         self._gaps: dict[int, tuple[float, frozenset[int] | None]] = {}
-        self._held: dict[int, dict[str, Any]] = {}  # changes read after a gap, by number
-        self._by_key: dict[str | None, dict[_Send, frozenset[str] | None]] = {}
+        self._held: dict[int, Row] = {}  # changes read after a gap, by number
+        self._by_key: dict[str | None, dict[_Send, _Wanted]] = {}
         self.terminal, self.moved = Signal(), Signal()  # moved: handed_on may have grown
         self._ready = anyio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -93,7 +94,7 @@ class Listener:
         return min(self._gaps) - 1 if self._gaps else self.top
 
     def subscribe(
-        self, keys: frozenset[str] | None, states: frozenset[str] | None
+        self, keys: _Wanted, states: _Wanted
     ) -> tuple[_Send, MemoryObjectReceiveStream[LedgerEntry]]:
         """A stream of the changes of ``keys`` (``None``: all) to ``states`` (``None``: any)."""
         send, receive = anyio.create_memory_object_stream[LedgerEntry](math.inf)
@@ -101,7 +102,7 @@ class Listener:
             self._by_key.setdefault(key, {})[send] = states
         return send, receive
 
-    def unsubscribe(self, keys: frozenset[str] | None, send: _Send) -> None:
+    def unsubscribe(self, keys: _Wanted, send: _Send) -> None:
         """Close a stream of :meth:`subscribe` (its ``keys``) and forget it."""
         send.close()
         for key in (None,) if keys is None else keys:

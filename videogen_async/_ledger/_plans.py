@@ -20,9 +20,10 @@ import attrs
 from .._contract._exceptions import InvalidRequestError
 from .._contract._validation import check_id
 from ._entry import check_metadata, load_metadata, merge_patch
-from ._schema import CHANGES_KEPT, Plan, first, many, q
+from ._schema import CHANGES_KEPT, Plan, Row, first, many, q
 
-Row = dict[str, Any]
+BatchTask = tuple[str, str | None, str | None]
+"""``(key, id, problem)`` of a task of a project's batch (see :func:`batch_tasks`)."""
 
 
 @attrs.frozen
@@ -284,9 +285,9 @@ def unpollable(field: str, value: Any) -> str | None:
     return None
 
 
-def batch_tasks(key: str, task_ids: Sequence[Any]) -> list[tuple[str, str | None, str | None]]:
+def batch_tasks(key: str, task_ids: Sequence[Any]) -> list[BatchTask]:
     """``(key, id, problem)`` of a project's task ids: keys ``KEY/ID``, or ``KEY/#N "ID"``."""
-    tasks: list[tuple[str, str | None, str | None]] = []
+    tasks: list[BatchTask] = []
     for position, task_id in enumerate(task_ids):
         problem = unpollable("task_id", task_id)
         if problem is None:
@@ -302,7 +303,7 @@ def _batch_request(project_id: str, batch: str | None) -> str:
 
 def add_batch_tasks(
     project_id: str,
-    tasks: Sequence[tuple[str, str | None, str | None]],
+    tasks: Sequence[BatchTask],
     batch: str | None,
     metadata: str | None,
 ) -> Plan[list[Row]]:
@@ -313,9 +314,15 @@ def add_batch_tasks(
     """
     request = _batch_request(project_id, batch)
     rows = [
-        (key, "pending", task_id, project_id, request, None, metadata)
-        if problem is None
-        else (key, "unknown", task_id, project_id, request, problem, metadata)
+        (
+            key,
+            "pending" if problem is None else "unknown",
+            task_id,
+            project_id,
+            request,
+            problem,
+            metadata,
+        )
         for key, task_id, problem in tasks
     ]
     yield many(

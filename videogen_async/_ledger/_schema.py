@@ -52,6 +52,8 @@ class Step:
 
 Plan = Generator[Step, Any, _T]
 """An operation: yields steps, receives each one's rows, returns its result."""
+Row = dict[str, Any]
+"""A row as a step receives it: its columns by name."""
 
 
 def q(sql: str, *args: Any, alone: bool = False) -> Step:
@@ -69,7 +71,7 @@ def rows(sql: str, *args: Any) -> Plan[Any]:
     return (yield q(sql, *args))
 
 
-def first(sql: str, *args: Any, alone: bool = False) -> Plan[dict[str, Any] | None]:
+def first(sql: str, *args: Any, alone: bool = False) -> Plan[Row | None]:
     """A statement answered with its first row (``None``: no row)."""
     rows = yield q(sql, *args, alone=alone)
     return rows[0] if rows else None

@@ -25,7 +25,7 @@ import anyio
 from .._contract._exceptions import LedgerError
 from ._entry import meta_has, meta_value
 from ._protocol import DatabaseUnavailable, Listening, Signal, creator_token
-from ._schema import SQLITE, Plan, first
+from ._schema import SQLITE, Plan, Row, first
 
 try:
     import fcntl
@@ -95,7 +95,7 @@ def _hand(future: asyncio.Future[Any], give: Callable[[Any], None], value: Any) 
         give(value)
 
 
-def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+def _dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
     return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
 
 
