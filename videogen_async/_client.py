@@ -17,8 +17,8 @@ import attrs
 from ._contract._checks import instance, positive, web_url
 from ._contract._closing import AsyncClosing
 from ._contract._exceptions import ConfigurationError
+from ._contract._models import GetTask
 from ._download._calls import DownloadCalls
-from ._download._sources import GetTask
 from ._http._options import check_headers
 from ._http._retry import DEFAULT_BACKOFF, BackoffPolicy
 from ._http._session import UNSET, SessionOwner, Timeout, is_loopback

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -148,6 +148,10 @@ class Task(HasResponse, Serializable):
     def finished_at(self) -> datetime | None:
         """``result.finished_at``, or ``None``."""
         return self.result.finished_at if self.result is not None else None
+
+
+#: Reads one task by id (the client's ``tasks.get``).
+GetTask = Callable[[str], Awaitable[Task]]
 
 
 def _task_is_terminal(status: str | None, result: TaskResult | None) -> bool:

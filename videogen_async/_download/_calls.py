@@ -12,14 +12,13 @@ import anyio
 
 from .._contract import _checks as checks
 from .._contract._exceptions import VideoGenError
-from .._contract._models import ProjectTask, Task
+from .._contract._models import GetTask, ProjectTask, Task
 from .._http._transport import Transport
 from . import _file
 from ._file import DEFAULT_ATTEMPTS, DEFAULT_CHUNK_SIZE, ProgressCallback
 from ._many import DownloadResult
 from ._sources import (
     DownloadSource,
-    GetTask,
     check_download_options,
     check_source,
     default_filename,

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._contract import _checks as checks
 from .._contract._exceptions import DownloadError
-from .._contract._models import ProjectTask, Task
+from .._contract._models import GetTask, ProjectTask, Task
 from .._contract._validation import is_web_url
-
-#: Reads one task by id (the client's ``tasks.get``).
-GetTask = Callable[[str], Awaitable[Task]]
 
 DownloadSource = Task | ProjectTask | str
 

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from .._contract._exceptions import APIStatusError, WaitTimeoutError
-from .._contract._models import Project, Task
+from .._contract._models import GetTask, Project, Task
 from .._contract._redact import redact_text, redact_value
 from . import _otel
 from ._hooks import EventHooks, PollEvent, RequestEvent, ResponseEvent, RetryEvent
@@ -23,6 +23,8 @@ from ._hooks import EventHooks, PollEvent, RequestEvent, ResponseEvent, RetryEve
 # An answer: the transport's response, or the ``APIStatusError`` of a failure the service sent
 # (both have ``status_code``, ``trace_id`` and ``headers``).
 _R = TypeVar("_R")
+_Span = _otel.SpanLike | None
+"""A span, or ``None`` where none records."""
 
 
 class RequestObserver:
@@ -61,7 +63,7 @@ class RequestObserver:
             return await self._answer(send, span, request)
 
     async def _answer(
-        self, send: Callable[[], Awaitable[_R]], span: _otel.SpanLike | None, request: RequestEvent
+        self, send: Callable[[], Awaitable[_R]], span: _Span, request: RequestEvent
     ) -> _R:
         started = time.monotonic()
         try:
@@ -81,7 +83,7 @@ class RequestObserver:
 
     async def _answered(
         self,
-        span: _otel.SpanLike | None,
+        span: _Span,
         answer: Any,
         error: str | None,
         started: float,
@@ -156,7 +158,7 @@ def _outcome(exc: BaseException) -> str:
 
 
 @contextmanager
-def _waiting_span(name: str, attributes: dict[str, Any]) -> Iterator[_otel.SpanLike | None]:
+def _waiting_span(name: str, attributes: dict[str, Any]) -> Iterator[_Span]:
     """The span of a wait or a gather (``None`` when spans would not record).
 
     An exception leaving it sets its outcome: ``timeout``, ``cancelled`` or ``error``.
@@ -172,7 +174,7 @@ def _waiting_span(name: str, attributes: dict[str, Any]) -> Iterator[_otel.SpanL
             raise
 
 
-def wait_span(kind: str, object_id: str) -> AbstractContextManager[_otel.SpanLike | None]:
+def wait_span(kind: str, object_id: str) -> AbstractContextManager[_Span]:
     """The span (or ``None``) of a single wait: of a ``task``, a ``project`` or a ``script``.
 
     The caller sets the outcome with :func:`end_wait`.
@@ -183,7 +185,7 @@ def wait_span(kind: str, object_id: str) -> AbstractContextManager[_otel.SpanLik
     )
 
 
-def end_wait(span: _otel.SpanLike | None, value: Task | Project) -> None:
+def end_wait(span: _Span, value: Task | Project) -> None:
     """Record a finished wait's outcome (the final status) and credits on its span."""
     if span is None:
         return
@@ -199,9 +201,9 @@ class GatherWatch:
 
     def __init__(
         self,
-        fetch: Callable[[str], Awaitable[Task]],
+        fetch: GetTask,
         hooks: EventHooks | None,
-        span: _otel.SpanLike | None,
+        span: _Span,
     ) -> None:
         self._inner = fetch
         self._hooks = hooks if hooks is not None and hooks.wants("poll") else None
@@ -238,9 +240,7 @@ class GatherWatch:
 
 
 @contextmanager
-def observe_gather(
-    fetch: Callable[[str], Awaitable[Task]], hooks: EventHooks | None, count: int
-) -> Iterator[GatherWatch]:
+def observe_gather(fetch: GetTask, hooks: EventHooks | None, count: int) -> Iterator[GatherWatch]:
     """One span around the polling of a gather of ``count`` ids, and its ``poll`` hooks.
 
     The gather polls through the watch's ``fetch`` (its own read, observed) and calls its

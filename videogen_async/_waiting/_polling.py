@@ -21,7 +21,7 @@ import anyio
 import attrs
 
 from .._contract._exceptions import RateLimitError, TaskFailedError, WaitTimeoutError
-from .._contract._models import Project, Task
+from .._contract._models import GetTask, Project, Task
 from .._http._pacing import Pacing, paced
 from .._http._retry import DEFAULT_BACKOFF, BackoffPolicy, decide_retry
 from .._observe._hooks import EventHooks
@@ -68,14 +68,14 @@ class TaskSource:
         hooks: The client's event hooks (the engines emit ``poll`` events), if any.
     """
 
-    fetch: Callable[[str], Awaitable[Task]]
+    fetch: GetTask
     pacing: Pacing | None = None
     poll_policy: PollPolicy | None = None
     backoff: BackoffPolicy = DEFAULT_BACKOFF
     finish_times: FinishTimeMemory | None = None
     hooks: EventHooks | None = None
 
-    def paced(self) -> tuple[Callable[[str], Awaitable[Task]], Pacing]:
+    def paced(self) -> tuple[GetTask, Pacing]:
         """``fetch`` and the pacing it goes through: the client's, else one of its own."""
         if self.pacing is not None:
             return self.fetch, self.pacing
