@@ -271,7 +271,7 @@ async def wait_for_ids(
 async def cmd_wait(ctx: Context, client: AsyncVideoGen) -> int:
     """``videogen wait ID...``: wait until tasks finish."""
     ids = list(dict.fromkeys(ctx.args.task_ids))
-    return _report(ctx, ids, dict(await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout)))
+    return _report(ctx, ids, await wait_for_ids(ctx, client, ids, timeout=ctx.args.timeout))
 
 
 def download_exit_code(results: Sequence[DownloadResult]) -> int:

@@ -72,13 +72,12 @@ class UI:
         debug: bool = False,
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
-        use_rich: bool = True,
     ) -> None:
         self.json_mode = json_mode
         self.debug = debug
         self.out = stdout if stdout is not None else sys.stdout
         self.err = stderr if stderr is not None else sys.stderr
-        self.rich = use_rich and rich_available()
+        self.rich = rich_available()
         self.out_tty = _is_tty(self.out)
         #: rich draws the results on a terminal (not in ``--json`` mode), and a live progress
         #: bar on a terminal's stderr; ``None`` where the output is plain text.

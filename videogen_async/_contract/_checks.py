@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 from urllib.parse import urlsplit
 
 from ._exceptions import InvalidRequestError
@@ -34,7 +34,8 @@ def fail(field: str, rule: str, value: Any = _UNSHOWN) -> InvalidRequestError:
     return InvalidRequestError(field, rule, value=value, has_value=value is not _UNSHOWN)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
+    """Whether ``value`` is an ``int`` or a ``float`` (a ``bool`` is not a number here)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -53,7 +54,7 @@ def number(
     stays finite, so that no timer or sum is ever infinite by accident.
     """
     if not (
-        _is_number(value)
+        is_number(value)
         and (value > low if above else value >= low)
         and value <= high
         and (not finite or math.isfinite(value))
@@ -76,7 +77,7 @@ def seconds_or_none(field: str, value: Any) -> float | None:
     """A bound in seconds: ``None`` (no bound) or a number >= 0 (``inf`` too; NaN refused)."""
     if value is None:
         return None
-    if not _is_number(value) or not value >= 0:
+    if not is_number(value) or not value >= 0:
         raise fail(field, "must be seconds >= 0 or None", value)
     return float(value)
 

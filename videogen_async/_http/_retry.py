@@ -21,7 +21,7 @@ from typing import Literal
 import attrs
 
 from .._contract import _exceptions as err
-from .._contract._checks import number, validator, whole
+from .._contract._checks import is_number, number, validator, whole
 
 # The policies' validators (``PollPolicy`` takes them too): the argument checks' rules, with
 # ``inf`` allowed (a policy's "no limit").
@@ -262,7 +262,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
 def retry_after_of(exc: BaseException | None) -> float | None:
     """The ``Retry-After`` a failure carries (a 429, or a 503 that sent one), in seconds."""
     value = getattr(exc, "retry_after", None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return float(value) if value >= 0 and math.isfinite(value) else None
     headers = getattr(exc, "headers", None)
     if isinstance(headers, Mapping):

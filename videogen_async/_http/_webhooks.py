@@ -191,7 +191,8 @@ class Webhook:
         allow_metadata_hosts: bool = False,
     ) -> None:
         self.url = web_url("url", url)
-        if not allow_metadata_hosts and _is_metadata(urlsplit(self.url).hostname or ""):
+        parts = urlsplit(self.url)
+        if not allow_metadata_hosts and _is_metadata(parts.hostname or ""):
             raise InvalidRequestError("url", f"must not be {_RULE}")
         self._resolver = None if allow_metadata_hosts else _Resolver
         self._key = _secret_key(secret)
@@ -207,7 +208,6 @@ class Webhook:
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0))
         self._proxy = proxy_for(self.url)
         self._session: aiohttp.ClientSession | None = None
-        parts = urlsplit(self.url)
         self._where = f"{parts.scheme}://{parts.netloc}{parts.path}"
 
     def __repr__(self) -> str:
