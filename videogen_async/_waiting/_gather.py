@@ -48,10 +48,6 @@ else:
     _R_co = TypeVar("_R_co", covariant=True)
 
 
-Classes = Mapping[str, Hashable] | Callable[[str], Hashable] | None
-"""A gather's ``classes``: each id's class, by a mapping id -> key or a callable."""
-
-
 class GatherOptions(TypedDict, total=False):
     """The keyword arguments of :func:`gather_until_done` besides ``return_exceptions``.
 
@@ -63,7 +59,7 @@ class GatherOptions(TypedDict, total=False):
     poll_policy: PollPolicy | None
     on_progress: Callable[[GatherProgress], Any] | None
     progress_interval: float
-    classes: Classes
+    classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None
     finish_times: FinishTimeMemory | None
     open_ended: bool
 
@@ -237,7 +233,7 @@ def gather_until_done(
     poll_policy: PollPolicy | None = None,
     on_progress: Callable[[GatherProgress], Any] | None = None,
     progress_interval: float = 1.0,
-    classes: Classes = None,
+    classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None = None,
     finish_times: FinishTimeMemory | None = None,
     open_ended: bool = False,
 ) -> GatherResults[Any]:
@@ -333,7 +329,7 @@ def _new_states(
 
 
 def _class_keys(
-    classes: Classes,
+    classes: Mapping[str, Hashable] | Callable[[str], Hashable] | None,
 ) -> Callable[[str], object]:
     """A checked ``id -> class key`` function for ``gather_until_done``'s ``classes``."""
     if classes is None:
