@@ -9,16 +9,23 @@ profile hook), and the interpreter switches threads every microsecond. Seeded mi
 (returning at once, after some turns of the loop, after a timer, raising) come from plain
 threads and from threads that run an event loop of their own. A run that does not end is
 reported with the seed that made it.
+
+Ctrl-C runs its handler between any two statements of the main thread: a second one, which
+raises, must find the hand-over whole wherever it lands. A trace function presses it (calls
+the handler as a signal would, with the frame it interrupts) at seeded statements of the main
+thread's call, while other threads call: every one of them still gets its own answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -116,3 +123,114 @@ def test_threads_calling_at_once_always_find_a_driver(
 def test_two_threads_handing_the_loop_back_and_forth_always_find_a_driver() -> None:
     for seed in range(1000, 1020):
         _run_seed(seed, threads=2, calls=300)
+
+
+def _pressing(presses: set[int], pressed: list[int]) -> Callable[[FrameType, str, Any], Any]:
+    """A trace function pressing Ctrl-C before the main thread's ``presses``-th statements.
+
+    Counted while the call's own handler is set (before and after it, Python's default
+    handler raises, as for any code).
+    """
+    count = itertools.count()
+
+    def trace(frame: FrameType, event: str, _: Any) -> Any:
+        handler = signal.getsignal(signal.SIGINT)
+        if (
+            event == "line"
+            and handler is not signal.default_int_handler
+            and (number := next(count)) in presses
+        ):
+            pressed.append(number)
+            handler(signal.SIGINT, frame)  # type: ignore[operator,misc]
+        return trace
+
+    return trace
+
+
+def _run_pressed_seed(seed: int, from_a_loop: bool, threads: int = 3, calls: int = 40) -> None:
+    rng = random.Random(seed)
+    loop = Loop(AsyncVideoGen(api_key="sk-test", base_url="http://127.0.0.1:9"))
+    wrong: list[str] = []
+    done = [0] * threads
+
+    def calling(index: int, plan: list[tuple[int, int]]) -> None:
+        for kind, number in plan:
+            try:
+                answer = loop.run(_work, kind, number)
+            except ValueError:
+                answer = -1
+            except BaseException as exc:  # a Ctrl-C of another thread's is wrong
+                wrong.append(f"thread {index}: {kind, number} raised {exc!r}")
+                continue
+            if answer != (-1 if kind == 3 else number):
+                wrong.append(f"thread {index}: {kind, number} gave {answer}")
+            done[index] += 1
+
+    started = [
+        threading.Thread(
+            target=calling,
+            args=(index, [(rng.randrange(3), rng.randrange(1000)) for _ in range(calls)]),
+            daemon=True,  # a hung run must not hold the test process at its exit
+        )
+        for index in range(threads)
+    ]
+    for thread in started:
+        thread.start()
+    first = rng.randrange(300)
+    presses = {first, *(first + 1 + rng.randrange(200) for _ in range(rng.randrange(3)))}
+    pressed: list[int] = []
+    main = threading.main_thread().ident
+    assert main is not None
+    fired: list[bool] = []
+
+    def press_once_more() -> None:  # a call left waiting for ever: the watchdog frees it
+        fired.append(True)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    watchdog = threading.Timer(HANG_GUARD, press_once_more)
+
+    def main_calls() -> None:
+        for number in range(calls):
+            if number == calls // 4:
+                sys.settrace(_pressing(presses, pressed))
+                watchdog.start()
+            try:
+                answer = loop.run(_work, 1, number)
+            except KeyboardInterrupt:
+                answer = -1
+            finally:
+                sys.settrace(None)
+                watchdog.cancel()
+            assert not fired, f"seed {seed}: the pressed call never ended"
+            # Pressed during this call (once or more): it ends in a KeyboardInterrupt.
+            assert answer == (-1 if pressed and number == calls // 4 else number), (seed, pressed)
+
+    async def main_calls_from_a_loop() -> None:  # each call made by a helper thread
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # not asyncio.run's
+        main_calls()
+
+    if from_a_loop:
+        asyncio.run(main_calls_from_a_loop())
+        started += [t for t in threading.enumerate() if t.name == "videogen-async"]
+    else:
+        main_calls()
+    for thread in started:
+        thread.join(HANG_GUARD)
+    hung = [index for index, thread in enumerate(started) if thread.is_alive()]
+    assert not hung, f"seed {seed}: threads {hung} never got their answers (done: {done})"
+    assert not wrong, f"seed {seed}: {wrong}"
+    assert loop.run(_work, 1, 7) == 7  # the loop still serves calls, and closes
+    loop.close()
+
+
+@pytest.mark.allow_blocking
+@pytest.mark.usefixtures("switching")
+def test_ctrl_c_twice_anywhere_in_a_call_leaves_every_other_threads_call_its_answer() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal's handler runs in the main thread only")
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        for seed in range(60):
+            _run_pressed_seed(seed, from_a_loop=seed % 3 == 2)
+    finally:
+        signal.signal(signal.SIGINT, handler)

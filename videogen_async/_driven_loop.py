@@ -25,12 +25,13 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]
 import asyncio
 import collections
+import contextlib
 import functools
-import inspect
 import os
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
+from types import FrameType
 from typing import Any, ParamSpec
 
 from ._client import AsyncVideoGen
@@ -56,7 +57,9 @@ _CLOSED_WHILE = "this VideoGen client was closed while the call ran"
 async def awaited(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``func(*args, **kwargs)`` as a coroutine, its result awaited if it is awaitable."""
     result = func(*args, **kwargs)
-    return await result if inspect.isawaitable(result) else result
+    # No call of Python code between the two (``inspect.isawaitable`` is some): a second
+    # Ctrl-C raised there would leave ``result`` never awaited.
+    return await result if hasattr(result, "__await__") else result
 
 
 class _Waiter:
@@ -68,6 +71,13 @@ class _Waiter:
     """
 
     finished = failed = parked = interrupted = False
+    # The thread a second Ctrl-C came to (``quit``: the main thread's ident), and the thread
+    # parked, where one raises at once (``parking``); 0: none. A helper thread calling for
+    # the main thread (``_here``) is neither.
+    quit = parking = 0
+    # The call's coroutine until ``_start`` or its caller, leaving first, takes it (a dict's
+    # pop: exactly one of two threads gets it): the one that runs or closes it.
+    call: Coroutine[Any, Any, Any] | None
     outcome: Any = None
     lock: threading.Lock
     task: asyncio.Task[None] | None = None
@@ -86,6 +96,30 @@ def _here(func: Callable[..., None], *args: Any, wait: bool = True) -> None:
     helper.start()
     if wait:
         helper.join()
+
+
+def _leaves_whole(frame: FrameType | None, waiter: _Waiter) -> bool:
+    """Whether an exception raised in ``frame`` leaves the hand-over between threads whole.
+
+    So it does in the code of ``waiter``'s own call (below its ``_run``, which keeps it as the
+    call's outcome) and between the statements that start a helper thread and wait for it
+    (``_here``); not in this module's other statements (who drives, who is parked), in
+    another call's code, in the loop's own nor in ``threading``'s.
+    """
+    below = False
+    while frame is not None:
+        code = frame.f_code
+        if code is _here.__code__:  # its own statements (not a thread's start or join)
+            return not below
+        if code.co_filename == __file__:
+            if not below:  # this module's own statements
+                return False
+            if code is Loop._run.__code__:
+                return frame.f_locals.get("waiter") is waiter
+            if code is not awaited.__code__:
+                return False
+        below, frame = True, frame.f_back
+    return False
 
 
 def _close(loop: asyncio.AbstractEventLoop, client: AsyncVideoGen, calls: Iterable[Any]) -> None:
@@ -122,12 +156,14 @@ def _close_dropped(
 
 def _stop(waiter: _Waiter) -> None:
     if waiter.task is not None:
-        waiter.task.cancel()
+        _cancel([waiter.task])
 
 
 def _cancel(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    # Each a turn later: a task cancelled before its first step never runs ``_run``, whose
+    # ``finally`` tells the caller that its call ended (it would wait for ever).
     for task in list(tasks):
-        task.cancel()
+        task.get_loop().call_soon(task.cancel)
 
 
 class Loop:
@@ -174,24 +210,26 @@ class Loop:
         caller's thread.
         """
         waiter = _Waiter()
+        waiter.call = call
         # Ctrl-C in the main thread cancels the call, as asyncio.run does, and is raised once
         # the call ended: raised inside whatever the loop runs, it could end a create in
-        # flight before its answer (its id). A second Ctrl-C is raised at once.
+        # flight before its answer (its id). A second Ctrl-C is raised where that leaves the
+        # hand-over whole (``_on_sigint``).
         sigint = _signal.getsignal(_SIGINT) is _signal.default_int_handler and (
             threading.current_thread() is threading.main_thread()
         )
         if sigint:
-            _signal.signal(_SIGINT, functools.partial(self._interrupt, waiter))
+            _signal.signal(_SIGINT, functools.partial(self._on_sigint, waiter))
         try:
-            _here(self._serve, call, waiter)
+            _here(self._serve, waiter)
         except BaseException:  # e.g. a second Ctrl-C: the call stops on the loop too
             self._interrupt(waiter)
             raise
         finally:
             if sigint:
                 _signal.signal(_SIGINT, _signal.default_int_handler)
-            if waiter.task is None:  # never started: the loop closed first
-                call.close()
+            if (unstarted := waiter.__dict__.pop("call", None)) is not None:
+                unstarted.close()  # left before the loop had it
         if waiter.interrupted:
             raise KeyboardInterrupt
         if waiter.finished and not waiter.failed:
@@ -201,15 +239,15 @@ class Loop:
             raise RuntimeError(_CLOSED_WHILE) from None
         raise waiter.outcome
 
-    def _serve(self, call: Coroutine[Any, Any, Any], waiter: _Waiter) -> None:
+    def _serve(self, waiter: _Waiter) -> None:
         with self._mutex:
             idle, self._busy = not self._busy, True
         if idle:  # nobody drives: this thread does, with no hand-off at all
-            self._start(call, waiter)
+            self._start(waiter)
             self._drive(waiter)
             return
         try:
-            self._loop.call_soon_threadsafe(self._start, call, waiter)
+            self._loop.call_soon_threadsafe(self._start, waiter)
         except RuntimeError:  # the loop is closed
             return
         if self._follow(waiter):
@@ -230,8 +268,14 @@ class Loop:
                         return True
                     waiter.parked = True
                     self._parked.append(waiter)
+                waiter.parking = threading.get_ident()  # from here a second Ctrl-C raises
+                if waiter.quit == waiter.parking:  # it came before
+                    waiter.parking = 0
+                    raise KeyboardInterrupt  # noqa: TRY301 - handed over as any other would be
                 lock.acquire()
+                waiter.parking = 0
         except BaseException:  # e.g. Ctrl-C twice: it leaves, and passes on a wake-up it had
+            waiter.parking = 0
             with mutex:
                 waiter.parked = False
                 if not self._busy:
@@ -252,18 +296,39 @@ class Loop:
                 self._unpark(waiter)
                 return
 
-    def _interrupt(self, waiter: _Waiter, *_: object) -> None:
-        """Cancel ``waiter``'s call (run on the loop, with ``_start``); a second time, raise."""
-        if waiter.interrupted:
-            raise KeyboardInterrupt
+    def _interrupt(self, waiter: _Waiter) -> None:
+        """Cancel ``waiter``'s call (run on the loop, with ``_start``)."""
         waiter.interrupted = True
-        if not self._loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: so is the call
             self._loop.call_soon_threadsafe(_stop, waiter)
 
-    def _start(self, call: Coroutine[Any, Any, Any], waiter: _Waiter) -> None:
-        if self.closed or waiter.interrupted:  # since the caller's check: not to be run
+    def _on_sigint(self, waiter: _Waiter, _: int, frame: FrameType | None) -> None:
+        """Ctrl-C during ``waiter``'s call: the first cancels the call, a second raises.
+
+        A handler runs between any two statements of the main thread, and an exception
+        raised between two statements of the hand-over (who drives, who is parked) would
+        leave the other threads' calls without a driver. So a second Ctrl-C raises at once
+        where the thread waits parked or runs its call's own code (:func:`_leaves_whole`);
+        anywhere else once the loop's turn ends (``_drive``), or as the thread parks.
+        """
+        if not waiter.interrupted:
+            self._interrupt(waiter)
+            return
+        waiter.quit = main = threading.get_ident()
+        if waiter.parking == main or _leaves_whole(frame, waiter):
+            waiter.parking = 0
+            raise KeyboardInterrupt
+        if self._driver == main:  # the loop stops after this turn
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _start(self, waiter: _Waiter) -> None:
+        call = waiter.__dict__.pop("call", None)
+        # Since the caller's check: not to be run (a caller that left took it: a helper
+        # thread may still wait for it).
+        if call is None or self.closed or waiter.interrupted:
             waiter.outcome, waiter.failed = asyncio.CancelledError(), True
-            call.close()
+            if call is not None:
+                call.close()
             self._finish(waiter)
             return
         waiter.task = task = self._loop.create_task(self._run(call, waiter))
@@ -292,6 +357,8 @@ class Loop:
         self._driver, self._driven = threading.get_ident(), waiter
         try:
             while not waiter.finished and not self.closed:
+                if waiter.quit == self._driver:  # a second Ctrl-C, put off to a turn's end
+                    raise KeyboardInterrupt
                 self._loop.run_forever()
         finally:
             self._driver, self._driven = 0, None
