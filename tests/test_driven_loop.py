@@ -19,12 +19,14 @@ thread's call, while other threads call: every one of them still gets its own an
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import random
 import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
@@ -234,3 +236,53 @@ def test_ctrl_c_twice_anywhere_in_a_call_leaves_every_other_threads_call_its_ans
             _run_pressed_seed(seed, from_a_loop=seed % 3 == 2)
     finally:
         signal.signal(signal.SIGINT, handler)
+
+
+@pytest.mark.allow_blocking  # the driver's call holds its loop on purpose
+def test_a_call_closed_as_it_starts_still_runs_its_first_step() -> None:
+    """``close()`` in the turn that starts another thread's call: it ends, its code awaited.
+
+    A task cancelled before its first step runs none of its code: the call's coroutine was
+    then never awaited, and the code that tells its caller the call ended never ran.
+    """
+    loop = Loop(AsyncVideoGen(api_key="sk-test", base_url="http://127.0.0.1:9"))
+    holding, hold = threading.Event(), threading.Event()
+
+    async def holding_a_turn() -> int:  # the other thread's call: it drives, held here
+        holding.set()
+        hold.wait(HANG_GUARD)
+        return 1
+
+    driver = threading.Thread(target=loop.run, args=(holding_a_turn,), daemon=True)
+    driver.start()
+    assert holding.wait(HANG_GUARD)
+
+    def trace(frame: FrameType, event: str, _: Any) -> Any:
+        # The call handed over (its start queued): the close is queued next, in that turn.
+        if event == "line" and frame.f_code is Loop._follow.__code__ and not hold.is_set():
+            loop._loop.call_soon_threadsafe(loop.close)
+            hold.set()
+        return trace
+
+    fired: list[bool] = []
+
+    def stop_the_loop() -> None:  # the thread left running it for ever: the watchdog frees it
+        fired.append(True)
+        loop._loop.call_soon_threadsafe(loop._loop.stop)
+
+    watchdog = threading.Timer(HANG_GUARD, stop_the_loop)
+    watchdog.start()
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        sys.settrace(trace)
+        try:
+            with pytest.raises(RuntimeError, match="closed while the call ran"):
+                loop.run(_work, 1, 5)
+        finally:
+            sys.settrace(None)
+            watchdog.cancel()
+        driver.join(HANG_GUARD)
+        gc.collect()
+    assert not fired, "the call cancelled before its first step: its thread ran the loop for ever"
+    assert not driver.is_alive()
+    assert not [str(w.message) for w in warned if "never awaited" in str(w.message)]

@@ -75,9 +75,6 @@ class _Waiter:
     # parked, where one raises at once (``parking``); 0: none. A helper thread calling for
     # the main thread (``_here``) is neither.
     quit = parking = 0
-    # The call's coroutine until ``_start`` or its caller, leaving first, takes it (a dict's
-    # pop: exactly one of two threads gets it): the one that runs or closes it.
-    call: Coroutine[Any, Any, Any] | None
     outcome: Any = None
     lock: threading.Lock
     task: asyncio.Task[None] | None = None
@@ -109,15 +106,12 @@ def _leaves_whole(frame: FrameType | None, waiter: _Waiter) -> bool:
     below = False
     while frame is not None:
         code = frame.f_code
-        if code is _here.__code__:  # its own statements (not a thread's start or join)
-            return not below
-        if code.co_filename == __file__:
-            if not below:  # this module's own statements
-                return False
-            if code is Loop._run.__code__:
-                return frame.f_locals.get("waiter") is waiter
-            if code is not awaited.__code__:
-                return False
+        # This module's code, but for ``awaited`` below it (the call's own): the innermost
+        # statement is ``_here``'s (not a thread's start or join), or the call runs below.
+        if code.co_filename == __file__ and not (below and code is awaited.__code__):
+            if below:
+                return code is Loop._run.__code__ and frame.f_locals.get("waiter") is waiter
+            return code is _here.__code__
         below, frame = True, frame.f_back
     return False
 
@@ -183,6 +177,9 @@ class Loop:
         self._driven: _Waiter | None = None
         # The parked followers, oldest first (and entries of callers no longer parked, skipped).
         self._parked: collections.deque[_Waiter] = collections.deque()
+        # Each call's coroutine until ``_start`` or its caller, leaving first, takes it (a
+        # dict's pop: exactly one of two threads gets it): the one that runs or closes it.
+        self._unstarted: dict[_Waiter, Coroutine[Any, Any, Any]] = {}
         # The calls running on the loop, each with its waiter (used on the loop only).
         self._calls: dict[asyncio.Task[None], _Waiter] = {}
         # Every handle dropped without close(): the client is closed.
@@ -210,7 +207,7 @@ class Loop:
         caller's thread.
         """
         waiter = _Waiter()
-        waiter.call = call
+        self._unstarted[waiter] = call
         # Ctrl-C in the main thread cancels the call, as asyncio.run does, and is raised once
         # the call ended: raised inside whatever the loop runs, it could end a create in
         # flight before its answer (its id). A second Ctrl-C is raised where that leaves the
@@ -223,12 +220,12 @@ class Loop:
         try:
             _here(self._serve, waiter)
         except BaseException:  # e.g. a second Ctrl-C: the call stops on the loop too
-            self._interrupt(waiter)
+            self._on_sigint(waiter)
             raise
         finally:
             if sigint:
                 _signal.signal(_SIGINT, _signal.default_int_handler)
-            if (unstarted := waiter.__dict__.pop("call", None)) is not None:
+            if unstarted := self._unstarted.pop(waiter, None):
                 unstarted.close()  # left before the loop had it
         if waiter.interrupted:
             raise KeyboardInterrupt
@@ -296,14 +293,11 @@ class Loop:
                 self._unpark(waiter)
                 return
 
-    def _interrupt(self, waiter: _Waiter) -> None:
-        """Cancel ``waiter``'s call (run on the loop, with ``_start``)."""
-        waiter.interrupted = True
-        with contextlib.suppress(RuntimeError):  # the loop is closed: so is the call
-            self._loop.call_soon_threadsafe(_stop, waiter)
-
-    def _on_sigint(self, waiter: _Waiter, _: int, frame: FrameType | None) -> None:
+    def _on_sigint(self, waiter: _Waiter, _: int = 0, frame: FrameType | None = None) -> None:
         """Ctrl-C during ``waiter``'s call: the first cancels the call, a second raises.
+
+        The first (or the caller leaving by an exception) cancels it on the loop (``_stop``,
+        after ``_start``).
 
         A handler runs between any two statements of the main thread, and an exception
         raised between two statements of the hand-over (who drives, who is parked) would
@@ -312,7 +306,9 @@ class Loop:
         anywhere else once the loop's turn ends (``_drive``), or as the thread parks.
         """
         if not waiter.interrupted:
-            self._interrupt(waiter)
+            waiter.interrupted = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: so is the call
+                self._loop.call_soon_threadsafe(_stop, waiter)
             return
         waiter.quit = main = threading.get_ident()
         if waiter.parking == main or _leaves_whole(frame, waiter):
@@ -322,7 +318,7 @@ class Loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
     def _start(self, waiter: _Waiter) -> None:
-        call = waiter.__dict__.pop("call", None)
+        call = self._unstarted.pop(waiter, None)
         # Since the caller's check: not to be run (a caller that left took it: a helper
         # thread may still wait for it).
         if call is None or self.closed or waiter.interrupted:
